@@ -1,0 +1,155 @@
+"""One catalogue of user-facing errors.
+
+Every error a user can cause carries a fixed code, where it happened (file:line:col, or a model /
+partition) and what to do about it. Tests assert on codes, never on prose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+# Codes fixed by LANGUAGE.md.
+E_BACKFILL: Final = "E085"
+E_MERGE_STRATEGY: Final = "E086"
+E_MERGE_ON_AGGREGATE: Final = "E087"
+E_CDC_COLUMN: Final = "E088"
+E_MERGE_KEYS: Final = "E089"
+
+# The project's own codes.
+E_SYNTAX: Final = "E001"
+E_EXPRESSION: Final = "E002"
+E_DUPLICATE_NAME: Final = "E003"
+E_UNKNOWN_RELATION: Final = "E004"
+E_CYCLE: Final = "E005"
+E_PROPERTY: Final = "E006"
+E_PROPERTY_VALUE: Final = "E007"
+E_PIPELINE: Final = "E008"
+E_UNKNOWN_COLUMN: Final = "E009"
+E_PARTITION_COLUMN: Final = "E010"
+E_SET_OPERATION: Final = "E011"
+E_SOURCE: Final = "E012"
+E_PROJECT: Final = "E013"
+E_DUPLICATE_COLUMN: Final = "E014"
+E_UNNAMED_COLUMN: Final = "E015"
+E_WAREHOUSE: Final = "E020"
+
+CATALOGUE: Final[dict[str, str]] = {
+    E_SYNTAX: "the module does not follow the strata grammar",
+    E_EXPRESSION: "an expression is not valid DuckDB SQL",
+    E_DUPLICATE_NAME: "two sources or models share a name",
+    E_UNKNOWN_RELATION: "a step names a source or model that does not exist",
+    E_CYCLE: "models depend on each other in a cycle",
+    E_PROPERTY: "an unknown, misplaced or repeated property",
+    E_PROPERTY_VALUE: "a property value of the wrong shape",
+    E_PIPELINE: "pipeline steps in an order that has no meaning",
+    E_UNKNOWN_COLUMN: "an expression uses a column its input does not have",
+    E_PARTITION_COLUMN: "the partition column is not an output column",
+    E_SET_OPERATION: "a set operation over relations of different arity",
+    E_SOURCE: "a source declaration that cannot be read as written",
+    E_PROJECT: "the project folder cannot be loaded",
+    E_DUPLICATE_COLUMN: "two output columns share a name",
+    E_UNNAMED_COLUMN: "a computed column has no name",
+    E_WAREHOUSE: "the warehouse cannot be opened or read",
+    E_BACKFILL: "a backfill cannot start or failed before publication",
+    E_MERGE_STRATEGY: "unknown merge_strategy",
+    E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",
+    E_CDC_COLUMN: "cdc_column missing, or not an output column",
+    E_MERGE_KEYS: "upsert/append_new without valid merge_keys",
+}
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a module: 1-based line and column."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class StrataError(Exception):
+    """An error the user can fix. Never shown as a traceback."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        location: Location | None = None,
+        *,
+        hint: str | None = None,
+        subject: str | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.location = location
+        self.hint = hint
+        # A model or model/partition when there is no file position to point at.
+        self.subject = subject
+        super().__init__(self.render())
+
+    @property
+    def errors(self) -> tuple[StrataError, ...]:
+        return (self,)
+
+    def render(self) -> str:
+        lines = [f"error[{self.code}]: {self.message}"]
+        if self.location is not None:
+            lines.append(f"  --> {self.location}")
+        elif self.subject is not None:
+            lines.append(f"  --> {self.subject}")
+        if self.hint:
+            lines.append(f"  = help: {self.hint}")
+        return "\n".join(lines)
+
+
+class StrataErrorGroup(StrataError):
+    """Several independent errors found in one pass; the first one gives the code."""
+
+    def __init__(self, errors: Iterable[StrataError]) -> None:
+        self._errors = tuple(errors)
+        if not self._errors:
+            raise ValueError("StrataErrorGroup needs at least one error")
+        first = self._errors[0]
+        super().__init__(first.code, first.message, first.location, hint=first.hint, subject=first.subject)
+
+    @property
+    def errors(self) -> tuple[StrataError, ...]:
+        return self._errors
+
+    def render(self) -> str:
+        return "\n\n".join(error.render() for error in self._errors)
+
+    @property
+    def codes(self) -> list[str]:
+        return [error.code for error in self._errors]
+
+
+def raise_collected(errors: list[StrataError]) -> None:
+    """Raise the collected errors, one alone or as a group; return when there are none."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise StrataErrorGroup(errors)
+
+
+@dataclass(frozen=True)
+class StrataWarning:
+    """Something legal that is probably a mistake; printed, never fatal."""
+
+    code: str
+    message: str
+    location: Location | None = None
+    hint: str | None = None
+
+    def render(self) -> str:
+        lines = [f"warning[{self.code}]: {self.message}"]
+        if self.location is not None:
+            lines.append(f"  --> {self.location}")
+        if self.hint:
+            lines.append(f"  = help: {self.hint}")
+        return "\n".join(lines)

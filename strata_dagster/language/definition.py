@@ -1,0 +1,246 @@
+"""The parsed shape of a strata project: sources, models, pipeline steps and properties.
+
+Value objects are frozen. Expressions keep their source text, their position and the sqlglot
+tree they parse to (DuckDB dialect), so later layers never re-read the module text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+from sqlglot import exp
+
+from strata_dagster.errors import Location
+
+MergeStrategy = Literal["replace", "append", "upsert", "append_new"]
+MERGE_STRATEGIES: tuple[str, ...] = get_args(MergeStrategy)
+INCREMENTAL_STRATEGIES: tuple[str, ...] = ("append", "upsert", "append_new")
+KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new")
+
+PartitionGrain = Literal["day", "month", "key"]
+JoinKind = Literal["inner", "left", "right", "full"]
+SetOperator = Literal["union", "union all", "except", "intersect"]
+VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
+VERSIONING_KINDS: tuple[str, ...] = get_args(VersioningKind)
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A DuckDB SQL expression as written in a module."""
+
+    text: str
+    location: Location
+    node: exp.Expression = field(compare=False, hash=False, repr=False)
+
+    @property
+    def output_name(self) -> str | None:
+        """The column name this expression produces in a projection, if it has one."""
+        if isinstance(self.node, exp.Alias):
+            return self.node.alias
+        if isinstance(self.node, exp.Column) and not isinstance(self.node.this, exp.Star):
+            return self.node.name
+        return None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """`name = expr` in let / derive / aggregate."""
+
+    name: str
+    expr: Expr
+    location: Location
+
+
+@dataclass(frozen=True)
+class FromStep:
+    relation: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    kind: JoinKind
+    relation: str
+    on: Expr | None
+    using: tuple[str, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class FilterStep:
+    condition: Expr
+    location: Location
+
+
+@dataclass(frozen=True)
+class LetStep:
+    assignment: Assignment
+    location: Location
+
+
+@dataclass(frozen=True)
+class DeriveStep:
+    assignments: tuple[Assignment, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    keys: tuple[Expr, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class AggregateStep:
+    assignments: tuple[Assignment, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class SelectStep:
+    items: tuple[Expr, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class SetOperationStep:
+    operator: SetOperator
+    relation: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class ExpandStep:
+    item: Expr
+    location: Location
+
+
+Step = (
+    FromStep
+    | JoinStep
+    | FilterStep
+    | LetStep
+    | DeriveStep
+    | GroupStep
+    | AggregateStep
+    | SelectStep
+    | SetOperationStep
+    | ExpandStep
+)
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """`day(col)`, `month(col)` or a plain `col` that already holds a date key."""
+
+    grain: PartitionGrain
+    column: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class Versioning:
+    kind: VersioningKind = "full"
+    column: str | None = None  # cdc(col)
+    window: int | None = None  # sliding_window(N) / partition_expiry(N)
+
+
+@dataclass(frozen=True)
+class ContractColumn:
+    name: str
+    type: str
+    is_not_null: bool
+    location: Location
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    location: Location
+    table: str | None = None
+    database: str | None = None
+    path: str | None = None
+    partitioned_by: PartitionSpec | None = None
+    start: dt.date | None = None
+    versioning: Versioning = Versioning()
+    is_immutable_partitions: bool = False
+    is_monotonic_partitions: bool = False
+    description: str | None = None
+
+    @property
+    def table_name(self) -> str:
+        return self.table or self.name
+
+
+@dataclass(frozen=True)
+class ModelProperties:
+    is_incremental: bool = False
+    merge_strategy: MergeStrategy = "replace"
+    merge_keys: tuple[str, ...] | None = None
+    cdc_column: str | None = None
+    lateness: str | None = None
+    partitioned_by: PartitionSpec | None = None
+    unique: tuple[str, ...] | None = None
+    contract: tuple[ContractColumn, ...] | None = None
+    order_by: tuple[str, ...] | None = None
+    description: str | None = None
+    # Where each property was written, for errors that point at it.
+    locations: tuple[tuple[str, Location], ...] = ()
+
+    def location_of(self, name: str) -> Location | None:
+        return dict(self.locations).get(name)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    steps: tuple[Step, ...]
+    properties: ModelProperties
+    location: Location
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """Relations this model reads, in pipeline order, without repeats."""
+        names: list[str] = []
+        for step in self.steps:
+            if isinstance(step, (FromStep, JoinStep, SetOperationStep)) and step.relation not in names:
+                names.append(step.relation)
+        return tuple(names)
+
+    @property
+    def has_aggregation(self) -> bool:
+        return any(isinstance(step, (GroupStep, AggregateStep)) for step in self.steps)
+
+
+@dataclass(frozen=True)
+class Module:
+    path: Path
+    sources: tuple[Source, ...]
+    models: tuple[Model, ...]
+
+
+@dataclass(frozen=True)
+class Project:
+    """Every module under a folder, with names resolved and checked for cycles."""
+
+    root: Path
+    modules: tuple[Module, ...]
+    sources: dict[str, Source] = field(compare=False)
+    models: dict[str, Model] = field(compare=False)
+    # Models in dependency order: every model after everything it reads.
+    order: tuple[str, ...] = ()
+
+    def module_of(self, name: str) -> Module:
+        for module in self.modules:
+            if any(item.name == name for item in (*module.sources, *module.models)):
+                return module
+        raise KeyError(name)
+
+    def upstream_models(self, name: str) -> tuple[str, ...]:
+        return tuple(ref for ref in self.models[name].references if ref in self.models)
+
+    def downstream_models(self, name: str) -> tuple[str, ...]:
+        return tuple(model for model in self.order if name in self.models[model].references)

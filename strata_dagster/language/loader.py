@@ -1,0 +1,123 @@
+"""Load every `*.strata` module under a folder into one checked Project."""
+
+from __future__ import annotations
+
+import difflib
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+from strata_dagster.errors import (
+    E_CYCLE,
+    E_DUPLICATE_NAME,
+    E_PROJECT,
+    E_UNKNOWN_RELATION,
+    Location,
+    StrataError,
+    raise_collected,
+)
+from strata_dagster.language.definition import FromStep, JoinStep, Model, Module, Project, SetOperationStep, Source
+from strata_dagster.language.parser import parse_module
+
+MODULE_SUFFIX = ".strata"
+
+
+def load_project(root: Path | str) -> Project:
+    """Parse and link every module under `root`. Raises StrataError on any mistake."""
+    folder = Path(root)
+    if folder.is_file() and folder.suffix == MODULE_SUFFIX:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise StrataError(
+            E_PROJECT, f"project folder `{folder}` does not exist", hint="pass the folder that holds *.strata files"
+        )
+    paths = sorted(path for path in folder.rglob(f"*{MODULE_SUFFIX}") if path.is_file())
+    if not paths:
+        raise StrataError(E_PROJECT, f"no `*{MODULE_SUFFIX}` modules under `{folder}`", hint="add a module file")
+    modules: list[Module] = []
+    errors: list[StrataError] = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            errors.append(StrataError(E_PROJECT, f"cannot read module: {error}", Location(str(path), 1, 1)))
+            continue
+        try:
+            modules.append(parse_module(text, _display_path(path)))
+        except StrataError as error:
+            errors.extend(error.errors)
+    raise_collected(errors)
+    return link_project(folder, modules)
+
+
+def load_text(text: str, name: str = "module.strata") -> Project:
+    """A project of one module given as text (for tests and tools)."""
+    return link_project(Path("."), [parse_module(text, name)])
+
+
+def link_project(root: Path, modules: list[Module]) -> Project:
+    sources: dict[str, Source] = {}
+    models: dict[str, Model] = {}
+    errors: list[StrataError] = []
+    for module in modules:
+        for item in (*module.sources, *module.models):
+            previous = sources.get(item.name) or models.get(item.name)
+            if previous is not None:
+                errors.append(
+                    StrataError(
+                        E_DUPLICATE_NAME,
+                        f"`{item.name}` is already defined at {previous.location}",
+                        item.location,
+                        hint="source and model names are unique across the project; rename one",
+                    )
+                )
+                continue
+            if isinstance(item, Source):
+                sources[item.name] = item
+            else:
+                models[item.name] = item
+    known = [*sources, *models]
+    for model in models.values():
+        for step in model.steps:
+            if isinstance(step, (FromStep, JoinStep, SetOperationStep)) and step.relation not in known:
+                close = difflib.get_close_matches(step.relation, known, n=1)
+                errors.append(
+                    StrataError(
+                        E_UNKNOWN_RELATION,
+                        f"model `{model.name}` reads `{step.relation}`, which is neither a source nor a model",
+                        step.location,
+                        hint=f"did you mean `{close[0]}`?" if close else "declare it with `source NAME { ... }`",
+                    )
+                )
+    raise_collected(errors)
+    order = _dependency_order(models)
+    return Project(root=root, modules=tuple(modules), sources=sources, models=models, order=order)
+
+
+def _dependency_order(models: dict[str, Model]) -> tuple[str, ...]:
+    graph = {name: {ref for ref in model.references if ref in models} for name, model in models.items()}
+    # Deterministic: a static order that breaks ties by name.
+    sorter = TopologicalSorter({name: sorted(deps) for name, deps in sorted(graph.items())})
+    try:
+        sorter.prepare()
+    except CycleError as error:
+        cycle = list(error.args[1])
+        first = models[cycle[0]]
+        raise StrataError(
+            E_CYCLE,
+            "models depend on each other in a cycle: " + " -> ".join(reversed(cycle)),
+            first.location,
+            hint="a model cannot read itself, directly or through other models",
+        ) from None
+    order: list[str] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        order.extend(ready)
+        sorter.done(*ready)
+    return tuple(order)
+
+
+def _display_path(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path

@@ -1,0 +1,337 @@
+"""Turn the `name: value` lines of sources and models into typed properties."""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from strata_dagster.errors import (
+    E_MERGE_STRATEGY,
+    E_PROPERTY,
+    E_PROPERTY_VALUE,
+    E_SOURCE,
+    Location,
+    StrataError,
+    raise_collected,
+)
+from strata_dagster.language.definition import (
+    MERGE_STRATEGIES,
+    ContractColumn,
+    ModelProperties,
+    PartitionSpec,
+    Source,
+    Versioning,
+)
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}")
+_PARTITION = re.compile(r"(?:(day|month)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)|([A-Za-z_][A-Za-z0-9_]*))")
+_VERSIONING = re.compile(r"([a-z_]+)\s*(?:\(\s*([A-Za-z0-9_]+)\s*\))?")
+_DATE = re.compile(r"'?(\d{4}-\d{2}-\d{2})'?")
+_CONTRACT_TYPE = re.compile(r"(?P<type>.+?)(?P<not_null>\s+not\s+null)?", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class RawValue:
+    """A property value as written: its text, and its items for `[...]` or entries for `{...}`."""
+
+    text: str
+    location: Location
+    items: tuple[RawValue, ...] | None = None
+    entries: tuple[tuple[str, RawValue], ...] | None = None
+
+
+@dataclass(frozen=True)
+class RawProperty:
+    name: str
+    location: Location
+    value: RawValue | None  # None for a bare flag such as `incremental`
+
+
+def _bad_value(prop: RawProperty, expected: str, example: str) -> StrataError:
+    shown = prop.value.text if prop.value is not None else "(no value)"
+    return StrataError(
+        E_PROPERTY_VALUE,
+        f"`{prop.name}` expects {expected}, got `{shown}`",
+        prop.value.location if prop.value is not None else prop.location,
+        hint=f"write it like `{prop.name}: {example}`",
+    )
+
+
+def _needs_value(prop: RawProperty, example: str) -> RawValue:
+    if prop.value is None:
+        raise StrataError(
+            E_PROPERTY_VALUE, f"`{prop.name}` needs a value", prop.location, hint=f"write `{prop.name}: {example}`"
+        )
+    return prop.value
+
+
+def as_name(prop: RawProperty) -> str:
+    value = _needs_value(prop, "column_name")
+    if not _IDENTIFIER.fullmatch(value.text):
+        raise _bad_value(prop, "a column name", "column_name")
+    return value.text
+
+
+def as_names(prop: RawProperty) -> tuple[str, ...]:
+    value = _needs_value(prop, "[col_a, col_b]")
+    if value.items is None:
+        if _IDENTIFIER.fullmatch(value.text):  # a single name without brackets is accepted
+            return (value.text,)
+        raise _bad_value(prop, "a list of column names", "[col_a, col_b]")
+    names = []
+    for item in value.items:
+        if not _IDENTIFIER.fullmatch(item.text):
+            raise StrataError(
+                E_PROPERTY_VALUE,
+                f"`{prop.name}` lists `{item.text}`, which is not a column name",
+                item.location,
+                hint=f"write it like `{prop.name}: [col_a, col_b]`",
+            )
+        names.append(item.text)
+    return tuple(names)
+
+
+def as_string(prop: RawProperty) -> str:
+    value = _needs_value(prop, "'text'")
+    text = value.text
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1].replace("''", "'")
+    raise _bad_value(prop, "a quoted string", "'text'")
+
+
+def as_bool(prop: RawProperty) -> bool:
+    if prop.value is None:
+        return True
+    lowered = prop.value.text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise _bad_value(prop, "true or false", "true")
+
+
+def as_date(prop: RawProperty) -> dt.date:
+    value = _needs_value(prop, "2025-01-01")
+    match = _DATE.fullmatch(value.text)
+    if match:
+        try:
+            return dt.date.fromisoformat(match.group(1))
+        except ValueError:
+            pass
+    raise _bad_value(prop, "a date YYYY-MM-DD", "2025-01-01")
+
+
+def as_partition(prop: RawProperty) -> PartitionSpec:
+    value = _needs_value(prop, "day(column)")
+    match = _PARTITION.fullmatch(value.text)
+    if not match:
+        raise _bad_value(prop, "day(column), month(column) or a date column", "day(order_ts)")
+    if match.group(3):
+        return PartitionSpec("key", match.group(3), value.location)
+    return PartitionSpec(match.group(1), match.group(2), value.location)  # type: ignore[arg-type]
+
+
+def as_versioning(prop: RawProperty) -> Versioning:
+    value = _needs_value(prop, "full")
+    match = _VERSIONING.fullmatch(value.text)
+    kind = match.group(1) if match else None
+    argument = match.group(2) if match else None
+    if kind == "full" and argument is None:
+        return Versioning("full")
+    if kind == "cdc" and argument is not None and _IDENTIFIER.fullmatch(argument):
+        return Versioning("cdc", column=argument)
+    if kind == "append_only_partitions" and argument is None:
+        return Versioning("append_only_partitions")
+    if kind in ("sliding_window", "partition_expiry") and argument is not None and argument.isdigit():
+        return Versioning(kind, window=int(argument))  # type: ignore[arg-type]
+    raise _bad_value(
+        prop,
+        "full, cdc(column), append_only_partitions, sliding_window(N) or partition_expiry(N)",
+        "cdc(updated_at)",
+    )
+
+
+def as_interval(prop: RawProperty) -> str:
+    text = as_string(prop)
+    if not re.fullmatch(r"\s*\d+\s+(second|minute|hour|day)s?\s*", text, re.IGNORECASE):
+        raise _bad_value(prop, "an interval such as '10 minutes'", "'10 minutes'")
+    return text.strip()
+
+
+def as_contract(prop: RawProperty) -> tuple[ContractColumn, ...]:
+    value = _needs_value(prop, "{id: BIGINT not null, amount: DOUBLE}")
+    if value.entries is None:
+        raise _bad_value(prop, "a mapping of column to type", "{id: BIGINT not null, amount: DOUBLE}")
+    columns = []
+    for name, entry in value.entries:
+        match = _CONTRACT_TYPE.fullmatch(entry.text.strip())
+        if not match or entry.entries is not None:
+            raise _bad_value(prop, "a mapping of column to type", "{id: BIGINT not null}")
+        columns.append(
+            ContractColumn(name, match.group("type").strip().upper(), bool(match.group("not_null")), entry.location)
+        )
+    return tuple(columns)
+
+
+def as_merge_strategy(prop: RawProperty) -> str:
+    value = _needs_value(prop, "upsert")
+    if value.text not in MERGE_STRATEGIES:
+        raise StrataError(
+            E_MERGE_STRATEGY,
+            f"unknown merge_strategy `{value.text}`",
+            value.location,
+            hint=f"use one of {', '.join(MERGE_STRATEGIES)}" + _did_you_mean(value.text, MERGE_STRATEGIES),
+        )
+    return value.text
+
+
+def as_table(prop: RawProperty) -> str:
+    value = _needs_value(prop, "raw.orders")
+    if not _QUALIFIED.fullmatch(value.text):
+        raise _bad_value(prop, "a table name such as schema.table", "raw.orders")
+    return value.text
+
+
+def _did_you_mean(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+_SOURCE_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
+    "table": ("table", as_table),
+    "database": ("database", as_string),
+    "path": ("path", as_string),
+    "partitioned_by": ("partitioned_by", as_partition),
+    "start": ("start", as_date),
+    "versioning": ("versioning", as_versioning),
+    "immutable_partitions": ("is_immutable_partitions", as_bool),
+    "monotonic_partitions": ("is_monotonic_partitions", as_bool),
+    "description": ("description", as_string),
+}
+
+_MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
+    "incremental": ("is_incremental", as_bool),
+    "merge_strategy": ("merge_strategy", as_merge_strategy),
+    "merge_keys": ("merge_keys", as_names),
+    "cdc_column": ("cdc_column", as_name),
+    "lateness": ("lateness", as_interval),
+    "partitioned_by": ("partitioned_by", as_partition),
+    "unique": ("unique", as_names),
+    "contract": ("contract", as_contract),
+    "order_by": ("order_by", as_names),
+    "description": ("description", as_string),
+}
+
+_FLAGS = {"incremental", "immutable_partitions", "monotonic_partitions"}
+
+
+def _collect(
+    owner: str, raw: list[RawProperty], known: dict[str, tuple[str, Callable[[RawProperty], object]]]
+) -> tuple[dict[str, object], list[StrataError]]:
+    values: dict[str, object] = {}
+    errors: list[StrataError] = []
+    seen: set[str] = set()
+    for prop in raw:
+        if prop.name not in known:
+            errors.append(
+                StrataError(
+                    E_PROPERTY,
+                    f"{owner} has no property `{prop.name}`",
+                    prop.location,
+                    hint=f"known properties: {', '.join(known)}" + _did_you_mean(prop.name, list(known)),
+                )
+            )
+            continue
+        if prop.name in seen:
+            errors.append(StrataError(E_PROPERTY, f"`{prop.name}` is set twice", prop.location))
+            continue
+        seen.add(prop.name)
+        if prop.value is None and prop.name not in _FLAGS:
+            errors.append(_bad_value(prop, "a value", "..."))
+            continue
+        field_name, convert = known[prop.name]
+        try:
+            values[field_name] = convert(prop)
+        except StrataError as error:
+            errors.append(error)
+    return values, errors
+
+
+def build_model_properties(model: str, raw: list[RawProperty]) -> ModelProperties:
+    values, errors = _collect(f"model `{model}`", raw, _MODEL_PROPERTIES)
+    raise_collected(errors)
+    locations = tuple((prop.name, prop.value.location if prop.value else prop.location) for prop in raw)
+    return ModelProperties(**values, locations=locations)  # type: ignore[arg-type]
+
+
+def build_source(name: str, location: Location, raw: list[RawProperty]) -> Source:
+    values, errors = _collect(f"source `{name}`", raw, _SOURCE_PROPERTIES)
+    raise_collected(errors)
+    source = Source(name=name, location=location, **values)  # type: ignore[arg-type]
+    raise_collected(_source_errors(source, {prop.name: prop.location for prop in raw}))
+    return source
+
+
+def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataError]:
+    errors = []
+    here = source.location
+    if source.path is not None and (source.table is not None or source.database is not None):
+        errors.append(
+            StrataError(
+                E_SOURCE,
+                f"source `{source.name}` sets `path` together with `table` or `database`",
+                where.get("path", here),
+                hint="a source is either files (`path`) or a table (`table`, optionally in `database`)",
+            )
+        )
+    if source.partitioned_by is not None and source.start is None:
+        errors.append(
+            StrataError(
+                E_SOURCE,
+                f"partitioned source `{source.name}` has no `start`",
+                where.get("partitioned_by", here),
+                hint="add `start: YYYY-MM-DD`, the first partition",
+            )
+        )
+    if source.start is not None and source.partitioned_by is None:
+        errors.append(
+            StrataError(
+                E_SOURCE,
+                f"source `{source.name}` sets `start` but is not partitioned",
+                where.get("start", here),
+                hint="add `partitioned_by: day(column)` or remove `start`",
+            )
+        )
+    kind = source.versioning.kind
+    if kind in ("append_only_partitions", "sliding_window", "partition_expiry"):
+        if source.partitioned_by is None:
+            errors.append(
+                StrataError(
+                    E_SOURCE,
+                    f"`versioning: {kind}` on source `{source.name}` needs `partitioned_by`",
+                    where.get("versioning", here),
+                    hint="business-driven versioning derives deltas from partitions; declare them",
+                )
+            )
+        missing = [
+            gate
+            for gate, declared in (
+                ("immutable_partitions", source.is_immutable_partitions),
+                ("monotonic_partitions", source.is_monotonic_partitions),
+            )
+            if not declared
+        ]
+        if missing:
+            errors.append(
+                StrataError(
+                    E_SOURCE,
+                    f"`versioning: {kind}` on source `{source.name}` relies on assumptions it does not declare: "
+                    + ", ".join(missing),
+                    where.get("versioning", here),
+                    hint="declare " + " and ".join(f"`{gate}: true`" for gate in missing)
+                    + " if they hold, otherwise use `versioning: full`",
+                )
+            )
+    return errors
