@@ -10,6 +10,8 @@ from strata_dagster.errors import E_EXPRESSION, Location, StrataError
 
 DIALECT = "duckdb"
 _PREFIX = "SELECT "
+# Node positions (sqlglot meta "start") count this prefix.
+PREFIX_LENGTH = len(_PREFIX)
 
 
 def shift(location: Location, text: str, offset: int) -> Location:
@@ -27,9 +29,12 @@ def parse_item(text: str, location: Location, *, allow_alias: bool) -> exp.Expre
         statement = sqlglot.parse_one(_PREFIX + text, read=DIALECT)
     except ParseError as error:
         detail = error.errors[0] if error.errors else {}
+        description = str(detail.get("description", error))
+        if description.startswith("Required keyword"):
+            description = "the expression is incomplete"
         raise StrataError(
             E_EXPRESSION,
-            f"not a valid SQL expression: {detail.get('description', str(error))}",
+            f"not a valid SQL expression: {description}",
             _error_location(text, location, detail),
             hint="expressions are DuckDB SQL, e.g. `amount * 1.1` or `coalesce(a, b)`",
         ) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -60,7 +62,7 @@ def parse_module(text: str, path: Path | str) -> Module:
     try:
         tree = _grammar().parse(text)
     except UnexpectedInput as error:
-        raise _syntax_error(error, file) from None
+        raise _unknown_word_error(error, text, file) or _syntax_error(error, file) from None
     except LarkError as error:
         raise StrataError(E_SYNTAX, f"cannot parse module: {error}", Location(file, 1, 1)) from None
     except RecursionError:
@@ -72,6 +74,62 @@ def parse_module(text: str, path: Path | str) -> Module:
     except RecursionError:
         raise StrataError(E_SYNTAX, "the module nests brackets too deeply", Location(file, 1, 1)) from None
     return Module(Path(path), sources, models)
+
+
+STEP_KEYWORDS = (
+    "from",
+    "join",
+    "filter",
+    "let",
+    "derive",
+    "group",
+    "aggregate",
+    "select",
+    "union",
+    "except",
+    "intersect",
+    "expand",
+)
+PROPERTY_NAMES = (
+    "incremental",
+    "merge_strategy",
+    "merge_keys",
+    "cdc_column",
+    "lateness",
+    "partitioned_by",
+    "unique",
+    "contract",
+    "order_by",
+    "description",
+    "table",
+    "database",
+    "path",
+    "start",
+    "versioning",
+)
+
+
+def _unknown_word_error(error: UnexpectedInput, text: str, file: str) -> StrataError | None:
+    """`filer x > 1`: a line that starts with a word that is neither a step nor a property."""
+    if not isinstance(error, UnexpectedToken) or "COLON" not in error.expected:
+        return None
+    lines = text.splitlines()
+    if not 1 <= error.line <= len(lines):
+        return None
+    match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s+[^\s:]", lines[error.line - 1])
+    if not match or match.group(1) in STEP_KEYWORDS:
+        return None
+    word = match.group(1)
+    close = difflib.get_close_matches(word, STEP_KEYWORDS + PROPERTY_NAMES, n=1)
+    return StrataError(
+        E_SYNTAX,
+        f"`{word}` is neither a step nor a property",
+        Location(file, error.line, match.start(1) + 1),
+        hint=(f"did you mean `{close[0]}`? " if close else "")
+        + "steps: "
+        + ", ".join(STEP_KEYWORDS)
+        + "; properties are written `name: value`",
+    )
 
 
 def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
@@ -87,7 +145,11 @@ def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
     if isinstance(error, UnexpectedEOF):
         return StrataError(E_SYNTAX, "the module ends inside a definition", location, hint="close every `{`")
     if isinstance(error, UnexpectedToken):
-        got = "end of file" if error.token.type == "$END" else f"`{error.token}`"
+        if error.token.type == "$END":
+            return StrataError(
+                E_SYNTAX, "the module ends before a `{` is closed", location, hint="close every `{` with `}`"
+            )
+        got = f"`{error.token}`"
         expected = sorted({_TERMINAL_NAMES.get(name, f"`{name.lower()}`") for name in error.expected})
         shown = ", ".join(expected[:8]) + (", ..." if len(expected) > 8 else "")
         return StrataError(
@@ -201,7 +263,11 @@ class _ModuleBuilder:
             )
             return RawValue(self.span(node), location, entries=entries)
         items = None
-        if len(node.children) == 1 and isinstance(node.children[0], Tree) and node.children[0].data == "bracket":
+        if (
+            len(node.children) == 1
+            and isinstance(node.children[0], Tree)
+            and node.children[0].data == "bracket"
+        ):
             items = tuple(self._list_items(node.children[0]))
         return RawValue(self.span(node), location, items=items)
 

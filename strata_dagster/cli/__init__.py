@@ -1,0 +1,1 @@
+"""The `strata` command line (the only package besides the Dagster layer that imports click)."""

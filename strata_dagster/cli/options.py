@@ -1,0 +1,29 @@
+"""Options every command shares."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
+WAREHOUSE_ENV = "STRATA_WAREHOUSE"
+
+project_argument = click.argument("project", type=click.Path(path_type=Path))
+warehouse_option = click.option(
+    "--warehouse",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"DuckDB warehouse file (default: ${WAREHOUSE_ENV}, else {DEFAULT_WAREHOUSE_NAME} in the project folder).",
+)
+
+
+def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
+    if warehouse is not None:
+        return warehouse
+    from_env = os.environ.get(WAREHOUSE_ENV)
+    if from_env:
+        return Path(from_env)
+    folder = project.parent if project.is_file() else project
+    return folder / DEFAULT_WAREHOUSE_NAME

@@ -1,0 +1,39 @@
+"""Terminal output shared by the commands: errors without tracebacks, tables with rich."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rich.console import Console
+
+from strata_dagster.errors import StrataError, StrataWarning
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console(highlight=False)
+error_console = Console(stderr=True, highlight=False)
+
+
+def print_warnings(warnings: tuple[StrataWarning, ...] | list[StrataWarning]) -> None:
+    for warning in warnings:
+        error_console.print(warning.render(), markup=False, style="yellow")
+
+
+def reports_errors(command: F) -> F:
+    """Print a StrataError as `error[E0xx]: ...` with its location and exit 1, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except StrataError as error:
+            error_console.print(error.render(), markup=False, style="red")
+            count = len(error.errors)
+            if count > 1:
+                error_console.print(f"{count} errors", style="red")
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,563 @@
+"""Compile one model's pipeline into one DuckDB statement, built as a sqlglot AST.
+
+Shape: a base CTE (`from` + `let` + the filters that only read base columns, in its WHERE), then
+the outer steps in order. A step that cannot share a SELECT with the ones before it (a filter on a
+computed column, a select after an aggregate, ...) closes the current stage into a CTE and opens a
+new one on top of it, so every step keeps the meaning it has when read top to bottom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from strata_dagster.compile.scope import Columns, Scope, check_expression, referenced_names, unknown_column
+from strata_dagster.errors import (
+    E_DUPLICATE_COLUMN,
+    E_PIPELINE,
+    E_SET_OPERATION,
+    E_UNNAMED_COLUMN,
+    Location,
+    StrataError,
+)
+from strata_dagster.language.definition import (
+    AggregateStep,
+    Assignment,
+    DeriveStep,
+    ExpandStep,
+    Expr,
+    FilterStep,
+    FromStep,
+    GroupStep,
+    JoinStep,
+    LetStep,
+    Model,
+    SelectStep,
+    SetOperationStep,
+    Step,
+)
+from strata_dagster.language.expressions import DIALECT
+
+BASE_CTE = "__base"
+# Expressions that need no parentheses when substituted into another expression.
+_ATOMIC = (exp.Column, exp.Literal, exp.Func, exp.Cast, exp.Paren, exp.Boolean, exp.Null)
+STAGE_CTE_PREFIX = "__s"
+
+RelationResolver = Callable[[str], exp.Expression]
+ColumnsResolver = Callable[[str], Columns]
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    """A model as one SQL statement, with what later layers need to know about it."""
+
+    name: str
+    statement: exp.Select
+    columns: Columns
+    base_relation: str
+    base_columns: Columns
+    # True when nothing but `from`, `let` and filters shape the rows (no join, set operation,
+    # expand, aggregate): a predicate on a base column can be pushed into the base CTE.
+    is_base_passthrough: bool
+    let_names: tuple[str, ...] = ()
+    pushed_filters: int = 0
+
+    def sql(self, *, pretty: bool = False) -> str:
+        return self.statement.sql(dialect=DIALECT, pretty=pretty)
+
+    def base(self) -> exp.Select:
+        """The base CTE's query (a copy; the statement is never mutated)."""
+        for cte in self.statement.args["with_"].expressions:
+            if cte.alias == BASE_CTE:
+                return cte.this.copy()
+        raise AssertionError("compiled model without base CTE")
+
+    def with_base_predicate(self, predicate: exp.Expression) -> exp.Select:
+        """The statement with `predicate` ANDed into the base CTE's WHERE."""
+        statement = self.statement.copy()
+        for cte in statement.args["with_"].expressions:
+            if cte.alias == BASE_CTE:
+                cte.set("this", cte.this.where(predicate.copy(), copy=False))
+                return statement
+        raise AssertionError("compiled model without base CTE")
+
+
+@dataclass
+class _Stage:
+    """The SELECT under construction on top of the previous stage."""
+
+    source: exp.Expression  # what it reads: the previous CTE, aliased
+    scope: Scope  # columns its expressions may read
+    output: Columns  # columns it produces
+    where: list[exp.Expression] = field(default_factory=list)
+    joins: list[exp.Join] = field(default_factory=list)
+    star_replace: list[exp.Alias] = field(default_factory=list)
+    star_except: list[exp.Column] = field(default_factory=list)
+    extra: list[exp.Expression] = field(default_factory=list)  # appended after `*`
+    projection: list[exp.Expression] | None = None  # explicit: replaces `*` entirely
+    group_by: list[exp.Expression] | None = None
+    derived: set[str] = field(default_factory=set)
+    is_expanded: bool = False
+
+    @property
+    def is_plain(self) -> bool:
+        return self.projection is None and not self.derived and not self.is_expanded
+
+    def build(self) -> exp.Select:
+        if self.projection is not None:
+            items = self.projection
+        else:
+            star_args: dict[str, object] = {}
+            if self.star_except:
+                star_args["except_"] = self.star_except
+            if self.star_replace:
+                star_args["replace"] = self.star_replace
+            items = [exp.Star(**star_args), *self.extra]
+        select = exp.select(*items).from_(self.source)
+        for join in self.joins:
+            select = select.join(join)
+        if self.where:
+            select = select.where(exp.and_(*self.where))
+        if self.group_by:
+            select = select.group_by(*self.group_by)
+        return select
+
+
+class _PipelineCompiler:
+    def __init__(self, model: Model, relation: RelationResolver, columns_of: ColumnsResolver) -> None:
+        self.model = model
+        self.relation = relation
+        self.columns_of = columns_of
+        self.ctes: list[tuple[str, exp.Query]] = []
+        self.lets: dict[str, exp.Expression] = {}
+        self.base_where: list[exp.Expression] = []
+        self.stage: _Stage | None = None
+        self.is_pushdown_open = True  # filters may still move into the base CTE
+        self.is_base_passthrough = True
+
+    # -- errors -------------------------------------------------------------------------------
+    def error(self, code: str, message: str, location: Location, hint: str | None = None) -> StrataError:
+        return StrataError(code, f"model `{self.model.name}`: {message}", location, hint=hint)
+
+    # -- entry --------------------------------------------------------------------------------
+    def compile(self) -> CompiledModel:
+        steps = list(self.model.steps)
+        if not steps or not isinstance(steps[0], FromStep):
+            location = steps[0].location if steps else self.model.location
+            raise self.error(E_PIPELINE, "a pipeline starts with `from`", location, "add `from SOURCE_OR_MODEL` first")
+        first = steps[0]
+        self.base_alias = first.relation
+        self.base_source_columns = self.columns_of(first.relation)
+        self._check_step_order(steps)
+        index = 1
+        while index < len(steps):
+            step = steps[index]
+            following = steps[index + 1] if index + 1 < len(steps) else None
+            if isinstance(step, GroupStep) and isinstance(following, AggregateStep):
+                self.is_pushdown_open = False
+                self.group(step, following)
+                index += 2
+                continue
+            self.apply(step)
+            index += 1
+        return self.finish()
+
+    def _check_step_order(self, steps: list[Step]) -> None:
+        shaped_by: Step | None = None
+        for step in steps[1:]:
+            if isinstance(step, FromStep):
+                raise self.error(
+                    E_PIPELINE, "a pipeline has one `from`", step.location, "read more relations with `join`"
+                )
+            if isinstance(step, LetStep) and shaped_by is not None:
+                raise self.error(
+                    E_PIPELINE,
+                    f"`let {step.assignment.name}` comes after a step that reshapes rows",
+                    step.location,
+                    "`let` computes in the base scope, before joins reshape or steps project; use `derive` here",
+                )
+            if isinstance(step, (DeriveStep, GroupStep, AggregateStep, SelectStep, SetOperationStep, ExpandStep)):
+                shaped_by = step
+            if isinstance(step, JoinStep) and step.relation == self.base_alias:
+                raise self.error(
+                    E_PIPELINE,
+                    f"`{step.relation}` is joined to itself",
+                    step.location,
+                    "self-joins are not supported; join a model that reads the same relation",
+                )
+
+    def apply(self, step: Step) -> None:
+        if not isinstance(step, (LetStep, FilterStep, JoinStep)):
+            # After a step that projects or reshapes rows, a filter reads that step's output.
+            self.is_pushdown_open = False
+        if isinstance(step, LetStep):
+            self.let(step.assignment)
+        elif isinstance(step, FilterStep):
+            self.filter(step)
+        elif isinstance(step, JoinStep):
+            self.join(step)
+        elif isinstance(step, DeriveStep):
+            for assignment in step.assignments:
+                self.derive(assignment)
+        elif isinstance(step, GroupStep):
+            self.group(step, None)
+        elif isinstance(step, AggregateStep):
+            self.group(None, step)
+        elif isinstance(step, SelectStep):
+            self.select(step)
+        elif isinstance(step, SetOperationStep):
+            self.set_operation(step)
+        elif isinstance(step, ExpandStep):
+            self.expand(step)
+
+    # -- base scope ---------------------------------------------------------------------------
+    @property
+    def base_columns(self) -> Columns:
+        if self.base_source_columns is None:
+            return None
+        names = list(self.base_source_columns)
+        names.extend(name for name in self.lets if name not in names)
+        return tuple(names)
+
+    def base_scope(self) -> Scope:
+        return Scope(self.base_columns, {self.base_alias: self.base_columns})
+
+    def inline_lets(self, node: exp.Expression) -> exp.Expression:
+        """Replace references to earlier lets by their expressions (the base SELECT has no aliases yet)."""
+        lets = self.lets
+
+        def replace(child: exp.Expression) -> exp.Expression:
+            if (
+                isinstance(child, exp.Column)
+                and child.name in lets
+                and child.table in ("", self.base_alias)
+            ):
+                value = lets[child.name].copy()
+                return value if isinstance(value, _ATOMIC) else exp.paren(value, copy=False)
+            return child
+
+        return node.copy().transform(replace, copy=False)
+
+    def let(self, assignment: Assignment) -> None:
+        check_expression(assignment.expr, self.base_scope(), model=self.model.name)
+        self.lets[assignment.name] = self.inline_lets(assignment.expr.node)
+        if self.stage is not None:
+            # A let after a join: the outer stage reads the base CTE, which now has one more column.
+            self.stage.scope.columns = _extended(self.stage.scope.columns, assignment.name)
+            self.stage.scope.relations[self.base_alias] = self.base_columns
+            self.stage.output = _extended(self.stage.output, assignment.name)
+
+    def filter(self, step: FilterStep) -> None:
+        node = step.condition.node
+        if self.is_pushdown_open and self._reads_only_base(node):
+            check_expression(step.condition, self.base_scope(), model=self.model.name)
+            self.base_where.append(self.inline_lets(node))
+            return
+        stage = self.current_stage()
+        if stage.projection is not None or stage.group_by is not None or referenced_names(node) & stage.derived:
+            stage = self.wrap()
+        check_expression(step.condition, stage.scope, model=self.model.name)
+        stage.where.append(node.copy())
+
+    def _reads_only_base(self, node: exp.Expression) -> bool:
+        base = self.base_columns
+        has_joins = self.stage is not None and bool(self.stage.joins)
+        for column in node.find_all(exp.Column):
+            if column.table:
+                if column.table != self.base_alias:
+                    return False
+            elif base is None:
+                if has_joins:
+                    return False
+            elif column.name not in base:
+                return False
+            elif has_joins and self.stage is not None and (self.stage.scope.columns or ()).count(column.name) > 1:
+                return False  # ambiguous after the join: let the outer check report it
+        return True
+
+    # -- outer stages -------------------------------------------------------------------------
+    def current_stage(self) -> _Stage:
+        if self.stage is None:
+            source = exp.to_table(BASE_CTE).as_(self.base_alias)
+            self.stage = _Stage(source, self.base_scope(), self.base_columns)
+        return self.stage
+
+    def wrap(self) -> _Stage:
+        """Close the current stage into a CTE and open a new one that reads it."""
+        stage = self.current_stage()
+        name = self._add_cte(stage.build())
+        self.stage = _Stage(
+            exp.to_table(name).as_(self.base_alias),
+            Scope(stage.output, {self.base_alias: stage.output}),
+            stage.output,
+        )
+        return self.stage
+
+    def _add_cte(self, query: exp.Query) -> str:
+        name = f"{STAGE_CTE_PREFIX}{len(self.ctes) + 1}"
+        self.ctes.append((name, query))
+        return name
+
+    def join(self, step: JoinStep) -> None:
+        self.is_base_passthrough = False
+        stage = self.current_stage()
+        if not stage.is_plain or stage.group_by is not None or (stage.where and step.kind in ("right", "full")):
+            stage = self.wrap()
+        right_columns = self.columns_of(step.relation)
+        left_columns = stage.scope.columns
+        table = self.relation(step.relation).as_(step.relation)
+        if step.using:
+            for name in step.using:
+                for side, columns in ((self.base_alias, left_columns), (step.relation, right_columns)):
+                    if columns is not None and name not in columns:
+                        raise unknown_column(name, columns, self.model.name, step.location, relation=side)
+            join = exp.Join(
+                this=table, kind=_join_kind(step.kind), using=[exp.to_identifier(name) for name in step.using]
+            )
+            joined = _concat(left_columns, _without(right_columns, step.using))
+        else:
+            joined = _concat(left_columns, right_columns)
+        stage.scope.relations[step.relation] = right_columns
+        stage.scope.columns = joined
+        stage.output = joined
+        if step.on is not None:
+            check_expression(step.on, stage.scope, model=self.model.name)
+            join = exp.Join(this=table, kind=_join_kind(step.kind), on=step.on.node.copy())
+        if step.kind in ("right", "full"):
+            self.is_pushdown_open = False  # a filter on the left side no longer commutes with the join
+        stage.joins.append(join)
+
+    def derive(self, assignment: Assignment) -> None:
+        stage = self.current_stage()
+        node = assignment.expr.node
+        if (
+            stage.projection is not None
+            or stage.group_by is not None
+            or stage.is_expanded
+            or referenced_names(node) & stage.derived
+            or assignment.name in stage.derived
+        ):
+            stage = self.wrap()
+        check_expression(assignment.expr, stage.scope, model=self.model.name)
+        value = exp.alias_(node.copy(), assignment.name)
+        if stage.output is not None and assignment.name in stage.output:
+            stage.star_replace.append(value)
+        else:
+            stage.extra.append(value)
+            stage.output = _extended(stage.output, assignment.name)
+        stage.derived.add(assignment.name)
+
+    def group(self, keys: GroupStep | None, aggregates: AggregateStep | None) -> None:
+        self.is_base_passthrough = False
+        stage = self.current_stage()
+        if not stage.is_plain or stage.group_by is not None:
+            stage = self.wrap()
+        projection: list[exp.Expression] = []
+        group_by: list[exp.Expression] = []
+        names: list[tuple[str, Location]] = []
+        for key in keys.keys if keys else ():
+            check_expression(key, stage.scope, model=self.model.name)
+            name = self._name_of(key, "group")
+            inner = key.node.unalias() if isinstance(key.node, exp.Alias) else key.node
+            group_by.append(inner.copy())
+            projection.append(key.node.copy())
+            names.append((name, key.location))
+        for assignment in aggregates.assignments if aggregates else ():
+            check_expression(assignment.expr, stage.scope, model=self.model.name)
+            projection.append(exp.alias_(assignment.expr.node.copy(), assignment.name))
+            names.append((assignment.name, assignment.location))
+        self._check_unique_names(names)
+        stage.projection = projection
+        stage.group_by = group_by
+        stage.output = tuple(name for name, _ in names)
+
+    def select(self, step: SelectStep) -> None:
+        stage = self.current_stage()
+        if not stage.is_plain or stage.group_by is not None:
+            stage = self.wrap()
+        output: list[str] | None = []
+        names: list[tuple[str, Location]] = []
+        for item in step.items:
+            check_expression(item, stage.scope, model=self.model.name)
+            star = _star_columns(item.node, stage.scope)
+            if star is not _NOT_A_STAR:
+                if star is None or output is None:
+                    output = None
+                else:
+                    output.extend(star)
+                    names.extend((name, item.location) for name in star)
+                continue
+            name = self._name_of(item, "select")
+            names.append((name, item.location))
+            if output is not None:
+                output.append(name)
+        self._check_unique_names(names)
+        stage.projection = [item.node.copy() for item in step.items]
+        stage.output = tuple(output) if output is not None else None
+
+    def set_operation(self, step: SetOperationStep) -> None:
+        self.is_base_passthrough = False
+        stage = self.current_stage()
+        right_columns = self.columns_of(step.relation)
+        if stage.output is not None and right_columns is not None and len(stage.output) != len(right_columns):
+            raise self.error(
+                E_SET_OPERATION,
+                f"`{step.operator} {step.relation}` combines {len(stage.output)} columns with "
+                f"{len(right_columns)} columns of `{step.relation}`",
+                step.location,
+                "both sides of a set operation need the same number of columns; add a `select` before it",
+            )
+        left_name = self._add_cte(stage.build())
+        left = exp.select("*").from_(exp.to_table(left_name))
+        right = exp.select("*").from_(self.relation(step.relation))
+        if step.operator in ("union", "union all"):
+            combined: exp.Query = exp.union(left, right, distinct=step.operator == "union")
+        elif step.operator == "except":
+            combined = exp.except_(left, right)
+        else:
+            combined = exp.intersect(left, right)
+        name = self._add_cte(combined)
+        self.stage = _Stage(
+            exp.to_table(name).as_(self.base_alias),
+            Scope(stage.output, {self.base_alias: stage.output}),
+            stage.output,
+        )
+
+    def expand(self, step: ExpandStep) -> None:
+        self.is_base_passthrough = False
+        stage = self.current_stage()
+        if not stage.is_plain or stage.group_by is not None:
+            stage = self.wrap()
+        check_expression(step.item, stage.scope, model=self.model.name)
+        node = step.item.node
+        alias = node.alias if isinstance(node, exp.Alias) else None
+        inner = node.unalias() if isinstance(node, exp.Alias) else node
+        if isinstance(inner, exp.Column):
+            name = alias or inner.name
+            stage.star_except.append(exp.column(inner.name))
+            stage.output = _extended(_without(stage.output, (inner.name,)), name)
+        elif alias:
+            name = alias
+            stage.output = _extended(stage.output, name)
+        else:
+            raise self.error(
+                E_UNNAMED_COLUMN, f"`expand {step.item.text}` needs a name", step.item.location,
+                "write `expand <list expression> as name`",
+            )
+        stage.extra.append(exp.alias_(exp.Unnest(expressions=[inner.copy()]), name))
+        stage.derived.add(name)
+        stage.is_expanded = True
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _name_of(self, item: Expr, step: str) -> str:
+        name = item.output_name
+        if name is None:
+            raise self.error(
+                E_UNNAMED_COLUMN,
+                f"`{item.text}` in `{step}` computes a column without a name",
+                item.location,
+                f"name it: `{item.text} as some_name`",
+            )
+        return name
+
+    def _check_unique_names(self, names: list[tuple[str, Location]]) -> None:
+        seen: set[str] = set()
+        for name, location in names:
+            if name in seen:
+                raise self.error(
+                    E_DUPLICATE_COLUMN, f"two output columns are named `{name}`", location, "rename one of them"
+                )
+            seen.add(name)
+
+    def finish(self) -> CompiledModel:
+        base = self._base_select()
+        final = self.stage.build() if self.stage is not None else exp.select("*").from_(exp.to_table(BASE_CTE))
+        statement = final.with_(BASE_CTE, as_=base)
+        for name, query in self.ctes:
+            statement = statement.with_(name, as_=query)
+        columns = self.stage.output if self.stage is not None else self.base_columns
+        if columns is not None:
+            duplicated = sorted({name for name in columns if columns.count(name) > 1})
+            if duplicated:
+                raise self.error(
+                    E_DUPLICATE_COLUMN,
+                    f"the output has more than one column named {', '.join(f'`{n}`' for n in duplicated)}",
+                    self.model.location,
+                    "after a `join ... on`, add a `select` that names each column once (or join `using`)",
+                )
+        return CompiledModel(
+            name=self.model.name,
+            statement=statement,
+            columns=columns,
+            base_relation=self.base_alias,
+            base_columns=self.base_columns,
+            is_base_passthrough=self.is_base_passthrough,
+            let_names=tuple(self.lets),
+            pushed_filters=len(self.base_where),
+        )
+
+    def _base_select(self) -> exp.Select:
+        replace = []
+        extra = []
+        for name, node in self.lets.items():
+            value = exp.alias_(node.copy(), name)
+            if self.base_source_columns is not None and name in self.base_source_columns:
+                replace.append(value)
+            else:
+                extra.append(value)
+        star = exp.Star(replace=replace) if replace else exp.Star()
+        source = self.relation(self.base_alias).as_(self.base_alias)
+        select = exp.select(star, *extra).from_(source)
+        if self.base_where:
+            select = select.where(exp.and_(*self.base_where))
+        return select
+
+
+class _NotAStar:
+    pass
+
+
+_NOT_A_STAR: tuple[str, ...] | None = _NotAStar()  # type: ignore[assignment]
+
+
+def _star_columns(node: exp.Expression, scope: Scope) -> tuple[str, ...] | None:
+    """The columns a `*` item expands to; _NOT_A_STAR for other items; None when not known."""
+    if isinstance(node, exp.Star):
+        star, columns = node, scope.columns
+    elif isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
+        star, columns = node.this, scope.relations.get(node.table, scope.columns)
+    else:
+        return _NOT_A_STAR
+    if columns is None:
+        return None
+    excluded = {column.name for column in star.args.get("except_") or ()}
+    return tuple(name for name in columns if name not in excluded)
+
+
+def _join_kind(kind: str) -> str | None:
+    return None if kind == "inner" else kind.upper()
+
+
+def _extended(columns: Columns, name: str) -> Columns:
+    if columns is None:
+        return None
+    return (*columns, name) if name not in columns else columns
+
+
+def _without(columns: Columns, names: tuple[str, ...]) -> Columns:
+    if columns is None:
+        return None
+    return tuple(name for name in columns if name not in names)
+
+
+def _concat(left: Columns, right: Columns) -> Columns:
+    if left is None or right is None:
+        return None
+    return (*left, *right)
+
+
+def compile_model(model: Model, relation: RelationResolver, columns_of: ColumnsResolver) -> CompiledModel:
+    """Compile one model; `relation` names what a source or model reads from, `columns_of` its columns."""
+    return _PipelineCompiler(model, relation, columns_of).compile()

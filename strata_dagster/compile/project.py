@@ -1,0 +1,63 @@
+"""Compile every model of a project in dependency order."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from strata_dagster.compile.compiler import CompiledModel, RelationResolver, compile_model
+from strata_dagster.compile.properties import property_errors
+from strata_dagster.compile.relations import DefaultRelations
+from strata_dagster.compile.scope import Columns
+from strata_dagster.errors import StrataError, StrataWarning, raise_collected
+from strata_dagster.language.definition import Project
+
+SourceSchemas = Mapping[str, Sequence[tuple[str, str]] | Sequence[str]]
+
+
+@dataclass(frozen=True)
+class CompiledProject:
+    project: Project
+    models: dict[str, CompiledModel]
+    warnings: tuple[StrataWarning, ...] = ()
+
+    def sql(self, model: str, *, pretty: bool = True) -> str:
+        return self.models[model].sql(pretty=pretty)
+
+
+def compile_project(
+    project: Project,
+    source_schemas: SourceSchemas | None = None,
+    relation: RelationResolver | None = None,
+) -> CompiledProject:
+    """Compile and validate every model. Raises StrataError (all errors found) on any mistake.
+
+    `source_schemas` gives the columns of the sources whose schema is known (read from the
+    warehouse); with it, unknown columns are errors everywhere downstream of those sources.
+    """
+    resolve = relation or DefaultRelations(project)
+    known: dict[str, Columns] = {
+        name: tuple(col if isinstance(col, str) else col[0] for col in columns)
+        for name, columns in (source_schemas or {}).items()
+    }
+    compiled: dict[str, CompiledModel] = {}
+    errors: list[StrataError] = []
+    for name in project.order:
+        model = project.models[name]
+        try:
+            result = compile_model(model, resolve, lambda rel: known.get(rel))
+        except StrataError as error:
+            errors.extend(error.errors)
+            known[name] = None  # downstream still compiles, without cascading column errors
+            continue
+        errors.extend(property_errors(model, result))
+        compiled[name] = result
+        known[name] = result.columns
+    raise_collected(errors)
+    return CompiledProject(project, compiled)
+
+
+def compiled_statement(project: CompiledProject, model: str) -> exp.Select:
+    return project.models[model].statement.copy()

@@ -1,0 +1,64 @@
+"""Where each source and model is read from in compiled SQL."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from sqlglot import exp
+
+from strata_dagster.language.definition import Project, Source
+
+DEFAULT_BRANCH = "main"
+VIEW_PREFIX = "v_"
+ATTACHED_PREFIX = "src_"
+_FILE_READERS = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".json": "read_json_auto"}
+
+
+def view_name(model: str) -> str:
+    return f"{VIEW_PREFIX}{model}"
+
+
+def branch_schema(branch: str) -> str:
+    """The schema that holds a branch's live views: `main` for the default branch."""
+    return branch
+
+
+def model_view(model: str, branch: str = DEFAULT_BRANCH) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(view_name(model)), db=exp.to_identifier(branch_schema(branch)))
+
+
+def attached_catalog(source: Source) -> str:
+    return f"{ATTACHED_PREFIX}{source.name}"
+
+
+def source_relation(source: Source, project_root: str | None = None) -> exp.Expression:
+    """A source's table (in the warehouse or an attached database) or its files."""
+    if source.path is not None:
+        path = source.path
+        if project_root is not None and not PurePosixPath(path).is_absolute():
+            path = str(PurePosixPath(project_root) / path)
+        suffix = PurePosixPath(source.path.rstrip("*")).suffix.lower()
+        reader = _FILE_READERS.get(suffix, "read_parquet")
+        return exp.func(reader, exp.Literal.string(path))
+    parts = source.table_name.split(".")
+    table = exp.Table(this=exp.to_identifier(parts[-1]))
+    if len(parts) >= 2:
+        table.set("db", exp.to_identifier(parts[-2]))
+    if len(parts) == 3:
+        table.set("catalog", exp.to_identifier(parts[0]))
+    if source.database is not None:
+        table.set("catalog", exp.to_identifier(attached_catalog(source)))
+    return table
+
+
+class DefaultRelations:
+    """Sources as declared; models as their live views on a branch."""
+
+    def __init__(self, project: Project, branch: str = DEFAULT_BRANCH) -> None:
+        self.project = project
+        self.branch = branch
+
+    def __call__(self, name: str) -> exp.Expression:
+        if name in self.project.sources:
+            return source_relation(self.project.sources[name], str(self.project.root))
+        return model_view(name, self.branch)

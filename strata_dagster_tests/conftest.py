@@ -1,0 +1,38 @@
+import os
+
+import pytest
+
+# Nothing phones home: Dagster telemetry off for every test process.
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+ORDERS_COLUMNS = (
+    ("order_id", "BIGINT"),
+    ("customer_id", "BIGINT"),
+    ("order_ts", "TIMESTAMP"),
+    ("updated_at", "TIMESTAMP"),
+    ("status", "VARCHAR"),
+    ("amount", "DECIMAL(12,2)"),
+    ("channel", "VARCHAR"),
+    ("tags", "VARCHAR[]"),
+)
+CUSTOMERS_COLUMNS = (
+    ("customer_id", "BIGINT"),
+    ("name", "VARCHAR"),
+    ("region", "VARCHAR"),
+    ("segment", "VARCHAR"),
+    ("signup_date", "DATE"),
+)
+SOURCES_MODULE = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+source customers {
+  table: raw.customers
+}
+"""
+
+
+@pytest.fixture
+def schemas():
+    return {"orders": ORDERS_COLUMNS, "customers": CUSTOMERS_COLUMNS}

@@ -1,0 +1,153 @@
+"""Every compile-time error code, triggered by a small module, with its location."""
+
+from pathlib import Path
+
+import pytest
+
+from strata_dagster.errors import StrataError
+from strata_dagster.language import load_project
+from strata_dagster_tests.helpers import compile_text
+
+# (code, module text, expected line, expected column); positions are in m.strata.
+CASES = [
+    ("E001", "model m {\n  from orders\n  filer status = 'x'\n}\n", 3, 3),
+    ("E001", "model m {\n  from orders\n", 2, 14),
+    ("E001", "source s { table: raw.s }\nmodel m { from s } }\n", 2, 20),
+    ("E002", "model m {\n  from orders\n  filter amount > \n}\n", 3, 17),
+    ("E002", "model m {\n  from orders\n  filter amount > 1 as x\n}\n", 3, 10),
+    ("E002", "model m {\n  from orders\n  derive x = (amount +)\n}\n", 3, 23),
+    ("E003", "model orders { from customers }\n", 1, 7),
+    ("E004", "model m {\n  from orderz\n}\n", 2, 3),
+    ("E004", "model m {\n  from orders\n  join left custmers using (customer_id)\n}\n", 3, 3),
+    ("E005", "model a { from b }\nmodel b { from a }\n", 1, 7),
+    ("E006", "model m {\n  from orders\n  merge_stratgy: upsert\n}\n", 3, 3),
+    ("E006", "model m {\n  from orders\n  description: 'a'\n  description: 'b'\n}\n", 4, 3),
+    ("E007", "model m {\n  from orders\n  partitioned_by: week(order_ts)\n}\n", 3, 19),
+    ("E007", "model m {\n  from orders\n  unique: [order_id, amount + 1]\n}\n", 3, 22),
+    ("E007", "model m {\n  from orders\n  lateness: 'soon'\n}\n", 3, 13),
+    ("E007", "source s {\n  start: 2025-13-01\n  partitioned_by: day(ts)\n}\nmodel m { from s }\n", 2, 10),
+    ("E008", "model m {\n  join orders using (order_id)\n}\n", 2, 3),
+    ("E008", "model m {\n  from orders\n  derive x = 1\n  let y = 2\n}\n", 4, 3),
+    ("E008", "model m {\n  from orders\n  from customers\n}\n", 3, 3),
+    ("E008", "model m {\n  from orders\n  join orders using (order_id)\n}\n", 3, 3),
+    ("E009", "model m {\n  from orders\n  filter amout > 1\n}\n", 3, 10),
+    ("E009", "model m {\n  from orders\n  derive x = 1 + orders.nope\n}\n", 3, 18),
+    ("E009", "model m {\n  from orders\n  join left customers using (region)\n}\n", 3, 3),
+    ("E009", "model m {\n  from orders\n  select order_id\n  filter amount > 0\n}\n", 4, 10),
+    ("E009", "model m {\n  from orders\n  unique: [nope]\n}\n", 3, 11),
+    (
+        "E009",
+        "model m {\n  from orders\n  join customers on orders.customer_id = customers.customer_id\n"
+        "  derive x = customer_id\n}\n",
+        4,
+        14,
+    ),
+    ("E010", "model m {\n  from orders\n  select order_id\n  partitioned_by: day(order_ts)\n}\n", 4, 19),
+    ("E011", "model m {\n  from orders\n  select order_id\n  union all customers\n}\n", 4, 3),
+    ("E012", "source s {\n  partitioned_by: day(ts)\n}\nmodel m { from s }\n", 2, 3),
+    ("E012", "source s {\n  table: raw.s\n  path: 'a.parquet'\n}\nmodel m { from s }\n", 3, 3),
+    (
+        "E012",
+        "source s {\n  partitioned_by: day(ts)\n  start: 2025-01-01\n  versioning: append_only_partitions\n}\n"
+        "model m { from s }\n",
+        4,
+        3,
+    ),
+    ("E014", "model m {\n  from orders\n  join customers on orders.customer_id = customers.customer_id\n}\n", 1, 7),
+    ("E014", "model m {\n  from orders\n  select order_id, amount as order_id\n}\n", 3, 20),
+    ("E015", "model m {\n  from orders\n  select amount * 2\n}\n", 3, 10),
+    ("E015", "model m {\n  from orders\n  group cast(order_ts as date)\n}\n", 3, 9),
+    ("E086", "model m {\n  from orders\n  merge_strategy: merge\n}\n", 3, 19),
+    (
+        "E087",
+        "model m {\n  from orders\n  group customer_id\n  aggregate n = count(*)\n"
+        "  merge_strategy: append\n  cdc_column: customer_id\n}\n",
+        5,
+        19,
+    ),
+    ("E088", "model m {\n  from orders\n  merge_strategy: append\n}\n", 3, 19),
+    ("E088", "model m {\n  from orders\n  merge_strategy: append\n  cdc_column: changed_at\n}\n", 4, 15),
+    (
+        "E089",
+        "model m {\n  from orders\n  merge_strategy: upsert\n  cdc_column: updated_at\n}\n",
+        3,
+        19,
+    ),
+    (
+        "E089",
+        "model m {\n  from orders\n  merge_strategy: append_new\n  cdc_column: updated_at\n  merge_keys: []\n}\n",
+        5,
+        15,
+    ),
+    (
+        "E089",
+        "model m {\n  from orders\n  merge_strategy: upsert\n  cdc_column: updated_at\n  merge_keys: [id]\n}\n",
+        5,
+        15,
+    ),
+]
+
+
+@pytest.mark.parametrize(("code", "text", "line", "column"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_error_code_and_location(code, text, line, column):
+    with pytest.raises(StrataError) as caught:
+        compile_text(text)
+    error = caught.value.errors[0]
+    assert error.code == code, error.render()
+    assert error.location is not None
+    assert error.location.file == "m.strata" or code in ("E003",)
+    assert (error.location.line, error.location.column) == (line, column), error.render()
+    rendered = error.render()
+    assert rendered.startswith(f"error[{code}]: ")
+    assert f"--> {error.location}" in rendered
+
+
+def test_duplicate_name_points_at_both_definitions():
+    with pytest.raises(StrataError) as caught:
+        compile_text("model orders { from customers }\n")
+    error = caught.value
+    assert error.code == "E003"
+    assert "sources.strata" in error.message  # the first definition
+
+
+def test_several_errors_are_reported_together():
+    text = "model a {\n  from nope\n}\nmodel b {\n  from orders\n  merge_strategy: fancy\n}\n"
+    with pytest.raises(StrataError) as caught:
+        compile_text(text)
+    assert [error.code for error in caught.value.errors] == ["E086"]  # module errors stop before linking
+    text = "model a {\n  from orders\n  filter nope\n}\nmodel b {\n  from orders\n  select amount * 2\n}\n"
+    with pytest.raises(StrataError) as caught:
+        compile_text(text)
+    assert sorted(error.code for error in caught.value.errors) == ["E009", "E015"]
+
+
+def test_missing_project_folder(tmp_path):
+    with pytest.raises(StrataError) as caught:
+        load_project(tmp_path / "absent")
+    assert caught.value.code == "E013"
+
+
+def test_folder_without_modules(tmp_path):
+    with pytest.raises(StrataError) as caught:
+        load_project(tmp_path)
+    assert caught.value.code == "E013"
+
+
+def test_module_that_is_not_utf8(tmp_path):
+    (tmp_path / "bad.strata").write_bytes(b"model m { from \xff }")
+    with pytest.raises(StrataError) as caught:
+        load_project(tmp_path)
+    assert caught.value.code == "E013"
+    assert caught.value.location is not None and caught.value.location.file.endswith("bad.strata")
+
+
+def test_errors_name_the_file_in_a_project(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.strata").write_text("source s { table: raw.s }\n")
+    (tmp_path / "b.strata").write_text("model m {\n  from s\n  merge_strategy: nope\n}\n")
+    with pytest.raises(StrataError) as caught:
+        load_project(tmp_path)
+    error = caught.value
+    assert error.code == "E086"
+    assert Path(error.location.file).name == "b.strata"
+    assert (error.location.line, error.location.column) == (3, 19)
