@@ -18,7 +18,9 @@ CASES = sorted(path.stem for path in GOLDEN.glob("*.strata"))
 def render(stem: str) -> str:
     text = (GOLDEN / f"{stem}.strata").read_text()
     compiled = compile_text(text)
-    local = [name for name in compiled.project.order if compiled.project.module_of(name).path.name == "m.strata"]
+    local = [
+        name for name in compiled.project.order if compiled.project.module_of(name).path.name == "m.strata"
+    ]
     parts = [f"-- model {name}\n{compiled.sql(name, pretty=True)};\n" for name in local]
     return "\n".join(parts)
 

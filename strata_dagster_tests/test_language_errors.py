@@ -53,7 +53,12 @@ CASES = [
         4,
         3,
     ),
-    ("E014", "model m {\n  from orders\n  join customers on orders.customer_id = customers.customer_id\n}\n", 1, 7),
+    (
+        "E014",
+        "model m {\n  from orders\n  join customers on orders.customer_id = customers.customer_id\n}\n",
+        1,
+        7,
+    ),
     ("E014", "model m {\n  from orders\n  select order_id, amount as order_id\n}\n", 3, 20),
     ("E015", "model m {\n  from orders\n  select amount * 2\n}\n", 3, 10),
     ("E015", "model m {\n  from orders\n  group cast(order_ts as date)\n}\n", 3, 9),
@@ -88,7 +93,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("code", "text", "line", "column"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("code", "text", "line", "column"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_error_code_and_location(code, text, line, column):
     with pytest.raises(StrataError) as caught:
         compile_text(text)

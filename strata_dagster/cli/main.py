@@ -69,7 +69,9 @@ def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ..
 @main.command("sample-data")
 @project_argument
 @warehouse_option
-@click.option("--rows", type=click.IntRange(min=1), default=100_000, show_default=True, help="Orders to write.")
+@click.option(
+    "--rows", type=click.IntRange(min=1), default=100_000, show_default=True, help="Orders to write."
+)
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed and rows: identical data.")
 @reports_errors
 def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> None:

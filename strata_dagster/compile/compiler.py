@@ -146,7 +146,9 @@ class _PipelineCompiler:
         steps = list(self.model.steps)
         if not steps or not isinstance(steps[0], FromStep):
             location = steps[0].location if steps else self.model.location
-            raise self.error(E_PIPELINE, "a pipeline starts with `from`", location, "add `from SOURCE_OR_MODEL` first")
+            raise self.error(
+                E_PIPELINE, "a pipeline starts with `from`", location, "add `from SOURCE_OR_MODEL` first"
+            )
         first = steps[0]
         self.base_alias = first.relation
         self.base_source_columns = self.columns_of(first.relation)
@@ -178,7 +180,9 @@ class _PipelineCompiler:
                     step.location,
                     "`let` computes in the base scope, before joins reshape or steps project; use `derive` here",
                 )
-            if isinstance(step, (DeriveStep, GroupStep, AggregateStep, SelectStep, SetOperationStep, ExpandStep)):
+            if isinstance(
+                step, (DeriveStep, GroupStep, AggregateStep, SelectStep, SetOperationStep, ExpandStep)
+            ):
                 shaped_by = step
             if isinstance(step, JoinStep) and step.relation == self.base_alias:
                 raise self.error(
@@ -229,11 +233,7 @@ class _PipelineCompiler:
         lets = self.lets
 
         def replace(child: exp.Expression) -> exp.Expression:
-            if (
-                isinstance(child, exp.Column)
-                and child.name in lets
-                and child.table in ("", self.base_alias)
-            ):
+            if isinstance(child, exp.Column) and child.name in lets and child.table in ("", self.base_alias):
                 value = lets[child.name].copy()
                 return value if isinstance(value, _ATOMIC) else exp.paren(value, copy=False)
             return child
@@ -256,7 +256,11 @@ class _PipelineCompiler:
             self.base_where.append(self.inline_lets(node))
             return
         stage = self.current_stage()
-        if stage.projection is not None or stage.group_by is not None or referenced_names(node) & stage.derived:
+        if (
+            stage.projection is not None
+            or stage.group_by is not None
+            or referenced_names(node) & stage.derived
+        ):
             stage = self.wrap()
         check_expression(step.condition, stage.scope, model=self.model.name)
         stage.where.append(node.copy())
@@ -273,7 +277,11 @@ class _PipelineCompiler:
                     return False
             elif column.name not in base:
                 return False
-            elif has_joins and self.stage is not None and (self.stage.scope.columns or ()).count(column.name) > 1:
+            elif (
+                has_joins
+                and self.stage is not None
+                and (self.stage.scope.columns or ()).count(column.name) > 1
+            ):
                 return False  # ambiguous after the join: let the outer check report it
         return True
 
@@ -303,7 +311,11 @@ class _PipelineCompiler:
     def join(self, step: JoinStep) -> None:
         self.is_base_passthrough = False
         stage = self.current_stage()
-        if not stage.is_plain or stage.group_by is not None or (stage.where and step.kind in ("right", "full")):
+        if (
+            not stage.is_plain
+            or stage.group_by is not None
+            or (stage.where and step.kind in ("right", "full"))
+        ):
             stage = self.wrap()
         right_columns = self.columns_of(step.relation)
         left_columns = stage.scope.columns
@@ -443,7 +455,9 @@ class _PipelineCompiler:
             stage.output = _extended(stage.output, name)
         else:
             raise self.error(
-                E_UNNAMED_COLUMN, f"`expand {step.item.text}` needs a name", step.item.location,
+                E_UNNAMED_COLUMN,
+                f"`expand {step.item.text}` needs a name",
+                step.item.location,
                 "write `expand <list expression> as name`",
             )
         stage.extra.append(exp.alias_(exp.Unnest(expressions=[inner.copy()]), name))
@@ -467,13 +481,18 @@ class _PipelineCompiler:
         for name, location in names:
             if name in seen:
                 raise self.error(
-                    E_DUPLICATE_COLUMN, f"two output columns are named `{name}`", location, "rename one of them"
+                    E_DUPLICATE_COLUMN,
+                    f"two output columns are named `{name}`",
+                    location,
+                    "rename one of them",
                 )
             seen.add(name)
 
     def finish(self) -> CompiledModel:
         base = self._base_select()
-        final = self.stage.build() if self.stage is not None else exp.select("*").from_(exp.to_table(BASE_CTE))
+        final = (
+            self.stage.build() if self.stage is not None else exp.select("*").from_(exp.to_table(BASE_CTE))
+        )
         statement = final.with_(BASE_CTE, as_=base)
         for name, query in self.ctes:
             statement = statement.with_(name, as_=query)

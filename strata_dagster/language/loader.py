@@ -15,7 +15,15 @@ from strata_dagster.errors import (
     StrataError,
     raise_collected,
 )
-from strata_dagster.language.definition import FromStep, JoinStep, Model, Module, Project, SetOperationStep, Source
+from strata_dagster.language.definition import (
+    FromStep,
+    JoinStep,
+    Model,
+    Module,
+    Project,
+    SetOperationStep,
+    Source,
+)
 from strata_dagster.language.parser import parse_module
 
 MODULE_SUFFIX = ".strata"
@@ -28,11 +36,15 @@ def load_project(root: Path | str) -> Project:
         folder = folder.parent
     if not folder.is_dir():
         raise StrataError(
-            E_PROJECT, f"project folder `{folder}` does not exist", hint="pass the folder that holds *.strata files"
+            E_PROJECT,
+            f"project folder `{folder}` does not exist",
+            hint="pass the folder that holds *.strata files",
         )
     paths = sorted(path for path in folder.rglob(f"*{MODULE_SUFFIX}") if path.is_file())
     if not paths:
-        raise StrataError(E_PROJECT, f"no `*{MODULE_SUFFIX}` modules under `{folder}`", hint="add a module file")
+        raise StrataError(
+            E_PROJECT, f"no `*{MODULE_SUFFIX}` modules under `{folder}`", hint="add a module file"
+        )
     modules: list[Module] = []
     errors: list[StrataError] = []
     for path in paths:
@@ -85,7 +97,9 @@ def link_project(root: Path, modules: list[Module]) -> Project:
                         E_UNKNOWN_RELATION,
                         f"model `{model.name}` reads `{step.relation}`, which is neither a source nor a model",
                         step.location,
-                        hint=f"did you mean `{close[0]}`?" if close else "declare it with `source NAME { ... }`",
+                        hint=f"did you mean `{close[0]}`?"
+                        if close
+                        else "declare it with `source NAME { ... }`",
                     )
                 )
     raise_collected(errors)

@@ -64,7 +64,10 @@ def _bad_value(prop: RawProperty, expected: str, example: str) -> StrataError:
 def _needs_value(prop: RawProperty, example: str) -> RawValue:
     if prop.value is None:
         raise StrataError(
-            E_PROPERTY_VALUE, f"`{prop.name}` needs a value", prop.location, hint=f"write `{prop.name}: {example}`"
+            E_PROPERTY_VALUE,
+            f"`{prop.name}` needs a value",
+            prop.location,
+            hint=f"write `{prop.name}: {example}`",
         )
     return prop.value
 
@@ -170,7 +173,9 @@ def as_contract(prop: RawProperty) -> tuple[ContractColumn, ...]:
         if not match or entry.entries is not None:
             raise _bad_value(prop, "a mapping of column to type", "{id: BIGINT not null}")
         columns.append(
-            ContractColumn(name, match.group("type").strip().upper(), bool(match.group("not_null")), entry.location)
+            ContractColumn(
+                name, match.group("type").strip().upper(), bool(match.group("not_null")), entry.location
+            )
         )
     return tuple(columns)
 
@@ -330,7 +335,8 @@ def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataErr
                     f"`versioning: {kind}` on source `{source.name}` relies on assumptions it does not declare: "
                     + ", ".join(missing),
                     where.get("versioning", here),
-                    hint="declare " + " and ".join(f"`{gate}: true`" for gate in missing)
+                    hint="declare "
+                    + " and ".join(f"`{gate}: true`" for gate in missing)
                     + " if they hold, otherwise use `versioning: full`",
                 )
             )
