@@ -34,6 +34,15 @@ E_PROJECT: Final = "E013"
 E_DUPLICATE_COLUMN: Final = "E014"
 E_UNNAMED_COLUMN: Final = "E015"
 E_WAREHOUSE: Final = "E020"
+E_WAREHOUSE_BUSY: Final = "E021"
+E_OVERRIDE: Final = "E022"
+E_UNKNOWN_RUN: Final = "E023"
+E_SNAPSHOT_GONE: Final = "E024"
+E_UNKNOWN_MODEL: Final = "E025"
+E_BRANCH: Final = "E026"
+E_UNIQUE: Final = "E030"
+E_CONTRACT: Final = "E031"
+E_BUILD: Final = "E032"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -52,6 +61,15 @@ CATALOGUE: Final[dict[str, str]] = {
     E_DUPLICATE_COLUMN: "two output columns share a name",
     E_UNNAMED_COLUMN: "a computed column has no name",
     E_WAREHOUSE: "the warehouse cannot be opened or read",
+    E_WAREHOUSE_BUSY: "another process holds the warehouse longer than the lock timeout",
+    E_OVERRIDE: "a malformed `--source s=t` or one naming an unknown source or table",
+    E_UNKNOWN_RUN: "no run with that id in the history",
+    E_SNAPSHOT_GONE: "a snapshot the operation needs was dropped by gc",
+    E_UNKNOWN_MODEL: "a selection names a model that does not exist",
+    E_BRANCH: "a branch name that is invalid, missing or already taken",
+    E_UNIQUE: "a `unique` pin failed: duplicate keys in the new snapshot",
+    E_CONTRACT: "a `contract` pin failed: the new snapshot's schema differs",
+    E_BUILD: "DuckDB rejected a model's SQL while building it",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -8,6 +8,7 @@ import click
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, print_warnings, reports_errors
+from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.errors import E_UNKNOWN_RELATION, StrataError
 from strata_dagster.language import load_project
@@ -81,3 +82,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> 
     target = resolve_warehouse(project, warehouse)
     summary = write_sample_data(target, rows, seed=seed)
     console.print(f"wrote sample data to {target}: {summary}", markup=False)
+
+
+for _command in COMMANDS:
+    main.add_command(_command)

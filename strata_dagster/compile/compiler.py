@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from strata_dagster.compile.relations import bind, role_relation
 from strata_dagster.compile.scope import Columns, Scope, check_expression, referenced_names, unknown_column
 from strata_dagster.errors import (
     E_DUPLICATE_COLUMN,
@@ -45,7 +46,7 @@ BASE_CTE = "__base"
 _ATOMIC = (exp.Column, exp.Literal, exp.Func, exp.Cast, exp.Paren, exp.Boolean, exp.Null)
 STAGE_CTE_PREFIX = "__s"
 
-RelationResolver = Callable[[str], exp.Expression]
+RelationResolver = Callable[[str], exp.Table]
 ColumnsResolver = Callable[[str], Columns]
 
 
@@ -54,7 +55,7 @@ class CompiledModel:
     """A model as one SQL statement, with what later layers need to know about it."""
 
     name: str
-    statement: exp.Select
+    statement: exp.Select  # relations named by role (`__rel__.<name>`); see bound()
     columns: Columns
     base_relation: str
     base_columns: Columns
@@ -64,8 +65,13 @@ class CompiledModel:
     let_names: tuple[str, ...] = ()
     pushed_filters: int = 0
 
-    def sql(self, *, pretty: bool = False) -> str:
-        return self.statement.sql(dialect=DIALECT, pretty=pretty)
+    def sql(self, relation: RelationResolver | None = None, *, pretty: bool = False) -> str:
+        statement = self.bound(relation) if relation is not None else self.statement
+        return statement.sql(dialect=DIALECT, pretty=pretty)
+
+    def bound(self, relation: RelationResolver) -> exp.Select:
+        """The statement reading the tables `relation` names for each source and model."""
+        return bind(self.statement, relation)  # type: ignore[return-value]
 
     def base(self) -> exp.Select:
         """The base CTE's query (a copy; the statement is never mutated)."""
@@ -126,9 +132,9 @@ class _Stage:
 
 
 class _PipelineCompiler:
-    def __init__(self, model: Model, relation: RelationResolver, columns_of: ColumnsResolver) -> None:
+    def __init__(self, model: Model, columns_of: ColumnsResolver) -> None:
         self.model = model
-        self.relation = relation
+        self.relation = role_relation
         self.columns_of = columns_of
         self.ctes: list[tuple[str, exp.Query]] = []
         self.lets: dict[str, exp.Expression] = {}
@@ -577,6 +583,6 @@ def _concat(left: Columns, right: Columns) -> Columns:
     return (*left, *right)
 
 
-def compile_model(model: Model, relation: RelationResolver, columns_of: ColumnsResolver) -> CompiledModel:
-    """Compile one model; `relation` names what a source or model reads from, `columns_of` its columns."""
-    return _PipelineCompiler(model, relation, columns_of).compile()
+def compile_model(model: Model, columns_of: ColumnsResolver) -> CompiledModel:
+    """Compile one model; `columns_of` gives the columns of a relation it reads (None: unknown)."""
+    return _PipelineCompiler(model, columns_of).compile()

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlglot import exp
-
 from strata_dagster.compile.compiler import CompiledModel, RelationResolver, compile_model
 from strata_dagster.compile.properties import property_errors
 from strata_dagster.compile.relations import DefaultRelations
@@ -23,21 +21,20 @@ class CompiledProject:
     models: dict[str, CompiledModel]
     warnings: tuple[StrataWarning, ...] = ()
 
-    def sql(self, model: str, *, pretty: bool = True) -> str:
-        return self.models[model].sql(pretty=pretty)
+    def sql(self, model: str, relation: RelationResolver | None = None, *, pretty: bool = True) -> str:
+        """The model's SQL, reading sources as declared and models as their `main` views by default."""
+        return self.models[model].sql(relation or DefaultRelations(self.project), pretty=pretty)
 
 
 def compile_project(
     project: Project,
     source_schemas: SourceSchemas | None = None,
-    relation: RelationResolver | None = None,
 ) -> CompiledProject:
     """Compile and validate every model. Raises StrataError (all errors found) on any mistake.
 
     `source_schemas` gives the columns of the sources whose schema is known (read from the
     warehouse); with it, unknown columns are errors everywhere downstream of those sources.
     """
-    resolve = relation or DefaultRelations(project)
     known: dict[str, Columns] = {
         name: tuple(col if isinstance(col, str) else col[0] for col in columns)
         for name, columns in (source_schemas or {}).items()
@@ -47,7 +44,7 @@ def compile_project(
     for name in project.order:
         model = project.models[name]
         try:
-            result = compile_model(model, resolve, lambda rel: known.get(rel))
+            result = compile_model(model, lambda rel: known.get(rel))
         except StrataError as error:
             errors.extend(error.errors)
             known[name] = None  # downstream still compiles, without cascading column errors
@@ -57,7 +54,3 @@ def compile_project(
         known[name] = result.columns
     raise_collected(errors)
     return CompiledProject(project, compiled)
-
-
-def compiled_statement(project: CompiledProject, model: str) -> exp.Select:
-    return project.models[model].statement.copy()

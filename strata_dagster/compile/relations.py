@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from sqlglot import exp
@@ -9,6 +10,8 @@ from sqlglot import exp
 from strata_dagster.language.definition import Project, Source
 
 DEFAULT_BRANCH = "main"
+# Compiled statements name relations by role, `__rel__.<name>`; binding swaps in real tables.
+ROLE_SCHEMA = "__rel__"
 VIEW_PREFIX = "v_"
 ATTACHED_PREFIX = "src_"
 _FILE_READERS = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".json": "read_json_auto"}
@@ -31,7 +34,26 @@ def attached_catalog(source: Source) -> str:
     return f"{ATTACHED_PREFIX}{source.name}"
 
 
-def source_relation(source: Source, project_root: str | None = None) -> exp.Expression:
+def role_relation(name: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name), db=exp.to_identifier(ROLE_SCHEMA))
+
+
+def bind(statement: exp.Expression, relation: Callable[[str], exp.Table]) -> exp.Expression:
+    """A copy of `statement` with every role relation replaced by the table `relation` gives."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.db == ROLE_SCHEMA:
+            table = relation(node.name).copy()
+            alias = node.args.get("alias")
+            if alias is not None:
+                table.set("alias", alias.copy())
+            return table
+        return node
+
+    return statement.copy().transform(replace, copy=False)
+
+
+def source_relation(source: Source, project_root: str | None = None) -> exp.Table:
     """A source's table (in the warehouse or an attached database) or its files."""
     if source.path is not None:
         path = source.path
@@ -39,7 +61,7 @@ def source_relation(source: Source, project_root: str | None = None) -> exp.Expr
             path = str(PurePosixPath(project_root) / path)
         suffix = PurePosixPath(source.path.rstrip("*")).suffix.lower()
         reader = _FILE_READERS.get(suffix, "read_parquet")
-        return exp.func(reader, exp.Literal.string(path))
+        return exp.Table(this=exp.func(reader, exp.Literal.string(path)))
     parts = source.table_name.split(".")
     table = exp.Table(this=exp.to_identifier(parts[-1]))
     if len(parts) >= 2:
@@ -58,7 +80,7 @@ class DefaultRelations:
         self.project = project
         self.branch = branch
 
-    def __call__(self, name: str) -> exp.Expression:
+    def __call__(self, name: str) -> exp.Table:
         if name in self.project.sources:
             return source_relation(self.project.sources[name], str(self.project.root))
         return model_view(name, self.branch)

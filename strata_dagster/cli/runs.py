@@ -1,0 +1,256 @@
+"""`strata run`, `history`, `replay`, `rollback`, `gc`, `branch`, `promote`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine import operations
+from strata_dagster.engine.replay import replay as replay_run
+from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, run
+from strata_dagster.language import load_project
+from strata_dagster.warehouse.session import open_session
+from strata_dagster.warehouse.sources import parse_overrides
+
+models_option = click.option("--models", default="", help="Comma-separated models to build (default: all).")
+branch_option = click.option(
+    "--branch", default=DEFAULT_BRANCH, show_default=True, help="Branch whose views to publish."
+)
+source_option = click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    metavar="SOURCE=TABLE",
+    help="Read SOURCE from TABLE instead (repeatable).",
+)
+
+
+def split_models(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def print_outcome(outcome: ModelOutcome) -> None:
+    marker = "published" if outcome.is_published else "unchanged"
+    console.print(
+        f"  {outcome.model:<28} {outcome.path:<8} {outcome.rows:>12,} rows  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
+        markup=False,
+    )
+
+
+@click.command("run")
+@project_argument
+@warehouse_option
+@models_option
+@branch_option
+@source_option
+@click.option(
+    "--only-stale", is_flag=True, help="Build only what changed (sources' content or models' code)."
+)
+@reports_errors
+def run_command(
+    project: Path,
+    warehouse: Path | None,
+    models: str,
+    branch: str,
+    sources: tuple[str, ...],
+    only_stale: bool,
+) -> None:
+    """Build PROJECT's models into new immutable snapshots and publish them atomically.
+
+    Without --only-stale every selected model is recomputed (snapshots whose rows did not change are
+    kept); with it, only models downstream of changed sources or changed code are.
+    """
+    overrides = parse_overrides(list(sources), load_project(project))
+    request = RunRequest(
+        project_dir=project,
+        warehouse=resolve_warehouse(project, warehouse),
+        models=split_models(models),
+        branch=branch,
+        overrides=overrides,
+        only_stale=only_stale,
+    )
+    console.print(f"strata run on branch {branch} ({request.warehouse})", markup=False)
+    result = run(request, print_outcome)
+    if result.is_noop:
+        console.print(NOTHING_TO_DO)
+        return
+    built = sum(1 for outcome in result.outcomes if outcome.path != "reused")
+    published = sum(1 for outcome in result.outcomes if outcome.is_published)
+    console.print(
+        f"run {result.run_id[:12] if result.run_id else '-'}: {built} built, {published} published",
+        markup=False,
+    )
+
+
+@click.command()
+@project_argument
+@warehouse_option
+@click.option("--json", "as_json", is_flag=True, help="Print the history as JSON (oldest first).")
+@reports_errors
+def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
+    """List runs, backfills, rollbacks, branches and promotions, oldest first."""
+    path = resolve_warehouse(project, warehouse)
+    if not path.exists():
+        entries = []
+    else:
+        with open_session(path) as session:
+            entries = session.history.entries()
+    if as_json:
+        rows = [
+            {
+                "run_id": entry.run_id,
+                "kind": entry.kind,
+                "branch": entry.branch,
+                "started_at": entry.started_at.isoformat(),
+                "finished_at": entry.finished_at.isoformat(),
+                "models": list(entry.models),
+                "backfill_of": entry.backfill_of,
+                "reason": entry.reason,
+                "overrides": entry.overrides,
+                "entry": entry.entry,
+            }
+            for entry in entries
+        ]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("#", "run id", "kind", "branch", "started", "models", "backfill of", "reason")
+    for entry in entries:
+        table.add_row(
+            str(entry.entry),
+            entry.run_id[:12],
+            entry.kind,
+            entry.branch,
+            entry.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            ", ".join(entry.models),
+            (entry.backfill_of or "")[:12],
+            entry.reason or "",
+        )
+    console.print(table)
+
+
+@click.command()
+@project_argument
+@click.argument("run_id")
+@warehouse_option
+@click.option(
+    "--execute", is_flag=True, help="Rebuild in scratch space and compare with the recorded snapshots."
+)
+@reports_errors
+def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) -> None:
+    """Show what RUN_ID ran: inputs' fingerprints, snapshots and the path each model took."""
+    report = replay_run(resolve_warehouse(project, warehouse), run_id, execute=execute)
+    entry = report.entry
+    console.print(
+        f"run {entry.run_id}  ({entry.kind}, branch {entry.branch}, {entry.started_at:%Y-%m-%d %H:%M:%S})",
+        markup=False,
+    )
+    if entry.backfill_of:
+        console.print(f"backfill of {entry.backfill_of}", markup=False)
+    if entry.reason:
+        console.print(f"reason: {entry.reason}", markup=False)
+    if entry.overrides:
+        console.print(
+            "overrides: " + ", ".join(f"{k}={v}" for k, v in sorted(entry.overrides.items())), markup=False
+        )
+    sources = Table("source", "partition", "relation", "fingerprint", "rows", title="inputs")
+    for source in report.sources:
+        sources.add_row(
+            source.source,
+            source.partition_key,
+            source.relation,
+            source.fingerprint[:16],
+            f"{source.row_count:,}",
+        )
+    console.print(sources)
+    models = Table("model", "partition", "path", "snapshot", "rows", "seconds", title="models")
+    for model in report.models:
+        models.add_row(
+            model.model,
+            model.partition_key,
+            model.path,
+            model.snapshot_id,
+            f"{model.rows_out:,}",
+            f"{model.duration_ms / 1000:.2f}",
+        )
+    console.print(models)
+    if execute:
+        checks = Table("model", "replay", "detail", title="replay --execute")
+        for check in report.checks:
+            checks.add_row(check.model, check.status, check.detail)
+        console.print(checks)
+        if not report.is_reproduced:
+            raise SystemExit(1)
+
+
+@click.command()
+@project_argument
+@click.argument("run_id")
+@warehouse_option
+@reports_errors
+def rollback(project: Path, run_id: str, warehouse: Path | None) -> None:
+    """Point the views back at what RUN_ID published (recorded as its own history entry)."""
+    result = operations.rollback(resolve_warehouse(project, warehouse), run_id)
+    print_pointer_result(result, f"rolled back to {run_id[:12]}")
+
+
+def print_pointer_result(result: operations.PointerResult, what: str) -> None:
+    if not result.changes:
+        console.print(f"{what}: views already point there (nothing to do)", markup=False)
+        return
+    for change in result.changes:
+        before = ",".join(change.before) if change.before else "-"
+        console.print(f"  {change.model:<28} {before} -> {','.join(change.after)}", markup=False)
+    console.print(f"{what}: {len(result.changes)} view(s) repointed (entry {result.entry})", markup=False)
+
+
+@click.command()
+@project_argument
+@warehouse_option
+@click.option(
+    "--keep", type=click.IntRange(min=0), required=True, help="Runs (and backfills) whose snapshots to keep."
+)
+@reports_errors
+def gc(project: Path, warehouse: Path | None, keep: int) -> None:
+    """Drop snapshots that no branch exposes and none of the last N runs produced or published."""
+    result = operations.gc(resolve_warehouse(project, warehouse), keep)
+    console.print(
+        f"dropped {len(result.dropped)} snapshot(s); kept the snapshots of {result.kept} run(s)", markup=False
+    )
+
+
+@click.group()
+def branch() -> None:
+    """Branches: named sets of view pointers, created and promoted without copying data."""
+
+
+@branch.command("create")
+@project_argument
+@click.argument("name")
+@click.option("--from", "source", default=DEFAULT_BRANCH, show_default=True, help="Branch to start from.")
+@warehouse_option
+@reports_errors
+def branch_create(project: Path, name: str, source: str, warehouse: Path | None) -> None:
+    """Create branch NAME pointing at the snapshots of --from (zero-copy)."""
+    result = operations.create_branch(resolve_warehouse(project, warehouse), name, source)
+    print_pointer_result(result, f"branch {name} created from {source}")
+
+
+@click.command()
+@project_argument
+@click.argument("source")
+@click.option("--to", "target", default=DEFAULT_BRANCH, show_default=True, help="Branch to repoint.")
+@warehouse_option
+@reports_errors
+def promote(project: Path, source: str, target: str, warehouse: Path | None) -> None:
+    """Point --to's views at the snapshots branch SOURCE exposes (zero-copy)."""
+    result = operations.promote(resolve_warehouse(project, warehouse), source, target)
+    print_pointer_result(result, f"promoted {source} to {target}")
+
+
+COMMANDS = (run_command, history, replay, rollback, gc, branch, promote)

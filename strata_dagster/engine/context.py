@@ -1,0 +1,77 @@
+"""What every engine operation starts from: the project, compiled against the warehouse's sources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from strata_dagster.compile import CompiledProject, compile_project
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.errors import E_BRANCH, E_UNKNOWN_MODEL, StrataError
+from strata_dagster.language import Project, load_project
+from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.session import Session
+
+_BRANCH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_RESERVED_SCHEMAS = {HISTORY_SCHEMA, SNAPSHOT_SCHEMA, "information_schema", "pg_catalog", "temp", "system"}
+
+
+def check_branch(branch: str) -> str:
+    if not _BRANCH_NAME.fullmatch(branch) or branch.lower() in _RESERVED_SCHEMAS:
+        raise StrataError(
+            E_BRANCH,
+            f"`{branch}` cannot be a branch name",
+            hint="use letters, digits and underscores, not starting with a digit, and not "
+            + ", ".join(sorted(_RESERVED_SCHEMAS)),
+        )
+    return branch
+
+
+@dataclass(frozen=True)
+class ProjectContext:
+    project: Project
+    compiled: CompiledProject
+    overrides: dict[str, str]
+    branch: str = DEFAULT_BRANCH
+
+
+def load_context(
+    session: Session,
+    project_dir: Path,
+    overrides: Mapping[str, str],
+    branch: str = DEFAULT_BRANCH,
+) -> ProjectContext:
+    project = load_project(project_dir)
+    check_branch(branch)
+    compiled = compile_project(project, session.prepare_sources(project, overrides))
+    return ProjectContext(project, compiled, dict(overrides), branch)
+
+
+def select_models(project: Project, names: Iterable[str] | None) -> tuple[str, ...]:
+    """The requested models in dependency order (all when `names` is empty); E025 for unknown ones."""
+    requested = [name for name in names or () if name]
+    unknown = [name for name in requested if name not in project.models]
+    if unknown:
+        raise StrataError(
+            E_UNKNOWN_MODEL,
+            f"no model named {', '.join(f'`{name}`' for name in unknown)}",
+            hint="models: " + ", ".join(project.order),
+        )
+    if not requested:
+        return project.order
+    return tuple(name for name in project.order if name in requested)
+
+
+def with_upstream(project: Project, names: Iterable[str]) -> tuple[str, ...]:
+    """`names` and every model they read, transitively, in dependency order."""
+    needed: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        stack.extend(project.upstream_models(name))
+    return tuple(name for name in project.order if name in needed)

@@ -1,0 +1,26 @@
+"""Fault injection for the crash tests: the process kills itself (SIGKILL) at a named write step.
+
+Set STRATA_KILL_AT to one of WRITE_STEPS; never set in production. The crash tests run a real
+`strata run` subprocess once per step and check the warehouse afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+KILL_AT_ENV = "STRATA_KILL_AT"
+WRITE_STEPS = (
+    "migrated",
+    "transaction_started",
+    "snapshot_created",
+    "pins_checked",
+    "views_pointed",
+    "history_written",
+    "committed",
+)
+
+
+def checkpoint(step: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)

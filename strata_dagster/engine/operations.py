@@ -1,0 +1,207 @@
+"""History operations that only move view pointers: rollback, branch, promote, and gc."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
+from strata_dagster.engine.context import check_branch
+from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
+from strata_dagster.fingerprint import digest
+from strata_dagster.warehouse.history import Entry, HistoryReader
+from strata_dagster.warehouse.session import Session, open_session
+
+
+@dataclass(frozen=True)
+class PointerChange:
+    model: str
+    before: tuple[str, ...] | None
+    after: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PointerResult:
+    run_id: str | None
+    entry: int | None
+    changes: tuple[PointerChange, ...]
+
+
+def find_entry(reader: HistoryReader, run_id: str) -> Entry:
+    entry = reader.latest_entry_of_run(run_id)
+    if entry is None:
+        known = [item.run_id[:12] for item in reader.entries()[-5:]]
+        raise StrataError(
+            E_UNKNOWN_RUN,
+            f"no run `{run_id}` in the history",
+            hint="`strata history` lists runs" + (f"; recent: {', '.join(known)}" if known else ""),
+        )
+    return entry
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _repoint(
+    session: Session,
+    *,
+    branch: str,
+    target: dict[str, tuple[str, ...]],
+    kind: str,
+    id_parts: tuple[object, ...],
+    target_entry: int | None = None,
+    detail: dict[str, object] | None = None,
+) -> PointerResult:
+    """Point `branch`'s views at `target` and record it, in one transaction."""
+    reader = session.history
+    current = reader.pointers(branch)
+    changes = [
+        PointerChange(model, current.get(model), ids)
+        for model, ids in sorted(target.items())
+        if current.get(model) != ids
+    ]
+    tables: dict[str, list[str]] = {}
+    for change in changes:
+        names = []
+        for snapshot_id in change.after:
+            record = reader.snapshot(snapshot_id)
+            if record is None or record.is_dropped or not session.snapshot_exists(record.table_name):
+                raise StrataError(
+                    E_SNAPSHOT_GONE,
+                    f"snapshot {snapshot_id} of model `{change.model}` no longer exists (dropped by gc)",
+                    hint="choose a more recent run, or keep more runs with `strata gc --keep N`",
+                )
+            names.append(record.table_name)
+        tables[change.model] = names
+    if not changes:
+        return PointerResult(None, None, ())
+    run_id = digest(kind, branch, *id_parts, sorted(target.items()))
+    entry = reader.next_entry()
+    with session.transaction():
+        for change in changes:
+            session.point_view(branch_schema(branch), change.model, tables[change.model])
+            session.writer.add_publication(entry, branch, change.model, list(change.after))
+        session.writer.add_entry(
+            entry=entry,
+            run_id=run_id,
+            kind=kind,
+            branch=branch,
+            started_at=_now(),
+            models=[change.model for change in changes],
+            overrides={},
+            target_entry=target_entry,
+            detail=detail,
+        )
+    return PointerResult(run_id, entry, tuple(changes))
+
+
+def rollback(warehouse: Path, run_id: str) -> PointerResult:
+    """Point the run's branch back at exactly what it exposed right after that run."""
+    with open_session(warehouse) as session:
+        reader = session.history
+        target_entry = find_entry(reader, run_id)
+        state = reader.pointers(target_entry.branch, as_of_entry=target_entry.entry)
+        return _repoint(
+            session,
+            branch=target_entry.branch,
+            target=state,
+            kind="rollback",
+            id_parts=(target_entry.run_id,),
+            target_entry=target_entry.entry,
+            detail={"rolled_back_to": target_entry.run_id},
+        )
+
+
+def create_branch(warehouse: Path, name: str, source: str = DEFAULT_BRANCH) -> PointerResult:
+    """A new branch whose views point at the same snapshots as `source` (zero-copy)."""
+    check_branch(name)
+    with open_session(warehouse) as session:
+        reader = session.history
+        if name in reader.branches():
+            raise StrataError(E_BRANCH, f"branch `{name}` already exists", hint="pick another name")
+        if source not in reader.branches():
+            raise StrataError(
+                E_BRANCH, f"branch `{source}` does not exist", hint="run `strata run` on it first"
+            )
+        if session.schema_has_tables(name):
+            raise StrataError(
+                E_BRANCH,
+                f"schema `{name}` already holds tables; a branch's schema holds only its views",
+                hint="pick another branch name",
+            )
+        return _repoint(
+            session,
+            branch=name,
+            target=reader.pointers(source),
+            kind="branch",
+            id_parts=(source,),
+            detail={"from": source},
+        )
+
+
+def promote(warehouse: Path, source: str, target: str = DEFAULT_BRANCH) -> PointerResult:
+    """Point `target`'s views at the snapshots `source` exposes (zero-copy)."""
+    check_branch(source)
+    check_branch(target)
+    with open_session(warehouse) as session:
+        reader = session.history
+        if source not in reader.branches():
+            raise StrataError(
+                E_BRANCH, f"branch `{source}` does not exist", hint="`strata branch create` makes one"
+            )
+        return _repoint(
+            session,
+            branch=target,
+            target=reader.pointers(source),
+            kind="promote",
+            id_parts=(source,),
+            detail={"from": source},
+        )
+
+
+@dataclass(frozen=True)
+class GcResult:
+    dropped: tuple[str, ...]
+    kept: int
+
+
+def gc(warehouse: Path, keep: int) -> GcResult:
+    """Drop snapshot tables that no branch exposes and none of the last `keep` entries published."""
+    with open_session(warehouse) as session:
+        reader = session.history
+        writer = session.writer
+        runs = [entry for entry in reader.entries() if entry.kind in ("run", "backfill")]
+        kept_entries = runs[-keep:] if keep > 0 else []
+        referenced: set[str] = set()
+        for branch in reader.branches():
+            for ids in reader.pointers(branch).values():
+                referenced.update(ids)
+        for entry in kept_entries:
+            for ids in reader.pointers(entry.branch, as_of_entry=entry.entry).values():
+                referenced.update(ids)
+            referenced.update(model.snapshot_id for model in reader.entry_models(entry.entry))
+        doomed = [
+            record
+            for record in reader.snapshots()
+            if not record.is_dropped and record.snapshot_id not in referenced
+        ]
+        if not doomed:
+            return GcResult((), len(kept_entries))
+        entry = reader.next_entry()
+        with session.transaction():
+            for record in doomed:
+                session.drop_snapshot(record.table_name)
+                writer.add_dropped(record.snapshot_id, entry)
+            writer.add_entry(
+                entry=entry,
+                run_id=digest("gc", sorted(record.snapshot_id for record in doomed)),
+                kind="gc",
+                branch=DEFAULT_BRANCH,
+                started_at=_now(),
+                models=sorted({record.model for record in doomed}),
+                overrides={},
+                detail={"keep": keep, "dropped": [record.snapshot_id for record in doomed]},
+            )
+        return GcResult(tuple(record.snapshot_id for record in doomed), len(kept_entries))

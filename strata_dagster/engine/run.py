@@ -1,0 +1,359 @@
+"""`strata run`: build the selection on immutable snapshots and publish it in one transaction.
+
+Every decision comes from content: a model whose build key (definition + input contents) already
+has a snapshot reuses it; a rebuilt model whose rows equal its current snapshot keeps that
+snapshot (early cutoff), so nothing downstream rebuilds for its sake. Snapshot tables, pins,
+view pointers and history are all written in ONE DuckDB transaction: a crash at any instant leaves
+the last published state, and the next run starts clean.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlglot import exp
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
+from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
+from strata_dagster.engine.faults import checkpoint
+from strata_dagster.errors import E_BUILD, E_CONTRACT, E_SOURCE, E_UNIQUE, StrataError
+from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, model_fingerprint, short_id
+from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
+from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.sources import source_table
+from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
+from strata_dagster.warehouse.tables import snapshot_table_name
+
+NOTHING_TO_DO = "everything up to date (nothing to do)"
+UNPARTITIONED = ""
+
+# Paths a model can take in a run.
+REUSED = "reused"  # a snapshot with this build key existed
+FULL = "full"  # rebuilt into a new snapshot
+CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    project_dir: Path
+    warehouse: Path
+    models: tuple[str, ...] = ()
+    branch: str = DEFAULT_BRANCH
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    only_stale: bool = False
+    kind: str = "run"
+    backfill_of: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelOutcome:
+    model: str
+    path: str
+    snapshot_id: str
+    table_name: str
+    rows: int
+    duration_ms: float
+    is_published: bool
+    sql: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str | None
+    entry: int | None
+    outcomes: tuple[ModelOutcome, ...]
+    branch: str
+
+    @property
+    def is_noop(self) -> bool:
+        return self.entry is None
+
+    def outcome(self, model: str) -> ModelOutcome:
+        return next(outcome for outcome in self.outcomes if outcome.model == model)
+
+
+ProgressCallback = Callable[[ModelOutcome], None]
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    name: str
+    relation: str
+    fingerprint: str
+    rows: int
+
+
+def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
+    """Build and publish. Raises StrataError (nothing published) on any failure."""
+    with open_session(request.warehouse) as session:
+        checkpoint("migrated")
+        context = load_context(session, request.project_dir, request.overrides, request.branch)
+        return _Run(session, context, request, progress).execute()
+
+
+class _Run:
+    def __init__(
+        self,
+        session: Session,
+        context: ProjectContext,
+        request: RunRequest,
+        progress: ProgressCallback | None,
+    ) -> None:
+        self.session = session
+        self.context = context
+        self.request = request
+        self.progress = progress
+        self.reader = session.history
+        self.writer = session.writer
+        self.project = context.project
+        self.selected = select_models(self.project, request.models)
+        self.closure = with_upstream(self.project, self.selected)
+        self.schema = branch_schema(context.branch)
+        self.fingerprints: dict[str, ModelFingerprint] = {}
+        self.chosen: dict[str, SnapshotRecord] = {}
+        self.outcomes: list[ModelOutcome] = []
+        self.new_snapshots: list[SnapshotRecord] = []
+        self.new_keys: list[tuple[str, str]] = []
+        self.entry_models: list[EntryModel] = []
+        self.to_publish: dict[str, SnapshotRecord] = {}
+
+    def execute(self) -> RunResult:
+        started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        self.entry = self.reader.next_entry()
+        self.session.begin()
+        try:
+            checkpoint("transaction_started")
+            self.sources = self._read_sources()
+            pointers = self.reader.pointers(self.context.branch)
+            for name in self.closure:
+                self._decide(name, pointers.get(name))
+            is_noop = self.request.only_stale and not self.new_snapshots and not self.to_publish
+            if is_noop:
+                self.session.rollback()
+                return RunResult(None, None, tuple(self.outcomes), self.context.branch)
+            run_id = self._run_id()
+            self._publish(run_id, started)
+            self.session.commit()
+        except BaseException:
+            self.session.rollback()
+            raise
+        checkpoint("committed")
+        return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
+
+    # -- inputs -----------------------------------------------------------------------------------
+    def _read_sources(self) -> dict[str, SourceRead]:
+        needed = sorted(
+            {ref for name in self.closure for ref in self.project.models[name].references}
+            & set(self.project.sources)
+        )
+        reads = {}
+        for name in needed:
+            source = self.project.sources[name]
+            relation = source_table(source, self.project, self.context.overrides)
+            try:
+                content = self.session.content(relation)
+            except WarehouseError as error:
+                raise StrataError(
+                    E_SOURCE,
+                    f"source `{name}` cannot be read from `{render(relation)}`: {error}",
+                    source.location,
+                    hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
+                ) from None
+            reads[name] = SourceRead(name, render(relation), content.fingerprint, content.row_count)
+        return reads
+
+    def _relation_for_build(self, name: str) -> exp.Table:
+        if name in self.project.sources:
+            return source_table(self.project.sources[name], self.project, self.context.overrides)
+        return snapshot_table(self.chosen[name].table_name)
+
+    # -- decisions --------------------------------------------------------------------------------
+    def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
+        model = self.project.models[name]
+        compiled = self.context.compiled.models[name]
+        upstream = {ref: self.fingerprints[ref].value for ref in self.project.upstream_models(name)}
+        fingerprint = model_fingerprint(model, compiled, upstream, ENGINE_VERSION)
+        self.fingerprints[name] = fingerprint
+        inputs = [
+            (f"source:{ref}", self.sources[ref].fingerprint)
+            if ref in self.sources
+            else (f"model:{ref}", self.chosen[ref].content_hash)
+            for ref in model.references
+        ]
+        key = build_key(fingerprint, inputs).value
+        current = self.reader.snapshot(current_ids[0]) if current_ids and len(current_ids) == 1 else None
+        existing = self.reader.snapshot_for_build_key(key)
+        if existing is not None and not self.session.snapshot_exists(existing.table_name):
+            existing = None  # the table was removed behind our back: rebuild
+        is_forced = not self.request.only_stale and name in self.selected
+        started = time.perf_counter()
+        sql = compiled.sql(self._relation_for_build)
+        if existing is not None and not is_forced:
+            chosen, path = existing, REUSED
+        else:
+            chosen, path = self._build(
+                name, key, fingerprint, compiled.bound(self._relation_for_build), current, existing
+            )
+        self.chosen[name] = chosen
+        view_tables = self.session.view_tables(self.schema, name)
+        is_published = (
+            current is None
+            or chosen.snapshot_id != current.snapshot_id
+            or view_tables != (chosen.table_name,)
+        )
+        if is_published:
+            self.to_publish[name] = chosen
+        duration = (time.perf_counter() - started) * 1000
+        self.entry_models.append(
+            EntryModel(
+                name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, {}
+            )
+        )
+        outcome = ModelOutcome(
+            name, path, chosen.snapshot_id, chosen.table_name, chosen.row_count, duration, is_published, sql
+        )
+        self.outcomes.append(outcome)
+        if self.progress is not None:
+            self.progress(outcome)
+
+    def _build(
+        self,
+        name: str,
+        key: str,
+        fingerprint: ModelFingerprint,
+        query: exp.Select,
+        current: SnapshotRecord | None,
+        existing: SnapshotRecord | None,
+    ) -> tuple[SnapshotRecord, str]:
+        snapshot_id = short_id(key)
+        table_name = snapshot_table_name(snapshot_id, name)
+        try:
+            self.session.create_snapshot(table_name, query)
+        except WarehouseError as error:
+            raise StrataError(
+                E_BUILD,
+                f"DuckDB rejected model `{name}`: {error}",
+                self.project.models[name].location,
+                hint=f"run `strata compile PROJECT --model {name}` to see the SQL",
+            ) from None
+        checkpoint("snapshot_created")
+        self._check_pins(name, table_name)
+        checkpoint("pins_checked")
+        content = self.session.content(snapshot_table(table_name))
+        for same in (current, existing):
+            if (
+                same is not None
+                and same.content_hash == content.fingerprint
+                and self.session.snapshot_exists(same.table_name)
+            ):
+                self.session.drop_snapshot(table_name)
+                self.new_keys.append((key, same.snapshot_id))
+                return same, CUTOFF
+        record = SnapshotRecord(
+            snapshot_id=snapshot_id,
+            model=name,
+            table_name=table_name,
+            partition_key=UNPARTITIONED,
+            model_fingerprint=fingerprint.value,
+            content_hash=content.fingerprint,
+            row_count=content.row_count,
+            watermark=None,
+            created_entry=self.entry,
+            is_dropped=False,
+        )
+        self.new_snapshots.append(record)
+        self.new_keys.append((key, snapshot_id))
+        return record, FULL
+
+    def _check_pins(self, name: str, table_name: str) -> None:
+        props = self.project.models[name].properties
+        location = self.project.models[name].location
+        if props.unique:
+            violation = self.session.unique_violation(table_name, props.unique)
+            if violation is not None:
+                raise StrataError(
+                    E_UNIQUE,
+                    f"model `{name}` breaks its `unique` pin: {violation.message}",
+                    props.location_of("unique") or location,
+                    hint="fix the data or the model; nothing was published",
+                )
+        if props.contract:
+            contract = [(column.name, column.type, column.is_not_null) for column in props.contract]
+            violation = self.session.contract_violation(table_name, contract)
+            if violation is not None:
+                raise StrataError(
+                    E_CONTRACT,
+                    f"model `{name}` breaks its `contract`: {violation.message}",
+                    props.location_of("contract") or location,
+                    hint="fix the model or the contract; nothing was published",
+                )
+
+    # -- publication ------------------------------------------------------------------------------
+    def _run_id(self) -> str:
+        return digest(
+            "run",
+            self.request.kind,
+            self.context.branch,
+            list(self.selected),
+            self.request.only_stale,
+            self.request.backfill_of,
+            sorted((read.name, read.fingerprint) for read in self.sources.values()),
+            sorted((name, fp.value) for name, fp in self.fingerprints.items()),
+        )
+
+    def _publish(self, run_id: str, started: dt.datetime) -> None:
+        for name, record in self.to_publish.items():
+            self.session.point_view(self.schema, name, [record.table_name])
+        checkpoint("views_pointed")
+        self.writer.add_entry(
+            entry=self.entry,
+            run_id=run_id,
+            kind=self.request.kind,
+            branch=self.context.branch,
+            started_at=started,
+            models=list(self.selected),
+            overrides=dict(self.context.overrides),
+            backfill_of=self.request.backfill_of,
+            reason=self.request.reason,
+            detail={"only_stale": self.request.only_stale},
+        )
+        for read in self.sources.values():
+            self.writer.add_source(
+                self.entry, read.name, UNPARTITIONED, read.relation, read.fingerprint, read.rows
+            )
+        for record in self.new_snapshots:
+            self.writer.add_snapshot(record)
+        for key, snapshot_id in self.new_keys:
+            self.writer.add_build_key(key, snapshot_id, self.entry)
+        for model_record in self.entry_models:
+            self.writer.add_entry_model(self.entry, model_record)
+        for name, record in self.to_publish.items():
+            self.writer.add_publication(self.entry, self.context.branch, name, [record.snapshot_id])
+        checkpoint("history_written")
+
+
+def run_project(
+    project_dir: Path | str,
+    warehouse: Path | str,
+    *,
+    models: Iterable[str] = (),
+    branch: str = DEFAULT_BRANCH,
+    overrides: Mapping[str, str] | None = None,
+    only_stale: bool = False,
+    progress: ProgressCallback | None = None,
+) -> RunResult:
+    """Convenience wrapper around `run` for Python callers and tests."""
+    request = RunRequest(
+        project_dir=Path(project_dir),
+        warehouse=Path(warehouse),
+        models=tuple(models),
+        branch=branch,
+        overrides=dict(overrides or {}),
+        only_stale=only_stale,
+    )
+    return run(request, progress)

@@ -1,0 +1,75 @@
+"""Open the warehouse file: one writer at a time, waiting (bounded) for another process's lock."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
+
+LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 120.0
+_LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
+
+
+def lock_timeout() -> float:
+    raw = os.environ.get(LOCK_TIMEOUT_ENV)
+    if raw is None:
+        return DEFAULT_LOCK_TIMEOUT
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        raise StrataError(
+            E_WAREHOUSE, f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds", hint="e.g. 120"
+        ) from None
+
+
+@contextmanager
+def connect(
+    path: Path, *, read_only: bool = False, timeout: float | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the warehouse; waits up to `timeout` seconds while another process holds it."""
+    wait = lock_timeout() if timeout is None else timeout
+    if read_only and not path.exists():
+        raise StrataError(
+            E_WAREHOUSE, f"warehouse `{path}` does not exist", hint="run `strata run PROJECT` first"
+        )
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait
+    delay = 0.05
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.IOException as error:
+            if not any(marker in str(error) for marker in _LOCK_MARKERS):
+                raise _unreadable(path, error) from None
+            if time.monotonic() >= deadline:
+                raise StrataError(
+                    E_WAREHOUSE_BUSY,
+                    f"warehouse `{path}` is in use by another process (waited {wait:.0f}s)",
+                    hint=f"wait for the other run to finish, or raise {LOCK_TIMEOUT_ENV} (seconds)",
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        except duckdb.Error as error:
+            raise _unreadable(path, error) from None
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _unreadable(path: Path, error: Exception) -> StrataError:
+    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return StrataError(
+        E_WAREHOUSE,
+        f"cannot open warehouse `{path}`: {first_line}",
+        hint="pass a DuckDB file with --warehouse (or STRATA_WAREHOUSE); a new path creates an empty warehouse",
+    )

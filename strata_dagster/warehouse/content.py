@@ -1,0 +1,55 @@
+"""Content identities computed inside DuckDB: order-independent, duplicate-sensitive row hashes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.fingerprint import digest
+from strata_dagster.warehouse.sql import ENGINE_VERSION, describe, run
+
+# The alias a row is hashed through: hash(<alias>) hashes the whole row as a struct.
+ROW_ALIAS = "__strata_row"
+
+
+@dataclass(frozen=True)
+class Content:
+    """What a relation holds: its schema, its row count, and a hash of its rows as a multiset."""
+
+    columns: tuple[tuple[str, str], ...]
+    row_count: int
+    row_hash_sum: str
+
+    @property
+    def fingerprint(self) -> str:
+        return digest("content", ENGINE_VERSION, self.columns, self.row_count, self.row_hash_sum)
+
+
+def row_hash_aggregates() -> list[exp.Expression]:
+    # A sum of 64-bit row hashes in a HUGEINT: order-independent, and a duplicate row counts twice.
+    row_hash = exp.cast(exp.func("hash", exp.column(ROW_ALIAS)), exp.DataType.build("HUGEINT"))
+    return [exp.func("count_star"), exp.func("coalesce", exp.func("sum", row_hash), exp.Literal.number(0))]
+
+
+def content_of(con: duckdb.DuckDBPyConnection, relation: exp.Table) -> Content:
+    columns = describe(con, relation)
+    source = relation.copy()
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
+    row = run(con, exp.select(*row_hash_aggregates()).from_(source)).fetchone()
+    return Content(columns, int(row[0]), str(row[1]))
+
+
+def content_by_group(
+    con: duckdb.DuckDBPyConnection, relation: exp.Table, key: exp.Expression
+) -> dict[str, tuple[int, str]]:
+    """Row count and row-hash sum per value of `key` (e.g. a partition expression)."""
+    source = relation.copy()
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
+    query = (
+        exp.select(exp.cast(key.copy(), exp.DataType.build("VARCHAR")).as_("__key"), *row_hash_aggregates())
+        .from_(source)
+        .group_by(exp.Literal.number(1))
+    )
+    return {str(row[0]): (int(row[1]), str(row[2])) for row in run(con, query).fetchall()}

@@ -1,0 +1,271 @@
+"""The history tables: a read-only reader and an append-only writer (never UPDATE, never DELETE)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from strata_dagster.warehouse.sql import ENGINE_VERSION
+
+
+@dataclass(frozen=True)
+class Entry:
+    entry: int
+    run_id: str
+    kind: str
+    branch: str
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    models: tuple[str, ...]
+    overrides: dict[str, str]
+    backfill_of: str | None
+    reason: str | None
+    target_entry: int | None
+    engine: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    snapshot_id: str
+    model: str
+    table_name: str
+    partition_key: str
+    model_fingerprint: str
+    content_hash: str
+    row_count: int
+    watermark: str | None
+    created_entry: int
+    is_dropped: bool
+
+
+@dataclass(frozen=True)
+class EntryModel:
+    model: str
+    partition_key: str
+    snapshot_id: str
+    build_key: str
+    path: str
+    rows_out: int
+    duration_ms: float
+    sql: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EntrySource:
+    source: str
+    partition_key: str
+    relation: str
+    fingerprint: str
+    row_count: int
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    return Entry(
+        entry=int(row[0]),
+        run_id=row[1],
+        kind=row[2],
+        branch=row[3],
+        started_at=row[4],
+        finished_at=row[5],
+        models=tuple(row[6]),
+        overrides=json.loads(row[7]) if row[7] else {},
+        backfill_of=row[8],
+        reason=row[9],
+        target_entry=row[10],
+        engine=row[11],
+        detail=json.loads(row[12]) if row[12] else {},
+    )
+
+
+def _snapshot(row: tuple[Any, ...]) -> SnapshotRecord:
+    return SnapshotRecord(*row[:9], is_dropped=bool(row[9]))
+
+
+class HistoryReader:
+    """Read-only questions about the history."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def entries(self) -> list[Entry]:
+        rows = self.con.execute("SELECT * FROM strata.entries ORDER BY entry").fetchall()
+        return [_entry(row) for row in rows]
+
+    def entry(self, number: int) -> Entry | None:
+        row = self.con.execute("SELECT * FROM strata.entries WHERE entry = ?", [number]).fetchone()
+        return _entry(row) if row else None
+
+    def latest_entry_of_run(self, run_id: str) -> Entry | None:
+        """The most recent entry with this run id (a prefix of at least 6 characters also matches)."""
+        rows = self.con.execute(
+            "SELECT * FROM strata.entries WHERE run_id = ? OR (length(?) >= 6 AND starts_with(run_id, ?)) "
+            "ORDER BY entry DESC",
+            [run_id, run_id, run_id],
+        ).fetchall()
+        ids = {row[1] for row in rows}
+        if len(ids) != 1:
+            return None
+        return _entry(rows[0])
+
+    def next_entry(self) -> int:
+        row = self.con.execute("SELECT coalesce(max(entry), 0) + 1 FROM strata.entries").fetchone()
+        return int(row[0]) if row else 1
+
+    def pointers(self, branch: str, as_of_entry: int | None = None) -> dict[str, tuple[str, ...]]:
+        """model -> snapshot ids its view exposes on `branch` (after `as_of_entry`, else now)."""
+        rows = self.con.execute(
+            "SELECT model, snapshot_ids FROM strata.publications WHERE branch = ? AND entry <= ? "
+            "QUALIFY row_number() OVER (PARTITION BY model ORDER BY entry DESC) = 1",
+            [branch, as_of_entry if as_of_entry is not None else 2**62],
+        ).fetchall()
+        return {row[0]: tuple(row[1]) for row in rows}
+
+    def branches(self) -> list[str]:
+        return [
+            row[0]
+            for row in self.con.execute(
+                "SELECT DISTINCT branch FROM strata.publications ORDER BY 1"
+            ).fetchall()
+        ]
+
+    def snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
+        row = self.con.execute(
+            "SELECT * FROM strata.snapshot_states WHERE snapshot_id = ?", [snapshot_id]
+        ).fetchone()
+        return _snapshot(row) if row else None
+
+    def snapshots(self) -> list[SnapshotRecord]:
+        rows = self.con.execute("SELECT * FROM strata.snapshot_states ORDER BY created_entry").fetchall()
+        return [_snapshot(row) for row in rows]
+
+    def snapshot_for_build_key(self, build_key: str) -> SnapshotRecord | None:
+        row = self.con.execute(
+            "SELECT s.* FROM strata.snapshot_states s JOIN strata.build_keys k USING (snapshot_id) "
+            "WHERE k.build_key = ? AND NOT s.is_dropped ORDER BY k.entry DESC LIMIT 1",
+            [build_key],
+        ).fetchone()
+        return _snapshot(row) if row else None
+
+    def entry_models(self, entry: int) -> list[EntryModel]:
+        rows = self.con.execute(
+            "SELECT model, partition_key, snapshot_id, build_key, path, rows_out, duration_ms, sql, detail "
+            "FROM strata.entry_models WHERE entry = ? ORDER BY rowid",
+            [entry],
+        ).fetchall()
+        return [EntryModel(*row[:8], detail=json.loads(row[8]) if row[8] else {}) for row in rows]
+
+    def entry_sources(self, entry: int) -> list[EntrySource]:
+        rows = self.con.execute(
+            "SELECT source, partition_key, relation, fingerprint, row_count FROM strata.entry_sources "
+            "WHERE entry = ? ORDER BY source, partition_key",
+            [entry],
+        ).fetchall()
+        return [EntrySource(*row) for row in rows]
+
+    def latest_source_fingerprints(self, branch: str) -> dict[tuple[str, str], str]:
+        """(source, partition) -> fingerprint as last consumed by a run on `branch`."""
+        rows = self.con.execute(
+            "SELECT s.source, s.partition_key, s.fingerprint FROM strata.entry_sources s "
+            "JOIN strata.entries e USING (entry) WHERE e.branch = ? "
+            "QUALIFY row_number() OVER (PARTITION BY s.source, s.partition_key ORDER BY s.entry DESC) = 1",
+            [branch],
+        ).fetchall()
+        return {(row[0], row[1]): row[2] for row in rows}
+
+
+class HistoryWriter:
+    """Appends to the history. Callers wrap a whole publication in one transaction."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def add_entry(
+        self,
+        *,
+        entry: int,
+        run_id: str,
+        kind: str,
+        branch: str,
+        started_at: dt.datetime,
+        models: list[str],
+        overrides: dict[str, str],
+        backfill_of: str | None = None,
+        reason: str | None = None,
+        target_entry: int | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        self.con.execute(
+            "INSERT INTO strata.entries VALUES (?, ?, ?, ?, ?, now(), ?, ?, ?, ?, ?, ?, ?)",
+            [
+                entry,
+                run_id,
+                kind,
+                branch,
+                started_at,
+                models,
+                json.dumps(overrides, sort_keys=True),
+                backfill_of,
+                reason,
+                target_entry,
+                ENGINE_VERSION,
+                json.dumps(detail or {}, sort_keys=True, default=str),
+            ],
+        )
+
+    def add_source(
+        self, entry: int, source: str, partition_key: str, relation: str, fingerprint: str, rows: int
+    ) -> None:
+        self.con.execute(
+            "INSERT INTO strata.entry_sources VALUES (?, ?, ?, ?, ?, ?)",
+            [entry, source, partition_key, relation, fingerprint, rows],
+        )
+
+    def add_snapshot(self, record: SnapshotRecord) -> None:
+        self.con.execute(
+            "INSERT INTO strata.snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+            [
+                record.snapshot_id,
+                record.model,
+                record.table_name,
+                record.partition_key,
+                record.model_fingerprint,
+                record.content_hash,
+                record.row_count,
+                record.watermark,
+                record.created_entry,
+            ],
+        )
+
+    def add_build_key(self, build_key: str, snapshot_id: str, entry: int) -> None:
+        self.con.execute("INSERT INTO strata.build_keys VALUES (?, ?, ?)", [build_key, snapshot_id, entry])
+
+    def add_entry_model(self, entry: int, record: EntryModel) -> None:
+        self.con.execute(
+            "INSERT INTO strata.entry_models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                entry,
+                record.model,
+                record.partition_key,
+                record.snapshot_id,
+                record.build_key,
+                record.path,
+                record.rows_out,
+                record.duration_ms,
+                record.sql,
+                json.dumps(record.detail, sort_keys=True, default=str),
+            ],
+        )
+
+    def add_publication(self, entry: int, branch: str, model: str, snapshot_ids: list[str]) -> None:
+        self.con.execute(
+            "INSERT INTO strata.publications VALUES (?, ?, ?, ?)", [entry, branch, model, snapshot_ids]
+        )
+
+    def add_dropped(self, snapshot_id: str, entry: int) -> None:
+        self.con.execute("INSERT INTO strata.dropped_snapshots VALUES (?, ?, now())", [snapshot_id, entry])

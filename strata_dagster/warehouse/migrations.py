@@ -1,0 +1,112 @@
+"""Numbered migrations of the history tables in the internal schema (append-only tables)."""
+
+from __future__ import annotations
+
+import duckdb
+
+HISTORY_SCHEMA = "strata"
+SNAPSHOT_SCHEMA = "strata_snapshots"
+
+# Each migration is a list of constant statements (no values are ever spliced into them).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE SCHEMA IF NOT EXISTS strata",
+        "CREATE SCHEMA IF NOT EXISTS strata_snapshots",
+        "CREATE TABLE strata.schema_version (version INTEGER NOT NULL, applied_at TIMESTAMP NOT NULL)",
+        # One row per history entry: a run, a backfill, a rollback, a branch or a promotion.
+        """CREATE TABLE strata.entries (
+            entry BIGINT NOT NULL,
+            run_id VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            branch VARCHAR NOT NULL,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP NOT NULL,
+            models VARCHAR[] NOT NULL,
+            overrides JSON NOT NULL,
+            backfill_of VARCHAR,
+            reason VARCHAR,
+            target_entry BIGINT,
+            engine VARCHAR NOT NULL,
+            detail JSON
+        )""",
+        # Source fingerprints each entry consumed (per partition when partitioned; '' otherwise).
+        """CREATE TABLE strata.entry_sources (
+            entry BIGINT NOT NULL,
+            source VARCHAR NOT NULL,
+            partition_key VARCHAR NOT NULL,
+            relation VARCHAR NOT NULL,
+            fingerprint VARCHAR NOT NULL,
+            row_count BIGINT NOT NULL
+        )""",
+        # Every snapshot ever registered. Immutable tables in strata_snapshots.
+        """CREATE TABLE strata.snapshots (
+            snapshot_id VARCHAR NOT NULL,
+            model VARCHAR NOT NULL,
+            table_name VARCHAR NOT NULL,
+            partition_key VARCHAR NOT NULL,
+            model_fingerprint VARCHAR NOT NULL,
+            content_hash VARCHAR NOT NULL,
+            row_count BIGINT NOT NULL,
+            watermark VARCHAR,
+            created_entry BIGINT NOT NULL,
+            created_at TIMESTAMP NOT NULL
+        )""",
+        # Build key -> snapshot: several keys can share a snapshot (early cutoff, identical inputs).
+        "CREATE TABLE strata.build_keys (build_key VARCHAR NOT NULL, snapshot_id VARCHAR NOT NULL, entry BIGINT NOT NULL)",
+        # What each entry did per model: the path taken and its figures.
+        """CREATE TABLE strata.entry_models (
+            entry BIGINT NOT NULL,
+            model VARCHAR NOT NULL,
+            partition_key VARCHAR NOT NULL,
+            snapshot_id VARCHAR NOT NULL,
+            build_key VARCHAR NOT NULL,
+            path VARCHAR NOT NULL,
+            rows_out BIGINT NOT NULL,
+            duration_ms DOUBLE NOT NULL,
+            sql VARCHAR NOT NULL,
+            detail JSON
+        )""",
+        # View pointers: the latest row per (branch, model) is what the live view exposes.
+        """CREATE TABLE strata.publications (
+            entry BIGINT NOT NULL,
+            branch VARCHAR NOT NULL,
+            model VARCHAR NOT NULL,
+            snapshot_ids VARCHAR[] NOT NULL
+        )""",
+        "CREATE TABLE strata.dropped_snapshots (snapshot_id VARCHAR NOT NULL, entry BIGINT NOT NULL, dropped_at TIMESTAMP NOT NULL)",
+        """CREATE VIEW strata.snapshot_states AS
+            SELECT s.snapshot_id, s.model, s.table_name, s.partition_key, s.model_fingerprint, s.content_hash,
+                   s.row_count, s.watermark, s.created_entry, d.snapshot_id IS NOT NULL AS is_dropped
+            FROM strata.snapshots s
+            LEFT JOIN (SELECT DISTINCT snapshot_id FROM strata.dropped_snapshots) d USING (snapshot_id)""",
+    ),
+)
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'strata' AND table_name = 'schema_version'"
+    ).fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = con.execute("SELECT coalesce(max(version), 0) FROM strata.schema_version").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Apply pending migrations, each in its own transaction. Returns the schema version."""
+    version = current_version(con)
+    for number, statements in enumerate(MIGRATIONS, start=1):
+        if number <= version:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in statements:
+                con.execute(statement)
+            con.execute("INSERT INTO strata.schema_version VALUES (?, now())", [number])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        version = number
+    return version

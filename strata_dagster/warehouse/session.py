@@ -1,0 +1,126 @@
+"""One open warehouse, as the engine sees it: transactions, snapshots, views, history and content.
+
+The engine never touches duckdb itself (ARCHITECTURE.md, Layering): DuckDB failures surface here
+as WarehouseError, which carries DuckDB's first message line and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.language.definition import Project
+from strata_dagster.warehouse import sources as source_reading
+from strata_dagster.warehouse import tables
+from strata_dagster.warehouse.connection import connect
+from strata_dagster.warehouse.content import Content, content_of
+from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.migrations import migrate
+
+
+class WarehouseError(Exception):
+    """DuckDB refused a statement; `str()` is its first message line."""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextmanager
+def _as_warehouse_errors() -> Iterator[None]:
+    try:
+        yield
+    except duckdb.Error as error:
+        raise WarehouseError(_first_line(error)) from None
+
+
+class Session:
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.history = HistoryReader(con)
+        self.writer = HistoryWriter(con)
+
+    # -- transactions -----------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Everything inside commits together or not at all."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.rollback()
+            raise
+        self.con.execute("COMMIT")
+
+    def begin(self) -> None:
+        self.con.execute("BEGIN TRANSACTION")
+
+    def commit(self) -> None:
+        self.con.execute("COMMIT")
+
+    def rollback(self) -> None:
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # no transaction left to roll back: nothing of it was committed
+
+    # -- sources ----------------------------------------------------------------------------------
+    def prepare_sources(
+        self, project: Project, overrides: Mapping[str, str]
+    ) -> dict[str, tuple[tuple[str, str], ...]]:
+        """Attach source databases, check overrides, and return the schemas of readable sources."""
+        source_reading.attach_source_databases(self.con, project)
+        source_reading.check_overrides_exist(self.con, overrides)
+        return source_reading.source_schemas(self.con, project, overrides)
+
+    def content(self, relation: exp.Table) -> Content:
+        with _as_warehouse_errors():
+            return content_of(self.con, relation)
+
+    # -- snapshots and views ----------------------------------------------------------------------
+    def create_snapshot(self, name: str, query: exp.Query) -> None:
+        with _as_warehouse_errors():
+            tables.create_snapshot(self.con, name, query)
+
+    def drop_snapshot(self, name: str) -> None:
+        tables.drop_table(self.con, name)
+
+    def snapshot_exists(self, name: str) -> bool:
+        return tables.table_exists(self.con, name)
+
+    def view_tables(self, branch_schema: str, model: str) -> tuple[str, ...] | None:
+        return tables.view_snapshot_tables(self.con, branch_schema, model)
+
+    def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
+        tables.point_view(self.con, branch_schema, model, table_names)
+
+    def schema_has_tables(self, schema: str) -> bool:
+        row = self.con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
+            [schema],
+        ).fetchone()
+        return bool(row and row[0])
+
+    def unique_violation(self, name: str, columns: Sequence[str]) -> tables.PinViolation | None:
+        with _as_warehouse_errors():
+            return tables.unique_violation(self.con, name, columns)
+
+    def contract_violation(
+        self, name: str, contract: Sequence[tuple[str, str, bool]]
+    ) -> tables.PinViolation | None:
+        with _as_warehouse_errors():
+            return tables.contract_violation(self.con, name, contract)
+
+
+@contextmanager
+def open_session(path: Path, *, read_only: bool = False) -> Iterator[Session]:
+    """Open the warehouse (waiting for another process's lock), migrated unless read-only."""
+    with connect(path, read_only=read_only) as con:
+        if not read_only:
+            migrate(con)
+        yield Session(con)

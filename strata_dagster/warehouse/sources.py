@@ -1,0 +1,106 @@
+"""Reading sources inside an open warehouse: attached databases, overrides, schemas and fingerprints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.compile.relations import attached_catalog, source_relation
+from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError
+from strata_dagster.language.definition import Project, Source
+from strata_dagster.warehouse.sql import describe, parse_table_name, relation_exists, run
+
+
+def attach_source_databases(con: duckdb.DuckDBPyConnection, project: Project) -> None:
+    """ATTACH (read-only) every `database:` a source names, under a catalog named after the source."""
+    attached = {row[0] for row in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+    for source in project.sources.values():
+        if source.database is None or attached_catalog(source) in attached:
+            continue
+        path = Path(source.database)
+        if not path.is_absolute():
+            path = project.root / path
+        if not path.exists():
+            raise StrataError(
+                E_SOURCE,
+                f"source `{source.name}` reads database `{source.database}`, which does not exist ({path})",
+                source.location,
+                hint="fix `database:` (relative paths start at the project folder)",
+            )
+        statement = exp.Attach(
+            this=exp.alias_(exp.Literal.string(str(path)), attached_catalog(source)),
+            exists=True,
+            expressions=[exp.AttachOption(this=exp.var("READ_ONLY"))],
+        )
+        run(con, statement)
+
+
+def parse_overrides(
+    pairs: Mapping[str, str] | list[str] | tuple[str, ...], project: Project
+) -> dict[str, str]:
+    """`["orders=fixes.orders", ...]` (or a mapping) -> {source: table}; E022 for anything malformed."""
+    items: list[tuple[str, str]] = []
+    if isinstance(pairs, Mapping):
+        items = list(pairs.items())
+    else:
+        for pair in pairs:
+            name, sep, target = pair.partition("=")
+            if not sep or not name.strip() or not target.strip():
+                raise StrataError(
+                    E_OVERRIDE,
+                    f"malformed source override `{pair}`",
+                    hint="write `--source SOURCE=TABLE`, e.g. orders=fixes.orders",
+                )
+            items.append((name.strip(), target.strip()))
+    overrides: dict[str, str] = {}
+    for name, target in items:
+        if name not in project.sources:
+            raise StrataError(
+                E_OVERRIDE,
+                f"`--source {name}={target}` names no source of the project",
+                hint="sources: " + ", ".join(sorted(project.sources)),
+            )
+        if any(not part for part in target.split(".")) or target.count(".") > 2:
+            # Any other text is fine: it only ever becomes quoted identifiers, never SQL.
+            raise StrataError(
+                E_OVERRIDE, f"`{target}` is not a table name", hint="write `schema.table` or `table`"
+            )
+        overrides[name] = target
+    return overrides
+
+
+def source_table(source: Source, project: Project, overrides: Mapping[str, str]) -> exp.Table:
+    if source.name in overrides:
+        return parse_table_name(overrides[source.name])
+    return source_relation(source, str(project.root))
+
+
+def check_overrides_exist(con: duckdb.DuckDBPyConnection, overrides: Mapping[str, str]) -> None:
+    for name, target in overrides.items():
+        if not relation_exists(con, parse_table_name(target)):
+            raise StrataError(
+                E_OVERRIDE,
+                f"`--source {name}={target}`: the warehouse has no table `{target}`",
+                hint="create the corrected table first, or fix the name",
+            )
+
+
+def source_schemas(
+    con: duckdb.DuckDBPyConnection, project: Project, overrides: Mapping[str, str]
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """(column, type) of every source that can be read now; unreadable sources are left out."""
+    schemas = {}
+    for name, source in project.sources.items():
+        try:
+            schemas[name] = describe(con, source_table(source, project, overrides))
+        except (
+            duckdb.CatalogException,
+            duckdb.IOException,
+            duckdb.BinderException,
+            duckdb.InvalidInputException,
+        ):
+            continue
+    return schemas

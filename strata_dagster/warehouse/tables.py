@@ -1,0 +1,173 @@
+"""Snapshot tables, live views and the pins checked on a new snapshot before it is published."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from strata_dagster.compile.relations import view_name
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.sql import DIALECT, describe, run, snapshot_table, table
+
+
+def snapshot_table_name(snapshot_id: str, model: str) -> str:
+    return f"snap_{snapshot_id}_{model}"
+
+
+def create_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
+    """Write a new immutable snapshot table. A leftover table of that name is never published
+    (names come from build keys registered only at publication), so it may be replaced."""
+    run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True))
+
+
+def drop_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    run(con, exp.Drop(tables=[snapshot_table(name)], kind="TABLE", exists=True))
+
+
+def view_table(branch_schema: str, model: str) -> exp.Table:
+    return table(view_name(model), branch_schema)
+
+
+def view_query(table_names: Sequence[str]) -> exp.Query:
+    """What a live view selects: one snapshot, or the union of a model's partition snapshots."""
+    selects = [exp.select("*").from_(snapshot_table(name)) for name in table_names]
+    query: exp.Query = selects[0]
+    for other in selects[1:]:
+        query = exp.union(query, other, distinct=False, by_name=True)
+    return query
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
+    run(con, exp.Create(this=exp.Table(this=exp.to_identifier(schema)), kind="SCHEMA", exists=True))
+
+
+def point_view(
+    con: duckdb.DuckDBPyConnection, branch_schema: str, model: str, table_names: Sequence[str]
+) -> None:
+    ensure_schema(con, branch_schema)
+    run(
+        con,
+        exp.Create(
+            this=view_table(branch_schema, model),
+            kind="VIEW",
+            expression=view_query(table_names),
+            replace=True,
+        ),
+    )
+
+
+def drop_view(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str) -> None:
+    run(con, exp.Drop(tables=[view_table(branch_schema, model)], kind="VIEW", exists=True))
+
+
+def view_snapshot_tables(
+    con: duckdb.DuckDBPyConnection, branch_schema: str, model: str
+) -> tuple[str, ...] | None:
+    """The snapshot tables a live view reads, as DuckDB stores it now; None when there is no view."""
+    row = con.execute(
+        "SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
+        [branch_schema, view_name(model)],
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        parsed = sqlglot.parse_one(row[0], read=DIALECT)
+    except sqlglot.errors.ParseError:
+        return ()
+    query = parsed.expression if isinstance(parsed, exp.Create) else parsed
+    if query is None:
+        return ()
+    tables = [node for node in query.find_all(exp.Table) if node.db == SNAPSHOT_SCHEMA]
+    other = [node for node in query.find_all(exp.Table) if node.db != SNAPSHOT_SCHEMA]
+    if other:
+        return ()  # the view was edited to read something else
+    return tuple(sorted(node.name for node in tables))
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA, name],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def snapshot_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA],
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+@dataclass(frozen=True)
+class PinViolation:
+    kind: str  # "unique" | "contract"
+    message: str
+
+
+def unique_violation(
+    con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[str]
+) -> PinViolation | None:
+    keys = [exp.column(column) for column in columns]
+    duplicates = (
+        exp.select(*keys, exp.func("count_star").as_("__copies"))
+        .from_(snapshot_table(name))
+        .group_by(*keys)
+        .having(exp.GT(this=exp.func("count_star"), expression=exp.Literal.number(1)))
+    )
+    query = exp.select(exp.func("count_star"), exp.func("first", exp.column("__copies"))).from_(
+        duplicates.subquery("__dups")
+    )
+    example = exp.select(*keys).from_(duplicates.subquery("__dups")).limit(1)
+    row = run(con, query).fetchone()
+    if not row or not row[0]:
+        return None
+    sample = run(con, example).fetchone()
+    shown = ", ".join(f"{column}={value!r}" for column, value in zip(columns, sample or (), strict=False))
+    return PinViolation(
+        "unique",
+        f"{row[0]} duplicate key value(s) of ({', '.join(columns)}), e.g. {shown}",
+    )
+
+
+def canonical_type(con: duckdb.DuckDBPyConnection, type_text: str) -> str:
+    """DuckDB's own spelling of a type (INT -> INTEGER); the text goes through sqlglot, never spliced."""
+    data_type = exp.DataType.build(type_text, dialect=DIALECT)
+    row = run(con, exp.select(exp.func("typeof", exp.cast(exp.null(), data_type)))).fetchone()
+    return str(row[0]) if row else type_text
+
+
+def contract_violation(
+    con: duckdb.DuckDBPyConnection, name: str, contract: Sequence[tuple[str, str, bool]]
+) -> PinViolation | None:
+    """`contract` lists (column, type, is_not_null)."""
+    actual = dict(describe(con, snapshot_table(name)))
+    problems = []
+    for column, type_text, is_not_null in contract:
+        if column not in actual:
+            problems.append(f"column `{column}` is missing")
+            continue
+        try:
+            expected = canonical_type(con, type_text)
+        except (sqlglot.errors.ParseError, duckdb.Error, ValueError):
+            problems.append(f"`{column}`: `{type_text}` is not a DuckDB type")
+            continue
+        if actual[column] != expected:
+            problems.append(f"`{column}` is {actual[column]}, the contract says {expected}")
+        if is_not_null:
+            nulls = run(
+                con,
+                exp.select(exp.func("count_star"))
+                .from_(snapshot_table(name))
+                .where(exp.Is(this=exp.column(column), expression=exp.null())),
+            ).fetchone()
+            if nulls and nulls[0]:
+                problems.append(f"`{column}` has {nulls[0]} NULL value(s) but is `not null`")
+    if not problems:
+        return None
+    return PinViolation("contract", "; ".join(problems))
