@@ -21,8 +21,10 @@ from strata_dagster.language.definition import (
     SelectStep,
     SetOperationStep,
 )
+from strata_dagster.language.loader import link_project
+from strata_dagster.language.parser import parse_module
 from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.source_schemas import read_source_schemas
+from strata_dagster.warehouse.session import read_source_schemas
 from strata_dagster_tests.conftest import CUSTOMERS_COLUMNS, ORDERS_COLUMNS
 
 SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
@@ -109,7 +111,7 @@ def test_few_rows_still_get_ten_customers(tmp_path):
 
 
 def test_column_types(sample):
-    assert read_source_schemas(sample, load_text(SOURCES).sources) == {
+    assert read_source_schemas(sample, load_text(SOURCES)) == {
         "orders": ORDERS_COLUMNS,
         "customers": CUSTOMERS_COLUMNS,
     }
@@ -195,7 +197,7 @@ def test_rejects_empty_sample(tmp_path):
 
 def test_missing_warehouse_is_not_created(tmp_path):
     warehouse = tmp_path / "nothing.duckdb"
-    assert read_source_schemas(warehouse, load_text(SOURCES).sources) == {}
+    assert read_source_schemas(warehouse, load_text(SOURCES)) == {}
     assert not warehouse.exists()
 
 
@@ -212,7 +214,7 @@ source no_schema {
 source unqualified {
 }
 """
-    ).sources
+    )
     assert set(read_source_schemas(sample, sources)) == {"orders", "customers"}
 
 
@@ -226,8 +228,11 @@ def test_file_and_attached_database_sources(sample, tmp_path):
         f"COPY (SELECT 1::BIGINT AS id, 2.5::DOUBLE AS score) TO '{root / 'data' / 'scores.csv'}'"
     )
     connection.close()
-    sources = load_text(
-        """
+    sources = link_project(
+        root,
+        [
+            parse_module(
+                """
 source parquet_files {
   path: 'data/*.parquet'
 }
@@ -245,9 +250,12 @@ source ingest_missing {
   table: raw.orders
   database: 'missing.duckdb'
 }
-"""
-    ).sources
-    schemas = read_source_schemas(sample, sources, project_root=root)
+""",
+                "m.strata",
+            )
+        ],
+    )
+    schemas = read_source_schemas(sample, sources)
     assert schemas == {
         "parquet_files": (("id", "BIGINT"), ("label", "VARCHAR")),
         "csv_file": (("id", "BIGINT"), ("score", "DOUBLE")),
@@ -308,7 +316,7 @@ def test_shop_example_runs_on_sample_data(tmp_path):
     warehouse = tmp_path / "shop.duckdb"
     write_sample_data(warehouse, 5_000)
     project = load_project(SHOP)
-    compiled = compile_project(project, read_source_schemas(warehouse, project.sources))
+    compiled = compile_project(project, read_source_schemas(warehouse, project))
 
     def relation(name: str) -> exp.Table:
         if name in project.sources:

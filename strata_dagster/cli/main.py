@@ -21,10 +21,10 @@ def main() -> None:
 
 
 def load_and_compile(project: Path, warehouse: Path) -> CompiledProject:
-    from strata_dagster.warehouse.source_schemas import read_source_schemas
+    from strata_dagster.warehouse.session import read_source_schemas
 
     loaded = load_project(project)
-    schemas = read_source_schemas(warehouse, loaded.sources, project_root=loaded.root)
+    schemas = read_source_schemas(warehouse, loaded)
     compiled = compile_project(loaded, schemas)
     print_warnings(compiled.warnings)
     return compiled

@@ -48,7 +48,8 @@ def model_fingerprint(
     engine_version: str,
 ) -> ModelFingerprint:
     """The fingerprint of a model's definition; `upstream` maps each model it reads to its fingerprint."""
-    canonical = compiled.sql()  # relations by role: branches and overrides do not change it
+    # Relations by role: branches and overrides do not change it; comments are not code.
+    canonical = compiled.statement.sql(dialect="duckdb", comments=False)
     props = model.properties
     output_properties = {name: _plain(getattr(props, name)) for name in OUTPUT_PROPERTIES}
     value = digest(

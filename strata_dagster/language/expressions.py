@@ -44,10 +44,17 @@ def parse_item(text: str, location: Location, *, allow_alias: bool) -> exp.Expre
             E_EXPRESSION, f"not a valid SQL expression ({type(error).__name__})", location
         ) from None
     items = statement.expressions if isinstance(statement, exp.Select) else []
+    if isinstance(statement, exp.Select) and statement.args.get("distinct"):
+        raise StrataError(
+            E_EXPRESSION,
+            "DISTINCT has no meaning in a step item",
+            location,
+            hint="for distinct rows, `group` by the columns (e.g. `group a, b`)",
+        )
     if (
         not isinstance(statement, exp.Select)
         or len(items) != 1
-        or any(statement.args.get(key) for key in ("from_", "from", "where", "group", "order", "limit"))
+        or any(value for key, value in statement.args.items() if key != "expressions")
     ):
         raise StrataError(
             E_EXPRESSION,

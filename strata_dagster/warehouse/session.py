@@ -124,3 +124,19 @@ def open_session(path: Path, *, read_only: bool = False) -> Iterator[Session]:
         if not read_only:
             migrate(con)
         yield Session(con)
+
+
+def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tuple[str, str], ...]]:
+    """(column, type) of every source that can be read now, without writing anything.
+
+    A warehouse that does not exist is not created: file sources are then described from an
+    in-memory database, and table sources are simply not known yet.
+    """
+    if warehouse.exists():
+        with connect(warehouse, read_only=True) as con:
+            return source_reading.source_schemas_with_databases(con, project)
+    con = duckdb.connect()
+    try:
+        return source_reading.source_schemas_with_databases(con, project)
+    finally:
+        con.close()

@@ -14,8 +14,13 @@ from strata_dagster.language.definition import Project, Source
 from strata_dagster.warehouse.sql import describe, parse_table_name, relation_exists, run
 
 
-def attach_source_databases(con: duckdb.DuckDBPyConnection, project: Project) -> None:
-    """ATTACH (read-only) every `database:` a source names, under a catalog named after the source."""
+def attach_source_databases(
+    con: duckdb.DuckDBPyConnection, project: Project, *, is_strict: bool = True
+) -> None:
+    """ATTACH (read-only) every `database:` a source names, under a catalog named after the source.
+
+    A database file that does not exist is an error when `is_strict`, else the source is skipped.
+    """
     attached = {row[0] for row in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
     for source in project.sources.values():
         if source.database is None or attached_catalog(source) in attached:
@@ -24,6 +29,8 @@ def attach_source_databases(con: duckdb.DuckDBPyConnection, project: Project) ->
         if not path.is_absolute():
             path = project.root / path
         if not path.exists():
+            if not is_strict:
+                continue
             raise StrataError(
                 E_SOURCE,
                 f"source `{source.name}` reads database `{source.database}`, which does not exist ({path})",
@@ -104,3 +111,11 @@ def source_schemas(
         ):
             continue
     return schemas
+
+
+def source_schemas_with_databases(
+    con: duckdb.DuckDBPyConnection, project: Project
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Schemas for `strata check`/`compile`: sources that cannot be read now are left out."""
+    attach_source_databases(con, project, is_strict=False)
+    return source_schemas(con, project, {})
