@@ -231,6 +231,9 @@ class _Run:
         existing: SnapshotRecord | None,
     ) -> tuple[SnapshotRecord, str]:
         snapshot_id = short_id(key)
+        if self.reader.snapshot(snapshot_id) is not None:
+            # Rebuilding a key whose snapshot table went missing: a fresh id, never a second record.
+            snapshot_id = short_id(digest(key, self.entry))
         table_name = snapshot_table_name(snapshot_id, name)
         try:
             self.session.create_snapshot(table_name, query)

@@ -1,0 +1,48 @@
+"""Shared set-up for engine tests: a copy of the shop example with sample data in tmp_path."""
+
+import shutil
+from pathlib import Path
+
+import duckdb
+
+from strata_dagster.warehouse.sample_data import write_sample_data
+
+SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
+
+
+def make_shop(tmp_path: Path, rows: int = 3_000) -> tuple[Path, Path]:
+    project = tmp_path / "shop"
+    shutil.copytree(SHOP, project, ignore=shutil.ignore_patterns("*.duckdb*", "README.md"))
+    warehouse = tmp_path / "warehouse.duckdb"
+    write_sample_data(warehouse, rows)
+    return project, warehouse
+
+
+def execute(warehouse: Path, *statements: str, params=None) -> list:
+    con = duckdb.connect(str(warehouse))
+    try:
+        result = []
+        for statement in statements:
+            result = con.execute(statement, params or []).fetchall()
+        return result
+    finally:
+        con.close()
+
+
+def view_tables(warehouse: Path, schema: str = "main") -> dict[str, str]:
+    """view name -> the SQL DuckDB stores for it."""
+    rows = execute(
+        warehouse,
+        "SELECT view_name, sql FROM duckdb_views() WHERE schema_name = ? AND NOT internal ORDER BY 1",
+        params=[schema],
+    )
+    return dict(rows)
+
+
+def history_count(warehouse: Path) -> int:
+    return execute(warehouse, "SELECT count(*) FROM strata.entries")[0][0]
+
+
+def row_multiset(warehouse: Path, relation: str) -> list:
+    """Row-hash multiset of a relation (relation names here are test constants)."""
+    return execute(warehouse, f"SELECT hash(r), count(*) FROM {relation} AS r GROUP BY 1 ORDER BY 1")
