@@ -37,7 +37,9 @@ def test_first_run_builds_everything_and_views_expose_it(shop):
     assert set(paths(result)) == ALL_MODELS
     assert set(paths(result).values()) == {"full"}
     assert set(view_tables(warehouse)) == {f"v_{name}" for name in ALL_MODELS}
-    assert row_multiset(warehouse, "main.v_stg_customers") == row_multiset(warehouse, "raw.customers") or True
+    assert row_multiset(warehouse, "main.v_order_status_log") == row_multiset(
+        warehouse, "(SELECT order_id, status, updated_at FROM raw.orders)"
+    )
     count = execute(warehouse, "SELECT count(*) FROM main.v_stg_orders")[0][0]
     expected = execute(warehouse, "SELECT count(*) FROM raw.orders WHERE status <> 'cancelled'")[0][0]
     assert count == expected > 0
@@ -63,7 +65,9 @@ def test_changed_source_row_rebuilds_exactly_its_downstream(shop):
     assert all(paths(second)[name] == "reused" for name in ALL_MODELS - DOWNSTREAM_OF_CUSTOMERS)
     published = {outcome.model for outcome in second.outcomes if outcome.is_published}
     assert published <= DOWNSTREAM_OF_CUSTOMERS and "stg_customers" in published
-    assert execute(warehouse, "SELECT region FROM main.v_stg_customers WHERE customer_id = 1") == [("atlantis",)]
+    assert execute(warehouse, "SELECT region FROM main.v_stg_customers WHERE customer_id = 1") == [
+        ("atlantis",)
+    ]
     assert first.run_id != second.run_id
 
 
@@ -125,7 +129,9 @@ def operations_entries(warehouse):
 def test_edited_view_is_repaired_by_the_next_run(shop):
     project, warehouse = shop
     run_project(project, warehouse)
-    execute(warehouse, "CREATE OR REPLACE VIEW main.v_stg_customers AS SELECT * FROM raw.customers WHERE false")
+    execute(
+        warehouse, "CREATE OR REPLACE VIEW main.v_stg_customers AS SELECT * FROM raw.customers WHERE false"
+    )
     result = run_project(project, warehouse, only_stale=True)
     assert [outcome.model for outcome in result.outcomes if outcome.is_published] == ["stg_customers"]
     assert execute(warehouse, "SELECT count(*) FROM main.v_stg_customers")[0][0] > 0
@@ -174,7 +180,9 @@ def test_unique_pin_failure_publishes_nothing(shop):
     assert caught.value.code == "E030"
     assert "customer_id=3" in caught.value.message
     assert (view_tables(warehouse), history_count(warehouse)) == (views, entries)
-    leftovers = execute(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'strata_snapshots'")
+    leftovers = execute(
+        warehouse, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'strata_snapshots'"
+    )
     assert leftovers[0][0] == len(views)
 
 
@@ -183,7 +191,9 @@ def test_contract_failure_publishes_nothing(shop):
     run_project(project, warehouse)
     views = view_tables(warehouse)
     staging = project / "staging.strata"
-    staging.write_text(staging.read_text().replace("customer_id: BIGINT not null", "customer_id: VARCHAR not null"))
+    staging.write_text(
+        staging.read_text().replace("customer_id: BIGINT not null", "customer_id: VARCHAR not null")
+    )
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == "E031"
@@ -200,7 +210,9 @@ def test_code_change_rebuilds_the_model_and_its_downstream(shop):
     assert {name for name, path in paths(result).items() if path != "reused"} == {"monthly_revenue"}
     # Comments and descriptions are not code.
     marts.write_text(marts.read_text().replace("-- A join with `on`", "-- A join, with `on`"))
-    marts.write_text(marts.read_text().replace("Orders with their customer region", "Orders and customer region"))
+    marts.write_text(
+        marts.read_text().replace("Orders with their customer region", "Orders and customer region")
+    )
     assert run_project(project, warehouse, only_stale=True).is_noop
 
 
@@ -224,11 +236,11 @@ def test_branches_are_zero_copy_and_promote(shop):
     operations.create_branch(warehouse, "dev")
     main_views = view_tables(warehouse, "main")
     dev_views = view_tables(warehouse, "dev")
-    assert {name: sql.replace("dev.", "main.") for name, sql in dev_views.items()} == {
-        name: sql for name, sql in main_views.items()
-    } or {name: sql.split(" AS ", 1)[1] for name, sql in dev_views.items()} == {
+    # The same snapshot tables behind both branches' views.
+    assert {name: sql.split(" AS ", 1)[1] for name, sql in dev_views.items()} == {
         name: sql.split(" AS ", 1)[1] for name, sql in main_views.items()
     }
+    assert len(dev_views) == len(ALL_MODELS)
     assert execute(warehouse, "SELECT count(*) FROM strata.snapshots") == snapshots_before
     execute(warehouse, "UPDATE raw.customers SET region = 'dev-only' WHERE customer_id = 1")
     run_project(project, warehouse, only_stale=True, branch="dev")

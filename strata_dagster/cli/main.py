@@ -86,3 +86,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> 
 
 for _command in COMMANDS:
     main.add_command(_command)
+
+
+if __name__ == "__main__":
+    main()
