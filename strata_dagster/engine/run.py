@@ -20,12 +20,13 @@ from sqlglot import exp
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.faults import checkpoint
-from strata_dagster.errors import E_BUILD, E_CONTRACT, E_SOURCE, E_UNIQUE, StrataError
-from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, model_fingerprint, short_id
+from strata_dagster.engine.status import SourceState, fingerprint_models, read_source_state
+from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
+from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
-from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
+from strata_dagster.warehouse.sql import snapshot_table
 from strata_dagster.warehouse.tables import snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
@@ -80,14 +81,6 @@ class RunResult:
 ProgressCallback = Callable[[ModelOutcome], None]
 
 
-@dataclass(frozen=True)
-class SourceRead:
-    name: str
-    relation: str
-    fingerprint: str
-    rows: int
-
-
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
     with open_session(request.warehouse) as session:
@@ -114,7 +107,7 @@ class _Run:
         self.selected = select_models(self.project, request.models)
         self.closure = with_upstream(self.project, self.selected)
         self.schema = branch_schema(context.branch)
-        self.fingerprints: dict[str, ModelFingerprint] = {}
+        self.fingerprints: dict[str, ModelFingerprint] = fingerprint_models(context)
         self.chosen: dict[str, SnapshotRecord] = {}
         self.outcomes: list[ModelOutcome] = []
         self.new_snapshots: list[SnapshotRecord] = []
@@ -129,6 +122,7 @@ class _Run:
         try:
             checkpoint("transaction_started")
             self.sources = self._read_sources()
+            self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
             pointers = self.reader.pointers(self.context.branch)
             for name in self.closure:
                 self._decide(name, pointers.get(name))
@@ -146,26 +140,10 @@ class _Run:
         return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
 
     # -- inputs -----------------------------------------------------------------------------------
-    def _read_sources(self) -> dict[str, SourceRead]:
-        needed = sorted(
-            {ref for name in self.closure for ref in self.project.models[name].references}
-            & set(self.project.sources)
-        )
-        reads = {}
-        for name in needed:
-            source = self.project.sources[name]
-            relation = source_table(source, self.project, self.context.overrides)
-            try:
-                content = self.session.content(relation)
-            except WarehouseError as error:
-                raise StrataError(
-                    E_SOURCE,
-                    f"source `{name}` cannot be read from `{render(relation)}`: {error}",
-                    source.location,
-                    hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
-                ) from None
-            reads[name] = SourceRead(name, render(relation), content.fingerprint, content.row_count)
-        return reads
+    def _read_sources(self) -> dict[str, SourceState]:
+        references = {ref for name in self.closure for ref in self.project.models[name].references}
+        needed = sorted(references & set(self.project.sources))
+        return {name: read_source_state(self.session, self.context, name) for name in needed}
 
     def _relation_for_build(self, name: str) -> exp.Table:
         if name in self.project.sources:
@@ -176,9 +154,7 @@ class _Run:
     def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
         model = self.project.models[name]
         compiled = self.context.compiled.models[name]
-        upstream = {ref: self.fingerprints[ref].value for ref in self.project.upstream_models(name)}
-        fingerprint = model_fingerprint(model, compiled, upstream, ENGINE_VERSION)
-        self.fingerprints[name] = fingerprint
+        fingerprint = self.fingerprints[name]
         inputs = [
             (f"source:{ref}", self.sources[ref].fingerprint)
             if ref in self.sources
@@ -305,7 +281,7 @@ class _Run:
             list(self.selected),
             self.request.only_stale,
             self.request.backfill_of,
-            sorted((read.name, read.fingerprint) for read in self.sources.values()),
+            sorted((state.name, state.fingerprint) for state in self.sources.values()),
             sorted((name, fp.value) for name, fp in self.fingerprints.items()),
         )
 

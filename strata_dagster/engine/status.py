@@ -1,0 +1,101 @@
+"""Read-only questions an orchestrator asks: source fingerprints, model fingerprints, live state.
+
+The Dagster layer maps these onto DataVersions (sources), code versions (models) and data
+versions of materializations (snapshot content), so Dagster's staleness equals the engine's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
+from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.errors import E_SOURCE, StrataError
+from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
+from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.sources import source_table
+from strata_dagster.warehouse.sql import ENGINE_VERSION, render
+
+
+@dataclass(frozen=True)
+class SourceState:
+    name: str
+    relation: str
+    fingerprint: str
+    row_count: int
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """What a model's live view exposes on a branch (None fields: never published)."""
+
+    name: str
+    fingerprint: str
+    snapshot_ids: tuple[str, ...]
+    content_hash: str | None
+    row_count: int | None
+
+
+def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
+    """Every model's fingerprint, in dependency order (upstream fingerprints feed downstream ones)."""
+    fingerprints: dict[str, ModelFingerprint] = {}
+    project = context.project
+    for name in project.order:
+        upstream = {ref: fingerprints[ref].value for ref in project.upstream_models(name)}
+        compiled = context.compiled.models[name]
+        fingerprints[name] = model_fingerprint(project.models[name], compiled, upstream, ENGINE_VERSION)
+    return fingerprints
+
+
+def read_source_state(session: Session, context: ProjectContext, name: str) -> SourceState:
+    source = context.project.sources[name]
+    relation = source_table(source, context.project, context.overrides)
+    try:
+        content = session.content(relation)
+    except WarehouseError as error:
+        raise StrataError(
+            E_SOURCE,
+            f"source `{name}` cannot be read from `{render(relation)}`: {error}",
+            source.location,
+            hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
+        ) from None
+    return SourceState(name, render(relation), content.fingerprint, content.row_count)
+
+
+def observe_sources(
+    project_dir: Path | str,
+    warehouse: Path | str,
+    names: list[str] | None = None,
+    *,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, SourceState]:
+    """Content fingerprints of the named sources (all when None). Writes nothing but migrations."""
+    with open_session(Path(warehouse)) as session:
+        context = load_context(session, Path(project_dir), overrides or {})
+        wanted = names if names is not None else sorted(context.project.sources)
+        return {name: read_source_state(session, context, name) for name in wanted}
+
+
+def model_states(
+    project_dir: Path | str, warehouse: Path | str, branch: str = DEFAULT_BRANCH
+) -> dict[str, ModelState]:
+    """Each model's current fingerprint and what its live view exposes on `branch`."""
+    with open_session(Path(warehouse)) as session:
+        context = load_context(session, Path(project_dir), {}, branch)
+        fingerprints = fingerprint_models(context)
+        pointers = session.history.pointers(branch)
+        states = {}
+        for name in context.project.order:
+            ids = pointers.get(name, ())
+            records = [session.history.snapshot(snapshot_id) for snapshot_id in ids]
+            is_live = ids and session.view_tables(branch_schema(branch), name) == tuple(
+                sorted(record.table_name for record in records if record is not None)
+            )
+            content = records[0].content_hash if is_live and len(records) == 1 and records[0] else None
+            rows = sum(record.row_count for record in records if record is not None) if is_live else None
+            states[name] = ModelState(
+                name, fingerprints[name].value, tuple(ids) if is_live else (), content, rows
+            )
+        return states
