@@ -303,7 +303,7 @@ class _Run:
         )
         for read in self.sources.values():
             self.writer.add_source(
-                self.entry, read.name, UNPARTITIONED, read.relation, read.fingerprint, read.rows
+                self.entry, read.name, UNPARTITIONED, read.relation, read.fingerprint, read.row_count
             )
         for record in self.new_snapshots:
             self.writer.add_snapshot(record)
