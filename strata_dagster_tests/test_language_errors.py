@@ -60,6 +60,7 @@ CASES = [
         7,
     ),
     ("E014", "model m {\n  from orders\n  select order_id, amount as order_id\n}\n", 3, 20),
+    ("E014", "model m {\n  from orders\n  expand tags as status\n}\n", 3, 10),
     ("E015", "model m {\n  from orders\n  select amount * 2\n}\n", 3, 10),
     ("E015", "model m {\n  from orders\n  group cast(order_ts as date)\n}\n", 3, 9),
     ("E086", "model m {\n  from orders\n  merge_strategy: merge\n}\n", 3, 19),
@@ -158,3 +159,11 @@ def test_errors_name_the_file_in_a_project(tmp_path):
     assert error.code == "E086"
     assert Path(error.location.file).name == "b.strata"
     assert (error.location.line, error.location.column) == (3, 19)
+
+
+def test_struct_field_of_a_derived_column_opens_a_stage():
+    compiled = compile_text(
+        "model m {\n  from orders\n  derive s = struct_pack(a := 1)\n  derive b = s.a\n}\n"
+    )
+    assert compiled.models["m"].columns[-2:] == ("s", "b")
+    assert "__s1" in compiled.sql("m")

@@ -10,7 +10,7 @@ from strata_dagster.cli.options import project_argument, resolve_warehouse, ware
 from strata_dagster.cli.output import console, print_warnings, reports_errors
 from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.errors import E_UNKNOWN_RELATION, StrataError
+from strata_dagster.errors import E_UNKNOWN_MODEL, StrataError
 from strata_dagster.language import load_project
 
 
@@ -55,7 +55,7 @@ def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ..
     for name in names:
         if name not in compiled.models:
             raise StrataError(
-                E_UNKNOWN_RELATION,
+                E_UNKNOWN_MODEL,
                 f"no model named `{name}`",
                 hint="models: " + ", ".join(compiled.project.order),
             )

@@ -19,7 +19,7 @@ error_console = Console(stderr=True, highlight=False)
 
 def print_warnings(warnings: tuple[StrataWarning, ...] | list[StrataWarning]) -> None:
     for warning in warnings:
-        error_console.print(warning.render(), markup=False, style="yellow")
+        error_console.print(warning.render(), markup=False, style="yellow", soft_wrap=True)
 
 
 def reports_errors(command: F) -> F:
@@ -30,7 +30,7 @@ def reports_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except StrataError as error:
-            error_console.print(error.render(), markup=False, style="red")
+            error_console.print(error.render(), markup=False, style="red", soft_wrap=True)
             count = len(error.errors)
             if count > 1:
                 error_console.print(f"{count} errors", style="red")

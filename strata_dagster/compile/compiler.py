@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from strata_dagster.compile.relations import bind, role_relation
-from strata_dagster.compile.scope import Columns, Scope, check_expression, referenced_names, unknown_column
+from strata_dagster.compile.scope import (
+    Columns,
+    Scope,
+    check_expression,
+    has_window,
+    referenced_names,
+    unknown_column,
+)
 from strata_dagster.errors import (
     E_DUPLICATE_COLUMN,
     E_PIPELINE,
@@ -64,6 +71,26 @@ class CompiledModel:
     is_base_passthrough: bool
     let_names: tuple[str, ...] = ()
     pushed_filters: int = 0
+    # Output column -> the base-scope column (a source column or a let) it passes through
+    # unchanged; only for base passthrough models. What incremental builds trace keys and
+    # cdc columns back to, before any filter.
+    lineage: tuple[tuple[str, str], ...] = ()
+    lets: tuple[tuple[str, exp.Expression], ...] = field(default=(), compare=False)
+
+    def base_column(self, output: str) -> str | None:
+        """The base-scope name an output column passes through unchanged, if any."""
+        return dict(self.lineage).get(output) if self.is_base_passthrough else None
+
+    def base_expression(self, name: str, qualifier: str | None = None) -> exp.Expression:
+        """A base-scope name as an expression over the raw source row (lets inlined)."""
+        lets = dict(self.lets)
+        if name in lets:
+            value = lets[name].copy()
+            if qualifier is not None:
+                for column in value.find_all(exp.Column):
+                    column.set("table", exp.to_identifier(qualifier))
+            return value
+        return exp.column(name, table=qualifier)
 
     def sql(self, relation: RelationResolver | None = None, *, pretty: bool = False) -> str:
         statement = self.bound(relation) if relation is not None else self.statement
@@ -106,6 +133,9 @@ class _Stage:
     group_by: list[exp.Expression] | None = None
     derived: set[str] = field(default_factory=set)
     is_expanded: bool = False
+    # A window function computed here sees the rows this stage's WHERE keeps: a later filter
+    # must not join that WHERE.
+    has_window: bool = False
 
     @property
     def is_plain(self) -> bool:
@@ -142,6 +172,7 @@ class _PipelineCompiler:
         self.stage: _Stage | None = None
         self.is_pushdown_open = True  # filters may still move into the base CTE
         self.is_base_passthrough = True
+        self.lineage: dict[str, str] = {}
 
     # -- errors -------------------------------------------------------------------------------
     def error(self, code: str, message: str, location: Location, hint: str | None = None) -> StrataError:
@@ -158,6 +189,7 @@ class _PipelineCompiler:
         first = steps[0]
         self.base_alias = first.relation
         self.base_source_columns = self.columns_of(first.relation)
+        self.lineage = {name: name for name in self.base_source_columns or ()}
         self._check_step_order(steps)
         index = 1
         while index < len(steps):
@@ -249,6 +281,10 @@ class _PipelineCompiler:
     def let(self, assignment: Assignment) -> None:
         check_expression(assignment.expr, self.base_scope(), model=self.model.name)
         self.lets[assignment.name] = self.inline_lets(assignment.expr.node)
+        self.lineage[assignment.name] = assignment.name
+        if has_window(assignment.expr.node):
+            # The window sees the rows the base WHERE keeps: later filters must come after it.
+            self.is_pushdown_open = False
         if self.stage is not None:
             # A let after a join: the outer stage reads the base CTE, which now has one more column.
             self.stage.scope.columns = _extended(self.stage.scope.columns, assignment.name)
@@ -265,6 +301,7 @@ class _PipelineCompiler:
         if (
             stage.projection is not None
             or stage.group_by is not None
+            or stage.has_window
             or referenced_names(node) & stage.derived
         ):
             stage = self.wrap()
@@ -360,12 +397,14 @@ class _PipelineCompiler:
             stage = self.wrap()
         check_expression(assignment.expr, stage.scope, model=self.model.name)
         value = exp.alias_(node.copy(), assignment.name)
+        self.lineage.pop(assignment.name, None)
         if stage.output is not None and assignment.name in stage.output:
             stage.star_replace.append(value)
         else:
             stage.extra.append(value)
             stage.output = _extended(stage.output, assignment.name)
         stage.derived.add(assignment.name)
+        stage.has_window = stage.has_window or has_window(node)
 
     def group(self, keys: GroupStep | None, aggregates: AggregateStep | None) -> None:
         self.is_base_passthrough = False
@@ -412,6 +451,7 @@ class _PipelineCompiler:
             if output is not None:
                 output.append(name)
         self._check_unique_names(names)
+        self.lineage = self._lineage_after_select(step, stage)
         stage.projection = [item.node.copy() for item in step.items]
         stage.output = tuple(output) if output is not None else None
 
@@ -432,10 +472,10 @@ class _PipelineCompiler:
         right = exp.select("*").from_(self.relation(step.relation))
         if step.operator in ("union", "union all"):
             combined: exp.Query = exp.union(left, right, distinct=step.operator == "union")
-        elif step.operator == "except":
-            combined = exp.except_(left, right)
+        elif step.operator.startswith("except"):
+            combined = exp.except_(left, right, distinct=not step.operator.endswith(" all"))
         else:
-            combined = exp.intersect(left, right)
+            combined = exp.intersect(left, right, distinct=not step.operator.endswith(" all"))
         name = self._add_cte(combined)
         self.stage = _Stage(
             exp.to_table(name).as_(self.base_alias),
@@ -454,10 +494,24 @@ class _PipelineCompiler:
         inner = node.unalias() if isinstance(node, exp.Alias) else node
         if isinstance(inner, exp.Column):
             name = alias or inner.name
+            if name != inner.name and stage.output is not None and name in stage.output:
+                raise self.error(
+                    E_DUPLICATE_COLUMN,
+                    f"`expand {step.item.text}` names its element `{name}`, which is already a column",
+                    step.item.location,
+                    "pick another name for the element",
+                )
             stage.star_except.append(exp.column(inner.name))
             stage.output = _extended(_without(stage.output, (inner.name,)), name)
         elif alias:
             name = alias
+            if stage.output is not None and name in stage.output:
+                raise self.error(
+                    E_DUPLICATE_COLUMN,
+                    f"`expand {step.item.text}` names its element `{name}`, which is already a column",
+                    step.item.location,
+                    "pick another name for the element",
+                )
             stage.output = _extended(stage.output, name)
         else:
             raise self.error(
@@ -469,6 +523,23 @@ class _PipelineCompiler:
         stage.extra.append(exp.alias_(exp.Unnest(expressions=[inner.copy()]), name))
         stage.derived.add(name)
         stage.is_expanded = True
+
+    def _lineage_after_select(self, step: SelectStep, stage: _Stage) -> dict[str, str]:
+        lineage: dict[str, str] = {}
+        for item in step.items:
+            star = _star_columns(item.node, stage.scope)
+            if star is not _NOT_A_STAR:
+                lineage.update({name: self.lineage[name] for name in star or () if name in self.lineage})
+                continue
+            inner = item.node.unalias() if isinstance(item.node, exp.Alias) else item.node
+            name = item.output_name
+            if (
+                isinstance(inner, exp.Column)
+                and inner.table in ("", self.base_alias)
+                and inner.name in self.lineage
+            ):
+                lineage[name or inner.name] = self.lineage[inner.name]
+        return lineage
 
     # -- helpers ------------------------------------------------------------------------------
     def _name_of(self, item: Expr, step: str) -> str:
@@ -521,6 +592,8 @@ class _PipelineCompiler:
             is_base_passthrough=self.is_base_passthrough,
             let_names=tuple(self.lets),
             pushed_filters=len(self.base_where),
+            lineage=tuple(sorted(self.lineage.items())) if self.is_base_passthrough else (),
+            lets=tuple((name, node.copy()) for name, node in self.lets.items()),
         )
 
     def _base_select(self) -> exp.Select:

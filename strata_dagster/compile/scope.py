@@ -32,7 +32,17 @@ def column_references(node: exp.Expression) -> list[exp.Column]:
 
 
 def referenced_names(node: exp.Expression) -> set[str]:
-    return {column.name for column in column_references(node)}
+    """Names an expression reads: columns, and qualifiers (a struct column `s` in `s.a`)."""
+    names = set()
+    for column in column_references(node):
+        names.add(column.name)
+        if column.table:
+            names.add(column.table)
+    return names
+
+
+def has_window(node: exp.Expression) -> bool:
+    return node.find(exp.Window) is not None
 
 
 def check_expression(expr: Expr, scope: Scope, *, model: str, node: exp.Expression | None = None) -> None:
