@@ -1,0 +1,287 @@
+"""Engine benchmark: each `run_project` scenario against the plain-DuckDB floor of the same work.
+
+    /work/venv/bin/python bench/bench_engine.py [--rows 10000000] [--repeat 5]
+
+Both sides run in this process, on the same data, interleaved (the side that goes first alternates),
+and each timing is the wall time around one call, connection open and close included. See
+bench/README.md for how to read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from rich.console import Console
+from rich.table import Table
+from sqlglot import exp
+
+from strata_dagster.compile import compile_project, source_relation
+from strata_dagster.engine.run import run_project
+from strata_dagster.language import load_project
+from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.warehouse.session import read_source_schemas
+
+PROJECT = """
+source orders { table: raw.orders }
+source customers { table: raw.customers }
+
+model orders_clean {
+  from orders
+  let order_day = cast(order_ts as date)
+  filter status <> 'cancelled'
+  select order_id, customer_id, order_day, status, amount, channel
+}
+
+model daily {
+  from orders_clean
+  group order_day
+  aggregate revenue = sum(amount), n = count(*)
+}
+
+model customers_by_region {
+  from customers
+  group region
+  aggregate n = count(*)
+}
+"""
+ORDERS_MODELS = ("orders_clean", "daily")  # the models that read raw.orders
+
+# What the engine computes per source to decide staleness (warehouse/content.py), bare.
+FINGERPRINTS = (
+    "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t",
+    "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.customers AS t",
+)
+# 1% new orders: new order_ids, placed a year later, updated after every existing row.
+APPEND = """
+INSERT INTO raw.orders
+SELECT o.order_id + m.max_id, o.customer_id, o.order_ts + INTERVAL 1 YEAR,
+       m.max_updated + to_seconds(o.order_id), o.status, o.amount, o.channel, o.tags
+FROM raw.orders AS o,
+     (SELECT max(order_id) AS max_id, max(updated_at) AS max_updated FROM raw.orders) AS m
+WHERE o.order_id <= ?
+"""
+console = Console(width=max(120, shutil.get_terminal_size().columns))
+
+
+@dataclass(frozen=True)
+class Timings:
+    wall: list[float]
+    cpu: list[float]  # user + system seconds of this process (all DuckDB threads included)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    strata: Timings
+    floor: Timings
+    target: float | None
+    floor_is: str
+
+    def ratio(self, pick: Callable[[list[float]], float], cpu: bool = False) -> float:
+        if cpu:
+            return pick(self.strata.cpu) / pick(self.floor.cpu)
+        return pick(self.strata.wall) / pick(self.floor.wall)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(call: Callable[[], object], into: Timings) -> None:
+    os.sync()  # flush earlier writes (file copies, the other side's tables) outside the clock
+    cpu, started = cpu_seconds(), time.perf_counter()
+    call()
+    into.wall.append(time.perf_counter() - started)
+    into.cpu.append(cpu_seconds() - cpu)
+
+
+def interleave(
+    repeat: int, prepare: Callable[[], None], strata: Callable[[], object], floor: Callable[[], object]
+) -> tuple[Timings, Timings]:
+    """Time both sides `repeat` times on freshly prepared state; the side that goes first alternates."""
+    mine, theirs = Timings([], []), Timings([], [])
+    for i in range(repeat):
+        prepare()
+        sides = [(strata, mine), (floor, theirs)]
+        for call, into in sides if i % 2 == 0 else sides[::-1]:
+            timed(call, into)
+    return mine, theirs
+
+
+def floor_statements(project_dir: Path, warehouse: Path, models: tuple[str, ...]) -> list[str]:
+    """`CREATE TABLE <model> AS <the compiled query>`, models reading each other's plain tables."""
+    project = load_project(project_dir)
+    compiled = compile_project(project, read_source_schemas(warehouse, project))
+
+    def relation(name: str) -> exp.Table:
+        if name in project.sources:
+            return source_relation(project.sources[name])
+        return exp.to_table(name)
+
+    return [
+        exp.Create(
+            this=exp.to_table(name), kind="TABLE", expression=compiled.models[name].bound(relation)
+        ).sql(dialect="duckdb")
+        for name in project.order
+        if name in models
+    ]
+
+
+def execute(warehouse: Path, statements: list[str] | tuple[str, ...]) -> None:
+    con = duckdb.connect(str(warehouse))
+    try:
+        for statement in statements:
+            con.execute(statement).fetchall()
+    finally:
+        con.close()
+
+
+def check_paths(result, expected: dict[str, str]) -> None:
+    paths = {outcome.model: outcome.path for outcome in result.outcomes}
+    assert paths == expected, f"unexpected build paths {paths}, expected {expected}"
+
+
+def machine() -> str:
+    con = duckdb.connect()
+    threads, memory = con.execute(
+        "SELECT current_setting('threads'), current_setting('memory_limit')"
+    ).fetchone()
+    con.close()
+    return (
+        f"nproc {len(os.sched_getaffinity(0))} (cpu_count {os.cpu_count()}), duckdb {duckdb.__version__} "
+        f"(threads {threads}, memory_limit {memory}), python {platform.python_version()}, {platform.machine()}"
+    )
+
+
+def bench(rows: int, repeat: int, work: Path) -> list[Scenario]:
+    project = work / "project"
+    project.mkdir()
+    (project / "bench.strata").write_text(PROJECT)
+    base, built, appended = work / "base.duckdb", work / "built.duckdb", work / "appended.duckdb"
+    mine, theirs = work / "engine.duckdb", work / "floor.duckdb"  # not strata.duckdb: see README
+    console.print(f"writing {rows:,} orders into {base} ...")
+    write_sample_data(base, rows)
+    all_models = tuple(load_project(project).order)
+    full_sql = floor_statements(project, base, all_models)
+    append_sql = floor_statements(project, base, ORDERS_MODELS)
+
+    def fresh(source: Path) -> Callable[[], None]:
+        def prepare() -> None:
+            for target in (mine, theirs):
+                Path(f"{target}.wal").unlink(missing_ok=True)
+                shutil.copyfile(source, target)
+
+        return prepare
+
+    console.print("full build ...")
+    full = interleave(
+        repeat,
+        fresh(base),
+        lambda: check_paths(run_project(project, mine), dict.fromkeys(all_models, "full")),
+        lambda: execute(theirs, full_sql),
+    )
+    shutil.copyfile(mine, built)  # up to date: the last strata full build
+
+    console.print("no-change run ...")
+    noop = interleave(
+        repeat,
+        lambda: None,
+        lambda: _assert_noop(run_project(project, built, only_stale=True)),
+        lambda: execute(built, FINGERPRINTS),
+    )
+
+    shutil.copyfile(built, appended)
+    con = duckdb.connect(str(appended))
+    con.execute(APPEND, [max(1, rows // 100)])
+    con.close()
+    console.print("1% append ...")
+    expected = dict.fromkeys(all_models, "reused") | dict.fromkeys(ORDERS_MODELS, "full")
+    append = interleave(
+        repeat,
+        fresh(appended),
+        lambda: check_paths(run_project(project, mine, only_stale=True), expected),
+        lambda: execute(theirs, FINGERPRINTS + tuple(append_sql)),
+    )
+    return [
+        Scenario("full build", *full, 1.3, "CREATE TABLE AS of the 3 compiled queries"),
+        Scenario("no-change run", *noop, 1.5, "fingerprint scan of raw.orders + raw.customers"),
+        Scenario(
+            "1% append",
+            *append,
+            None,
+            "fingerprint scan of both sources + CREATE TABLE AS of orders_clean and daily",
+        ),
+    ]
+
+
+def _assert_noop(result) -> None:
+    assert result.is_noop, f"expected nothing to do, got {[(o.model, o.path) for o in result.outcomes]}"
+
+
+def _seconds(times: list[float]) -> str:
+    return " ".join(f"{t:.3f}" for t in times)
+
+
+def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool) -> None:
+    table = Table(title=f"strata engine vs DuckDB floor, {rows:,} orders, {repeat} interleaved repeats")
+    for column in ("scenario", "strata s\nbest / median", "floor s\nbest / median", "ratio\nbest / median"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    table.add_column("cpu ratio\nbest", justify="right")
+    table.add_column("target")
+    table.add_column("verdict\n(best)")
+    for s in scenarios:
+        best, median = s.ratio(min), s.ratio(statistics.median)
+        if s.target is None:
+            target, verdict = "none yet", "[dim]info[/dim]"
+        else:
+            target = f"<= {s.target}x"
+            verdict = "[green]PASS[/green]" if best <= s.target else "[red]MISS[/red]"
+        table.add_row(
+            s.name,
+            f"{min(s.strata.wall):.3f} / {statistics.median(s.strata.wall):.3f}",
+            f"{min(s.floor.wall):.3f} / {statistics.median(s.floor.wall):.3f}",
+            f"{best:.2f} / {median:.2f}",
+            f"{s.ratio(min, cpu=True):.2f}",
+            target,
+            verdict,
+        )
+    console.print(table)
+    if verbose:
+        for s in scenarios:
+            console.print(
+                f"  {s.name} wall: strata {_seconds(s.strata.wall)}; floor {_seconds(s.floor.wall)}"
+            )
+            console.print(f"  {s.name} cpu:  strata {_seconds(s.strata.cpu)}; floor {_seconds(s.floor.cpu)}")
+    for s in scenarios:
+        console.print(f"  floor of {s.name}: {s.floor_is}")
+    console.print(f"  machine: {machine()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000, help="orders in the source (default 10M)")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved repeats per scenario (default 5)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the temp dir goes (default: system temp)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="also print every timing, in run order")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="strata-bench-", dir=args.dir) as work:
+        scenarios = bench(args.rows, args.repeat, Path(work))
+    report(args.rows, args.repeat, scenarios, args.verbose)
+
+
+if __name__ == "__main__":
+    main()
