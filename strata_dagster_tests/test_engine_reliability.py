@@ -47,7 +47,10 @@ def assert_consistent(warehouse):
         assert all(f"strata_snapshots.{table}" in sql for table in expected), (name, sql)
         execute(warehouse, f"SELECT count(*) FROM main.{name}")
     # No table in the snapshot schema that the history does not know (no half-written snapshot).
-    assert tables <= set(registered.values())
+    keys_tables = execute(
+        warehouse, "SELECT json_extract_string(detail, '$.keys_table') FROM strata.snapshots WHERE detail IS NOT NULL"
+    )
+    assert tables <= set(registered.values()) | {row[0] for row in keys_tables if row[0]}
     orphans = execute(
         warehouse,
         "SELECT count(*) FROM strata.entry_models m ANTI JOIN strata.snapshots s USING (snapshot_id)",

@@ -38,16 +38,19 @@ def role_relation(name: str) -> exp.Table:
     return exp.Table(this=exp.to_identifier(name), db=exp.to_identifier(ROLE_SCHEMA))
 
 
-def bind(statement: exp.Expression, relation: Callable[[str], exp.Table]) -> exp.Expression:
-    """A copy of `statement` with every role relation replaced by the table `relation` gives."""
+def bind(statement: exp.Expression, relation: Callable[[str], exp.Table | exp.Query]) -> exp.Expression:
+    """A copy of `statement` with every role relation replaced by what `relation` gives: a table,
+    or a query (read as a subquery, so the statement stays self-contained)."""
 
     def replace(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and node.db == ROLE_SCHEMA:
-            table = relation(node.name).copy()
+            target = relation(node.name).copy()
             alias = node.args.get("alias")
+            if isinstance(target, exp.Query):
+                return target.subquery(alias.copy() if alias is not None else node.name)
             if alias is not None:
-                table.set("alias", alias.copy())
-            return table
+                target.set("alias", alias.copy())
+            return target
         return node
 
     return statement.copy().transform(replace, copy=False)

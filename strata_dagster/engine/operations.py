@@ -8,9 +8,10 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch
+from strata_dagster.engine.states import merge_keys_of, segments_of
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
-from strata_dagster.warehouse.history import Entry, HistoryReader
+from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.session import Session, open_session
 
 
@@ -62,26 +63,31 @@ def _repoint(
         for model, ids in sorted(target.items())
         if current.get(model) != ids
     ]
-    tables: dict[str, list[str]] = {}
+    heads: dict[str, SnapshotRecord] = {}
     for change in changes:
-        names = []
-        for snapshot_id in change.after:
-            record = reader.snapshot(snapshot_id)
-            if record is None or record.is_dropped or not session.snapshot_exists(record.table_name):
-                raise StrataError(
-                    E_SNAPSHOT_GONE,
-                    f"snapshot {snapshot_id} of model `{change.model}` no longer exists (dropped by gc)",
-                    hint="choose a more recent run, or keep more runs with `strata gc --keep N`",
-                )
-            names.append(record.table_name)
-        tables[change.model] = names
+        head = reader.snapshot(change.after[-1])
+        if head is None or not all(
+            (record := reader.snapshot(snapshot_id)) is not None
+            and not record.is_dropped
+            and session.snapshot_exists(record.table_name)
+            for snapshot_id in change.after
+        ):
+            raise StrataError(
+                E_SNAPSHOT_GONE,
+                f"a snapshot of model `{change.model}` no longer exists (dropped by gc)",
+                hint="choose a more recent run, or keep more runs with `strata gc --keep N`",
+            )
+        heads[change.model] = head
     if not changes:
         return PointerResult(None, None, ())
     run_id = digest(kind, branch, *id_parts, sorted(target.items()))
     entry = reader.next_entry()
     with session.transaction():
         for change in changes:
-            session.point_view(branch_schema(branch), change.model, tables[change.model])
+            head = heads[change.model]
+            session.point_view_at_segments(
+                branch_schema(branch), change.model, segments_of(reader, head), merge_keys_of(head)
+            )
             session.writer.add_publication(entry, branch, change.model, list(change.after))
         session.writer.add_entry(
             entry=entry,
@@ -181,7 +187,9 @@ def gc(warehouse: Path, keep: int) -> GcResult:
         for entry in kept_entries:
             for ids in reader.pointers(entry.branch, as_of_entry=entry.entry).values():
                 referenced.update(ids)
-            referenced.update(model.snapshot_id for model in reader.entry_models(entry.entry))
+            for model in reader.entry_models(entry.entry):
+                head = reader.snapshot(model.snapshot_id)
+                referenced.update(head.segment_ids if head is not None else (model.snapshot_id,))
         doomed = [
             record
             for record in reader.snapshots()
@@ -193,6 +201,8 @@ def gc(warehouse: Path, keep: int) -> GcResult:
         with session.transaction():
             for record in doomed:
                 session.drop_snapshot(record.table_name)
+                if record.detail.get("keys_table"):
+                    session.drop_snapshot(record.detail["keys_table"])
                 writer.add_dropped(record.snapshot_id, entry)
             writer.add_entry(
                 entry=entry,

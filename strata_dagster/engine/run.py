@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,14 +21,27 @@ from sqlglot import exp
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.faults import checkpoint
+from strata_dagster.engine.incremental import (
+    DELTA,
+    DeltaBuild,
+    DeltaBuilder,
+    Fallback,
+    IncrementalContext,
+    SchemaChanged,
+    full_detail,
+    output_watermark,
+)
+from strata_dagster.engine.states import merge_keys_of, segments_of
 from strata_dagster.engine.status import SourceState, fingerprint_models, read_source_state
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
+from strata_dagster.warehouse.segments import Segment, composite_query, composite_tables
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
-from strata_dagster.warehouse.tables import snapshot_table_name
+from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
 UNPARTITIONED = ""
@@ -36,6 +50,7 @@ UNPARTITIONED = ""
 REUSED = "reused"  # a snapshot with this build key existed
 FULL = "full"  # rebuilt into a new snapshot
 CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
+# DELTA: a delta segment on top of the previous state (engine.incremental)
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,7 @@ class ModelOutcome:
     duration_ms: float
     is_published: bool
     sql: str
+    detail: dict[str, object] = field(default_factory=dict)  # window, rows read/merged, full_reason
 
 
 @dataclass(frozen=True)
@@ -145,10 +161,22 @@ class _Run:
         needed = sorted(references & set(self.project.sources))
         return {name: read_source_state(self.session, self.context, name) for name in needed}
 
-    def _relation_for_build(self, name: str) -> exp.Table:
+    def _relation_for_build(self, name: str) -> exp.Table | exp.Query:
         if name in self.project.sources:
             return source_table(self.project.sources[name], self.project, self.context.overrides)
-        return snapshot_table(self.chosen[name].table_name)
+        record = self.chosen[name]
+        segments = self._segments(record)
+        if len(segments) == 1:
+            return snapshot_table(segments[0].table)
+        return composite_query(segments, merge_keys_of(record))
+
+    def _segments(self, record: SnapshotRecord) -> list[Segment]:
+        return segments_of(self.reader, record)
+
+    def _is_state_present(self, record: SnapshotRecord | None) -> bool:
+        return record is not None and all(
+            self.session.snapshot_exists(segment.table) for segment in self._segments(record)
+        )
 
     # -- decisions --------------------------------------------------------------------------------
     def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
@@ -161,58 +189,126 @@ class _Run:
             else (f"model:{ref}", self.chosen[ref].content_hash)
             for ref in model.references
         ]
-        key = build_key(fingerprint, inputs).value
-        current = self.reader.snapshot(current_ids[0]) if current_ids and len(current_ids) == 1 else None
+        current = self.reader.snapshot(current_ids[-1]) if current_ids else None
+        if current is not None and not self._is_state_present(current):
+            current = None  # a table of the live state is gone: nothing to build on
+        is_incremental = model.properties.merge_strategy in INCREMENTAL_STRATEGIES
+        merge_state = current.snapshot_id if is_incremental and current is not None else None
+        key = build_key(fingerprint, inputs, merge_state=merge_state).value
         existing = self.reader.snapshot_for_build_key(key)
-        if existing is not None and not self.session.snapshot_exists(existing.table_name):
-            existing = None  # the table was removed behind our back: rebuild
+        if existing is not None and not self._is_state_present(existing):
+            existing = None  # a table was removed behind our back: rebuild
         is_forced = not self.request.only_stale and name in self.selected
         started = time.perf_counter()
         sql = compiled.sql(self._relation_for_build)
+        detail: dict[str, object] = {}
         if existing is not None and not is_forced:
             chosen, path = existing, REUSED
         else:
-            chosen, path = self._build(
-                name, key, fingerprint, compiled.bound(self._relation_for_build), current, existing
-            )
+            chosen, path, detail = self._build(name, key, fingerprint, current, existing)
+            if is_incremental and path != CUTOFF:
+                # Building on the new state with these same inputs gives that state again.
+                again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id).value
+                self.new_keys.append((again, chosen.snapshot_id))
         self.chosen[name] = chosen
-        view_tables = self.session.view_tables(self.schema, name)
+        expected_tables = composite_tables(self._segments(chosen), merge_keys_of(chosen))
         is_published = (
             current is None
             or chosen.snapshot_id != current.snapshot_id
-            or view_tables != (chosen.table_name,)
+            or self.session.view_tables(self.schema, name) != expected_tables
         )
         if is_published:
             self.to_publish[name] = chosen
         duration = (time.perf_counter() - started) * 1000
+        if path == DELTA:
+            sql = str(detail.get("segment_sql", sql))
         self.entry_models.append(
             EntryModel(
-                name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, {}
+                name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, detail
             )
         )
         outcome = ModelOutcome(
-            name, path, chosen.snapshot_id, chosen.table_name, chosen.row_count, duration, is_published, sql
+            name,
+            path,
+            chosen.snapshot_id,
+            chosen.table_name,
+            chosen.row_count,
+            duration,
+            is_published,
+            sql,
+            detail,
         )
         self.outcomes.append(outcome)
         if self.progress is not None:
             self.progress(outcome)
+
+    def _new_snapshot_id(self, key: str) -> str:
+        snapshot_id = short_id(key)
+        if self.reader.snapshot(snapshot_id) is not None:
+            # Rebuilding a key whose snapshot table went missing: a fresh id, never a second record.
+            snapshot_id = short_id(digest(key, self.entry))
+        return snapshot_id
 
     def _build(
         self,
         name: str,
         key: str,
         fingerprint: ModelFingerprint,
-        query: exp.Select,
         current: SnapshotRecord | None,
         existing: SnapshotRecord | None,
-    ) -> tuple[SnapshotRecord, str]:
-        snapshot_id = short_id(key)
-        if self.reader.snapshot(snapshot_id) is not None:
-            # Rebuilding a key whose snapshot table went missing: a fresh id, never a second record.
-            snapshot_id = short_id(digest(key, self.entry))
+    ) -> tuple[SnapshotRecord, str, dict[str, object]]:
+        model = self.project.models[name]
+        snapshot_id = self._new_snapshot_id(key)
         table_name = snapshot_table_name(snapshot_id, name)
+        reason = "first build" if current is None else None
+        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES:
+            context = IncrementalContext(
+                self.session,
+                model,
+                self.context.compiled.models[name],
+                self._relation_for_build,
+                fingerprint.value,
+                snapshot_id,
+                table_name,
+                self.entry,
+            )
+            if current is not None:
+                outcome = self._delta(context, current)
+                if isinstance(outcome, DeltaBuild):
+                    return self._accept_delta(name, key, outcome)
+                reason = outcome.reason
+            record, path = self._full(
+                name, key, snapshot_id, table_name, fingerprint, current, existing, context
+            )
+            return record, path, {"full_reason": reason}
+        record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, existing, None)
+        return record, path, {}
+
+    def _delta(self, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuild | Fallback:
         try:
-            self.session.create_snapshot(table_name, query)
+            with self._as_build_error(context.model.name):
+                return DeltaBuilder(context, current, self._segments(current)).build()
+        except SchemaChanged:
+            return Fallback("the delta's columns differ from the previous state's")
+
+    def _accept_delta(
+        self, name: str, key: str, build: DeltaBuild
+    ) -> tuple[SnapshotRecord, str, dict[str, object]]:
+        if build.is_unchanged:
+            self.new_keys.append((key, build.record.snapshot_id))
+            return build.record, CUTOFF, build.detail
+        record = build.record
+        checkpoint("snapshot_created")
+        self._check_delta_pins(name, record)
+        checkpoint("pins_checked")
+        self.new_snapshots.append(record)
+        self.new_keys.append((key, record.snapshot_id))
+        return record, DELTA, build.detail
+
+    @contextmanager
+    def _as_build_error(self, name: str) -> Iterator[None]:
+        try:
+            yield
         except WarehouseError as error:
             raise StrataError(
                 E_BUILD,
@@ -220,19 +316,40 @@ class _Run:
                 self.project.models[name].location,
                 hint=f"run `strata compile PROJECT --model {name}` to see the SQL",
             ) from None
+
+    def _full(
+        self,
+        name: str,
+        key: str,
+        snapshot_id: str,
+        table_name: str,
+        fingerprint: ModelFingerprint,
+        current: SnapshotRecord | None,
+        existing: SnapshotRecord | None,
+        incremental: IncrementalContext | None,
+    ) -> tuple[SnapshotRecord, str]:
+        query = self.context.compiled.models[name].bound(self._relation_for_build)
+        with self._as_build_error(name):
+            self.session.create_snapshot(table_name, query)
         checkpoint("snapshot_created")
         self._check_pins(name, table_name)
         checkpoint("pins_checked")
         content = self.session.content(snapshot_table(table_name))
-        for same in (current, existing):
-            if (
-                same is not None
-                and same.content_hash == content.fingerprint
-                and self.session.snapshot_exists(same.table_name)
-            ):
+        # An incremental model's state carries its watermark and code: a full build always registers.
+        for same in (current, existing) if incremental is None else ():
+            if same is not None and same.content_hash == content.fingerprint and self._is_state_present(same):
                 self.session.drop_snapshot(table_name)
                 self.new_keys.append((key, same.snapshot_id))
                 return same, CUTOFF
+        detail: dict[str, object] = {}
+        watermark = None
+        if incremental is not None:
+            with self._as_build_error(name):
+                detail = full_detail(incremental)
+                detail["columns"] = [list(column) for column in content.columns]
+                watermark = detail.get("high")
+                if watermark is None and detail.get("cdc_type") is None:
+                    watermark, detail["cdc_type"] = output_watermark(incremental, snapshot_table(table_name))
         record = SnapshotRecord(
             snapshot_id=snapshot_id,
             model=name,
@@ -241,9 +358,10 @@ class _Run:
             model_fingerprint=fingerprint.value,
             content_hash=content.fingerprint,
             row_count=content.row_count,
-            watermark=None,
+            watermark=str(watermark) if watermark is not None else None,
             created_entry=self.entry,
-            is_dropped=False,
+            row_hash_sum=content.row_hash_sum,
+            detail=detail,
         )
         self.new_snapshots.append(record)
         self.new_keys.append((key, snapshot_id))
@@ -251,26 +369,62 @@ class _Run:
 
     def _check_pins(self, name: str, table_name: str) -> None:
         props = self.project.models[name].properties
-        location = self.project.models[name].location
         if props.unique:
-            violation = self.session.unique_violation(table_name, props.unique)
-            if violation is not None:
-                raise StrataError(
-                    E_UNIQUE,
-                    f"model `{name}` breaks its `unique` pin: {violation.message}",
-                    props.location_of("unique") or location,
-                    hint="fix the data or the model; nothing was published",
+            self._raise_unique(name, self.session.unique_violation(table_name, props.unique))
+        self._check_contract(name, table_name)
+
+    def _check_delta_pins(self, name: str, record: SnapshotRecord) -> None:
+        """Pins on a delta: duplicates can only involve the new segment's rows."""
+        props = self.project.models[name].properties
+        if props.unique:
+            self._raise_unique(name, self.session.unique_violation(record.table_name, props.unique))
+            merge_keys = set(props.merge_keys or ())
+            is_disjoint_by_keys = props.merge_strategy in ("upsert", "append_new") and merge_keys <= set(
+                props.unique
+            )
+            if not is_disjoint_by_keys:
+                previous = self.reader.snapshot(record.segment_ids[-2])
+                assert previous is not None
+                collisions = self.session.unique_collisions(
+                    record.table_name,
+                    composite_query(self._segments(previous), merge_keys_of(previous)),
+                    props.unique,
                 )
-        if props.contract:
-            contract = [(column.name, column.type, column.is_not_null) for column in props.contract]
-            violation = self.session.contract_violation(table_name, contract)
-            if violation is not None:
-                raise StrataError(
-                    E_CONTRACT,
-                    f"model `{name}` breaks its `contract`: {violation.message}",
-                    props.location_of("contract") or location,
-                    hint="fix the model or the contract; nothing was published",
-                )
+                if collisions:
+                    self._raise_unique(
+                        name,
+                        PinViolation(
+                            "unique",
+                            f"{collisions} new row(s) repeat a key value of ({', '.join(props.unique)})",
+                        ),
+                    )
+        # Columns and types equal the previous state's (checked by the delta): not-null is per row.
+        self._check_contract(name, record.table_name)
+
+    def _raise_unique(self, name: str, violation: PinViolation | None) -> None:
+        if violation is None:
+            return
+        props = self.project.models[name].properties
+        raise StrataError(
+            E_UNIQUE,
+            f"model `{name}` breaks its `unique` pin: {violation.message}",
+            props.location_of("unique") or self.project.models[name].location,
+            hint="fix the data or the model; nothing was published",
+        )
+
+    def _check_contract(self, name: str, table_name: str) -> None:
+        props = self.project.models[name].properties
+        if not props.contract:
+            return
+        contract = [(column.name, column.type, column.is_not_null) for column in props.contract]
+        violation = self.session.contract_violation(table_name, contract)
+        if violation is not None:
+            raise StrataError(
+                E_CONTRACT,
+                f"model `{name}` breaks its `contract`: {violation.message}",
+                props.location_of("contract") or self.project.models[name].location,
+                hint="fix the model or the contract; nothing was published",
+            )
 
     # -- publication ------------------------------------------------------------------------------
     def _run_id(self) -> str:
@@ -287,7 +441,9 @@ class _Run:
 
     def _publish(self, run_id: str, started: dt.datetime) -> None:
         for name, record in self.to_publish.items():
-            self.session.point_view(self.schema, name, [record.table_name])
+            self.session.point_view_at_segments(
+                self.schema, name, self._segments(record), merge_keys_of(record)
+            )
         checkpoint("views_pointed")
         self.writer.add_entry(
             entry=self.entry,
@@ -312,7 +468,7 @@ class _Run:
         for model_record in self.entry_models:
             self.writer.add_entry_model(self.entry, model_record)
         for name, record in self.to_publish.items():
-            self.writer.add_publication(self.entry, self.context.branch, name, [record.snapshot_id])
+            self.writer.add_publication(self.entry, self.context.branch, name, list(record.segment_ids))
         checkpoint("history_written")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
@@ -89,12 +90,12 @@ def model_states(
         states = {}
         for name in context.project.order:
             ids = pointers.get(name, ())
-            records = [session.history.snapshot(snapshot_id) for snapshot_id in ids]
-            is_live = ids and session.view_tables(branch_schema(branch), name) == tuple(
-                sorted(record.table_name for record in records if record is not None)
+            head = session.history.snapshot(ids[-1]) if ids else None
+            is_live = head is not None and session.view_tables(branch_schema(branch), name) == state_tables(
+                session.history, head
             )
-            content = records[0].content_hash if is_live and len(records) == 1 and records[0] else None
-            rows = sum(record.row_count for record in records if record is not None) if is_live else None
+            content = head.content_hash if is_live and head is not None else None
+            rows = head.row_count if is_live and head is not None else None
             states[name] = ModelState(
                 name, fingerprints[name].value, tuple(ids) if is_live else (), content, rows
             )

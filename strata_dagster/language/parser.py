@@ -53,7 +53,8 @@ _TERMINAL_NAMES = {
 @cache
 def _grammar() -> Lark:
     text = resources.files("strata_dagster.language").joinpath("strata.lark").read_text()
-    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    # cache=True keeps the built parser in the temp folder: start-up of every `strata` process.
+    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False, cache=True)
 
 
 def parse_module(text: str, path: Path | str) -> Module:

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
+from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 120.0
@@ -35,6 +36,13 @@ def connect(
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the warehouse; waits up to `timeout` seconds while another process holds it."""
     wait = lock_timeout() if timeout is None else timeout
+    if path.stem in (HISTORY_SCHEMA, SNAPSHOT_SCHEMA):
+        # DuckDB names the database after the file: it would shadow the schema of that name.
+        raise StrataError(
+            E_WAREHOUSE,
+            f"a warehouse file cannot be named `{path.name}`",
+            hint=f"use another file name; `{HISTORY_SCHEMA}` and `{SNAPSHOT_SCHEMA}` are the warehouse's own schemas",
+        )
     if read_only and not path.exists():
         raise StrataError(
             E_WAREHOUSE, f"warehouse `{path}` does not exist", hint="run `strata run PROJECT` first"

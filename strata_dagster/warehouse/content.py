@@ -33,10 +33,13 @@ def row_hash_aggregates() -> list[exp.Expression]:
     return [exp.func("count_star"), exp.func("coalesce", exp.func("sum", row_hash), exp.Literal.number(0))]
 
 
-def content_of(con: duckdb.DuckDBPyConnection, relation: exp.Table) -> Content:
+def content_of(con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query) -> Content:
     columns = describe(con, relation)
-    source = relation.copy()
-    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
+    if isinstance(relation, exp.Query):
+        source: exp.Expression = relation.subquery(ROW_ALIAS)
+    else:
+        source = relation.copy()
+        source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
     row = run(con, exp.select(*row_hash_aggregates()).from_(source)).fetchone()
     return Content(columns, int(row[0]), str(row[1]))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -40,7 +40,15 @@ class SnapshotRecord:
     row_count: int
     watermark: str | None
     created_entry: int
-    is_dropped: bool
+    is_dropped: bool = False
+    row_hash_sum: str = "0"
+    # For incremental states: "segments" (ids, oldest first, this one last), "keys_table",
+    # "merge_keys", the window and the figures the next build checks the source against.
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def segment_ids(self) -> tuple[str, ...]:
+        return tuple(self.detail.get("segments") or (self.snapshot_id,))
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,12 @@ def _entry(row: tuple[Any, ...]) -> Entry:
 
 
 def _snapshot(row: tuple[Any, ...]) -> SnapshotRecord:
-    return SnapshotRecord(*row[:9], is_dropped=bool(row[9]))
+    return SnapshotRecord(
+        *row[:9],
+        row_hash_sum=row[9] or "0",
+        detail=json.loads(row[10]) if row[10] else {},
+        is_dropped=bool(row[11]),
+    )
 
 
 class HistoryReader:
@@ -228,7 +241,7 @@ class HistoryWriter:
 
     def add_snapshot(self, record: SnapshotRecord) -> None:
         self.con.execute(
-            "INSERT INTO strata.snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+            "INSERT INTO strata.snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
             [
                 record.snapshot_id,
                 record.model,
@@ -239,6 +252,8 @@ class HistoryWriter:
                 record.row_count,
                 record.watermark,
                 record.created_entry,
+                record.row_hash_sum,
+                json.dumps(record.detail, sort_keys=True, default=str),
             ],
         )
 

@@ -80,6 +80,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             FROM strata.snapshots s
             LEFT JOIN (SELECT DISTINCT snapshot_id FROM strata.dropped_snapshots) d USING (snapshot_id)""",
     ),
+    (
+        # Incremental states: a snapshot can be the head of a list of segments (see segments.py).
+        "ALTER TABLE strata.snapshots ADD COLUMN row_hash_sum VARCHAR",
+        "ALTER TABLE strata.snapshots ADD COLUMN detail JSON",
+        """CREATE OR REPLACE VIEW strata.snapshot_states AS
+            SELECT s.snapshot_id, s.model, s.table_name, s.partition_key, s.model_fingerprint, s.content_hash,
+                   s.row_count, s.watermark, s.created_entry, s.row_hash_sum, s.detail,
+                   d.snapshot_id IS NOT NULL AS is_dropped
+            FROM strata.snapshots s
+            LEFT JOIN (SELECT DISTINCT snapshot_id FROM strata.dropped_snapshots) d USING (snapshot_id)""",
+    ),
 )
 
 

@@ -20,6 +20,15 @@ from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import Content, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import migrate
+from strata_dagster.warehouse.segments import (
+    Segment,
+    WindowStats,
+    composite_query,
+    content_where,
+    create_keys_table,
+    max_value,
+    window_stats,
+)
 
 
 class WarehouseError(Exception):
@@ -78,7 +87,7 @@ class Session:
         source_reading.check_overrides_exist(self.con, overrides)
         return source_reading.source_schemas(self.con, project, overrides)
 
-    def content(self, relation: exp.Table) -> Content:
+    def content(self, relation: exp.Table | exp.Query) -> Content:
         with _as_warehouse_errors():
             return content_of(self.con, relation)
 
@@ -99,6 +108,42 @@ class Session:
     def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
         tables.point_view(self.con, branch_schema, model, table_names)
 
+    def point_view_at_segments(
+        self, branch_schema: str, model: str, segments: Sequence[Segment], merge_keys: Sequence[str] = ()
+    ) -> None:
+        tables.point_view_at(self.con, branch_schema, model, composite_query(segments, merge_keys))
+
+    # -- incremental ------------------------------------------------------------------------------
+    def window_stats(
+        self,
+        relation: exp.Table,
+        cdc: exp.Expression,
+        low: exp.Expression | None,
+        lateness: exp.Expression | None,
+    ) -> WindowStats:
+        with _as_warehouse_errors():
+            return window_stats(self.con, relation, cdc, low, lateness)
+
+    def create_keys_table(
+        self,
+        name: str,
+        relation: exp.Table,
+        keys: Sequence[tuple[str, exp.Expression]],
+        window: exp.Expression,
+        deleted_from: exp.Query | None,
+        merge_keys: Sequence[str],
+    ) -> int:
+        with _as_warehouse_errors():
+            return create_keys_table(self.con, name, relation, keys, window, deleted_from, merge_keys)
+
+    def content_where(self, query: exp.Query, condition: exp.Expression) -> tuple[int, str]:
+        with _as_warehouse_errors():
+            return content_where(self.con, query, condition)
+
+    def max_value(self, query: exp.Query, column: str) -> tuple[str | None, str]:
+        with _as_warehouse_errors():
+            return max_value(self.con, query, column)
+
     def schema_has_tables(self, schema: str) -> bool:
         row = self.con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
@@ -109,6 +154,10 @@ class Session:
     def unique_violation(self, name: str, columns: Sequence[str]) -> tables.PinViolation | None:
         with _as_warehouse_errors():
             return tables.unique_violation(self.con, name, columns)
+
+    def unique_collisions(self, name: str, previous: exp.Query, columns: Sequence[str]) -> int:
+        with _as_warehouse_errors():
+            return tables.unique_collisions(self.con, name, previous, columns)
 
     def contract_violation(
         self, name: str, contract: Sequence[tuple[str, str, bool]]

@@ -44,9 +44,10 @@ def parse_table_name(text: str) -> exp.Table:
     return node
 
 
-def describe(con: duckdb.DuckDBPyConnection, relation: exp.Table) -> tuple[tuple[str, str], ...]:
+def describe(con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
     """(column, type) of any relation DuckDB can read."""
-    query = exp.Describe(this=exp.select("*").from_(relation.copy()))
+    source = relation.subquery("__described") if isinstance(relation, exp.Query) else relation.copy()
+    query = exp.Describe(this=exp.select("*").from_(source))
     return tuple((str(row[0]), str(row[1])) for row in run(con, query).fetchall())
 
 

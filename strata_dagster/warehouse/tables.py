@@ -45,6 +45,11 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
     run(con, exp.Create(this=exp.Table(this=exp.to_identifier(schema)), kind="SCHEMA", exists=True))
 
 
+def point_view_at(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str, query: exp.Query) -> None:
+    ensure_schema(con, branch_schema)
+    run(con, exp.Create(this=view_table(branch_schema, model), kind="VIEW", expression=query, replace=True))
+
+
 def point_view(
     con: duckdb.DuckDBPyConnection, branch_schema: str, model: str, table_names: Sequence[str]
 ) -> None:
@@ -171,3 +176,25 @@ def contract_violation(
     if not problems:
         return None
     return PinViolation("contract", "; ".join(problems))
+
+
+def unique_collisions(
+    con: duckdb.DuckDBPyConnection, name: str, previous: exp.Query, columns: Sequence[str]
+) -> int:
+    """Rows of the new segment `name` whose `columns` values already occur in `previous` (NULL-safe)."""
+    match = exp.and_(
+        *(
+            exp.NullSafeEQ(
+                this=exp.column(column, table="__prev"), expression=exp.column(column, table="__new")
+            )
+            for column in columns
+        )
+    )
+    probe = exp.select(exp.Literal.number(1)).from_(previous.subquery("__prev")).where(match)
+    query = (
+        exp.select(exp.Count(this=exp.Star()))
+        .from_(snapshot_table(name).as_("__new"))
+        .where(exp.Exists(this=probe))
+    )
+    row = run(con, query).fetchone()
+    return int(row[0]) if row else 0

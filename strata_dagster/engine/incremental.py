@@ -1,0 +1,364 @@
+"""Incremental builds for append / upsert / append_new: a delta segment on top of the previous state.
+
+The window is (low, high]: low is the previous state's watermark (less `lateness`), high is
+MAX(cdc) read at build start inside the build's transaction, so a row committed later is read by
+the next build, never half. Before trusting a delta the build checks that the source still holds
+what the previous build saw below the watermark (seed 001's rule); anything it cannot prove safe
+falls back to a full build, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.fingerprint import digest
+from strata_dagster.language.definition import Model
+from strata_dagster.warehouse.content import ROW_ALIAS
+from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.warehouse.segments import (
+    Segment,
+    composite_query,
+    keyed_rows,
+    typed_literal,
+    window_predicate,
+)
+from strata_dagster.warehouse.session import Session
+from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
+
+DELTA = "delta"
+MAX_SEGMENTS = 8  # more segments than this: the build writes one compacted base instead
+COMPACTED_SUFFIX = "__base"
+FULL_SUFFIX = "__full"
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The delta is not provably safe: build fully, and record why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeltaBuild:
+    record: SnapshotRecord
+    is_unchanged: bool  # no row entered or left: the previous state stays
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def content_hash(columns: list[list[str]] | tuple[tuple[str, str], ...], count: int, hash_sum: str) -> str:
+    """The same identity warehouse.content.Content.fingerprint gives a table with these rows."""
+    return digest("content", ENGINE_VERSION, tuple(tuple(column) for column in columns), count, hash_sum)
+
+
+def lateness_interval(model: Model) -> exp.Expression | None:
+    text = model.properties.lateness
+    return exp.cast(exp.Literal.string(text), "INTERVAL") if text else None
+
+
+@dataclass
+class IncrementalContext:
+    """What the run knows that an incremental build needs."""
+
+    session: Session
+    model: Model
+    compiled: CompiledModel
+    relation: Callable[[str], exp.Table | exp.Query]  # what each input is read from in this run
+    fingerprint: str
+    snapshot_id: str
+    table_name: str
+    entry: int
+
+
+def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:
+    """The cdc column as an expression over the raw `from` rows, when it passes through unchanged."""
+    name = compiled.base_column(model.properties.cdc_column or "")
+    return compiled.base_expression(name) if name else None
+
+
+def source_facts(
+    ctx: IncrementalContext, high_lateness: exp.Expression | None, low: exp.Expression | None
+) -> dict[str, Any]:
+    """Window figures of the raw `from` relation, recorded for the next build to check against."""
+    relation = ctx.relation(ctx.compiled.base_relation)
+    cdc = cdc_on_raw_rows(ctx.compiled, ctx.model)
+    facts: dict[str, Any] = {"source_relation": render(relation)}
+    if cdc is None:
+        return facts
+    stats = ctx.session.window_stats(relation, cdc, low, high_lateness)
+    facts.update(
+        high=stats.high,
+        cdc_type=stats.cdc_type,
+        window_rows=stats.window_rows,
+        old_count=stats.old_count,
+        old_hash_sum=stats.old_hash_sum,
+        next_count=stats.next_count,
+        next_hash_sum=stats.next_hash_sum,
+    )
+    return facts
+
+
+def full_detail(ctx: IncrementalContext) -> dict[str, Any]:
+    """Detail of a full build of an incremental model: the watermark for the first delta."""
+    props = ctx.model.properties
+    detail = {"strategy": props.merge_strategy, "merge_keys": list(props.merge_keys or ())}
+    facts = source_facts(ctx, lateness_interval(ctx.model), None)
+    detail.update(
+        {
+            key: value
+            for key, value in facts.items()
+            if key not in ("window_rows", "old_count", "old_hash_sum")
+        }
+    )
+    return detail
+
+
+def output_watermark(ctx: IncrementalContext, query: exp.Query) -> tuple[str | None, str]:
+    """MAX(cdc_column) over a model's output, for models whose cdc column is computed."""
+    return ctx.session.max_value(query, ctx.model.properties.cdc_column or "")
+
+
+class DeltaBuilder:
+    def __init__(self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]) -> None:
+        self.ctx = ctx
+        self.previous = previous
+        self.segments = segments
+        self.props = ctx.model.properties
+        self.merge_keys = list(self.props.merge_keys or ())
+        self.previous_query = composite_query(segments, self.previous.detail.get("merge_keys") or ())
+
+    def build(self) -> DeltaBuild | Fallback:
+        previous = self.previous
+        detail = previous.detail
+        if previous.model_fingerprint != self.ctx.fingerprint:
+            return Fallback("the model's code changed since its last build")
+        if detail.get("strategy") != self.props.merge_strategy:
+            return Fallback("the previous state was built with another merge strategy")
+        if previous.watermark is None:
+            return Fallback("the previous build saw no cdc value (empty input)")
+        relation = self.ctx.relation(self.ctx.compiled.base_relation)
+        if isinstance(relation, exp.Table) and detail.get("source_relation") != render(relation):
+            return Fallback(
+                f"`{self.ctx.compiled.base_relation}` is read from another relation than last time"
+            )
+        cdc_type = detail.get("cdc_type") or "VARCHAR"
+        watermark = typed_literal(previous.watermark, cdc_type)
+        lateness = lateness_interval(self.ctx.model)
+        low = exp.Sub(this=watermark, expression=lateness.copy()) if lateness is not None else watermark
+        raw_cdc = cdc_on_raw_rows(self.ctx.compiled, self.ctx.model)
+        if self.props.merge_strategy == "upsert":
+            return self._upsert(relation, raw_cdc, low, lateness)
+        return self._append(relation, raw_cdc, low, watermark, lateness)
+
+    # -- upsert -------------------------------------------------------------------------------
+    def _upsert(
+        self,
+        relation: exp.Table,
+        raw_cdc: exp.Expression | None,
+        low: exp.Expression,
+        lateness: exp.Expression | None,
+    ) -> DeltaBuild | Fallback:
+        compiled = self.ctx.compiled
+        if raw_cdc is None:
+            return Fallback(
+                f"cdc_column `{self.props.cdc_column}` is not a column of `{compiled.base_relation}` passed through "
+                "unchanged (computed after a join, aggregate, set operation or expand)"
+            )
+        key_sources = [(key, compiled.base_column(key)) for key in self.merge_keys]
+        untraced = [key for key, base in key_sources if base is None]
+        if untraced:
+            return Fallback(
+                f"merge key `{untraced[0]}` cannot be traced to a column of `{compiled.base_relation}`"
+            )
+        facts = source_facts(self.ctx, lateness, low)
+        if facts["high"] is None:
+            return Fallback("the source has no cdc value")
+        expected_count = self.previous.detail.get("next_count")
+        expected_hash = self.previous.detail.get("next_hash_sum")
+        notes: list[str] = []
+        if expected_count is None or facts["old_count"] > expected_count:
+            return Fallback(
+                f"{facts['old_count'] - (expected_count or 0)} row(s) appeared at or below the watermark "
+                "(written late beyond `lateness`, or the source was reloaded)"
+            )
+        rows_left = facts["old_count"] < expected_count
+        if not rows_left and facts["old_hash_sum"] != expected_hash:
+            notes.append(
+                "rows at or below the watermark changed without advancing cdc_column; by the cdc contract they "
+                "are not applied (run `strata verify` or a full build to pick them up)"
+            )
+        high = typed_literal(facts["high"], facts["cdc_type"])
+        keys = [(key, compiled.base_expression(base or key)) for key, base in key_sources]
+        window = window_predicate(raw_cdc, low, high)
+        keys_table = f"{self.ctx.table_name}__keys"
+        changed_keys = self.ctx.session.create_keys_table(
+            keys_table, relation, keys, window, self.previous_query if rows_left else None, self.merge_keys
+        )
+        detail = self._window_detail(facts)
+        detail.update(changed_keys=changed_keys, deleted_keys_checked=rows_left, notes=notes)
+        if changed_keys == 0:
+            self.ctx.session.drop_snapshot(keys_table)
+            return DeltaBuild(self.previous, True, detail)
+        alias = compiled.base_relation
+        values = [compiled.base_expression(base or key, qualifier=alias) for key, base in key_sources]
+        delta_query = compiled.with_base_predicate(keyed_rows(self.merge_keys, values, keys_table=keys_table))
+        previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
+        removed = self.ctx.session.content_where(
+            self.previous_query, keyed_rows(self.merge_keys, previous_keys, keys_table=keys_table)
+        )
+        return self._finish(delta_query, removed, keys_table, detail, facts)
+
+    # -- append / append_new ------------------------------------------------------------------
+    def _append(
+        self,
+        relation: exp.Table,
+        raw_cdc: exp.Expression | None,
+        low: exp.Expression,
+        watermark: exp.Expression,
+        lateness: exp.Expression | None,
+    ) -> DeltaBuild | Fallback:
+        compiled = self.ctx.compiled
+        is_pushdown = raw_cdc is not None and compiled.is_base_passthrough
+        if is_pushdown:
+            facts = source_facts(self.ctx, lateness, low)
+            if facts["high"] is None:
+                return Fallback("the source has no cdc value")
+            high = typed_literal(facts["high"], facts["cdc_type"])
+            base_cdc = compiled.base_column(self.props.cdc_column or "") or ""
+            predicate = window_predicate(
+                compiled.base_expression(base_cdc, qualifier=compiled.base_relation), low, high
+            )
+            delta_query: exp.Query = compiled.with_base_predicate(predicate)
+        else:
+            # Recompute, then keep the window: correct for any pipeline, slower.
+            full = compiled.statement.copy()
+            high_text, cdc_type = output_watermark(self.ctx, self.ctx.compiled.bound(self.ctx.relation))
+            if high_text is None:
+                return Fallback("the model has no cdc value")
+            facts = {"source_relation": render(relation), "high": high_text, "cdc_type": cdc_type}
+            high = typed_literal(high_text, cdc_type)
+            predicate = window_predicate(
+                exp.column(self.props.cdc_column or "", table=FULL_SUFFIX), low, high
+            )
+            delta_query = exp.select("*").from_(full.subquery(FULL_SUFFIX)).where(predicate)
+        detail = self._window_detail(facts)
+        detail.update(pushdown=is_pushdown)
+        if self.props.merge_strategy == "append_new":
+            delta_keys = [exp.column(key, table="__delta") for key in self.merge_keys]
+            new_only = exp.not_(keyed_rows(self.merge_keys, delta_keys, source=self.previous_query))
+            delta_query = exp.select("*").from_(delta_query.subquery("__delta")).where(new_only)
+        elif lateness is not None:
+            # Rows re-read because of lateness were appended last time: append each once.
+            cdc = exp.column(self.props.cdc_column or "")
+            overlap = (
+                exp.select("*")
+                .from_(self.previous_query.subquery("__prev"))
+                .where(
+                    exp.and_(
+                        exp.GT(this=cdc.copy(), expression=low.copy()),
+                        exp.LTE(this=cdc, expression=watermark.copy()),
+                    )
+                )
+            )
+            delta_query = exp.except_(
+                exp.select("*").from_(delta_query.subquery("__delta")), overlap, distinct=False
+            )
+        return self._finish(delta_query, (0, "0"), None, detail, facts)
+
+    # -- shared -------------------------------------------------------------------------------
+    def _window_detail(self, facts: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "window": {
+                "low": self.previous.watermark,
+                "high": facts.get("high"),
+                "lateness": self.props.lateness,
+            },
+            "rows_read": facts.get("window_rows"),
+        }
+
+    def _finish(
+        self,
+        delta_query: exp.Query,
+        removed: tuple[int, str],
+        keys_table: str | None,
+        detail: dict[str, Any],
+        facts: dict[str, Any],
+    ) -> DeltaBuild:
+        session = self.ctx.session
+        name = self.ctx.table_name
+        bound = _bind(delta_query, self.ctx.relation)
+        session.create_snapshot(name, bound)
+        segment = session.content(snapshot_table(name))
+        if segment.row_count == 0 and removed[0] == 0:
+            session.drop_snapshot(name)
+            if keys_table:
+                session.drop_snapshot(keys_table)
+            detail.update(rows_merged=0)
+            return DeltaBuild(self.previous, True, detail)
+        count = self.previous.row_count - removed[0] + segment.row_count
+        hash_sum = str(int(self.previous.row_hash_sum) - int(removed[1]) + int(segment.row_hash_sum))
+        columns = self.previous.detail.get("columns")
+        if columns is not None and [list(column) for column in segment.columns] != columns:
+            session.drop_snapshot(name)
+            if keys_table:
+                session.drop_snapshot(keys_table)
+            raise SchemaChanged()
+        segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
+        if len(segments) > MAX_SEGMENTS:
+            # Compact: one new base holding exactly the rows the segments stand for.
+            compacted = f"{name}{COMPACTED_SUFFIX}"
+            merge_keys = self.previous.detail.get("merge_keys") or ()
+            session.create_snapshot(
+                compacted, composite_query([*self.segments, Segment(name, keys_table)], merge_keys)
+            )
+            session.drop_snapshot(name)
+            if keys_table:
+                session.drop_snapshot(keys_table)
+            name, keys_table, segments = compacted, None, [self.ctx.snapshot_id]
+            detail.update(compacted=True)
+        detail.update(
+            rows_merged=segment.row_count,
+            rows_replaced=removed[0],
+            segment_rows=segment.row_count,
+            segment_hash_sum=segment.row_hash_sum,
+            segment_sql=render(bound),
+        )
+        record_detail = {
+            **{
+                key: value
+                for key, value in self.previous.detail.items()
+                if key in ("strategy", "merge_keys", "columns")
+            },
+            **{key: facts.get(key) for key in ("source_relation", "cdc_type", "next_count", "next_hash_sum")},
+            "segments": segments,
+            "keys_table": keys_table,
+            **detail,
+        }
+        record = SnapshotRecord(
+            snapshot_id=self.ctx.snapshot_id,
+            model=self.ctx.model.name,
+            table_name=name,
+            partition_key="",
+            model_fingerprint=self.ctx.fingerprint,
+            content_hash=content_hash(columns or [list(c) for c in segment.columns], count, hash_sum),
+            row_count=count,
+            watermark=facts.get("high") or self.previous.watermark,
+            created_entry=self.ctx.entry,
+            row_hash_sum=hash_sum,
+            detail=record_detail,
+        )
+        return DeltaBuild(record, False, detail)
+
+
+class SchemaChanged(Exception):
+    """The delta's columns differ from the previous state's: only a full build is sound."""
+
+
+def _bind(query: exp.Query, relation: Callable[[str], exp.Table | exp.Query]) -> exp.Query:
+    from strata_dagster.compile.relations import bind
+
+    return bind(query, relation)  # type: ignore[return-value]

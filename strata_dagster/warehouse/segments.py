@@ -1,0 +1,255 @@
+"""Incremental snapshots as immutable segments: a base plus delta segments composed by a view.
+
+An upsert delta segment comes with a keys table: the keys it replaces in every earlier segment
+(changed keys taken from the raw source rows in the window, plus keys deleted from the source).
+The live view is, per segment, its rows whose keys no later segment replaces, all UNION ALL'd;
+append and append_new segments only add rows. Nothing is ever written into a published table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.warehouse.content import ROW_ALIAS, row_hash_aggregates
+from strata_dagster.warehouse.sql import run, snapshot_table
+
+KEYS_ALIAS = "__keys"
+
+
+@dataclass(frozen=True)
+class Segment:
+    table: str
+    keys_table: str | None = None  # keys this segment replaces in the segments before it
+
+
+def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expression:
+    return exp.and_(
+        *(
+            exp.NullSafeEQ(this=exp.column(key, table=left), expression=exp.column(key, table=right))
+            for key in keys
+        )
+    )
+
+
+def _not_replaced(query_alias: str, keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Expression:
+    """NOT EXISTS a later key equal (NULL-safe) to this row's: an anti-join, never NOT IN."""
+    later = [
+        exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(name)) for name in keys_tables
+    ]
+    union: exp.Query = later[0]
+    for other in later[1:]:
+        union = exp.union(union, other, distinct=False)
+    probe = (
+        exp.select(exp.Literal.number(1))
+        .from_(union.subquery(KEYS_ALIAS))
+        .where(_null_safe_match(keys, KEYS_ALIAS, query_alias))
+    )
+    return exp.not_(exp.Exists(this=probe))
+
+
+def composite_query(segments: Sequence[Segment], merge_keys: Sequence[str] = ()) -> exp.Query:
+    """The rows a list of segments stands for (what the live view selects)."""
+    parts: list[exp.Query] = []
+    for index, segment in enumerate(segments):
+        source = snapshot_table(segment.table)
+        source.set("alias", exp.TableAlias(this=exp.to_identifier("__seg")))
+        part = exp.select("*").from_(source)
+        later_keys = [later.keys_table for later in segments[index + 1 :] if later.keys_table]
+        if later_keys and merge_keys:
+            part = part.where(_not_replaced("__seg", merge_keys, later_keys))
+        parts.append(part)
+    query: exp.Query = parts[0]
+    for other in parts[1:]:
+        query = exp.union(query, other, distinct=False, by_name=True)
+    return query
+
+
+def composite_tables(segments: Sequence[Segment], merge_keys: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every snapshot-schema table the composite query reads, sorted (what its view should read)."""
+    names = {segment.table for segment in segments}
+    if merge_keys:
+        names.update(segment.keys_table for segment in segments[1:] if segment.keys_table)
+    return tuple(sorted(names))
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    high: str | None  # MAX(cdc) as text (None: no row has a value)
+    cdc_type: str
+    window_rows: int  # rows in (low, high]
+    old_count: int  # rows outside the window (at or below low, or NULL)
+    old_hash_sum: str
+    next_count: int  # rows at or below `next_threshold` (high - lateness), for the next build
+    next_hash_sum: str
+    null_count: int
+
+
+def _typed(text: str, type_name: str) -> exp.Expression:
+    return exp.cast(exp.Literal.string(text), exp.DataType.build(type_name, dialect="duckdb"))
+
+
+def _count_where(condition: exp.Expression) -> exp.Expression:
+    return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=condition.copy()))
+
+
+def _hash_sum_where(condition: exp.Expression) -> exp.Expression:
+    row_hash = exp.cast(exp.func("hash", exp.column(ROW_ALIAS)), exp.DataType.build("HUGEINT"))
+    summed = exp.Filter(this=exp.func("sum", row_hash), expression=exp.Where(this=condition.copy()))
+    return exp.func("coalesce", summed, exp.Literal.number(0))
+
+
+def _aliased(relation: exp.Table | exp.Query) -> exp.Expression:
+    if isinstance(relation, exp.Query):
+        return relation.subquery(ROW_ALIAS)
+    source = relation.copy()
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
+    return source
+
+
+def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.Expression) -> exp.Expression:
+    """(low, high] on the cdc expression; rows whose cdc is NULL are never in a window."""
+    upper = exp.LTE(this=cdc.copy(), expression=high.copy())
+    if low is None:
+        return upper
+    return exp.and_(exp.GT(this=cdc.copy(), expression=low.copy()), upper)
+
+
+def window_stats(
+    con: duckdb.DuckDBPyConnection,
+    relation: exp.Table,
+    cdc: exp.Expression,
+    low: exp.Expression | None,
+    lateness: exp.Expression | None,
+) -> WindowStats:
+    """The frozen upper bound (MAX(cdc) now), the window (low, high], and the region outside it."""
+    bound = run(
+        con,
+        exp.select(
+            exp.cast(exp.func("max", cdc.copy()), "VARCHAR"), exp.func("typeof", exp.func("max", cdc.copy()))
+        ).from_(_aliased(relation)),
+    ).fetchone()
+    high_text, cdc_type = bound[0], str(bound[1])
+    if high_text is None:
+        high: exp.Expression = exp.null()
+    else:
+        high = _typed(high_text, cdc_type)
+    in_window = exp.func("coalesce", window_predicate(cdc, low, high), exp.false())
+    outside = exp.not_(in_window)
+    threshold = exp.Sub(this=high.copy(), expression=lateness.copy()) if lateness is not None else high
+    # Like the region outside a window: NULL cdc values count as below (they are never in a window).
+    below_next = exp.not_(
+        exp.func("coalesce", exp.GT(this=cdc.copy(), expression=threshold.copy()), exp.false())
+    )
+    is_null = exp.Is(this=cdc.copy(), expression=exp.null())
+    query = exp.select(
+        _count_where(in_window),
+        _count_where(outside),
+        _hash_sum_where(outside),
+        _count_where(below_next),
+        _hash_sum_where(below_next),
+        _count_where(is_null),
+    ).from_(_aliased(relation))
+    row = run(con, query).fetchone()
+    return WindowStats(
+        high=high_text,
+        cdc_type=cdc_type,
+        window_rows=int(row[0]),
+        old_count=int(row[1]),
+        old_hash_sum=str(row[2]),
+        next_count=int(row[3]),
+        next_hash_sum=str(row[4]),
+        null_count=int(row[5]),
+    )
+
+
+def typed_literal(text: str, type_name: str) -> exp.Expression:
+    return _typed(text, type_name)
+
+
+def create_keys_table(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    relation: exp.Table,
+    keys: Sequence[tuple[str, exp.Expression]],
+    window: exp.Expression,
+    deleted_from: exp.Query | None,
+    merge_keys: Sequence[str],
+) -> int:
+    """Keys of the raw source rows in the window (before any filter), plus keys no longer in the
+    source at all when `deleted_from` (the previous state) is given. Returns how many."""
+    changed = (
+        exp.select(*(expression.copy().as_(key) for key, expression in keys))
+        .from_(_aliased(relation))
+        .where(window.copy())
+    )
+    query: exp.Query = changed
+    if deleted_from is not None:
+        present = exp.select(*(expression.copy().as_(key) for key, expression in keys)).from_(
+            _aliased(relation)
+        )
+        gone = (
+            exp.select(*(exp.column(key, table="__prev") for key in merge_keys))
+            .from_(deleted_from.subquery("__prev"))
+            .where(
+                exp.not_(
+                    exp.Exists(
+                        this=exp.select(exp.Literal.number(1))
+                        .from_(present.subquery("__now"))
+                        .where(_null_safe_match(merge_keys, "__now", "__prev"))
+                    )
+                )
+            )
+        )
+        query = exp.union(changed, gone, distinct=False)
+    distinct = exp.select("*").distinct().from_(query.subquery("__changed"))
+    run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=distinct, replace=True))
+    return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
+
+
+def keyed_rows(
+    keys: Sequence[str],
+    values: Sequence[exp.Expression],
+    *,
+    keys_table: str | None = None,
+    source: exp.Query | None = None,
+) -> exp.Expression:
+    """EXISTS a row of `keys_table` (or `source`) whose `keys` equal `values`, NULL-safe: a semi-join."""
+    if keys_table is not None:
+        relation: exp.Expression = snapshot_table(keys_table).as_(KEYS_ALIAS)
+    elif source is not None:
+        relation = source.subquery(KEYS_ALIAS)
+    else:
+        raise ValueError("keyed_rows needs a keys table or a source query")
+    match = exp.and_(
+        *(
+            exp.NullSafeEQ(this=exp.column(key, table=KEYS_ALIAS), expression=value.copy())
+            for key, value in zip(keys, values, strict=True)
+        )
+    )
+    return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(relation).where(match))
+
+
+def max_value(con: duckdb.DuckDBPyConnection, query: exp.Query, column: str) -> tuple[str | None, str]:
+    """MAX(column) of a query's rows as text, with its type."""
+    value = exp.func("max", exp.column(column))
+    row = run(
+        con,
+        exp.select(exp.cast(value, "VARCHAR"), exp.func("typeof", value.copy())).from_(
+            query.subquery("__rows")
+        ),
+    ).fetchone()
+    return row[0], str(row[1])
+
+
+def content_where(
+    con: duckdb.DuckDBPyConnection, query: exp.Query, condition: exp.Expression
+) -> tuple[int, str]:
+    """Row count and row-hash sum of the rows of `query` (aliased ROW_ALIAS) meeting `condition`."""
+    count, hash_sum = row_hash_aggregates()
+    statement = exp.select(count, hash_sum).from_(query.subquery(ROW_ALIAS)).where(condition)
+    row = run(con, statement).fetchone()
+    return int(row[0]), str(row[1])
