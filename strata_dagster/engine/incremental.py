@@ -117,7 +117,7 @@ def full_detail(ctx: IncrementalContext) -> dict[str, Any]:
     return detail
 
 
-def output_watermark(ctx: IncrementalContext, query: exp.Query) -> tuple[str | None, str]:
+def output_watermark(ctx: IncrementalContext, query: exp.Table | exp.Query) -> tuple[str | None, str]:
     """MAX(cdc_column) over a model's output, for models whose cdc column is computed."""
     return ctx.session.max_value(query, ctx.model.properties.cdc_column or "")
 

@@ -142,7 +142,8 @@ class _Run:
             pointers = self.reader.pointers(self.context.branch)
             for name in self.closure:
                 self._decide(name, pointers.get(name))
-            is_noop = self.request.only_stale and not self.new_snapshots and not self.to_publish
+            # A cutoff is work done: its build key is recorded so the next run reuses it.
+            is_noop = self.request.only_stale and not (self.new_snapshots or self.to_publish or self.new_keys)
             if is_noop:
                 self.session.rollback()
                 return RunResult(None, None, tuple(self.outcomes), self.context.branch)

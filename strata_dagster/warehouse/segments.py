@@ -233,14 +233,14 @@ def keyed_rows(
     return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(relation).where(match))
 
 
-def max_value(con: duckdb.DuckDBPyConnection, query: exp.Query, column: str) -> tuple[str | None, str]:
-    """MAX(column) of a query's rows as text, with its type."""
+def max_value(
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, column: str
+) -> tuple[str | None, str]:
+    """MAX(column) of a relation's rows as text, with its type."""
     value = exp.func("max", exp.column(column))
     row = run(
         con,
-        exp.select(exp.cast(value, "VARCHAR"), exp.func("typeof", value.copy())).from_(
-            query.subquery("__rows")
-        ),
+        exp.select(exp.cast(value, "VARCHAR"), exp.func("typeof", value.copy())).from_(_aliased(relation)),
     ).fetchone()
     return row[0], str(row[1])
 

@@ -140,9 +140,9 @@ class Session:
         with _as_warehouse_errors():
             return content_where(self.con, query, condition)
 
-    def max_value(self, query: exp.Query, column: str) -> tuple[str | None, str]:
+    def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
         with _as_warehouse_errors():
-            return max_value(self.con, query, column)
+            return max_value(self.con, relation, column)
 
     def schema_has_tables(self, schema: str) -> bool:
         row = self.con.execute(

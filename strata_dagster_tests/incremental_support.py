@@ -1,0 +1,64 @@
+"""A tiny project over one cdc source, for incremental tests: upsert, append and append_new models."""
+
+from pathlib import Path
+
+import duckdb
+
+MODULE = """
+source events {
+  table: raw.events
+  versioning: cdc(ts)
+}
+
+model up {
+  from events
+  let day = cast(ts as date)
+  filter status <> 'void'
+  incremental
+  merge_strategy: upsert
+  merge_keys: [id]
+  cdc_column: ts
+  unique: [id]
+}
+
+model ap {
+  from events
+  select id, status, v, ts
+  incremental
+  merge_strategy: append
+  cdc_column: ts
+}
+
+model an {
+  from events
+  filter v >= 0
+  select id, v, ts
+  incremental
+  merge_strategy: append_new
+  merge_keys: [id]
+  cdc_column: ts
+}
+"""
+
+# The same models, rebuilt fully by plain SQL: what an incremental build must equal (upsert).
+FULL_UP = "SELECT *, CAST(ts AS DATE) AS day FROM raw.events WHERE status <> 'void'"
+WINDOW_AP = "SELECT id, status, v, ts FROM raw.events WHERE ts > ? AND ts <= ?"
+WINDOW_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0 AND ts > ? AND ts <= ?"
+
+
+def make_project(root: Path, module: str = MODULE) -> tuple[Path, Path]:
+    project = root / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "events.strata").write_text(module)
+    warehouse = root / "w.duckdb"
+    con = duckdb.connect(str(warehouse))
+    con.execute("CREATE SCHEMA IF NOT EXISTS raw")
+    con.execute("CREATE OR REPLACE TABLE raw.events (id BIGINT, status VARCHAR, v INTEGER, ts TIMESTAMP)")
+    con.close()
+    return project, warehouse
+
+
+def multiset(con: duckdb.DuckDBPyConnection, query: str, params=None) -> list:
+    return con.execute(
+        f"SELECT hash(r), count(*) FROM ({query}) AS r GROUP BY 1 ORDER BY 1", params or []
+    ).fetchall()
