@@ -76,10 +76,17 @@ class CompiledModel:
     # cdc columns back to, before any filter.
     lineage: tuple[tuple[str, str], ...] = ()
     lets: tuple[tuple[str, exp.Expression], ...] = field(default=(), compare=False)
+    has_window: bool = False
+    has_set_operation: bool = False
 
     def base_column(self, output: str) -> str | None:
-        """The base-scope name an output column passes through unchanged, if any."""
-        return dict(self.lineage).get(output) if self.is_base_passthrough else None
+        """The base-scope name an output column passes through unchanged, in a model that only
+        filters and projects its `from` rows (what row-level incremental merges need)."""
+        return self.traced_column(output) if self.is_base_passthrough else None
+
+    def traced_column(self, output: str) -> str | None:
+        """The base-scope name an output column carries unchanged through joins and group keys."""
+        return dict(self.lineage).get(output)
 
     def base_expression(self, name: str, qualifier: str | None = None) -> exp.Expression:
         """A base-scope name as an expression over the raw source row (lets inlined)."""
@@ -173,6 +180,8 @@ class _PipelineCompiler:
         self.is_pushdown_open = True  # filters may still move into the base CTE
         self.is_base_passthrough = True
         self.lineage: dict[str, str] = {}
+        self.has_window = False
+        self.has_set_operation = False
 
     # -- errors -------------------------------------------------------------------------------
     def error(self, code: str, message: str, location: Location, hint: str | None = None) -> StrataError:
@@ -285,6 +294,7 @@ class _PipelineCompiler:
         if has_window(assignment.expr.node):
             # The window sees the rows the base WHERE keeps: later filters must come after it.
             self.is_pushdown_open = False
+            self.has_window = True
         if self.stage is not None:
             # A let after a join: the outer stage reads the base CTE, which now has one more column.
             self.stage.scope.columns = _extended(self.stage.scope.columns, assignment.name)
@@ -377,6 +387,7 @@ class _PipelineCompiler:
         stage.scope.relations[step.relation] = right_columns
         stage.scope.columns = joined
         stage.output = joined
+        self._lineage_after_join(step, right_columns)
         if step.on is not None:
             check_expression(step.on, stage.scope, model=self.model.name)
             join = exp.Join(this=table, kind=_join_kind(step.kind), on=step.on.node.copy())
@@ -405,6 +416,7 @@ class _PipelineCompiler:
             stage.output = _extended(stage.output, assignment.name)
         stage.derived.add(assignment.name)
         stage.has_window = stage.has_window or has_window(node)
+        self.has_window = self.has_window or stage.has_window
 
     def group(self, keys: GroupStep | None, aggregates: AggregateStep | None) -> None:
         self.is_base_passthrough = False
@@ -426,6 +438,22 @@ class _PipelineCompiler:
             projection.append(exp.alias_(assignment.expr.node.copy(), assignment.name))
             names.append((assignment.name, assignment.location))
         self._check_unique_names(names)
+        self.lineage = {
+            name: self.lineage[inner.name]
+            for name, inner in (
+                (
+                    self._name_of(key, "group"),
+                    key.node.unalias() if isinstance(key.node, exp.Alias) else key.node,
+                )
+                for key in (keys.keys if keys else ())
+            )
+            if isinstance(inner, exp.Column)
+            and inner.table in ("", self.base_alias)
+            and inner.name in self.lineage
+        }
+        self.has_window = self.has_window or any(
+            has_window(a.expr.node) for a in (aggregates.assignments if aggregates else ())
+        )
         stage.projection = projection
         stage.group_by = group_by
         stage.output = tuple(name for name, _ in names)
@@ -452,11 +480,14 @@ class _PipelineCompiler:
                 output.append(name)
         self._check_unique_names(names)
         self.lineage = self._lineage_after_select(step, stage)
+        self.has_window = self.has_window or any(has_window(item.node) for item in step.items)
         stage.projection = [item.node.copy() for item in step.items]
         stage.output = tuple(output) if output is not None else None
 
     def set_operation(self, step: SetOperationStep) -> None:
         self.is_base_passthrough = False
+        self.has_set_operation = True
+        self.lineage = {}
         stage = self.current_stage()
         right_columns = self.columns_of(step.relation)
         if stage.output is not None and right_columns is not None and len(stage.output) != len(right_columns):
@@ -485,6 +516,9 @@ class _PipelineCompiler:
 
     def expand(self, step: ExpandStep) -> None:
         self.is_base_passthrough = False
+        expanded = step.item.node.unalias() if isinstance(step.item.node, exp.Alias) else step.item.node
+        for name in (step.item.output_name, expanded.name if isinstance(expanded, exp.Column) else None):
+            self.lineage.pop(name or "", None)
         stage = self.current_stage()
         if not stage.is_plain or stage.group_by is not None:
             stage = self.wrap()
@@ -523,6 +557,16 @@ class _PipelineCompiler:
         stage.extra.append(exp.alias_(exp.Unnest(expressions=[inner.copy()]), name))
         stage.derived.add(name)
         stage.is_expanded = True
+
+    def _lineage_after_join(self, step: JoinStep, right_columns: Columns) -> None:
+        """Base columns keep their lineage unless the joined relation may supply a same-named one."""
+        keeps_using = step.kind in ("inner", "left")
+        for name in list(self.lineage):
+            if name in step.using:
+                if not keeps_using:
+                    del self.lineage[name]
+            elif right_columns is None or name in right_columns:
+                del self.lineage[name]
 
     def _lineage_after_select(self, step: SelectStep, stage: _Stage) -> dict[str, str]:
         lineage: dict[str, str] = {}
@@ -592,7 +636,9 @@ class _PipelineCompiler:
             is_base_passthrough=self.is_base_passthrough,
             let_names=tuple(self.lets),
             pushed_filters=len(self.base_where),
-            lineage=tuple(sorted(self.lineage.items())) if self.is_base_passthrough else (),
+            lineage=tuple(sorted(self.lineage.items())),
+            has_window=self.has_window,
+            has_set_operation=self.has_set_operation,
             lets=tuple((name, node.copy()) for name, node in self.lets.items()),
         )
 

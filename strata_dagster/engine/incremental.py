@@ -129,7 +129,11 @@ class DeltaBuilder:
         self.segments = segments
         self.props = ctx.model.properties
         self.merge_keys = list(self.props.merge_keys or ())
-        self.previous_query = composite_query(segments, self.previous.detail.get("merge_keys") or ())
+        self.previous_query = composite_query(
+            segments,
+            self.previous.detail.get("merge_keys") or (),
+            self.previous.detail.get("partition_grain"),
+        )
 
     def build(self) -> DeltaBuild | Fallback:
         previous = self.previous
@@ -313,7 +317,12 @@ class DeltaBuilder:
             compacted = f"{name}{COMPACTED_SUFFIX}"
             merge_keys = self.previous.detail.get("merge_keys") or ()
             session.create_snapshot(
-                compacted, composite_query([*self.segments, Segment(name, keys_table)], merge_keys)
+                compacted,
+                composite_query(
+                    [*self.segments, Segment(name, keys_table)],
+                    merge_keys,
+                    self.previous.detail.get("partition_grain"),
+                ),
             )
             session.drop_snapshot(name)
             if keys_table:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch
-from strata_dagster.engine.states import merge_keys_of, segments_of
+from strata_dagster.engine.states import state_query
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
@@ -85,9 +85,7 @@ def _repoint(
     with session.transaction():
         for change in changes:
             head = heads[change.model]
-            session.point_view_at_segments(
-                branch_schema(branch), change.model, segments_of(reader, head), merge_keys_of(head)
-            )
+            session.point_view_at(branch_schema(branch), change.model, state_query(reader, head))
             session.writer.add_publication(entry, branch, change.model, list(change.after))
         session.writer.add_entry(
             entry=entry,

@@ -31,13 +31,13 @@ from strata_dagster.engine.incremental import (
     full_detail,
     output_watermark,
 )
-from strata_dagster.engine.states import merge_keys_of, segments_of
+from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import SourceState, fingerprint_models, read_source_state
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, composite_tables
+from strata_dagster.warehouse.segments import Segment, composite_tables
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
@@ -169,7 +169,7 @@ class _Run:
         segments = self._segments(record)
         if len(segments) == 1:
             return snapshot_table(segments[0].table)
-        return composite_query(segments, merge_keys_of(record))
+        return state_query(self.reader, record)
 
     def _segments(self, record: SnapshotRecord) -> list[Segment]:
         return segments_of(self.reader, record)
@@ -388,7 +388,7 @@ class _Run:
                 assert previous is not None
                 collisions = self.session.unique_collisions(
                     record.table_name,
-                    composite_query(self._segments(previous), merge_keys_of(previous)),
+                    state_query(self.reader, previous),
                     props.unique,
                 )
                 if collisions:
@@ -442,9 +442,7 @@ class _Run:
 
     def _publish(self, run_id: str, started: dt.datetime) -> None:
         for name, record in self.to_publish.items():
-            self.session.point_view_at_segments(
-                self.schema, name, self._segments(record), merge_keys_of(record)
-            )
+            self.session.point_view_at(self.schema, name, state_query(self.reader, record))
         checkpoint("views_pointed")
         self.writer.add_entry(
             entry=self.entry,

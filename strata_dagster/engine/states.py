@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_tables
+from strata_dagster.warehouse.segments import Segment, composite_query, composite_tables
 
 
 def segments_of(history: HistoryReader, record: SnapshotRecord) -> list[Segment]:
@@ -23,3 +25,13 @@ def merge_keys_of(record: SnapshotRecord) -> list[str]:
 def state_tables(history: HistoryReader, record: SnapshotRecord) -> tuple[str, ...]:
     """Every snapshot-schema table the state's view reads."""
     return composite_tables(segments_of(history, record), merge_keys_of(record))
+
+
+def grain_of(record: SnapshotRecord) -> str | None:
+    """`day` / `month` / `key` for a partitioned state (its keys are partitions), else None."""
+    return record.detail.get("partition_grain")
+
+
+def state_query(history: HistoryReader, record: SnapshotRecord) -> exp.Query:
+    """The rows a state stands for: what its live view selects."""
+    return composite_query(segments_of(history, record), merge_keys_of(record), grain_of(record))

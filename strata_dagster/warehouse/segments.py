@@ -35,7 +35,20 @@ def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expressi
     )
 
 
-def _not_replaced(query_alias: str, keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Expression:
+def partition_key(value: exp.Expression, grain: str | None) -> exp.Expression:
+    """The partition a value falls in: its day, its month (first day), or itself."""
+    if grain == "day":
+        return exp.cast(value.copy(), exp.DataType.build("DATE"))
+    if grain == "month":
+        return exp.cast(
+            exp.func("date_trunc", exp.Literal.string("month"), value.copy()), exp.DataType.build("DATE")
+        )
+    return value.copy()
+
+
+def _not_replaced(
+    query_alias: str, keys: Sequence[str], keys_tables: Sequence[str], grain: str | None
+) -> exp.Expression:
     """NOT EXISTS a later key equal (NULL-safe) to this row's: an anti-join, never NOT IN."""
     later = [
         exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(name)) for name in keys_tables
@@ -43,16 +56,15 @@ def _not_replaced(query_alias: str, keys: Sequence[str], keys_tables: Sequence[s
     union: exp.Query = later[0]
     for other in later[1:]:
         union = exp.union(union, other, distinct=False)
-    probe = (
-        exp.select(exp.Literal.number(1))
-        .from_(union.subquery(KEYS_ALIAS))
-        .where(_null_safe_match(keys, KEYS_ALIAS, query_alias))
-    )
-    return exp.not_(exp.Exists(this=probe))
+    values = [partition_key(exp.column(key, table=query_alias), grain) for key in keys]
+    return exp.not_(keyed_rows(keys, values, source=union))
 
 
-def composite_query(segments: Sequence[Segment], merge_keys: Sequence[str] = ()) -> exp.Query:
-    """The rows a list of segments stands for (what the live view selects)."""
+def composite_query(
+    segments: Sequence[Segment], merge_keys: Sequence[str] = (), grain: str | None = None
+) -> exp.Query:
+    """The rows a list of segments stands for (what the live view selects). With a `grain`, the
+    keys are partitions: a later segment replaces whole partitions of the earlier ones."""
     parts: list[exp.Query] = []
     for index, segment in enumerate(segments):
         source = snapshot_table(segment.table)
@@ -60,7 +72,7 @@ def composite_query(segments: Sequence[Segment], merge_keys: Sequence[str] = ())
         part = exp.select("*").from_(source)
         later_keys = [later.keys_table for later in segments[index + 1 :] if later.keys_table]
         if later_keys and merge_keys:
-            part = part.where(_not_replaced("__seg", merge_keys, later_keys))
+            part = part.where(_not_replaced("__seg", merge_keys, later_keys, grain))
         parts.append(part)
     query: exp.Query = parts[0]
     for other in parts[1:]:

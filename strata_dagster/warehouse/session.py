@@ -21,9 +21,7 @@ from strata_dagster.warehouse.content import Content, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import migrate
 from strata_dagster.warehouse.segments import (
-    Segment,
     WindowStats,
-    composite_query,
     content_where,
     create_keys_table,
     max_value,
@@ -108,10 +106,8 @@ class Session:
     def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
         tables.point_view(self.con, branch_schema, model, table_names)
 
-    def point_view_at_segments(
-        self, branch_schema: str, model: str, segments: Sequence[Segment], merge_keys: Sequence[str] = ()
-    ) -> None:
-        tables.point_view_at(self.con, branch_schema, model, composite_query(segments, merge_keys))
+    def point_view_at(self, branch_schema: str, model: str, query: exp.Query) -> None:
+        tables.point_view_at(self.con, branch_schema, model, query)
 
     # -- incremental ------------------------------------------------------------------------------
     def window_stats(
