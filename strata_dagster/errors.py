@@ -43,6 +43,8 @@ E_BRANCH: Final = "E026"
 E_UNIQUE: Final = "E030"
 E_CONTRACT: Final = "E031"
 E_BUILD: Final = "E032"
+E_VERIFY_PARTITIONS: Final = "E040"
+E_VERIFY_LIVE: Final = "E041"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -70,6 +72,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_UNIQUE: "a `unique` pin failed: duplicate keys in the new snapshot",
     E_CONTRACT: "a `contract` pin failed: the new snapshot's schema differs",
     E_BUILD: "DuckDB rejected a model's SQL while building it",
+    E_VERIFY_PARTITIONS: "a `--partitions` value that is no day or month, or no partitioned model to verify",
+    E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -1,0 +1,156 @@
+"""`strata verify`: compare live models with full rebuilds in scratch space; exit 1 on any mismatch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.runs import branch_option, source_option, split_models
+from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
+from strata_dagster.language import load_project
+from strata_dagster.warehouse.compare import ColumnTotal, Figures
+from strata_dagster.warehouse.sources import parse_overrides
+
+_HEADERS = ("rows\n(full)", "row\ndelta", "only\nfull", "only\nincr", "count\n≠", "rows\nin ≠", "totals")
+_LEGEND = (
+    "row delta = live (incremental) rows - full rows. Hash groups (sets of identical rows): only in "
+    "full, only in incr(emental), in both with another count (count ≠); rows in ≠: rows of both "
+    "sides in those groups. totals: sums of the numeric columns. append / append_new models keep "
+    "history a full rebuild cannot give: their rows only in the live result are history, not "
+    "differences, and append_new models are compared on their merge keys."
+)
+
+
+@click.command("verify")
+@project_argument
+@click.option("--models", default="", help="Comma-separated models to verify (default: all).")
+@click.option(
+    "--partitions",
+    default="",
+    help="Comma-separated days (2025-02-01) or months (2025-02): compare only these partitions of "
+    "partitioned models (then, without --models, only partitioned models are verified).",
+)
+@warehouse_option
+@branch_option
+@source_option
+@reports_errors
+def verify_command(
+    project: Path,
+    models: str,
+    partitions: str,
+    warehouse: Path | None,
+    branch: str,
+    sources: tuple[str, ...],
+) -> None:
+    """Check that every live model equals a full rebuild of it from the sources as they are now.
+
+    The rebuild happens in scratch space that is always discarded: live snapshots, views and
+    history are never touched. Rows are compared as multisets of row hashes, with the totals of
+    every numeric column, per partition for partitioned models. Exits 1 on any difference.
+    """
+    overrides = parse_overrides(list(sources), load_project(project)) if sources else {}
+    report = verify(
+        project,
+        resolve_warehouse(project, warehouse),
+        models=split_models(models),
+        partitions=split_models(partitions),
+        branch=branch,
+        overrides=overrides,
+    )
+    print_report(report)
+    if not report.is_equal:
+        raise SystemExit(1)
+
+
+def print_report(report: VerifyReport) -> None:
+    scope = f", partitions {', '.join(report.partitions)}" if report.partitions else ""
+    table = Table(
+        title=f"live models on branch {report.branch} vs a full rebuild{scope}",
+        caption=_LEGEND,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+        caption_justify="left",
+    )
+    table.add_column("model / partition", no_wrap=True)
+    for header in _HEADERS:
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    totals: list[str] = []
+    for model in report.models:
+        totals.extend(_add_rows(table, model, show_all=bool(report.partitions)))
+    console.print(table)
+    for line in totals:
+        console.print(line, markup=False, style="red", soft_wrap=True)
+    for model in report.models:
+        for difference in model.schema_differences:
+            console.print(f"{model.model}: {difference}", markup=False, style="red", soft_wrap=True)
+    if report.is_equal:
+        console.print(f"verify: {len(report.models)} model(s) equal to a full rebuild", markup=False)
+    else:
+        console.print(
+            f"verify: {len(report.mismatched)} of {len(report.models)} model(s) differ from a full rebuild",
+            markup=False,
+            style="red",
+        )
+
+
+def _add_rows(table: Table, model: ModelVerification, *, show_all: bool) -> list[str]:
+    """Add the model's row, then its partitions' (all when a selection was given, else the differing
+    ones); return a line per numeric total that differs."""
+    name = Text(model.model)
+    notes = [f"{len(model.partitions):,} partitions"] if model.partitioned_by else []
+    if model.compared_columns:
+        notes.append(f"keys: {', '.join(model.compared_columns)}")
+    if model.is_history:
+        notes.append(f"history: {model.figures.history_rows:,} rows")
+    for note in notes:
+        name.append(f"\n  {note}", style="dim")
+    table.add_row(name, *_cells(model.figures, is_equal=model.is_equal))
+    lines = [f"{model.model}: {_total_text(total)}" for total in model.figures.mismatched_totals]
+    for part in model.partitions:
+        if show_all or not part.is_equal:
+            label = part.partition or "NULL"
+            table.add_row(Text(f"  {label}"), *_cells(part.figures, is_equal=part.is_equal))
+            lines.extend(f"{model.model} {label}: {_total_text(t)}" for t in part.figures.mismatched_totals)
+    return lines
+
+
+def _cells(figures: Figures, *, is_equal: bool) -> list[Text]:
+    delta = Text(
+        f"{figures.row_delta:+,}" if figures.row_delta else "0", style="red" if figures.row_delta else ""
+    )
+    counts = (
+        figures.hash_groups_only_in_full,
+        figures.hash_groups_only_in_incremental,
+        figures.hash_groups_with_count_mismatch,
+        figures.rows_in_mismatched_hash_groups,
+    )
+    mismatched = len(figures.mismatched_totals)
+    return [
+        Text(f"{figures.full_rows:,}"),
+        delta,
+        *(Text(f"{count:,}", style="red" if count else "") for count in counts),
+        Text(f"{mismatched} ≠", style="red") if mismatched else Text("equal"),
+        Text("equal", style="green") if is_equal else Text("DIFFERS", style="bold red"),
+    ]
+
+
+def _total_text(total: ColumnTotal) -> str:
+    """`amount` totals 1,234.00 in full, 1,224.00 incrementally (delta -10.00)"""
+    full, incremental = (_number(value) for value in (total.full, total.incremental))
+    text = f"`{total.column}` totals {full} in full, {incremental} incrementally"
+    if total.full is None or total.incremental is None:
+        return text
+    return f"{text} (delta {total.incremental - total.full:+,})"  # type: ignore[operator]
+
+
+def _number(value: object) -> str:
+    return "NULL" if value is None else f"{value:,}"
