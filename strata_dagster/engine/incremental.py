@@ -33,6 +33,15 @@ from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
 DELTA = "delta"
 MAX_SEGMENTS = 8  # more segments than this: the build writes one compacted base instead
 COMPACTED_SUFFIX = "__base"
+# What a new state records for the next build to check the input against.
+FACTS_CARRIED = (
+    "source_relation",
+    "cdc_type",
+    "next_count",
+    "next_hash_sum",
+    "partition_fingerprints",
+    "other_inputs",
+)
 FULL_SUFFIX = "__full"
 
 
@@ -340,9 +349,9 @@ class DeltaBuilder:
             **{
                 key: value
                 for key, value in self.previous.detail.items()
-                if key in ("strategy", "merge_keys", "columns")
+                if key in ("strategy", "merge_keys", "columns", "partition_grain")
             },
-            **{key: facts.get(key) for key in ("source_relation", "cdc_type", "next_count", "next_hash_sum")},
+            **{key: facts.get(key) for key in FACTS_CARRIED if key in facts},
             "segments": segments,
             "keys_table": keys_table,
             **detail,

@@ -19,6 +19,7 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
+from strata_dagster.engine import partitions
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.incremental import (
@@ -31,6 +32,7 @@ from strata_dagster.engine.incremental import (
     full_detail,
     output_watermark,
 )
+from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import SourceState, fingerprint_models, read_source_state
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
@@ -51,6 +53,7 @@ REUSED = "reused"  # a snapshot with this build key existed
 FULL = "full"  # rebuilt into a new snapshot
 CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
 # DELTA: a delta segment on top of the previous state (engine.incremental)
+PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,9 @@ class _Run:
         current = self.reader.snapshot(current_ids[-1]) if current_ids else None
         if current is not None and not self._is_state_present(current):
             current = None  # a table of the live state is gone: nothing to build on
-        is_incremental = model.properties.merge_strategy in INCREMENTAL_STRATEGIES
+        is_incremental = model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(
+            name
+        )
         merge_state = current.snapshot_id if is_incremental and current is not None else None
         key = build_key(fingerprint, inputs, merge_state=merge_state).value
         existing = self.reader.snapshot_for_build_key(key)
@@ -221,7 +226,7 @@ class _Run:
         if is_published:
             self.to_publish[name] = chosen
         duration = (time.perf_counter() - started) * 1000
-        if path == DELTA:
+        if path in (DELTA, PARTITIONS):
             sql = str(detail.get("segment_sql", sql))
         self.entry_models.append(
             EntryModel(
@@ -262,7 +267,7 @@ class _Run:
         snapshot_id = self._new_snapshot_id(key)
         table_name = snapshot_table_name(snapshot_id, name)
         reason = "first build" if current is None else None
-        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES:
+        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
             context = IncrementalContext(
                 self.session,
                 model,
@@ -276,7 +281,9 @@ class _Run:
             if current is not None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
-                    return self._accept_delta(name, key, outcome)
+                    return self._accept_delta(
+                        name, key, outcome, PARTITIONS if self._is_partitioned(name) else DELTA
+                    )
                 reason = outcome.reason
             record, path = self._full(
                 name, key, snapshot_id, table_name, fingerprint, current, existing, context
@@ -285,15 +292,33 @@ class _Run:
         record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, existing, None)
         return record, path, {}
 
+    def _is_partitioned(self, name: str) -> bool:
+        props = self.project.models[name].properties
+        return props.partitioned_by is not None and props.merge_strategy not in INCREMENTAL_STRATEGIES
+
+    def _identities(self, name: str) -> dict[str, str]:
+        """What each input of a model holds in this run: content fingerprints, never names."""
+        return {
+            ref: self.sources[ref].fingerprint if ref in self.sources else self.chosen[ref].content_hash
+            for ref in self.project.models[name].references
+        }
+
     def _delta(self, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuild | Fallback:
+        name = context.model.name
         try:
-            with self._as_build_error(context.model.name):
-                return DeltaBuilder(context, current, self._segments(current)).build()
+            with self._as_build_error(name):
+                if self._is_partitioned(name):
+                    builder: DeltaBuilder = PartitionBuilder(
+                        context, current, self._segments(current), self._identities(name)
+                    )
+                else:
+                    builder = DeltaBuilder(context, current, self._segments(current))
+                return builder.build()
         except SchemaChanged:
             return Fallback("the delta's columns differ from the previous state's")
 
     def _accept_delta(
-        self, name: str, key: str, build: DeltaBuild
+        self, name: str, key: str, build: DeltaBuild, path: str
     ) -> tuple[SnapshotRecord, str, dict[str, object]]:
         if build.is_unchanged:
             self.new_keys.append((key, build.record.snapshot_id))
@@ -304,7 +329,7 @@ class _Run:
         checkpoint("pins_checked")
         self.new_snapshots.append(record)
         self.new_keys.append((key, record.snapshot_id))
-        return record, DELTA, build.detail
+        return record, path, build.detail
 
     @contextmanager
     def _as_build_error(self, name: str) -> Iterator[None]:
@@ -344,7 +369,11 @@ class _Run:
                 return same, CUTOFF
         detail: dict[str, object] = {}
         watermark = None
-        if incremental is not None:
+        if incremental is not None and self._is_partitioned(name):
+            with self._as_build_error(name):
+                detail = partitions.full_detail(incremental, self._identities(name))
+                detail["columns"] = [list(column) for column in content.columns]
+        elif incremental is not None:
             with self._as_build_error(name):
                 detail = full_detail(incremental)
                 detail["columns"] = [list(column) for column in content.columns]
@@ -375,30 +404,20 @@ class _Run:
         self._check_contract(name, table_name)
 
     def _check_delta_pins(self, name: str, record: SnapshotRecord) -> None:
-        """Pins on a delta: duplicates can only involve the new segment's rows."""
+        """Pins on a delta. Duplicates need a new row: within the new segment, or against the rows
+        it keeps; when the replaced keys (or partitions) are part of the pinned columns, the kept
+        rows cannot repeat a new row's value, so the new segment alone is checked."""
         props = self.project.models[name].properties
         if props.unique:
             self._raise_unique(name, self.session.unique_violation(record.table_name, props.unique))
-            merge_keys = set(props.merge_keys or ())
-            is_disjoint_by_keys = props.merge_strategy in ("upsert", "append_new") and merge_keys <= set(
-                props.unique
+            replaced = set(merge_keys_of(record))
+            is_disjoint = record.detail.get("strategy") in ("upsert", "append_new", "partitions") and bool(
+                replaced
             )
-            if not is_disjoint_by_keys:
-                previous = self.reader.snapshot(record.segment_ids[-2])
-                assert previous is not None
-                collisions = self.session.unique_collisions(
-                    record.table_name,
-                    state_query(self.reader, previous),
-                    props.unique,
+            if not (is_disjoint and replaced <= set(props.unique)):
+                self._raise_unique(
+                    name, self.session.unique_violation(state_query(self.reader, record), props.unique)
                 )
-                if collisions:
-                    self._raise_unique(
-                        name,
-                        PinViolation(
-                            "unique",
-                            f"{collisions} new row(s) repeat a key value of ({', '.join(props.unique)})",
-                        ),
-                    )
         # Columns and types equal the previous state's (checked by the delta): not-null is per row.
         self._check_contract(name, record.table_name)
 

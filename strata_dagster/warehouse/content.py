@@ -45,14 +45,18 @@ def content_of(con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query) 
 
 
 def content_by_group(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table, key: exp.Expression
-) -> dict[str, tuple[int, str]]:
-    """Row count and row-hash sum per value of `key` (e.g. a partition expression)."""
-    source = relation.copy()
-    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, key: exp.Expression
+) -> dict[str | None, tuple[int, str]]:
+    """Row count and row-hash sum per value of `key` (e.g. a partition expression), keyed by the
+    value as text (None for NULL)."""
+    if isinstance(relation, exp.Query):
+        source: exp.Expression = relation.subquery(ROW_ALIAS)
+    else:
+        source = relation.copy()
+        source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
     query = (
         exp.select(exp.cast(key.copy(), exp.DataType.build("VARCHAR")).as_("__key"), *row_hash_aggregates())
         .from_(source)
         .group_by(exp.Literal.number(1))
     )
-    return {str(row[0]): (int(row[1]), str(row[2])) for row in run(con, query).fetchall()}
+    return {row[0]: (int(row[1]), str(row[2])) for row in run(con, query).fetchall()}

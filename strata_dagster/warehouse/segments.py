@@ -265,3 +265,14 @@ def content_where(
     statement = exp.select(count, hash_sum).from_(query.subquery(ROW_ALIAS)).where(condition)
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1])
+
+
+def create_values_table(
+    con: duckdb.DuckDBPyConnection, name: str, column: str, values: Sequence[exp.Expression]
+) -> None:
+    """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
+    rows = exp.values(
+        [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
+    )
+    query = exp.select(exp.column(column)).from_(rows)
+    run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True))

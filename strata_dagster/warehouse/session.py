@@ -17,13 +17,14 @@ from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.connection import connect
-from strata_dagster.warehouse.content import Content, content_of
+from strata_dagster.warehouse.content import Content, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import migrate
 from strata_dagster.warehouse.segments import (
     WindowStats,
     content_where,
     create_keys_table,
+    create_values_table,
     max_value,
     window_stats,
 )
@@ -132,6 +133,16 @@ class Session:
         with _as_warehouse_errors():
             return create_keys_table(self.con, name, relation, keys, window, deleted_from, merge_keys)
 
+    def content_by_group(
+        self, relation: exp.Table | exp.Query, key: exp.Expression
+    ) -> dict[str | None, tuple[int, str]]:
+        with _as_warehouse_errors():
+            return content_by_group(self.con, relation, key)
+
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
+        with _as_warehouse_errors():
+            create_values_table(self.con, name, column, values)
+
     def content_where(self, query: exp.Query, condition: exp.Expression) -> tuple[int, str]:
         with _as_warehouse_errors():
             return content_where(self.con, query, condition)
@@ -147,13 +158,11 @@ class Session:
         ).fetchone()
         return bool(row and row[0])
 
-    def unique_violation(self, name: str, columns: Sequence[str]) -> tables.PinViolation | None:
+    def unique_violation(
+        self, relation: str | exp.Query, columns: Sequence[str]
+    ) -> tables.PinViolation | None:
         with _as_warehouse_errors():
-            return tables.unique_violation(self.con, name, columns)
-
-    def unique_collisions(self, name: str, previous: exp.Query, columns: Sequence[str]) -> int:
-        with _as_warehouse_errors():
-            return tables.unique_collisions(self.con, name, previous, columns)
+            return tables.unique_violation(self.con, relation, columns)
 
     def contract_violation(
         self, name: str, contract: Sequence[tuple[str, str, bool]]

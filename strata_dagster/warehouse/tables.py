@@ -116,12 +116,14 @@ class PinViolation:
 
 
 def unique_violation(
-    con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[str]
+    con: duckdb.DuckDBPyConnection, relation: str | exp.Query, columns: Sequence[str]
 ) -> PinViolation | None:
+    """Duplicate values of `columns` in a snapshot table (by name) or in a query's rows."""
     keys = [exp.column(column) for column in columns]
+    source = snapshot_table(relation) if isinstance(relation, str) else relation.subquery("__pinned")
     duplicates = (
         exp.select(*keys, exp.func("count_star").as_("__copies"))
-        .from_(snapshot_table(name))
+        .from_(source)
         .group_by(*keys)
         .having(exp.GT(this=exp.func("count_star"), expression=exp.Literal.number(1)))
     )
@@ -176,25 +178,3 @@ def contract_violation(
     if not problems:
         return None
     return PinViolation("contract", "; ".join(problems))
-
-
-def unique_collisions(
-    con: duckdb.DuckDBPyConnection, name: str, previous: exp.Query, columns: Sequence[str]
-) -> int:
-    """Rows of the new segment `name` whose `columns` values already occur in `previous` (NULL-safe)."""
-    match = exp.and_(
-        *(
-            exp.NullSafeEQ(
-                this=exp.column(column, table="__prev"), expression=exp.column(column, table="__new")
-            )
-            for column in columns
-        )
-    )
-    probe = exp.select(exp.Literal.number(1)).from_(previous.subquery("__prev")).where(match)
-    query = (
-        exp.select(exp.Count(this=exp.Star()))
-        .from_(snapshot_table(name).as_("__new"))
-        .where(exp.Exists(this=probe))
-    )
-    row = run(con, query).fetchone()
-    return int(row[0]) if row else 0

@@ -1,0 +1,142 @@
+"""Partition-complete builds: affected partitions only, each recomputed completely (seed 003)."""
+
+import datetime as dt
+
+import duckdb
+import pytest
+
+from strata_dagster.engine.run import run_project
+from strata_dagster.errors import StrataError
+from strata_dagster_tests.helpers import compile_text
+from strata_dagster_tests.partition_support import compare, make_project
+
+START = dt.datetime(2026, 1, 1)
+
+
+def sql(warehouse, statement, params=None):
+    con = duckdb.connect(str(warehouse))
+    try:
+        return con.execute(statement, params or []).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def orders(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    # 90 days x 40 orders, deterministic; updated_at = order_ts.
+    sql(
+        warehouse,
+        "INSERT INTO raw.orders SELECT range, ? + to_minutes(range * 36), ? + to_minutes(range * 36), "
+        "CASE WHEN range % 11 = 0 THEN 'cancelled' ELSE 'paid' END, CASE WHEN range % 3 = 0 THEN 'web' ELSE 'shop' END, "
+        "(range % 50) + 0.5 FROM range(3600)",
+        [START, START],
+    )
+    return project, warehouse
+
+
+def equal_to_full(warehouse):
+    con = duckdb.connect(str(warehouse))
+    try:
+        return {model: compare(con, model) for model in ("daily", "monthly", "by_ts")}
+    finally:
+        con.close()
+
+
+ALL_EQUAL = {model: {"rows": 0, "groups": 0, "totals": True} for model in ("daily", "monthly", "by_ts")}
+
+
+def test_late_updates_to_old_days_rebuild_exactly_those_partitions(orders):
+    """Seed 003: late updates to February 1-16 after the cutoff lose no row in day or month models."""
+    project, warehouse = orders
+    run_project(project, warehouse)
+    now = sql(warehouse, "SELECT max(updated_at) FROM raw.orders")[0][0]
+    sql(
+        warehouse,
+        "UPDATE raw.orders SET amount = amount + 100, updated_at = ? + INTERVAL 1 HOUR "
+        "WHERE order_ts >= '2026-02-01' AND order_ts < '2026-02-17' AND order_id % 17 = 0",
+        [now],
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    daily = result.outcome("daily")
+    assert daily.path == "partitions"
+    assert daily.detail["partitions"] == [f"2026-02-{day:02d}" for day in range(1, 17)]
+    assert daily.detail["partitions_total"] == 90
+    monthly = result.outcome("monthly")
+    assert monthly.path == "partitions" and monthly.detail["partitions"] == ["2026-02-01"]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+    # February is whole: every day of it is still there.
+    assert sql(warehouse, "SELECT days FROM main.v_monthly WHERE order_month = '2026-02-01'") == [(28,)]
+
+
+def test_a_row_updated_out_of_the_filter_refreshes_its_partition(orders):
+    project, warehouse = orders
+    run_project(project, warehouse)
+    sql(
+        warehouse,
+        "UPDATE raw.orders SET status = 'cancelled', updated_at = updated_at + INTERVAL 300 DAY WHERE order_id = 1",
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("daily").detail["partitions"] == ["2026-01-01"]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+
+
+def test_a_row_moving_between_days_refreshes_both(orders):
+    project, warehouse = orders
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.orders SET order_ts = order_ts + INTERVAL 40 DAY WHERE order_id = 2")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("daily").detail["partitions"] == ["2026-01-01", "2026-02-10"]
+    assert result.outcome("by_ts").detail["partitions"] == ["2026-01-01", "2026-02-10"]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+
+
+def test_deleting_a_whole_day_removes_its_partition(orders):
+    project, warehouse = orders
+    run_project(project, warehouse)
+    sql(warehouse, "DELETE FROM raw.orders WHERE CAST(order_ts AS DATE) = '2026-01-05'")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("daily").detail["partitions"] == ["2026-01-05"]
+    assert sql(warehouse, "SELECT count(*) FROM main.v_daily WHERE order_day = '2026-01-05'") == [(0,)]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+
+
+def test_unaffected_partitions_keep_their_segments(orders):
+    project, warehouse = orders
+    first = run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.orders SET amount = 1 WHERE order_id = 3")
+    second = run_project(project, warehouse, only_stale=True)
+    segments = sql(
+        warehouse,
+        "SELECT snapshot_ids FROM strata.publications WHERE model = 'daily' ORDER BY entry DESC LIMIT 1",
+    )[0][0]
+    assert segments == [first.outcome("daily").snapshot_id, second.outcome("daily").snapshot_id]
+    assert second.outcome("daily").detail["rows_merged"] == 2  # one day, two channels
+    assert run_project(project, warehouse, only_stale=True).is_noop
+
+
+def test_window_functions_make_partitions_rebuild_fully(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    (project / "ranked.strata").write_text(
+        "model ranked {\n  from orders\n  let d = cast(order_ts as date)\n"
+        "  derive rank_in_day = row_number() over (partition by channel order by amount, order_id)\n"
+        "  partitioned_by: day(d)\n}\n"
+    )
+    sql(
+        warehouse,
+        "INSERT INTO raw.orders VALUES (1, ?, ?, 'paid', 'web', 1), (2, ? + INTERVAL 1 DAY, ?, 'paid', 'web', 2)",
+        [START] * 4,
+    )
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.orders SET amount = 5 WHERE order_id = 1")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("ranked").path == "full"
+    assert "window function" in result.outcome("ranked").detail["full_reason"]
+
+
+def test_partition_column_must_be_an_output_column():
+    with pytest.raises(StrataError) as caught:
+        compile_text(
+            "model m {\n  from orders\n  group channel\n  aggregate n = count(*)\n  partitioned_by: day(order_ts)\n}\n"
+        )
+    assert caught.value.code == "E010"
