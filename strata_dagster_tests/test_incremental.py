@@ -260,3 +260,15 @@ def test_many_deltas_compact_into_one_base(events):
         warehouse, "SELECT count(*) FROM strata.entry_models WHERE model = 'up' AND detail LIKE '%compacted%'"
     )
     assert compacted[0][0] >= 1
+
+
+def test_full_refresh_picks_up_silent_edits(events):
+    project, warehouse = events
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.events SET v = 42 WHERE id = 9")
+    run_project(project, warehouse, only_stale=True)
+    assert not up_equals_full(warehouse)
+    result = run_project(project, warehouse, models=["up"], full_refresh=True)
+    assert result.outcome("up").path == "full"
+    assert result.outcome("up").detail["full_reason"] == "full refresh requested"
+    assert up_equals_full(warehouse)

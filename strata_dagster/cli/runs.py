@@ -52,6 +52,11 @@ def print_outcome(outcome: ModelOutcome) -> None:
 @click.option(
     "--only-stale", is_flag=True, help="Build only what changed (sources' content or models' code)."
 )
+@click.option(
+    "--full-refresh",
+    is_flag=True,
+    help="Rebuild the selected models from all their input, incremental ones too.",
+)
 @reports_errors
 def run_command(
     project: Path,
@@ -60,6 +65,7 @@ def run_command(
     branch: str,
     sources: tuple[str, ...],
     only_stale: bool,
+    full_refresh: bool,
 ) -> None:
     """Build PROJECT's models into new immutable snapshots and publish them atomically.
 
@@ -74,6 +80,7 @@ def run_command(
         branch=branch,
         overrides=overrides,
         only_stale=only_stale,
+        full_refresh=full_refresh,
     )
     console.print(f"strata run on branch {branch} ({request.warehouse})", markup=False)
     result = run(request, print_outcome)

@@ -64,6 +64,8 @@ class RunRequest:
     branch: str = DEFAULT_BRANCH
     overrides: Mapping[str, str] = field(default_factory=dict)
     only_stale: bool = False
+    # Rebuild the selected models from all their input, also incremental and partitioned ones.
+    full_refresh: bool = False
     kind: str = "run"
     backfill_of: str | None = None
     reason: str | None = None
@@ -278,7 +280,9 @@ class _Run:
                 table_name,
                 self.entry,
             )
-            if current is not None:
+            if current is not None and self.request.full_refresh and name in self.selected:
+                reason = "full refresh requested"
+            elif current is not None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
                     return self._accept_delta(
@@ -498,6 +502,7 @@ def run_project(
     branch: str = DEFAULT_BRANCH,
     overrides: Mapping[str, str] | None = None,
     only_stale: bool = False,
+    full_refresh: bool = False,
     progress: ProgressCallback | None = None,
 ) -> RunResult:
     """Convenience wrapper around `run` for Python callers and tests."""
@@ -508,5 +513,6 @@ def run_project(
         branch=branch,
         overrides=dict(overrides or {}),
         only_stale=only_stale,
+        full_refresh=full_refresh,
     )
     return run(request, progress)
