@@ -48,7 +48,8 @@ def assert_consistent(warehouse):
         execute(warehouse, f"SELECT count(*) FROM main.{name}")
     # No table in the snapshot schema that the history does not know (no half-written snapshot).
     keys_tables = execute(
-        warehouse, "SELECT json_extract_string(detail, '$.keys_table') FROM strata.snapshots WHERE detail IS NOT NULL"
+        warehouse,
+        "SELECT json_extract_string(detail, '$.keys_table') FROM strata.snapshots WHERE detail IS NOT NULL",
     )
     assert tables <= set(registered.values()) | {row[0] for row in keys_tables if row[0]}
     orphans = execute(

@@ -83,7 +83,10 @@ def test_early_cutoff_keeps_snapshots_when_rows_do_not_change(shop):
     # A partitioned model whose joined input changed rebuilds every partition, to the same rows:
     # its content identity is unchanged, so the month model over it is reused.
     assert paths(result)["daily_revenue"] == "full"
-    assert result.outcome("daily_revenue").detail["full_reason"] == "`stg_customers` changed, and every partition reads it"
+    assert (
+        result.outcome("daily_revenue").detail["full_reason"]
+        == "`stg_customers` changed, and every partition reads it"
+    )
     assert paths(result)["monthly_revenue"] == "reused"
     after = view_tables(warehouse)
     assert after["v_orders_enriched"] == views["v_orders_enriched"]
