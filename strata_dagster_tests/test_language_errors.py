@@ -63,6 +63,14 @@ CASES = [
     ("E014", "model m {\n  from orders\n  expand tags as status\n}\n", 3, 10),
     ("E015", "model m {\n  from orders\n  select amount * 2\n}\n", 3, 10),
     ("E015", "model m {\n  from orders\n  group cast(order_ts as date)\n}\n", 3, 9),
+    (
+        "E016",
+        "model m {\n  from orders\n  let d = cast(order_ts as date)\n  filter d >= DATE '2025-02-17'\n"
+        "  let month = cast(date_trunc('month', d) as date)\n  group month\n  aggregate n = count(*)\n"
+        "  partitioned_by: month(month)\n}\n",
+        4,
+        10,
+    ),
     ("E086", "model m {\n  from orders\n  merge_strategy: merge\n}\n", 3, 19),
     (
         "E087",
@@ -167,3 +175,35 @@ def test_struct_field_of_a_derived_column_opens_a_stage():
     )
     assert compiled.models["m"].columns[-2:] == ("s", "b")
     assert "__s1" in compiled.sql("m")
+
+
+def test_whole_month_filters_are_fine_for_month_models():
+    compiled = compile_text(
+        "model m {\n  from orders\n  let d = cast(order_ts as date)\n"
+        "  filter date_trunc('month', d) >= DATE '2025-02-01'\n"
+        "  let month = cast(date_trunc('month', d) as date)\n  group month\n  aggregate n = count(*)\n"
+        "  partitioned_by: month(month)\n}\n"
+    )
+    assert "m" in compiled.models
+
+
+def test_window_over_ties_warns_w001_without_order_by():
+    text = "model m {\n  from orders\n  derive rank = row_number() over (partition by customer_id order by order_ts)\n}\n"
+    compiled = compile_text(text)
+    assert [warning.code for warning in compiled.warnings] == ["W001"]
+    assert "order_by" in compiled.warnings[0].hint
+
+
+def test_order_by_adds_tie_breakers_to_windows():
+    text = (
+        "model m {\n  from orders\n  derive rank = row_number() over (partition by customer_id order by order_ts)\n"
+        "  order_by: [order_ts, order_id]\n}\n"
+    )
+    compiled = compile_text(text)
+    assert compiled.warnings == ()
+    assert "ORDER BY order_ts, order_id" in compiled.sql("m", pretty=False)
+
+
+def test_window_ordered_by_the_unique_key_is_deterministic():
+    text = "model m {\n  from orders\n  derive rank = row_number() over (order by order_id)\n  unique: [order_id]\n}\n"
+    assert compile_text(text).warnings == ()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from strata_dagster.compile.compiler import CompiledModel, RelationResolver, compile_model
-from strata_dagster.compile.properties import property_errors
+from strata_dagster.compile.determinism import make_windows_deterministic
+from strata_dagster.compile.properties import partial_month_errors, property_errors
 from strata_dagster.compile.relations import DefaultRelations
 from strata_dagster.compile.scope import Columns
 from strata_dagster.errors import StrataError, StrataWarning, raise_collected
@@ -41,6 +43,7 @@ def compile_project(
     }
     compiled: dict[str, CompiledModel] = {}
     errors: list[StrataError] = []
+    warnings: list[StrataWarning] = []
     for name in project.order:
         model = project.models[name]
         try:
@@ -50,7 +53,10 @@ def compile_project(
             known[name] = None  # downstream still compiles, without cascading column errors
             continue
         errors.extend(property_errors(model, result))
-        compiled[name] = result
+        errors.extend(partial_month_errors(model, result))
+        statement, found = make_windows_deterministic(model, result.statement)
+        warnings.extend(found)
+        compiled[name] = dataclasses.replace(result, statement=statement)
         known[name] = result.columns
     raise_collected(errors)
-    return CompiledProject(project, compiled)
+    return CompiledProject(project, compiled, tuple(warnings))

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.scope import unknown_column
 from strata_dagster.errors import (
     E_CDC_COLUMN,
     E_MERGE_KEYS,
     E_MERGE_ON_AGGREGATE,
+    E_PARTIAL_MONTH,
     E_PARTITION_COLUMN,
     StrataError,
 )
-from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, KEYED_STRATEGIES, Model
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, KEYED_STRATEGIES, FilterStep, Model
 
 
 def property_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
@@ -90,4 +93,61 @@ def property_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
         for column in props.contract or ():
             if column.name not in columns:
                 errors.append(unknown_column(column.name, columns, model.name, column.location))
+    return errors
+
+
+_COMPARISONS = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ, exp.Between, exp.In)
+
+
+def _is_month_truncated(column: exp.Column) -> bool:
+    """Whether the column is read through date_trunc('month', ...) within its comparison."""
+    node = column.parent
+    while node is not None and not isinstance(node, _COMPARISONS):
+        if isinstance(node, exp.DateTrunc | exp.TimestampTrunc) and node.text("unit").lower() == "month":
+            return True
+        node = node.parent
+    return False
+
+
+def partial_month_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
+    """Seed 003: a month partition fed a partial-month cutoff (a filter on its days) loses rows."""
+    spec = model.properties.partitioned_by
+    if spec is None or spec.grain != "month":
+        return []
+    base = compiled.traced_column(spec.column)
+    if base is None:
+        return []
+    lets = dict(compiled.lets)
+
+    def sources_of(name: str) -> set[str]:
+        """The source columns a name stands for (a let is read through its inlined expression)."""
+        if name in lets:
+            return {column.name for column in lets[name].find_all(exp.Column)}
+        return {name}
+
+    day_columns = sources_of(base) - {spec.column}
+    errors = []
+    for step in model.steps:
+        if not isinstance(step, FilterStep):
+            continue
+        for comparison in step.condition.node.find_all(*_COMPARISONS):
+            cut = [
+                column
+                for column in comparison.find_all(exp.Column)
+                if column.name != spec.column
+                and sources_of(column.name) & day_columns
+                and not _is_month_truncated(column)
+            ]
+            if cut:
+                errors.append(
+                    StrataError(
+                        E_PARTIAL_MONTH,
+                        f"model `{model.name}` is partitioned by month but filters on `{cut[0].name}` "
+                        "within months: a cut-off inside a month leaves that month partial",
+                        step.condition.location,
+                        hint=f"filter whole months, e.g. `date_trunc('month', {cut[0].name}) >= DATE '2025-01-01'`, "
+                        "or filter in an upstream model",
+                    )
+                )
+                break
     return errors
