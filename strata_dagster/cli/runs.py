@@ -261,3 +261,38 @@ def promote(project: Path, source: str, target: str, warehouse: Path | None) -> 
 
 
 COMMANDS = (run_command, history, replay, rollback, gc, branch, promote)
+
+
+@click.command()
+@project_argument
+@click.argument("run_id")
+@warehouse_option
+@click.option("--reason", default=None, help="Why this backfill runs (required; recorded in the history).")
+@source_option
+@models_option
+@reports_errors
+def backfill(
+    project: Path,
+    run_id: str,
+    warehouse: Path | None,
+    reason: str | None,
+    sources: tuple[str, ...],
+    models: str,
+) -> None:
+    """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason."""
+    from strata_dagster.engine.backfill import backfill as run_backfill
+
+    target = resolve_warehouse(project, warehouse)
+    console.print(f"strata backfill of {run_id[:12]} ({target})", markup=False)
+    result = run_backfill(
+        project, target, run_id, reason, sources=sources, models=split_models(models), progress=print_outcome
+    )
+    if result.is_noop:
+        console.print("the corrections change nothing: " + NOTHING_TO_DO)
+        return
+    console.print(
+        f"backfill {result.run_id[:12] if result.run_id else '-'} of {run_id[:12]} recorded", markup=False
+    )
+
+
+COMMANDS = (*COMMANDS, backfill)
