@@ -34,6 +34,7 @@ from strata_dagster.engine.faults import checkpoint
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
+from strata_dagster.warehouse.segments import partition_key
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
@@ -212,12 +213,7 @@ def parse_partitions(values: Iterable[str]) -> tuple[PartitionRequest, ...]:
 
 def partition_expression(spec: PartitionSpec) -> exp.Expression:
     """The partition a row belongs to: its day, the first day of its month, or the column itself."""
-    column = exp.column(spec.column)
-    if spec.grain == "day":
-        return exp.cast(column, _DATE)
-    if spec.grain == "month":
-        return exp.cast(exp.func("date_trunc", exp.Literal.string("month"), column), _DATE)
-    return column
+    return partition_key(exp.column(spec.column), spec.grain)
 
 
 def partition_predicate(spec: PartitionSpec, requests: tuple[PartitionRequest, ...]) -> exp.Expression:
