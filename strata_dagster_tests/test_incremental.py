@@ -272,3 +272,43 @@ def test_full_refresh_picks_up_silent_edits(events):
     assert result.outcome("up").path == "full"
     assert result.outcome("up").detail["full_reason"] == "full refresh requested"
     assert up_equals_full(warehouse)
+
+
+def test_window_functions_make_merges_rebuild_fully(tmp_path):
+    module = (
+        MODULE
+        + """
+model ranked {
+  from events
+  derive seen = count(*) over (partition by status)
+  incremental
+  merge_strategy: append
+  cdc_column: ts
+}
+"""
+    )
+    project, warehouse = make_project(tmp_path, module)
+    sql(
+        warehouse,
+        "INSERT INTO raw.events VALUES (1, 'open', 1, ?), (2, 'open', 1, ? + INTERVAL 1 HOUR)",
+        [T0, T0],
+    )
+    run_project(project, warehouse)
+    sql(warehouse, "INSERT INTO raw.events VALUES (3, 'open', 1, ? + INTERVAL 2 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("ranked").path == "full"
+    assert "window function" in result.outcome("ranked").detail["full_reason"]
+    assert sql(warehouse, "SELECT max(seen) FROM main.v_ranked") == [(3,)]
+
+
+def test_many_segments_still_reach_nothing_to_do(events):
+    project, warehouse = events
+    run_project(project, warehouse)
+    for step in range(3):
+        sql(
+            warehouse,
+            "INSERT INTO raw.events VALUES (?, 'open', 1, ? + to_hours(?))",
+            [2000 + step, T0, 2000 + step],
+        )
+        run_project(project, warehouse, only_stale=True)
+    assert run_project(project, warehouse, only_stale=True).is_noop

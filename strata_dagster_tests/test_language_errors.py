@@ -71,6 +71,13 @@ CASES = [
         4,
         10,
     ),
+    (
+        "E016",
+        "model m {\n  from orders\n  let d = cast(order_ts as date)\n  filter d >= DATE '2025-02-17'\n"
+        "  group d\n  aggregate n = count(*)\n  partitioned_by: month(d)\n}\n",
+        4,
+        10,
+    ),
     ("E086", "model m {\n  from orders\n  merge_strategy: merge\n}\n", 3, 19),
     (
         "E087",

@@ -125,7 +125,14 @@ def partial_month_errors(model: Model, compiled: CompiledModel) -> list[StrataEr
             return {column.name for column in lets[name].find_all(exp.Column)}
         return {name}
 
-    day_columns = sources_of(base) - {spec.column}
+    expression = compiled.base_expression(base)
+    is_month_aligned = any(
+        isinstance(node, exp.DateTrunc | exp.TimestampTrunc) and node.text("unit").lower() == "month"
+        for node in expression.find_all(exp.DateTrunc, exp.TimestampTrunc)
+    )
+    # A partition column that is already a month may be filtered freely; one holding days may not.
+    exempt = {spec.column} if is_month_aligned else set()
+    day_columns = sources_of(base) - exempt
     errors = []
     for step in model.steps:
         if not isinstance(step, FilterStep):
@@ -134,8 +141,8 @@ def partial_month_errors(model: Model, compiled: CompiledModel) -> list[StrataEr
             cut = [
                 column
                 for column in comparison.find_all(exp.Column)
-                if column.name != spec.column
-                and sources_of(column.name) & day_columns
+                if column.name not in exempt
+                and (sources_of(column.name) & day_columns or column.name in day_columns)
                 and not _is_month_truncated(column)
             ]
             if cut:

@@ -153,6 +153,8 @@ class DeltaBuilder:
             return Fallback("the previous state was built with another merge strategy")
         if previous.watermark is None:
             return Fallback("the previous build saw no cdc value (empty input)")
+        if self.ctx.compiled.has_window:
+            return Fallback("a window function over the delta alone would not see the rows it must")
         relation = self.ctx.relation(self.ctx.compiled.base_relation)
         if isinstance(relation, exp.Table) and detail.get("source_relation") != render(relation):
             return Fallback(

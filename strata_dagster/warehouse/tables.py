@@ -90,7 +90,7 @@ def view_snapshot_tables(
     other = [node for node in query.find_all(exp.Table) if node.db != SNAPSHOT_SCHEMA]
     if other:
         return ()  # the view was edited to read something else
-    return tuple(sorted(node.name for node in tables))
+    return tuple(sorted({node.name for node in tables}))
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
