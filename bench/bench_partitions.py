@@ -1,0 +1,984 @@
+"""Partition benchmark: a partition-complete incremental build of a day model and a month model
+after late updates to 30 old days, against the DuckDB floor of the same work and a full rebuild.
+
+    /work/venv/bin/python bench/bench_partitions.py [--rows 10000000] [--repeat 5] [--profile]
+
+The three sides run in this process, on the same data, interleaved (the side that goes first
+rotates), and each timing is the wall time around one call, connection open and close included.
+After every repeat the incremental day and month models are checked against a full recomputation
+(row-hash multisets), so a wrong build fails the bench instead of producing a number. See
+bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import sqlglot
+from bench_engine import Timings, console, execute, machine, timed
+from rich.table import Table
+from sqlglot import exp
+
+import strata_dagster
+import strata_dagster.engine.partitions as partitions_module
+import strata_dagster.engine.run as engine_run
+import strata_dagster.warehouse.content as content_module
+import strata_dagster.warehouse.segments as segments_module
+import strata_dagster.warehouse.session as session_module
+import strata_dagster.warehouse.tables as tables_module
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
+from strata_dagster.engine.run import run_project
+from strata_dagster.language import load_project
+from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.warehouse.session import Session, open_session
+from strata_dagster.warehouse.sql import render, snapshot_table
+
+PROJECT = """
+source orders { table: raw.orders }
+
+model daily {
+  from orders
+  filter status <> 'cancelled'
+  let order_day = cast(order_ts as date)
+  group order_day, channel
+  aggregate revenue = sum(amount), n = count(*)
+  partitioned_by: day(order_day)
+  unique: [order_day, channel]
+}
+
+model monthly {
+  from daily
+  let order_month = cast(date_trunc('month', order_day) as date)
+  group order_month, channel
+  aggregate revenue = sum(revenue), n = sum(n), days = count(distinct order_day)
+  partitioned_by: month(order_month)
+  unique: [order_month, channel]
+}
+"""
+DAILY, MONTHLY = "daily", "monthly"
+MODELS = (DAILY, MONTHLY)  # project order
+COLUMNS = {
+    DAILY: ("order_day", "channel", "revenue", "n"),
+    MONTHLY: ("order_month", "channel", "revenue", "n", "days"),
+}
+PARTITION_COLUMN = {DAILY: "order_day", MONTHLY: "order_month"}
+
+# A full recomputation of both models from raw.orders, written by hand: what verification compares
+# with (and the floor's recomputation of the affected days and months, restricted to them).
+RECOMPUTE_DAILY = (
+    "SELECT CAST(order_ts AS DATE) AS order_day, channel, sum(amount) AS revenue, count(*) AS n "
+    "FROM {orders} WHERE status <> 'cancelled' {where} GROUP BY ALL"
+)
+RECOMPUTE_MONTHLY = (
+    "SELECT CAST(date_trunc('month', order_day) AS DATE) AS order_month, channel, sum(revenue) AS revenue, "
+    "sum(n) AS n, count(DISTINCT order_day) AS days FROM {daily} {where} GROUP BY ALL"
+)
+
+DAYS = 365
+START = dt.date(2025, 1, 1)
+# The source: raw.orders of write_sample_data without its `tags` list column (hashing a list per
+# row would dominate every fingerprint scan and say nothing about partitions), without raw.customers.
+NARROW = (
+    "CREATE TABLE raw.orders_narrow AS SELECT order_id, customer_id, order_ts, updated_at, status, amount, "
+    "channel FROM raw.orders ORDER BY order_id",
+    "DROP TABLE raw.orders",
+    "DROP TABLE raw.customers",
+    "ALTER TABLE raw.orders_narrow RENAME TO orders",
+)
+# Late updates: 0.1% of all orders, all of them placed on 30 old days (day 5, 15, ..., 295 of the
+# year: 10 of the 12 months; the last two months untouched). Every changed order gets a new amount
+# and an updated_at after every existing row; a quarter of them flip to 'cancelled' (they leave
+# the filter). STRIDE picks every 82nd order of those days: 30/365 of the rows / 82 = 0.1%.
+CHANGED_DAYS, FIRST_DAY, DAY_STEP, UPDATE_SHARE = 30, 5, 10, 0.001
+STRIDE = max(1, round(CHANGED_DAYS / DAYS / UPDATE_SHARE))
+DAY_INDEX = f"datediff('day', DATE '{START.isoformat()}', CAST(o.order_ts AS DATE))"
+LATE_UPDATE = f"""
+UPDATE raw.orders AS o
+SET amount = o.amount + 1.23,
+    updated_at = m.max_updated + to_seconds(1 + o.order_id % 3600),
+    status = CASE WHEN (o.order_id // {STRIDE}) % 4 = 0 THEN 'cancelled' ELSE o.status END
+FROM (SELECT max(updated_at) AS max_updated FROM raw.orders) AS m
+WHERE o.order_id % {STRIDE} = 0
+  AND {DAY_INDEX} % {DAY_STEP} = {FIRST_DAY}
+  AND {DAY_INDEX} < {FIRST_DAY + DAY_STEP * CHANGED_DAYS}
+"""
+FINGERPRINT = "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t"
+TARGET_VS_FLOOR = 2.0  # incremental / floor at most (issue #6, item 8)
+
+FLOOR_IS = (
+    "one connection on a copy holding plain tables `daily` and `monthly` with the previous results; in one "
+    "transaction: DELETE the changed days from daily, INSERT their recomputation from raw.orders "
+    "(WHERE status <> 'cancelled' AND CAST(order_ts AS DATE) IN (<the days as literals>)), DELETE the "
+    "affected months from monthly, INSERT them recomputed from daily; close. The floor is TOLD which days "
+    "changed, for free: it pays no fingerprint scan of raw.orders (strata pays one per run, plus one "
+    "per-partition fingerprint scan to find the days), no content hash, no pins, no history, no new "
+    "immutable segment (it mutates the tables in place)."
+)
+WHAT_IF_IS = (
+    "the incremental run (only_stale) with two rewrites patched into this process for that call only "
+    "(nothing under strata_dagster/ changes): (1) the partition predicate as an uncorrelated semi-join, "
+    "`expr IN (SELECT key FROM keys) OR (expr IS NULL AND EXISTS a NULL key)`, instead of the correlated "
+    "`EXISTS (... keys.key IS NOT DISTINCT FROM expr)`; (2) per-partition fingerprints grouped by the typed "
+    "key, cast to text after the aggregation. Same paths, partitions and rows (asserted and verified)"
+)
+FULL_IS = (
+    "run_project(full_refresh=True) on a copy of the same warehouse (strata state + changed source): "
+    "both models rebuilt from all their input, with fingerprints, pins, content hash and history"
+)
+
+
+# -- set-up --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """What the late updates changed, as the floor is told it and as the bench checks it."""
+
+    rows_updated: int
+    rows_cancelled: int  # updated rows that are 'cancelled' now (a quarter flipped, a few already were)
+    days: tuple[str, ...]  # days whose raw rows changed (what strata must find for `daily`)
+    months: tuple[str, ...]  # months whose daily rows changed (what strata must find for `monthly`)
+    daily_rows_changed: int
+
+
+@dataclass(frozen=True)
+class Files:
+    """Templates built once; every repeat starts from fresh copies of them."""
+
+    engine: Path  # strata's state after the first full build, then the change
+    floor: Path  # plain previous results, then the change
+
+
+def copy(source: Path, target: Path) -> None:
+    Path(f"{target}.wal").unlink(missing_ok=True)
+    shutil.copyfile(source, target)
+
+
+def view(model: str, catalog: str) -> str:
+    return f"{catalog}.{branch_schema(DEFAULT_BRANCH)}.{view_name(model)}"
+
+
+def source_fingerprint(path: Path) -> tuple[int, int]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        count, total = con.execute(FINGERPRINT).fetchone()
+        return int(count), int(total)
+    finally:
+        con.close()
+
+
+def paths_of(result) -> dict[str, str]:
+    return {outcome.model: outcome.path for outcome in result.outcomes}
+
+
+def prepare(rows: int, work: Path, project: Path) -> tuple[Files, Change]:
+    source, built, floor_built = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
+    console.print(f"writing {rows:,} orders over {DAYS} days into {source} ...")
+    write_sample_data(source, rows, days=DAYS, start=START)
+    execute(source, NARROW)
+    with open_session(source):
+        pass  # migrations: every copy starts with the history tables, so no side pays for creating them
+    copy(source, built)
+    console.print("first full build through strata ...")
+    first = run_project(project, built)
+    assert paths_of(first) == dict.fromkeys(MODELS, "full"), f"first build took {paths_of(first)}"
+    copy(source, floor_built)
+    con = duckdb.connect(str(floor_built))
+    try:
+        # The previous results as plain tables: exactly what strata's views expose.
+        con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
+        for model in MODELS:
+            con.execute(f"CREATE TABLE main.{model} AS SELECT * FROM {view(model, 'built')}")
+        con.execute("DETACH built")
+        old_max = con.execute("SELECT max(updated_at) FROM raw.orders").fetchone()[0]
+    finally:
+        con.close()
+    files = Files(work / "engine.tmpl.duckdb", work / "floor.tmpl.duckdb")
+    for template, start in ((files.engine, built), (files.floor, floor_built)):
+        copy(start, template)
+        execute(template, [LATE_UPDATE])
+    prints = {source_fingerprint(path) for path in (files.engine, files.floor)}
+    assert len(prints) == 1, f"the changed sources differ: {prints}"
+    return files, describe_change(files.engine, old_max)
+
+
+def describe_change(engine: Path, old_max: dt.datetime) -> Change:
+    """Which days and months the late updates changed, found from the data (not from the UPDATE)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH '{engine}' AS e (READ_ONLY)")
+        changed = "FROM e.raw.orders WHERE updated_at > ?"
+        rows_updated, rows_cancelled = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE status = 'cancelled') {changed}", [old_max]
+        ).fetchone()
+        days = [
+            str(row[0])
+            for row in con.execute(
+                f"SELECT DISTINCT CAST(order_ts AS DATE) {changed} ORDER BY 1", [old_max]
+            ).fetchall()
+        ]
+        # Daily rows whose content differs between the previous results and a recomputation.
+        con.execute(
+            "CREATE TEMP TABLE recomputed AS " + RECOMPUTE_DAILY.format(orders="e.raw.orders", where="")
+        )
+        cols = ", ".join(COLUMNS[DAILY])
+        differ = con.execute(
+            f"SELECT DISTINCT order_day FROM ((SELECT {cols} FROM recomputed EXCEPT ALL "
+            f"SELECT {cols} FROM {view(DAILY, 'e')}) UNION ALL (SELECT {cols} FROM {view(DAILY, 'e')} "
+            f"EXCEPT ALL SELECT {cols} FROM recomputed)) ORDER BY 1"
+        ).fetchall()
+        daily_rows = con.execute(
+            f"SELECT count(*) FROM (SELECT {cols} FROM recomputed EXCEPT ALL SELECT {cols} FROM {view(DAILY, 'e')})"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    changed_days = {str(row[0]) for row in differ}
+    assert changed_days and changed_days <= set(days), "the late updates changed no daily row, or others"
+    months = sorted({day[:7] + "-01" for day in changed_days})
+    return Change(int(rows_updated), int(rows_cancelled), tuple(days), tuple(months), int(daily_rows))
+
+
+def floor_statements(change: Change) -> list[str]:
+    days = ", ".join(f"DATE '{day}'" for day in change.days)
+    months = ", ".join(f"DATE '{month}'" for month in change.months)
+    return [
+        "BEGIN TRANSACTION",
+        f"DELETE FROM daily WHERE order_day IN ({days})",
+        "INSERT INTO daily BY NAME "
+        + RECOMPUTE_DAILY.format(orders="raw.orders", where=f"AND CAST(order_ts AS DATE) IN ({days})"),
+        f"DELETE FROM monthly WHERE order_month IN ({months})",
+        "INSERT INTO monthly BY NAME "
+        + RECOMPUTE_MONTHLY.format(
+            daily="daily", where=f"WHERE CAST(date_trunc('month', order_day) AS DATE) IN ({months})"
+        ),
+        "COMMIT",
+    ]
+
+
+# -- checks --------------------------------------------------------------------------------------
+
+
+def check_incremental(result, change: Change) -> dict[str, dict[str, Any]]:
+    """Both models took the partitions path, on exactly the changed days and months."""
+    paths = paths_of(result)
+    assert paths == dict.fromkeys(MODELS, "partitions"), f"incremental run took {paths}"
+    details = {outcome.model: outcome.detail for outcome in result.outcomes}
+    found = {model: tuple(details[model].get("partitions") or ()) for model in MODELS}
+    expected = {DAILY: change.days, MONTHLY: change.months}
+    assert found == expected, f"affected partitions {found}, expected {expected}"
+    return details
+
+
+def check_full(result) -> None:
+    paths = paths_of(result)
+    assert paths == dict.fromkeys(MODELS, "full"), f"full refresh took {paths}"
+    reasons = {outcome.model: outcome.detail.get("full_reason") for outcome in result.outcomes}
+    assert set(reasons.values()) == {"full refresh requested"}, f"full refresh reasons {reasons}"
+
+
+def multiset_mismatch(
+    con: duckdb.DuckDBPyConnection, columns: tuple[str, ...], left: str, right: str
+) -> tuple[int, int, int]:
+    """(rows left, rows right, row hashes whose multiplicity differs): (n, n, 0) when equal."""
+    row_hash = f"hash({', '.join(columns)})"
+    row = con.execute(
+        f"""
+        WITH a AS (SELECT {row_hash} AS h, count(*) AS n FROM {left} GROUP BY 1),
+             b AS (SELECT {row_hash} AS h, count(*) AS n FROM {right} GROUP BY 1)
+        SELECT (SELECT sum(n) FROM a), (SELECT sum(n) FROM b),
+               (SELECT count(*) FROM a FULL OUTER JOIN b USING (h) WHERE a.n IS DISTINCT FROM b.n)
+        """
+    ).fetchone()
+    return int(row[0] or 0), int(row[1] or 0), int(row[2])
+
+
+def verify(engine: Path, full: Path, floor: Path, what_if: Path | None) -> None:
+    """Incremental day and month models = a full recomputation from the changed raw.orders (and so
+    do the full rebuild's, the floor's and the what-if run's)."""
+    con = duckdb.connect()
+    try:
+        attached = [("inc", engine), ("fullw", full), ("floorw", floor)]
+        if what_if is not None:
+            attached.append(("whatif", what_if))
+        for alias, path in attached:
+            con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
+        con.execute(
+            "CREATE TEMP TABLE expected_daily AS " + RECOMPUTE_DAILY.format(orders="inc.raw.orders", where="")
+        )
+        con.execute(
+            "CREATE TEMP TABLE expected_monthly AS "
+            + RECOMPUTE_MONTHLY.format(daily="expected_daily", where="")
+        )
+        for model in MODELS:
+            for label, relation in (
+                ("incremental", view(model, "inc")),
+                ("full rebuild", view(model, "fullw")),
+                ("floor", f"floorw.main.{model}"),
+                *([("what-if run", view(model, "whatif"))] if what_if is not None else []),
+            ):
+                left, right, mismatched = multiset_mismatch(
+                    con, COLUMNS[model], relation, f"expected_{model}"
+                )
+                assert mismatched == 0 and left == right, (
+                    f"{model}, {label} vs full recomputation: {left} vs {right} rows, "
+                    f"{mismatched} row hash(es) with other multiplicities"
+                )
+    finally:
+        con.close()
+
+
+# -- timed runs ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Sides:
+    incremental: Timings = field(default_factory=lambda: Timings([], []))
+    full: Timings = field(default_factory=lambda: Timings([], []))
+    floor: Timings = field(default_factory=lambda: Timings([], []))
+    what_if: Timings | None = None  # the incremental run with the suggested rewrites (--what-if)
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)  # incremental outcome details
+
+
+def bench(rows: int, repeat: int, work: Path, what_if: bool) -> tuple[Sides, Change, Files, Path]:
+    project = work / "project"
+    project.mkdir()
+    (project / "bench.strata").write_text(PROJECT)
+    load_project(project)  # one-time costs of the process (imports, grammar) outside the clock
+    files, change = prepare(rows, work, project)
+    floor_sql = floor_statements(change)
+    engine, full, floor = work / "engine.duckdb", work / "full.duckdb", work / "floor.duckdb"
+    rewritten = work / "whatif.duckdb" if what_if else None
+    sides = Sides(what_if=Timings([], []) if what_if else None)
+
+    def incremental() -> None:
+        sides.details = check_incremental(run_project(project, engine, only_stale=True), change)
+
+    calls: list[tuple[Callable[[], object], Timings]] = [
+        (incremental, sides.incremental),
+        (lambda: check_full(run_project(project, full, full_refresh=True)), sides.full),
+        (lambda: execute(floor, floor_sql), sides.floor),
+    ]
+    if rewritten is not None and sides.what_if is not None:
+
+        def incremental_rewritten() -> None:
+            with engine_rewrites():
+                details = check_incremental(run_project(project, rewritten, only_stale=True), change)
+            assert " IN (SELECT " in str(details[DAILY].get("segment_sql")), "the rewrite was not used"
+
+        calls.append((incremental_rewritten, sides.what_if))
+    console.print(
+        f"late updates: {change.rows_updated:,} orders on {len(change.days)} days; "
+        f"{repeat} interleaved repeats ..."
+    )
+    for i in range(repeat):
+        copy(files.engine, engine)
+        copy(files.engine, full)
+        copy(files.floor, floor)
+        if rewritten is not None:
+            copy(files.engine, rewritten)
+        shift = i % len(calls)
+        for call, into in calls[shift:] + calls[:shift]:
+            timed(call, into)
+        verify(engine, full, floor, rewritten)
+    return sides, change, files, project
+
+
+# -- what-if -------------------------------------------------------------------------------------
+# Suggestions 1 and 2 of the profile, patched into this process for the `--what-if` side only
+# (nothing under strata_dagster/ is changed; the patch is undone after each call). Same rows: the
+# what-if run is verified like the others.
+
+
+def semi_join_keyed_rows(
+    keys: Any, values: Any, *, keys_table: str | None = None, source: exp.Query | None = None
+) -> exp.Expression:
+    """segments.keyed_rows for one key in a keys table, as an uncorrelated semi-join:
+    `value IN (SELECT key FROM keys) OR (value IS NULL AND EXISTS a NULL key)`."""
+    if keys_table is None or len(keys) != 1:
+        return segments_module.keyed_rows(keys, values, keys_table=keys_table, source=source)
+    key, value = keys[0], values[0]
+    listed = value.copy().isin(query=exp.select(exp.column(key)).from_(snapshot_table(keys_table)))
+    null_key = exp.and_(
+        exp.Is(this=value.copy(), expression=exp.null()),
+        exp.Exists(
+            this=exp.select(exp.Literal.number(1))
+            .from_(snapshot_table(keys_table))
+            .where(exp.Is(this=exp.column(key), expression=exp.null()))
+        ),
+    )
+    return exp.paren(exp.or_(listed, null_key))
+
+
+def typed_content_by_group(
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, key: exp.Expression
+) -> dict[str | None, tuple[int, str]]:
+    """content.content_by_group grouping by the typed key, cast to text after the aggregation."""
+    if isinstance(relation, exp.Query):
+        source: exp.Expression = relation.subquery(content_module.ROW_ALIAS)
+    else:
+        source = relation.copy()
+        source.set("alias", exp.TableAlias(this=exp.to_identifier(content_module.ROW_ALIAS)))
+    count, hash_sum = content_module.row_hash_aggregates()
+    groups = (
+        exp.select(key.copy().as_("__key"), count.as_("__count"), hash_sum.as_("__hash_sum"))
+        .from_(source)
+        .group_by(exp.Literal.number(1))
+    )
+    query = exp.select(
+        exp.cast(exp.column("__key"), exp.DataType.build("VARCHAR")), "__count", "__hash_sum"
+    ).from_(groups.subquery("__groups"))
+    rows = con.execute(render(query)).fetchall()
+    return {row[0]: (int(row[1]), str(row[2])) for row in rows}
+
+
+@contextmanager
+def engine_rewrites() -> Iterator[None]:
+    saved = (partitions_module.keyed_rows, session_module.content_by_group)
+    partitions_module.keyed_rows = semi_join_keyed_rows
+    session_module.content_by_group = typed_content_by_group
+    try:
+        yield
+    finally:
+        partitions_module.keyed_rows, session_module.content_by_group = saved
+
+
+# -- profile -------------------------------------------------------------------------------------
+# Wraps Session and history methods, the run's connection and the statement runner of the
+# warehouse modules, in this process only (nothing under strata_dagster/ is changed), and charges
+# wall time to the outermost step, per model.
+
+RUN = "(run)"
+STEPS_ORDER = (
+    "connect + migrations check",
+    "load project, compile, describe sources",
+    "source fingerprint scan (count + sum(hash(row)) of raw.orders)",
+    "per-partition fingerprint scan of the `from` input",
+    "keys table (affected partitions)",
+    "recompute affected partitions (CTAS segment)",
+    "removed rows: scan of the previous state",
+    "content hash of the new segment",
+    "pins (unique)",
+    "history reads",
+    "catalog lookups (tables, views)",
+    "repoint views",
+    "history writes",
+    "COMMIT",
+    "close (checkpoint)",
+)
+
+
+@dataclass
+class Breakdown:
+    total: float = 0.0
+    steps: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    decide: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # per model, all of it
+    statements: list[tuple[str, str, str, float]] = field(default_factory=list)  # model, step, sql, s
+
+    def other(self, model: str) -> float:
+        """Time of a model (or of the run outside the models) charged to no step: Python."""
+        spent = sum(seconds for (owner, _), seconds in self.steps.items() if owner == model)
+        if model == RUN:
+            return self.total - sum(self.decide.values()) - spent
+        return self.decide.get(model, 0.0) - spent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.current: Breakdown | None = None
+        self.stack: list[str] = []
+        self.model = RUN
+
+    @contextmanager
+    def step(self, label: str) -> Iterator[None]:
+        is_outermost = not self.stack
+        self.stack.append(label)
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stack.pop()
+            if is_outermost and self.current is not None:
+                self.current.steps[(self.model, label)] += time.perf_counter() - started
+
+
+CLOCK = Clock()
+
+
+def _content_label(_session: Session, relation: exp.Table | exp.Query, *_: Any, **__: Any) -> str:
+    if isinstance(relation, exp.Table) and relation.db == SNAPSHOT_SCHEMA:
+        return "content hash of the new segment"
+    return "source fingerprint scan (count + sum(hash(row)) of raw.orders)"
+
+
+SESSION_STEPS: dict[str, str | Callable[..., str]] = {
+    "content": _content_label,
+    "content_by_group": "per-partition fingerprint scan of the `from` input",
+    "create_values_table": "keys table (affected partitions)",
+    "create_snapshot": "recompute affected partitions (CTAS segment)",
+    "content_where": "removed rows: scan of the previous state",
+    "unique_violation": "pins (unique)",
+    "contract_violation": "pins (unique)",
+    "snapshot_exists": "catalog lookups (tables, views)",
+    "view_tables": "catalog lookups (tables, views)",
+    "point_view_at": "repoint views",
+    "point_view": "repoint views",
+    "drop_snapshot": "drop tables",
+    "commit": "COMMIT",
+    "begin": "BEGIN / ROLLBACK",
+    "rollback": "BEGIN / ROLLBACK",
+}
+
+
+def _wrap(owner: Any, name: str, label: str | Callable[..., str]) -> None:
+    original = getattr(owner, name, None)
+    if original is None:
+        return  # this version of the engine lacks it
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with CLOCK.step(label(*args, **kwargs) if callable(label) else label):
+            return original(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
+
+
+def install_clock() -> None:
+    for name, label in SESSION_STEPS.items():
+        _wrap(Session, name, label)
+    for name, value in list(vars(HistoryWriter).items()):
+        if callable(value) and not name.startswith("_"):
+            _wrap(HistoryWriter, name, "history writes")
+    for name, value in list(vars(HistoryReader).items()):
+        if callable(value) and not name.startswith("_"):
+            _wrap(HistoryReader, name, "history reads")
+    _wrap(engine_run, "load_context", "load project, compile, describe sources")
+
+    original_session = engine_run.open_session
+
+    @contextmanager
+    def open_session_timed(path: Path, **kwargs: Any) -> Iterator[Session]:
+        manager = original_session(path, **kwargs)
+        with CLOCK.step("connect + migrations check"):
+            session = manager.__enter__()
+        try:
+            yield session
+        except BaseException:
+            if not manager.__exit__(*sys.exc_info()):
+                raise
+        else:
+            with CLOCK.step("close (checkpoint)"):
+                manager.__exit__(None, None, None)
+
+    engine_run.open_session = open_session_timed
+
+    original_decide = engine_run._Run._decide
+
+    def decide(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        CLOCK.model = name
+        started = time.perf_counter()
+        try:
+            return original_decide(self, name, *args, **kwargs)
+        finally:
+            if CLOCK.current is not None:
+                CLOCK.current.decide[name] += time.perf_counter() - started
+            CLOCK.model = RUN
+
+    engine_run._Run._decide = decide
+
+    def statement_runner(original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(con: duckdb.DuckDBPyConnection, statement: exp.Expression, params: Any = None) -> Any:
+            started = time.perf_counter()
+            result = original(con, statement, params)
+            if CLOCK.current is not None:
+                step = CLOCK.stack[0] if CLOCK.stack else "(no step)"
+                CLOCK.current.statements.append(
+                    (CLOCK.model, step, render(statement), time.perf_counter() - started)
+                )
+            return result
+
+        return run
+
+    for module in (segments_module, content_module, tables_module):
+        module.run = statement_runner(module.run)  # type: ignore[attr-defined]
+
+
+def profiled(call: Callable[[], object]) -> Breakdown:
+    breakdown = Breakdown()
+    CLOCK.current = breakdown
+    started = time.perf_counter()
+    try:
+        call()
+    finally:
+        breakdown.total = time.perf_counter() - started
+        CLOCK.current = None
+    return breakdown
+
+
+RECOMPUTE_PROBE = "recompute of the affected days (daily segment)"
+COMBINED_PROBE = "source fingerprint + per-partition fingerprints"
+
+
+@dataclass(frozen=True)
+class Probe:
+    what: str
+    engine: float  # best seconds of the engine's statement(s)
+    alternative: float  # best seconds of the suggested statement(s)
+    alternative_is: str
+
+
+def best_of(con: duckdb.DuckDBPyConnection, statements: list[str], times: int = 3) -> tuple[float, list[Any]]:
+    best, result = float("inf"), []
+    for _ in range(times):
+        started = time.perf_counter()
+        result = [sorted(con.execute(sql).fetchall(), key=repr) for sql in statements]
+        best = min(best, time.perf_counter() - started)
+    return best, result
+
+
+def semi_join_rewrite(sql: str) -> str:
+    """The engine's correlated `EXISTS (SELECT 1 FROM keys WHERE keys.k IS NOT DISTINCT FROM <expr>)`
+    as an uncorrelated `<expr> IN (SELECT k FROM keys)` (plus the NULL-partition case): a semi hash
+    join on the few keys instead of DuckDB's delim join over every distinct raw value."""
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Exists):
+            return node
+        select = node.this
+        where = select.args.get("where") if isinstance(select, exp.Select) else None
+        if where is None or not isinstance(where.this, exp.NullSafeEQ):
+            return node
+        key, value = where.this.this, where.this.expression
+        keys = (select.args.get("from_") or select.args.get("from")).this.copy()
+        keys.set("alias", None)
+        listed = value.copy().isin(query=exp.select(exp.column(key.name)).from_(keys.copy()))
+        null_key = exp.and_(
+            exp.Is(this=value.copy(), expression=exp.null()),
+            exp.Exists(
+                this=exp.select(exp.Literal.number(1))
+                .from_(keys)
+                .where(exp.Is(this=exp.column(key.name), expression=exp.null()))
+            ),
+        )
+        return exp.paren(exp.or_(listed, null_key))
+
+    return sqlglot.parse_one(sql, read="duckdb").transform(rewrite).sql(dialect="duckdb")
+
+
+def typed_key_rewrite(sql: str) -> str:
+    """The engine's per-partition fingerprint groups by CAST(<key> AS VARCHAR), a string per raw
+    row; grouping by the typed key and casting the few results gives the same rows."""
+    inner = sqlglot.parse_one(sql, read="duckdb")
+    key = inner.expressions[0]
+    assert key.alias == "__key" and isinstance(key.this, exp.Cast), f"unexpected fingerprint query: {sql}"
+    key.set("this", key.this.this)  # the typed key, without its VARCHAR cast
+    return (
+        "SELECT CAST(__key AS VARCHAR) AS __key, * EXCLUDE (__key) "
+        f"FROM ({inner.sql(dialect='duckdb')}) AS __groups"
+    )
+
+
+def rollup_rewrite(grouped_sql: str) -> str:
+    """Source fingerprint and per-partition fingerprints in ONE scan: GROUP BY ROLLUP adds the
+    grand total row (the source's count and hash sum) to the per-partition rows."""
+    return grouped_sql.replace("GROUP BY 1", "GROUP BY ROLLUP (1)")
+
+
+def probes(breakdown: Breakdown, warehouse: Path) -> list[Probe]:
+    """Time the engine's heaviest statements of the daily model and the suggested rewrites, on the
+    profiled warehouse (after the run: its keys table exists), and check they give the same rows."""
+
+    def statement(step: str) -> str:
+        found = [sql for model, name, sql, _ in breakdown.statements if model == DAILY and name == step]
+        assert found, f"no statement recorded for {DAILY}: {step}"
+        return max(found, key=len)
+
+    source_scan = next(
+        sql
+        for _, name, sql, _ in breakdown.statements
+        if name.startswith("source fingerprint") and "SUM(" in sql.upper()
+    )
+    grouped = statement("per-partition fingerprint scan of the `from` input")
+    recompute = statement("recompute affected partitions (CTAS segment)")
+    recompute_select = sqlglot.parse_one(recompute, read="duckdb").expression.sql(dialect="duckdb")
+    found: list[Probe] = []
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        con.execute("SET enable_progress_bar = false")
+        engine_s, engine_rows = best_of(con, [recompute_select])
+        alternative = semi_join_rewrite(recompute_select)
+        alt_s, alt_rows = best_of(con, [alternative])
+        assert engine_rows == alt_rows, "the semi-join rewrite of the recompute gives other rows"
+        found.append(
+            Probe(
+                RECOMPUTE_PROBE,
+                engine_s,
+                alt_s,
+                "partition expr IN (SELECT key FROM keys table) OR (expr IS NULL AND EXISTS a NULL key): "
+                "uncorrelated semi-join instead of the correlated EXISTS ... IS NOT DISTINCT FROM",
+            )
+        )
+        engine_s, engine_rows = best_of(con, [grouped])
+        alt_s, alt_rows = best_of(con, [typed_key_rewrite(grouped)])
+        assert engine_rows == alt_rows, "the typed-key rewrite of the per-partition fingerprints differs"
+        found.append(
+            Probe(
+                "per-partition fingerprints of raw.orders",
+                engine_s,
+                alt_s,
+                "GROUP BY the typed partition key, CAST to VARCHAR after aggregation (365 casts, not 10M)",
+            )
+        )
+        both_s, both_rows = best_of(con, [source_scan, grouped])
+        one_sql = rollup_rewrite(typed_key_rewrite(grouped))
+        one_s, one_rows = best_of(con, [one_sql])
+        total = [row for row in one_rows[0] if row[0] is None]
+        assert len(total) == 1 and tuple(total[0][1:]) == tuple(both_rows[0][0]), (
+            "ROLLUP total != source scan"
+        )
+        found.append(
+            Probe(
+                COMBINED_PROBE,
+                both_s,
+                one_s,
+                "one scan, GROUP BY ROLLUP (typed key): the grand total row IS the source fingerprint",
+            )
+        )
+    finally:
+        con.close()
+    return found
+
+
+def profile(
+    files: Files, project: Path, work: Path, change: Change, runs: int, html: Path | None
+) -> tuple[list[Breakdown], list[Probe], str]:
+    """One incremental run under pyinstrument (engine untouched), then `runs` instrumented runs
+    (time per step), then the what-if probes; each run on a fresh copy of the changed warehouse."""
+    engine = work / "engine.duckdb"
+    tree = ""
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        tree = "(pyinstrument is not installed: /work/venv/bin/pip install pyinstrument)"
+    else:
+        copy(files.engine, engine)
+        profiler = Profiler(interval=0.001)
+        profiler.start()
+        check_incremental(run_project(project, engine, only_stale=True), change)
+        profiler.stop()
+        tree = profiler.output_text(unicode=True, color=False, show_all=False)
+        if html is not None:
+            html.write_text(profiler.output_html())
+    install_clock()  # only now: the timed runs and pyinstrument's ran the engine untouched
+    breakdowns = []
+    for _ in range(runs):
+        copy(files.engine, engine)
+        breakdowns.append(
+            profiled(lambda: check_incremental(run_project(project, engine, only_stale=True), change))
+        )
+    return breakdowns, probes(breakdowns[-1], engine), tree
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def _bm(times: list[float]) -> str:
+    return f"{min(times):.3f} / {statistics.median(times):.3f}"
+
+
+def _seconds(times: list[float]) -> str:
+    return " ".join(f"{t:.3f}" for t in times)
+
+
+def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) -> None:
+    inc, full, floor = sides.incremental, sides.full, sides.floor
+    table = Table(
+        title=f"partition-complete incremental vs DuckDB floor and full rebuild, {rows:,} orders over {DAYS} days, "
+        f"{repeat} interleaved repeats"
+    )
+    table.add_column("side")
+    for column in ("wall s\nbest / median", "cpu s\nbest", "vs floor\nbest / median", "cpu vs floor\nbest"):
+        table.add_column(column, justify="right")
+    table.add_column("target")
+    table.add_column("verdict\n(best)")
+    best = min(inc.wall) / min(floor.wall)
+    sides_shown: list[tuple[str, Timings, str, str]] = [
+        (
+            "incremental (only_stale)",
+            inc,
+            f"<= {TARGET_VS_FLOOR}x floor",
+            "[green]PASS[/green]" if best <= TARGET_VS_FLOOR else "[red]MISS[/red]",
+        ),
+        ("full rebuild (full_refresh)", full, "", "[dim]info[/dim]"),
+        ("floor (SQL, told the days)", floor, "", ""),
+    ]
+    if sides.what_if is not None:
+        sides_shown.insert(
+            1, ("what-if: incremental + rewrites 1, 2", sides.what_if, "(not the engine)", "[dim]info[/dim]")
+        )
+    for label, timings, target, verdict in sides_shown:
+        table.add_row(
+            label,
+            _bm(timings.wall),
+            f"{min(timings.cpu):.3f}",
+            f"{min(timings.wall) / min(floor.wall):.2f} / {statistics.median(timings.wall) / statistics.median(floor.wall):.2f}",
+            f"{min(timings.cpu) / min(floor.cpu):.2f}",
+            target,
+            verdict,
+        )
+    console.print(table)
+    console.print(
+        f"  full rebuild / incremental: {min(full.wall) / min(inc.wall):.2f} (best), "
+        f"{statistics.median(full.wall) / statistics.median(inc.wall):.2f} (median), cpu {min(full.cpu) / min(inc.cpu):.2f} "
+        "(above 1: the incremental run is faster than a full rebuild)"
+    )
+    daily, monthly = sides.details[DAILY], sides.details[MONTHLY]
+    console.print(
+        f"  change: {change.rows_updated:,} orders updated ({change.rows_updated / rows:.2%}), "
+        f"{change.rows_cancelled:,} of them now cancelled, on {len(change.days)} days "
+        f"({change.days[0]} .. {change.days[-1]}) in {len(change.months)} months; "
+        f"{change.daily_rows_changed:,} daily rows changed"
+    )
+    console.print(
+        f"  strata found: daily {len(daily['partitions'])} of {daily['partitions_total']} day partitions "
+        f"(segment {daily.get('segment_rows')} rows, replaced {daily.get('rows_replaced')}); monthly "
+        f"{len(monthly['partitions'])} of {monthly['partitions_total']} month partitions "
+        f"(segment {monthly.get('segment_rows')} rows) - asserted equal to the changed days and months"
+    )
+    if verbose:
+        for side in ("incremental", "what_if", "full", "floor"):
+            timings: Timings | None = getattr(sides, side)
+            if timings is None:
+                continue
+            console.print(f"    {side:<11} wall {_seconds(timings.wall)}; cpu {_seconds(timings.cpu)}")
+    console.print(
+        "  verified after every repeat (row-hash multisets): incremental daily and monthly = full recomputation "
+        f"from raw.orders (so do the full rebuild{', the what-if run' if sides.what_if else ''} and the floor)"
+    )
+    console.print(f"  floor: {FLOOR_IS}")
+    console.print(f"  full rebuild: {FULL_IS}")
+    if sides.what_if is not None:
+        console.print(f"  what-if: {WHAT_IF_IS}")
+    console.print(
+        "  source: raw.orders of write_sample_data without its `tags` list column (7 columns), no raw.customers"
+    )
+    console.print(f"  machine: {machine()}")
+    console.print(
+        f"  load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        f"on {len(os.sched_getaffinity(0))} CPUs: above the CPU count, other processes shared the machine"
+    )
+    console.print(f"  engine: strata_dagster imported from {Path(strata_dagster.__file__).parent}")
+
+
+def report_profile(breakdowns: list[Breakdown], found: list[Probe], tree: str, statements: int) -> None:
+    keys = {key for b in breakdowns for key in b.steps}
+    labels = [label for label in STEPS_ORDER if any(key[1] == label for key in keys)]
+    labels += sorted({key[1] for key in keys} - set(labels))
+    median = statistics.median
+    total = median([b.total for b in breakdowns])
+    table = Table(
+        title=f"where the incremental run's time goes (median of {len(breakdowns)} instrumented runs, seconds)"
+    )
+    table.add_column("step")
+    for column in (RUN, DAILY, MONTHLY, "total", "share"):
+        table.add_column(column, justify="right")
+
+    def cell(model: str, label: str) -> float:
+        return median([b.steps.get((model, label), 0.0) for b in breakdowns])
+
+    rows = []
+    for label in labels:
+        values = [cell(model, label) for model in (RUN, DAILY, MONTHLY)]
+        rows.append((label, values))
+    others = [median([b.other(model) for b in breakdowns]) for model in (RUN, DAILY, MONTHLY)]
+    rows.append(("other (python: planning, sqlglot, fingerprints of models)", others))
+    for label, values in rows:
+        amount = sum(values)
+        table.add_row(
+            label,
+            *(f"{v:.3f}" if v >= 0.0005 else "" for v in values),
+            f"{amount:.3f}",
+            f"{amount / total:.0%}",
+        )
+    table.add_row(
+        "[bold]total run_project[/bold]", "", "", "", f"[bold]{total:.3f}[/bold]", "100%", end_section=True
+    )
+    console.print(table)
+    last = breakdowns[-1]
+    console.print("  slowest statements (last instrumented run):")
+    for model, step, sql, seconds in sorted(last.statements, key=lambda item: -item[3])[:statements]:
+        line = f"    {seconds:7.3f}  [{model}: {step}] {' '.join(sql.split())}"
+        console.print(line[: console.width * 2], highlight=False, markup=False, soft_wrap=True)
+    if found:
+        probe_table = Table(
+            title="what-if: the engine's statement vs a rewrite, same rows (best of 3, seconds)"
+        )
+        for column in ("statement", "engine", "rewrite", "gain", "rewrite is"):
+            probe_table.add_column(
+                column, justify="right" if column in ("engine", "rewrite", "gain") else "left"
+            )
+        for probe in sorted(found, key=lambda p: p.alternative - p.engine):
+            probe_table.add_row(
+                probe.what,
+                f"{probe.engine:.3f}",
+                f"{probe.alternative:.3f}",
+                f"{probe.engine - probe.alternative:.3f}",
+                probe.alternative_is,
+            )
+        console.print(probe_table)
+    if tree:
+        console.print("pyinstrument, one incremental run:", highlight=False)
+        console.print(tree, highlight=False, markup=False, soft_wrap=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000, help="orders in the source (default 10M)")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved repeats (default 5)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the temp dir goes (default: system temp)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="also print every timing, in run order")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="then: instrumented incremental runs (time per step), what-if probes, one pyinstrument run",
+    )
+    parser.add_argument(
+        "--profile-runs", type=int, default=3, help="instrumented runs for the step table (default 3)"
+    )
+    parser.add_argument("--profile-html", type=Path, default=None, help="also write pyinstrument's HTML here")
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="add a timed side: the incremental run with rewrites 1 and 2 patched in-process",
+    )
+    parser.add_argument("--statements", type=int, default=8, help="slowest statements listed (default 8)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="strata-bench-part-", dir=args.dir) as work:
+        sides, change, files, project = bench(args.rows, args.repeat, Path(work), args.what_if)
+        profiled_runs: tuple[list[Breakdown], list[Probe], str] | None = None
+        if args.profile:
+            console.print("profile ...")
+            profiled_runs = profile(files, project, Path(work), change, args.profile_runs, args.profile_html)
+    report(args.rows, args.repeat, sides, change, args.verbose)
+    if profiled_runs is not None:
+        report_profile(*profiled_runs, args.statements)
+
+
+if __name__ == "__main__":
+    main()
