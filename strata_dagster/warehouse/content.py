@@ -54,9 +54,14 @@ def content_by_group(
     else:
         source = relation.copy()
         source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
-    query = (
-        exp.select(exp.cast(key.copy(), exp.DataType.build("VARCHAR")).as_("__key"), *row_hash_aggregates())
+    # Group by the value itself; cast to text only once per group.
+    grouped = (
+        exp.select(key.copy().as_("__key"), *row_hash_aggregates())
         .from_(source)
         .group_by(exp.Literal.number(1))
     )
+    query = exp.select(
+        exp.cast(exp.column("__key"), exp.DataType.build("VARCHAR")),
+        exp.Star(**{"except_": [exp.column("__key")]}),
+    ).from_(grouped.subquery("__groups"))
     return {row[0]: (int(row[1]), str(row[2])) for row in run(con, query).fetchall()}

@@ -229,13 +229,34 @@ def keyed_rows(
     keys_table: str | None = None,
     source: exp.Query | None = None,
 ) -> exp.Expression:
-    """EXISTS a row of `keys_table` (or `source`) whose `keys` equal `values`, NULL-safe: a semi-join."""
+    """Whether a row of `keys_table` (or `source`) has `keys` equal to `values`, NULL-safe: a
+    semi-join. Never NULL itself, so `NOT keyed_rows(...)` is a sound anti-join (never NOT IN)."""
     if keys_table is not None:
         relation: exp.Expression = snapshot_table(keys_table).as_(KEYS_ALIAS)
     elif source is not None:
         relation = source.subquery(KEYS_ALIAS)
     else:
         raise ValueError("keyed_rows needs a keys table or a source query")
+    if len(keys) == 1:
+        # `IN (subquery)` plans as a hash semi-join on the few keys; a correlated EXISTS with
+        # IS NOT DISTINCT FROM plans as a join over every distinct value of the row side.
+        key = exp.column(keys[0], table=KEYS_ALIAS)
+        value = values[0]
+        present = (
+            exp.select(key.copy())
+            .from_(relation.copy())
+            .where(exp.not_(exp.Is(this=key.copy(), expression=exp.null())))
+        )
+        some_null = exp.Exists(
+            this=exp.select(exp.Literal.number(1))
+            .from_(relation.copy())
+            .where(exp.Is(this=key.copy(), expression=exp.null()))
+        )
+        matched = exp.func("coalesce", exp.In(this=value.copy(), query=exp.Subquery(this=present)), exp.false())
+        return exp.paren(
+            exp.or_(matched, exp.and_(exp.Is(this=value.copy(), expression=exp.null()), some_null)),
+            copy=False,
+        )
     match = exp.and_(
         *(
             exp.NullSafeEQ(this=exp.column(key, table=KEYS_ALIAS), expression=value.copy())
