@@ -140,3 +140,19 @@ def test_partition_column_must_be_an_output_column():
             "model m {\n  from orders\n  group channel\n  aggregate n = count(*)\n  partitioned_by: day(order_ts)\n}\n"
         )
     assert caught.value.code == "E010"
+
+
+def test_grouped_source_scan_gives_the_whole_table_fingerprint(orders):
+    from strata_dagster.engine.context import load_context
+    from strata_dagster.engine.partitions import raw_partition_of
+    from strata_dagster.engine.status import read_source_state, read_source_state_by_group
+    from strata_dagster.warehouse.session import open_session
+
+    project, warehouse = orders
+    with open_session(warehouse) as session:
+        context = load_context(session, project, {})
+        model = context.project.models["daily"]
+        key = raw_partition_of(model, context.compiled.models["daily"])
+        grouped, groups = read_source_state_by_group(session, context, "orders", key)
+        assert grouped == read_source_state(session, context, "orders")
+        assert len(groups) == 90

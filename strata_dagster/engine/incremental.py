@@ -81,6 +81,8 @@ class IncrementalContext:
     snapshot_id: str
     table_name: str
     entry: int
+    # The raw input's rows grouped by partition, when the run's source scan computed them.
+    partition_groups: dict[str | None, tuple[int, str]] | None = None
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:

@@ -15,7 +15,9 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, IncrementalContext
+from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, keyed_rows, partition_key, typed_literal
@@ -24,44 +26,55 @@ STRATEGY = "partitions"
 NULL_PARTITION = "\x00null"
 
 
-def partition_column(ctx: IncrementalContext) -> str:
-    spec = ctx.model.properties.partitioned_by
+def partition_column(ctx: IncrementalContext | Model) -> str:
+    model = ctx if isinstance(ctx, Model) else ctx.model
+    spec = model.properties.partitioned_by
     assert spec is not None
     return spec.column
 
 
-def partition_grain(ctx: IncrementalContext) -> str:
-    spec = ctx.model.properties.partitioned_by
+def partition_grain(ctx: IncrementalContext | Model) -> str:
+    model = ctx if isinstance(ctx, Model) else ctx.model
+    spec = model.properties.partitioned_by
     assert spec is not None
     return spec.grain
 
 
-def locality_problem(ctx: IncrementalContext) -> str | None:
+def locality_problem_of(model: Model, compiled: CompiledModel) -> str | None:
     """Why partitions of this model cannot be rebuilt one by one, if they cannot."""
-    compiled = ctx.compiled
     if compiled.has_window:
         return "a window function can read rows of other partitions"
     if compiled.has_set_operation:
         return "a set operation brings rows the partition column does not trace to `from`"
-    if compiled.traced_column(partition_column(ctx)) is None:
+    if compiled.traced_column(partition_column(model)) is None:
         return (
-            f"partition column `{partition_column(ctx)}` is not carried unchanged from `{compiled.base_relation}` "
+            f"partition column `{partition_column(model)}` is not carried unchanged from `{compiled.base_relation}` "
             "(a plain column or let, through joins and group keys)"
         )
     return None
 
 
-def raw_partition(ctx: IncrementalContext, qualifier: str | None = None) -> exp.Expression:
+def locality_problem(ctx: IncrementalContext) -> str | None:
+    return locality_problem_of(ctx.model, ctx.compiled)
+
+
+def raw_partition_of(model: Model, compiled: CompiledModel, qualifier: str | None = None) -> exp.Expression:
     """The partition of a raw `from` row, by the model's grain."""
-    base = ctx.compiled.traced_column(partition_column(ctx))
+    base = compiled.traced_column(partition_column(model))
     assert base is not None
-    return partition_key(ctx.compiled.base_expression(base, qualifier=qualifier), partition_grain(ctx))
+    return partition_key(compiled.base_expression(base, qualifier=qualifier), partition_grain(model))
+
+
+def raw_partition(ctx: IncrementalContext, qualifier: str | None = None) -> exp.Expression:
+    return raw_partition_of(ctx.model, ctx.compiled, qualifier)
 
 
 def partition_fingerprints(ctx: IncrementalContext) -> dict[str, list[Any]]:
-    """Row count and row-hash sum of the raw `from` input, per partition (before any filter)."""
-    relation = ctx.relation(ctx.compiled.base_relation)
-    groups = ctx.session.content_by_group(relation, raw_partition(ctx))
+    """Row count and row-hash sum of the raw `from` input, per partition (before any filter);
+    taken from the run's source scan when it grouped the source by this partition already."""
+    groups = ctx.partition_groups
+    if groups is None:
+        groups = ctx.session.content_by_group(ctx.relation(ctx.compiled.base_relation), raw_partition(ctx))
     return {
         NULL_PARTITION if key is None else key: [count, hash_sum] for key, (count, hash_sum) in groups.items()
     }

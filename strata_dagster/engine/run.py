@@ -34,7 +34,12 @@ from strata_dagster.engine.incremental import (
 )
 from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
-from strata_dagster.engine.status import SourceState, fingerprint_models, read_source_state
+from strata_dagster.engine.status import (
+    SourceState,
+    fingerprint_models,
+    read_source_state,
+    read_source_state_by_group,
+)
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
@@ -135,6 +140,7 @@ class _Run:
         self.new_keys: list[tuple[str, str]] = []
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
+        self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -165,7 +171,32 @@ class _Run:
     def _read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
         needed = sorted(references & set(self.project.sources))
-        return {name: read_source_state(self.session, self.context, name) for name in needed}
+        states = {}
+        for name in needed:
+            grouped_by = self._partitioned_reader_of(name)
+            if grouped_by is None:
+                states[name] = read_source_state(self.session, self.context, name)
+                continue
+            # One scan gives both the source's fingerprint and the model's partition fingerprints.
+            model = self.project.models[grouped_by]
+            key = partitions.raw_partition_of(model, self.context.compiled.models[grouped_by])
+            states[name], self.partition_groups[grouped_by] = read_source_state_by_group(
+                self.session, self.context, name, key
+            )
+        return states
+
+    def _partitioned_reader_of(self, source: str) -> str | None:
+        """A partitioned model in the selection that reads `source` as its `from`, if any."""
+        for name in self.closure:
+            model = self.project.models[name]
+            compiled = self.context.compiled.models[name]
+            if (
+                self._is_partitioned(name)
+                and compiled.base_relation == source
+                and partitions.locality_problem_of(model, compiled) is None
+            ):
+                return name
+        return None
 
     def _relation_for_build(self, name: str) -> exp.Table | exp.Query:
         if name in self.project.sources:
@@ -279,6 +310,7 @@ class _Run:
                 snapshot_id,
                 table_name,
                 self.entry,
+                self.partition_groups.get(name),
             )
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"

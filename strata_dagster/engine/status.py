@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlglot import exp
+
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
+from strata_dagster.warehouse.content import Content
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import ENGINE_VERSION, render
@@ -63,6 +66,31 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
             hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
         ) from None
     return SourceState(name, render(relation), content.fingerprint, content.row_count)
+
+
+def read_source_state_by_group(
+    session: Session, context: ProjectContext, name: str, key: exp.Expression
+) -> tuple[SourceState, dict[str | None, tuple[int, str]]]:
+    """The source's state and its rows' count and hash sum per value of `key`, in one scan: the
+    groups add up to exactly the figures a whole-table scan gives (the same row hash)."""
+    source = context.project.sources[name]
+    relation = source_table(source, context.project, context.overrides)
+    try:
+        groups = session.content_by_group(relation, key)
+        columns = session.describe(relation)
+    except WarehouseError as error:
+        raise StrataError(
+            E_SOURCE,
+            f"source `{name}` cannot be read from `{render(relation)}`: {error}",
+            source.location,
+            hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
+        ) from None
+    content = Content(
+        columns,
+        sum(count for count, _ in groups.values()),
+        str(sum(int(hash_sum) for _, hash_sum in groups.values())),
+    )
+    return SourceState(name, render(relation), content.fingerprint, content.row_count), groups
 
 
 def observe_sources(

@@ -28,6 +28,7 @@ from strata_dagster.warehouse.segments import (
     max_value,
     window_stats,
 )
+from strata_dagster.warehouse.sql import describe
 
 
 class WarehouseError(Exception):
@@ -85,6 +86,10 @@ class Session:
         source_reading.attach_source_databases(self.con, project)
         source_reading.check_overrides_exist(self.con, overrides)
         return source_reading.source_schemas(self.con, project, overrides)
+
+    def describe(self, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
+        with _as_warehouse_errors():
+            return describe(self.con, relation)
 
     def content(self, relation: exp.Table | exp.Query) -> Content:
         with _as_warehouse_errors():
