@@ -252,7 +252,9 @@ def keyed_rows(
             .from_(relation.copy())
             .where(exp.Is(this=key.copy(), expression=exp.null()))
         )
-        matched = exp.func("coalesce", exp.In(this=value.copy(), query=exp.Subquery(this=present)), exp.false())
+        matched = exp.func(
+            "coalesce", exp.In(this=value.copy(), query=exp.Subquery(this=present)), exp.false()
+        )
         return exp.paren(
             exp.or_(matched, exp.and_(exp.Is(this=value.copy(), expression=exp.null()), some_null)),
             copy=False,
