@@ -1,0 +1,34 @@
+"""Dagster definitions for the shop example: `dagster dev` (see workspace.yaml) loads `defs`.
+
+Every source and model of the .strata modules becomes an asset; `region_summary` shows a Python
+model beside them: a function of a strata model (read as a polars frame) whose DataFrame becomes a
+snapshot of its own, behind `main.v_region_summary`, with a `unique` pin.
+"""
+
+from pathlib import Path
+
+import polars as pl
+
+from strata_dagster import build_definitions, strata_python_model
+
+PROJECT = Path(__file__).resolve().parent
+
+
+@strata_python_model(
+    unique=["region"],
+    code_version="1",
+    group_name="python",
+    description="Orders and revenue per customer region, computed in polars from orders_enriched.",
+)
+def region_summary(orders_enriched: pl.DataFrame) -> pl.DataFrame:
+    return (
+        orders_enriched.filter(pl.col("status").is_in(["paid", "shipped"]))
+        .group_by("region")
+        .agg(orders=pl.len(), revenue=pl.col("amount").sum())
+        .sort("region")
+    )
+
+
+# The warehouse is $STRATA_WAREHOUSE, else examples/shop/warehouse.duckdb
+# (create it with `strata sample-data examples/shop --rows 100000`).
+defs = build_definitions(PROJECT, python_assets=[region_summary])

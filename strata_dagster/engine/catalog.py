@@ -1,0 +1,111 @@
+"""What an orchestrator needs to declare a project, read without writing anything.
+
+Code versions (model fingerprints, exactly as `run` computes them) and, for partitioned sources and
+models, the first and last partition the data holds. The warehouse is opened read-only: loading
+definitions never migrates, writes or holds the write lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlglot import exp
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations
+from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.engine.status import fingerprint_models
+from strata_dagster.errors import E_WAREHOUSE, StrataError
+from strata_dagster.language.definition import PartitionSpec, Project
+from strata_dagster.warehouse.partitions import partition_bounds
+from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.sources import source_table
+
+
+@dataclass(frozen=True)
+class PartitionBounds:
+    """The first and last partition (a day, or a month's first day) the data falls in."""
+
+    first: dt.date
+    last: dt.date
+
+
+@dataclass(frozen=True)
+class Catalog:
+    project: Project
+    branch: str
+    fingerprints: dict[str, str]  # model -> fingerprint: the code version of its builds
+    sql: dict[str, str]  # model -> its compiled SQL, reading sources and the branch's live views
+    bounds: dict[str, PartitionBounds | None]  # partitioned source or model -> partitions in its data
+
+    def partition_spec(self, name: str) -> PartitionSpec | None:
+        if name in self.project.sources:
+            return self.project.sources[name].partitioned_by
+        return self.project.models[name].properties.partitioned_by
+
+
+def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = DEFAULT_BRANCH) -> Catalog:
+    """Fingerprints and partition bounds of every model and source. Raises StrataError (E020) when
+    the warehouse does not exist yet, naming the command that creates it."""
+    path = Path(warehouse)
+    if not path.exists():
+        raise StrataError(
+            E_WAREHOUSE,
+            f"warehouse `{path}` does not exist",
+            hint="create it first: `strata sample-data PROJECT` for the example, or `strata run PROJECT`",
+        )
+    with open_session(path, read_only=True) as session:
+        context = load_context(session, Path(project_dir), {}, branch)
+        fingerprints = {name: fp.value for name, fp in fingerprint_models(context).items()}
+        relations = DefaultRelations(context.project, branch)
+        sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
+        bounds = _bounds(session, context)
+    return Catalog(context.project, branch, fingerprints, sql, bounds)
+
+
+def _bounds(session: Session, context: ProjectContext) -> dict[str, PartitionBounds | None]:
+    project = context.project
+    bounds: dict[str, PartitionBounds | None] = {}
+    for name, source in project.sources.items():
+        if source.partitioned_by is not None:
+            found = _query_bounds(
+                session, exp.select("*").from_(_source(context, name)), source.partitioned_by
+            )
+            first = source.start or (found.first if found else None)
+            last = found.last if found else first
+            bounds[name] = PartitionBounds(first, max(first, last)) if first and last else None
+    for name in project.order:
+        spec = project.models[name].properties.partitioned_by
+        if spec is not None:
+            bounds[name] = _query_bounds(session, inlined_query(context, name), spec)
+    return bounds
+
+
+def _query_bounds(session: Session, query: exp.Query, spec: PartitionSpec) -> PartitionBounds | None:
+    try:
+        found = partition_bounds(session, query, spec.column, spec.grain)
+    except WarehouseError:
+        return None  # a source that cannot be read yet: the orchestrator falls back to a default
+    return PartitionBounds(*found) if found else None
+
+
+def _source(context: ProjectContext, name: str) -> exp.Table:
+    return source_table(context.project.sources[name], context.project, context.overrides)
+
+
+def inlined_query(context: ProjectContext, name: str) -> exp.Query:
+    """Model `name`'s query reading only sources: upstream models are inlined as subqueries, so it
+    gives the rows a build would give now, whether or not anything was ever built."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.db == ROLE_SCHEMA:
+            alias = node.alias or node.name
+            if node.name in context.project.sources:
+                table = _source(context, node.name)
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+                return table
+            return inlined_query(context, node.name).subquery(alias)
+        return node
+
+    return context.compiled.models[name].statement.copy().transform(replace, copy=False)

@@ -1,0 +1,154 @@
+"""Per-partition content identities of sources and live views: what per-partition data versions are.
+
+A partition's identity is the content fingerprint (schema, rows, row-hash sum) of the rows whose
+partition column falls in it, the same hash `run` gives a whole relation. A partition without rows
+has the identity of an empty relation with that schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from sqlglot import exp
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
+from strata_dagster.errors import E_SOURCE, E_WAREHOUSE, StrataError
+from strata_dagster.language import Project, load_project
+from strata_dagster.language.definition import PartitionSpec
+from strata_dagster.warehouse.content import Content
+from strata_dagster.warehouse.partitions import content_by_partition, empty_content, read_rows
+from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.sources import source_table
+
+
+@dataclass(frozen=True)
+class PartitionContent:
+    key: str
+    fingerprint: str
+    row_count: int
+
+
+def _by_key(
+    contents: Mapping[str, Content], empty: Content, keys: Iterable[str] | None
+) -> dict[str, PartitionContent]:
+    wanted = sorted(contents) if keys is None else list(keys)
+    return {
+        key: PartitionContent(key, contents.get(key, empty).fingerprint, contents.get(key, empty).row_count)
+        for key in wanted
+    }
+
+
+def _partitions(
+    session: Session, relation: exp.Table, spec: PartitionSpec, keys: Iterable[str] | None
+) -> dict[str, PartitionContent]:
+    contents = content_by_partition(session, relation, spec.column, spec.grain)
+    return _by_key(contents, empty_content(session, relation), keys)
+
+
+def source_partitions(
+    project_dir: Path | str, warehouse: Path | str, name: str, keys: Iterable[str] | None = None
+) -> dict[str, PartitionContent]:
+    """Each partition of partitioned source `name` (only `keys`, when given, with empty ones too)."""
+    project = load_project(project_dir)
+    source = project.sources[name]
+    if source.partitioned_by is None:
+        raise ValueError(f"source `{name}` is not partitioned")
+    with open_session(Path(warehouse)) as session:
+        session.prepare_sources(project, {})
+        relation = source_table(source, project, {})
+        try:
+            return _partitions(session, relation, source.partitioned_by, keys)
+        except WarehouseError as error:
+            raise StrataError(
+                E_SOURCE,
+                f"source `{name}` cannot be read: {error}",
+                source.location,
+                hint="load the table first or fix `table:`",
+            ) from None
+
+
+def model_partitions(
+    project: Project,
+    warehouse: Path | str,
+    name: str,
+    keys: Iterable[str] | None = None,
+    branch: str = DEFAULT_BRANCH,
+) -> dict[str, PartitionContent]:
+    """Each partition of partitioned model `name` as its live view on `branch` exposes it."""
+    spec = project.models[name].properties.partitioned_by
+    if spec is None:
+        raise ValueError(f"model `{name}` is not partitioned")
+    with open_session(Path(warehouse)) as session:
+        try:
+            return _partitions(session, model_view(name, branch), spec, keys)
+        except WarehouseError as error:
+            raise _not_live(name, branch, error) from None
+
+
+def read_model(
+    project: Project,
+    warehouse: Path | str,
+    name: str,
+    keys: Iterable[str] | None = None,
+    branch: str = DEFAULT_BRANCH,
+) -> pa.Table:
+    """The live rows of model `name` (those of partitions `keys` only, when given)."""
+    spec = project.models[name].properties.partitioned_by if name in project.models else None
+    with open_session(Path(warehouse)) as session:
+        try:
+            if spec is None or keys is None:
+                return read_rows(session, model_view(name, branch))
+            return read_rows(
+                session, model_view(name, branch), column=spec.column, grain=spec.grain, keys=list(keys)
+            )
+        except WarehouseError as error:
+            raise _not_live(name, branch, error) from None
+
+
+def _not_live(name: str, branch: str, error: WarehouseError) -> StrataError:
+    return StrataError(
+        E_WAREHOUSE,
+        f"model `{name}` has no readable live view on branch `{branch}`: {error}",
+        subject=name,
+        hint=f"materialize `{name}` first (or `strata run PROJECT --models {name}`)",
+    )
+
+
+@dataclass(frozen=True)
+class PublishedState:
+    """A snapshot's content identity, and the source fingerprints a history entry consumed."""
+
+    content_hash: str
+    row_count: int
+    sources: dict[str, str]
+
+
+def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) -> PublishedState:
+    with open_session(Path(warehouse)) as session:
+        record = session.history.snapshot(snapshot_id)
+        if record is None:
+            raise StrataError(
+                E_WAREHOUSE,
+                f"the history has no snapshot {snapshot_id}",
+                hint="the warehouse was edited behind the engine's back; run `strata history PROJECT`",
+            )
+        sources = (
+            {
+                item.source: item.fingerprint
+                for item in session.history.entry_sources(entry)
+                if not item.partition_key
+            }
+            if entry is not None
+            else {}
+        )
+        return PublishedState(record.content_hash, record.row_count, sources)
+
+
+def whole_content(warehouse: Path | str, relation: exp.Table) -> PartitionContent:
+    """The content identity of a whole relation (a live view), as one partition keyed ''."""
+    with open_session(Path(warehouse)) as session:
+        content = session.content(relation)
+        return PartitionContent("", content.fingerprint, content.row_count)

@@ -1,0 +1,39 @@
+"""Names the Dagster layer shares with users: resource keys, the pool, tag and metadata keys."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Resource keys under which build_definitions registers the resource and the IO manager.
+STRATA_RESOURCE_KEY: Final = "strata"
+STRATA_IO_MANAGER_KEY: Final = "strata_io_manager"
+
+# Every asset and observation that opens the warehouse runs in this pool. DuckDB allows one writer
+# per file: with the pool's limit at 1 (dagster.yaml: concurrency.pools.default_limit), concurrent
+# runs take turns instead of failing on the file lock.
+DUCKDB_POOL: Final = "duckdb"
+
+# Dagster's own event tags (dagster._core.definitions.data_version), spelled out once here.
+DATA_VERSION_TAG: Final = "dagster/data_version"
+CODE_VERSION_TAG: Final = "dagster/code_version"
+
+# Run tags read by the Dagster layer.
+REASON_TAG: Final = "strata/reason"
+
+# Metadata keys on definitions and materializations.
+MODEL_KEY: Final = "strata/model"
+SOURCE_KEY: Final = "strata/source"
+MODULE_KEY: Final = "strata/module"
+PARTITIONED_BY_KEY: Final = "strata/partitioned_by"
+RUN_ID_KEY: Final = "strata/run_id"
+SNAPSHOT_KEY: Final = "strata/snapshot"
+TABLE_KEY: Final = "strata/table"
+PATH_KEY: Final = "strata/path"
+ROWS_KEY: Final = "strata/rows"
+DURATION_KEY: Final = "strata/duration_ms"
+SQL_KEY: Final = "strata/sql"
+DETAIL_KEY: Final = "strata/detail"
+FINGERPRINT_KEY: Final = "strata/fingerprint"
+RELATION_KEY: Final = "strata/relation"
+UNIQUE_KEY: Final = "strata/unique"
+CONTRACT_KEY: Final = "strata/contract"

@@ -1,0 +1,183 @@
+"""`build_definitions`: a strata project as Dagster definitions."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.catalog import Catalog, read_catalog
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.assets import build_model_asset
+from strata_dagster.orchestration.automation import automation_sensor
+from strata_dagster.orchestration.io_manager import StrataIOManager
+from strata_dagster.orchestration.resources import StrataResource, default_warehouse
+from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
+from strata_dagster.orchestration.stale_sensor import stale_partitions_sensor
+from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
+
+UNPARTITIONED_JOB = "strata_unpartitioned"
+
+
+def build_definitions(
+    project_dir: Path | str,
+    *,
+    warehouse: Path | str | None = None,
+    branch: str = DEFAULT_BRANCH,
+    translator: StrataDagsterTranslator | None = None,
+    python_assets: Sequence[dg.AssetsDefinition] = (),
+    stale_sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.Definitions:
+    """Dagster definitions for the strata project in `project_dir`.
+
+    Every source becomes an observable source asset (data version = content fingerprint), every
+    model an asset (code version = model fingerprint, data version = snapshot content), with a
+    `StrataResource` ("strata"), a `StrataIOManager` ("strata_io_manager"), the in-process executor
+    (DuckDB has one writer per file), the `strata_materialize_stale` sensor (stopped unless
+    `stale_sensor_status` says otherwise) and the `strata_automation` sensor for declarative
+    automation (stopped). `warehouse` defaults to `$STRATA_WAREHOUSE`, else
+    `warehouse.duckdb` in the project folder. `python_assets` are added as they are: Python models
+    (see `strata_python_model`) and Python consumers of strata models.
+    """
+    resource = StrataResource(
+        project_dir=str(project_dir),
+        warehouse=str(warehouse if warehouse is not None else default_warehouse(project_dir)),
+        branch=branch,
+    )
+    translator = translator or StrataDagsterTranslator()
+    catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
+    with warnings.catch_warnings():
+        # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
+        # are what per-partition versions and ranged runs need, and the version is pinned.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return _definitions(catalog, resource, translator, python_assets, stale_sensor_status)
+
+
+def _definitions(
+    catalog: Catalog,
+    resource: StrataResource,
+    translator: StrataDagsterTranslator,
+    python_assets: Sequence[dg.AssetsDefinition],
+    stale_sensor_status: dg.DefaultSensorStatus,
+) -> dg.Definitions:
+    nodes = describe_nodes(catalog)
+    whole_keys = _whole_keys(catalog, nodes, translator)
+    assets: list[dg.AssetsDefinition | dg.SourceAsset] = []
+    for name in sorted(catalog.project.sources):
+        assets.extend(build_source_assets(nodes[name], translator))
+    for name in catalog.project.order:
+        assets.append(build_model_asset(nodes[name], nodes, translator, whole_keys))
+        if name in whole_keys:
+            assets.append(build_whole_model_asset(nodes[name], translator))
+    assets.extend(python_assets)
+    keys = [key for item in assets for key in _keys(item)]
+    jobs, job_of, observable = _jobs(assets)
+    return dg.Definitions(
+        assets=assets,
+        jobs=jobs,
+        resources={
+            c.STRATA_RESOURCE_KEY: resource,
+            c.STRATA_IO_MANAGER_KEY: StrataIOManager(strata=resource),
+        },
+        executor=dg.in_process_executor,
+        sensors=[
+            stale_partitions_sensor(
+                jobs, job_of, observable, UNPARTITIONED_JOB, default_status=stale_sensor_status
+            ),
+            automation_sensor(dg.AssetSelection.assets(*keys)),
+        ],
+    )
+
+
+def _jobs(
+    assets: Sequence[dg.AssetsDefinition | dg.SourceAsset],
+) -> tuple[list[Any], dict[dg.AssetKey, str], list[dg.AssetKey]]:
+    """One asset job per partitions definition (a run cannot mix them): the unpartitioned models
+    with the unpartitioned sources, and each distinct daily or monthly partitioning. Returns the
+    jobs, the job of every materializable asset, and the sources the unpartitioned job observes."""
+    groups: dict[str, list[dg.AssetKey]] = {}
+    names: dict[str, str] = {}
+    job_of: dict[dg.AssetKey, str] = {}
+    observable: list[dg.AssetKey] = []
+    for item in assets:
+        partitions_def = item.partitions_def
+        if isinstance(item, dg.SourceAsset):
+            if partitions_def is None:  # partitioned sources are observed through their companion
+                observable.append(item.key)
+                groups.setdefault("", []).append(item.key)
+            continue
+        identity = "" if partitions_def is None else repr(partitions_def)
+        for key in item.keys:
+            groups.setdefault(identity, []).append(key)
+            if identity not in names:
+                names[identity] = UNPARTITIONED_JOB if not identity else f"strata_{key.path[-1]}_partitions"
+            job_of[key] = names[identity]
+    names.setdefault("", UNPARTITIONED_JOB)
+    jobs = [
+        dg.define_asset_job(
+            names[identity],
+            selection=dg.AssetSelection.assets(*keys),
+            description="Strata assets of one partitioning; strata_materialize_stale launches its runs.",
+        )
+        for identity, keys in groups.items()
+    ]
+    return jobs, job_of, observable
+
+
+def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
+    """What the translator is asked about, for every source and model of the project."""
+    project = catalog.project
+    nodes: dict[str, StrataAssetProps] = {}
+    for name, source in project.sources.items():
+        relation = source.path or source.table_name
+        nodes[name] = StrataAssetProps(
+            name=name,
+            kind="source",
+            module=project.module_of(name).path.stem,
+            description=source.description,
+            partitioned_by=source.partitioned_by,
+            bounds=catalog.bounds.get(name),
+            relation=relation,
+        )
+    for name in project.order:
+        model = project.models[name]
+        nodes[name] = StrataAssetProps(
+            name=name,
+            kind="model",
+            module=project.module_of(name).path.stem,
+            description=model.properties.description,
+            partitioned_by=model.properties.partitioned_by,
+            bounds=catalog.bounds.get(name),
+            relation=model_relation(name, catalog.branch),
+            references=model.references,
+            code_version=catalog.fingerprints[name],
+            sql=catalog.sql.get(name),
+        )
+    return nodes
+
+
+def _whole_keys(
+    catalog: Catalog, nodes: dict[str, StrataAssetProps], translator: StrataDagsterTranslator
+) -> dict[str, dg.AssetKey]:
+    """Companions: every partitioned source, and every partitioned model an unpartitioned model reads."""
+    project = catalog.project
+    keys = {
+        name: translator.get_whole_asset_key(nodes[name])
+        for name, source in project.sources.items()
+        if source.partitioned_by is not None
+    }
+    for name in project.order:
+        if nodes[name].partitioned_by is not None:
+            continue
+        for ref in project.upstream_models(name):
+            if nodes[ref].partitioned_by is not None:
+                keys[ref] = translator.get_whole_asset_key(nodes[ref])
+    return keys
+
+
+def _keys(item: dg.AssetsDefinition | dg.SourceAsset) -> list[dg.AssetKey]:
+    return [item.key] if isinstance(item, dg.SourceAsset) else list(item.keys)

@@ -1,0 +1,264 @@
+"""`StrataIOManager`: snapshots and views written through the engine; models read back as frames.
+
+- A SQL model's asset hands it a `StrataBuild`: the engine builds the model inside DuckDB (reusing
+  a snapshot whose build key exists, keeping the live one when the rows did not change), pins and
+  contracts run, and the view is repointed in one transaction. No row crosses into Python.
+- A Python model's asset hands it a polars or pandas DataFrame: the frame becomes a snapshot the
+  same way, with the same pins (`strata/unique`, `strata/contract` definition metadata).
+- Every materialization carries data_version = the content identity of what the view now shows
+  (per partition for partitioned models), so Dagster's staleness follows content, not time.
+- Python consumers load models as polars (default) or pandas (annotate the input
+  `pd.DataFrame`) frames; a partitioned consumer gets only the rows of its partitions.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+from pydantic import Field
+
+from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
+from strata_dagster.engine.partition_status import (
+    model_partitions,
+    published_state,
+    read_model,
+    whole_content,
+)
+from strata_dagster.engine.run import REUSED, ModelOutcome, RunRequest, RunResult, run
+from strata_dagster.errors import E_BUILD, StrataError
+from strata_dagster.language import load_project
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.build import StrataBuild
+from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
+from strata_dagster.orchestration.resources import StrataResource
+
+UNVERSIONED = "unversioned"
+
+
+class StrataIOManager(dg.ConfigurableIOManager):
+    """Writes strata models as immutable snapshots behind live views, and reads them as frames."""
+
+    strata: StrataResource = Field(description="The project, warehouse and branch the models live in.")
+
+    # -- writing ----------------------------------------------------------------------------------
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if isinstance(obj, StrataBuild):
+            self._publish_build(context, obj)
+        elif isinstance(obj, (pl.DataFrame, pd.DataFrame, pa.Table)):
+            self._publish_frame(context, obj)
+        elif obj is None:
+            return  # an asset that returned nothing: nothing to publish
+        else:
+            raise StrataError(
+                E_BUILD,
+                f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}",
+                subject=context.asset_key.to_user_string(),
+                hint="a Python model returns a polars or pandas DataFrame",
+            )
+
+    def _publish_build(self, context: dg.OutputContext, build: StrataBuild) -> None:
+        strata = self.strata
+        reason = context.step_context.dagster_run.tags.get(c.REASON_TAG)
+        result = run(
+            RunRequest(
+                project_dir=strata.project_path,
+                warehouse=strata.warehouse_path,
+                models=(build.model,),
+                branch=strata.branch,
+                only_stale=True,
+                reason=reason,
+            )
+        )
+        outcome = result.outcome(build.model)
+        state = published_state(strata.warehouse_path, outcome.snapshot_id, result.entry)
+        self._report_side_effects(context, build, result)
+        self._report_drifted_sources(context, build, state.sources)
+        metadata = _build_metadata(result, outcome, build)
+        if build.partition_keys is None:
+            context.step_context.set_data_version(context.asset_key, dg.DataVersion(state.content_hash))
+            context.add_output_metadata(
+                {**metadata, c.ROWS_KEY: state.row_count, "dagster/row_count": state.row_count}
+            )
+            return
+        project = load_project(strata.project_path)
+        partitions = model_partitions(
+            project, strata.warehouse_path, build.model, build.partition_keys, strata.branch
+        )
+        for key in build.partition_keys:
+            part = partitions[key]
+            context.log_event(
+                dg.AssetMaterialization(
+                    asset_key=context.asset_key,
+                    partition=key,
+                    tags=materialization_tags(
+                        context, context.asset_key, part.fingerprint, build.code_version
+                    ),
+                    metadata={**metadata, c.ROWS_KEY: part.row_count, "dagster/row_count": part.row_count},
+                )
+            )
+        if build.whole_asset_key is not None:
+            whole = whole_content(strata.warehouse_path, model_view(build.model, strata.branch))
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=build.whole_asset_key,
+                    tags={c.DATA_VERSION_TAG: whole.fingerprint},
+                    metadata={c.ROWS_KEY: whole.row_count, c.RUN_ID_KEY: metadata[c.RUN_ID_KEY]},
+                )
+            )
+
+    def _report_side_effects(self, context: dg.OutputContext, build: StrataBuild, result: RunResult) -> None:
+        rebuilt = [
+            outcome.model
+            for outcome in result.outcomes
+            if outcome.model != build.model and outcome.path != REUSED
+        ]
+        if rebuilt:
+            context.log.warning(
+                f"building `{build.model}` rebuilt stale upstream model(s) {', '.join(rebuilt)} first, "
+                "so that it never reads outdated rows; materialize them in Dagster to record it "
+                "(the engine will reuse what it just built)"
+            )
+
+    def _report_drifted_sources(
+        self, context: dg.OutputContext, build: StrataBuild, consumed: Mapping[str, str]
+    ) -> None:
+        """A source that changed after Dagster last observed it: record the version the build read,
+        so the model's provenance names it and the source's other consumers show stale, as they
+        are in the engine."""
+        for item in build.inputs:
+            fingerprint = consumed.get(item.name)
+            if item.kind != "source" or fingerprint is None or fingerprint == item.data_version:
+                continue
+            context.log.warning(
+                f"source `{item.name}` changed since Dagster last observed it; recording the version "
+                f"`{build.model}` was built from"
+            )
+            context.log_event(
+                dg.AssetObservation(asset_key=item.asset_key, tags={c.DATA_VERSION_TAG: fingerprint})
+            )
+            refresh_input_version(context, item.asset_key)
+
+    def _publish_frame(
+        self, context: dg.OutputContext, frame: pl.DataFrame | pd.DataFrame | pa.Table
+    ) -> None:
+        strata = self.strata
+        name = _model_name(context.definition_metadata, context.asset_key)
+        if context.has_asset_partitions:
+            raise StrataError(
+                E_BUILD,
+                f"Python model `{name}` is partitioned; this version publishes unpartitioned Python models only",
+                subject=name,
+                hint="drop partitions_def from the Python asset, or write the model in strata",
+            )
+        metadata = context.definition_metadata
+        outcome = publish_frame(
+            FrameRequest(
+                warehouse=strata.warehouse_path,
+                model=name,
+                frame=_to_arrow(frame),
+                code_version=context.version or UNVERSIONED,
+                branch=strata.branch,
+                unique=tuple(_raw(metadata.get(c.UNIQUE_KEY)) or ()),
+                contract=_contract(_raw(metadata.get(c.CONTRACT_KEY))),
+                project_dir=strata.project_path,
+            )
+        )
+        context.step_context.set_data_version(context.asset_key, dg.DataVersion(outcome.content_hash))
+        context.add_output_metadata(_frame_metadata(outcome, strata.branch))
+
+    # -- reading ----------------------------------------------------------------------------------
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame | pd.DataFrame:
+        strata = self.strata
+        upstream = context.upstream_output
+        name = _model_name(upstream.definition_metadata if upstream else {}, context.asset_key)
+        project = load_project(strata.project_path)
+        keys = None
+        is_partitioned = name in project.models and project.models[name].properties.partitioned_by is not None
+        if is_partitioned and context.has_asset_partitions and _is_partitioned_step(context):
+            keys = list(context.asset_partition_keys)
+        table = read_model(project, strata.warehouse_path, name, keys, strata.branch)
+        if _wants_pandas(context):
+            return table.to_pandas()
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+
+def _is_partitioned_step(context: dg.InputContext) -> bool:
+    """Whether the consumer runs for some partitions (then it reads only theirs), not the whole."""
+    try:
+        return bool(context.has_partition_key or context.has_partition_key_range)
+    except dg.DagsterInvariantViolationError:
+        return False
+
+
+def _wants_pandas(context: dg.InputContext) -> bool:
+    typing_type = context.dagster_type.typing_type
+    return isinstance(typing_type, type) and issubclass(typing_type, pd.DataFrame)
+
+
+def _model_name(metadata: Mapping[str, Any], key: dg.AssetKey) -> str:
+    name = metadata.get(c.MODEL_KEY)
+    return str(name) if name else key.path[-1]
+
+
+def _raw(value: Any) -> Any:
+    """A definition metadata value as the user wrote it (Dagster may wrap lists and dicts)."""
+    return value.value if isinstance(value, dg.MetadataValue) else value
+
+
+def _to_arrow(frame: pl.DataFrame | pd.DataFrame | pa.Table) -> pa.Table:
+    if isinstance(frame, pl.DataFrame):
+        return frame.to_arrow()
+    if isinstance(frame, pd.DataFrame):
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    return frame
+
+
+def _contract(value: Any) -> tuple[tuple[str, str, bool], ...]:
+    """`{"order_id": "BIGINT not null", "region": "VARCHAR"}` -> (column, type, is_not_null) rows."""
+    if not value:
+        return ()
+    columns = []
+    for column, text in dict(value).items():
+        words = str(text).split()
+        is_not_null = [word.lower() for word in words[-2:]] == ["not", "null"]
+        type_text = " ".join(words[:-2] if is_not_null else words)
+        columns.append((str(column), type_text, is_not_null))
+    return tuple(columns)
+
+
+def _build_metadata(result: RunResult, outcome: ModelOutcome, build: StrataBuild) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        c.RUN_ID_KEY: result.run_id or "none: everything was up to date",
+        c.SNAPSHOT_KEY: outcome.snapshot_id,
+        c.TABLE_KEY: outcome.table_name,
+        c.PATH_KEY: outcome.path,
+        c.DURATION_KEY: round(outcome.duration_ms, 1),
+        c.FINGERPRINT_KEY: build.code_version,
+        c.SQL_KEY: dg.MetadataValue.md(f"```sql\n{outcome.sql}\n```"),
+    }
+    detail = getattr(outcome, "detail", None)
+    if detail:
+        metadata[c.DETAIL_KEY] = dg.MetadataValue.json(
+            {key: value for key, value in detail.items() if key != "segment_sql"}
+        )
+    return metadata
+
+
+def _frame_metadata(outcome: FrameResult, branch: str) -> dict[str, Any]:
+    view = model_view(outcome.model, branch)
+    return {
+        c.RUN_ID_KEY: outcome.run_id or "none: the live snapshot holds these rows",
+        c.SNAPSHOT_KEY: outcome.snapshot_id,
+        c.TABLE_KEY: outcome.table_name,
+        c.PATH_KEY: outcome.path,
+        c.ROWS_KEY: outcome.rows,
+        "dagster/row_count": outcome.rows,
+        c.DURATION_KEY: round(outcome.duration_ms, 1),
+        "dagster/table_name": f"{view.db}.{view.name}",
+    }

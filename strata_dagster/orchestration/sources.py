@@ -1,0 +1,136 @@
+"""Sources as observable source assets whose data version is their content fingerprint.
+
+An unpartitioned source reports one fingerprint (the engine's, so Dagster's view of "changed" is
+the engine's). A partitioned source reports one fingerprint per partition of its partitions
+definition (`DataVersionsByPartition`), and its companion `<source>__whole` the fingerprint of the
+whole source, for consumers that are not partitioned: observing either observes both.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+
+import dagster as dg
+
+from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.partition_status import source_partitions, whole_content
+from strata_dagster.engine.status import observe_sources
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
+
+POOL_TAGS = {"dagster/concurrency_key": c.DUCKDB_POOL}
+
+
+def build_source_assets(
+    props: StrataAssetProps, translator: StrataDagsterTranslator
+) -> Sequence[dg.AssetsDefinition | dg.SourceAsset]:
+    if props.partitioned_by is None:
+        return [_unpartitioned(props, translator)]
+    return _partitioned(props, translator)
+
+
+def _common(props: StrataAssetProps, translator: StrataDagsterTranslator) -> dict[str, object]:
+    return {
+        "description": translator.get_description(props),
+        "group_name": translator.get_group_name(props),
+        "metadata": dict(translator.get_metadata(props)),
+        "tags": dict(translator.get_tags(props)),
+        "op_tags": POOL_TAGS,
+        "required_resource_keys": {c.STRATA_RESOURCE_KEY},
+    }
+
+
+def _observe_whole(context: dg.OpExecutionContext, name: str) -> dg.ObserveResult:
+    strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+    state = observe_sources(strata.project_path, strata.warehouse_path, [name])[name]
+    return dg.ObserveResult(
+        data_version=dg.DataVersion(state.fingerprint),
+        metadata={
+            c.ROWS_KEY: state.row_count,
+            c.RELATION_KEY: state.relation,
+            "dagster/row_count": state.row_count,
+        },
+    )
+
+
+def _unpartitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -> dg.SourceAsset:
+    name = props.name
+
+    @dg.observable_source_asset(
+        key=translator.get_asset_key(props),
+        automation_condition=translator.get_automation_condition(props),
+        **_common(props, translator),  # type: ignore[arg-type]
+    )
+    def _observe(context: dg.OpExecutionContext) -> dg.ObserveResult:
+        return _observe_whole(context, name)
+
+    return _observe
+
+
+def _partitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -> list[dg.SourceAsset]:
+    name = props.name
+    key = translator.get_asset_key(props)
+    whole_key = translator.get_whole_asset_key(props)
+    partitions_def = translator.get_partitions_def(props)
+    assert partitions_def is not None
+
+    def partition_versions(context: dg.OpExecutionContext) -> dict[str, dg.DataVersion]:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        keys = partitions_def.get_partition_keys()
+        contents = source_partitions(strata.project_path, strata.warehouse_path, name, keys)
+        return {key: dg.DataVersion(content.fingerprint) for key, content in contents.items()}
+
+    @dg.observable_source_asset(key=key, partitions_def=partitions_def, **_common(props, translator))  # type: ignore[arg-type]
+    def _observe(context: dg.OpExecutionContext) -> dg.DataVersionsByPartition:
+        whole = _observe_whole(context, name)
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=whole_key,
+                tags={c.DATA_VERSION_TAG: whole.data_version.value},  # type: ignore[union-attr]
+                metadata=whole.metadata,
+            )
+        )
+        return dg.DataVersionsByPartition(partition_versions(context))
+
+    common = _common(props, translator)
+    common["description"] = (
+        f"All partitions of `{name}` as one version, for consumers that are not partitioned."
+    )
+
+    @dg.observable_source_asset(
+        key=whole_key,
+        automation_condition=translator.get_automation_condition(
+            dataclasses.replace(props, partitioned_by=None)
+        ),
+        **common,  # type: ignore[arg-type]
+    )
+    def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
+        for partition, version in partition_versions(context).items():
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=key, partition=partition, tags={c.DATA_VERSION_TAG: version.value}
+                )
+            )
+        return _observe_whole(context, name)
+
+    return [_observe, _observe_all]
+
+
+def build_whole_model_asset(props: StrataAssetProps, translator: StrataDagsterTranslator) -> dg.SourceAsset:
+    """The companion of a partitioned model read by unpartitioned models: the whole live view's
+    content as one data version. The model's IO manager observes it after every build."""
+    name = props.name
+    common = _common(props, translator)
+    common["description"] = (
+        f"All partitions of `{name}` as one version, for consumers that are not partitioned."
+    )
+
+    @dg.observable_source_asset(key=translator.get_whole_asset_key(props), **common)  # type: ignore[arg-type]
+    def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        whole = whole_content(strata.warehouse_path, model_view(name, strata.branch))
+        return dg.ObserveResult(
+            data_version=dg.DataVersion(whole.fingerprint), metadata={c.ROWS_KEY: whole.row_count}
+        )
+
+    return _observe_all

@@ -1,0 +1,118 @@
+"""`StrataDagsterTranslator`: how sources and models become asset keys, groups, partitions, metadata.
+
+Subclass it and override a `get_*` method to customise one aspect; `build_definitions` asks it
+about every source and model of the project.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import dagster as dg
+
+from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.catalog import PartitionBounds
+from strata_dagster.language.definition import PartitionSpec
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.automation import observation_condition, stale_condition
+from strata_dagster.orchestration.partitions import time_partitions
+
+NodeKind = Literal["source", "model"]
+_GROUP_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True)
+class StrataAssetProps:
+    """One source or model of the project, as the translator is asked about it."""
+
+    name: str
+    kind: NodeKind
+    module: str  # the module's file stem, e.g. `staging` for staging.strata
+    description: str | None
+    partitioned_by: PartitionSpec | None
+    bounds: PartitionBounds | None  # first and last partition in the data (partitioned only)
+    relation: str  # the table a source is read from, or the view a model is published as
+    references: tuple[str, ...] = ()  # models: the sources and models it reads
+    code_version: str | None = None  # models: the model fingerprint
+    sql: str | None = None  # models: the compiled SQL
+
+
+class StrataDagsterTranslator:
+    """Default mapping of a strata project onto Dagster; override any `get_*` method.
+
+    `is_open_ended_partitions`: time partitions run on to the last complete day or month (they grow
+    with time, as a production schedule expects) instead of ending at the last partition the data
+    holds when the definitions load.
+    """
+
+    def __init__(self, *, is_open_ended_partitions: bool = False) -> None:
+        self.is_open_ended_partitions = is_open_ended_partitions
+
+    def get_asset_key(self, props: StrataAssetProps) -> dg.AssetKey:
+        return dg.AssetKey([props.name])
+
+    def get_whole_asset_key(self, props: StrataAssetProps) -> dg.AssetKey:
+        """The companion asset of a partitioned node that carries one data version for all of it.
+
+        Dagster does not propagate staleness from a partitioned asset to an unpartitioned consumer;
+        the consumer depends on this companion too, whose data version changes with any partition.
+        """
+        return dg.AssetKey([f"{props.name}__whole"])
+
+    def get_group_name(self, props: StrataAssetProps) -> str | None:
+        return _GROUP_CHARACTERS.sub("_", props.module) or None
+
+    def get_description(self, props: StrataAssetProps) -> str | None:
+        return props.description
+
+    def get_partitions_def(self, props: StrataAssetProps) -> dg.PartitionsDefinition | None:
+        if props.partitioned_by is None:
+            return None
+        return time_partitions(
+            props.partitioned_by, props.bounds, is_open_ended=self.is_open_ended_partitions
+        )
+
+    def get_partition_mapping(
+        self, props: StrataAssetProps, upstream: StrataAssetProps
+    ) -> dg.PartitionMapping | None:
+        """How `props`'s partitions map to `upstream`'s; None keeps Dagster's default (a day
+        reads the same day, a month reads its days)."""
+        return None
+
+    def get_automation_condition(self, props: StrataAssetProps) -> dg.AutomationCondition | None:
+        """Sources are observed every minute; models are requested when an input's data version or
+        their code version changed (see strata_dagster.orchestration.automation). Conditions act
+        only while the `strata_automation` sensor is running."""
+        if props.kind == "source":
+            return None if props.partitioned_by is not None else observation_condition()
+        return stale_condition()
+
+    def get_metadata(self, props: StrataAssetProps) -> Mapping[str, Any]:
+        metadata: dict[str, Any] = {
+            c.MODULE_KEY: props.module,
+            "dagster/table_name": props.relation,
+        }
+        if props.kind == "source":
+            metadata[c.SOURCE_KEY] = props.name
+        else:
+            metadata[c.MODEL_KEY] = props.name
+            if props.sql is not None:
+                metadata[c.SQL_KEY] = dg.MetadataValue.md(f"```sql\n{props.sql}\n```")
+        if props.partitioned_by is not None:
+            spec = props.partitioned_by
+            metadata[c.PARTITIONED_BY_KEY] = f"{spec.grain}({spec.column})"
+        return metadata
+
+    def get_tags(self, props: StrataAssetProps) -> Mapping[str, str]:
+        return {}
+
+    def get_kinds(self, props: StrataAssetProps) -> set[str]:
+        return {"duckdb", "sql"} if props.kind == "model" else {"duckdb"}
+
+
+def model_relation(name: str, branch: str) -> str:
+    view = model_view(name, branch)
+    return f"{view.db}.{view.name}"

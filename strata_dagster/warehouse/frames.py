@@ -1,0 +1,30 @@
+"""Arrow tables handed in by Python code (a Python model's frame), readable as a relation."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pyarrow as pa
+from sqlglot import exp
+
+from strata_dagster.warehouse.session import Session
+from strata_dagster.warehouse.sql import table
+
+_FRAME_PREFIX = "__strata_frame_"
+_counter = itertools.count()
+
+
+@contextmanager
+def registered_frame(session: Session, frame: pa.Table) -> Iterator[exp.Table]:
+    """`frame` as a relation of this connection for the duration of the block (zero-copy)."""
+    name = f"{_FRAME_PREFIX}{next(_counter)}"
+    # DuckDB 2 refuses to (un)register while an earlier statement's result is still open.
+    session.con.complete()
+    session.con.register(name, frame)
+    try:
+        yield table(name)
+    finally:
+        session.con.complete()
+        session.con.unregister(name)

@@ -1,0 +1,153 @@
+"""The strata automation condition requests exactly the stale asset partitions, upstream first,
+whether or not it was evaluated before the change; the sensor ships stopped."""
+
+import time
+
+import dagster as dg
+import pytest
+
+from strata_dagster import build_definitions
+from strata_dagster.orchestration import stale_sensor
+from strata_dagster_tests.dagster_support import (
+    change_order,
+    execute_assets,
+    make_small_shop,
+    materialize_everything,
+    observe_sources,
+    order_day,
+    stale_set,
+)
+from strata_dagster_tests.test_dagster_staleness import paid_order
+
+
+def requested(result, defs) -> set[str]:
+    names = set()
+    for key in defs.resolve_asset_graph().materializable_asset_keys:
+        for partition in result.get_requested_partitions(key):
+            names.add(key.to_user_string() if partition is None else f"{key.to_user_string()}[{partition}]")
+    return names
+
+
+def execute_requested(defs, instance, names: set[str]) -> None:
+    """Run what the sensor would launch: unpartitioned assets together, each partitioned asset as
+    one ranged run over its requested partitions."""
+    plain = sorted(name for name in names if "[" not in name)
+    if plain:
+        assert execute_assets(defs, instance, plain).success
+    partitioned: dict[str, list[str]] = {}
+    for name in names - set(plain):
+        asset, partition = name[:-1].split("[")
+        partitioned.setdefault(asset, []).append(partition)
+    for asset in ("daily_revenue", "monthly_revenue"):
+        if asset in partitioned:
+            keys = sorted(partitioned[asset])
+            assert execute_assets(defs, instance, [asset], partitions=(keys[0], keys[-1])).success
+
+
+@pytest.fixture
+def shop(tmp_path):
+    project, warehouse = make_small_shop(tmp_path)
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    materialize_everything(defs, instance)
+    return project, warehouse, defs, instance
+
+
+def test_the_condition_requests_exactly_the_stale_partitions_wave_by_wave_until_fresh(shop):
+    project, warehouse, defs, instance = shop
+    nothing = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    assert requested(nothing, defs) == set()
+    order = paid_order(warehouse)
+    change_order(warehouse, order)
+    observe_sources(defs, instance)
+    waves = []
+    cursor = nothing.cursor
+    for _ in range(6):
+        stale = stale_set(defs, instance)
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        cursor = result.cursor
+        wave = requested(result, defs)
+        assert wave == stale  # exactly what Dagster shows stale, nothing more
+        if not wave:
+            break
+        waves.append(wave)
+        execute_requested(defs, instance, wave)
+    assert stale_set(defs, instance) == set()
+    month = order_day(warehouse, order)[:8] + "01"
+    assert waves[0] == {"stg_orders", "order_status_log", "first_seen_orders"}
+    assert waves[-1] == {f"monthly_revenue[{month}]"}
+    assert len(waves) == 3
+
+
+def test_a_stale_child_waits_for_its_stale_parent(shop):
+    project, warehouse, defs, instance = shop
+    # A new code version for stg_orders makes it and (through the fingerprint) all it feeds stale.
+    staging = project / "staging.strata"
+    staging.write_text(
+        staging.read_text().replace(
+            "filter status <> 'cancelled'", "filter status not in ('cancelled', 'void')"
+        )
+    )
+    reloaded = build_definitions(project, warehouse=warehouse)
+    stale = stale_set(reloaded, instance)
+    assert {"stg_orders", "orders_enriched", "order_tags"} <= stale
+    wave = requested(dg.evaluate_automation_conditions(defs=reloaded, instance=instance), reloaded)
+    assert wave == {"stg_orders"}
+
+
+def run_sensor_requests(defs, instance, requests) -> set[str]:
+    """Execute a tick's run requests in process; return what they materialized or observed."""
+    done = set()
+    for request in requests:
+        names = [key.to_user_string() for key in request.asset_selection]
+        start = request.tags.get("dagster/asset_partition_range_start")
+        partitions = (start, request.tags["dagster/asset_partition_range_end"]) if start else None
+        assert execute_assets(defs, instance, names, partitions=partitions).success
+        done |= {f"{name}[{start}..]" if start else name for name in names}
+    return done
+
+
+def test_the_stale_sensor_observes_first_then_materializes_exactly_the_stale_partitions(shop, monkeypatch):
+    project, warehouse, defs, instance = shop
+    sensor = defs.resolve_sensor_def("strata_materialize_stale")
+    clock = [time.time() + 120]  # the sources were observed two minutes ago
+    monkeypatch.setattr(stale_sensor, "_now", lambda: clock[0])
+    repository = defs.get_repository_def()
+    order = paid_order(warehouse)
+    change_order(warehouse, order)
+    context = dg.build_sensor_context(instance=instance, repository_def=repository)
+    first = sensor.evaluate_tick(context)
+    # First tick: the sources were last observed over a minute ago: observe them, nothing else.
+    assert [sorted(k.to_user_string() for k in r.asset_selection) for r in first.run_requests] == [
+        ["customers", "orders"]
+    ]
+    run_sensor_requests(defs, instance, first.run_requests)
+    clock[0] = time.time()  # observed just now: the next ticks materialize
+    cursor = None
+    waves = []
+    for _ in range(6):
+        stale = stale_set(defs, instance)
+        tick = sensor.evaluate_tick(
+            dg.build_sensor_context(instance=instance, repository_def=repository, cursor=cursor)
+        )
+        cursor = tick.cursor
+        if not tick.run_requests:
+            break
+        requested = set()
+        for request in tick.run_requests:
+            start = request.tags.get("dagster/asset_partition_range_start")
+            end = request.tags.get("dagster/asset_partition_range_end")
+            for key in request.asset_selection:
+                if start is None:
+                    requested.add(key.to_user_string())
+                else:
+                    keys = defs.resolve_asset_graph().get(key).partitions_def.get_partition_keys()
+                    requested |= {f"{key.to_user_string()}[{p}]" for p in keys if start <= p <= end}
+        assert requested == stale
+        waves.append(requested)
+        run_sensor_requests(defs, instance, tick.run_requests)
+    assert stale_set(defs, instance) == set()
+    month = order_day(warehouse, order)[:8] + "01"
+    assert [len(wave) for wave in waves][0] == 3 and waves[-1] == {f"monthly_revenue[{month}]"}
+    # The 40 stale days of daily_revenue went as one ranged run.
+    assert len(waves) == 3

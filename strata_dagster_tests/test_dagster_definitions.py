@@ -1,0 +1,143 @@
+"""build_definitions on the shop example: keys, groups, descriptions, code versions, partitions,
+pools, the resource's validation and the translator's override points."""
+
+import dagster as dg
+import pytest
+
+from strata_dagster import StrataDagsterTranslator, StrataResource, build_definitions
+from strata_dagster.engine.status import model_states
+from strata_dagster.errors import StrataError
+from strata_dagster_tests.dagster_support import SOURCES, day_keys, make_small_shop
+
+MODELS = {
+    "stg_orders": "staging",
+    "stg_customers": "staging",
+    "order_status_log": "staging",
+    "first_seen_orders": "staging",
+    "orders_enriched": "marts",
+    "order_tags": "marts",
+    "order_timeline": "marts",
+    "daily_revenue": "marts",
+    "monthly_revenue": "marts",
+}
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    return make_small_shop(tmp_path_factory.mktemp("definitions"))
+
+
+@pytest.fixture(scope="module")
+def defs(shop):
+    project, warehouse = shop
+    return build_definitions(project, warehouse=warehouse)
+
+
+def test_every_source_and_model_is_an_asset_grouped_by_module_with_its_description(defs):
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert keys == set(MODELS) | set(SOURCES)
+    for name, group in MODELS.items():
+        node = graph.get(dg.AssetKey(name))
+        assert node.group_name == group
+        assert node.description
+        assert node.is_materializable
+    for name in SOURCES:
+        node = graph.get(dg.AssetKey(name))
+        assert node.is_observable and node.group_name == "sources" and node.description
+
+
+def test_code_versions_are_the_engine_fingerprints_and_deps_follow_the_pipelines(shop, defs):
+    project, warehouse = shop
+    graph = defs.resolve_asset_graph()
+    states = model_states(project, warehouse)
+    for name in MODELS:
+        assert graph.get(dg.AssetKey(name)).code_version == states[name].fingerprint
+    parents = {
+        name: {key.to_user_string() for key in graph.get(dg.AssetKey(name)).parent_keys} for name in MODELS
+    }
+    assert parents["stg_orders"] == {"orders"}
+    assert parents["daily_revenue"] == {"stg_orders", "stg_customers"}
+    assert parents["monthly_revenue"] == {"daily_revenue"}
+    assert parents["order_timeline"] == {"first_seen_orders", "order_status_log"}
+
+
+def test_partitions_are_daily_and_monthly_over_the_days_of_the_data(defs):
+    graph = defs.resolve_asset_graph()
+    daily = graph.get(dg.AssetKey("daily_revenue")).partitions_def
+    monthly = graph.get(dg.AssetKey("monthly_revenue")).partitions_def
+    assert isinstance(daily, dg.DailyPartitionsDefinition)
+    assert isinstance(monthly, dg.MonthlyPartitionsDefinition)
+    assert daily.get_partition_keys() == day_keys()
+    assert monthly.get_partition_keys() == ["2025-01-01", "2025-02-01"]
+    assert graph.get(dg.AssetKey("stg_orders")).partitions_def is None
+
+
+def test_every_asset_and_observation_runs_in_the_duckdb_pool_with_the_in_process_executor(defs):
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.executor_def.name == dg.in_process_executor.name
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        op = graph.assets_def_for_key(key).op
+        assert (op.pool or op.tags.get("dagster/concurrency_key")) == "duckdb", key
+
+
+def test_both_sensors_ship_stopped_and_every_asset_has_an_automation_condition(defs):
+    sensor = defs.resolve_sensor_def("strata_automation")
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert (
+        defs.resolve_sensor_def("strata_materialize_stale").default_status == dg.DefaultSensorStatus.STOPPED
+    )
+    graph = defs.resolve_asset_graph()
+    for name in MODELS:
+        assert graph.get(dg.AssetKey(name)).automation_condition is not None
+    assert graph.get(dg.AssetKey("orders")).automation_condition is not None
+
+
+def test_the_resource_names_the_fix_for_each_bad_setting(shop, tmp_path):
+    project, warehouse = shop
+    with pytest.raises(Exception, match="folder that holds the project's"):
+        StrataResource(project_dir=str(tmp_path / "nowhere"), warehouse=str(warehouse))
+    with pytest.raises(Exception, match="holds no \\*.strata module"):
+        StrataResource(project_dir=str(tmp_path), warehouse=str(warehouse))
+    with pytest.raises(Exception, match="is a folder"):
+        StrataResource(project_dir=str(project), warehouse=str(tmp_path))
+    with pytest.raises(Exception, match="cannot be a branch name"):
+        StrataResource(project_dir=str(project), warehouse=str(warehouse), branch="no way")
+    fields = StrataResource.model_fields
+    assert all(fields[name].description for name in ("project_dir", "warehouse", "branch"))
+
+
+def test_a_missing_warehouse_says_how_to_create_it(shop, tmp_path):
+    project, _ = shop
+    with pytest.raises(StrataError) as raised:
+        build_definitions(project, warehouse=tmp_path / "missing.duckdb")
+    assert raised.value.code == "E020" and "strata sample-data" in raised.value.hint
+
+
+def test_the_translator_overrides_keys_groups_and_partitions(shop):
+    project, warehouse = shop
+
+    class Prefixed(StrataDagsterTranslator):
+        def get_asset_key(self, props):
+            return dg.AssetKey(["shop", props.name])
+
+        def get_group_name(self, props):
+            return "shop"
+
+    defs = build_definitions(project, warehouse=warehouse, translator=Prefixed(is_open_ended_partitions=True))
+    graph = defs.resolve_asset_graph()
+    node = graph.get(dg.AssetKey(["shop", "monthly_revenue"]))
+    assert node.group_name == "shop"
+    assert {key.to_user_string() for key in node.parent_keys} == {"shop/daily_revenue"}
+    # Open-ended partitions run on past the data, to the last complete day.
+    assert len(graph.get(dg.AssetKey(["shop", "daily_revenue"])).partitions_def.get_partition_keys()) > 40
+
+
+def test_importing_strata_dagster_does_not_import_dagster():
+    import subprocess
+    import sys
+
+    code = "import sys, strata_dagster; assert 'dagster' not in sys.modules; strata_dagster.build_definitions"
+    subprocess.run([sys.executable, "-c", code], check=True)
