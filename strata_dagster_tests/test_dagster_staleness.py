@@ -200,7 +200,9 @@ def test_a_partitioned_source_makes_exactly_its_changed_partitions_stale(events)
     assert execute_assets(defs, instance, ["events"]).success
     # The changed day, and the unpartitioned consumer through the source's `__whole` companion.
     assert stale_set(defs, instance) == {"daily_events[2025-02-03]", "event_kinds"}
-    assert execute_assets(defs, instance, ["daily_events"], partitions="2025-02-03").success
+    result = execute_assets(defs, instance, ["daily_events"], partitions="2025-02-03")
+    (event,) = materializations(result, "daily_events")
+    assert event.metadata["strata/partition_recomputed"].value is True
     assert execute_assets(defs, instance, ["event_kinds"]).success
     assert stale_set(defs, instance) == {"monthly_events[2025-02-01]"}
     assert execute_assets(defs, instance, ["monthly_events"], partitions="2025-02-01").success

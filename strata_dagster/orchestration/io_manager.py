@@ -88,6 +88,8 @@ class StrataIOManager(dg.ConfigurableIOManager):
         partitions = model_partitions(
             project, strata.warehouse_path, build.model, build.partition_keys, strata.branch
         )
+        # The partitions this engine run recomputed (a partition-complete build says which).
+        recomputed = set((getattr(outcome, "detail", None) or {}).get("partitions") or ())
         for key in build.partition_keys:
             part = partitions[key]
             context.log_event(
@@ -97,7 +99,12 @@ class StrataIOManager(dg.ConfigurableIOManager):
                     tags=materialization_tags(
                         context, context.asset_key, part.fingerprint, build.code_version
                     ),
-                    metadata={**metadata, c.ROWS_KEY: part.row_count, "dagster/row_count": part.row_count},
+                    metadata={
+                        **metadata,
+                        c.ROWS_KEY: part.row_count,
+                        "dagster/row_count": part.row_count,
+                        c.PARTITION_RECOMPUTED_KEY: key in recomputed,
+                    },
                 )
             )
         if build.whole_asset_key is not None:
