@@ -8,6 +8,19 @@ import duckdb
 from strata_dagster.warehouse.sample_data import write_sample_data
 
 SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
+SHOP_MODELS = frozenset(
+    {
+        "stg_orders",
+        "stg_customers",
+        "order_status_log",
+        "first_seen_orders",
+        "orders_enriched",
+        "order_tags",
+        "order_timeline",
+        "daily_revenue",
+        "monthly_revenue",
+    }
+)
 
 
 def make_shop(tmp_path: Path, rows: int = 3_000) -> tuple[Path, Path]:

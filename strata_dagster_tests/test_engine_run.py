@@ -6,19 +6,16 @@ from strata_dagster.engine import operations
 from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster_tests.engine_support import execute, history_count, make_shop, row_multiset, view_tables
+from strata_dagster_tests.engine_support import (
+    SHOP_MODELS,
+    execute,
+    history_count,
+    make_shop,
+    row_multiset,
+    view_tables,
+)
 
-ALL_MODELS = {
-    "stg_orders",
-    "stg_customers",
-    "order_status_log",
-    "first_seen_orders",
-    "orders_enriched",
-    "order_tags",
-    "order_timeline",
-    "daily_revenue",
-    "monthly_revenue",
-}
+ALL_MODELS = SHOP_MODELS
 DOWNSTREAM_OF_CUSTOMERS = {"stg_customers", "orders_enriched", "daily_revenue", "monthly_revenue"}
 
 

@@ -18,19 +18,9 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.compare import ColumnTotal, Figures
-from strata_dagster_tests.engine_support import execute, history_count, make_shop, view_tables
+from strata_dagster_tests.engine_support import SHOP_MODELS, execute, history_count, make_shop, view_tables
 
-ALL_MODELS = {
-    "stg_orders",
-    "stg_customers",
-    "order_status_log",
-    "first_seen_orders",
-    "orders_enriched",
-    "order_tags",
-    "order_timeline",
-    "daily_revenue",
-    "monthly_revenue",
-}
+ALL_MODELS = SHOP_MODELS
 # Models whose rows carry an order's amount (or a sum of it).
 CARRY_AMOUNT = {"stg_orders", "first_seen_orders", "orders_enriched", "daily_revenue", "monthly_revenue"}
 COUNTS = (

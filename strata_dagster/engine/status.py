@@ -17,6 +17,7 @@ from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
+from strata_dagster.language.definition import Source
 from strata_dagster.warehouse.content import Content
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
@@ -53,18 +54,22 @@ def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
     return fingerprints
 
 
+def _unreadable_source(source: Source, relation: exp.Table, error: WarehouseError) -> StrataError:
+    return StrataError(
+        E_SOURCE,
+        f"source `{source.name}` cannot be read from `{render(relation)}`: {error}",
+        source.location,
+        hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
+    )
+
+
 def read_source_state(session: Session, context: ProjectContext, name: str) -> SourceState:
     source = context.project.sources[name]
     relation = source_table(source, context.project, context.overrides)
     try:
         content = session.content(relation)
     except WarehouseError as error:
-        raise StrataError(
-            E_SOURCE,
-            f"source `{name}` cannot be read from `{render(relation)}`: {error}",
-            source.location,
-            hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
-        ) from None
+        raise _unreadable_source(source, relation, error) from None
     return SourceState(name, render(relation), content.fingerprint, content.row_count)
 
 
@@ -79,12 +84,7 @@ def read_source_state_by_group(
         groups = session.content_by_group(relation, key)
         columns = session.describe(relation)
     except WarehouseError as error:
-        raise StrataError(
-            E_SOURCE,
-            f"source `{name}` cannot be read from `{render(relation)}`: {error}",
-            source.location,
-            hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
-        ) from None
+        raise _unreadable_source(source, relation, error) from None
     content = Content(
         columns,
         sum(count for count, _ in groups.values()),
