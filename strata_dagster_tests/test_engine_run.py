@@ -313,3 +313,16 @@ def test_unknown_run_id(shop):
     with pytest.raises(StrataError) as caught:
         operations.rollback(warehouse, "deadbeef")
     assert caught.value.code == "E023"
+
+
+def test_sql_duckdb_rejects_is_e032_and_publishes_nothing(shop):
+    project, warehouse = shop
+    run_project(project, warehouse)
+    views = view_tables(warehouse)
+    marts = project / "marts.strata"
+    marts.write_text(marts.read_text().replace("active_days = count(*)", "active_days = no_such_function(order_count)"))
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse, only_stale=True)
+    assert caught.value.code == "E032"
+    assert "monthly_revenue" in caught.value.message
+    assert view_tables(warehouse) == views
