@@ -125,6 +125,12 @@ def test_a_changed_model_is_stale_by_its_code_version_and_so_is_its_downstream(s
     project, warehouse, defs, instance = shop
     marts = project / "marts.strata"
     marts.write_text(marts.read_text().replace("active_days = count(*)", "active_days = count(*) + 0"))
+    # Built through the old definitions: the engine builds the new code, and says to reload.
+    _, monthly = partition_ranges(defs)
+    result = execute_assets(defs, instance, ["monthly_revenue"], partitions=monthly)
+    assert result.success
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any("reload the code location" in message for message in messages)
     reloaded = build_definitions(project, warehouse=warehouse)
     assert stale_set(reloaded, instance) == {"monthly_revenue[2025-01-01]", "monthly_revenue[2025-02-01]"}
     _, monthly = partition_ranges(reloaded)

@@ -124,6 +124,7 @@ class PublishedState:
     content_hash: str
     row_count: int
     sources: dict[str, str]
+    model_fingerprint: str  # the fingerprint the snapshot was built with
 
 
 def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) -> PublishedState:
@@ -144,7 +145,7 @@ def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) 
             if entry is not None
             else {}
         )
-        return PublishedState(record.content_hash, record.row_count, sources)
+        return PublishedState(record.content_hash, record.row_count, sources, record.model_fingerprint)
 
 
 def whole_content(warehouse: Path | str, relation: exp.Table) -> PartitionContent:

@@ -28,7 +28,7 @@ from strata_dagster.engine.partition_status import (
     read_model,
     whole_content,
 )
-from strata_dagster.engine.run import REUSED, ModelOutcome, RunRequest, RunResult, run
+from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, RunResult, run
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
@@ -76,6 +76,12 @@ class StrataIOManager(dg.ConfigurableIOManager):
         outcome = result.outcome(build.model)
         state = published_state(strata.warehouse_path, outcome.snapshot_id, result.entry)
         self._report_side_effects(context, build, result)
+        if outcome.path not in (REUSED, CUTOFF) and state.model_fingerprint != build.code_version:
+            context.log.warning(
+                f"`{build.model}` changed since Dagster loaded the definitions (fingerprint "
+                f"{state.model_fingerprint[:12]}, the definitions say {build.code_version[:12]}): reload the "
+                "code location so its code version, and Dagster's staleness, follow the project"
+            )
         self._report_drifted_sources(context, build, state.sources)
         metadata = _build_metadata(result, outcome, build)
         if build.partition_keys is None:
