@@ -54,7 +54,7 @@ def apply(con, step, clock):
 
 
 @settings(
-    max_examples=20,
+    max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
