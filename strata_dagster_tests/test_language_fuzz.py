@@ -1,5 +1,6 @@
 """Arbitrary text never makes the loader or the compiler raise anything but a StrataError."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,4 +110,7 @@ def test_model_bodies(prefix, body, suffix):
 
 
 def test_deeply_nested_brackets():
-    load_and_compile("model m {\n  from orders\n  filter " + "(" * 5000 + "1" + ")" * 5000 + "\n}\n")
+    text = "model m {\n  from orders\n  filter " + "(" * 5000 + "1" + ")" * 5000 + "\n}\n"
+    with pytest.raises(StrataError) as caught:
+        compile_project(load_text("source orders { table: raw.orders }\n" + text), {"orders": ["order_id"]})
+    assert caught.value.code in ("E001", "E002")
