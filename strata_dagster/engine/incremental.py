@@ -222,10 +222,16 @@ class DeltaBuilder:
             return DeltaBuild(self.previous, True, detail)
         alias = compiled.base_relation
         values = [compiled.base_expression(base or key, qualifier=alias) for key, base in key_sources]
-        delta_query = compiled.with_base_predicate(keyed_rows(self.merge_keys, values, keys_table=keys_table))
+        is_null_free = self.ctx.session.count_null_keys(keys_table, self.merge_keys) == 0
+        delta_query = compiled.with_base_predicate(
+            keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
+        )
         previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
         removed = self.ctx.session.content_where(
-            self.previous_query, keyed_rows(self.merge_keys, previous_keys, keys_table=keys_table)
+            self.previous_query,
+            keyed_rows(
+                self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
+            ),
         )
         return self._finish(delta_query, removed, keys_table, detail, facts)
 

@@ -140,12 +140,23 @@ class PartitionBuilder(DeltaBuilder):
         self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
         alias = self.ctx.compiled.base_relation
         delta_query = self.ctx.compiled.with_base_predicate(
-            keyed_rows([column], [raw_partition(self.ctx, qualifier=alias)], keys_table=keys_table)
+            keyed_rows(
+                [column],
+                [raw_partition(self.ctx, qualifier=alias)],
+                keys_table=keys_table,
+                is_null_free_filter=NULL_PARTITION not in affected,
+            )
         )
         grain = partition_grain(self.ctx)
         previous_keys = [partition_key(exp.column(column, table=ROW_ALIAS), grain)]
         removed = self.ctx.session.content_where(
-            self.previous_query, keyed_rows([column], previous_keys, keys_table=keys_table)
+            self.previous_query,
+            keyed_rows(
+                [column],
+                previous_keys,
+                keys_table=keys_table,
+                is_null_free_filter=NULL_PARTITION not in affected,
+            ),
         )
         return self._finish(delta_query, removed, keys_table, detail, facts)
 

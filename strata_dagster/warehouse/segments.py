@@ -228,9 +228,13 @@ def keyed_rows(
     *,
     keys_table: str | None = None,
     source: exp.Query | None = None,
+    is_null_free_filter: bool = False,
 ) -> exp.Expression:
     """Whether a row of `keys_table` (or `source`) has `keys` equal to `values`, NULL-safe: a
-    semi-join. Never NULL itself, so `NOT keyed_rows(...)` is a sound anti-join (never NOT IN)."""
+    semi-join. Never NULL itself, so `NOT keyed_rows(...)` is a sound anti-join (never NOT IN).
+
+    `is_null_free_filter`: the keys hold no NULL and the result is only used as a filter (never
+    negated): then a plain `IN (subquery)`, which lets DuckDB prune the scan with the keys' range."""
     if keys_table is not None:
         relation: exp.Expression = snapshot_table(keys_table).as_(KEYS_ALIAS)
     elif source is not None:
@@ -242,6 +246,8 @@ def keyed_rows(
         # IS NOT DISTINCT FROM plans as a join over every distinct value of the row side.
         key = exp.column(keys[0], table=KEYS_ALIAS)
         value = values[0]
+        if is_null_free_filter:
+            return exp.In(this=value.copy(), query=exp.Subquery(this=exp.select(key).from_(relation)))
         present = (
             exp.select(key.copy())
             .from_(relation.copy())
@@ -299,3 +305,12 @@ def create_values_table(
     )
     query = exp.select(exp.column(column)).from_(rows)
     run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True))
+
+
+def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:
+    """Rows of a keys table with a NULL in any key column."""
+    condition = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in keys))
+    row = run(
+        con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name)).where(condition)
+    ).fetchone()
+    return int(row[0]) if row else 0

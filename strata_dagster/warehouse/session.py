@@ -23,6 +23,7 @@ from strata_dagster.warehouse.migrations import migrate
 from strata_dagster.warehouse.segments import (
     WindowStats,
     content_where,
+    count_null_keys,
     create_keys_table,
     create_values_table,
     max_value,
@@ -147,6 +148,10 @@ class Session:
     def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
         with _as_warehouse_errors():
             create_values_table(self.con, name, column, values)
+
+    def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
+        with _as_warehouse_errors():
+            return count_null_keys(self.con, name, keys)
 
     def content_where(self, query: exp.Query, condition: exp.Expression) -> tuple[int, str]:
         with _as_warehouse_errors():
