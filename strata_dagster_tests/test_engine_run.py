@@ -320,7 +320,9 @@ def test_sql_duckdb_rejects_is_e032_and_publishes_nothing(shop):
     run_project(project, warehouse)
     views = view_tables(warehouse)
     marts = project / "marts.strata"
-    marts.write_text(marts.read_text().replace("active_days = count(*)", "active_days = no_such_function(order_count)"))
+    marts.write_text(
+        marts.read_text().replace("active_days = count(*)", "active_days = no_such_function(order_count)")
+    )
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse, only_stale=True)
     assert caught.value.code == "E032"
