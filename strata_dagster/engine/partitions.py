@@ -168,9 +168,3 @@ class PartitionBuilder(DeltaBuilder):
             return typed_literal(key, "DATE")
         types = dict(tuple(column) for column in self.previous.detail.get("columns") or ())
         return typed_literal(key, types.get(partition_column(self.ctx), "VARCHAR"))
-
-
-def describe_partitions(detail: dict[str, Any]) -> str:
-    partitions = detail.get("partitions") or []
-    shown = ", ".join(partitions[:5]) + (", ..." if len(partitions) > 5 else "")
-    return f"{len(partitions)} of {detail.get('partitions_total')} partitions: {shown}"

@@ -181,16 +181,6 @@ class HistoryReader:
         ).fetchall()
         return [EntrySource(*row) for row in rows]
 
-    def latest_source_fingerprints(self, branch: str) -> dict[tuple[str, str], str]:
-        """(source, partition) -> fingerprint as last consumed by a run on `branch`."""
-        rows = self.con.execute(
-            "SELECT s.source, s.partition_key, s.fingerprint FROM strata.entry_sources s "
-            "JOIN strata.entries e USING (entry) WHERE e.branch = ? "
-            "QUALIFY row_number() OVER (PARTITION BY s.source, s.partition_key ORDER BY s.entry DESC) = 1",
-            [branch],
-        ).fetchall()
-        return {(row[0], row[1]): row[2] for row in rows}
-
 
 class HistoryWriter:
     """Appends to the history. Callers wrap a whole publication in one transaction."""

@@ -21,7 +21,9 @@ from strata_dagster.warehouse.content import Content, content_by_group, content_
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import migrate
 from strata_dagster.warehouse.segments import (
+    Segment,
     WindowStats,
+    composite_query,
     content_where,
     count_null_keys,
     create_keys_table,
@@ -111,7 +113,9 @@ class Session:
         return tables.view_snapshot_tables(self.con, branch_schema, model)
 
     def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
-        tables.point_view(self.con, branch_schema, model, table_names)
+        tables.point_view_at(
+            self.con, branch_schema, model, composite_query([Segment(name) for name in table_names])
+        )
 
     def point_view_at(self, branch_schema: str, model: str, query: exp.Query) -> None:
         tables.point_view_at(self.con, branch_schema, model, query)

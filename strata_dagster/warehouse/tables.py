@@ -32,15 +32,6 @@ def view_table(branch_schema: str, model: str) -> exp.Table:
     return table(view_name(model), branch_schema)
 
 
-def view_query(table_names: Sequence[str]) -> exp.Query:
-    """What a live view selects: one snapshot, or the union of a model's partition snapshots."""
-    selects = [exp.select("*").from_(snapshot_table(name)) for name in table_names]
-    query: exp.Query = selects[0]
-    for other in selects[1:]:
-        query = exp.union(query, other, distinct=False, by_name=True)
-    return query
-
-
 def ensure_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
     run(con, exp.Create(this=exp.Table(this=exp.to_identifier(schema)), kind="SCHEMA", exists=True))
 
@@ -48,25 +39,6 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
 def point_view_at(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str, query: exp.Query) -> None:
     ensure_schema(con, branch_schema)
     run(con, exp.Create(this=view_table(branch_schema, model), kind="VIEW", expression=query, replace=True))
-
-
-def point_view(
-    con: duckdb.DuckDBPyConnection, branch_schema: str, model: str, table_names: Sequence[str]
-) -> None:
-    ensure_schema(con, branch_schema)
-    run(
-        con,
-        exp.Create(
-            this=view_table(branch_schema, model),
-            kind="VIEW",
-            expression=view_query(table_names),
-            replace=True,
-        ),
-    )
-
-
-def drop_view(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str) -> None:
-    run(con, exp.Drop(tables=[view_table(branch_schema, model)], kind="VIEW", exists=True))
 
 
 def view_snapshot_tables(
@@ -99,14 +71,6 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
         [SNAPSHOT_SCHEMA, name],
     ).fetchone()
     return bool(row and row[0])
-
-
-def snapshot_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
-    rows = con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
-        [SNAPSHOT_SCHEMA],
-    ).fetchall()
-    return {row[0] for row in rows}
 
 
 @dataclass(frozen=True)
