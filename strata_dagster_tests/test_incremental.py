@@ -173,6 +173,46 @@ def test_deleted_keys_are_dropped_by_the_upsert(events):
     assert sql(warehouse, "SELECT count(*) FROM main.v_ap") == [(100,)]
 
 
+def test_updates_prove_no_deletes_without_the_anti_join(events):
+    """Rows that left the old region by an update: the kept rows match what the source gives now,
+    so no deleted-key anti-join runs, and the upsert still equals a full rebuild."""
+    project, warehouse = events
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.events SET status = 'void', ts = ts + INTERVAL 1000 HOUR WHERE id IN (5, 6)")
+    sql(warehouse, "UPDATE raw.events SET v = v + 1, ts = ts + INTERVAL 1000 HOUR WHERE id = 9")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("up").path == "delta"
+    _, _, detail = latest_detail(warehouse, "up")
+    assert detail["kept_rows_checked"] is True and detail["deleted_keys_checked"] is False
+    assert detail["changed_keys"] == 3
+    assert up_equals_full(warehouse)
+
+
+def test_a_deleted_row_the_model_filtered_out_changes_nothing(events):
+    project, warehouse = events
+    sql(warehouse, "UPDATE raw.events SET status = 'void' WHERE id = 11")
+    run_project(project, warehouse)
+    sql(warehouse, "DELETE FROM raw.events WHERE id = 11")
+    result = run_project(project, warehouse, only_stale=True)
+    outcome = result.outcome("up")
+    assert outcome.path == "cutoff"
+    assert outcome.detail["kept_rows_checked"] is True and outcome.detail["deleted_keys_checked"] is False
+    assert up_equals_full(warehouse)
+
+
+def test_an_update_and_a_delete_together_run_the_anti_join(events):
+    project, warehouse = events
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.events SET v = 50, ts = ts + INTERVAL 1000 HOUR WHERE id = 2")
+    sql(warehouse, "DELETE FROM raw.events WHERE id = 40")
+    run_project(project, warehouse, only_stale=True)
+    _, _, detail = latest_detail(warehouse, "up")
+    assert detail["kept_rows_checked"] is True and detail["deleted_keys_checked"] is True
+    assert detail["changed_keys"] == 2
+    assert sql(warehouse, "SELECT count(*) FROM main.v_up WHERE id = 40") == [(0,)]
+    assert up_equals_full(warehouse)
+
+
 def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
     """Seed 000: by the cdc contract such a change is invisible to the next run (verify finds it)."""
     project, warehouse = events

@@ -9,7 +9,7 @@ falls back to a full build, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,8 @@ class IncrementalContext:
     entry: int
     # The raw input's rows grouped by partition, when the run's source scan computed them.
     partition_groups: dict[str | None, tuple[int, str]] | None = None
+    # Row count and row-hash sum of each source relation this run has read, by rendered relation.
+    source_totals: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:
@@ -100,7 +102,8 @@ def source_facts(
     facts: dict[str, Any] = {"source_relation": render(relation)}
     if cdc is None:
         return facts
-    stats = ctx.session.window_stats(relation, cdc, low, high_lateness)
+    totals = ctx.source_totals.get(facts["source_relation"])
+    stats = ctx.session.window_stats(relation, cdc, low, high_lateness, totals)
     facts.update(
         high=stats.high,
         cdc_type=stats.cdc_type,
@@ -212,20 +215,37 @@ class DeltaBuilder:
         keys = [(key, compiled.base_expression(base or key)) for key, base in key_sources]
         window = window_predicate(raw_cdc, low, high)
         keys_table = f"{self.ctx.table_name}__keys"
-        changed_keys = self.ctx.session.create_keys_table(
-            keys_table, relation, keys, window, self.previous_query if rows_left else None, self.merge_keys
-        )
-        detail = self._window_detail(facts)
-        detail.update(changed_keys=changed_keys, deleted_keys_checked=rows_left, notes=notes)
-        if changed_keys == 0:
-            self.ctx.session.drop_snapshot(keys_table)
-            return DeltaBuild(self.previous, True, detail)
+        session = self.ctx.session
         alias = compiled.base_relation
         values = [compiled.base_expression(base or key, qualifier=alias) for key, base in key_sources]
-        is_null_free = self.ctx.session.count_null_keys(keys_table, self.merge_keys) == 0
+        changed_keys = session.create_keys_table(keys_table, relation, keys, window, None, self.merge_keys)
+        is_null_free, removed = self._replaced(keys_table) if changed_keys or rows_left else (True, (0, "0"))
+        is_anti_joined = False
+        if rows_left and not self._kept_rows_match(keys_table, values, low, high, removed):
+            # Rows left the source other than by an update in the window: find the keys that left.
+            is_anti_joined = True
+            changed_keys = session.create_keys_table(
+                keys_table, relation, keys, window, self.previous_query, self.merge_keys
+            )
+            is_null_free, removed = self._replaced(keys_table)
+        detail = self._window_detail(facts)
+        detail.update(
+            changed_keys=changed_keys,
+            kept_rows_checked=rows_left,
+            deleted_keys_checked=is_anti_joined,
+            notes=notes,
+        )
+        if changed_keys == 0:
+            session.drop_snapshot(keys_table)
+            return DeltaBuild(self.previous, True, detail)
         delta_query = compiled.with_base_predicate(
             keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
         )
+        return self._finish(delta_query, removed, keys_table, detail, facts)
+
+    def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str]]:
+        """Whether the keys table is NULL-free, and the previous rows its keys replace."""
+        is_null_free = self.ctx.session.count_null_keys(keys_table, self.merge_keys) == 0
         previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
         removed = self.ctx.session.content_where(
             self.previous_query,
@@ -233,7 +253,35 @@ class DeltaBuilder:
                 self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
             ),
         )
-        return self._finish(delta_query, removed, keys_table, detail, facts)
+        return is_null_free, removed
+
+    def _kept_rows_match(
+        self,
+        keys_table: str,
+        values: list[exp.Expression],
+        low: exp.Expression,
+        high: exp.Expression,
+        removed: tuple[int, str],
+    ) -> bool:
+        """Whether the previous rows the delta keeps (keys not in the window) are exactly what the
+        model gives now from the source rows outside the window with those keys.
+
+        Rows left the region below the watermark: updated (their keys are in the window) or deleted.
+        A deleted row the previous state holds makes the two sides differ, so a match proves no
+        kept row lost its source row, and the costly deleted-key anti-join is not needed."""
+        compiled = self.ctx.compiled
+        cdc = compiled.base_expression(
+            compiled.base_column(self.props.cdc_column or "") or "", qualifier=compiled.base_relation
+        )
+        outside = exp.not_(exp.func("coalesce", window_predicate(cdc, low, high), exp.false()))
+        not_replaced = exp.not_(keyed_rows(self.merge_keys, values, keys_table=keys_table))
+        kept_now = _bind(compiled.with_base_predicate(exp.and_(outside, not_replaced)), self.ctx.relation)
+        count, hash_sum = self.ctx.session.content_where(kept_now, exp.true())
+        kept_before = (
+            self.previous.row_count - removed[0],
+            int(self.previous.row_hash_sum) - int(removed[1]),
+        )
+        return (count, int(hash_sum)) == kept_before
 
     # -- append / append_new ------------------------------------------------------------------
     def _append(

@@ -198,6 +198,13 @@ class _Run:
                 return name
         return None
 
+    def _source_totals(self) -> dict[str, tuple[int, str]]:
+        return {
+            state.relation: (state.row_count, state.row_hash_sum)
+            for state in self.sources.values()
+            if state.row_hash_sum is not None
+        }
+
     def _relation_for_build(self, name: str) -> exp.Table | exp.Query:
         if name in self.project.sources:
             return source_table(self.project.sources[name], self.project, self.context.overrides)
@@ -311,6 +318,7 @@ class _Run:
                 table_name,
                 self.entry,
                 self.partition_groups.get(name),
+                self._source_totals(),
             )
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"

@@ -30,6 +30,7 @@ class SourceState:
     relation: str
     fingerprint: str
     row_count: int
+    row_hash_sum: str | None = None  # the rows' hash sum behind the fingerprint
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
         content = session.content(relation)
     except WarehouseError as error:
         raise _unreadable_source(source, relation, error) from None
-    return SourceState(name, render(relation), content.fingerprint, content.row_count)
+    return SourceState(name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum)
 
 
 def read_source_state_by_group(
@@ -90,7 +91,8 @@ def read_source_state_by_group(
         sum(count for count, _ in groups.values()),
         str(sum(int(hash_sum) for _, hash_sum in groups.values())),
     )
-    return SourceState(name, render(relation), content.fingerprint, content.row_count), groups
+    state = SourceState(name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum)
+    return state, groups
 
 
 def observe_sources(

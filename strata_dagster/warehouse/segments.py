@@ -92,26 +92,15 @@ def composite_tables(segments: Sequence[Segment], merge_keys: Sequence[str] = ()
 class WindowStats:
     high: str | None  # MAX(cdc) as text (None: no row has a value)
     cdc_type: str
-    window_rows: int  # rows in (low, high]
+    window_rows: int | None  # rows in (low, high] (None: no low, a first build)
     old_count: int  # rows outside the window (at or below low, or NULL)
     old_hash_sum: str
     next_count: int  # rows at or below `next_threshold` (high - lateness), for the next build
     next_hash_sum: str
-    null_count: int
 
 
 def _typed(text: str, type_name: str) -> exp.Expression:
     return exp.cast(exp.Literal.string(text), exp.DataType.build(type_name, dialect="duckdb"))
-
-
-def _count_where(condition: exp.Expression) -> exp.Expression:
-    return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=condition.copy()))
-
-
-def _hash_sum_where(condition: exp.Expression) -> exp.Expression:
-    row_hash = exp.cast(exp.func("hash", exp.column(ROW_ALIAS)), exp.DataType.build("HUGEINT"))
-    summed = exp.Filter(this=exp.func("sum", row_hash), expression=exp.Where(this=condition.copy()))
-    return exp.func("coalesce", summed, exp.Literal.number(0))
 
 
 def _aliased(relation: exp.Table | exp.Query) -> exp.Expression:
@@ -130,14 +119,29 @@ def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.
     return exp.and_(exp.GT(this=cdc.copy(), expression=low.copy()), upper)
 
 
+def _content_where(
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, condition: exp.Expression | None
+) -> tuple[int, int]:
+    query = exp.select(*row_hash_aggregates()).from_(_aliased(relation))
+    if condition is not None:
+        query = query.where(condition.copy())
+    row = run(con, query).fetchone()
+    return int(row[0]), int(row[1])
+
+
 def window_stats(
     con: duckdb.DuckDBPyConnection,
     relation: exp.Table,
     cdc: exp.Expression,
     low: exp.Expression | None,
     lateness: exp.Expression | None,
+    totals: tuple[int, str] | None = None,
 ) -> WindowStats:
-    """The frozen upper bound (MAX(cdc) now), the window (low, high], and the region outside it."""
+    """The frozen upper bound (MAX(cdc) now), the window (low, high], and the region outside it.
+
+    `totals` (row count and row-hash sum of the whole relation, read in this transaction) spare a
+    scan: the regions are then the totals less the few rows above a bound, which DuckDB reads with
+    the bound pushed into the scan. NULL cdc values count as outside every window."""
     bound = run(
         con,
         exp.select(
@@ -145,36 +149,23 @@ def window_stats(
         ).from_(_aliased(relation)),
     ).fetchone()
     high_text, cdc_type = bound[0], str(bound[1])
-    if high_text is None:
-        high: exp.Expression = exp.null()
-    else:
+    count, hash_sum = _content_where(con, relation, None) if totals is None else (totals[0], int(totals[1]))
+    window, above_next = (0, 0), (0, 0)
+    if high_text is not None:
         high = _typed(high_text, cdc_type)
-    in_window = exp.func("coalesce", window_predicate(cdc, low, high), exp.false())
-    outside = exp.not_(in_window)
-    threshold = exp.Sub(this=high.copy(), expression=lateness.copy()) if lateness is not None else high
-    # Like the region outside a window: NULL cdc values count as below (they are never in a window).
-    below_next = exp.not_(
-        exp.func("coalesce", exp.GT(this=cdc.copy(), expression=threshold.copy()), exp.false())
-    )
-    is_null = exp.Is(this=cdc.copy(), expression=exp.null())
-    query = exp.select(
-        _count_where(in_window),
-        _count_where(outside),
-        _hash_sum_where(outside),
-        _count_where(below_next),
-        _hash_sum_where(below_next),
-        _count_where(is_null),
-    ).from_(_aliased(relation))
-    row = run(con, query).fetchone()
+        if low is not None:
+            window = _content_where(con, relation, window_predicate(cdc, low, high))
+        if lateness is not None:
+            threshold = exp.Sub(this=high.copy(), expression=lateness.copy())
+            above_next = _content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold))
     return WindowStats(
         high=high_text,
         cdc_type=cdc_type,
-        window_rows=int(row[0]),
-        old_count=int(row[1]),
-        old_hash_sum=str(row[2]),
-        next_count=int(row[3]),
-        next_hash_sum=str(row[4]),
-        null_count=int(row[5]),
+        window_rows=window[0] if low is not None else None,
+        old_count=count - window[0],
+        old_hash_sum=str(hash_sum - window[1]),
+        next_count=count - above_next[0],
+        next_hash_sum=str(hash_sum - above_next[1]),
     )
 
 

@@ -19,7 +19,7 @@ from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import Content, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.migrations import migrate
+from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
     Segment,
     WindowStats,
@@ -127,9 +127,10 @@ class Session:
         cdc: exp.Expression,
         low: exp.Expression | None,
         lateness: exp.Expression | None,
+        totals: tuple[int, str] | None = None,
     ) -> WindowStats:
         with _as_warehouse_errors():
-            return window_stats(self.con, relation, cdc, low, lateness)
+            return window_stats(self.con, relation, cdc, low, lateness, totals)
 
     def create_keys_table(
         self,
@@ -164,6 +165,10 @@ class Session:
     def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
         with _as_warehouse_errors():
             return max_value(self.con, relation, column)
+
+    def has_history(self) -> bool:
+        """Whether the history tables exist (a read-only session never creates them)."""
+        return current_version(self.con) > 0
 
     def schema_has_tables(self, schema: str) -> bool:
         row = self.con.execute(
