@@ -31,4 +31,6 @@ def region_summary(orders_enriched: pl.DataFrame) -> pl.DataFrame:
 
 # The warehouse is $STRATA_WAREHOUSE, else examples/shop/warehouse.duckdb
 # (create it with `strata sample-data examples/shop --rows 100000`).
-defs = build_definitions(PROJECT, python_assets=[region_summary])
+# `strata_verify_schedule` runs the `strata_verify` job (incremental models against full rebuilds)
+# at 3 AM UTC once turned on in the UI (Automation); it ships stopped.
+defs = build_definitions(PROJECT, python_assets=[region_summary], verification_schedule="0 3 * * *")

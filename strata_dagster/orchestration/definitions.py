@@ -14,6 +14,7 @@ from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets import build_model_asset
 from strata_dagster.orchestration.automation import automation_sensor
+from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
@@ -31,6 +32,8 @@ def build_definitions(
     translator: StrataDagsterTranslator | None = None,
     python_assets: Sequence[dg.AssetsDefinition] = (),
     stale_sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+    verification_schedule: str | None = DEFAULT_VERIFICATION_SCHEDULE,
+    verification_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
@@ -42,6 +45,12 @@ def build_definitions(
     automation (stopped). `warehouse` defaults to `$STRATA_WAREHOUSE`, else
     `warehouse.duckdb` in the project folder. `python_assets` are added as they are: Python models
     (see `strata_python_model`) and Python consumers of strata models.
+
+    Asset checks (see strata_dagster.orchestration.checks): `strata_unique` and `strata_contract`
+    on the live view of every model with those pins, run with each materialization; and
+    `strata_incremental_equals_full` on every incremental or partitioned model, run by the
+    `strata_verify` job and the `strata_verify_schedule` schedule (cron `verification_schedule`,
+    3 AM by default; stopped unless `verification_schedule_status` says otherwise; None: no schedule).
     """
     resource = StrataResource(
         project_dir=str(project_dir),
@@ -54,7 +63,15 @@ def build_definitions(
         # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
         # are what per-partition versions and ranged runs need, and the version is pinned.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return _definitions(catalog, resource, translator, python_assets, stale_sensor_status)
+        checks = build_checks(
+            catalog.project,
+            describe_nodes(catalog),
+            translator,
+            python_assets,
+            verification_schedule=verification_schedule,
+            schedule_status=verification_schedule_status,
+        )
+        return _definitions(catalog, resource, translator, python_assets, stale_sensor_status, checks)
 
 
 def _definitions(
@@ -63,6 +80,7 @@ def _definitions(
     translator: StrataDagsterTranslator,
     python_assets: Sequence[dg.AssetsDefinition],
     stale_sensor_status: dg.DefaultSensorStatus,
+    checks: StrataChecks,
 ) -> dg.Definitions:
     nodes = describe_nodes(catalog)
     whole_keys = _whole_keys(catalog, nodes, translator)
@@ -78,7 +96,9 @@ def _definitions(
     jobs, job_of, observable = _jobs(assets)
     return dg.Definitions(
         assets=assets,
-        jobs=jobs,
+        asset_checks=checks.asset_checks,
+        jobs=[*jobs, *checks.jobs],
+        schedules=checks.schedules,
         resources={
             c.STRATA_RESOURCE_KEY: resource,
             c.STRATA_IO_MANAGER_KEY: StrataIOManager(strata=resource),

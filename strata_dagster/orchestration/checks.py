@@ -1,0 +1,268 @@
+"""Asset checks on strata models, a verification job and its schedule.
+
+- `strata_unique` / `strata_contract` on every model with that pin (SQL models and Python models
+  alike): measured on the live view, read-only, in the runs that materialize the model (Dagster
+  runs an asset's checks with it; one op for all of a run's pins, as opening the warehouse costs
+  more than measuring a pin) and whenever launched alone. Not blocking: the engine has already
+  refused to publish a snapshot that breaks a pin; a failure here means the warehouse changed
+  behind its back.
+- `strata_incremental_equals_full` on every incremental or partitioned SQL model: `verify` (a full
+  rebuild in scratch space, compared with the live view). It is expensive, so it runs in checks-only
+  runs (the `strata_verify` job and its schedule, or a check's *Execute* button) and skips itself in
+  a run that materializes its model, unless that run carries the tag `strata/verify: always`.
+"""
+
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import dagster as dg
+
+from strata_dagster.engine.checks import (
+    LivePins,
+    Pins,
+    check_live_pins,
+    describe_difference,
+    is_verifiable,
+    model_pins,
+    verification_metadata,
+    verify_published,
+)
+from strata_dagster.language.definition import Project
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.io_manager import _contract, _raw
+from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
+
+UNIQUE_CHECK: Final = "strata_unique"
+CONTRACT_CHECK: Final = "strata_contract"
+EQUIVALENCE_CHECK: Final = "strata_incremental_equals_full"
+VERIFY_JOB: Final = "strata_verify"
+VERIFY_SCHEDULE: Final = "strata_verify_schedule"
+DEFAULT_VERIFICATION_SCHEDULE: Final = "0 3 * * *"
+# Run tag: `always` makes the equivalence check verify even in a run that materializes its model.
+VERIFY_TAG: Final = "strata/verify"
+VERIFY_ALWAYS: Final = "always"
+
+
+@dataclass(frozen=True)
+class StrataChecks:
+    asset_checks: list[dg.AssetChecksDefinition] = field(default_factory=list)
+    jobs: list[Any] = field(default_factory=list)
+    schedules: list[dg.ScheduleDefinition] = field(default_factory=list)
+
+
+def build_checks(
+    project: Project,
+    nodes: Mapping[str, StrataAssetProps],
+    translator: StrataDagsterTranslator,
+    python_assets: Sequence[dg.AssetsDefinition] = (),
+    *,
+    verification_schedule: str | None = DEFAULT_VERIFICATION_SCHEDULE,
+    schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+) -> StrataChecks:
+    """The pin checks of every model, the equivalence checks of the verifiable ones, the
+    `strata_verify` job running only those, and its schedule (none when `verification_schedule` is
+    None)."""
+    pins = {
+        translator.get_asset_key(nodes[name]): (name, model_pins(project, name)) for name in project.order
+    }
+    pins.update(python_model_pins(python_assets))
+    checks = [pin_checks(pins)] if any(p.unique or p.contract for _, p in pins.values()) else []
+    verifiable = {
+        translator.get_asset_key(nodes[name]): name for name in project.order if is_verifiable(project, name)
+    }
+    if not verifiable:
+        return StrataChecks(checks)
+    equivalence = equivalence_checks(verifiable)
+    job = dg.define_asset_job(
+        VERIFY_JOB,
+        selection=dg.AssetSelection.checks(equivalence),
+        description=(
+            "Compare every incremental or partitioned strata model's live view with a full rebuild "
+            "(scratch space, rolled back): the strata_incremental_equals_full checks only."
+        ),
+    )
+    schedules = []
+    if verification_schedule is not None:
+        schedules.append(
+            dg.ScheduleDefinition(
+                name=VERIFY_SCHEDULE,
+                job=job,
+                cron_schedule=verification_schedule,
+                default_status=schedule_status,
+                description="Periodic verification: incremental models against full rebuilds.",
+            )
+        )
+    return StrataChecks([*checks, equivalence], [job], schedules)
+
+
+def python_model_pins(assets: Sequence[dg.AssetsDefinition]) -> dict[dg.AssetKey, tuple[str, Pins]]:
+    """The pins of Python models (`strata_python_model`), read as the IO manager enforces them."""
+    pins = {}
+    for assets_def in assets:
+        for key in assets_def.keys:
+            metadata = assets_def.metadata_by_key.get(key, {})
+            if metadata.get(c.MODEL_KEY):
+                unique = tuple(_raw(metadata.get(c.UNIQUE_KEY)) or ())
+                contract = _contract(_raw(metadata.get(c.CONTRACT_KEY)))
+                pins[key] = (str(_raw(metadata[c.MODEL_KEY])), Pins(unique, contract))
+    return pins
+
+
+def pin_checks(models: Mapping[dg.AssetKey, tuple[str, Pins]]) -> dg.AssetChecksDefinition:
+    """`strata_unique` and `strata_contract` on the live view of each model (asset key -> model and
+    its pins) that has them. One op: it runs after the run's assets, in one read-only session."""
+    specs: dict[dg.AssetCheckKey, dg.AssetCheckSpec] = {}
+    for key, (model, pins) in models.items():
+        if pins.unique:
+            spec = dg.AssetCheckSpec(
+                UNIQUE_CHECK,
+                asset=key,
+                description=f"No two rows of the live view share a value of ({', '.join(pins.unique)}).",
+                metadata={c.MODEL_KEY: model, "unique_columns": list(pins.unique)},
+            )
+            specs[spec.key] = spec
+        if pins.contract:
+            spec = dg.AssetCheckSpec(
+                CONTRACT_CHECK,
+                asset=key,
+                description="The live view has the contract's columns and types, and no NULL in a `not null` column.",
+                metadata={c.MODEL_KEY: model},
+            )
+            specs[spec.key] = spec
+
+    @dg.multi_asset_check(
+        name="strata_pins",
+        specs=list(specs.values()),
+        can_subset=True,
+        required_resource_keys={c.STRATA_RESOURCE_KEY},
+        pool=c.DUCKDB_POOL,
+        description="The unique and contract pins of strata models, measured on their live views.",
+    )
+    def _pins(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())
+        wanted = {models[key.asset_key][0]: models[key.asset_key][1] for key in selected}
+        live = check_live_pins(strata.warehouse_path, wanted, strata.branch)
+        for key in selected:
+            yield _pin_result(key, live[models[key.asset_key][0]], strata.branch)
+
+    return _pins
+
+
+def _pin_result(key: dg.AssetCheckKey, live: LivePins, branch: str) -> dg.AssetCheckResult:
+    if not live.is_published:
+        return _not_published(key, live.model, branch)
+    if live.unreadable is not None:
+        return dg.AssetCheckResult(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=False,
+            description=f"the live view {live.relation} cannot be read: {live.unreadable}",
+            metadata={"relation": live.relation},
+        )
+    passed, description, metadata = (
+        _unique_result(live) if key.name == UNIQUE_CHECK else _contract_result(live)
+    )
+    return dg.AssetCheckResult(
+        asset_key=key.asset_key,
+        check_name=key.name,
+        passed=passed,
+        description=description,
+        metadata=metadata,
+    )
+
+
+def _unique_result(live: LivePins) -> tuple[bool, str, dict[str, Any]]:
+    assert live.duplicates is not None
+    found = live.duplicates
+    if found.is_unique:
+        description = f"{live.rows:,} rows, no duplicate key"
+    else:
+        description = (
+            f"{found.key_values:,} key value(s) of ({', '.join(found.columns)}) held by "
+            f"{found.rows:,} rows (up to {found.max_copies} copies)"
+        )
+    return found.is_unique, description, live.unique_metadata()
+
+
+def _contract_result(live: LivePins) -> tuple[bool, str, dict[str, Any]]:
+    problems = live.contract_problems or ()
+    description = "; ".join(problem.message for problem in problems) or (
+        f"{len(live.pins.contract)} column(s) as the contract says"
+    )
+    return not problems, description, live.contract_metadata()
+
+
+def equivalence_checks(models: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefinition:
+    """One op for the equivalence checks of `models` (asset key -> model): models verified together
+    share their upstream rebuilds, and one warehouse session serves them all."""
+    specs = [
+        dg.AssetCheckSpec(
+            EQUIVALENCE_CHECK,
+            asset=key,
+            description=(
+                f"`{model}`'s live rows equal a full rebuild from the sources as they are now: row "
+                "counts, row-hash multisets, numeric totals, per partition."
+            ),
+            blocking=False,
+            metadata={c.MODEL_KEY: model},
+        )
+        for key, model in models.items()
+    ]
+
+    @dg.multi_asset_check(
+        name=EQUIVALENCE_CHECK,
+        specs=specs,
+        can_subset=True,
+        required_resource_keys={c.STRATA_RESOURCE_KEY},
+        pool=c.DUCKDB_POOL,
+        description="strata verify: live views against full rebuilds in scratch space (rolled back).",
+    )
+    def _verify(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        selected = {key.asset_key: models[key.asset_key] for key in context.selected_asset_check_keys}
+        building: AbstractSet[dg.AssetKey] = frozenset()
+        if context.run.tags.get(VERIFY_TAG) != VERIFY_ALWAYS:
+            building = context.instance.get_asset_keys_for_run(
+                context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+            )
+        skipped = sorted(model for key, model in selected.items() if key in building)
+        if skipped:
+            # No result: Dagster shows the check as skipped in this run.
+            context.log.info(
+                f"not verifying {', '.join(skipped)} in the run that materializes them (a full "
+                f"rebuild each time): run the `{VERIFY_JOB}` job, or tag the run {VERIFY_TAG}={VERIFY_ALWAYS}"
+            )
+        wanted = {key: model for key, model in selected.items() if key not in building}
+        verification = verify_published(
+            strata.project_path, strata.warehouse_path, wanted.values(), strata.branch
+        )
+        for key, model in wanted.items():
+            if model in verification.unpublished:
+                yield _not_published(dg.AssetCheckKey(key, EQUIVALENCE_CHECK), model, strata.branch)
+                continue
+            assert verification.report is not None
+            result = verification.report.model(model)
+            yield dg.AssetCheckResult(
+                asset_key=key,
+                check_name=EQUIVALENCE_CHECK,
+                passed=result.is_equal,
+                description=describe_difference(result),
+                metadata={**verification_metadata(result), "branch": strata.branch},
+            )
+
+    return _verify
+
+
+def _not_published(key: dg.AssetCheckKey, model: str, branch: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        asset_key=key.asset_key,
+        check_name=key.name,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"`{model}` is not published on branch `{branch}` yet: materialize it first",
+        metadata={"is_published": False},
+    )
