@@ -28,17 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import sqlglot
 from bench_engine import Timings, console, execute, machine, timed
 from rich.table import Table
 from sqlglot import exp
 
 import strata_dagster
-import strata_dagster.engine.partitions as partitions_module
 import strata_dagster.engine.run as engine_run
 import strata_dagster.warehouse.content as content_module
 import strata_dagster.warehouse.segments as segments_module
-import strata_dagster.warehouse.session as session_module
 import strata_dagster.warehouse.tables as tables_module
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
@@ -47,7 +44,7 @@ from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.session import Session, open_session
-from strata_dagster.warehouse.sql import render, snapshot_table
+from strata_dagster.warehouse.sql import render
 
 PROJECT = """
 source orders { table: raw.orders }
@@ -126,16 +123,9 @@ FLOOR_IS = (
     "transaction: DELETE the changed days from daily, INSERT their recomputation from raw.orders "
     "(WHERE status <> 'cancelled' AND CAST(order_ts AS DATE) IN (<the days as literals>)), DELETE the "
     "affected months from monthly, INSERT them recomputed from daily; close. The floor is TOLD which days "
-    "changed, for free: it pays no fingerprint scan of raw.orders (strata pays one per run, plus one "
-    "per-partition fingerprint scan to find the days), no content hash, no pins, no history, no new "
-    "immutable segment (it mutates the tables in place)."
-)
-WHAT_IF_IS = (
-    "the incremental run (only_stale) with two rewrites patched into this process for that call only "
-    "(nothing under strata_dagster/ changes): (1) the partition predicate as an uncorrelated semi-join, "
-    "`expr IN (SELECT key FROM keys) OR (expr IS NULL AND EXISTS a NULL key)`, instead of the correlated "
-    "`EXISTS (... keys.key IS NOT DISTINCT FROM expr)`; (2) per-partition fingerprints grouped by the typed "
-    "key, cast to text after the aggregation. Same paths, partitions and rows (asserted and verified)"
+    "changed, for free: it pays no fingerprint scan of raw.orders (strata pays one per run, grouped by "
+    "day: the source fingerprint and the per-partition fingerprints that find the days), no content "
+    "hash, no pins, no history, no new immutable segment (it mutates the tables in place)."
 )
 FULL_IS = (
     "run_project(full_refresh=True) on a copy of the same warehouse (strata state + changed source): "
@@ -308,15 +298,12 @@ def multiset_mismatch(
     return int(row[0] or 0), int(row[1] or 0), int(row[2])
 
 
-def verify(engine: Path, full: Path, floor: Path, what_if: Path | None) -> None:
+def verify(engine: Path, full: Path, floor: Path) -> None:
     """Incremental day and month models = a full recomputation from the changed raw.orders (and so
-    do the full rebuild's, the floor's and the what-if run's)."""
+    do the full rebuild's and the floor's)."""
     con = duckdb.connect()
     try:
-        attached = [("inc", engine), ("fullw", full), ("floorw", floor)]
-        if what_if is not None:
-            attached.append(("whatif", what_if))
-        for alias, path in attached:
+        for alias, path in (("inc", engine), ("fullw", full), ("floorw", floor)):
             con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
         con.execute(
             "CREATE TEMP TABLE expected_daily AS " + RECOMPUTE_DAILY.format(orders="inc.raw.orders", where="")
@@ -330,7 +317,6 @@ def verify(engine: Path, full: Path, floor: Path, what_if: Path | None) -> None:
                 ("incremental", view(model, "inc")),
                 ("full rebuild", view(model, "fullw")),
                 ("floor", f"floorw.main.{model}"),
-                *([("what-if run", view(model, "whatif"))] if what_if is not None else []),
             ):
                 left, right, mismatched = multiset_mismatch(
                     con, COLUMNS[model], relation, f"expected_{model}"
@@ -351,11 +337,10 @@ class Sides:
     incremental: Timings = field(default_factory=lambda: Timings([], []))
     full: Timings = field(default_factory=lambda: Timings([], []))
     floor: Timings = field(default_factory=lambda: Timings([], []))
-    what_if: Timings | None = None  # the incremental run with the suggested rewrites (--what-if)
     details: dict[str, dict[str, Any]] = field(default_factory=dict)  # incremental outcome details
 
 
-def bench(rows: int, repeat: int, work: Path, what_if: bool) -> tuple[Sides, Change, Files, Path]:
+def bench(rows: int, repeat: int, work: Path) -> tuple[Sides, Change, Files, Path]:
     project = work / "project"
     project.mkdir()
     (project / "bench.strata").write_text(PROJECT)
@@ -363,8 +348,7 @@ def bench(rows: int, repeat: int, work: Path, what_if: bool) -> tuple[Sides, Cha
     files, change = prepare(rows, work, project)
     floor_sql = floor_statements(change)
     engine, full, floor = work / "engine.duckdb", work / "full.duckdb", work / "floor.duckdb"
-    rewritten = work / "whatif.duckdb" if what_if else None
-    sides = Sides(what_if=Timings([], []) if what_if else None)
+    sides = Sides()
 
     def incremental() -> None:
         sides.details = check_incremental(run_project(project, engine, only_stale=True), change)
@@ -374,14 +358,6 @@ def bench(rows: int, repeat: int, work: Path, what_if: bool) -> tuple[Sides, Cha
         (lambda: check_full(run_project(project, full, full_refresh=True)), sides.full),
         (lambda: execute(floor, floor_sql), sides.floor),
     ]
-    if rewritten is not None and sides.what_if is not None:
-
-        def incremental_rewritten() -> None:
-            with engine_rewrites():
-                details = check_incremental(run_project(project, rewritten, only_stale=True), change)
-            assert " IN (SELECT " in str(details[DAILY].get("segment_sql")), "the rewrite was not used"
-
-        calls.append((incremental_rewritten, sides.what_if))
     console.print(
         f"late updates: {change.rows_updated:,} orders on {len(change.days)} days; "
         f"{repeat} interleaved repeats ..."
@@ -390,84 +366,24 @@ def bench(rows: int, repeat: int, work: Path, what_if: bool) -> tuple[Sides, Cha
         copy(files.engine, engine)
         copy(files.engine, full)
         copy(files.floor, floor)
-        if rewritten is not None:
-            copy(files.engine, rewritten)
         shift = i % len(calls)
         for call, into in calls[shift:] + calls[:shift]:
             timed(call, into)
-        verify(engine, full, floor, rewritten)
+        verify(engine, full, floor)
     return sides, change, files, project
 
 
-# -- what-if -------------------------------------------------------------------------------------
-# Suggestions 1 and 2 of the profile, patched into this process for the `--what-if` side only
-# (nothing under strata_dagster/ is changed; the patch is undone after each call). Same rows: the
-# what-if run is verified like the others.
-
-
-def semi_join_keyed_rows(
-    keys: Any, values: Any, *, keys_table: str | None = None, source: exp.Query | None = None
-) -> exp.Expression:
-    """segments.keyed_rows for one key in a keys table, as an uncorrelated semi-join:
-    `value IN (SELECT key FROM keys) OR (value IS NULL AND EXISTS a NULL key)`."""
-    if keys_table is None or len(keys) != 1:
-        return segments_module.keyed_rows(keys, values, keys_table=keys_table, source=source)
-    key, value = keys[0], values[0]
-    listed = value.copy().isin(query=exp.select(exp.column(key)).from_(snapshot_table(keys_table)))
-    null_key = exp.and_(
-        exp.Is(this=value.copy(), expression=exp.null()),
-        exp.Exists(
-            this=exp.select(exp.Literal.number(1))
-            .from_(snapshot_table(keys_table))
-            .where(exp.Is(this=exp.column(key), expression=exp.null()))
-        ),
-    )
-    return exp.paren(exp.or_(listed, null_key))
-
-
-def typed_content_by_group(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, key: exp.Expression
-) -> dict[str | None, tuple[int, str]]:
-    """content.content_by_group grouping by the typed key, cast to text after the aggregation."""
-    if isinstance(relation, exp.Query):
-        source: exp.Expression = relation.subquery(content_module.ROW_ALIAS)
-    else:
-        source = relation.copy()
-        source.set("alias", exp.TableAlias(this=exp.to_identifier(content_module.ROW_ALIAS)))
-    count, hash_sum = content_module.row_hash_aggregates()
-    groups = (
-        exp.select(key.copy().as_("__key"), count.as_("__count"), hash_sum.as_("__hash_sum"))
-        .from_(source)
-        .group_by(exp.Literal.number(1))
-    )
-    query = exp.select(
-        exp.cast(exp.column("__key"), exp.DataType.build("VARCHAR")), "__count", "__hash_sum"
-    ).from_(groups.subquery("__groups"))
-    rows = con.execute(render(query)).fetchall()
-    return {row[0]: (int(row[1]), str(row[2])) for row in rows}
-
-
-@contextmanager
-def engine_rewrites() -> Iterator[None]:
-    saved = (partitions_module.keyed_rows, session_module.content_by_group)
-    partitions_module.keyed_rows = semi_join_keyed_rows
-    session_module.content_by_group = typed_content_by_group
-    try:
-        yield
-    finally:
-        partitions_module.keyed_rows, session_module.content_by_group = saved
-
-
 # -- profile -------------------------------------------------------------------------------------
-# Wraps Session and history methods, the run's connection and the statement runner of the
-# warehouse modules, in this process only (nothing under strata_dagster/ is changed), and charges
-# wall time to the outermost step, per model.
+# Wraps Session and history methods, the run's connection, its source read and the statement runner
+# of the warehouse modules, in this process only (nothing under strata_dagster/ is changed), and
+# charges wall time to the outermost step, per model.
 
 RUN = "(run)"
+SOURCE_READ = "source read: raw.orders grouped by day (fingerprint + partitions)"
 STEPS_ORDER = (
     "connect + migrations check",
     "load project, compile, describe sources",
-    "source fingerprint scan (count + sum(hash(row)) of raw.orders)",
+    SOURCE_READ,
     "per-partition fingerprint scan of the `from` input",
     "keys table (affected partitions)",
     "recompute affected partitions (CTAS segment)",
@@ -523,17 +439,19 @@ CLOCK = Clock()
 def _content_label(_session: Session, relation: exp.Table | exp.Query, *_: Any, **__: Any) -> str:
     if isinstance(relation, exp.Table) and relation.db == SNAPSHOT_SCHEMA:
         return "content hash of the new segment"
-    return "source fingerprint scan (count + sum(hash(row)) of raw.orders)"
+    return "content scan of an input"  # a source read outside _Run._read_sources, or replay
 
 
 SESSION_STEPS: dict[str, str | Callable[..., str]] = {
     "content": _content_label,
+    # In a model's decision (outside the run's source read): monthly's grouped scan of daily.
     "content_by_group": "per-partition fingerprint scan of the `from` input",
     "create_values_table": "keys table (affected partitions)",
     "create_snapshot": "recompute affected partitions (CTAS segment)",
     "content_where": "removed rows: scan of the previous state",
     "unique_violation": "pins (unique)",
     "contract_violation": "pins (unique)",
+    "catalog": "catalog lookups (tables, views)",  # one read per run, where the engine has it
     "snapshot_exists": "catalog lookups (tables, views)",
     "view_tables": "catalog lookups (tables, views)",
     "point_view_at": "repoint views",
@@ -567,6 +485,10 @@ def install_clock() -> None:
         if callable(value) and not name.startswith("_"):
             _wrap(HistoryReader, name, "history reads")
     _wrap(engine_run, "load_context", "load project, compile, describe sources")
+    # The run's source read: for a source that a partitioned model reads as its `from`, ONE grouped
+    # scan (Session.content_by_group) gives the source fingerprint and that model's per-partition
+    # fingerprints; other sources get a whole-table Session.content. Outermost, so both land here.
+    _wrap(engine_run._Run, "_read_sources", SOURCE_READ)
 
     original_session = engine_run.open_session
 
@@ -629,145 +551,11 @@ def profiled(call: Callable[[], object]) -> Breakdown:
     return breakdown
 
 
-RECOMPUTE_PROBE = "recompute of the affected days (daily segment)"
-COMBINED_PROBE = "source fingerprint + per-partition fingerprints"
-
-
-@dataclass(frozen=True)
-class Probe:
-    what: str
-    engine: float  # best seconds of the engine's statement(s)
-    alternative: float  # best seconds of the suggested statement(s)
-    alternative_is: str
-
-
-def best_of(con: duckdb.DuckDBPyConnection, statements: list[str], times: int = 3) -> tuple[float, list[Any]]:
-    best, result = float("inf"), []
-    for _ in range(times):
-        started = time.perf_counter()
-        result = [sorted(con.execute(sql).fetchall(), key=repr) for sql in statements]
-        best = min(best, time.perf_counter() - started)
-    return best, result
-
-
-def semi_join_rewrite(sql: str) -> str:
-    """The engine's correlated `EXISTS (SELECT 1 FROM keys WHERE keys.k IS NOT DISTINCT FROM <expr>)`
-    as an uncorrelated `<expr> IN (SELECT k FROM keys)` (plus the NULL-partition case): a semi hash
-    join on the few keys instead of DuckDB's delim join over every distinct raw value."""
-
-    def rewrite(node: exp.Expression) -> exp.Expression:
-        if not isinstance(node, exp.Exists):
-            return node
-        select = node.this
-        where = select.args.get("where") if isinstance(select, exp.Select) else None
-        if where is None or not isinstance(where.this, exp.NullSafeEQ):
-            return node
-        key, value = where.this.this, where.this.expression
-        keys = (select.args.get("from_") or select.args.get("from")).this.copy()
-        keys.set("alias", None)
-        listed = value.copy().isin(query=exp.select(exp.column(key.name)).from_(keys.copy()))
-        null_key = exp.and_(
-            exp.Is(this=value.copy(), expression=exp.null()),
-            exp.Exists(
-                this=exp.select(exp.Literal.number(1))
-                .from_(keys)
-                .where(exp.Is(this=exp.column(key.name), expression=exp.null()))
-            ),
-        )
-        return exp.paren(exp.or_(listed, null_key))
-
-    return sqlglot.parse_one(sql, read="duckdb").transform(rewrite).sql(dialect="duckdb")
-
-
-def typed_key_rewrite(sql: str) -> str:
-    """The engine's per-partition fingerprint groups by CAST(<key> AS VARCHAR), a string per raw
-    row; grouping by the typed key and casting the few results gives the same rows."""
-    inner = sqlglot.parse_one(sql, read="duckdb")
-    key = inner.expressions[0]
-    assert key.alias == "__key" and isinstance(key.this, exp.Cast), f"unexpected fingerprint query: {sql}"
-    key.set("this", key.this.this)  # the typed key, without its VARCHAR cast
-    return (
-        "SELECT CAST(__key AS VARCHAR) AS __key, * EXCLUDE (__key) "
-        f"FROM ({inner.sql(dialect='duckdb')}) AS __groups"
-    )
-
-
-def rollup_rewrite(grouped_sql: str) -> str:
-    """Source fingerprint and per-partition fingerprints in ONE scan: GROUP BY ROLLUP adds the
-    grand total row (the source's count and hash sum) to the per-partition rows."""
-    return grouped_sql.replace("GROUP BY 1", "GROUP BY ROLLUP (1)")
-
-
-def probes(breakdown: Breakdown, warehouse: Path) -> list[Probe]:
-    """Time the engine's heaviest statements of the daily model and the suggested rewrites, on the
-    profiled warehouse (after the run: its keys table exists), and check they give the same rows."""
-
-    def statement(step: str) -> str:
-        found = [sql for model, name, sql, _ in breakdown.statements if model == DAILY and name == step]
-        assert found, f"no statement recorded for {DAILY}: {step}"
-        return max(found, key=len)
-
-    source_scan = next(
-        sql
-        for _, name, sql, _ in breakdown.statements
-        if name.startswith("source fingerprint") and "SUM(" in sql.upper()
-    )
-    grouped = statement("per-partition fingerprint scan of the `from` input")
-    recompute = statement("recompute affected partitions (CTAS segment)")
-    recompute_select = sqlglot.parse_one(recompute, read="duckdb").expression.sql(dialect="duckdb")
-    found: list[Probe] = []
-    con = duckdb.connect(str(warehouse), read_only=True)
-    try:
-        con.execute("SET enable_progress_bar = false")
-        engine_s, engine_rows = best_of(con, [recompute_select])
-        alternative = semi_join_rewrite(recompute_select)
-        alt_s, alt_rows = best_of(con, [alternative])
-        assert engine_rows == alt_rows, "the semi-join rewrite of the recompute gives other rows"
-        found.append(
-            Probe(
-                RECOMPUTE_PROBE,
-                engine_s,
-                alt_s,
-                "partition expr IN (SELECT key FROM keys table) OR (expr IS NULL AND EXISTS a NULL key): "
-                "uncorrelated semi-join instead of the correlated EXISTS ... IS NOT DISTINCT FROM",
-            )
-        )
-        engine_s, engine_rows = best_of(con, [grouped])
-        alt_s, alt_rows = best_of(con, [typed_key_rewrite(grouped)])
-        assert engine_rows == alt_rows, "the typed-key rewrite of the per-partition fingerprints differs"
-        found.append(
-            Probe(
-                "per-partition fingerprints of raw.orders",
-                engine_s,
-                alt_s,
-                "GROUP BY the typed partition key, CAST to VARCHAR after aggregation (365 casts, not 10M)",
-            )
-        )
-        both_s, both_rows = best_of(con, [source_scan, grouped])
-        one_sql = rollup_rewrite(typed_key_rewrite(grouped))
-        one_s, one_rows = best_of(con, [one_sql])
-        total = [row for row in one_rows[0] if row[0] is None]
-        assert len(total) == 1 and tuple(total[0][1:]) == tuple(both_rows[0][0]), (
-            "ROLLUP total != source scan"
-        )
-        found.append(
-            Probe(
-                COMBINED_PROBE,
-                both_s,
-                one_s,
-                "one scan, GROUP BY ROLLUP (typed key): the grand total row IS the source fingerprint",
-            )
-        )
-    finally:
-        con.close()
-    return found
-
-
 def profile(
     files: Files, project: Path, work: Path, change: Change, runs: int, html: Path | None
-) -> tuple[list[Breakdown], list[Probe], str]:
+) -> tuple[list[Breakdown], str]:
     """One incremental run under pyinstrument (engine untouched), then `runs` instrumented runs
-    (time per step), then the what-if probes; each run on a fresh copy of the changed warehouse."""
+    (time per step), each on a fresh copy of the changed warehouse."""
     engine = work / "engine.duckdb"
     tree = ""
     try:
@@ -790,7 +578,7 @@ def profile(
         breakdowns.append(
             profiled(lambda: check_incremental(run_project(project, engine, only_stale=True), change))
         )
-    return breakdowns, probes(breakdowns[-1], engine), tree
+    return breakdowns, tree
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -826,10 +614,6 @@ def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) 
         ("full rebuild (full_refresh)", full, "", "[dim]info[/dim]"),
         ("floor (SQL, told the days)", floor, "", ""),
     ]
-    if sides.what_if is not None:
-        sides_shown.insert(
-            1, ("what-if: incremental + rewrites 1, 2", sides.what_if, "(not the engine)", "[dim]info[/dim]")
-        )
     for label, timings, target, verdict in sides_shown:
         table.add_row(
             label,
@@ -860,19 +644,15 @@ def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) 
         f"(segment {monthly.get('segment_rows')} rows) - asserted equal to the changed days and months"
     )
     if verbose:
-        for side in ("incremental", "what_if", "full", "floor"):
-            timings: Timings | None = getattr(sides, side)
-            if timings is None:
-                continue
+        for side in ("incremental", "full", "floor"):
+            timings: Timings = getattr(sides, side)
             console.print(f"    {side:<11} wall {_seconds(timings.wall)}; cpu {_seconds(timings.cpu)}")
     console.print(
         "  verified after every repeat (row-hash multisets): incremental daily and monthly = full recomputation "
-        f"from raw.orders (so do the full rebuild{', the what-if run' if sides.what_if else ''} and the floor)"
+        "from raw.orders (so do the full rebuild and the floor)"
     )
     console.print(f"  floor: {FLOOR_IS}")
     console.print(f"  full rebuild: {FULL_IS}")
-    if sides.what_if is not None:
-        console.print(f"  what-if: {WHAT_IF_IS}")
     console.print(
         "  source: raw.orders of write_sample_data without its `tags` list column (7 columns), no raw.customers"
     )
@@ -884,7 +664,7 @@ def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) 
     console.print(f"  engine: strata_dagster imported from {Path(strata_dagster.__file__).parent}")
 
 
-def report_profile(breakdowns: list[Breakdown], found: list[Probe], tree: str, statements: int) -> None:
+def report_profile(breakdowns: list[Breakdown], tree: str, statements: int) -> None:
     keys = {key for b in breakdowns for key in b.steps}
     labels = [label for label in STEPS_ORDER if any(key[1] == label for key in keys)]
     labels += sorted({key[1] for key in keys} - set(labels))
@@ -923,23 +703,6 @@ def report_profile(breakdowns: list[Breakdown], found: list[Probe], tree: str, s
     for model, step, sql, seconds in sorted(last.statements, key=lambda item: -item[3])[:statements]:
         line = f"    {seconds:7.3f}  [{model}: {step}] {' '.join(sql.split())}"
         console.print(line[: console.width * 2], highlight=False, markup=False, soft_wrap=True)
-    if found:
-        probe_table = Table(
-            title="what-if: the engine's statement vs a rewrite, same rows (best of 3, seconds)"
-        )
-        for column in ("statement", "engine", "rewrite", "gain", "rewrite is"):
-            probe_table.add_column(
-                column, justify="right" if column in ("engine", "rewrite", "gain") else "left"
-            )
-        for probe in sorted(found, key=lambda p: p.alternative - p.engine):
-            probe_table.add_row(
-                probe.what,
-                f"{probe.engine:.3f}",
-                f"{probe.alternative:.3f}",
-                f"{probe.engine - probe.alternative:.3f}",
-                probe.alternative_is,
-            )
-        console.print(probe_table)
     if tree:
         console.print("pyinstrument, one incremental run:", highlight=False)
         console.print(tree, highlight=False, markup=False, soft_wrap=True)
@@ -956,22 +719,17 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="then: instrumented incremental runs (time per step), what-if probes, one pyinstrument run",
+        help="then: instrumented incremental runs (time per step), one pyinstrument run",
     )
     parser.add_argument(
         "--profile-runs", type=int, default=3, help="instrumented runs for the step table (default 3)"
     )
     parser.add_argument("--profile-html", type=Path, default=None, help="also write pyinstrument's HTML here")
-    parser.add_argument(
-        "--what-if",
-        action="store_true",
-        help="add a timed side: the incremental run with rewrites 1 and 2 patched in-process",
-    )
     parser.add_argument("--statements", type=int, default=8, help="slowest statements listed (default 8)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-part-", dir=args.dir) as work:
-        sides, change, files, project = bench(args.rows, args.repeat, Path(work), args.what_if)
-        profiled_runs: tuple[list[Breakdown], list[Probe], str] | None = None
+        sides, change, files, project = bench(args.rows, args.repeat, Path(work))
+        profiled_runs: tuple[list[Breakdown], str] | None = None
         if args.profile:
             console.print("profile ...")
             profiled_runs = profile(files, project, Path(work), change, args.profile_runs, args.profile_html)
