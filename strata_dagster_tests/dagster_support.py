@@ -1,14 +1,31 @@
-"""Shared set-up for Dagster tests: a small shop, runs of asset selections, stale sets."""
+"""Shared set-up for Dagster tests: a small shop, runs of asset selections, stale sets, and
+`dagster dev` (webserver and daemon) on 127.0.0.1 driven through GraphQL."""
 
 import datetime as dt
+import hashlib
+import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.execution.api import execute_run
 from dagster._core.loader import LoadingContextForTest
 
+from strata_dagster.warehouse.history import Entry
 from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import SHOP, execute
 
 START = dt.date(2025, 1, 1)
@@ -45,8 +62,7 @@ def execute_assets(defs: dg.Definitions, instance: dg.DagsterInstance, names, *,
     run_tags = dict(tags or {})
     partition_key = None
     if isinstance(partitions, tuple):
-        run_tags["dagster/asset_partition_range_start"] = partitions[0]
-        run_tags["dagster/asset_partition_range_end"] = partitions[1]
+        run_tags.update(_range_tags(partitions))
     else:
         partition_key = partitions
     result = job.execute_in_process(
@@ -57,6 +73,49 @@ def execute_assets(defs: dg.Definitions, instance: dg.DagsterInstance, names, *,
         raise_on_error=False,
     )
     return result
+
+
+def _range_tags(partitions: tuple[str, str]) -> dict[str, str]:
+    return {
+        "dagster/asset_partition_range_start": partitions[0],
+        "dagster/asset_partition_range_end": partitions[1],
+    }
+
+
+def launch_in_process(
+    defs: dg.Definitions, instance: dg.DagsterInstance, names, *, job=None, partitions=None, tags=None
+) -> dg.DagsterRun:
+    """Run the named assets as a run worker does, through the definitions' own executor
+    (`execute_in_process` swaps in Dagster's), in this process; `job` defaults to the implicit
+    asset job and `partitions` is a (first, last) range. Returns the finished run."""
+    keys = [dg.AssetKey(name) for name in names]
+    job_def = defs.resolve_job_def(job) if job else defs.resolve_implicit_job_def_def_for_assets(keys)
+    run_tags = {**(tags or {}), **(_range_tags(partitions) if partitions else {})}
+    run = instance.create_run_for_job(job_def, tags=run_tags, asset_selection=frozenset(keys))
+    execute_run(InMemoryJob(job_def), run, instance)
+    finished = instance.get_run_by_id(run.run_id)
+    assert finished is not None
+    return finished
+
+
+def run_events(instance: dg.DagsterInstance, run_id: str, event_type: dg.DagsterEventType) -> list:
+    return [
+        record.event_log_entry for record in instance.get_records_for_run(run_id, of_type=event_type).records
+    ]
+
+
+def warehouse_digest(warehouse: Path) -> str:
+    """The bytes of the warehouse (and its write-ahead log): equal digests, nothing written."""
+    digest = hashlib.sha256()
+    for path in (warehouse, warehouse.with_name(warehouse.name + ".wal")):
+        digest.update(path.read_bytes() if path.exists() else b"-")
+    return digest.hexdigest()
+
+
+def history_entries(warehouse: Path) -> list[Entry]:
+    """The strata history, read without writing (empty before the first run)."""
+    with open_session(warehouse, read_only=True) as session:
+        return session.history.entries() if session.has_history() else []
 
 
 def observe_sources(defs, instance, names=SOURCES):
@@ -133,3 +192,220 @@ def materializations(result, name):
         for event in result.get_asset_materialization_events()
         if event.event_specific_data.materialization.asset_key == dg.AssetKey(name)
     ]
+
+
+# -- dagster dev ------------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+LOCATION = "shop"
+REPOSITORY = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}
+DONE = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+def example_workspace(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The example's definitions.py over a small warehouse (sources only), a workspace.yaml naming
+    it, and a DAGSTER_HOME with the repository's dagster.yaml. Returns (project, warehouse, home)."""
+    project, warehouse = make_small_shop(tmp_path)
+    shutil.copy(SHOP / "definitions.py", project / "definitions.py")
+    shutil.move(warehouse, project / "warehouse.duckdb")
+    (tmp_path / "workspace.yaml").write_text(
+        f"load_from:\n  - python_file:\n      relative_path: shop/definitions.py\n      location_name: {LOCATION}\n"
+    )
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    return project, project / "warehouse.duckdb", home
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class GraphQL:
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/graphql"
+
+    def __call__(self, query: str, **variables):
+        request = urllib.request.Request(
+            self.url,
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = json.loads(response.read())
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def is_loaded(self) -> bool:
+        try:
+            data = self(
+                "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+                "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+            )
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+        entries = data["workspaceOrError"]["locationEntries"]
+        for entry in entries:
+            error = entry["locationOrLoadError"] or {}
+            assert error.get("__typename") != "PythonError", error.get("message")
+        return any(entry["loadStatus"] == "LOADED" and entry["locationOrLoadError"] for entry in entries)
+
+    def launch(self, names: list[str], job: str = "__ASSET_JOB") -> str:
+        data = self(
+            "mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename "
+            "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }",
+            p={
+                "selector": {
+                    **REPOSITORY,
+                    "jobName": job,
+                    "assetSelection": [{"path": [n]} for n in names],
+                }
+            },
+        )["launchRun"]
+        assert data["__typename"] == "LaunchRunSuccess", data
+        return data["run"]["runId"]
+
+    def launch_backfill(self, name: str, partitions: list[str], tags: dict[str, str] | None = None) -> str:
+        """A backfill of `partitions` of asset `name`, as the UI's partition dialog launches it."""
+        data = self(
+            "mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) { "
+            "__typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }",
+            p={
+                "assetSelection": [{"path": [name]}],
+                "partitionNames": partitions,
+                "tags": [{"key": key, "value": value} for key, value in (tags or {}).items()],
+            },
+        )["launchPartitionBackfill"]
+        assert data["__typename"] == "LaunchBackfillSuccess", data
+        return data["backfillId"]
+
+    def backfill(self, backfill_id: str) -> dict:
+        """The backfill's status and its runs (id, status, tags)."""
+        data = self(
+            "query($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename "
+            "... on PartitionBackfill { status runs { runId status tags { key value } } } } }",
+            id=backfill_id,
+        )["partitionBackfillOrError"]
+        assert data["__typename"] == "PartitionBackfill", data
+        for run in data["runs"]:
+            run["tags"] = {tag["key"]: tag["value"] for tag in run["tags"]}
+        return data
+
+    def run_events(self, run_id: str) -> list[dict]:
+        """Every event of the run: its GraphQL type, message and, for failures, the error."""
+        return self(
+            "query($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection { events { "
+            "__typename ... on MessageEvent { message } "
+            "... on RunFailureEvent { error { message } } } } } }",
+            id=run_id,
+        )["logsForRun"]["events"]
+
+    def materializations(self, name: str, partitions: list[str]) -> list[dict]:
+        """The latest materialization of each partition: partition, run id and text metadata."""
+        events = self(
+            "query($k: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $k) { ... on Asset { "
+            "assetMaterializations(partitions: $p) { partition runId metadataEntries { label "
+            "... on TextMetadataEntry { text } } } } } }",
+            k={"path": [name]},
+            p=partitions,
+        )["assetOrError"]["assetMaterializations"]
+        for event in events:
+            event["metadata"] = {entry["label"]: entry.get("text") for entry in event.pop("metadataEntries")}
+        return events
+
+    def runs(self) -> list[dict]:
+        data = self("{ runsOrError { ... on Runs { results { runId status jobName tags { key value } } } } }")
+        runs = data["runsOrError"]["results"]
+        for run in runs:
+            tags = {tag["key"]: tag["value"] for tag in run.pop("tags")}
+            run["start"] = tags.get("dagster/asset_partition_range_start")
+            run["end"] = tags.get("dagster/asset_partition_range_end")
+        return runs
+
+    def stale(self) -> set[str]:
+        """Every stale asset and stale partition, as the UI shows them."""
+        nodes = self(
+            "{ assetNodes { assetKey { path } isPartitioned isObservable staleStatus "
+            "partitionKeysByDimension { partitionKeys } } }"
+        )["assetNodes"]
+        stale = set()
+        for node in nodes:
+            name = "/".join(node["assetKey"]["path"])
+            if node["isObservable"]:
+                continue
+            if not node["isPartitioned"]:
+                if node["staleStatus"] == "STALE":
+                    stale.add(name)
+                continue
+            keys = node["partitionKeysByDimension"][0]["partitionKeys"]
+            statuses = self(
+                "query($k: [AssetKeyInput!], $p: [String!]) { assetNodes(assetKeys: $k) "
+                "{ staleStatusByPartition(partitions: $p) } }",
+                k=[{"path": node["assetKey"]["path"]}],
+                p=keys,
+            )["assetNodes"][0]["staleStatusByPartition"]
+            stale |= {
+                f"{name}[{key}]" for key, status in zip(keys, statuses, strict=True) if status == "STALE"
+            }
+        return stale
+
+    def start_sensor(self, name: str) -> None:
+        data = self(
+            "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename "
+            "... on Sensor { sensorState { status } } ... on PythonError { message } } }",
+            s={**REPOSITORY, "sensorName": name},
+        )["startSensor"]
+        assert data["__typename"] == "Sensor" and data["sensorState"]["status"] == "RUNNING", data
+
+
+def wait_for(predicate, timeout: float, what: str, log: Path, interval: float = 2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s waiting for {what}\n--- dagster dev log ---\n{tail}"
+    )
+
+
+def finished(graphql: GraphQL, run_ids: list[str]) -> dict[str, str] | None:
+    found = {run["runId"]: run["status"] for run in graphql.runs() if run["runId"] in run_ids}
+    return found if len(found) == len(run_ids) and all(status in DONE for status in found.values()) else None
+
+
+@contextmanager
+def dagster_dev(root: Path, home: Path) -> Iterator[tuple[GraphQL, Path]]:
+    """`dagster dev` in `root` (its workspace.yaml) with DAGSTER_HOME `home`, on 127.0.0.1, until
+    the code location is loaded; stopped (its own process group only) on exit."""
+    port = free_port()
+    log = root / "dagster_dev.log"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    dagster = Path(sys.executable).parent / "dagster"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+            cwd=root,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    graphql = GraphQL(port)
+    try:
+        wait_for(graphql.is_loaded, 120, "the webserver to load the example", log)
+        yield graphql, log
+    finally:
+        for sig, grace in ((signal.SIGINT, 3), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue

@@ -7,6 +7,7 @@ import pytest
 from strata_dagster import StrataDagsterTranslator, StrataResource, build_definitions
 from strata_dagster.engine.status import model_states
 from strata_dagster.errors import StrataError
+from strata_dagster.orchestration.backfill_guard import EXECUTOR_NAME
 from strata_dagster_tests.dagster_support import SOURCES, day_keys, make_small_shop
 
 MODELS = {
@@ -75,7 +76,11 @@ def test_partitions_are_daily_and_monthly_over_the_days_of_the_data(defs):
 
 def test_every_asset_and_observation_runs_in_the_duckdb_pool_with_the_in_process_executor(defs):
     job = defs.resolve_implicit_global_asset_job_def()
-    assert job.executor_def.name == dg.in_process_executor.name
+    # Dagster's in-process executor behind the backfill guard (see test_dagster_backfill.py).
+    assert job.executor_def.name == EXECUTOR_NAME
+    assert job.executor_def.config_schema.as_field().config_type.key == (
+        dg.in_process_executor.config_schema.as_field().config_type.key
+    )
     graph = defs.resolve_asset_graph()
     for key in graph.get_all_asset_keys():
         op = graph.assets_def_for_key(key).op

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.operations import find_entry
 from strata_dagster.engine.run import ProgressCallback, RunRequest, RunResult, run
-from strata_dagster.errors import E_BACKFILL, StrataError
+from strata_dagster.errors import E_BACKFILL, E_UNKNOWN_RUN, StrataError
 from strata_dagster.language import load_project
+from strata_dagster.language.definition import Project
+from strata_dagster.warehouse.history import Entry
 from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.sources import parse_overrides
 
@@ -42,6 +45,28 @@ def backfill(
     progress: ProgressCallback | None = None,
 ) -> RunResult:
     """Rebuild what corrections make stale, recorded as a backfill of `run_id` with `reason`."""
+    request = backfill_request(project_dir, warehouse, reason, run_id=run_id, sources=sources, models=models)
+    try:
+        return run(request, progress)
+    except StrataError as error:
+        raise _as_backfill_error(error) from None
+
+
+def backfill_request(
+    project_dir: Path | str,
+    warehouse: Path | str,
+    reason: str | None,
+    *,
+    run_id: str | None = None,
+    sources: Iterable[str] | Mapping[str, str] = (),
+    models: Iterable[str] = (),
+    branch: str | None = None,
+) -> RunRequest:
+    """The run a backfill makes, checked before anything is built: E085 for a missing reason, an
+    unknown run or model, a malformed or unknown source override, or a correction table that does
+    not exist. Without `run_id` it corrects no recorded run (the corrections alone apply). `branch`,
+    when given, is the branch the caller builds: a corrected run of another branch is refused.
+    Reads the warehouse read-only."""
     if reason is None or not reason.strip():
         raise StrataError(
             E_BACKFILL,
@@ -51,8 +76,6 @@ def backfill(
     try:
         project = load_project(Path(project_dir))
         corrections = parse_overrides(sources if isinstance(sources, Mapping) else list(sources), project)
-        with open_session(Path(warehouse), read_only=not Path(warehouse).exists()) as session:
-            corrected = find_entry(session.history, run_id)
         requested = [name for name in models if name]
         unknown = [name for name in requested if name not in project.models]
         if unknown:
@@ -61,20 +84,45 @@ def backfill(
                 f"no model named {', '.join(f'`{name}`' for name in unknown)}",
                 hint="models: " + ", ".join(project.order),
             )
-        selection = requested or [name for name in corrected.models if name in project.models]
-        request = RunRequest(
+        corrected = _corrected_entry(Path(warehouse), run_id) if run_id is not None else None
+        overrides = {**(corrected.overrides if corrected else {}), **corrections}
+        if corrected is not None and branch is not None and corrected.branch != branch:
+            raise StrataError(
+                E_BACKFILL,
+                f"run `{corrected.run_id[:12]}` built branch `{corrected.branch}`, not `{branch}`",
+                hint=f"correct a run of branch `{branch}`, or build branch `{corrected.branch}`",
+            )
+        if overrides:
+            _check_override_tables(Path(warehouse), project, overrides)
+        selection = requested or (
+            [name for name in corrected.models if name in project.models] if corrected else []
+        )
+        return RunRequest(
             project_dir=Path(project_dir),
             warehouse=Path(warehouse),
             models=tuple(selection),
-            branch=corrected.branch,
-            overrides={**corrected.overrides, **corrections},
+            branch=corrected.branch if corrected is not None else (branch or DEFAULT_BRANCH),
+            overrides=overrides,
             only_stale=True,
             kind=BACKFILL,
-            backfill_of=corrected.run_id,
+            backfill_of=corrected.run_id if corrected is not None else None,
             reason=reason.strip(),
         )
-        return run(request, progress)
     except StrataError as error:
         if error.code == E_BACKFILL:
             raise
         raise _as_backfill_error(error) from None
+
+
+def _corrected_entry(warehouse: Path, run_id: str) -> Entry:
+    with open_session(warehouse, read_only=True) as session:
+        if not session.has_history():
+            raise StrataError(
+                E_UNKNOWN_RUN, f"no run `{run_id}` in the history", hint="the warehouse has no run yet"
+            )
+        return find_entry(session.history, run_id)
+
+
+def _check_override_tables(warehouse: Path, project: Project, overrides: Mapping[str, str]) -> None:
+    with open_session(warehouse, read_only=True) as session:
+        session.prepare_sources(project, overrides)

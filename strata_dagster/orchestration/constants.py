@@ -17,8 +17,15 @@ DUCKDB_POOL: Final = "duckdb"
 DATA_VERSION_TAG: Final = "dagster/data_version"
 CODE_VERSION_TAG: Final = "dagster/code_version"
 
-# Run tags read by the Dagster layer.
+# Run tags read by the Dagster layer. A backfill run needs a reason; it may correct a recorded
+# strata run and point sources at corrected tables (`strata/source/orders` = `fixes.orders`).
 REASON_TAG: Final = "strata/reason"
+BACKFILL_OF_TAG: Final = "strata/backfill_of"
+SOURCE_TAG_PREFIX: Final = "strata/source/"
+
+# The jobs whose every run is a backfill: `strata_backfill` (unpartitioned models) and
+# `strata_backfill_<asset>_partitions` (one per partitioning).
+BACKFILL_JOB: Final = "strata_backfill"
 
 # Metadata keys on definitions and materializations.
 MODEL_KEY: Final = "strata/model"
@@ -38,3 +45,7 @@ FINGERPRINT_KEY: Final = "strata/fingerprint"
 RELATION_KEY: Final = "strata/relation"
 UNIQUE_KEY: Final = "strata/unique"
 CONTRACT_KEY: Final = "strata/contract"
+KIND_KEY: Final = "strata/kind"
+REASON_KEY: Final = "strata/reason"
+BACKFILL_OF_KEY: Final = "strata/backfill_of"
+OVERRIDES_KEY: Final = "strata/overrides"

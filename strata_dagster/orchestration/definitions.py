@@ -14,6 +14,8 @@ from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets import build_model_asset
 from strata_dagster.orchestration.automation import automation_sensor
+from strata_dagster.orchestration.backfill_guard import strata_executor
+from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
@@ -40,7 +42,8 @@ def build_definitions(
     Every source becomes an observable source asset (data version = content fingerprint), every
     model an asset (code version = model fingerprint, data version = snapshot content), with a
     `StrataResource` ("strata"), a `StrataIOManager` ("strata_io_manager"), the in-process executor
-    (DuckDB has one writer per file), the `strata_materialize_stale` sensor (stopped unless
+    (DuckDB has one writer per file) refusing backfill runs without a `strata/reason` tag, the
+    `strata_backfill` jobs (see orchestration.backfills), the `strata_materialize_stale` sensor (stopped unless
     `stale_sensor_status` says otherwise) and the `strata_automation` sensor for declarative
     automation (stopped). `warehouse` defaults to `$STRATA_WAREHOUSE`, else
     `warehouse.duckdb` in the project folder. `python_assets` are added as they are: Python models
@@ -94,16 +97,19 @@ def _definitions(
     assets.extend(python_assets)
     keys = [key for item in assets for key in _keys(item)]
     jobs, job_of, observable = _jobs(assets)
+    backfill_jobs = build_backfill_jobs(
+        assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
+    )
     return dg.Definitions(
         assets=assets,
         asset_checks=checks.asset_checks,
-        jobs=[*jobs, *checks.jobs],
+        jobs=[*jobs, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,
         resources={
             c.STRATA_RESOURCE_KEY: resource,
             c.STRATA_IO_MANAGER_KEY: StrataIOManager(strata=resource),
         },
-        executor=dg.in_process_executor,
+        executor=strata_executor(resource),
         sensors=[
             stale_partitions_sensor(
                 jobs, job_of, observable, UNPARTITIONED_JOB, default_status=stale_sensor_status

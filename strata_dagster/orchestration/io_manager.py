@@ -32,6 +32,7 @@ from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, 
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.backfills import engine_request
 from strata_dagster.orchestration.build import StrataBuild
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
@@ -62,17 +63,10 @@ class StrataIOManager(dg.ConfigurableIOManager):
 
     def _publish_build(self, context: dg.OutputContext, build: StrataBuild) -> None:
         strata = self.strata
-        reason = context.step_context.dagster_run.tags.get(c.REASON_TAG)
-        result = run(
-            RunRequest(
-                project_dir=strata.project_path,
-                warehouse=strata.warehouse_path,
-                models=(build.model,),
-                branch=strata.branch,
-                only_stale=True,
-                reason=reason,
-            )
-        )
+        dagster_run = context.step_context.dagster_run
+        # Checked again here: execute_in_process and materialize() swap in their own executor.
+        request = engine_request(strata, dagster_run.job_name, dagster_run.tags, (build.model,))
+        result = run(request)
         outcome = result.outcome(build.model)
         state = published_state(strata.warehouse_path, outcome.snapshot_id, result.entry)
         self._report_side_effects(context, build, result)
@@ -82,8 +76,8 @@ class StrataIOManager(dg.ConfigurableIOManager):
                 f"{state.model_fingerprint[:12]}, the definitions say {build.code_version[:12]}): reload the "
                 "code location so its code version, and Dagster's staleness, follow the project"
             )
-        self._report_drifted_sources(context, build, state.sources)
-        metadata = _build_metadata(result, outcome, build)
+        self._report_drifted_sources(context, build, state.sources, request.overrides)
+        metadata = {**_build_metadata(result, outcome, build), **_request_metadata(request)}
         if build.partition_keys is None:
             context.step_context.set_data_version(context.asset_key, dg.DataVersion(state.content_hash))
             context.add_output_metadata(
@@ -137,14 +131,20 @@ class StrataIOManager(dg.ConfigurableIOManager):
             )
 
     def _report_drifted_sources(
-        self, context: dg.OutputContext, build: StrataBuild, consumed: Mapping[str, str]
+        self,
+        context: dg.OutputContext,
+        build: StrataBuild,
+        consumed: Mapping[str, str],
+        overrides: Mapping[str, str],
     ) -> None:
         """A source that changed after Dagster last observed it: record the version the build read,
         so the model's provenance names it and the source's other consumers show stale, as they
-        are in the engine."""
+        are in the engine. A source a backfill overrides was read from another table: not reported."""
         for item in build.inputs:
             fingerprint = consumed.get(item.name)
-            if item.kind != "source" or fingerprint is None or fingerprint == item.data_version:
+            if item.kind != "source" or item.name in overrides:
+                continue
+            if fingerprint is None or fingerprint == item.data_version:
                 continue
             context.log.warning(
                 f"source `{item.name}` changed since Dagster last observed it; recording the version "
@@ -160,6 +160,8 @@ class StrataIOManager(dg.ConfigurableIOManager):
     ) -> None:
         strata = self.strata
         name = _model_name(context.definition_metadata, context.asset_key)
+        dagster_run = context.step_context.dagster_run
+        request = engine_request(strata, dagster_run.job_name, dagster_run.tags)
         if context.has_asset_partitions:
             raise StrataError(
                 E_BUILD,
@@ -181,7 +183,10 @@ class StrataIOManager(dg.ConfigurableIOManager):
             )
         )
         context.step_context.set_data_version(context.asset_key, dg.DataVersion(outcome.content_hash))
-        context.add_output_metadata(_frame_metadata(outcome, strata.branch))
+        metadata = _frame_metadata(outcome, strata.branch)
+        if request.reason:  # corrections concern SQL models; a frame records only why it was built
+            metadata[c.REASON_KEY] = request.reason
+        context.add_output_metadata(metadata)
 
     # -- reading ----------------------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> pl.DataFrame | pd.DataFrame:
@@ -260,6 +265,18 @@ def _build_metadata(result: RunResult, outcome: ModelOutcome, build: StrataBuild
         metadata[c.DETAIL_KEY] = dg.MetadataValue.json(
             {key: value for key, value in detail.items() if key != "segment_sql"}
         )
+    return metadata
+
+
+def _request_metadata(request: RunRequest) -> dict[str, Any]:
+    """How the engine was asked to build: a backfill's reason, the run it corrects, its overrides."""
+    metadata: dict[str, Any] = {c.KIND_KEY: request.kind}
+    if request.reason:
+        metadata[c.REASON_KEY] = request.reason
+    if request.backfill_of:
+        metadata[c.BACKFILL_OF_KEY] = request.backfill_of
+    if request.overrides:
+        metadata[c.OVERRIDES_KEY] = dg.MetadataValue.json(dict(request.overrides))
     return metadata
 
 

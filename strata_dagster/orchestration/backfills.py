@@ -1,0 +1,165 @@
+"""Which Dagster runs are strata backfills, and the engine run their steps make.
+
+A run is a backfill when it
+- belongs to a Dagster backfill (tag `dagster/backfill`: the UI's partition dialogs, the GraphQL
+  `launchPartitionBackfill`), unless declarative automation launched it: automation rebuilds what
+  is stale, it corrects nothing;
+- is a run of a `strata_backfill` job (`strata_backfill` for the unpartitioned models,
+  `strata_backfill_<asset>_partitions` for each partitioning);
+- or carries a correction: `strata/backfill_of` (the strata run it corrects) or
+  `strata/source/<source>` = `<table>` (read the source from that table, like `--source`).
+
+A backfill needs `strata/reason`. The engine records it with kind `backfill`, the corrected run
+and the overrides, as `strata backfill` does. Any other run builds as an ordinary strata run (a
+`strata/reason` on it is recorded too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from strata_dagster.engine.backfill import backfill_request
+from strata_dagster.engine.run import RunRequest
+from strata_dagster.errors import E_BACKFILL, StrataError
+from strata_dagster.language import load_project
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.resources import StrataResource
+
+BACKFILL_TAG = "dagster/backfill"
+# Declarative automation launches its partitioned requests as backfills, with these tags.
+AUTOMATION_TAGS = ("dagster/from_automation_condition", "dagster/auto_materialize")
+
+ADD_REASON = (
+    f"add the run tag `{c.REASON_TAG}` saying why, e.g. `corrected upstream extract`: in the UI's "
+    "backfill dialog under 'Add tags to backfill runs' (Materialize's partition dialog: 'Tags', "
+    "'Add tags'; a job's Launchpad: 'Edit tags'), or in the tags of launchPartitionBackfill; "
+    "nothing was run or written"
+)
+
+
+@dataclass(frozen=True)
+class StrataBackfill:
+    """What a backfill run asks of the engine, read from its tags."""
+
+    cause: str  # what makes the run a backfill, for messages
+    reason: str | None
+    backfill_of: str | None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def read_backfill(job_name: str, tags: Mapping[str, str]) -> StrataBackfill | None:
+    """The backfill this run is, or None for an ordinary run."""
+    sources = {
+        key.removeprefix(c.SOURCE_TAG_PREFIX): value
+        for key, value in tags.items()
+        if key.startswith(c.SOURCE_TAG_PREFIX)
+    }
+    backfill_of = tags.get(c.BACKFILL_OF_TAG)
+    if is_backfill_job(job_name):
+        cause = f"it runs job `{job_name}`"
+    elif BACKFILL_TAG in tags and not any(tag in tags for tag in AUTOMATION_TAGS):
+        cause = f"it belongs to Dagster backfill `{tags[BACKFILL_TAG]}`"
+    elif backfill_of is not None or sources:
+        cause = "it carries a correction tag"
+    else:
+        return None
+    return StrataBackfill(cause, tags.get(c.REASON_TAG), backfill_of, sources)
+
+
+def is_backfill_job(job_name: str) -> bool:
+    return job_name == c.BACKFILL_JOB or job_name.startswith(f"{c.BACKFILL_JOB}_")
+
+
+def engine_request(
+    strata: StrataResource, job_name: str, tags: Mapping[str, str], models: Sequence[str] = ()
+) -> RunRequest:
+    """The engine run that builds `models` in a run of `job_name` with `tags`: a checked backfill
+    for backfill runs (E085 for a missing reason or a bad correction), else an ordinary run."""
+    backfill = read_backfill(job_name, tags)
+    if backfill is None:
+        return RunRequest(
+            project_dir=strata.project_path,
+            warehouse=strata.warehouse_path,
+            models=tuple(models),
+            branch=strata.branch,
+            only_stale=True,
+            reason=tags.get(c.REASON_TAG),
+        )
+    if backfill.reason is None or not backfill.reason.strip():
+        raise StrataError(
+            E_BACKFILL,
+            f"this run is a backfill ({backfill.cause}) and has no `{c.REASON_TAG}` tag: a backfill must say why it runs",
+            hint=ADD_REASON,
+        )
+    _check_tags(strata, backfill)
+    try:
+        return backfill_request(
+            strata.project_path,
+            strata.warehouse_path,
+            backfill.reason,
+            run_id=backfill.backfill_of,
+            sources=dict(backfill.sources),
+            models=models,
+            branch=strata.branch,
+        )
+    except StrataError as error:
+        raise StrataError(
+            E_BACKFILL,
+            f"{error.message} (from the run's {c.BACKFILL_OF_TAG} / {c.SOURCE_TAG_PREFIX}* tags)",
+            error.location,
+            hint=(error.hint + "; " if error.hint else "") + "fix the tags and launch again",
+            subject=error.subject,
+        ) from None
+
+
+def _check_tags(strata: StrataResource, backfill: StrataBackfill) -> None:
+    """Tag mistakes, named as tags: an empty run id, a source the project does not have."""
+    if backfill.backfill_of is not None and not backfill.backfill_of.strip():
+        raise StrataError(
+            E_BACKFILL,
+            f"tag `{c.BACKFILL_OF_TAG}` is empty",
+            hint="set it to the strata run id the backfill corrects (`strata history` lists them), or drop it",
+        )
+    known = load_project(strata.project_path).sources
+    for name, table in backfill.sources.items():
+        if name not in known:
+            raise StrataError(
+                E_BACKFILL,
+                f"tag `{c.SOURCE_TAG_PREFIX}{name}` = `{table}` names no source of the project",
+                hint=f"write `{c.SOURCE_TAG_PREFIX}<source>` = `<schema.table>`; sources: "
+                + ", ".join(sorted(known)),
+            )
+
+
+def build_backfill_jobs(
+    assets: Sequence[dg.AssetsDefinition | dg.SourceAsset], model_keys: Sequence[dg.AssetKey]
+) -> list[dg.UnresolvedAssetJobDefinition]:
+    """One backfill job per partitions definition of the strata models (a run cannot mix them)."""
+    wanted = set(model_keys)
+    groups: dict[str, list[dg.AssetKey]] = {}
+    names: dict[str, str] = {}
+    for item in assets:
+        if isinstance(item, dg.SourceAsset):
+            continue
+        identity = "" if item.partitions_def is None else repr(item.partitions_def)
+        for key in item.keys:
+            if key not in wanted:
+                continue
+            groups.setdefault(identity, []).append(key)
+            names.setdefault(
+                identity, f"{c.BACKFILL_JOB}_{key.path[-1]}_partitions" if identity else c.BACKFILL_JOB
+            )
+    return [
+        dg.define_asset_job(
+            names[identity],
+            selection=dg.AssetSelection.assets(*keys),
+            description=(
+                f"Backfill of strata models: every run needs the `{c.REASON_TAG}` tag; "
+                f"`{c.BACKFILL_OF_TAG}` and `{c.SOURCE_TAG_PREFIX}<source>` tags correct a recorded run."
+            ),
+        )
+        for identity, keys in groups.items()
+    ]
