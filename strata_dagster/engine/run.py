@@ -146,8 +146,10 @@ class _Run:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         self.entry = self.reader.next_entry()
         self.session.begin()
+        self.reader.remember_snapshots(True)
         try:
             checkpoint("transaction_started")
+            self.catalog = self.session.catalog(self.schema)
             self.sources = self._read_sources()
             self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
             pointers = self.reader.pointers(self.context.branch)
@@ -164,6 +166,8 @@ class _Run:
         except BaseException:
             self.session.rollback()
             raise
+        finally:
+            self.reader.remember_snapshots(False)
         checkpoint("committed")
         return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
 
@@ -219,7 +223,7 @@ class _Run:
 
     def _is_state_present(self, record: SnapshotRecord | None) -> bool:
         return record is not None and all(
-            self.session.snapshot_exists(segment.table) for segment in self._segments(record)
+            segment.table in self.catalog.snapshot_tables for segment in self._segments(record)
         )
 
     # -- decisions --------------------------------------------------------------------------------
@@ -261,7 +265,7 @@ class _Run:
         is_published = (
             current is None
             or chosen.snapshot_id != current.snapshot_id
-            or self.session.view_tables(self.schema, name) != expected_tables
+            or self.catalog.view_tables(name) != expected_tables
         )
         if is_published:
             self.to_publish[name] = chosen

@@ -105,6 +105,13 @@ class HistoryReader:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+        # Snapshot records by id, while a run reads them (see remember_snapshots).
+        self._remembered: dict[str, SnapshotRecord] | None = None
+
+    def remember_snapshots(self, on: bool) -> None:
+        """Within a run, read each snapshot record once: a record never changes while one run holds
+        the warehouse (gc and rollback are runs of their own)."""
+        self._remembered = {} if on else None
 
     def entries(self) -> list[Entry]:
         rows = self.con.execute("SELECT * FROM strata.entries ORDER BY entry").fetchall()
@@ -148,10 +155,15 @@ class HistoryReader:
         ]
 
     def snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
+        if self._remembered is not None and snapshot_id in self._remembered:
+            return self._remembered[snapshot_id]
         row = self.con.execute(
             "SELECT * FROM strata.snapshot_states WHERE snapshot_id = ?", [snapshot_id]
         ).fetchone()
-        return _snapshot(row) if row else None
+        record = _snapshot(row) if row else None
+        if record is not None and self._remembered is not None:
+            self._remembered[snapshot_id] = record
+        return record
 
     def snapshots(self) -> list[SnapshotRecord]:
         rows = self.con.execute("SELECT * FROM strata.snapshot_states ORDER BY created_entry").fetchall()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.compile.relations import view_name
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
@@ -112,6 +114,12 @@ class Session:
     def view_tables(self, branch_schema: str, model: str) -> tuple[str, ...] | None:
         return tables.view_snapshot_tables(self.con, branch_schema, model)
 
+    def catalog(self, branch_schema: str) -> CatalogSnapshot:
+        """The snapshot tables and the views of a branch as they are now, read in two queries."""
+        return CatalogSnapshot(
+            frozenset(tables.snapshot_table_names(self.con)), tables.view_sqls(self.con, branch_schema)
+        )
+
     def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
         tables.point_view_at(
             self.con, branch_schema, model, composite_query([Segment(name) for name in table_names])
@@ -188,6 +196,25 @@ class Session:
     ) -> tables.PinViolation | None:
         with _as_warehouse_errors():
             return tables.contract_violation(self.con, name, contract)
+
+
+@dataclass
+class CatalogSnapshot:
+    """What the catalog held when read: for questions asked many times in one run about the state
+    it started from (never about what the run itself writes)."""
+
+    snapshot_tables: frozenset[str]
+    views: dict[str, str]  # view name -> stored SQL
+    _parsed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def view_tables(self, model: str) -> tuple[str, ...] | None:
+        """Like Session.view_tables, for the branch the snapshot was read on."""
+        name = view_name(model)
+        if name not in self.views:
+            return None
+        if name not in self._parsed:
+            self._parsed[name] = tables.tables_of_view(self.views[name])
+        return self._parsed[name]
 
 
 @contextmanager

@@ -49,10 +49,22 @@ def view_snapshot_tables(
         "SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
         [branch_schema, view_name(model)],
     ).fetchone()
-    if row is None:
-        return None
+    return None if row is None else tables_of_view(row[0])
+
+
+def view_sqls(con: duckdb.DuckDBPyConnection, branch_schema: str) -> dict[str, str]:
+    """Every view of a schema: view name -> its stored SQL (one catalog query)."""
+    rows = con.execute(
+        "SELECT view_name, sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
+        [branch_schema],
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def tables_of_view(sql: str) -> tuple[str, ...]:
+    """The snapshot tables a view's stored SQL reads; () when it reads anything else."""
     try:
-        parsed = sqlglot.parse_one(row[0], read=DIALECT)
+        parsed = sqlglot.parse_one(sql, read=DIALECT)
     except sqlglot.errors.ParseError:
         return ()
     query = parsed.expression if isinstance(parsed, exp.Create) else parsed
@@ -63,6 +75,14 @@ def view_snapshot_tables(
     if other:
         return ()  # the view was edited to read something else
     return tuple(sorted({node.name for node in tables}))
+
+
+def snapshot_table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA],
+    ).fetchall()
+    return {row[0] for row in rows}
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
