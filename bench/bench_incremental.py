@@ -454,7 +454,7 @@ STEP_OF: dict[str, str | Callable[..., str]] = {
     "window_stats": WINDOW_STATS,
     "create_keys_table": KEYS_TABLE,
     "create_snapshot": "CTAS (delta or full)",
-    "content_where": "removed rows, prev. state",
+    "content_where": "kept-rows check, removed rows",
     "unique_violation": "pins (unique, contract)",
     "unique_collisions": "pins (unique, contract)",
     "contract_violation": "pins (unique, contract)",
