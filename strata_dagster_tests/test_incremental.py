@@ -227,6 +227,19 @@ def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
     assert run_project(project, warehouse, only_stale=True).is_noop  # the decision was recorded
 
 
+def test_an_in_place_edit_beside_an_update_is_noted_not_applied(events):
+    project, warehouse = events
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.events SET v = 4, ts = ts + INTERVAL 1000 HOUR WHERE id = 3")
+    sql(warehouse, "UPDATE raw.events SET v = 99 WHERE id = 7")  # ts not advanced
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("up").path == "delta"
+    _, _, detail = latest_detail(warehouse, "up")
+    assert detail["deleted_keys_checked"] is True and detail["changed_keys"] == 1
+    assert any("without advancing cdc_column" in note for note in detail["notes"])
+    assert sql(warehouse, "SELECT v FROM main.v_up WHERE id = 7") == [(0,)]
+
+
 def test_rows_below_the_watermark_force_a_full_build(events):
     project, warehouse = events
     run_project(project, warehouse)

@@ -224,10 +224,16 @@ class DeltaBuilder:
         if rows_left and not self._kept_rows_match(keys_table, values, low, high, removed):
             # Rows left the source other than by an update in the window: find the keys that left.
             is_anti_joined = True
+            window_keys = changed_keys
             changed_keys = session.create_keys_table(
                 keys_table, relation, keys, window, self.previous_query, self.merge_keys
             )
             is_null_free, removed = self._replaced(keys_table)
+            if changed_keys == window_keys:
+                notes.append(
+                    "rows the model keeps changed in the source without advancing cdc_column, and no key "
+                    "left it; by the cdc contract they are not applied (run `strata verify` or a full build)"
+                )
         detail = self._window_detail(facts)
         detail.update(
             changed_keys=changed_keys,
