@@ -79,7 +79,7 @@ def test_the_condition_requests_exactly_the_stale_partitions_wave_by_wave_until_
     assert len(waves) == 3
 
 
-def test_a_stale_child_waits_for_its_stale_parent(shop):
+def test_a_stale_child_waits_for_its_stale_parent(shop, monkeypatch):
     project, warehouse, defs, instance = shop
     # A new code version for stg_orders makes it and (through the fingerprint) all it feeds stale.
     staging = project / "staging.strata"
@@ -92,7 +92,14 @@ def test_a_stale_child_waits_for_its_stale_parent(shop):
     stale = stale_set(reloaded, instance)
     assert {"stg_orders", "orders_enriched", "order_tags"} <= stale
     wave = requested(dg.evaluate_automation_conditions(defs=reloaded, instance=instance), reloaded)
+    # daily_revenue waits too, though it reads stg_orders through stg_orders__by_day.
     assert wave == {"stg_orders"}
+    # So does the stale sensor (the sources were observed just now: nothing to observe first).
+    monkeypatch.setattr(stale_sensor, "_now", lambda: 0.0)
+    sensor = reloaded.resolve_sensor_def("strata_materialize_stale")
+    context = dg.build_sensor_context(instance=instance, repository_def=reloaded.get_repository_def())
+    runs = sensor.evaluate_tick(context).run_requests
+    assert [sorted(key.to_user_string() for key in run.asset_selection) for run in runs] == [["stg_orders"]]
 
 
 def run_sensor_requests(defs, instance, requests) -> set[str]:

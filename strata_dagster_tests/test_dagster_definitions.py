@@ -37,7 +37,7 @@ def defs(shop):
 def test_every_source_and_model_is_an_asset_grouped_by_module_with_its_description(defs):
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert keys == set(MODELS) | set(SOURCES)
+    assert keys == set(MODELS) | set(SOURCES) | {"stg_orders__by_day"}
     for name, group in MODELS.items():
         node = graph.get(dg.AssetKey(name))
         assert node.group_name == group
@@ -58,7 +58,8 @@ def test_code_versions_are_the_engine_fingerprints_and_deps_follow_the_pipelines
         name: {key.to_user_string() for key in graph.get(dg.AssetKey(name)).parent_keys} for name in MODELS
     }
     assert parents["stg_orders"] == {"orders"}
-    assert parents["daily_revenue"] == {"stg_orders", "stg_customers"}
+    # daily_revenue reads stg_orders per day, through its partitions companion (see below).
+    assert parents["daily_revenue"] == {"stg_orders__by_day", "stg_customers"}
     assert parents["monthly_revenue"] == {"daily_revenue"}
     assert parents["order_timeline"] == {"first_seen_orders", "order_status_log"}
 
@@ -83,8 +84,29 @@ def test_every_asset_and_observation_runs_in_the_duckdb_pool_with_the_in_process
     )
     graph = defs.resolve_asset_graph()
     for key in graph.get_all_asset_keys():
+        if not graph.get(key).is_executable:
+            continue  # a partitions companion: its model's builds observe it
         op = graph.assets_def_for_key(key).op
         assert (op.pool or op.tags.get("dagster/concurrency_key")) == "duckdb", key
+
+
+def test_a_day_partitioned_model_reads_its_unpartitioned_from_model_through_a_partitions_companion(defs):
+    graph = defs.resolve_asset_graph()
+    companion = graph.get(dg.AssetKey("stg_orders__by_day"))
+    # An external asset with daily_revenue's partitions, downstream of stg_orders (the lineage stays).
+    assert not companion.is_executable and not companion.is_materializable
+    assert companion.partitions_def == graph.get(dg.AssetKey("daily_revenue")).partitions_def
+    assert companion.parent_keys == {dg.AssetKey("stg_orders")}
+    assert companion.child_keys == {dg.AssetKey("daily_revenue")}
+    assert companion.group_name == "staging" and companion.description
+    assert companion.metadata["strata/readers"] == "daily_revenue"
+    assert companion.tags["strata/companion"] == "partitions"
+    # monthly_revenue reads a partitioned model: Dagster maps its days to months itself.
+    assert graph.get(dg.AssetKey("monthly_revenue")).parent_keys == {dg.AssetKey("daily_revenue")}
+    # In no job: nothing runs it, the sensors do not select it.
+    for job in ("strata_unpartitioned", "strata_daily_revenue_partitions"):
+        layer = defs.resolve_job_def(job).asset_layer
+        assert companion.key not in layer.executable_asset_keys
 
 
 def test_both_sensors_ship_stopped_and_every_asset_has_an_automation_condition(defs):

@@ -1,23 +1,27 @@
 """What an orchestrator needs to declare a project, read without writing anything.
 
-Code versions (model fingerprints, exactly as `run` computes them) and, for partitioned sources and
-models, the first and last partition the data holds. The warehouse is opened read-only: loading
-definitions never migrates, writes or holds the write lock.
+Code versions (model fingerprints, exactly as `run` computes them), for partitioned sources and
+models the first and last partition the data holds, and for partitioned models whose `from` is
+unpartitioned, how a build groups its rows by partition. The warehouse is opened read-only:
+loading definitions never migrates, writes or holds the write lock.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlglot import exp
 
+from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations
 from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
 from strata_dagster.engine.status import fingerprint_models
 from strata_dagster.errors import E_WAREHOUSE, StrataError
-from strata_dagster.language.definition import PartitionSpec, Project
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, PartitionSpec, Project
+from strata_dagster.language.expressions import DIALECT
 from strata_dagster.warehouse.partitions import partition_bounds
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
@@ -32,12 +36,26 @@ class PartitionBounds:
 
 
 @dataclass(frozen=True)
+class PartitionInput:
+    """A partitioned model whose `from` is an unpartitioned source or model: each build
+    fingerprints the upstream's rows per partition of this model (the partition column traced back
+    to them, before any filter) and recomputes exactly the partitions whose rows changed."""
+
+    model: str  # the partitioned model
+    upstream: str  # the unpartitioned source or model it reads as `from`
+    grain: str  # `day` or `month`
+    grouping: str  # the partition expression over the upstream's rows: equal ones group alike
+
+
+@dataclass(frozen=True)
 class Catalog:
     project: Project
     branch: str
     fingerprints: dict[str, str]  # model -> fingerprint: the code version of its builds
     sql: dict[str, str]  # model -> its compiled SQL, reading sources and the branch's live views
     bounds: dict[str, PartitionBounds | None]  # partitioned source or model -> partitions in its data
+    # partitioned model -> the unpartitioned source or model its builds fingerprint per partition
+    partition_inputs: dict[str, PartitionInput] = field(default_factory=dict)
 
     def partition_spec(self, name: str) -> PartitionSpec | None:
         if name in self.project.sources:
@@ -61,7 +79,36 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         relations = DefaultRelations(context.project, branch)
         sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
         bounds = _bounds(session, context)
-    return Catalog(context.project, branch, fingerprints, sql, bounds)
+    inputs = {
+        name: found
+        for name in context.project.order
+        if (found := partition_input(context.project, name, context.compiled.models[name])) is not None
+    }
+    return Catalog(context.project, branch, fingerprints, sql, bounds, inputs)
+
+
+def partition_input(project: Project, name: str, compiled: CompiledModel) -> PartitionInput | None:
+    """How a partition-complete build of model `name` groups the rows of its unpartitioned `from`
+    (a source or a model), or None when it does not read one that way (not partitioned,
+    incremental, `from` a partitioned source or model, or partitions that read other partitions'
+    rows: every build is full)."""
+    model: Model = project.models[name]
+    spec = model.properties.partitioned_by
+    if spec is None or model.properties.merge_strategy in INCREMENTAL_STRATEGIES:
+        return None
+    upstream = compiled.base_relation
+    if upstream in project.sources:
+        upstream_spec = project.sources[upstream].partitioned_by
+    elif upstream in project.models:
+        upstream_spec = project.models[upstream].properties.partitioned_by
+    else:
+        return None
+    if upstream_spec is not None:
+        return None
+    if locality_problem_of(model, compiled) is not None:
+        return None
+    grouping = raw_partition_of(model, compiled).sql(dialect=DIALECT)
+    return PartitionInput(name, upstream, spec.grain, grouping)
 
 
 def _bounds(session: Session, context: ProjectContext) -> dict[str, PartitionBounds | None]:

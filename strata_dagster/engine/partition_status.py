@@ -3,6 +3,10 @@
 A partition's identity is the content fingerprint (schema, rows, row-hash sum) of the rows whose
 partition column falls in it, the same hash `run` gives a whole relation. A partition without rows
 has the identity of an empty relation with that schema.
+
+`input_partitions` gives the figures a partition-complete build compares to find the partitions to
+recompute: the rows of its unpartitioned `from` (a source, or a model's live view) grouped by the
+build's partition expression.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
+from strata_dagster.engine.catalog import partition_input
+from strata_dagster.engine.context import load_context
+from strata_dagster.engine.partitions import raw_partition_of
 from strata_dagster.errors import E_SOURCE, E_WAREHOUSE, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
@@ -29,6 +36,7 @@ class PartitionContent:
     key: str
     fingerprint: str
     row_count: int
+    row_hash_sum: str | None = None  # the rows' hash sum behind the fingerprint, when known
 
 
 def _by_key(
@@ -86,6 +94,57 @@ def model_partitions(
             return _partitions(session, model_view(name, branch), spec, keys)
         except WarehouseError as error:
             raise _not_live(name, branch, error) from None
+
+
+def input_partitions(
+    project_dir: Path | str,
+    warehouse: Path | str,
+    name: str,
+    keys: Iterable[str] | None = None,
+    branch: str = DEFAULT_BRANCH,
+) -> dict[str, PartitionContent]:
+    """Each partition of the unpartitioned source or model that partitioned model `name` reads as
+    `from`, as a partition-complete build of `name` groups it (engine.partitions.
+    partition_fingerprints): the source's rows, or the model's live rows on `branch`, by `name`'s
+    partition column traced back to them, before any filter. Row count and row-hash sum are the
+    figures the build compares with its last build's; the fingerprint adds the schema. Only `keys`,
+    when given (empty partitions too); rows whose partition is NULL belong to no key. ValueError
+    when `name` reads no such input (engine.catalog.partition_input)."""
+    with open_session(Path(warehouse)) as session:
+        context = load_context(session, Path(project_dir), {}, branch)
+        project = context.project
+        compiled = context.compiled.models[name]
+        found = partition_input(project, name, compiled)
+        if found is None:
+            raise ValueError(f"model `{name}` does not read an unpartitioned input by partition")
+        source = project.sources.get(found.upstream)
+        relation = model_view(found.upstream, branch) if source is None else source_table(source, project, {})
+        try:
+            columns = session.describe(relation)
+            groups = session.content_by_group(relation, raw_partition_of(project.models[name], compiled))
+        except WarehouseError as error:
+            if source is None:
+                raise _not_live(found.upstream, branch, error) from None
+            raise StrataError(
+                E_SOURCE,
+                f"source `{found.upstream}` cannot be read: {error}",
+                source.location,
+                hint="load the table first or fix `table:`",
+            ) from None
+    contents = {
+        key: Content(columns, count, hash_sum) for key, (count, hash_sum) in groups.items() if key is not None
+    }
+    wanted = sorted(contents) if keys is None else list(keys)
+    empty = Content(columns, 0, "0")
+    return {
+        key: PartitionContent(
+            key,
+            contents.get(key, empty).fingerprint,
+            contents.get(key, empty).row_count,
+            contents.get(key, empty).row_hash_sum,
+        )
+        for key in wanted
+    }
 
 
 def read_model(

@@ -7,6 +7,7 @@ import dagster as dg
 
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.build import StrataBuild, StrataBuildInput
+from strata_dagster.orchestration.companions import PartitionCompanion
 from strata_dagster.orchestration.provenance import EVENTS_LOGGED, known_data_version
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 
@@ -16,20 +17,33 @@ def build_model_asset(
     nodes: Mapping[str, StrataAssetProps],
     translator: StrataDagsterTranslator,
     whole_keys: Mapping[str, dg.AssetKey],
+    companions: Mapping[str, PartitionCompanion] | None = None,
 ) -> dg.AssetsDefinition:
-    """The asset of model `props.name`; `nodes` describes every source and model by name, and
-    `whole_keys` the companion of each partitioned node that has an unpartitioned consumer."""
+    """The asset of model `props.name`; `nodes` describes every source and model by name,
+    `whole_keys` the companion of each partitioned node that has an unpartitioned consumer, and
+    `companions` the partitions companion each partitioned model reads its `from` model through."""
     name = props.name
     key = translator.get_asset_key(props)
     partitions_def = translator.get_partitions_def(props)
+    companions = companions or {}
+    # The companions to refresh: this model's (it is read by partition), or the one this model
+    # reads its `from` through (the engine may rebuild that model on the way).
+    refreshed = list({item.key: item for item in companions.values() if item.upstream == name}.values())
+    reads_through = companions.get(name)
+    if reads_through is not None:
+        refreshed.append(reads_through)
     inputs: list[StrataBuildInput] = []
     deps: list[dg.AssetDep] = []
     for ref in props.references:
         upstream = nodes[ref]
         upstream_key = translator.get_asset_key(upstream)
-        deps.append(
-            dg.AssetDep(upstream_key, partition_mapping=translator.get_partition_mapping(props, upstream))
-        )
+        if reads_through is not None and ref == reads_through.upstream:
+            # Staleness per partition: through the companion, which keeps `ref` in the lineage.
+            deps.append(dg.AssetDep(reads_through.key))
+        else:
+            deps.append(
+                dg.AssetDep(upstream_key, partition_mapping=translator.get_partition_mapping(props, upstream))
+            )
         if upstream.partitioned_by is None:
             inputs.append(StrataBuildInput(ref, upstream_key, upstream.kind, None))
         elif partitions_def is None and ref in whole_keys:
@@ -64,7 +78,15 @@ def build_model_asset(
             for item in inputs
         )
         partition_keys = tuple(context.partition_keys) if partitions_def is not None else None
-        build = StrataBuild(name, code_version, sql, known, partition_keys, whole_key)
+        build = StrataBuild(
+            name,
+            code_version,
+            sql,
+            known,
+            partition_keys,
+            whole_key,
+            tuple(item.refresh() for item in refreshed),
+        )
         # A partitioned build logs one materialization per partition (its own data version) itself.
         return dg.Output(build, metadata=EVENTS_LOGGED if partition_keys is not None else None)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dagster as dg
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 
+from strata_dagster.orchestration import constants as c
+
 AC = dg.AutomationCondition
 
 AUTOMATION_SENSOR_NAME = "strata_automation"
@@ -47,9 +49,14 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
 
 
 def stale_condition() -> dg.AutomationCondition:
-    """Stale, with every input fresh and nothing of it running: upstream goes first."""
+    """Stale, with every input fresh and nothing of it running: upstream goes first. A model read
+    through a partitions companion (never stale itself) waits for the companion's model too."""
     stale = StaleAutomationCondition()
-    return (stale & ~AC.any_deps_match(stale | AC.in_progress()) & ~AC.in_progress()).with_label(
+    waiting = stale | AC.in_progress()
+    through_companions = AC.any_deps_match(AC.any_deps_match(waiting)).allow(
+        dg.AssetSelection.tag(c.COMPANION_TAG, c.PARTITIONS_COMPANION, include_sources=True)
+    )
+    return (stale & ~AC.any_deps_match(waiting) & ~through_companions & ~AC.in_progress()).with_label(
         "strata: stale, inputs fresh"
     )
 

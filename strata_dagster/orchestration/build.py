@@ -18,6 +18,17 @@ class StrataBuildInput:
 
 
 @dataclass(frozen=True)
+class CompanionRefresh:
+    """A partitions companion to bring up to date after a build: the rows of an unpartitioned model
+    per partition of `reader`, a partitioned model that reads it as `from` (see
+    orchestration.companions)."""
+
+    asset_key: dg.AssetKey
+    reader: str
+    partition_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class StrataBuild:
     """Model `model` to build on the resource's branch, as Dagster planned it.
 
@@ -33,3 +44,6 @@ class StrataBuild:
     inputs: tuple[StrataBuildInput, ...] = ()
     partition_keys: tuple[str, ...] | None = None  # None: an unpartitioned model
     whole_asset_key: dg.AssetKey | None = None  # the companion carrying the whole model's version
+    # The partitions companions of the model (when unpartitioned models read by partition) or of its
+    # `from` (when partitioned): the IO manager records their changed partitions.
+    companions: tuple[CompanionRefresh, ...] = ()

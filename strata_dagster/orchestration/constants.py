@@ -17,6 +17,10 @@ DUCKDB_POOL: Final = "duckdb"
 DATA_VERSION_TAG: Final = "dagster/data_version"
 CODE_VERSION_TAG: Final = "dagster/code_version"
 
+# The tag that marks a partitions companion (`<model>__by_<grain>`, see orchestration.companions).
+COMPANION_TAG: Final = "strata/companion"
+PARTITIONS_COMPANION: Final = "partitions"
+
 # Run tags read by the Dagster layer. A backfill run needs a reason; it may correct a recorded
 # strata run and point sources at corrected tables (`strata/source/orders` = `fixes.orders`).
 REASON_TAG: Final = "strata/reason"
@@ -49,3 +53,5 @@ KIND_KEY: Final = "strata/kind"
 REASON_KEY: Final = "strata/reason"
 BACKFILL_OF_KEY: Final = "strata/backfill_of"
 OVERRIDES_KEY: Final = "strata/overrides"
+COMPANION_OF_KEY: Final = "strata/companion_of"
+READERS_KEY: Final = "strata/readers"

@@ -17,6 +17,7 @@ from strata_dagster.orchestration.automation import automation_sensor
 from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
+from strata_dagster.orchestration.companions import companion_spec, partition_companions
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
@@ -40,7 +41,9 @@ def build_definitions(
     """Dagster definitions for the strata project in `project_dir`.
 
     Every source becomes an observable source asset (data version = content fingerprint), every
-    model an asset (code version = model fingerprint, data version = snapshot content), with a
+    model an asset (code version = model fingerprint, data version = snapshot content; a
+    partitioned model reads an unpartitioned `from` through its partitions companion
+    `<from>__by_<grain>`, see orchestration.companions), with a
     `StrataResource` ("strata"), a `StrataIOManager` ("strata_io_manager"), the in-process executor
     (DuckDB has one writer per file) refusing backfill runs without a `strata/reason` tag, the
     `strata_backfill` jobs (see orchestration.backfills), the `strata_materialize_stale` sensor (stopped unless
@@ -87,21 +90,27 @@ def _definitions(
 ) -> dg.Definitions:
     nodes = describe_nodes(catalog)
     whole_keys = _whole_keys(catalog, nodes, translator)
+    companions = partition_companions(catalog, nodes, translator)
+    unique = {item.key: item for item in companions.values()}
     assets: list[dg.AssetsDefinition | dg.SourceAsset] = []
     for name in sorted(catalog.project.sources):
-        assets.extend(build_source_assets(nodes[name], translator))
+        observed = [item for item in unique.values() if item.upstream == name]
+        assets.extend(build_source_assets(nodes[name], translator, observed))
     for name in catalog.project.order:
-        assets.append(build_model_asset(nodes[name], nodes, translator, whole_keys))
+        assets.append(build_model_asset(nodes[name], nodes, translator, whole_keys, companions))
         if name in whole_keys:
             assets.append(build_whole_model_asset(nodes[name], translator))
     assets.extend(python_assets)
+    # Partitions companions: external assets, observed by the builds of their models (or the
+    # observations of their sources); in no job, sensor or selection.
+    specs = [companion_spec(item, nodes, translator) for item in unique.values()]
     keys = [key for item in assets for key in _keys(item)]
     jobs, job_of, observable = _jobs(assets)
     backfill_jobs = build_backfill_jobs(
         assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
     )
     return dg.Definitions(
-        assets=assets,
+        assets=[*assets, *specs],
         asset_checks=checks.asset_checks,
         jobs=[*jobs, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,

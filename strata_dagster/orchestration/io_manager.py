@@ -7,6 +7,9 @@
   same way, with the same pins (`strata/unique`, `strata/contract` definition metadata).
 - Every materialization carries data_version = the content identity of what the view now shows
   (per partition for partitioned models), so Dagster's staleness follows content, not time.
+- A model read by partition (see orchestration.companions) records, with each build, the
+  partitions of its companion whose rows changed; a partitioned reader records them too before
+  its own partitions, in case the engine rebuilt the model on the way.
 - Python consumers load models as polars (default) or pandas (annotate the input
   `pd.DataFrame`) frames; a partitioned consumer gets only the rows of its partitions.
 """
@@ -34,6 +37,7 @@ from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.backfills import engine_request
 from strata_dagster.orchestration.build import StrataBuild
+from strata_dagster.orchestration.companions import record_companion
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
 
@@ -78,6 +82,9 @@ class StrataIOManager(dg.ConfigurableIOManager):
             )
         self._report_drifted_sources(context, build, state.sources, request.overrides)
         metadata = {**_build_metadata(result, outcome, build), **_request_metadata(request)}
+        for refresh in build.companions:
+            if record_companion(context, strata, refresh, metadata[c.RUN_ID_KEY]):
+                refresh_input_version(context, refresh.asset_key)  # a reader's provenance: the new events
         if build.partition_keys is None:
             context.step_context.set_data_version(context.asset_key, dg.DataVersion(state.content_hash))
             context.add_output_metadata(

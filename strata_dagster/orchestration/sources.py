@@ -3,7 +3,9 @@
 An unpartitioned source reports one fingerprint (the engine's, so Dagster's view of "changed" is
 the engine's). A partitioned source reports one fingerprint per partition of its partitions
 definition (`DataVersionsByPartition`), and its companion `<source>__whole` the fingerprint of the
-whole source, for consumers that are not partitioned: observing either observes both.
+whole source, for consumers that are not partitioned: observing either observes both. Observing an
+unpartitioned source that partitioned models read as `from` also records the changed partitions of
+its partitions companions (see orchestration.companions).
 """
 
 import dataclasses
@@ -15,6 +17,7 @@ from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.partition_status import source_partitions, whole_content
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.companions import PartitionCompanion, record_companion
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 
@@ -22,10 +25,14 @@ POOL_TAGS = {"dagster/concurrency_key": c.DUCKDB_POOL}
 
 
 def build_source_assets(
-    props: StrataAssetProps, translator: StrataDagsterTranslator
+    props: StrataAssetProps,
+    translator: StrataDagsterTranslator,
+    companions: Sequence[PartitionCompanion] = (),
 ) -> Sequence[dg.AssetsDefinition | dg.SourceAsset]:
+    """The source's observable asset(s); `companions`: the partitions companions of an
+    unpartitioned source, which its observations keep up to date."""
     if props.partitioned_by is None:
-        return [_unpartitioned(props, translator)]
+        return [_unpartitioned(props, translator, companions)]
     return _partitioned(props, translator)
 
 
@@ -53,7 +60,9 @@ def _observe_whole(context: dg.OpExecutionContext, name: str) -> dg.ObserveResul
     )
 
 
-def _unpartitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -> dg.SourceAsset:
+def _unpartitioned(
+    props: StrataAssetProps, translator: StrataDagsterTranslator, companions: Sequence[PartitionCompanion]
+) -> dg.SourceAsset:
     name = props.name
 
     @dg.observable_source_asset(
@@ -62,7 +71,11 @@ def _unpartitioned(props: StrataAssetProps, translator: StrataDagsterTranslator)
         **_common(props, translator),  # type: ignore[arg-type]
     )
     def _observe(context: dg.OpExecutionContext) -> dg.ObserveResult:
-        return _observe_whole(context, name)
+        result = _observe_whole(context, name)
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        for companion in companions:
+            record_companion(context, strata, companion.refresh())
+        return result
 
     return _observe
 

@@ -78,7 +78,7 @@ def plan_stale_runs(
         key
         for key in plan.stale
         if key not in busy
-        and not any(parent in plan.stale or parent in busy for parent in asset_graph.get(key).parent_keys)
+        and not any(parent in plan.stale or parent in busy for parent in _upstream(asset_graph, key, job_of))
     ]
     unpartitioned = sorted((key for key in ready if plan.stale[key] == [None]), key=str)
     for job in sorted({job_of[key] for key in unpartitioned}):
@@ -91,6 +91,21 @@ def plan_stale_runs(
             tags = {**run_tags, RANGE_START_TAG: key_range.start, RANGE_END_TAG: key_range.end}
             plan.runs.append(dg.RunRequest(job_name=job_of[key], asset_selection=[key], tags=tags))
     return plan
+
+
+def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]
+    """The parents of `key`, and through a parent no job materializes (a partitions companion,
+    which a model's build observes) the assets that parent follows."""
+    found: set[dg.AssetKey] = set()
+    stack = list(asset_graph.get(key).parent_keys)
+    while stack:
+        parent = stack.pop()
+        if parent in found:
+            continue
+        found.add(parent)
+        if parent not in job_of:
+            stack.extend(asset_graph.get(parent).parent_keys)
+    return found
 
 
 def _observation_due(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey], interval: float) -> bool:

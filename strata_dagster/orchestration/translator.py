@@ -62,6 +62,17 @@ class StrataDagsterTranslator:
         """
         return dg.AssetKey([f"{props.name}__whole"])
 
+    def get_partition_companion_key(self, props: StrataAssetProps, reader: StrataAssetProps) -> dg.AssetKey:
+        """The companion of unpartitioned model or source `props` that partitioned model `reader`
+        reads it through (as `from`): `props`'s rows per partition of `reader`, one data version each.
+
+        Dagster makes every partition stale when an unpartitioned dependency changes; the engine
+        rebuilds only the partitions whose input rows changed, and so does the companion's
+        staleness (see strata_dagster.orchestration.companions).
+        """
+        assert reader.partitioned_by is not None
+        return dg.AssetKey([f"{props.name}__by_{reader.partitioned_by.grain}"])
+
     def get_group_name(self, props: StrataAssetProps) -> str | None:
         return _GROUP_CHARACTERS.sub("_", props.module) or None
 

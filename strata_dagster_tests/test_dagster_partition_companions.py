@@ -1,0 +1,194 @@
+"""A day-partitioned model over an unpartitioned one (daily_revenue `from stg_orders`) is stale in
+Dagster exactly where the engine rebuilds: in the days whose stg_orders rows changed, read through
+the partitions companion stg_orders__by_day, whose per-day data versions are the figures the
+engine compares."""
+
+import dagster as dg
+import pytest
+
+from strata_dagster import build_definitions
+from strata_dagster.engine.partition_status import input_partitions
+from strata_dagster.warehouse.session import open_session
+from strata_dagster_tests.dagster_support import (
+    UNPARTITIONED_MODELS,
+    change_order,
+    day_keys,
+    execute_assets,
+    make_small_shop,
+    materializations,
+    materialize_everything,
+    observe_sources,
+    order_day,
+    stale_set,
+)
+from strata_dagster_tests.engine_support import execute
+from strata_dagster_tests.test_dagster_staleness import paid_order
+
+COMPANION = dg.AssetKey("stg_orders__by_day")
+
+
+@pytest.fixture
+def shop(tmp_path):
+    project, warehouse = make_small_shop(tmp_path)
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    materialize_everything(defs, instance)
+    return project, warehouse, defs, instance
+
+
+def partitioned(stale: set[str]) -> set[str]:
+    return {name for name in stale if "[" in name}
+
+
+def companion_observations(result) -> list[str]:
+    return sorted(
+        event.partition for event in result.get_asset_observation_events() if event.asset_key == COMPANION
+    )
+
+
+def companion_versions(instance) -> dict[str, str]:
+    tags = instance.event_log_storage.get_latest_tags_by_partition(
+        COMPANION, dg.DagsterEventType.ASSET_OBSERVATION, ["dagster/data_version"]
+    )
+    return {key: value["dagster/data_version"] for key, value in tags.items()}
+
+
+def engine_figures(warehouse) -> dict[str, list]:
+    """What daily_revenue's live snapshot recorded of stg_orders's rows per day, for its next build."""
+    with open_session(warehouse, read_only=True) as session:
+        head = session.history.pointers("main")["daily_revenue"][-1]
+        return session.history.snapshot(head).detail["partition_fingerprints"]
+
+
+def move_order(warehouse, days: int) -> tuple[str, str]:
+    """Move a paid order of mid-January `days` later, as its writer would; its old and new day."""
+    order = execute(
+        warehouse,
+        "SELECT order_id FROM raw.orders WHERE status = 'paid' AND CAST(order_ts AS DATE) "
+        "BETWEEN DATE '2025-01-15' AND DATE '2025-01-19' ORDER BY order_id LIMIT 1",
+    )[0][0]
+    before = order_day(warehouse, order)
+    execute(
+        warehouse,
+        "UPDATE raw.orders SET order_ts = order_ts + to_days(CAST(? AS INTEGER)), "
+        "updated_at = (SELECT max(updated_at) FROM raw.orders) + INTERVAL 1 SECOND WHERE order_id = ?",
+        params=[days, order],
+    )
+    return before, order_day(warehouse, order)
+
+
+def test_an_order_moved_to_another_month_makes_exactly_its_two_days_then_their_two_months_stale(shop):
+    project, warehouse, defs, instance = shop
+    first, second = move_order(warehouse, 20)
+    assert (first[:7], second[:7]) == ("2025-01", "2025-02")
+    observe_sources(defs, instance)
+    result = execute_assets(defs, instance, ["stg_orders"])
+    assert result.success
+    # stg_orders's build observed the two days whose rows changed, and no other.
+    assert companion_observations(result) == [first, second]
+    assert partitioned(stale_set(defs, instance)) == {f"daily_revenue[{first}]", f"daily_revenue[{second}]"}
+    # One ranged run over the days between: the engine recomputes the two days, the others keep
+    # their snapshots and data versions.
+    result = execute_assets(defs, instance, ["daily_revenue"], partitions=(first, second))
+    assert result.success
+    recomputed = {
+        event.partition
+        for event in materializations(result, "daily_revenue")
+        if event.metadata["strata/partition_recomputed"].value
+    }
+    assert recomputed == {first, second}
+    assert partitioned(stale_set(defs, instance)) == {
+        "monthly_revenue[2025-01-01]",
+        "monthly_revenue[2025-02-01]",
+    }
+    assert execute_assets(
+        defs, instance, ["monthly_revenue"], partitions=("2025-01-01", "2025-02-01")
+    ).success
+    assert execute_assets(defs, instance, UNPARTITIONED_MODELS).success
+    assert stale_set(defs, instance) == set()
+    # The companion's versions are the content of stg_orders's rows per day, from the figures the
+    # engine recorded for daily_revenue's next build.
+    contents = input_partitions(project, warehouse, "daily_revenue", day_keys())
+    assert companion_versions(instance) == {key: content.fingerprint for key, content in contents.items()}
+    assert engine_figures(warehouse) == {
+        key: [content.row_count, content.row_hash_sum] for key, content in contents.items()
+    }
+
+
+def test_a_day_built_before_stg_orders_records_what_the_engine_rebuilt_on_the_way(shop):
+    project, warehouse, defs, instance = shop
+    order = paid_order(warehouse, offset=5)
+    day = order_day(warehouse, order)
+    change_order(warehouse, order)
+    observe_sources(defs, instance)
+    # The engine rebuilds stg_orders first (it never reads outdated rows); daily_revenue's step
+    # records the changed day of the companion before its own materialization.
+    result = execute_assets(defs, instance, ["daily_revenue"], partitions=day)
+    assert result.success
+    assert companion_observations(result) == [day]
+    stale = stale_set(defs, instance)
+    assert f"daily_revenue[{day}]" not in stale
+    assert partitioned(stale) == {f"monthly_revenue[{day[:8]}01]"}
+    # Materializing stg_orders in Dagster reuses the engine's snapshot: no day changed again.
+    result = execute_assets(defs, instance, ["stg_orders"])
+    (event,) = materializations(result, "stg_orders")
+    assert event.metadata["strata/path"].value == "reused"
+    assert companion_observations(result) == []
+    assert partitioned(stale_set(defs, instance)) == {f"monthly_revenue[{day[:8]}01]"}
+
+
+SALES_PROJECT = """
+source sales {
+  table: raw.sales
+  description: 'Sales, one row each, not partitioned.'
+}
+
+model daily_sales {
+  from sales
+  filter amount > 0
+  group sale_day
+  aggregate total = sum(amount), sale_count = count(*)
+  partitioned_by: day(sale_day)
+  description: 'Sales per day.'
+}
+"""
+
+
+def test_a_day_partitioned_model_over_an_unpartitioned_source_is_stale_in_the_changed_day_only(tmp_path):
+    project = tmp_path / "sales"
+    project.mkdir()
+    (project / "sales.strata").write_text(SALES_PROJECT)
+    warehouse = tmp_path / "sales.duckdb"
+    execute(
+        warehouse,
+        "CREATE SCHEMA raw",
+        "CREATE TABLE raw.sales AS SELECT i AS sale_id, DATE '2025-01-01' + CAST(i % 40 AS INTEGER) AS sale_day, "
+        "CAST(i AS DECIMAL(12,2)) AS amount FROM range(400) t(i)",
+    )
+    defs = build_definitions(project, warehouse=warehouse)
+    graph = defs.resolve_asset_graph()
+    assert graph.get(dg.AssetKey("daily_sales")).parent_keys == {dg.AssetKey("sales__by_day")}
+    assert graph.get(dg.AssetKey("sales__by_day")).parent_keys == {dg.AssetKey("sales")}
+    instance = dg.DagsterInstance.ephemeral()
+    result = execute_assets(defs, instance, ["sales"])
+    observed = [event.partition for event in result.get_asset_observation_events()]
+    assert sorted(key for key in observed if key) == day_keys()  # the first observation: every day
+    assert execute_assets(defs, instance, ["daily_sales"], partitions=(day_keys()[0], day_keys()[-1])).success
+    assert stale_set(defs, instance) == set()
+    # A row filtered out before and after still changes its day's input rows: the engine recomputes
+    # that day, and Dagster shows it stale.
+    execute(warehouse, "UPDATE raw.sales SET amount = -1 WHERE sale_id IN (0, 5)")
+    result = execute_assets(defs, instance, ["sales"])
+    assert sorted(event.partition for event in result.get_asset_observation_events() if event.partition) == [
+        "2025-01-01",
+        "2025-01-06",
+    ]
+    assert stale_set(defs, instance) == {"daily_sales[2025-01-01]", "daily_sales[2025-01-06]"}
+    result = execute_assets(defs, instance, ["daily_sales"], partitions=("2025-01-01", "2025-01-06"))
+    recomputed = {
+        event.partition
+        for event in materializations(result, "daily_sales")
+        if event.metadata["strata/partition_recomputed"].value
+    }
+    assert recomputed == {"2025-01-01", "2025-01-06"}
+    assert stale_set(defs, instance) == set()
