@@ -27,6 +27,7 @@ from rich.table import Table
 from sqlglot import exp
 
 from strata_dagster.compile import compile_project, source_relation
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.sample_data import write_sample_data
@@ -58,9 +59,17 @@ model customers_by_region {
 ORDERS_MODELS = ("orders_clean", "daily")  # the models that read raw.orders
 
 # What the engine computes per source to decide staleness (warehouse/content.py), bare.
-FINGERPRINTS = (
-    "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t",
-    "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.customers AS t",
+FINGERPRINT = "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t"
+FINGERPRINTS = (FINGERPRINT, "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.customers AS t")
+# The source of bench_incremental and bench_partitions: raw.orders of write_sample_data without its
+# `tags` list column (hashing a list per row would dominate every scan and say nothing about merging
+# or partitions), and without raw.customers.
+NARROW = (
+    "CREATE TABLE raw.orders_narrow AS SELECT order_id, customer_id, order_ts, updated_at, status, amount, "
+    "channel FROM raw.orders ORDER BY order_id",
+    "DROP TABLE raw.orders",
+    "DROP TABLE raw.customers",
+    "ALTER TABLE raw.orders_narrow RENAME TO orders",
 )
 # 1% new orders: new order_ids, placed a year later, updated after every existing row.
 APPEND = """
@@ -148,9 +157,47 @@ def execute(warehouse: Path, statements: list[str] | tuple[str, ...]) -> None:
         con.close()
 
 
+def paths_of(result) -> dict[str, str]:
+    return {outcome.model: outcome.path for outcome in result.outcomes}
+
+
 def check_paths(result, expected: dict[str, str]) -> None:
-    paths = {outcome.model: outcome.path for outcome in result.outcomes}
+    paths = paths_of(result)
     assert paths == expected, f"unexpected build paths {paths}, expected {expected}"
+
+
+def copy(source: Path, target: Path) -> None:
+    Path(f"{target}.wal").unlink(missing_ok=True)
+    shutil.copyfile(source, target)
+    # Flush the copy now: else the first fsync inside a clock (a run's COMMIT) pays for it.
+    os.sync()
+
+
+def view(model: str, catalog: str) -> str:
+    return f"{catalog}.{branch_schema(DEFAULT_BRANCH)}.{view_name(model)}"
+
+
+def source_fingerprint(path: Path) -> tuple[int, int]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        count, total = con.execute(FINGERPRINT).fetchone()
+        return int(count), int(total)
+    finally:
+        con.close()
+
+
+def write_floor(floor: Path, built: Path, models: tuple[str, ...], query: str) -> object:
+    """The previous results of `models` in strata's `built` as plain tables in `floor`: exactly what
+    strata's views expose. Returns the first value of `query`, run in `floor` after."""
+    con = duckdb.connect(str(floor))
+    try:
+        con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
+        for model in models:
+            con.execute(f"CREATE TABLE main.{model} AS SELECT * FROM {view(model, 'built')}")
+        con.execute("DETACH built")
+        return con.execute(query).fetchone()[0]
+    finally:
+        con.close()
 
 
 def machine() -> str:
@@ -230,8 +277,12 @@ def _assert_noop(result) -> None:
     assert result.is_noop, f"expected nothing to do, got {[(o.model, o.path) for o in result.outcomes]}"
 
 
-def _seconds(times: list[float]) -> str:
+def format_seconds(times: list[float]) -> str:
     return " ".join(f"{t:.3f}" for t in times)
+
+
+def format_best_median(times: list[float]) -> str:
+    return f"{min(times):.3f} / {statistics.median(times):.3f}"
 
 
 def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool) -> None:
@@ -250,8 +301,8 @@ def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool) -> 
             verdict = "[green]PASS[/green]" if best <= s.target else "[red]MISS[/red]"
         table.add_row(
             s.name,
-            f"{min(s.strata.wall):.3f} / {statistics.median(s.strata.wall):.3f}",
-            f"{min(s.floor.wall):.3f} / {statistics.median(s.floor.wall):.3f}",
+            format_best_median(s.strata.wall),
+            format_best_median(s.floor.wall),
             f"{best:.2f} / {median:.2f}",
             f"{s.ratio(min, cpu=True):.2f}",
             target,
@@ -261,23 +312,30 @@ def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool) -> 
     if verbose:
         for s in scenarios:
             console.print(
-                f"  {s.name} wall: strata {_seconds(s.strata.wall)}; floor {_seconds(s.floor.wall)}"
+                f"  {s.name} wall: strata {format_seconds(s.strata.wall)}; floor {format_seconds(s.floor.wall)}"
             )
-            console.print(f"  {s.name} cpu:  strata {_seconds(s.strata.cpu)}; floor {_seconds(s.floor.cpu)}")
+            console.print(
+                f"  {s.name} cpu:  strata {format_seconds(s.strata.cpu)}; floor {format_seconds(s.floor.cpu)}"
+            )
     for s in scenarios:
         console.print(f"  floor of {s.name}: {s.floor_is}")
     console.print(f"  machine: {machine()}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench_arguments(doc: str, repeat_help: str = "interleaved repeats per scenario (default 5)"):
+    """The options every bench takes: --rows, --repeat, --dir, --verbose; `doc` is the module's."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="orders in the source (default 10M)")
-    parser.add_argument("--repeat", type=int, default=5, help="interleaved repeats per scenario (default 5)")
+    parser.add_argument("--repeat", type=int, default=5, help=repeat_help)
     parser.add_argument(
         "--dir", type=Path, default=None, help="where the temp dir goes (default: system temp)"
     )
     parser.add_argument("--verbose", action="store_true", help="also print every timing, in run order")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = bench_arguments(__doc__).parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-", dir=args.dir) as work:
         scenarios = bench(args.rows, args.repeat, Path(work))
     report(args.rows, args.repeat, scenarios, args.verbose)

@@ -13,9 +13,6 @@ instead of producing a number. See bench/README.md.
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -27,7 +24,24 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from bench_engine import Timings, console, cpu_seconds, execute, machine, timed
+from bench_engine import (
+    FINGERPRINT,
+    NARROW,
+    Timings,
+    bench_arguments,
+    console,
+    copy,
+    cpu_seconds,
+    execute,
+    format_best_median,
+    format_seconds,
+    machine,
+    paths_of,
+    source_fingerprint,
+    timed,
+    view,
+    write_floor,
+)
 from rich.table import Table
 from sqlglot import exp
 
@@ -37,7 +51,6 @@ import strata_dagster.warehouse.content as content_module
 import strata_dagster.warehouse.segments as segments_module
 import strata_dagster.warehouse.session as session_module
 import strata_dagster.warehouse.tables as tables_module
-from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
@@ -72,15 +85,6 @@ UPSERT, APPEND_MODEL = "orders_upsert", "orders_append"
 UNIQUE_PIN = "  unique: [order_id]\n"  # dropped with --no-unique
 MODELS = (APPEND_MODEL, UPSERT)  # project order
 
-# The source: raw.orders of write_sample_data without its `tags` list column (hashing a list per
-# row would dominate every scan and say nothing about merging), and without raw.customers.
-NARROW = (
-    "CREATE TABLE raw.orders_narrow AS SELECT order_id, customer_id, order_ts, updated_at, status, amount, "
-    "channel FROM raw.orders ORDER BY order_id",
-    "DROP TABLE raw.orders",
-    "DROP TABLE raw.customers",
-    "ALTER TABLE raw.orders_narrow RENAME TO orders",
-)
 # 1% new orders: new order_ids, placed a year later, updated after every existing row.
 APPEND = """
 INSERT INTO raw.orders
@@ -129,7 +133,6 @@ FULL_IS = (
     "run_project on a copy of the changed source with no strata state (first build: both models full), "
     "fingerprint, pins, content hash and history included"
 )
-FINGERPRINT = "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t"
 TARGET_VS_FLOOR = 2.0  # incremental / floor at most
 TARGET_VS_FULL = 5.0  # full / incremental at least
 
@@ -187,25 +190,10 @@ def rotate(
         after()
 
 
-def copy(source: Path, target: Path) -> None:
-    Path(f"{target}.wal").unlink(missing_ok=True)
-    shutil.copyfile(source, target)
-    # Flush the copy now: else the first fsync inside a clock (a run's COMMIT) pays for it.
-    os.sync()
-
-
-def paths_of(result) -> dict[str, str]:
-    return {outcome.model: outcome.path for outcome in result.outcomes}
-
-
 def check_paths(result, expected: str) -> dict[str, str]:
     paths = paths_of(result)
     assert paths == dict.fromkeys(MODELS, expected), f"unexpected build paths {paths}, expected {expected}"
     return paths
-
-
-def view(model: str, catalog: str) -> str:
-    return f"{catalog}.{branch_schema(DEFAULT_BRANCH)}.{view_name(model)}"
 
 
 def multiset_mismatch(con: duckdb.DuckDBPyConnection, left: str, right: str) -> tuple[int, int, int]:
@@ -250,15 +238,6 @@ def verify(scenario: str, engine: Path, full: Path, floor: Path, *, full_built: 
         con.close()
 
 
-def source_fingerprint(path: Path) -> tuple[int, int]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        count, total = con.execute(FINGERPRINT).fetchone()
-        return int(count), int(total)
-    finally:
-        con.close()
-
-
 def prepare_templates(rows: int, work: Path, project: Path) -> tuple[Path, Path, Path, str]:
     """The changed-nothing states: the migrated source, strata's full build on it, the floor's copy."""
     source, built, floor = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
@@ -271,16 +250,7 @@ def prepare_templates(rows: int, work: Path, project: Path) -> tuple[Path, Path,
     console.print("initial full build through strata ...")
     check_paths(run_project(project, built), "full")
     copy(source, floor)
-    con = duckdb.connect(str(floor))
-    try:
-        # The previous results as plain tables: exactly what strata's views expose.
-        con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
-        for model in MODELS:
-            con.execute(f"CREATE TABLE main.{model} AS SELECT * FROM {view(model, 'built')}")
-        con.execute("DETACH built")
-        watermark = con.execute("SELECT CAST(max(updated_at) AS VARCHAR) FROM raw.orders").fetchone()[0]
-    finally:
-        con.close()
+    watermark = write_floor(floor, built, MODELS, "SELECT CAST(max(updated_at) AS VARCHAR) FROM raw.orders")
     return source, built, floor, watermark
 
 
@@ -588,14 +558,6 @@ def profile_scenario(name: str, project: Path, files: Files, engine: Path, full:
 # -- report --------------------------------------------------------------------------------------
 
 
-def _bm(times: list[float]) -> str:
-    return f"{min(times):.3f} / {statistics.median(times):.3f}"
-
-
-def _seconds(times: list[float]) -> str:
-    return " ".join(f"{t:.3f}" for t in times)
-
-
 def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool, unique: bool) -> None:
     pin = "" if unique else ", no unique pin"
     table = Table(
@@ -625,8 +587,8 @@ def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool, uni
             table.add_row(
                 s.name if index == 0 else "",
                 label,
-                _bm(top.wall),
-                _bm(bottom.wall),
+                format_best_median(top.wall),
+                format_best_median(bottom.wall),
                 f"{best:.2f} / {median:.2f}",
                 f"{min(top.cpu) / min(bottom.cpu):.2f}",
                 target,
@@ -646,7 +608,9 @@ def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool, uni
             assert s.sides is not None
             for side in ("incremental", "full", "floor", "fingerprint"):
                 timings: Timings = getattr(s.sides, side)
-                console.print(f"    {side:<11} wall {_seconds(timings.wall)}; cpu {_seconds(timings.cpu)}")
+                console.print(
+                    f"    {side:<11} wall {format_seconds(timings.wall)}; cpu {format_seconds(timings.cpu)}"
+                )
     console.print(
         "  verified after every repeat (row-hash multisets): incremental upsert = full rebuild = floor; "
         "incremental append = floor (previous rows + window)"
@@ -708,13 +672,7 @@ def _cell(breakdown: Breakdown, step: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000, help="orders in the source (default 10M)")
-    parser.add_argument("--repeat", type=int, default=5, help="interleaved repeats per scenario (default 5)")
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="where the temp dir goes (default: system temp)"
-    )
-    parser.add_argument("--verbose", action="store_true", help="also print every timing, in run order")
+    parser = bench_arguments(__doc__)
     parser.add_argument(
         "--profile", action="store_true", help="also run each scenario once instrumented: time per step"
     )

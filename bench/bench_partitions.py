@@ -12,10 +12,8 @@ bench/README.md.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -28,7 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from bench_engine import Timings, console, execute, machine, timed
+from bench_engine import (
+    NARROW,
+    Timings,
+    bench_arguments,
+    console,
+    copy,
+    execute,
+    format_best_median,
+    format_seconds,
+    machine,
+    paths_of,
+    source_fingerprint,
+    timed,
+    view,
+    write_floor,
+)
 from rich.table import Table
 from sqlglot import exp
 
@@ -37,7 +50,6 @@ import strata_dagster.engine.run as engine_run
 import strata_dagster.warehouse.content as content_module
 import strata_dagster.warehouse.segments as segments_module
 import strata_dagster.warehouse.tables as tables_module
-from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
@@ -89,15 +101,6 @@ RECOMPUTE_MONTHLY = (
 
 DAYS = 365
 START = dt.date(2025, 1, 1)
-# The source: raw.orders of write_sample_data without its `tags` list column (hashing a list per
-# row would dominate every fingerprint scan and say nothing about partitions), without raw.customers.
-NARROW = (
-    "CREATE TABLE raw.orders_narrow AS SELECT order_id, customer_id, order_ts, updated_at, status, amount, "
-    "channel FROM raw.orders ORDER BY order_id",
-    "DROP TABLE raw.orders",
-    "DROP TABLE raw.customers",
-    "ALTER TABLE raw.orders_narrow RENAME TO orders",
-)
 # Late updates: 0.1% of all orders, all of them placed on 30 old days (day 5, 15, ..., 295 of the
 # year: 10 of the 12 months; the last two months untouched). Every changed order gets a new amount
 # and an updated_at after every existing row; a quarter of them flip to 'cancelled' (they leave
@@ -115,7 +118,6 @@ WHERE o.order_id % {STRIDE} = 0
   AND {DAY_INDEX} % {DAY_STEP} = {FIRST_DAY}
   AND {DAY_INDEX} < {FIRST_DAY + DAY_STEP * CHANGED_DAYS}
 """
-FINGERPRINT = "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t"
 TARGET_VS_FLOOR = 2.0  # incremental / floor at most (issue #6, item 8)
 
 FLOOR_IS = (
@@ -155,30 +157,6 @@ class Files:
     floor: Path  # plain previous results, then the change
 
 
-def copy(source: Path, target: Path) -> None:
-    Path(f"{target}.wal").unlink(missing_ok=True)
-    shutil.copyfile(source, target)
-    # Flush the copy now: else the first fsync inside a clock (a run's COMMIT) pays for it.
-    os.sync()
-
-
-def view(model: str, catalog: str) -> str:
-    return f"{catalog}.{branch_schema(DEFAULT_BRANCH)}.{view_name(model)}"
-
-
-def source_fingerprint(path: Path) -> tuple[int, int]:
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        count, total = con.execute(FINGERPRINT).fetchone()
-        return int(count), int(total)
-    finally:
-        con.close()
-
-
-def paths_of(result) -> dict[str, str]:
-    return {outcome.model: outcome.path for outcome in result.outcomes}
-
-
 def prepare(rows: int, work: Path, project: Path) -> tuple[Files, Change]:
     source, built, floor_built = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
     console.print(f"writing {rows:,} orders over {DAYS} days into {source} ...")
@@ -191,16 +169,7 @@ def prepare(rows: int, work: Path, project: Path) -> tuple[Files, Change]:
     first = run_project(project, built)
     assert paths_of(first) == dict.fromkeys(MODELS, "full"), f"first build took {paths_of(first)}"
     copy(source, floor_built)
-    con = duckdb.connect(str(floor_built))
-    try:
-        # The previous results as plain tables: exactly what strata's views expose.
-        con.execute(f"ATTACH '{built}' AS built (READ_ONLY)")
-        for model in MODELS:
-            con.execute(f"CREATE TABLE main.{model} AS SELECT * FROM {view(model, 'built')}")
-        con.execute("DETACH built")
-        old_max = con.execute("SELECT max(updated_at) FROM raw.orders").fetchone()[0]
-    finally:
-        con.close()
+    old_max = write_floor(floor_built, built, MODELS, "SELECT max(updated_at) FROM raw.orders")
     files = Files(work / "engine.tmpl.duckdb", work / "floor.tmpl.duckdb")
     for template, start in ((files.engine, built), (files.floor, floor_built)):
         copy(start, template)
@@ -586,14 +555,6 @@ def profile(
 # -- report --------------------------------------------------------------------------------------
 
 
-def _bm(times: list[float]) -> str:
-    return f"{min(times):.3f} / {statistics.median(times):.3f}"
-
-
-def _seconds(times: list[float]) -> str:
-    return " ".join(f"{t:.3f}" for t in times)
-
-
 def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) -> None:
     inc, full, floor = sides.incremental, sides.full, sides.floor
     table = Table(
@@ -619,7 +580,7 @@ def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) 
     for label, timings, target, verdict in sides_shown:
         table.add_row(
             label,
-            _bm(timings.wall),
+            format_best_median(timings.wall),
             f"{min(timings.cpu):.3f}",
             f"{min(timings.wall) / min(floor.wall):.2f} / {statistics.median(timings.wall) / statistics.median(floor.wall):.2f}",
             f"{min(timings.cpu) / min(floor.cpu):.2f}",
@@ -648,7 +609,9 @@ def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) 
     if verbose:
         for side in ("incremental", "full", "floor"):
             timings: Timings = getattr(sides, side)
-            console.print(f"    {side:<11} wall {_seconds(timings.wall)}; cpu {_seconds(timings.cpu)}")
+            console.print(
+                f"    {side:<11} wall {format_seconds(timings.wall)}; cpu {format_seconds(timings.cpu)}"
+            )
     console.print(
         "  verified after every repeat (row-hash multisets): incremental daily and monthly = full recomputation "
         "from raw.orders (so do the full rebuild and the floor)"
@@ -711,13 +674,7 @@ def report_profile(breakdowns: list[Breakdown], tree: str, statements: int) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000, help="orders in the source (default 10M)")
-    parser.add_argument("--repeat", type=int, default=5, help="interleaved repeats (default 5)")
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="where the temp dir goes (default: system temp)"
-    )
-    parser.add_argument("--verbose", action="store_true", help="also print every timing, in run order")
+    parser = bench_arguments(__doc__, "interleaved repeats (default 5)")
     parser.add_argument(
         "--profile",
         action="store_true",

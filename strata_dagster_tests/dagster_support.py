@@ -23,23 +23,15 @@ from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import execute_run
 from dagster._core.loader import LoadingContextForTest
 
+from strata_dagster import build_definitions
 from strata_dagster.warehouse.history import Entry
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.session import open_session
-from strata_dagster_tests.engine_support import SHOP, execute
+from strata_dagster_tests.engine_support import SHOP, UNPARTITIONED_MODELS, execute
 
 START = dt.date(2025, 1, 1)
 DAYS = 40  # 2025-01-01 .. 2025-02-09: 40 daily partitions, 2 monthly ones
 SOURCES = ("orders", "customers")
-UNPARTITIONED_MODELS = (
-    "stg_orders",
-    "stg_customers",
-    "order_status_log",
-    "first_seen_orders",
-    "orders_enriched",
-    "order_tags",
-    "order_timeline",
-)
 
 
 def make_small_shop(tmp_path: Path, rows: int = 2_000, days: int = DAYS) -> tuple[Path, Path]:
@@ -157,6 +149,16 @@ def materialize_everything(defs: dg.Definitions, instance: dg.DagsterInstance) -
     daily, monthly = partition_ranges(defs)
     assert execute_assets(defs, instance, ["daily_revenue"], partitions=daily).success
     assert execute_assets(defs, instance, ["monthly_revenue"], partitions=monthly).success
+
+
+def materialized_shop(tmp_path: Path) -> tuple[Path, Path, dg.Definitions, dg.DagsterInstance]:
+    """The small shop, its definitions and an ephemeral instance in which everything is materialized:
+    (project, warehouse, defs, instance)."""
+    project, warehouse = make_small_shop(tmp_path)
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    materialize_everything(defs, instance)
+    return project, warehouse, defs, instance
 
 
 def partition_ranges(defs):

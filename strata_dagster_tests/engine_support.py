@@ -8,18 +8,23 @@ import duckdb
 from strata_dagster.warehouse.sample_data import write_sample_data
 
 SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
-SHOP_MODELS = frozenset(
-    {
-        "stg_orders",
-        "stg_customers",
-        "order_status_log",
-        "first_seen_orders",
-        "orders_enriched",
-        "order_tags",
-        "order_timeline",
-        "daily_revenue",
-        "monthly_revenue",
-    }
+UNPARTITIONED_MODELS = (
+    "stg_orders",
+    "stg_customers",
+    "order_status_log",
+    "first_seen_orders",
+    "orders_enriched",
+    "order_tags",
+    "order_timeline",
+)
+SHOP_MODELS = frozenset({*UNPARTITIONED_MODELS, "daily_revenue", "monthly_revenue"})
+# The figures of engine.verify that count rows and row-hash groups (zero when equal).
+VERIFY_COUNTS = (
+    "row_delta",
+    "hash_groups_only_in_full",
+    "hash_groups_only_in_incremental",
+    "hash_groups_with_count_mismatch",
+    "rows_in_mismatched_hash_groups",
 )
 
 
@@ -40,6 +45,22 @@ def execute(warehouse: Path, *statements: str, params=None) -> list:
         return result
     finally:
         con.close()
+
+
+def sql(warehouse: Path, statement: str, params=None) -> list:
+    """The rows of one statement."""
+    return execute(warehouse, statement, params=params)
+
+
+def make_module_project(root: Path, file_name: str, module: str, *tables: str) -> tuple[Path, Path]:
+    """A project of one module (root/project/`file_name`) and a warehouse (root/w.duckdb) with a raw
+    schema and the `tables` statements run in it."""
+    project = root / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / file_name).write_text(module)
+    warehouse = root / "w.duckdb"
+    execute(warehouse, "CREATE SCHEMA IF NOT EXISTS raw", *tables)
+    return project, warehouse
 
 
 def view_tables(warehouse: Path, schema: str = "main") -> dict[str, str]:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import duckdb
 
+from strata_dagster_tests.engine_support import make_module_project
+
 MODULE = """
 source events {
   table: raw.events
@@ -47,15 +49,12 @@ WINDOW_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0 AND ts > ? AND ts <= 
 
 
 def make_project(root: Path, module: str = MODULE) -> tuple[Path, Path]:
-    project = root / "project"
-    project.mkdir(parents=True, exist_ok=True)
-    (project / "events.strata").write_text(module)
-    warehouse = root / "w.duckdb"
-    con = duckdb.connect(str(warehouse))
-    con.execute("CREATE SCHEMA IF NOT EXISTS raw")
-    con.execute("CREATE OR REPLACE TABLE raw.events (id BIGINT, status VARCHAR, v INTEGER, ts TIMESTAMP)")
-    con.close()
-    return project, warehouse
+    return make_module_project(
+        root,
+        "events.strata",
+        module,
+        "CREATE OR REPLACE TABLE raw.events (id BIGINT, status VARCHAR, v INTEGER, ts TIMESTAMP)",
+    )
 
 
 def multiset(con: duckdb.DuckDBPyConnection, query: str, params=None) -> list:

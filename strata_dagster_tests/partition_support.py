@@ -4,6 +4,8 @@ from pathlib import Path
 
 import duckdb
 
+from strata_dagster_tests.engine_support import make_module_project
+
 MODULE = """
 source orders {
   table: raw.orders
@@ -50,18 +52,13 @@ def full_query(model: str) -> str:
 
 
 def make_project(root: Path) -> tuple[Path, Path]:
-    project = root / "project"
-    project.mkdir(parents=True, exist_ok=True)
-    (project / "orders.strata").write_text(MODULE)
-    warehouse = root / "w.duckdb"
-    con = duckdb.connect(str(warehouse))
-    con.execute("CREATE SCHEMA IF NOT EXISTS raw")
-    con.execute(
+    return make_module_project(
+        root,
+        "orders.strata",
+        MODULE,
         "CREATE OR REPLACE TABLE raw.orders (order_id BIGINT, order_ts TIMESTAMP, updated_at TIMESTAMP, "
-        "status VARCHAR, channel VARCHAR, amount DECIMAL(12, 2))"
+        "status VARCHAR, channel VARCHAR, amount DECIMAL(12, 2))",
     )
-    con.close()
-    return project, warehouse
 
 
 def compare(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object]:

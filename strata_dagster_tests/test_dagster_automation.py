@@ -11,8 +11,7 @@ from strata_dagster.orchestration import stale_sensor
 from strata_dagster_tests.dagster_support import (
     change_order,
     execute_assets,
-    make_small_shop,
-    materialize_everything,
+    materialized_shop,
     observe_sources,
     order_day,
     stale_set,
@@ -46,11 +45,7 @@ def execute_requested(defs, instance, names: set[str]) -> None:
 
 @pytest.fixture
 def shop(tmp_path):
-    project, warehouse = make_small_shop(tmp_path)
-    defs = build_definitions(project, warehouse=warehouse)
-    instance = dg.DagsterInstance.ephemeral()
-    materialize_everything(defs, instance)
-    return project, warehouse, defs, instance
+    return materialized_shop(tmp_path)
 
 
 def test_the_condition_requests_exactly_the_stale_partitions_wave_by_wave_until_fresh(shop):

@@ -26,7 +26,7 @@ from strata_dagster_tests.dagster_support import (
     materialize_everything,
     observe_sources,
 )
-from strata_dagster_tests.engine_support import SHOP, execute
+from strata_dagster_tests.engine_support import SHOP, VERIFY_COUNTS, execute
 from strata_dagster_tests.test_verify import replace_live
 
 UNIQUE = {
@@ -41,13 +41,6 @@ UNIQUE = {
 }
 CONTRACT = {"stg_customers", "daily_revenue", "region_summary"}
 VERIFIABLE = {"stg_orders", "order_status_log", "first_seen_orders", "daily_revenue", "monthly_revenue"}
-COUNTS = (
-    "row_delta",
-    "hash_groups_only_in_full",
-    "hash_groups_only_in_incremental",
-    "hash_groups_with_count_mismatch",
-    "rows_in_mismatched_hash_groups",
-)
 
 
 @strata_python_model(unique=["region"], contract={"region": "VARCHAR not null"}, code_version="1")
@@ -90,7 +83,7 @@ def values(evaluation: dg.AssetCheckEvaluation) -> dict:
 
 
 def counts(metadata: dict) -> tuple[int, ...]:
-    return tuple(metadata[name] for name in COUNTS)
+    return tuple(metadata[name] for name in VERIFY_COUNTS)
 
 
 def run_checks(defs, instance, names, check_name):

@@ -14,9 +14,8 @@ from strata_dagster_tests.dagster_support import (
     change_order,
     day_keys,
     execute_assets,
-    make_small_shop,
     materializations,
-    materialize_everything,
+    materialized_shop,
     observe_sources,
     order_day,
     stale_set,
@@ -29,11 +28,7 @@ COMPANION = dg.AssetKey("stg_orders__by_day")
 
 @pytest.fixture
 def shop(tmp_path):
-    project, warehouse = make_small_shop(tmp_path)
-    defs = build_definitions(project, warehouse=warehouse)
-    instance = dg.DagsterInstance.ephemeral()
-    materialize_everything(defs, instance)
-    return project, warehouse, defs, instance
+    return materialized_shop(tmp_path)
 
 
 def partitioned(stale: set[str]) -> set[str]:

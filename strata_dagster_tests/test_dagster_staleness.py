@@ -13,9 +13,8 @@ from strata_dagster_tests.dagster_support import (
     change_order,
     day_keys,
     execute_assets,
-    make_small_shop,
     materializations,
-    materialize_everything,
+    materialized_shop,
     observe_sources,
     order_day,
     partition_ranges,
@@ -28,11 +27,7 @@ DIRECT_CONSUMERS_OF_ORDERS = {"stg_orders", "order_status_log", "first_seen_orde
 
 @pytest.fixture
 def shop(tmp_path):
-    project, warehouse = make_small_shop(tmp_path)
-    defs = build_definitions(project, warehouse=warehouse)
-    instance = dg.DagsterInstance.ephemeral()
-    materialize_everything(defs, instance)
-    return project, warehouse, defs, instance
+    return materialized_shop(tmp_path)
 
 
 def paid_order(warehouse, offset=10):

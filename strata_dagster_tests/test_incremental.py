@@ -9,6 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.engine.run import run_project
+from strata_dagster_tests.engine_support import sql
 from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_project, multiset
 
 T0 = dt.datetime(2025, 1, 1)
@@ -23,14 +24,6 @@ def events(tmp_path):
         [T0],
     )
     return project, warehouse
-
-
-def sql(warehouse, statement, params=None):
-    con = duckdb.connect(str(warehouse))
-    try:
-        return con.execute(statement, params or []).fetchall()
-    finally:
-        con.close()
 
 
 def paths(result):

@@ -7,18 +7,11 @@ import pytest
 
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
+from strata_dagster_tests.engine_support import sql
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare, make_project
 
 START = dt.datetime(2026, 1, 1)
-
-
-def sql(warehouse, statement, params=None):
-    con = duckdb.connect(str(warehouse))
-    try:
-        return con.execute(statement, params or []).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture

@@ -26,19 +26,7 @@ from strata_dagster.language.parser import parse_module
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.session import read_source_schemas
 from strata_dagster_tests.conftest import CUSTOMERS_COLUMNS, ORDERS_COLUMNS
-
-SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
-SHOP_MODELS = {
-    "stg_orders",
-    "stg_customers",
-    "order_status_log",
-    "first_seen_orders",
-    "orders_enriched",
-    "order_tags",
-    "order_timeline",
-    "daily_revenue",
-    "monthly_revenue",
-}
+from strata_dagster_tests.engine_support import SHOP, SHOP_MODELS
 
 SOURCES = """
 source orders {

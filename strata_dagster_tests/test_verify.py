@@ -18,18 +18,18 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.compare import ColumnTotal, Figures
-from strata_dagster_tests.engine_support import SHOP_MODELS, execute, history_count, make_shop, view_tables
+from strata_dagster_tests.engine_support import (
+    SHOP_MODELS,
+    VERIFY_COUNTS,
+    execute,
+    history_count,
+    make_shop,
+    view_tables,
+)
 
 ALL_MODELS = SHOP_MODELS
 # Models whose rows carry an order's amount (or a sum of it).
 CARRY_AMOUNT = {"stg_orders", "first_seen_orders", "orders_enriched", "daily_revenue", "monthly_revenue"}
-COUNTS = (
-    "row_delta",
-    "hash_groups_only_in_full",
-    "hash_groups_only_in_incremental",
-    "hash_groups_with_count_mismatch",
-    "rows_in_mismatched_hash_groups",
-)
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def built(tmp_path):
 
 
 def counts(figures):
-    return tuple(getattr(figures, name) for name in COUNTS)
+    return tuple(getattr(figures, name) for name in VERIFY_COUNTS)
 
 
 def live_state(warehouse):
