@@ -221,16 +221,43 @@ def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
 
 
 def test_an_in_place_edit_beside_an_update_is_noted_not_applied(events):
+    """The kept-rows check compares row versions (merge keys and cdc column) of the rows the model
+    holds: an edit that moves a row out of the filter without advancing `ts` changes them, the
+    anti-join finds no key gone, and the detail says the edit is not applied."""
     project, warehouse = events
     run_project(project, warehouse)
     sql(warehouse, "UPDATE raw.events SET v = 4, ts = ts + INTERVAL 1000 HOUR WHERE id = 3")
-    sql(warehouse, "UPDATE raw.events SET v = 99 WHERE id = 7")  # ts not advanced
+    sql(warehouse, "UPDATE raw.events SET status = 'void' WHERE id = 7")  # ts not advanced
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("up").path == "delta"
     _, _, detail = latest_detail(warehouse, "up")
     assert detail["deleted_keys_checked"] is True and detail["changed_keys"] == 1
     assert any("without advancing cdc_column" in note for note in detail["notes"])
-    assert sql(warehouse, "SELECT v FROM main.v_up WHERE id = 7") == [(0,)]
+    assert sql(warehouse, "SELECT count(*) FROM main.v_up WHERE id = 7") == [(1,)]
+
+
+def test_the_state_carries_its_key_and_cdc_figures(events):
+    """What the kept-rows check compares against: kept equal to a fresh count over the live view
+    after a full build and after every delta (compaction included)."""
+    project, warehouse = events
+    run_project(project, warehouse)
+    for step in range(10):
+        sql(
+            warehouse,
+            "UPDATE raw.events SET v = v + 1, ts = ts + to_hours(1000 * (? + 1)) WHERE id % 10 = ?",
+            [step, step],
+        )
+        run_project(project, warehouse, only_stale=True)
+        _, _, detail = latest_detail(warehouse, "up")
+        live = sql(warehouse, "SELECT count(*), sum(hash(id, ts)::HUGEINT) FROM main.v_up")[0]
+        recorded = sql(
+            warehouse,
+            "SELECT detail FROM strata.snapshot_states WHERE model = 'up' ORDER BY created_entry DESC LIMIT 1",
+        )
+        figures = json.loads(recorded[0][0])["key_cdc_sum"]
+        assert (figures[0], int(figures[1])) == (live[0], int(live[1])), step
+        assert detail["deleted_keys_checked"] is False
+    assert up_equals_full(warehouse)
 
 
 def test_rows_below_the_watermark_force_a_full_build(events):

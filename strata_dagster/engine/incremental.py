@@ -9,7 +9,7 @@ falls back to a full build, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,31 @@ def output_watermark(ctx: IncrementalContext, query: exp.Table | exp.Query) -> t
     return ctx.session.max_value(query, ctx.model.properties.cdc_column or "")
 
 
+KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
+
+
+def key_cdc_columns(model: Model, columns: Sequence[Sequence[str]]) -> list[str] | None:
+    """An upsert's merge keys and cdc column, when all are output columns: what identifies a row's
+    version, so the kept-rows check can hash them alone instead of whole rows."""
+    props = model.properties
+    if props.merge_strategy != "upsert" or not props.merge_keys or not props.cdc_column:
+        return None
+    wanted = [*props.merge_keys, props.cdc_column]
+    names = {column[0] for column in columns}
+    return wanted if all(name in names for name in wanted) else None
+
+
+def full_key_sum(
+    ctx: IncrementalContext, table_name: str, columns: Sequence[Sequence[str]]
+) -> dict[str, Any]:
+    """The key-and-cdc figures a full build of an upsert records for its next delta."""
+    key_columns = key_cdc_columns(ctx.model, columns)
+    if key_columns is None:
+        return {}
+    count, hash_sum = ctx.session.key_sum(snapshot_table(table_name), key_columns)
+    return {KEY_SUM: [count, hash_sum]}
+
+
 class DeltaBuilder:
     def __init__(self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]) -> None:
         self.ctx = ctx
@@ -143,6 +168,10 @@ class DeltaBuilder:
         self.segments = segments
         self.props = ctx.model.properties
         self.merge_keys = list(self.props.merge_keys or ())
+        recorded = KEY_SUM in previous.detail
+        self.key_columns = (
+            key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
+        )
         self.previous_query = composite_query(
             segments,
             self.previous.detail.get("merge_keys") or (),
@@ -219,16 +248,21 @@ class DeltaBuilder:
         alias = compiled.base_relation
         values = [compiled.base_expression(base or key, qualifier=alias) for key, base in key_sources]
         changed_keys = session.create_keys_table(keys_table, relation, keys, window, None, self.merge_keys)
-        is_null_free, removed = self._replaced(keys_table) if changed_keys or rows_left else (True, (0, "0"))
+        nothing: tuple[bool, tuple[int, str], str] = (True, (0, "0"), "0")
+        is_null_free, removed, removed_key = (
+            self._replaced(keys_table) if changed_keys or rows_left else nothing
+        )
         is_anti_joined = False
-        if rows_left and not self._kept_rows_match(keys_table, values, low, high, removed, is_null_free):
+        if rows_left and not self._kept_rows_match(
+            keys_table, values, low, high, removed, removed_key, is_null_free
+        ):
             # Rows left the source other than by an update in the window: find the keys that left.
             is_anti_joined = True
             window_keys = changed_keys
             changed_keys = session.create_keys_table(
                 keys_table, relation, keys, window, self.previous_query, self.merge_keys
             )
-            is_null_free, removed = self._replaced(keys_table)
+            is_null_free, removed, removed_key = self._replaced(keys_table)
             if changed_keys == window_keys:
                 notes.append(
                     "rows the model keeps changed in the source without advancing cdc_column, and no key "
@@ -247,19 +281,26 @@ class DeltaBuilder:
         delta_query = compiled.with_base_predicate(
             keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
         )
-        return self._finish(delta_query, removed, keys_table, detail, facts)
+        kept_key_sum = None
+        if self.key_columns is not None:
+            count, hash_sum = self.previous.detail[KEY_SUM]
+            kept_key_sum = (int(count) - removed[0], int(hash_sum) - int(removed_key))
+        return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
 
-    def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str]]:
-        """Whether the keys table is NULL-free, and the previous rows its keys replace."""
+    def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
+        """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
+        and row-hash sum, and their key-and-cdc hash sum ("0" when the state records none)."""
         is_null_free = self.ctx.session.count_null_keys(keys_table, self.merge_keys) == 0
         previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
-        removed = self.ctx.session.content_where(
-            self.previous_query,
-            keyed_rows(
-                self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
-            ),
+        condition = keyed_rows(
+            self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
         )
-        return is_null_free, removed
+        if self.key_columns is None:
+            return is_null_free, self.ctx.session.content_where(self.previous_query, condition), "0"
+        count, hash_sum, key_hash_sum = self.ctx.session.content_and_key_sum_where(
+            self.previous_query, condition, self.key_columns
+        )
+        return is_null_free, (count, hash_sum), key_hash_sum
 
     def _kept_rows_match(
         self,
@@ -268,6 +309,7 @@ class DeltaBuilder:
         low: exp.Expression,
         high: exp.Expression,
         removed: tuple[int, str],
+        removed_key: str,
         is_null_free: bool,
     ) -> bool:
         """Whether the previous rows the delta keeps (keys not in the window) are exactly what the
@@ -275,7 +317,9 @@ class DeltaBuilder:
 
         Rows left the region below the watermark: updated (their keys are in the window) or deleted.
         A deleted row the previous state holds makes the two sides differ, so a match proves no
-        kept row lost its source row, and the costly deleted-key anti-join is not needed."""
+        kept row lost its source row, and the costly deleted-key anti-join is not needed. When the
+        state records its keys-and-cdc figures, rows are compared by those columns alone (a row's
+        version), which spares computing and hashing every output column."""
         compiled = self.ctx.compiled
         cdc = compiled.base_expression(
             compiled.base_column(self.props.cdc_column or "") or "", qualifier=compiled.base_relation
@@ -286,21 +330,24 @@ class DeltaBuilder:
         )
         # All rows outside the window less those whose keys the window replaces: two scans that keep
         # DuckDB's plain semi-join, cheaper than one scan under a NULL-safe anti-join.
+        queries = [
+            _bind(compiled.with_base_predicate(condition), self.ctx.relation)
+            for condition in (outside, exp.and_(outside.copy(), replaced))
+        ]
         session = self.ctx.session
-        outside_now = session.content_where(
-            _bind(compiled.with_base_predicate(outside), self.ctx.relation), exp.true()
-        )
-        replaced_now = session.content_where(
-            _bind(compiled.with_base_predicate(exp.and_(outside.copy(), replaced)), self.ctx.relation),
-            exp.true(),
-        )
-        count = outside_now[0] - replaced_now[0]
-        hash_sum = int(outside_now[1]) - int(replaced_now[1])
-        kept_before = (
-            self.previous.row_count - removed[0],
-            int(self.previous.row_hash_sum) - int(removed[1]),
-        )
-        return (count, int(hash_sum)) == kept_before
+        if self.key_columns is not None:
+            key_columns = self.key_columns
+            (all_count, all_sum), (replaced_count, replaced_sum) = (
+                session.key_sum(query, key_columns) for query in queries
+            )
+            count, hash_sum = self.previous.detail[KEY_SUM]
+            before = (int(count) - removed[0], int(hash_sum) - int(removed_key))
+        else:
+            (all_count, all_sum), (replaced_count, replaced_sum) = (
+                session.content_where(query, exp.true()) for query in queries
+            )
+            before = (self.previous.row_count - removed[0], int(self.previous.row_hash_sum) - int(removed[1]))
+        return (all_count - replaced_count, int(all_sum) - int(replaced_sum)) == before
 
     # -- append / append_new ------------------------------------------------------------------
     def _append(
@@ -377,6 +424,7 @@ class DeltaBuilder:
         keys_table: str | None,
         detail: dict[str, Any],
         facts: dict[str, Any],
+        kept_key_sum: tuple[int, int] | None = None,
     ) -> DeltaBuild:
         session = self.ctx.session
         name = self.ctx.table_name
@@ -397,6 +445,9 @@ class DeltaBuilder:
             if keys_table:
                 session.drop_snapshot(keys_table)
             raise SchemaChanged()
+        if kept_key_sum is not None and self.key_columns is not None:
+            segment_count, segment_sum = session.key_sum(snapshot_table(name), self.key_columns)
+            detail[KEY_SUM] = [kept_key_sum[0] + segment_count, str(kept_key_sum[1] + int(segment_sum))]
         segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
         if len(segments) > MAX_SEGMENTS:
             # Compact: one new base holding exactly the rows the segments stand for.

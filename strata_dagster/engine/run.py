@@ -30,6 +30,7 @@ from strata_dagster.engine.incremental import (
     IncrementalContext,
     SchemaChanged,
     full_detail,
+    full_key_sum,
     output_watermark,
 )
 from strata_dagster.engine.partitions import PartitionBuilder
@@ -425,6 +426,7 @@ class _Run:
             with self._as_build_error(name):
                 detail = full_detail(incremental)
                 detail["columns"] = [list(column) for column in content.columns]
+                detail.update(full_key_sum(incremental, table_name, content.columns))
                 watermark = detail.get("high")
                 if watermark is None and detail.get("cdc_type") is None:
                     watermark, detail["cdc_type"] = output_watermark(incremental, snapshot_table(table_name))

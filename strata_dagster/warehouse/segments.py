@@ -287,6 +287,33 @@ def content_where(
     return int(row[0]), str(row[1])
 
 
+def _key_hash_sum(columns: Sequence[str]) -> exp.Expression:
+    hashed = exp.func("hash", *(exp.column(column, table=ROW_ALIAS) for column in columns))
+    summed = exp.func("sum", exp.cast(hashed, exp.DataType.build("HUGEINT")))
+    return exp.func("coalesce", summed, exp.Literal.number(0))
+
+
+def content_and_key_sum_where(
+    con: duckdb.DuckDBPyConnection, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
+) -> tuple[int, str, str]:
+    """`content_where`, plus the sum of a hash of only `columns` over the same rows, in one scan."""
+    count, hash_sum = row_hash_aggregates()
+    statement = (
+        exp.select(count, hash_sum, _key_hash_sum(columns)).from_(query.subquery(ROW_ALIAS)).where(condition)
+    )
+    row = run(con, statement).fetchone()
+    return int(row[0]), str(row[1]), str(row[2])
+
+
+def key_sum(
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, columns: Sequence[str]
+) -> tuple[int, str]:
+    """Row count and the sum of a hash of only `columns` (e.g. merge keys and cdc column)."""
+    statement = exp.select(exp.func("count_star"), _key_hash_sum(columns)).from_(_aliased(relation))
+    row = run(con, statement).fetchone()
+    return int(row[0]), str(row[1])
+
+
 def create_values_table(
     con: duckdb.DuckDBPyConnection, name: str, column: str, values: Sequence[exp.Expression]
 ) -> None:

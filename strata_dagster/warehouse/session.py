@@ -26,10 +26,12 @@ from strata_dagster.warehouse.segments import (
     Segment,
     WindowStats,
     composite_query,
+    content_and_key_sum_where,
     content_where,
     count_null_keys,
     create_keys_table,
     create_values_table,
+    key_sum,
     max_value,
     window_stats,
 )
@@ -169,6 +171,16 @@ class Session:
     def content_where(self, query: exp.Query, condition: exp.Expression) -> tuple[int, str]:
         with _as_warehouse_errors():
             return content_where(self.con, query, condition)
+
+    def content_and_key_sum_where(
+        self, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
+    ) -> tuple[int, str, str]:
+        with _as_warehouse_errors():
+            return content_and_key_sum_where(self.con, query, condition, columns)
+
+    def key_sum(self, relation: exp.Table | exp.Query, columns: Sequence[str]) -> tuple[int, str]:
+        with _as_warehouse_errors():
+            return key_sum(self.con, relation, columns)
 
     def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
         with _as_warehouse_errors():
