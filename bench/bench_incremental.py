@@ -425,6 +425,8 @@ STEP_OF: dict[str, str | Callable[..., str]] = {
     "create_keys_table": KEYS_TABLE,
     "create_snapshot": "CTAS (delta or full)",
     "content_where": "kept-rows check, removed rows",
+    "content_and_key_sum_where": "kept-rows check, removed rows",
+    "key_sum": "kept-rows check, removed rows",
     "unique_violation": "pins (unique, contract)",
     "unique_collisions": "pins (unique, contract)",
     "contract_violation": "pins (unique, contract)",
