@@ -281,10 +281,7 @@ class DeltaBuilder:
         delta_query = compiled.with_base_predicate(
             keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
         )
-        kept_key_sum = None
-        if self.key_columns is not None:
-            count, hash_sum = self.previous.detail[KEY_SUM]
-            kept_key_sum = (int(count) - removed[0], int(hash_sum) - int(removed_key))
+        kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
 
     def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
@@ -301,6 +298,11 @@ class DeltaBuilder:
             self.previous_query, condition, self.key_columns
         )
         return is_null_free, (count, hash_sum), key_hash_sum
+
+    def _kept_key_sum(self, removed: tuple[int, str], removed_key: str) -> tuple[int, int]:
+        """The key-and-cdc figures of the previous rows the delta keeps."""
+        count, hash_sum = self.previous.detail[KEY_SUM]
+        return int(count) - removed[0], int(hash_sum) - int(removed_key)
 
     def _kept_rows_match(
         self,
@@ -340,11 +342,10 @@ class DeltaBuilder:
             (all_count, all_sum), (replaced_count, replaced_sum) = (
                 session.key_sum(query, key_columns) for query in queries
             )
-            count, hash_sum = self.previous.detail[KEY_SUM]
-            before = (int(count) - removed[0], int(hash_sum) - int(removed_key))
+            before = self._kept_key_sum(removed, removed_key)
         else:
             (all_count, all_sum), (replaced_count, replaced_sum) = (
-                session.content_where(query, exp.true()) for query in queries
+                session.content_where(query) for query in queries
             )
             before = (self.previous.row_count - removed[0], int(self.previous.row_hash_sum) - int(removed[1]))
         return (all_count - replaced_count, int(all_sum) - int(replaced_sum)) == before

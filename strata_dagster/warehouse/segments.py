@@ -119,16 +119,6 @@ def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.
     return exp.and_(exp.GT(this=cdc.copy(), expression=low.copy()), upper)
 
 
-def _content_where(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, condition: exp.Expression | None
-) -> tuple[int, int]:
-    query = exp.select(*row_hash_aggregates()).from_(_aliased(relation))
-    if condition is not None:
-        query = query.where(condition.copy())
-    row = run(con, query).fetchone()
-    return int(row[0]), int(row[1])
-
-
 def window_stats(
     con: duckdb.DuckDBPyConnection,
     relation: exp.Table,
@@ -149,15 +139,16 @@ def window_stats(
         ).from_(_aliased(relation)),
     ).fetchone()
     high_text, cdc_type = bound[0], str(bound[1])
-    count, hash_sum = _content_where(con, relation, None) if totals is None else (totals[0], int(totals[1]))
+    count, hash_text = content_where(con, relation) if totals is None else totals
+    hash_sum = int(hash_text)
     window, above_next = (0, 0), (0, 0)
     if high_text is not None:
         high = _typed(high_text, cdc_type)
         if low is not None:
-            window = _content_where(con, relation, window_predicate(cdc, low, high))
+            window = _as_ints(content_where(con, relation, window_predicate(cdc, low, high)))
         if lateness is not None:
             threshold = exp.Sub(this=high.copy(), expression=lateness.copy())
-            above_next = _content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold))
+            above_next = _as_ints(content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold)))
     return WindowStats(
         high=high_text,
         cdc_type=cdc_type,
@@ -278,13 +269,18 @@ def max_value(
 
 
 def content_where(
-    con: duckdb.DuckDBPyConnection, query: exp.Query, condition: exp.Expression
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
 ) -> tuple[int, str]:
-    """Row count and row-hash sum of the rows of `query` (aliased ROW_ALIAS) meeting `condition`."""
-    count, hash_sum = row_hash_aggregates()
-    statement = exp.select(count, hash_sum).from_(query.subquery(ROW_ALIAS)).where(condition)
+    """Row count and row-hash sum of the rows of `relation` (aliased ROW_ALIAS) meeting `condition`."""
+    statement = exp.select(*row_hash_aggregates()).from_(_aliased(relation))
+    if condition is not None:
+        statement = statement.where(condition.copy())
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1])
+
+
+def _as_ints(figures: tuple[int, str]) -> tuple[int, int]:
+    return figures[0], int(figures[1])
 
 
 def _key_hash_sum(columns: Sequence[str]) -> exp.Expression:
@@ -298,9 +294,7 @@ def content_and_key_sum_where(
 ) -> tuple[int, str, str]:
     """`content_where`, plus the sum of a hash of only `columns` over the same rows, in one scan."""
     count, hash_sum = row_hash_aggregates()
-    statement = (
-        exp.select(count, hash_sum, _key_hash_sum(columns)).from_(query.subquery(ROW_ALIAS)).where(condition)
-    )
+    statement = exp.select(count, hash_sum, _key_hash_sum(columns)).from_(_aliased(query)).where(condition)
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1]), str(row[2])
 

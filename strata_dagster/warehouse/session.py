@@ -168,9 +168,11 @@ class Session:
         with _as_warehouse_errors():
             return count_null_keys(self.con, name, keys)
 
-    def content_where(self, query: exp.Query, condition: exp.Expression) -> tuple[int, str]:
+    def content_where(
+        self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
+    ) -> tuple[int, str]:
         with _as_warehouse_errors():
-            return content_where(self.con, query, condition)
+            return content_where(self.con, relation, condition)
 
     def content_and_key_sum_where(
         self, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
