@@ -22,7 +22,8 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
 from strata_dagster.engine.catalog import partition_input
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.partitions import raw_partition_of
-from strata_dagster.errors import E_SOURCE, E_WAREHOUSE, StrataError
+from strata_dagster.engine.status import unreadable_source
+from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.content import Content
@@ -70,12 +71,7 @@ def source_partitions(
         try:
             return _partitions(session, relation, source.partitioned_by, keys)
         except WarehouseError as error:
-            raise StrataError(
-                E_SOURCE,
-                f"source `{name}` cannot be read: {error}",
-                source.location,
-                hint="load the table first or fix `table:`",
-            ) from None
+            raise unreadable_source(source, relation, error) from None
 
 
 def model_partitions(
@@ -125,12 +121,7 @@ def input_partitions(
         except WarehouseError as error:
             if source is None:
                 raise _not_live(found.upstream, branch, error) from None
-            raise StrataError(
-                E_SOURCE,
-                f"source `{found.upstream}` cannot be read: {error}",
-                source.location,
-                hint="load the table first or fix `table:`",
-            ) from None
+            raise unreadable_source(source, relation, error) from None
     contents = {
         key: Content(columns, count, hash_sum) for key, (count, hash_sum) in groups.items() if key is not None
     }

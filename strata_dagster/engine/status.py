@@ -55,7 +55,7 @@ def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
     return fingerprints
 
 
-def _unreadable_source(source: Source, relation: exp.Table, error: WarehouseError) -> StrataError:
+def unreadable_source(source: Source, relation: exp.Table, error: WarehouseError) -> StrataError:
     return StrataError(
         E_SOURCE,
         f"source `{source.name}` cannot be read from `{render(relation)}`: {error}",
@@ -70,7 +70,7 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
     try:
         content = session.content(relation)
     except WarehouseError as error:
-        raise _unreadable_source(source, relation, error) from None
+        raise unreadable_source(source, relation, error) from None
     return SourceState(name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum)
 
 
@@ -85,7 +85,7 @@ def read_source_state_by_group(
         groups = session.content_by_group(relation, key)
         columns = session.describe(relation)
     except WarehouseError as error:
-        raise _unreadable_source(source, relation, error) from None
+        raise unreadable_source(source, relation, error) from None
     content = Content(
         columns,
         sum(count for count, _ in groups.values()),
