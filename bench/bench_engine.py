@@ -60,6 +60,13 @@ ORDERS_MODELS = ("orders_clean", "daily")  # the models that read raw.orders
 
 # What the engine computes per source to decide staleness (warehouse/content.py), bare.
 FINGERPRINT = "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t"
+# What strata hashes per row of raw.orders for each `versioning` of the source in the incremental
+# and partition benches (their changes all advance updated_at, so the cdc contract holds).
+SOURCE_SCANS = {
+    "cdc": "SELECT count(*), sum(hash(t.updated_at)::HUGEINT) FROM raw.orders AS t",
+    "full": FINGERPRINT,
+}
+VERSIONING_LINES = {"cdc": "  versioning: cdc(updated_at)\n", "full": "  versioning: full\n"}
 FINGERPRINTS = (FINGERPRINT, "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.customers AS t")
 # The source of bench_incremental and bench_partitions: raw.orders of write_sample_data without its
 # `tags` list column (hashing a list per row would dominate every scan and say nothing about merging
@@ -332,6 +339,20 @@ def bench_arguments(doc: str, repeat_help: str = "interleaved repeats per scenar
     )
     parser.add_argument("--verbose", action="store_true", help="also print every timing, in run order")
     return parser
+
+
+def add_versioning_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--versioning",
+        choices=sorted(VERSIONING_LINES),
+        default="cdc",
+        help="how raw.orders is versioned: cdc(updated_at), its change column (default), or full rows",
+    )
+
+
+def with_versioning(project: str, versioning: str) -> str:
+    """`project` with raw.orders's `versioning` line for `versioning` (the line it has is cdc's)."""
+    return project.replace(VERSIONING_LINES["cdc"], VERSIONING_LINES[versioning])
 
 
 def main() -> None:

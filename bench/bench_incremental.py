@@ -25,9 +25,10 @@ from typing import Any
 
 import duckdb
 from bench_engine import (
-    FINGERPRINT,
     NARROW,
+    SOURCE_SCANS,
     Timings,
+    add_versioning_argument,
     bench_arguments,
     console,
     copy,
@@ -40,6 +41,7 @@ from bench_engine import (
     source_fingerprint,
     timed,
     view,
+    with_versioning,
     write_floor,
 )
 from rich.table import Table
@@ -59,7 +61,10 @@ from strata_dagster.warehouse.session import Session, open_session
 from strata_dagster.warehouse.sql import render
 
 PROJECT = """
-source orders { table: raw.orders }
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
 
 model orders_upsert {
   from orders
@@ -279,11 +284,13 @@ def scenario_files(scenario: Scenario, work: Path, source: Path, built: Path, fl
 
 
 def bench(
-    rows: int, repeat: int, work: Path, profile: bool, unique: bool
+    rows: int, repeat: int, work: Path, profile: bool, unique: bool, versioning: str
 ) -> tuple[list[Scenario], list[Breakdown]]:
     project = work / "project"
     project.mkdir()
-    (project / "bench.strata").write_text(PROJECT if unique else PROJECT.replace(UNIQUE_PIN, ""))
+    text = with_versioning(PROJECT, versioning)
+    (project / "bench.strata").write_text(text if unique else text.replace(UNIQUE_PIN, ""))
+    source_scan = SOURCE_SCANS[versioning]
     starts: dict[str | None, Start] = {None: Start(*prepare_templates(rows, work, project))}
     engine, full, floor = work / "engine.duckdb", work / "full.duckdb", work / "floor.duckdb"
     scenarios = [
@@ -320,7 +327,7 @@ def bench(
                 (incremental, sides.incremental),
                 (lambda: check_paths(run_project(project, full), "full"), sides.full),
                 (lambda floor_sql=floor_sql: execute(floor, floor_sql), sides.floor),
-                (lambda: execute(engine, [FINGERPRINT]), sides.fingerprint),
+                (lambda: execute(engine, [source_scan]), sides.fingerprint),
             ],
             lambda scenario=scenario: verify(scenario.name, engine, full, floor),
         )
@@ -331,7 +338,7 @@ def bench(
     if profile:
         install_profiler()  # only now: the timed runs above ran the engine untouched
         for scenario, files in zip(scenarios, templates, strict=True):
-            breakdowns.extend(profile_scenario(scenario.name, project, files, engine, full))
+            breakdowns.extend(profile_scenario(scenario.name, project, files, engine, full, source_scan))
     return scenarios, breakdowns
 
 
@@ -540,7 +547,9 @@ def profiled(label: str, call: Callable[[], object]) -> Breakdown:
     return breakdown
 
 
-def profile_scenario(name: str, project: Path, files: Files, engine: Path, full: Path) -> list[Breakdown]:
+def profile_scenario(
+    name: str, project: Path, files: Files, engine: Path, full: Path, source_scan: str
+) -> list[Breakdown]:
     copy(files.engine, engine)
     copy(files.full, full)
     found = [
@@ -552,7 +561,7 @@ def profile_scenario(name: str, project: Path, files: Files, engine: Path, full:
     ]
     copy(files.engine, engine)  # the bare scan on the same state, for reference
     cpu, started = cpu_seconds(), time.perf_counter()
-    execute(engine, [FINGERPRINT])
+    execute(engine, [source_scan])
     found[0].charge(REFERENCE, time.perf_counter() - started, cpu_seconds() - cpu)
     return found
 
@@ -560,8 +569,10 @@ def profile_scenario(name: str, project: Path, files: Files, engine: Path, full:
 # -- report --------------------------------------------------------------------------------------
 
 
-def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool, unique: bool) -> None:
-    pin = "" if unique else ", no unique pin"
+def report(
+    rows: int, repeat: int, scenarios: list[Scenario], verbose: bool, unique: bool, versioning: str
+) -> None:
+    pin = f", versioning {versioning}" + ("" if unique else ", no unique pin")
     table = Table(
         title=f"strata incremental vs DuckDB floor and full rebuild, {rows:,} orders, {repeat} interleaved repeats{pin}"
     )
@@ -686,10 +697,13 @@ def main() -> None:
         action="store_true",
         help=f"drop the `unique` pin of {UPSERT} (the full rebuild's costliest check)",
     )
+    add_versioning_argument(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-inc-", dir=args.dir) as work:
-        scenarios, breakdowns = bench(args.rows, args.repeat, Path(work), args.profile, not args.no_unique)
-    report(args.rows, args.repeat, scenarios, args.verbose, not args.no_unique)
+        scenarios, breakdowns = bench(
+            args.rows, args.repeat, Path(work), args.profile, not args.no_unique, args.versioning
+        )
+    report(args.rows, args.repeat, scenarios, args.verbose, not args.no_unique, args.versioning)
     if breakdowns:
         report_profile(breakdowns, args.statements)
 

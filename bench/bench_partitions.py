@@ -29,6 +29,7 @@ import duckdb
 from bench_engine import (
     NARROW,
     Timings,
+    add_versioning_argument,
     bench_arguments,
     console,
     copy,
@@ -40,6 +41,7 @@ from bench_engine import (
     source_fingerprint,
     timed,
     view,
+    with_versioning,
     write_floor,
 )
 from rich.table import Table
@@ -59,7 +61,10 @@ from strata_dagster.warehouse.session import Session, open_session
 from strata_dagster.warehouse.sql import render
 
 PROJECT = """
-source orders { table: raw.orders }
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
 
 model daily {
   from orders
@@ -311,10 +316,10 @@ class Sides:
     details: dict[str, dict[str, Any]] = field(default_factory=dict)  # incremental outcome details
 
 
-def bench(rows: int, repeat: int, work: Path) -> tuple[Sides, Change, Files, Path]:
+def bench(rows: int, repeat: int, work: Path, versioning: str) -> tuple[Sides, Change, Files, Path]:
     project = work / "project"
     project.mkdir()
-    (project / "bench.strata").write_text(PROJECT)
+    (project / "bench.strata").write_text(with_versioning(PROJECT, versioning))
     load_project(project)  # one-time costs of the process (imports, grammar) outside the clock
     files, change = prepare(rows, work, project)
     floor_sql = floor_statements(change)
@@ -555,11 +560,11 @@ def profile(
 # -- report --------------------------------------------------------------------------------------
 
 
-def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool) -> None:
+def report(rows: int, repeat: int, sides: Sides, change: Change, verbose: bool, versioning: str) -> None:
     inc, full, floor = sides.incremental, sides.full, sides.floor
     table = Table(
         title=f"partition-complete incremental vs DuckDB floor and full rebuild, {rows:,} orders over {DAYS} days, "
-        f"{repeat} interleaved repeats"
+        f"{repeat} interleaved repeats, versioning {versioning}"
     )
     table.add_column("side")
     for column in ("wall s\nbest / median", "cpu s\nbest", "vs floor\nbest / median", "cpu vs floor\nbest"):
@@ -675,6 +680,7 @@ def report_profile(breakdowns: list[Breakdown], tree: str, statements: int) -> N
 
 def main() -> None:
     parser = bench_arguments(__doc__, "interleaved repeats (default 5)")
+    add_versioning_argument(parser)
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -687,12 +693,12 @@ def main() -> None:
     parser.add_argument("--statements", type=int, default=8, help="slowest statements listed (default 8)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-part-", dir=args.dir) as work:
-        sides, change, files, project = bench(args.rows, args.repeat, Path(work))
+        sides, change, files, project = bench(args.rows, args.repeat, Path(work), args.versioning)
         profiled_runs: tuple[list[Breakdown], str] | None = None
         if args.profile:
             console.print("profile ...")
             profiled_runs = profile(files, project, Path(work), change, args.profile_runs, args.profile_html)
-    report(args.rows, args.repeat, sides, change, args.verbose)
+    report(args.rows, args.repeat, sides, change, args.verbose, args.versioning)
     if profiled_runs is not None:
         report_profile(*profiled_runs, args.statements)
 

@@ -18,6 +18,9 @@ UNPARTITIONED_MODELS = (
     "order_timeline",
 )
 SHOP_MODELS = frozenset({*UNPARTITIONED_MODELS, "daily_revenue", "monthly_revenue"})
+# What a writer of a `versioning: cdc(updated_at)` source does with every change: advance the
+# change column (an UPDATE's SET item). An edit without it is invisible by the cdc contract.
+ADVANCE_UPDATED_AT = "updated_at = (SELECT max(updated_at) FROM raw.orders) + INTERVAL 1 SECOND"
 # The figures of engine.verify that count rows and row-hash groups (zero when equal).
 VERIFY_COUNTS = (
     "row_delta",

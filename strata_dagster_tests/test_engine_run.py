@@ -7,6 +7,7 @@ from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import (
+    ADVANCE_UPDATED_AT,
     SHOP_MODELS,
     execute,
     history_count,
@@ -108,7 +109,7 @@ def test_rollback_restores_every_view_and_history_shows_all(shop):
     project, warehouse = shop
     first = run_project(project, warehouse)
     views_after_first = view_tables(warehouse)
-    execute(warehouse, "UPDATE raw.orders SET amount = amount + 1 WHERE order_id = 5")
+    execute(warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id = 5")
     second = run_project(project, warehouse, only_stale=True)
     assert view_tables(warehouse) != views_after_first
     result = operations.rollback(warehouse, first.run_id)

@@ -15,14 +15,18 @@ from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_proje
 T0 = dt.datetime(2025, 1, 1)
 
 
-@pytest.fixture
-def events(tmp_path):
-    project, warehouse = make_project(tmp_path)
+def fill_events(warehouse):
     sql(
         warehouse,
         "INSERT INTO raw.events SELECT range, 'open', range % 7, ? + to_hours(range) FROM range(100)",
         [T0],
     )
+
+
+@pytest.fixture
+def events(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    fill_events(warehouse)
     return project, warehouse
 
 
@@ -207,8 +211,25 @@ def test_an_update_and_a_delete_together_run_the_anti_join(events):
 
 
 def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
-    """Seed 000: by the cdc contract such a change is invisible to the next run (verify finds it)."""
+    """Seed 000: by the cdc contract such a change is invisible to the next run (verify finds it).
+    The source is versioned by `ts`, so its fingerprint hashes `ts` alone: nothing to do at all,
+    and a later change that advances `ts` does not carry the silent edit along."""
     project, warehouse = events
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.events SET v = 99 WHERE id = 7")
+    assert run_project(project, warehouse, only_stale=True).is_noop
+    sql(warehouse, "UPDATE raw.events SET v = 5, ts = ts + INTERVAL 1000 HOUR WHERE id = 3")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("up").path == "delta"
+    assert sql(warehouse, "SELECT v FROM main.v_up WHERE id IN (3, 7) ORDER BY id") == [(5,), (0,)]
+    assert sql(warehouse, "SELECT v FROM main.v_ap WHERE id = 7") == [(0,)]
+
+
+def test_a_fully_versioned_source_sees_an_in_place_edit_and_the_upsert_notes_it(tmp_path):
+    """`versioning: full` hashes whole rows: the edit changes the source's fingerprint, the upsert
+    runs, finds no row in its window, and records that the edit is not applied (cdc contract)."""
+    project, warehouse = make_project(tmp_path, MODULE.replace("versioning: cdc(ts)", "versioning: full"))
+    fill_events(warehouse)
     run_project(project, warehouse)
     sql(warehouse, "UPDATE raw.events SET v = 99 WHERE id = 7")
     result = run_project(project, warehouse, only_stale=True)
@@ -218,6 +239,18 @@ def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
     _, _, detail = latest_detail(warehouse, "up")
     assert any("without advancing cdc_column" in note for note in detail["notes"])
     assert run_project(project, warehouse, only_stale=True).is_noop  # the decision was recorded
+
+
+def test_changing_a_sources_versioning_rebuilds_its_incremental_models(events):
+    """The figures a delta compares were hashed over another basis: build fully and say why."""
+    project, warehouse = events
+    run_project(project, warehouse)
+    module = project / "events.strata"
+    module.write_text(module.read_text().replace("versioning: cdc(ts)", "versioning: full"))
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("up").path == "full"
+    assert "changed its `versioning`" in result.outcome("up").detail["full_reason"]
+    assert up_equals_full(warehouse)
 
 
 def test_an_in_place_edit_beside_an_update_is_noted_not_applied(events):

@@ -7,7 +7,7 @@ import pytest
 
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster_tests.engine_support import sql
+from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, sql
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare, make_project
 
@@ -77,7 +77,10 @@ def test_a_row_updated_out_of_the_filter_refreshes_its_partition(orders):
 def test_a_row_moving_between_days_refreshes_both(orders):
     project, warehouse = orders
     run_project(project, warehouse)
-    sql(warehouse, "UPDATE raw.orders SET order_ts = order_ts + INTERVAL 40 DAY WHERE order_id = 2")
+    sql(
+        warehouse,
+        f"UPDATE raw.orders SET order_ts = order_ts + INTERVAL 40 DAY, {ADVANCE_UPDATED_AT} WHERE order_id = 2",
+    )
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("daily").detail["partitions"] == ["2026-01-01", "2026-02-10"]
     assert result.outcome("by_ts").detail["partitions"] == ["2026-01-01", "2026-02-10"]
@@ -97,7 +100,7 @@ def test_deleting_a_whole_day_removes_its_partition(orders):
 def test_unaffected_partitions_keep_their_segments(orders):
     project, warehouse = orders
     first = run_project(project, warehouse)
-    sql(warehouse, "UPDATE raw.orders SET amount = 1 WHERE order_id = 3")
+    sql(warehouse, f"UPDATE raw.orders SET amount = 1, {ADVANCE_UPDATED_AT} WHERE order_id = 3")
     second = run_project(project, warehouse, only_stale=True)
     segments = sql(
         warehouse,
@@ -106,6 +109,47 @@ def test_unaffected_partitions_keep_their_segments(orders):
     assert segments == [first.outcome("daily").snapshot_id, second.outcome("daily").snapshot_id]
     assert second.outcome("daily").detail["rows_merged"] == 2  # one day, two channels
     assert run_project(project, warehouse, only_stale=True).is_noop
+
+
+def test_an_edit_that_does_not_advance_updated_at_is_not_seen_unless_versioning_is_full(orders):
+    """`versioning: cdc(updated_at)` fingerprints the change column (per partition too): by the
+    cdc contract an edit without it changes nothing. With `versioning: full` the same edit
+    refreshes exactly its day and month."""
+    project, warehouse = orders
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.orders SET amount = 7 WHERE order_id = 3")
+    assert run_project(project, warehouse, only_stale=True).is_noop
+    module = project / "orders.strata"
+    module.write_text(module.read_text().replace("versioning: cdc(updated_at)", "versioning: full"))
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("daily").path == "partitions"  # other basis: every day compared, one differs
+    assert result.outcome("daily").detail["partitions"] == sorted(
+        {
+            row[0].isoformat()
+            for row in sql(warehouse, "SELECT DISTINCT CAST(order_ts AS DATE) FROM raw.orders")
+        }
+    )
+    assert equal_to_full(warehouse) == ALL_EQUAL
+    sql(warehouse, "UPDATE raw.orders SET amount = 8 WHERE order_id = 3")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("daily").detail["partitions"] == ["2026-01-01"]
+    assert result.outcome("monthly").detail["partitions"] == ["2026-01-01"]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+
+
+def test_a_cdc_column_the_table_lacks_is_a_clear_error(orders):
+    project, warehouse = orders
+    module = project / "orders.strata"
+    module.write_text(module.read_text().replace("cdc(updated_at)", "cdc(changed_at)"))
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == "E012"
+    assert (
+        "`versioning: cdc(changed_at)`" in caught.value.message
+        and "no column `changed_at`" in caught.value.message
+    )
+    assert caught.value.location is not None and caught.value.location.file.endswith("orders.strata")
+    assert sql(warehouse, "SELECT count(*) FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'") == [(0,)]
 
 
 def test_window_functions_make_partitions_rebuild_fully(tmp_path):
@@ -121,7 +165,7 @@ def test_window_functions_make_partitions_rebuild_fully(tmp_path):
         [START] * 4,
     )
     run_project(project, warehouse)
-    sql(warehouse, "UPDATE raw.orders SET amount = 5 WHERE order_id = 1")
+    sql(warehouse, f"UPDATE raw.orders SET amount = 5, {ADVANCE_UPDATED_AT} WHERE order_id = 1")
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("ranked").path == "full"
     assert "window function" in result.outcome("ranked").detail["full_reason"]

@@ -18,7 +18,7 @@ from sqlglot import exp
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import Model
-from strata_dagster.warehouse.content import ROW_ALIAS
+from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
     Segment,
@@ -39,6 +39,7 @@ FACTS_CARRIED = (
     "cdc_type",
     "next_count",
     "next_hash_sum",
+    "row_basis",
     "partition_fingerprints",
     "other_inputs",
 )
@@ -85,6 +86,8 @@ class IncrementalContext:
     partition_groups: dict[str | None, tuple[int, str]] | None = None
     # Row count and row-hash sum of each source relation this run has read, by rendered relation.
     source_totals: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    # What the raw `from` rows are hashed over (a cdc-versioned source: its change column).
+    base_basis: RowBasis = WHOLE_ROW
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:
@@ -103,7 +106,9 @@ def source_facts(
     if cdc is None:
         return facts
     totals = ctx.source_totals.get(facts["source_relation"])
-    stats = ctx.session.window_stats(relation, cdc, low, high_lateness, totals)
+    stats = ctx.session.window_stats(relation, cdc, low, high_lateness, totals, ctx.base_basis)
+    if ctx.base_basis:
+        facts["row_basis"] = list(ctx.base_basis)
     facts.update(
         high=stats.high,
         cdc_type=stats.cdc_type,
@@ -193,6 +198,11 @@ class DeltaBuilder:
         if isinstance(relation, exp.Table) and detail.get("source_relation") != render(relation):
             return Fallback(
                 f"`{self.ctx.compiled.base_relation}` is read from another relation than last time"
+            )
+        if "next_count" in detail and detail.get("row_basis", []) != list(self.ctx.base_basis):
+            return Fallback(
+                f"`{self.ctx.compiled.base_relation}` changed its `versioning`: its figures from the last build "
+                "cannot be compared"
             )
         cdc_type = detail.get("cdc_type") or "VARCHAR"
         watermark = typed_literal(previous.watermark, cdc_type)

@@ -22,11 +22,11 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
 from strata_dagster.engine.catalog import partition_input
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.partitions import raw_partition_of
-from strata_dagster.engine.status import unreadable_source
+from strata_dagster.engine.status import checked_basis, unreadable_source
 from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
-from strata_dagster.warehouse.content import Content
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.partitions import content_by_partition, empty_content, read_rows
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
@@ -51,10 +51,14 @@ def _by_key(
 
 
 def _partitions(
-    session: Session, relation: exp.Table, spec: PartitionSpec, keys: Iterable[str] | None
+    session: Session,
+    relation: exp.Table,
+    spec: PartitionSpec,
+    keys: Iterable[str] | None,
+    basis: RowBasis = WHOLE_ROW,
 ) -> dict[str, PartitionContent]:
-    contents = content_by_partition(session, relation, spec.column, spec.grain)
-    return _by_key(contents, empty_content(session, relation), keys)
+    contents = content_by_partition(session, relation, spec.column, spec.grain, basis)
+    return _by_key(contents, empty_content(session, relation, basis), keys)
 
 
 def source_partitions(
@@ -69,7 +73,8 @@ def source_partitions(
         session.prepare_sources(project, {})
         relation = source_table(source, project, {})
         try:
-            return _partitions(session, relation, source.partitioned_by, keys)
+            basis = checked_basis(session, source, relation)
+            return _partitions(session, relation, source.partitioned_by, keys, basis)
         except WarehouseError as error:
             raise unreadable_source(source, relation, error) from None
 
@@ -115,18 +120,23 @@ def input_partitions(
             raise ValueError(f"model `{name}` does not read an unpartitioned input by partition")
         source = project.sources.get(found.upstream)
         relation = model_view(found.upstream, branch) if source is None else source_table(source, project, {})
+        basis = WHOLE_ROW if source is None else checked_basis(session, source, relation)
         try:
             columns = session.describe(relation)
-            groups = session.content_by_group(relation, raw_partition_of(project.models[name], compiled))
+            groups = session.content_by_group(
+                relation, raw_partition_of(project.models[name], compiled), basis
+            )
         except WarehouseError as error:
             if source is None:
                 raise _not_live(found.upstream, branch, error) from None
             raise unreadable_source(source, relation, error) from None
     contents = {
-        key: Content(columns, count, hash_sum) for key, (count, hash_sum) in groups.items() if key is not None
+        key: Content(columns, count, hash_sum, basis)
+        for key, (count, hash_sum) in groups.items()
+        if key is not None
     }
     wanted = sorted(contents) if keys is None else list(keys)
-    empty = Content(columns, 0, "0")
+    empty = Content(columns, 0, "0", basis)
     return {
         key: PartitionContent(
             key,

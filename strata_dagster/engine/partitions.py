@@ -74,7 +74,9 @@ def partition_fingerprints(ctx: IncrementalContext) -> dict[str, list[Any]]:
     taken from the run's source scan when it grouped the source by this partition already."""
     groups = ctx.partition_groups
     if groups is None:
-        groups = ctx.session.content_by_group(ctx.relation(ctx.compiled.base_relation), raw_partition(ctx))
+        groups = ctx.session.content_by_group(
+            ctx.relation(ctx.compiled.base_relation), raw_partition(ctx), ctx.base_basis
+        )
     return {
         NULL_PARTITION if key is None else key: [count, hash_sum] for key, (count, hash_sum) in groups.items()
     }

@@ -76,7 +76,7 @@ def _current_fingerprint(session: Session, source: EntrySource) -> str | None:
     except sqlglot.errors.ParseError:
         relation = parse_table_name(source.relation)
     try:
-        return session.content(relation).fingerprint
+        return session.content(relation, source.row_basis).fingerprint
     except WarehouseError:
         return None
 

@@ -40,6 +40,7 @@ from strata_dagster.engine.status import (
     fingerprint_models,
     read_source_state,
     read_source_state_by_group,
+    source_basis,
 )
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
@@ -324,6 +325,7 @@ class _Run:
                 self.entry,
                 self.partition_groups.get(name),
                 self._source_totals(),
+                source_basis(self.project.sources.get(self.context.compiled.models[name].base_relation)),
             )
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"
@@ -527,7 +529,13 @@ class _Run:
         )
         for read in self.sources.values():
             self.writer.add_source(
-                self.entry, read.name, UNPARTITIONED, read.relation, read.fingerprint, read.row_count
+                self.entry,
+                read.name,
+                UNPARTITIONED,
+                read.relation,
+                read.fingerprint,
+                read.row_count,
+                read.row_basis,
             )
         for record in self.new_snapshots:
             self.writer.add_snapshot(record)

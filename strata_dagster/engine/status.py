@@ -18,7 +18,7 @@ from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse.content import Content
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import ENGINE_VERSION, render
@@ -31,6 +31,7 @@ class SourceState:
     fingerprint: str
     row_count: int
     row_hash_sum: str | None = None  # the rows' hash sum behind the fingerprint
+    row_basis: RowBasis = WHOLE_ROW  # what each row's hash covers
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,14 @@ def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
     return fingerprints
 
 
+def source_basis(source: Source | None) -> RowBasis:
+    """What a source's rows are hashed over to tell what changed: the whole row (`versioning:
+    full`, and every model), or the change column alone (`versioning: cdc(col)`)."""
+    if source is not None and source.versioning.kind == "cdc" and source.versioning.column:
+        return (source.versioning.column,)
+    return WHOLE_ROW
+
+
 def unreadable_source(source: Source, relation: exp.Table, error: WarehouseError) -> StrataError:
     return StrataError(
         E_SOURCE,
@@ -64,14 +73,42 @@ def unreadable_source(source: Source, relation: exp.Table, error: WarehouseError
     )
 
 
+def checked_basis(session: Session, source: Source, relation: exp.Table) -> RowBasis:
+    """The source's basis, once its table is known to have the columns (a clear E_SOURCE if not)."""
+    basis = source_basis(source)
+    if not basis:
+        return basis
+    try:
+        names = {name for name, _ in session.describe(relation)}
+    except WarehouseError as error:
+        raise unreadable_source(source, relation, error) from None
+    missing = [column for column in basis if column not in names]
+    if missing:
+        raise StrataError(
+            E_SOURCE,
+            f"source `{source.name}` declares `versioning: cdc({missing[0]})` but `{render(relation)}` has no "
+            f"column `{missing[0]}`",
+            source.location,
+            hint="name the table's change column in `cdc(...)`, or use `versioning: full`",
+        )
+    return basis
+
+
+def _state(name: str, relation: exp.Table, content: Content) -> SourceState:
+    return SourceState(
+        name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum, content.basis
+    )
+
+
 def read_source_state(session: Session, context: ProjectContext, name: str) -> SourceState:
     source = context.project.sources[name]
     relation = source_table(source, context.project, context.overrides)
+    basis = checked_basis(session, source, relation)
     try:
-        content = session.content(relation)
+        content = session.content(relation, basis)
     except WarehouseError as error:
         raise unreadable_source(source, relation, error) from None
-    return SourceState(name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum)
+    return _state(name, relation, content)
 
 
 def read_source_state_by_group(
@@ -81,8 +118,9 @@ def read_source_state_by_group(
     groups add up to exactly the figures a whole-table scan gives (the same row hash)."""
     source = context.project.sources[name]
     relation = source_table(source, context.project, context.overrides)
+    basis = checked_basis(session, source, relation)
     try:
-        groups = session.content_by_group(relation, key)
+        groups = session.content_by_group(relation, key, basis)
         columns = session.describe(relation)
     except WarehouseError as error:
         raise unreadable_source(source, relation, error) from None
@@ -90,8 +128,9 @@ def read_source_state_by_group(
         columns,
         sum(count for count, _ in groups.values()),
         str(sum(int(hash_sum) for _, hash_sum in groups.values())),
+        basis,
     )
-    state = SourceState(name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum)
+    state = _state(name, relation, content)
     return state, groups
 
 

@@ -71,6 +71,7 @@ class EntrySource:
     relation: str
     fingerprint: str
     row_count: int
+    row_basis: tuple[str, ...] = ()  # what the rows were hashed over: () for whole rows
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:
@@ -187,11 +188,11 @@ class HistoryReader:
 
     def entry_sources(self, entry: int) -> list[EntrySource]:
         rows = self.con.execute(
-            "SELECT source, partition_key, relation, fingerprint, row_count FROM strata.entry_sources "
+            "SELECT source, partition_key, relation, fingerprint, row_count, row_basis FROM strata.entry_sources "
             "WHERE entry = ? ORDER BY source, partition_key",
             [entry],
         ).fetchall()
-        return [EntrySource(*row) for row in rows]
+        return [EntrySource(*row[:5], row_basis=tuple(row[5] or ())) for row in rows]
 
 
 class HistoryWriter:
@@ -234,11 +235,18 @@ class HistoryWriter:
         )
 
     def add_source(
-        self, entry: int, source: str, partition_key: str, relation: str, fingerprint: str, rows: int
+        self,
+        entry: int,
+        source: str,
+        partition_key: str,
+        relation: str,
+        fingerprint: str,
+        rows: int,
+        row_basis: tuple[str, ...] = (),
     ) -> None:
         self.con.execute(
-            "INSERT INTO strata.entry_sources VALUES (?, ?, ?, ?, ?, ?)",
-            [entry, source, partition_key, relation, fingerprint, rows],
+            "INSERT INTO strata.entry_sources VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [entry, source, partition_key, relation, fingerprint, rows, list(row_basis) or None],
         )
 
     def add_snapshot(self, record: SnapshotRecord) -> None:

@@ -91,6 +91,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             FROM strata.snapshots s
             LEFT JOIN (SELECT DISTINCT snapshot_id FROM strata.dropped_snapshots) d USING (snapshot_id)""",
     ),
+    (
+        # What a source's rows were hashed over: NULL for whole rows, else the columns (its cdc column).
+        "ALTER TABLE strata.entry_sources ADD COLUMN row_basis VARCHAR[]",
+    ),
 )
 
 

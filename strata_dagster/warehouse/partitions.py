@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from strata_dagster.warehouse.content import Content, content_by_group
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group
 from strata_dagster.warehouse.session import Session, WarehouseError
 from strata_dagster.warehouse.sql import describe, render, run
 
@@ -36,7 +36,7 @@ def _key_condition(column: str, grain: str, keys: Sequence[str]) -> exp.Expressi
 
 
 def content_by_partition(
-    session: Session, relation: exp.Table, column: str, grain: str
+    session: Session, relation: exp.Table, column: str, grain: str, basis: RowBasis = WHOLE_ROW
 ) -> dict[str, Content]:
     """Each partition's content (schema, rows, row-hash sum) keyed by its ISO date.
 
@@ -44,17 +44,19 @@ def content_by_partition(
     """
     try:
         columns = describe(session.con, relation)
-        groups = content_by_group(session.con, relation, partition_key(column, grain))
+        groups = content_by_group(session.con, relation, partition_key(column, grain), basis)
     except duckdb.Error as error:
         raise WarehouseError(str(error).splitlines()[0]) from None
     return {
-        key: Content(columns, rows, hash_sum) for key, (rows, hash_sum) in groups.items() if key != "None"
+        key: Content(columns, rows, hash_sum, basis)
+        for key, (rows, hash_sum) in groups.items()
+        if key != "None"
     }
 
 
-def empty_content(session: Session, relation: exp.Table) -> Content:
+def empty_content(session: Session, relation: exp.Table, basis: RowBasis = WHOLE_ROW) -> Content:
     """The content of a partition without rows: same schema, zero rows."""
-    return Content(describe(session.con, relation), 0, "0")
+    return Content(describe(session.con, relation), 0, "0", basis)
 
 
 def partition_bounds(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.warehouse.content import ROW_ALIAS, row_hash_aggregates
+from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis, row_hash_aggregates
 from strata_dagster.warehouse.sql import run, snapshot_table
 
 KEYS_ALIAS = "__keys"
@@ -126,12 +126,14 @@ def window_stats(
     low: exp.Expression | None,
     lateness: exp.Expression | None,
     totals: tuple[int, str] | None = None,
+    basis: RowBasis = WHOLE_ROW,
 ) -> WindowStats:
     """The frozen upper bound (MAX(cdc) now), the window (low, high], and the region outside it.
 
     `totals` (row count and row-hash sum of the whole relation, read in this transaction) spare a
     scan: the regions are then the totals less the few rows above a bound, which DuckDB reads with
-    the bound pushed into the scan. NULL cdc values count as outside every window."""
+    the bound pushed into the scan. NULL cdc values count as outside every window. Rows are hashed
+    over `basis`, the totals' basis."""
     bound = run(
         con,
         exp.select(
@@ -139,16 +141,18 @@ def window_stats(
         ).from_(_aliased(relation)),
     ).fetchone()
     high_text, cdc_type = bound[0], str(bound[1])
-    count, hash_text = content_where(con, relation) if totals is None else totals
+    count, hash_text = content_where(con, relation, basis=basis) if totals is None else totals
     hash_sum = int(hash_text)
     window, above_next = (0, 0), (0, 0)
     if high_text is not None:
         high = _typed(high_text, cdc_type)
         if low is not None:
-            window = _as_ints(content_where(con, relation, window_predicate(cdc, low, high)))
+            window = _as_ints(content_where(con, relation, window_predicate(cdc, low, high), basis))
         if lateness is not None:
             threshold = exp.Sub(this=high.copy(), expression=lateness.copy())
-            above_next = _as_ints(content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold)))
+            above_next = _as_ints(
+                content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold), basis)
+            )
     return WindowStats(
         high=high_text,
         cdc_type=cdc_type,
@@ -269,10 +273,14 @@ def max_value(
 
 
 def content_where(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
+    con: duckdb.DuckDBPyConnection,
+    relation: exp.Table | exp.Query,
+    condition: exp.Expression | None = None,
+    basis: RowBasis = WHOLE_ROW,
 ) -> tuple[int, str]:
-    """Row count and row-hash sum of the rows of `relation` (aliased ROW_ALIAS) meeting `condition`."""
-    statement = exp.select(*row_hash_aggregates()).from_(_aliased(relation))
+    """Row count and row-hash sum (over `basis`) of the rows of `relation` (aliased ROW_ALIAS)
+    meeting `condition`."""
+    statement = exp.select(*row_hash_aggregates(basis)).from_(_aliased(relation))
     if condition is not None:
         statement = statement.where(condition.copy())
     row = run(con, statement).fetchone()

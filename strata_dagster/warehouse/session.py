@@ -19,7 +19,7 @@ from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.connection import connect
-from strata_dagster.warehouse.content import Content, content_by_group, content_of
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
@@ -98,9 +98,9 @@ class Session:
         with _as_warehouse_errors():
             return describe(self.con, relation)
 
-    def content(self, relation: exp.Table | exp.Query) -> Content:
+    def content(self, relation: exp.Table | exp.Query, basis: RowBasis = WHOLE_ROW) -> Content:
         with _as_warehouse_errors():
-            return content_of(self.con, relation)
+            return content_of(self.con, relation, basis)
 
     # -- snapshots and views ----------------------------------------------------------------------
     def create_snapshot(self, name: str, query: exp.Query) -> None:
@@ -138,9 +138,10 @@ class Session:
         low: exp.Expression | None,
         lateness: exp.Expression | None,
         totals: tuple[int, str] | None = None,
+        basis: RowBasis = WHOLE_ROW,
     ) -> WindowStats:
         with _as_warehouse_errors():
-            return window_stats(self.con, relation, cdc, low, lateness, totals)
+            return window_stats(self.con, relation, cdc, low, lateness, totals, basis)
 
     def create_keys_table(
         self,
@@ -155,10 +156,10 @@ class Session:
             return create_keys_table(self.con, name, relation, keys, window, deleted_from, merge_keys)
 
     def content_by_group(
-        self, relation: exp.Table | exp.Query, key: exp.Expression
+        self, relation: exp.Table | exp.Query, key: exp.Expression, basis: RowBasis = WHOLE_ROW
     ) -> dict[str | None, tuple[int, str]]:
         with _as_warehouse_errors():
-            return content_by_group(self.con, relation, key)
+            return content_by_group(self.con, relation, key, basis)
 
     def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
         with _as_warehouse_errors():
