@@ -48,11 +48,11 @@ WINDOW_AP = "SELECT id, status, v, ts FROM raw.events WHERE ts > ? AND ts <= ?"
 WINDOW_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0 AND ts > ? AND ts <= ?"
 
 
-def make_project(root: Path, module: str = MODULE) -> tuple[Path, Path]:
+def make_project(root: Path, module: str = MODULE, versioning: str = "cdc(ts)") -> tuple[Path, Path]:
     return make_module_project(
         root,
         "events.strata",
-        module,
+        module.replace("versioning: cdc(ts)", f"versioning: {versioning}"),
         "CREATE OR REPLACE TABLE raw.events (id BIGINT, status VARCHAR, v INTEGER, ts TIMESTAMP)",
     )
 

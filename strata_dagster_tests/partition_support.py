@@ -51,11 +51,11 @@ def full_query(model: str) -> str:
     return FULL[model].replace("{daily}", FULL["daily"])
 
 
-def make_project(root: Path) -> tuple[Path, Path]:
+def make_project(root: Path, versioning: str = "cdc(updated_at)") -> tuple[Path, Path]:
     return make_module_project(
         root,
         "orders.strata",
-        MODULE,
+        MODULE.replace("versioning: cdc(updated_at)", f"versioning: {versioning}"),
         "CREATE OR REPLACE TABLE raw.orders (order_id BIGINT, order_ts TIMESTAMP, updated_at TIMESTAMP, "
         "status VARCHAR, channel VARCHAR, amount DECIMAL(12, 2))",
     )

@@ -228,7 +228,7 @@ def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
 def test_a_fully_versioned_source_sees_an_in_place_edit_and_the_upsert_notes_it(tmp_path):
     """`versioning: full` hashes whole rows: the edit changes the source's fingerprint, the upsert
     runs, finds no row in its window, and records that the edit is not applied (cdc contract)."""
-    project, warehouse = make_project(tmp_path, MODULE.replace("versioning: cdc(ts)", "versioning: full"))
+    project, warehouse = make_project(tmp_path, versioning="full")
     fill_events(warehouse)
     run_project(project, warehouse)
     sql(warehouse, "UPDATE raw.events SET v = 99 WHERE id = 7")

@@ -75,9 +75,10 @@ def high(con) -> dt.datetime | None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps)
-def test_random_histories(tmp_path_factory, history):
-    project, warehouse = make_project(tmp_path_factory.mktemp("history"))
+@given(history=steps, versioning=st.sampled_from(["cdc(ts)", "full"]))
+def test_random_histories(tmp_path_factory, history, versioning):
+    """Both source fingerprints: the change column alone (the cdc contract) and whole rows."""
+    project, warehouse = make_project(tmp_path_factory.mktemp("history"), versioning=versioning)
     con = duckdb.connect(str(warehouse))
     source = Source(con)
     source.apply(("insert", [("open", 1), ("paid", 2), ("void", 3), ("open", -1)]))

@@ -58,9 +58,10 @@ def apply(con, step, clock):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps)
-def test_random_histories_equal_a_full_rebuild(tmp_path_factory, history):
-    project, warehouse = make_project(tmp_path_factory.mktemp("partitions"))
+@given(history=steps, versioning=st.sampled_from(["cdc(updated_at)", "full"]))
+def test_random_histories_equal_a_full_rebuild(tmp_path_factory, history, versioning):
+    """Both source fingerprints: the change column alone (the cdc contract) and whole rows."""
+    project, warehouse = make_project(tmp_path_factory.mktemp("partitions"), versioning)
     con = duckdb.connect(str(warehouse))
     con.execute(
         "INSERT INTO raw.orders SELECT range, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "

@@ -22,6 +22,7 @@ from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
     Segment,
+    WindowStats,
     composite_query,
     keyed_rows,
     typed_literal,
@@ -88,6 +89,8 @@ class IncrementalContext:
     source_totals: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     # What the raw `from` rows are hashed over (a cdc-versioned source: its change column).
     base_basis: RowBasis = WHOLE_ROW
+    # Window figures already read in this run (models reading one source with one watermark).
+    window_stats_read: dict[tuple[str, ...], WindowStats] = field(default_factory=dict)
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:
@@ -106,7 +109,12 @@ def source_facts(
     if cdc is None:
         return facts
     totals = ctx.source_totals.get(facts["source_relation"])
-    stats = ctx.session.window_stats(relation, cdc, low, high_lateness, totals, ctx.base_basis)
+    key = tuple(render(part) if part is not None else "" for part in (relation, cdc, low, high_lateness))
+    key += ctx.base_basis
+    stats = ctx.window_stats_read.get(key)
+    if stats is None:
+        stats = ctx.session.window_stats(relation, cdc, low, high_lateness, totals, ctx.base_basis)
+        ctx.window_stats_read[key] = stats
     if ctx.base_basis:
         facts["row_basis"] = list(ctx.base_basis)
     facts.update(
@@ -459,6 +467,10 @@ class DeltaBuilder:
         if kept_key_sum is not None and self.key_columns is not None:
             segment_count, segment_sum = session.key_sum(snapshot_table(name), self.key_columns)
             detail[KEY_SUM] = [kept_key_sum[0] + segment_count, str(kept_key_sum[1] + int(segment_sum))]
+        if keys_table and removed[0] == 0:
+            # No live row has a key of this delta (e.g. only new orders): nothing earlier to hide.
+            session.drop_snapshot(keys_table)
+            keys_table = None
         segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
         if len(segments) > MAX_SEGMENTS:
             # Compact: one new base holding exactly the rows the segments stand for.

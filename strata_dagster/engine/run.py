@@ -46,7 +46,7 @@ from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_tables
+from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
@@ -143,6 +143,7 @@ class _Run:
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
         self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
+        self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -326,6 +327,7 @@ class _Run:
                 self.partition_groups.get(name),
                 self._source_totals(),
                 source_basis(self.project.sources.get(self.context.compiled.models[name].base_relation)),
+                self.window_stats_read,
             )
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"

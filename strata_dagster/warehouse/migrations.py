@@ -99,18 +99,28 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The schema version; safe inside a transaction (a failed statement would abort it)."""
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'strata' AND table_name = 'schema_version'"
     ).fetchone()
     if not exists or not exists[0]:
         return 0
+    return _recorded_version(con)
+
+
+def _recorded_version(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("SELECT coalesce(max(version), 0) FROM strata.schema_version").fetchone()
     return int(row[0]) if row else 0
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
     """Apply pending migrations, each in its own transaction. Returns the schema version."""
-    version = current_version(con)
+    try:
+        # Outside any transaction, asking the table itself is one lookup; information_schema
+        # would list every snapshot table first.
+        version = _recorded_version(con)
+    except duckdb.CatalogException:
+        version = 0
     for number, statements in enumerate(MIGRATIONS, start=1):
         if number <= version:
             continue
