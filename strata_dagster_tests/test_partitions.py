@@ -62,6 +62,33 @@ def test_late_updates_to_old_days_rebuild_exactly_those_partitions(orders):
     assert sql(warehouse, "SELECT days FROM main.v_monthly WHERE order_month = '2026-02-01'") == [(28,)]
 
 
+def test_the_recompute_reads_the_affected_days_as_ranges_of_the_raw_column(orders):
+    """Days cut from a TIMESTAMP (directly, or through `let d = cast(ts as date)`) are also read as
+    ranges of that column, consecutive days as one range, so DuckDB skips other row groups. The
+    exact partition match stays beside them."""
+    project, warehouse = orders
+    run_project(project, warehouse)
+    sql(
+        warehouse,
+        f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} "
+        "WHERE order_ts >= '2026-02-01' AND order_ts < '2026-02-04' OR order_ts::DATE = '2026-03-10'",
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    for name in ("daily", "by_ts"):
+        segment_sql = result.outcome(name).detail["segment_sql"]
+        assert (
+            "orders.order_ts >= CAST('2026-02-01' AS TIMESTAMP) AND orders.order_ts < CAST('2026-02-04' AS TIMESTAMP)"
+            in segment_sql
+        ), name
+        assert (
+            "orders.order_ts >= CAST('2026-03-10' AS TIMESTAMP) AND orders.order_ts < CAST('2026-03-11' AS TIMESTAMP)"
+            in segment_sql
+        ), name
+        assert "IN (SELECT" in segment_sql, name  # the exact match
+    assert "CAST('2026-02-01' AS TIMESTAMP)" not in result.outcome("monthly").detail["segment_sql"]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+
+
 def test_a_row_updated_out_of_the_filter_refreshes_its_partition(orders):
     project, warehouse = orders
     run_project(project, warehouse)
@@ -149,7 +176,9 @@ def test_a_cdc_column_the_table_lacks_is_a_clear_error(orders):
         and "no column `changed_at`" in caught.value.message
     )
     assert caught.value.location is not None and caught.value.location.file.endswith("orders.strata")
-    assert sql(warehouse, "SELECT count(*) FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'") == [(0,)]
+    assert sql(
+        warehouse, "SELECT count(*) FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'"
+    ) == [(0,)]
 
 
 def test_window_functions_make_partitions_rebuild_fully(tmp_path):
@@ -193,3 +222,16 @@ def test_grouped_source_scan_gives_the_whole_table_fingerprint(orders):
         grouped, groups = read_source_state_by_group(session, context, "orders", key)
         assert grouped == read_source_state(session, context, "orders")
         assert len(groups) == 90
+
+
+def test_partition_ranges_merge_consecutive_months_across_a_year_and_keep_the_null_partition():
+    from sqlglot import exp
+
+    from strata_dagster.warehouse.segments import partition_ranges
+
+    keys = ["2025-11-01", "2025-12-01", "2026-01-01", "2026-03-01"]
+    predicate = partition_ranges(exp.column("d"), "DATE", "month", keys, has_null=True)
+    assert predicate.sql(dialect="duckdb") == (
+        "(d >= CAST('2025-11-01' AS DATE) AND d < CAST('2026-02-01' AS DATE)) "
+        "OR (d >= CAST('2026-03-01' AS DATE) AND d < CAST('2026-04-01' AS DATE)) OR d IS NULL"
+    )

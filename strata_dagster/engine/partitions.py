@@ -20,7 +20,15 @@ from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback
 from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, keyed_rows, partition_key, typed_literal
+from strata_dagster.warehouse.segments import (
+    RANGE_TYPES,
+    Segment,
+    keyed_rows,
+    partition_key,
+    partition_ranges,
+    typed_literal,
+)
+from strata_dagster.warehouse.session import WarehouseError
 
 STRATEGY = "partitions"
 NULL_PARTITION = "\x00null"
@@ -141,14 +149,16 @@ class PartitionBuilder(DeltaBuilder):
         keys_table = f"{self.ctx.table_name}__partitions"
         self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
         alias = self.ctx.compiled.base_relation
-        delta_query = self.ctx.compiled.with_base_predicate(
-            keyed_rows(
-                [column],
-                [raw_partition(self.ctx, qualifier=alias)],
-                keys_table=keys_table,
-                is_null_free_filter=NULL_PARTITION not in affected,
-            )
+        predicate = keyed_rows(
+            [column],
+            [raw_partition(self.ctx, qualifier=alias)],
+            keys_table=keys_table,
+            is_null_free_filter=NULL_PARTITION not in affected,
         )
+        pruning = self._ranges(affected, alias)
+        if pruning is not None:
+            predicate = exp.and_(pruning, predicate)
+        delta_query = self.ctx.compiled.with_base_predicate(predicate)
         grain = partition_grain(self.ctx)
         previous_keys = [partition_key(exp.column(column, table=ROW_ALIAS), grain)]
         removed = self.ctx.session.content_where(
@@ -161,6 +171,30 @@ class PartitionBuilder(DeltaBuilder):
             ),
         )
         return self._finish(delta_query, removed, keys_table, detail, facts)
+
+    def _ranges(self, affected: list[str], alias: str) -> exp.Expression | None:
+        """The affected day or month partitions as ranges of the raw column they are cut from, when
+        the partition expression is that column (or its cast to DATE or TIMESTAMP) and the column
+        is a DATE or TIMESTAMP: then row groups outside every range are never read."""
+        grain = partition_grain(self.ctx)
+        compiled = self.ctx.compiled
+        base = compiled.traced_column(partition_column(self.ctx))
+        if grain not in ("day", "month") or base is None:
+            return None
+        raw = compiled.base_expression(base, qualifier=alias)
+        if isinstance(raw, exp.Cast) and raw.to.this in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP):
+            raw = raw.this
+        if not isinstance(raw, exp.Column):
+            return None
+        try:
+            types = dict(self.ctx.session.describe(self.ctx.relation(compiled.base_relation)))
+        except WarehouseError:
+            return None
+        type_name = types.get(raw.name)
+        if type_name not in RANGE_TYPES:
+            return None
+        keys = [key for key in affected if key != NULL_PARTITION]
+        return partition_ranges(raw, type_name, grain, keys, NULL_PARTITION in affected)
 
     def _literal(self, key: str) -> exp.Expression:
         if key == NULL_PARTITION:

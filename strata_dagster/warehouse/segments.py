@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 import duckdb
 from sqlglot import exp
@@ -44,6 +45,51 @@ def partition_key(value: exp.Expression, grain: str | None) -> exp.Expression:
             exp.func("date_trunc", exp.Literal.string("month"), value.copy()), exp.DataType.build("DATE")
         )
     return value.copy()
+
+
+# Column types whose order is the order of their day and month (CAST(x AS DATE) is monotone in x,
+# independent of any session setting).
+RANGE_TYPES = frozenset({"DATE", "TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"})
+
+
+def _next_partition(start: date, grain: str) -> date:
+    if grain == "day":
+        return start + timedelta(days=1)
+    return date(start.year + start.month // 12, start.month % 12 + 1, 1)
+
+
+def partition_ranges(
+    column: exp.Expression, type_name: str, grain: str, keys: Sequence[str], has_null: bool
+) -> exp.Expression:
+    """Rows of day or month partitions `keys` (ISO dates) as ranges of the raw `column` they come
+    from: `column >= first AND column < after_last` per run of consecutive partitions (and `column
+    IS NULL` for the NULL partition). Beside the exact partition match it lets DuckDB skip the row
+    groups whose min/max miss every range."""
+    starts = sorted(date.fromisoformat(key) for key in keys)
+    runs: list[list[date]] = []
+    for start in starts:
+        if runs and _next_partition(runs[-1][1], grain) >= start:
+            runs[-1][1] = max(runs[-1][1], start)
+        else:
+            runs.append([start, start])
+    kind = exp.DataType.build(type_name, dialect="duckdb")
+    ranges: list[exp.Expression] = [
+        exp.and_(
+            exp.GTE(
+                this=column.copy(), expression=exp.cast(exp.Literal.string(first.isoformat()), kind.copy())
+            ),
+            exp.LT(
+                this=column.copy(),
+                expression=exp.cast(
+                    exp.Literal.string(_next_partition(last, grain).isoformat()), kind.copy()
+                ),
+            ),
+        )
+        for first, last in runs
+    ]
+    if has_null:
+        ranges.append(exp.Is(this=column.copy(), expression=exp.null()))
+    return exp.or_(*ranges)
 
 
 def _not_replaced(
