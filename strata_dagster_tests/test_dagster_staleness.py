@@ -91,6 +91,24 @@ def test_a_changed_order_makes_exactly_its_downstream_stale_wave_by_wave(shop):
     assert stale_set(defs, instance) == set()
 
 
+def test_an_edit_that_does_not_advance_the_cdc_column_leaves_the_cdc_source_fresh(shop):
+    """`orders` is `versioning: cdc(updated_at)`: its data version hashes `updated_at`, so by the cdc
+    contract an in-place edit without it changes nothing in Dagster either."""
+    project, warehouse, defs, instance = shop
+    before = instance.get_latest_data_version_record(dg.AssetKey("orders"))
+    execute(
+        warehouse,
+        "UPDATE raw.orders SET amount = amount + 1 WHERE order_id = ?",
+        params=[paid_order(warehouse)],
+    )
+    observe_sources(defs, instance)
+    after = instance.get_latest_data_version_record(dg.AssetKey("orders"))
+    assert after.storage_id > before.storage_id  # observed again
+    version = "dagster/data_version"
+    assert after.event_log_entry.tags[version] == before.event_log_entry.tags[version]
+    assert stale_set(defs, instance) == set()
+
+
 def test_partition_versions_are_the_live_views_partition_contents(shop):
     project, warehouse, defs, instance = shop
     contents = model_partitions(load_project(project), warehouse, "daily_revenue", day_keys())
