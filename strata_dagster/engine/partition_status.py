@@ -27,7 +27,7 @@ from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
-from strata_dagster.warehouse.partitions import content_by_partition, empty_content, read_rows
+from strata_dagster.warehouse.partitions import content_by_partition, read_rows
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 
@@ -55,10 +55,11 @@ def _partitions(
     relation: exp.Table,
     spec: PartitionSpec,
     keys: Iterable[str] | None,
+    columns: tuple[tuple[str, str], ...],
     basis: RowBasis = WHOLE_ROW,
 ) -> dict[str, PartitionContent]:
-    contents = content_by_partition(session, relation, spec.column, spec.grain, basis)
-    return _by_key(contents, empty_content(session, relation, basis), keys)
+    contents = content_by_partition(session, relation, spec.column, spec.grain, columns, basis)
+    return _by_key(contents, Content(columns, 0, "0", basis), keys)
 
 
 def source_partitions(
@@ -73,8 +74,9 @@ def source_partitions(
         session.prepare_sources(project, {})
         relation = source_table(source, project, {})
         try:
-            basis = checked_basis(session, source, relation)
-            return _partitions(session, relation, source.partitioned_by, keys, basis)
+            columns = session.describe(relation)
+            basis = checked_basis(source, relation, columns)
+            return _partitions(session, relation, source.partitioned_by, keys, columns, basis)
         except WarehouseError as error:
             raise unreadable_source(source, relation, error) from None
 
@@ -91,8 +93,9 @@ def model_partitions(
     if spec is None:
         raise ValueError(f"model `{name}` is not partitioned")
     with open_session(Path(warehouse)) as session:
+        view = model_view(name, branch)
         try:
-            return _partitions(session, model_view(name, branch), spec, keys)
+            return _partitions(session, view, spec, keys, session.describe(view))
         except WarehouseError as error:
             raise _not_live(name, branch, error) from None
 
@@ -120,9 +123,9 @@ def input_partitions(
             raise ValueError(f"model `{name}` does not read an unpartitioned input by partition")
         source = project.sources.get(found.upstream)
         relation = model_view(found.upstream, branch) if source is None else source_table(source, project, {})
-        basis = WHOLE_ROW if source is None else checked_basis(session, source, relation)
         try:
             columns = session.describe(relation)
+            basis = WHOLE_ROW if source is None else checked_basis(source, relation, columns)
             groups = session.content_by_group(
                 relation, raw_partition_of(project.models[name], compiled), basis
             )

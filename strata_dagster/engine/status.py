@@ -73,15 +73,11 @@ def unreadable_source(source: Source, relation: exp.Table, error: WarehouseError
     )
 
 
-def checked_basis(session: Session, source: Source, relation: exp.Table) -> RowBasis:
-    """The source's basis, once its table is known to have the columns (a clear E_SOURCE if not)."""
+def checked_basis(source: Source, relation: exp.Table, columns: tuple[tuple[str, str], ...]) -> RowBasis:
+    """The source's basis, once `columns` (its table's, as described) are known to hold it: a
+    clear E_SOURCE if not."""
     basis = source_basis(source)
-    if not basis:
-        return basis
-    try:
-        names = {name for name, _ in session.describe(relation)}
-    except WarehouseError as error:
-        raise unreadable_source(source, relation, error) from None
+    names = {name for name, _ in columns}
     missing = [column for column in basis if column not in names]
     if missing:
         raise StrataError(
@@ -94,6 +90,13 @@ def checked_basis(session: Session, source: Source, relation: exp.Table) -> RowB
     return basis
 
 
+def _described(session: Session, source: Source, relation: exp.Table) -> tuple[tuple[str, str], ...]:
+    try:
+        return session.describe(relation)
+    except WarehouseError as error:
+        raise unreadable_source(source, relation, error) from None
+
+
 def _state(name: str, relation: exp.Table, content: Content) -> SourceState:
     return SourceState(
         name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum, content.basis
@@ -103,9 +106,9 @@ def _state(name: str, relation: exp.Table, content: Content) -> SourceState:
 def read_source_state(session: Session, context: ProjectContext, name: str) -> SourceState:
     source = context.project.sources[name]
     relation = source_table(source, context.project, context.overrides)
-    basis = checked_basis(session, source, relation)
+    columns = _described(session, source, relation)
     try:
-        content = session.content(relation, basis)
+        content = session.content(relation, checked_basis(source, relation, columns), columns)
     except WarehouseError as error:
         raise unreadable_source(source, relation, error) from None
     return _state(name, relation, content)
@@ -118,10 +121,10 @@ def read_source_state_by_group(
     groups add up to exactly the figures a whole-table scan gives (the same row hash)."""
     source = context.project.sources[name]
     relation = source_table(source, context.project, context.overrides)
-    basis = checked_basis(session, source, relation)
+    columns = _described(session, source, relation)
+    basis = checked_basis(source, relation, columns)
     try:
         groups = session.content_by_group(relation, key, basis)
-        columns = session.describe(relation)
     except WarehouseError as error:
         raise unreadable_source(source, relation, error) from None
     content = Content(

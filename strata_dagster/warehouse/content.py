@@ -54,9 +54,13 @@ def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expression]:
 
 
 def content_of(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, basis: RowBasis = WHOLE_ROW
+    con: duckdb.DuckDBPyConnection,
+    relation: exp.Table | exp.Query,
+    basis: RowBasis = WHOLE_ROW,
+    columns: tuple[tuple[str, str], ...] | None = None,
 ) -> Content:
-    columns = describe(con, relation)
+    """The relation's content; `columns` when the caller has described it already."""
+    columns = describe(con, relation) if columns is None else columns
     if isinstance(relation, exp.Query):
         source: exp.Expression = relation.subquery(ROW_ALIAS)
     else:

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group
 from strata_dagster.warehouse.session import Session, WarehouseError
-from strata_dagster.warehouse.sql import describe, render, run
+from strata_dagster.warehouse.sql import render, run
 
 _DATE = exp.DataType.build("DATE")
 _KEY_ALIAS = "__partition"
@@ -36,14 +36,18 @@ def _key_condition(column: str, grain: str, keys: Sequence[str]) -> exp.Expressi
 
 
 def content_by_partition(
-    session: Session, relation: exp.Table, column: str, grain: str, basis: RowBasis = WHOLE_ROW
+    session: Session,
+    relation: exp.Table,
+    column: str,
+    grain: str,
+    columns: tuple[tuple[str, str], ...],
+    basis: RowBasis = WHOLE_ROW,
 ) -> dict[str, Content]:
-    """Each partition's content (schema, rows, row-hash sum) keyed by its ISO date.
+    """Each partition's content (schema `columns`, rows, row-hash sum) keyed by its ISO date.
 
     Rows whose partition column is NULL belong to no partition and are left out.
     """
     try:
-        columns = describe(session.con, relation)
         groups = content_by_group(session.con, relation, partition_key(column, grain), basis)
     except duckdb.Error as error:
         raise WarehouseError(str(error).splitlines()[0]) from None
@@ -52,11 +56,6 @@ def content_by_partition(
         for key, (rows, hash_sum) in groups.items()
         if key != "None"
     }
-
-
-def empty_content(session: Session, relation: exp.Table, basis: RowBasis = WHOLE_ROW) -> Content:
-    """The content of a partition without rows: same schema, zero rows."""
-    return Content(describe(session.con, relation), 0, "0", basis)
 
 
 def partition_bounds(

@@ -98,9 +98,14 @@ class Session:
         with _as_warehouse_errors():
             return describe(self.con, relation)
 
-    def content(self, relation: exp.Table | exp.Query, basis: RowBasis = WHOLE_ROW) -> Content:
+    def content(
+        self,
+        relation: exp.Table | exp.Query,
+        basis: RowBasis = WHOLE_ROW,
+        columns: tuple[tuple[str, str], ...] | None = None,
+    ) -> Content:
         with _as_warehouse_errors():
-            return content_of(self.con, relation, basis)
+            return content_of(self.con, relation, basis, columns)
 
     # -- snapshots and views ----------------------------------------------------------------------
     def create_snapshot(self, name: str, query: exp.Query) -> None:
