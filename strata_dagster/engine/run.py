@@ -40,11 +40,11 @@ from strata_dagster.engine.status import (
     fingerprint_models,
     read_source_state,
     read_source_state_by_group,
-    source_basis,
 )
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
+from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
@@ -154,6 +154,7 @@ class _Run:
             checkpoint("transaction_started")
             self.catalog = self.session.catalog(self.schema)
             self.sources = self._read_sources()
+            self.source_totals = self._source_totals()
             self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
             pointers = self.reader.pointers(self.context.branch)
             for name in self.closure:
@@ -211,6 +212,11 @@ class _Run:
             for state in self.sources.values()
             if state.row_hash_sum is not None
         }
+
+    def _base_basis(self, name: str) -> RowBasis:
+        """What the run hashed the rows of `name`'s `from` source over (whole rows for a model)."""
+        state = self.sources.get(self.context.compiled.models[name].base_relation)
+        return WHOLE_ROW if state is None else state.row_basis
 
     def _relation_for_build(self, name: str) -> exp.Table | exp.Query:
         if name in self.project.sources:
@@ -325,8 +331,8 @@ class _Run:
                 table_name,
                 self.entry,
                 self.partition_groups.get(name),
-                self._source_totals(),
-                source_basis(self.project.sources.get(self.context.compiled.models[name].base_relation)),
+                self.source_totals,
+                self._base_basis(name),
                 self.window_stats_read,
             )
             if current is not None and self.request.full_refresh and name in self.selected:
