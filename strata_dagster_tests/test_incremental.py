@@ -9,6 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.status import observe_sources
 from strata_dagster_tests.engine_support import sql
 from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_project, multiset
 
@@ -223,6 +224,38 @@ def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
     assert result.outcome("up").path == "delta"
     assert sql(warehouse, "SELECT v FROM main.v_up WHERE id IN (3, 7) ORDER BY id") == [(5,), (0,)]
     assert sql(warehouse, "SELECT v FROM main.v_ap WHERE id = 7") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("change", "is_seen"),
+    [
+        ("INSERT INTO raw.events VALUES (500, 'open', 1, TIMESTAMP '2030-01-01')", True),
+        ("UPDATE raw.events SET v = 9, ts = TIMESTAMP '2030-01-01' WHERE id = 50", True),
+        ("DELETE FROM raw.events WHERE id = 50", True),
+        # A delete and an insert together: the count stays, the new row advances `ts`.
+        (
+            "DELETE FROM raw.events WHERE id = 50; INSERT INTO raw.events VALUES (500, 'open', 1, TIMESTAMP '2030-01-01')",
+            True,
+        ),
+        # Replaced and reloaded, re-stamped by the load.
+        (
+            "CREATE OR REPLACE TABLE raw.events AS SELECT id, status, v, TIMESTAMP '2030-01-01' + to_seconds(id) AS ts FROM raw.events",
+            True,
+        ),
+        ("UPDATE raw.events SET v = 9, status = 'void' WHERE id = 50", False),  # `ts` not advanced
+        ("CREATE OR REPLACE TABLE raw.events AS SELECT * FROM raw.events ORDER BY id DESC", False),
+    ],
+)
+def test_a_cdc_sources_fingerprint_sees_every_change_its_contract_allows(events, change, is_seen):
+    """`versioning: cdc(ts)`: the row count and the range of `ts` (read from DuckDB's statistics,
+    no row hashed) change with every insert, advancing update, delete and re-stamping reload; an
+    edit that leaves `ts` alone, or the same rows in another order, are the same content."""
+    project, warehouse = events
+    before = observe_sources(project, warehouse)["events"]
+    sql(warehouse, change)
+    after = observe_sources(project, warehouse)["events"]
+    assert (after.fingerprint != before.fingerprint) is is_seen
+    assert after.row_basis == ("ts",)
 
 
 def test_a_fully_versioned_source_sees_an_in_place_edit_and_the_upsert_notes_it(tmp_path):

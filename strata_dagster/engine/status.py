@@ -18,7 +18,7 @@ from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, is_summed
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import ENGINE_VERSION, render
@@ -30,8 +30,8 @@ class SourceState:
     relation: str
     fingerprint: str
     row_count: int
-    row_hash_sum: str | None = None  # the rows' hash sum behind the fingerprint
-    row_basis: RowBasis = WHOLE_ROW  # what each row's hash covers
+    row_hash_sum: str | None = None  # the rows' hash sum (or change-column range) behind the fingerprint
+    row_basis: RowBasis = WHOLE_ROW  # what the figures cover
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
 
 
 def source_basis(source: Source | None) -> RowBasis:
-    """What a source's rows are hashed over to tell what changed: the whole row (`versioning:
-    full`, and every model), or the change column alone (`versioning: cdc(col)`)."""
+    """What a source's content figures cover to tell what changed: the whole row (`versioning:
+    full`, and every model), or the change column's range alone (`versioning: cdc(col)`)."""
     if source is not None and source.versioning.kind == "cdc" and source.versioning.column:
         return (source.versioning.column,)
     return WHOLE_ROW
@@ -117,22 +117,26 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
 def read_source_state_by_group(
     session: Session, context: ProjectContext, name: str, key: exp.Expression
 ) -> tuple[SourceState, dict[str | None, tuple[int, str]]]:
-    """The source's state and its rows' count and hash sum per value of `key`, in one scan: the
-    groups add up to exactly the figures a whole-table scan gives (the same row hash)."""
+    """The source's state and its rows' content figures per value of `key`, in one scan: row-hash
+    sums add up to exactly the figures a whole-table scan gives (the same row hash)."""
     source = context.project.sources[name]
     relation = source_table(source, context.project, context.overrides)
     columns = _described(session, source, relation)
     basis = checked_basis(source, relation, columns)
     try:
         groups = session.content_by_group(relation, key, basis)
+        if is_summed(basis):
+            content = Content(
+                columns,
+                sum(count for count, _ in groups.values()),
+                str(sum(int(hash_sum) for _, hash_sum in groups.values())),
+                basis,
+            )
+        else:
+            # Ranges do not add up; the whole table's comes from DuckDB's statistics.
+            content = session.content(relation, basis, columns)
     except WarehouseError as error:
         raise unreadable_source(source, relation, error) from None
-    content = Content(
-        columns,
-        sum(count for count, _ in groups.values()),
-        str(sum(int(hash_sum) for _, hash_sum in groups.values())),
-        basis,
-    )
     state = _state(name, relation, content)
     return state, groups
 

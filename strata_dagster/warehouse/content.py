@@ -13,16 +13,19 @@ from strata_dagster.warehouse.sql import ENGINE_VERSION, describe, run
 # The alias a row is hashed through: hash(<alias>) hashes the whole row as a struct.
 ROW_ALIAS = "__strata_row"
 
-# The columns a row's hash covers: all of them (the empty tuple), or only a source's change column
-# when the source is versioned by one (`versioning: cdc(col)`: by its contract every change advances
-# that column, so its values alone tell what changed, at a fraction of the cost of hashing rows).
+# What a relation's content figures cover: every column of every row (the empty tuple), or only a
+# source's change column when the source is versioned by one (`versioning: cdc(col)`). By the cdc
+# contract every insert or update stamps that column above every earlier value and a delete lowers
+# the row count, so the row count and the column's range tell what changed; DuckDB answers them
+# from its row-group statistics without reading the rows, where a hash of every row reads them all.
 RowBasis = tuple[str, ...]
 WHOLE_ROW: RowBasis = ()
 
 
 @dataclass(frozen=True)
 class Content:
-    """What a relation holds: its schema, its row count, and a hash of its rows as a multiset."""
+    """What a relation holds: its schema, its row count, and a hash of its rows as a multiset (for
+    a change-column basis: the column's range instead, see `is_summed`)."""
 
     columns: tuple[tuple[str, str], ...]
     row_count: int
@@ -44,13 +47,37 @@ def row_hash(basis: RowBasis = WHOLE_ROW) -> exp.Expression:
     return exp.func("hash", *(exp.column(column, table=ROW_ALIAS) for column in basis))
 
 
+def is_summed(basis: RowBasis) -> bool:
+    """Whether content figures over `basis` are row-hash sums, which add and subtract over disjoint
+    row sets; a change-column range does not."""
+    return not basis
+
+
+EMPTY_FIGURE = "0"  # the second figure of a relation with no row, on every basis
+
+
 def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expression]:
+    """Row count and the second content figure: the row-hash sum, or the change column's range."""
+    if not is_summed(basis):
+        return [exp.func("count_star"), _change_range(basis)]
     # A sum of 64-bit row hashes in a HUGEINT: order-independent, and a duplicate row counts twice.
     row_hash_value = exp.cast(row_hash(basis), exp.DataType.build("HUGEINT"))
     return [
         exp.func("count_star"),
-        exp.func("coalesce", exp.func("sum", row_hash_value), exp.Literal.number(0)),
+        exp.func("coalesce", exp.func("sum", row_hash_value), exp.Literal.number(EMPTY_FIGURE)),
     ]
+
+
+def _change_range(basis: RowBasis) -> exp.Expression:
+    """`min .. max` of each change column, as text (EMPTY_FIGURE when every value is NULL)."""
+    bounds: list[exp.Expression] = []
+    for column in basis:
+        for aggregate in ("min", "max"):
+            bounds.append(exp.cast(exp.func(aggregate, exp.column(column, table=ROW_ALIAS)), "VARCHAR"))
+    text = bounds[0]
+    for bound in bounds[1:]:
+        text = exp.DPipe(this=text, expression=exp.DPipe(this=exp.Literal.string(" .. "), expression=bound))
+    return exp.func("coalesce", text, exp.Literal.string(EMPTY_FIGURE))
 
 
 def content_of(

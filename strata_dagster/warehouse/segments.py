@@ -15,7 +15,14 @@ from datetime import date, timedelta
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis, row_hash_aggregates
+from strata_dagster.warehouse.content import (
+    EMPTY_FIGURE,
+    ROW_ALIAS,
+    WHOLE_ROW,
+    RowBasis,
+    is_summed,
+    row_hash_aggregates,
+)
 from strata_dagster.warehouse.sql import run, snapshot_table
 
 KEYS_ALIAS = "__keys"
@@ -140,9 +147,9 @@ class WindowStats:
     cdc_type: str
     window_rows: int | None  # rows in (low, high] (None: no low, a first build)
     old_count: int  # rows outside the window (at or below low, or NULL)
-    old_hash_sum: str
+    old_hash_sum: str | None  # None when the figures are not row-hash sums (a change-column basis)
     next_count: int  # rows at or below `next_threshold` (high - lateness), for the next build
-    next_hash_sum: str
+    next_hash_sum: str | None
 
 
 def _typed(text: str, type_name: str) -> exp.Expression:
@@ -178,8 +185,8 @@ def window_stats(
 
     `totals` (row count and row-hash sum of the whole relation, read in this transaction) spare a
     scan: the regions are then the totals less the few rows above a bound, which DuckDB reads with
-    the bound pushed into the scan. NULL cdc values count as outside every window. Rows are hashed
-    over `basis`, the totals' basis."""
+    the bound pushed into the scan. NULL cdc values count as outside every window. The figures are
+    over `basis`, the totals' basis; on a change-column basis only the counts subtract."""
     bound = run(
         con,
         exp.select(
@@ -187,27 +194,29 @@ def window_stats(
         ).from_(_aliased(relation)),
     ).fetchone()
     high_text, cdc_type = bound[0], str(bound[1])
-    count, hash_text = content_where(con, relation, basis=basis) if totals is None else totals
-    hash_sum = int(hash_text)
-    window, above_next = (0, 0), (0, 0)
+    count, figure = content_where(con, relation, basis=basis) if totals is None else totals
+    window, above_next = (0, EMPTY_FIGURE), (0, EMPTY_FIGURE)
     if high_text is not None:
         high = _typed(high_text, cdc_type)
         if low is not None:
-            window = _as_ints(content_where(con, relation, window_predicate(cdc, low, high), basis))
+            window = content_where(con, relation, window_predicate(cdc, low, high), basis)
         if lateness is not None:
             threshold = exp.Sub(this=high.copy(), expression=lateness.copy())
-            above_next = _as_ints(
-                content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold), basis)
-            )
+            above_next = content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold), basis)
     return WindowStats(
         high=high_text,
         cdc_type=cdc_type,
         window_rows=window[0] if low is not None else None,
         old_count=count - window[0],
-        old_hash_sum=str(hash_sum - window[1]),
+        old_hash_sum=_less(figure, window[1], basis),
         next_count=count - above_next[0],
-        next_hash_sum=str(hash_sum - above_next[1]),
+        next_hash_sum=_less(figure, above_next[1], basis),
     )
+
+
+def _less(total: str, part: str, basis: RowBasis) -> str | None:
+    """The row-hash sum of the rows outside `part`; None when the figures are ranges, not sums."""
+    return str(int(total) - int(part)) if is_summed(basis) else None
 
 
 def typed_literal(text: str, type_name: str) -> exp.Expression:
@@ -331,10 +340,6 @@ def content_where(
         statement = statement.where(condition.copy())
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1])
-
-
-def _as_ints(figures: tuple[int, str]) -> tuple[int, int]:
-    return figures[0], int(figures[1])
 
 
 def _key_hash_sum(columns: Sequence[str]) -> exp.Expression:
