@@ -88,11 +88,40 @@ def test_pushdown_puts_the_window_in_the_base_cte(events):
     for model in ("ap", "an"):
         _, text, detail = latest_detail(warehouse, model)
         assert detail["pushdown"] is True
-        statement = sqlglot.parse_one(text, read="duckdb")
-        base = next(cte.this for cte in statement.find_all(exp.CTE) if cte.alias == "__base")
-        where = base.args["where"].sql(dialect="duckdb")
+        where = base_where(text).sql(dialect="duckdb")
         assert "ts > CAST('2025-01-05 03:00:00' AS TIMESTAMP)" in where
         assert "__full" not in text
+
+
+def base_where(text):
+    statement = sqlglot.parse_one(text, read="duckdb")
+    base = next(cte.this for cte in statement.find_all(exp.CTE) if cte.alias == "__base")
+    return base.args["where"]
+
+
+def test_the_upsert_reads_changed_keys_within_their_bounds(events):
+    """The delta re-reads every source row of a changed key. The keys' min and max, as literals,
+    let DuckDB skip the row groups outside them (new ids sit at the end of the table); with a NULL
+    among the changed keys there are no bounds, and the NULL-safe match still finds its rows."""
+    project, warehouse = events
+    sql(warehouse, "INSERT INTO raw.events VALUES (NULL, 'open', 3, ? + INTERVAL 5 HOUR)", [T0])
+    run_project(project, warehouse)
+    sql(warehouse, "UPDATE raw.events SET v = 4, ts = ts + INTERVAL 1000 HOUR WHERE id IN (12, 30)")
+    run_project(project, warehouse, only_stale=True)
+    _, text, _ = latest_detail(warehouse, "up")
+    (bounds,) = list(base_where(text).find_all(exp.Between))
+    assert [bounds.args[side].sql(dialect="duckdb") for side in ("low", "high")] == [
+        "CAST('12' AS BIGINT)",
+        "CAST('30' AS BIGINT)",
+    ]
+    assert up_equals_full(warehouse)
+    sql(warehouse, "UPDATE raw.events SET v = 6, ts = ts + INTERVAL 2000 HOUR WHERE id IS NULL OR id = 40")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("up").path == "delta"
+    _, text, _ = latest_detail(warehouse, "up")
+    assert not list(base_where(text).find_all(exp.Between))
+    assert up_equals_full(warehouse)
+    assert sql(warehouse, "SELECT v FROM main.v_up WHERE id IS NULL") == [(6,)]
 
 
 def test_join_model_recomputes_then_filters(tmp_path):

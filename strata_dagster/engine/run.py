@@ -259,7 +259,6 @@ class _Run:
             existing = None  # a table was removed behind our back: rebuild
         is_forced = not self.request.only_stale and name in self.selected
         started = time.perf_counter()
-        sql = compiled.sql(self._relation_for_build)
         detail: dict[str, object] = {}
         if existing is not None and not is_forced:
             chosen, path = existing, REUSED
@@ -279,8 +278,9 @@ class _Run:
         if is_published:
             self.to_publish[name] = chosen
         duration = (time.perf_counter() - started) * 1000
-        if path in (DELTA, PARTITIONS):
-            sql = str(detail.get("segment_sql", sql))
+        # What history shows as the build's SQL: a delta's own statement, else the model's.
+        segment_sql = detail.get("segment_sql") if path in (DELTA, PARTITIONS) else None
+        sql = str(segment_sql) if segment_sql is not None else compiled.sql(self._relation_for_build)
         self.entry_models.append(
             EntryModel(
                 name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, detail
