@@ -21,7 +21,6 @@ from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
-    KeySet,
     Segment,
     WindowStats,
     composite_query,
@@ -268,11 +267,13 @@ class DeltaBuilder:
         alias = compiled.base_relation
         values = [compiled.base_expression(base or key, qualifier=alias) for key, base in key_sources]
         changed_keys = session.create_keys_table(keys_table, relation, keys, window, None, self.merge_keys)
-        nothing = (KeySet(0, None), (0, "0"), "0")
-        key_set, removed, removed_key = self._replaced(keys_table) if changed_keys or rows_left else nothing
+        nothing: tuple[bool, tuple[int, str], str] = (True, (0, "0"), "0")
+        is_null_free, removed, removed_key = (
+            self._replaced(keys_table) if changed_keys or rows_left else nothing
+        )
         is_anti_joined = False
         if rows_left and not self._kept_rows_match(
-            keys_table, values, low, high, removed, removed_key, key_set.null_rows == 0
+            keys_table, values, low, high, removed, removed_key, is_null_free
         ):
             # Rows left the source other than by an update in the window: find the keys that left.
             is_anti_joined = True
@@ -280,7 +281,7 @@ class DeltaBuilder:
             changed_keys = session.create_keys_table(
                 keys_table, relation, keys, window, self.previous_query, self.merge_keys
             )
-            key_set, removed, removed_key = self._replaced(keys_table)
+            is_null_free, removed, removed_key = self._replaced(keys_table)
             if changed_keys == window_keys:
                 notes.append(
                     "rows the model keeps changed in the source without advancing cdc_column, and no key "
@@ -297,23 +298,25 @@ class DeltaBuilder:
             session.drop_snapshot(keys_table)
             return DeltaBuild(self.previous, True, detail)
         delta_query = compiled.with_base_predicate(
-            _keyed_filter(self.merge_keys, values, keys_table, key_set)
+            keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
         )
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
 
-    def _replaced(self, keys_table: str) -> tuple[KeySet, tuple[int, str], str]:
-        """The keys table in brief, and the previous rows its keys replace: their count and row-hash
-        sum, and their key-and-cdc hash sum ("0" when the state records none)."""
-        key_set = self.ctx.session.key_set(keys_table, self.merge_keys)
+    def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
+        """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
+        and row-hash sum, and their key-and-cdc hash sum ("0" when the state records none)."""
+        is_null_free = self.ctx.session.count_null_keys(keys_table, self.merge_keys) == 0
         previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
-        condition = _keyed_filter(self.merge_keys, previous_keys, keys_table, key_set)
+        condition = keyed_rows(
+            self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
+        )
         if self.key_columns is None:
-            return key_set, self.ctx.session.content_where(self.previous_query, condition), "0"
+            return is_null_free, self.ctx.session.content_where(self.previous_query, condition), "0"
         count, hash_sum, key_hash_sum = self.ctx.session.content_and_key_sum_where(
             self.previous_query, condition, self.key_columns
         )
-        return key_set, (count, hash_sum), key_hash_sum
+        return is_null_free, (count, hash_sum), key_hash_sum
 
     def _kept_key_sum(self, removed: tuple[int, str], removed_key: str) -> tuple[int, int]:
         """The key-and-cdc figures of the previous rows the delta keeps."""
@@ -519,16 +522,6 @@ class DeltaBuilder:
             detail=record_detail,
         )
         return DeltaBuild(record, False, detail)
-
-
-def _keyed_filter(
-    keys: Sequence[str], values: Sequence[exp.Expression], keys_table: str, key_set: KeySet
-) -> exp.Expression:
-    """Rows whose `keys` (as `values`) are in the keys table: the NULL-safe semi-join, narrowed by
-    the keys' bounds when the table holds no NULL key."""
-    matched = keyed_rows(keys, values, keys_table=keys_table, is_null_free_filter=key_set.null_rows == 0)
-    within = key_set.within(values)
-    return matched if within is None else exp.and_(within, matched)
 
 
 class SchemaChanged(Exception):

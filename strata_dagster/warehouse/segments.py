@@ -378,58 +378,10 @@ def create_values_table(
     run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True))
 
 
-# Key types whose min and max bound a key set usefully: ids and times, which writers hand out in
-# order, so the keys a change touches sit in few row groups.
-BOUNDED_KEY_TYPES = frozenset(
-    {
-        "TINYINT",
-        "SMALLINT",
-        "INTEGER",
-        "BIGINT",
-        "HUGEINT",
-        "UTINYINT",
-        "USMALLINT",
-        "UINTEGER",
-        "UBIGINT",
-        *RANGE_TYPES,
-    }
-)
-
-
-@dataclass(frozen=True)
-class KeySet:
-    """What a keys table holds, in brief: rows with a NULL key, and each key column's [min, max]
-    as typed literals (None when a key column's type has no useful order, or the table is empty)."""
-
-    null_rows: int
-    bounds: tuple[tuple[exp.Expression, exp.Expression], ...] | None
-
-    def within(self, values: Sequence[exp.Expression]) -> exp.Expression | None:
-        """`values` (one per key) inside the bounds: implied by a NULL-free semi-join on the keys,
-        and DuckDB skips the row groups whose min/max miss it, which the join alone does not."""
-        if self.bounds is None or self.null_rows:
-            return None
-        return exp.and_(
-            *(
-                exp.Between(this=value.copy(), low=low.copy(), high=high.copy())
-                for value, (low, high) in zip(values, self.bounds, strict=True)
-            )
-        )
-
-
-def key_set(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> KeySet:
-    """The KeySet of a keys table, in one scan of it."""
-    is_null = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in keys))
-    aggregates: list[exp.Expression] = [exp.func("count_if", is_null)]
-    for key in keys:
-        for aggregate in ("min", "max"):
-            aggregates.append(exp.cast(exp.func(aggregate, exp.column(key)), "VARCHAR"))
-        aggregates.append(exp.func("typeof", exp.func("min", exp.column(key))))
-    row = run(con, exp.select(*aggregates).from_(snapshot_table(name))).fetchone()
-    bounds = []
-    for index in range(len(keys)):
-        low, high, type_name = row[1 + 3 * index : 4 + 3 * index]
-        if low is None or str(type_name) not in BOUNDED_KEY_TYPES:
-            return KeySet(int(row[0] or 0), None)
-        bounds.append((_typed(low, str(type_name)), _typed(high, str(type_name))))
-    return KeySet(int(row[0] or 0), tuple(bounds))
+def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:
+    """Rows of a keys table with a NULL in any key column."""
+    condition = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in keys))
+    row = run(
+        con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name)).where(condition)
+    ).fetchone()
+    return int(row[0]) if row else 0

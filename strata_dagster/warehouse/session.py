@@ -23,15 +23,14 @@ from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, conte
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
-    KeySet,
     Segment,
     WindowStats,
     composite_query,
     content_and_key_sum_where,
     content_where,
+    count_null_keys,
     create_keys_table,
     create_values_table,
-    key_set,
     key_sum,
     max_value,
     window_stats,
@@ -171,9 +170,9 @@ class Session:
         with _as_warehouse_errors():
             create_values_table(self.con, name, column, values)
 
-    def key_set(self, name: str, keys: Sequence[str]) -> KeySet:
+    def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
         with _as_warehouse_errors():
-            return key_set(self.con, name, keys)
+            return count_null_keys(self.con, name, keys)
 
     def content_where(
         self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
