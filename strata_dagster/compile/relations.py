@@ -38,9 +38,12 @@ def role_relation(name: str) -> exp.Table:
     return exp.Table(this=exp.to_identifier(name), db=exp.to_identifier(ROLE_SCHEMA))
 
 
-def bind(statement: exp.Expression, relation: Callable[[str], exp.Table | exp.Query]) -> exp.Expression:
-    """A copy of `statement` with every role relation replaced by what `relation` gives: a table,
-    or a query (read as a subquery, so the statement stays self-contained)."""
+def bind(
+    statement: exp.Expression, relation: Callable[[str], exp.Table | exp.Query], *, copy: bool = True
+) -> exp.Expression:
+    """A copy of `statement` (`copy=False`: the statement itself, when the caller owns it) with
+    every role relation replaced by what `relation` gives: a table, or a query (read as a
+    subquery, so the statement stays self-contained)."""
 
     def replace(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and node.db == ROLE_SCHEMA:
@@ -53,7 +56,7 @@ def bind(statement: exp.Expression, relation: Callable[[str], exp.Table | exp.Qu
             return target
         return node
 
-    return statement.copy().transform(replace, copy=False)
+    return (statement.copy() if copy else statement).transform(replace, copy=False)
 
 
 def source_relation(source: Source, project_root: str | None = None) -> exp.Table:

@@ -449,6 +449,7 @@ class DeltaBuilder:
         session = self.ctx.session
         name = self.ctx.table_name
         bound = _bind(delta_query, self.ctx.relation)
+        segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
         segment = session.content(snapshot_table(name))
         if segment.row_count == 0 and removed[0] == 0:
@@ -495,7 +496,7 @@ class DeltaBuilder:
             rows_replaced=removed[0],
             segment_rows=segment.row_count,
             segment_hash_sum=segment.row_hash_sum,
-            segment_sql=render(bound),
+            segment_sql=segment_sql,
         )
         record_detail = {
             **{
@@ -529,6 +530,7 @@ class SchemaChanged(Exception):
 
 
 def _bind(query: exp.Query, relation: Callable[[str], exp.Table | exp.Query]) -> exp.Query:
+    """`query` (a tree built for this build, no one else's) with its relations bound, in place."""
     from strata_dagster.compile.relations import bind
 
-    return bind(query, relation)  # type: ignore[return-value]
+    return bind(query, relation, copy=False)  # type: ignore[return-value]

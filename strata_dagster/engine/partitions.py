@@ -157,7 +157,7 @@ class PartitionBuilder(DeltaBuilder):
         )
         pruning = self._ranges(affected, alias)
         if pruning is not None:
-            predicate = exp.and_(pruning, predicate)
+            predicate = exp.and_(pruning, predicate, copy=False)
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
         grain = partition_grain(self.ctx)
         previous_keys = [partition_key(exp.column(column, table=ROW_ALIAS), grain)]

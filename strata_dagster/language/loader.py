@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -54,11 +55,19 @@ def load_project(root: Path | str) -> Project:
             errors.append(StrataError(E_PROJECT, f"cannot read module: {error}", Location(str(path), 1, 1)))
             continue
         try:
-            modules.append(parse_module(text, _display_path(path)))
+            modules.append(_parsed(text, _display_path(path)))
         except StrataError as error:
             errors.extend(error.errors)
     raise_collected(errors)
     return link_project(folder, modules)
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(text: str, display_path: Path) -> Module:
+    """A module parsed once per process for the same text: a Dagster run loads its project when
+    its code location loads and again when the run starts; sensors and checks load it often.
+    Modules are frozen, and everything downstream copies their expressions before changing them."""
+    return parse_module(text, display_path)
 
 
 def load_text(text: str, name: str = "module.strata") -> Project:

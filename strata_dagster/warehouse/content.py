@@ -8,7 +8,7 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.fingerprint import digest
-from strata_dagster.warehouse.sql import ENGINE_VERSION, describe, run
+from strata_dagster.warehouse.sql import ENGINE_VERSION, data_type, describe, run
 
 # The alias a row is hashed through: hash(<alias>) hashes the whole row as a struct.
 ROW_ALIAS = "__strata_row"
@@ -61,7 +61,7 @@ def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expression]:
     if not is_summed(basis):
         return [exp.func("count_star"), _change_range(basis)]
     # A sum of 64-bit row hashes in a HUGEINT: order-independent, and a duplicate row counts twice.
-    row_hash_value = exp.cast(row_hash(basis), exp.DataType.build("HUGEINT"))
+    row_hash_value = exp.cast(row_hash(basis), data_type("HUGEINT"))
     return [
         exp.func("count_star"),
         exp.func("coalesce", exp.func("sum", row_hash_value), exp.Literal.number(EMPTY_FIGURE)),
@@ -117,7 +117,7 @@ def content_by_group(
         .group_by(exp.Literal.number(1))
     )
     query = exp.select(
-        exp.cast(exp.column("__key"), exp.DataType.build("VARCHAR")),
+        exp.cast(exp.column("__key"), data_type("VARCHAR")),
         exp.Star(**{"except_": [exp.column("__key")]}),
     ).from_(grouped.subquery("__groups"))
     return {row[0]: (int(row[1]), str(row[2])) for row in run(con, query).fetchall()}

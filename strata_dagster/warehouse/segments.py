@@ -23,7 +23,7 @@ from strata_dagster.warehouse.content import (
     is_summed,
     row_hash_aggregates,
 )
-from strata_dagster.warehouse.sql import run, snapshot_table
+from strata_dagster.warehouse.sql import data_type, run, snapshot_table
 
 KEYS_ALIAS = "__keys"
 
@@ -46,11 +46,9 @@ def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expressi
 def partition_key(value: exp.Expression, grain: str | None) -> exp.Expression:
     """The partition a value falls in: its day, its month (first day), or itself."""
     if grain == "day":
-        return exp.cast(value.copy(), exp.DataType.build("DATE"))
+        return exp.cast(value.copy(), data_type("DATE"))
     if grain == "month":
-        return exp.cast(
-            exp.func("date_trunc", exp.Literal.string("month"), value.copy()), exp.DataType.build("DATE")
-        )
+        return exp.cast(exp.func("date_trunc", exp.Literal.string("month"), value.copy()), data_type("DATE"))
     return value.copy()
 
 
@@ -79,24 +77,22 @@ def partition_ranges(
             runs[-1][1] = max(runs[-1][1], start)
         else:
             runs.append([start, start])
-    kind = exp.DataType.build(type_name, dialect="duckdb")
+    kind = data_type(type_name)
+
+    def bound(day: date) -> exp.Expression:
+        return exp.Cast(this=exp.Literal.string(day.isoformat()), to=kind.copy())
+
     ranges: list[exp.Expression] = [
         exp.and_(
-            exp.GTE(
-                this=column.copy(), expression=exp.cast(exp.Literal.string(first.isoformat()), kind.copy())
-            ),
-            exp.LT(
-                this=column.copy(),
-                expression=exp.cast(
-                    exp.Literal.string(_next_partition(last, grain).isoformat()), kind.copy()
-                ),
-            ),
+            exp.GTE(this=column.copy(), expression=bound(first)),
+            exp.LT(this=column.copy(), expression=bound(_next_partition(last, grain))),
+            copy=False,
         )
         for first, last in runs
     ]
     if has_null:
         ranges.append(exp.Is(this=column.copy(), expression=exp.null()))
-    return exp.or_(*ranges)
+    return exp.or_(*ranges, copy=False)
 
 
 def _not_replaced(
@@ -153,7 +149,7 @@ class WindowStats:
 
 
 def _typed(text: str, type_name: str) -> exp.Expression:
-    return exp.cast(exp.Literal.string(text), exp.DataType.build(type_name, dialect="duckdb"))
+    return exp.Cast(this=exp.Literal.string(text), to=data_type(type_name))
 
 
 def _aliased(relation: exp.Table | exp.Query) -> exp.Expression:
@@ -344,7 +340,7 @@ def content_where(
 
 def _key_hash_sum(columns: Sequence[str]) -> exp.Expression:
     hashed = exp.func("hash", *(exp.column(column, table=ROW_ALIAS) for column in columns))
-    summed = exp.func("sum", exp.cast(hashed, exp.DataType.build("HUGEINT")))
+    summed = exp.func("sum", exp.cast(hashed, data_type("HUGEINT")))
     return exp.func("coalesce", summed, exp.Literal.number(0))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import duckdb
@@ -13,12 +14,31 @@ DIALECT = "duckdb"
 ENGINE_VERSION = f"duckdb-{duckdb.__version__}"
 
 
-def render(statement: exp.Expression) -> str:
-    return statement.sql(dialect=DIALECT)
+@functools.lru_cache(maxsize=256)
+def _parsed_type(name: str) -> exp.DataType:
+    return exp.DataType.build(name, dialect=DIALECT)
 
 
-def run(con: duckdb.DuckDBPyConnection, statement: exp.Expression, params: list[Any] | None = None) -> Any:
-    return con.execute(render(statement), params or [])
+def data_type(name: str) -> exp.DataType:
+    """A DuckDB type by name, parsed once per process (a fresh copy each call: trees are mutable)."""
+    return _parsed_type(name).copy()
+
+
+def render(statement: exp.Expression, *, consume: bool = False) -> str:
+    """The statement's DuckDB SQL. `consume`: the caller's last use of a tree no one else holds;
+    sqlglot's generator may then rewrite it in place instead of deep-copying it first (most of the
+    cost of rendering a large tree)."""
+    return statement.sql(dialect=DIALECT, copy=not consume)
+
+
+def run(
+    con: duckdb.DuckDBPyConnection,
+    statement: exp.Expression,
+    params: list[Any] | None = None,
+    *,
+    consume: bool = False,
+) -> Any:
+    return con.execute(render(statement, consume=consume), params or [])
 
 
 def table(name: str, schema: str | None = None) -> exp.Table:

@@ -20,8 +20,10 @@ def snapshot_table_name(snapshot_id: str, model: str) -> str:
 
 def create_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
     """Write a new immutable snapshot table. A leftover table of that name is never published
-    (names come from build keys registered only at publication), so it may be replaced."""
-    run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True))
+    (names come from build keys registered only at publication), so it may be replaced.
+    `query` is consumed (see sql.render): pass a tree built for this call."""
+    statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True)
+    run(con, statement, consume=True)
 
 
 def drop_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
