@@ -157,6 +157,7 @@ class _Run:
             self.source_totals = self._source_totals()
             self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
             pointers = self.reader.pointers(self.context.branch)
+            self.reader.prefetch_snapshots([id_ for name in self.closure for id_ in pointers.get(name, ())])
             for name in self.closure:
                 self._decide(name, pointers.get(name))
             # A cutoff is work done: its build key is recorded so the next run reuses it.
@@ -545,14 +546,14 @@ class _Run:
                 read.row_count,
                 read.row_basis,
             )
-        for record in self.new_snapshots:
-            self.writer.add_snapshot(record)
-        for key, snapshot_id in self.new_keys:
-            self.writer.add_build_key(key, snapshot_id, self.entry)
-        for model_record in self.entry_models:
-            self.writer.add_entry_model(self.entry, model_record)
-        for name, record in self.to_publish.items():
-            self.writer.add_publication(self.entry, self.context.branch, name, list(record.segment_ids))
+        self.writer.add_snapshots(self.new_snapshots)
+        self.writer.add_build_keys(self.new_keys, self.entry)
+        self.writer.add_entry_models(self.entry, self.entry_models)
+        self.writer.add_publications(
+            self.entry,
+            self.context.branch,
+            {name: list(record.segment_ids) for name, record in self.to_publish.items()},
+        )
         checkpoint("history_written")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +167,19 @@ class HistoryReader:
             self._remembered[snapshot_id] = record
         return record
 
+    def prefetch_snapshots(self, snapshot_ids: Sequence[str]) -> None:
+        """Read the records of `snapshot_ids` in one query, for the `snapshot` lookups a run makes
+        next (remembered only while a run reads them)."""
+        if self._remembered is None or not snapshot_ids:
+            return
+        rows = self.con.execute(
+            "SELECT * FROM strata.snapshot_states WHERE snapshot_id IN (SELECT unnest(?))",
+            [list(snapshot_ids)],
+        ).fetchall()
+        for row in rows:
+            record = _snapshot(row)
+            self._remembered[record.snapshot_id] = record
+
     def snapshots(self) -> list[SnapshotRecord]:
         rows = self.con.execute("SELECT * FROM strata.snapshot_states ORDER BY created_entry").fetchall()
         return [_snapshot(row) for row in rows]
@@ -250,47 +264,84 @@ class HistoryWriter:
         )
 
     def add_snapshot(self, record: SnapshotRecord) -> None:
-        self.con.execute(
-            "INSERT INTO strata.snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
+        self.add_snapshots([record])
+
+    def add_snapshots(self, records: Sequence[SnapshotRecord]) -> None:
+        _insert_rows(
+            self.con,
+            "INSERT INTO strata.snapshots SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), "
+            "unnest(?), unnest(?), unnest(?), unnest(?), now(), unnest(?), unnest(?)",
             [
-                record.snapshot_id,
-                record.model,
-                record.table_name,
-                record.partition_key,
-                record.model_fingerprint,
-                record.content_hash,
-                record.row_count,
-                record.watermark,
-                record.created_entry,
-                record.row_hash_sum,
-                json.dumps(record.detail, sort_keys=True, default=str),
+                [
+                    record.snapshot_id,
+                    record.model,
+                    record.table_name,
+                    record.partition_key,
+                    record.model_fingerprint,
+                    record.content_hash,
+                    record.row_count,
+                    record.watermark,
+                    record.created_entry,
+                    record.row_hash_sum,
+                    json.dumps(record.detail, sort_keys=True, default=str),
+                ]
+                for record in records
             ],
         )
 
     def add_build_key(self, build_key: str, snapshot_id: str, entry: int) -> None:
-        self.con.execute("INSERT INTO strata.build_keys VALUES (?, ?, ?)", [build_key, snapshot_id, entry])
+        self.add_build_keys([(build_key, snapshot_id)], entry)
+
+    def add_build_keys(self, keys: Sequence[tuple[str, str]], entry: int) -> None:
+        """(build key, snapshot id) pairs registered by `entry`."""
+        _insert_rows(
+            self.con,
+            "INSERT INTO strata.build_keys SELECT unnest(?), unnest(?), unnest(?)",
+            [[build_key, snapshot_id, entry] for build_key, snapshot_id in keys],
+        )
 
     def add_entry_model(self, entry: int, record: EntryModel) -> None:
-        self.con.execute(
-            "INSERT INTO strata.entry_models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self.add_entry_models(entry, [record])
+
+    def add_entry_models(self, entry: int, records: Sequence[EntryModel]) -> None:
+        _insert_rows(
+            self.con,
+            "INSERT INTO strata.entry_models SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), "
+            "unnest(?), unnest(?), unnest(?), unnest(?), unnest(?)",
             [
-                entry,
-                record.model,
-                record.partition_key,
-                record.snapshot_id,
-                record.build_key,
-                record.path,
-                record.rows_out,
-                record.duration_ms,
-                record.sql,
-                json.dumps(record.detail, sort_keys=True, default=str),
+                [
+                    entry,
+                    record.model,
+                    record.partition_key,
+                    record.snapshot_id,
+                    record.build_key,
+                    record.path,
+                    record.rows_out,
+                    record.duration_ms,
+                    record.sql,
+                    json.dumps(record.detail, sort_keys=True, default=str),
+                ]
+                for record in records
             ],
         )
 
     def add_publication(self, entry: int, branch: str, model: str, snapshot_ids: list[str]) -> None:
-        self.con.execute(
-            "INSERT INTO strata.publications VALUES (?, ?, ?, ?)", [entry, branch, model, snapshot_ids]
+        self.add_publications(entry, branch, {model: snapshot_ids})
+
+    def add_publications(self, entry: int, branch: str, pointers: Mapping[str, list[str]]) -> None:
+        """Each model's new view pointer (its snapshot ids) on `branch`."""
+        _insert_rows(
+            self.con,
+            "INSERT INTO strata.publications SELECT unnest(?), unnest(?), unnest(?), unnest(?)",
+            [[entry, branch, model, snapshot_ids] for model, snapshot_ids in pointers.items()],
         )
 
     def add_dropped(self, snapshot_id: str, entry: int) -> None:
         self.con.execute("INSERT INTO strata.dropped_snapshots VALUES (?, ?, now())", [snapshot_id, entry])
+
+
+def _insert_rows(con: duckdb.DuckDBPyConnection, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Many rows in one INSERT: `statement` selects `unnest(?)` per column, and each column's
+    values go as one list (one statement costs a millisecond or so, whatever its row count)."""
+    if rows:
+        con.execute(statement, [list(column) for column in zip(*rows, strict=True)])

@@ -371,7 +371,9 @@ def create_values_table(
         [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
     )
     query = exp.select(exp.column(column)).from_(rows)
-    run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True))
+    run(
+        con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True), consume=True
+    )
 
 
 def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:

@@ -39,8 +39,10 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
 
 
 def point_view_at(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str, query: exp.Query) -> None:
+    """Repoint a model's live view; `query` is consumed (see sql.render)."""
     ensure_schema(con, branch_schema)
-    run(con, exp.Create(this=view_table(branch_schema, model), kind="VIEW", expression=query, replace=True))
+    statement = exp.Create(this=view_table(branch_schema, model), kind="VIEW", expression=query, replace=True)
+    run(con, statement, consume=True)
 
 
 def view_snapshot_tables(
