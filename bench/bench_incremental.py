@@ -520,12 +520,15 @@ def install_profiler() -> None:
     session_module.create_keys_table = create_keys_table
 
     def statement_runner(original: Callable[..., Any]) -> Callable[..., Any]:
-        def run(con: duckdb.DuckDBPyConnection, statement: exp.Expression, params: Any = None) -> Any:
+        def run(
+            con: duckdb.DuckDBPyConnection, statement: exp.Expression, params: Any = None, **options: Any
+        ) -> Any:
+            text = render(statement)  # before the call: a consumed statement may be rewritten by it
             started = time.perf_counter()
-            result = original(con, statement, params)
+            result = original(con, statement, params, **options)
             if PROFILER.current is not None:
                 step = PROFILER.stack[0] if PROFILER.stack else "(no step)"
-                PROFILER.current.statements.append((step, render(statement), time.perf_counter() - started))
+                PROFILER.current.statements.append((step, text, time.perf_counter() - started))
             return result
 
         return run

@@ -506,14 +506,15 @@ def install_clock() -> None:
     engine_run._Run._decide = decide
 
     def statement_runner(original: Callable[..., Any]) -> Callable[..., Any]:
-        def run(con: duckdb.DuckDBPyConnection, statement: exp.Expression, params: Any = None) -> Any:
+        def run(
+            con: duckdb.DuckDBPyConnection, statement: exp.Expression, params: Any = None, **options: Any
+        ) -> Any:
+            text = render(statement)  # before the call: a consumed statement may be rewritten by it
             started = time.perf_counter()
-            result = original(con, statement, params)
+            result = original(con, statement, params, **options)
             if CLOCK.current is not None:
                 step = CLOCK.stack[0] if CLOCK.stack else "(no step)"
-                CLOCK.current.statements.append(
-                    (CLOCK.model, step, render(statement), time.perf_counter() - started)
-                )
+                CLOCK.current.statements.append((CLOCK.model, step, text, time.perf_counter() - started))
             return result
 
         return run
