@@ -5,8 +5,10 @@ import datetime as dt
 import duckdb
 import pytest
 
+from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
+from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, sql
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare, make_project
@@ -235,3 +237,26 @@ def test_partition_ranges_merge_consecutive_months_across_a_year_and_keep_the_nu
         "(d >= CAST('2025-11-01' AS DATE) AND d < CAST('2026-02-01' AS DATE)) "
         "OR (d >= CAST('2026-03-01' AS DATE) AND d < CAST('2026-04-01' AS DATE)) OR d IS NULL"
     )
+
+
+def compiled_sql(project, warehouse) -> dict[str, str]:
+    with open_session(warehouse) as session:
+        context = load_context(session, project, {})
+        return {name: model.sql() for name, model in context.compiled.models.items()}
+
+
+def test_runs_leave_the_parsed_project_as_they_found_it(orders):
+    """Within one process a project's parsed modules are reused, and builds render their own trees
+    without sqlglot's defensive copy: full, partition and no-change runs must change no shared
+    tree, so the model SQL compiled after them equals the SQL compiled before."""
+    project, warehouse = orders
+    run_project(project, warehouse)
+    before = compiled_sql(project, warehouse)
+    sql(
+        warehouse,
+        "UPDATE raw.orders SET amount = amount + 1, " + ADVANCE_UPDATED_AT + " WHERE order_id % 97 = 0",
+    )
+    assert run_project(project, warehouse, only_stale=True).outcome("daily").path == "partitions"
+    assert run_project(project, warehouse, only_stale=True).is_noop
+    assert compiled_sql(project, warehouse) == before
+    assert equal_to_full(warehouse) == ALL_EQUAL
