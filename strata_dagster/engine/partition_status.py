@@ -59,7 +59,7 @@ def _partitions(
     basis: RowBasis = WHOLE_ROW,
 ) -> dict[str, PartitionContent]:
     contents = content_by_partition(session, relation, spec.column, spec.grain, columns, basis)
-    return _by_key(contents, Content(columns, 0, "0", basis), keys)
+    return _by_key(contents, Content.empty(columns, basis), keys)
 
 
 def source_partitions(
@@ -139,7 +139,7 @@ def input_partitions(
         if key is not None
     }
     wanted = sorted(contents) if keys is None else list(keys)
-    empty = Content(columns, 0, "0", basis)
+    empty = Content.empty(columns, basis)
     return {
         key: PartitionContent(
             key,

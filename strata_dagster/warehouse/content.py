@@ -39,12 +39,19 @@ class Content:
             parts += (("basis", self.basis),)
         return digest("content", ENGINE_VERSION, *parts)
 
+    @classmethod
+    def empty(cls, columns: tuple[tuple[str, str], ...], basis: RowBasis = WHOLE_ROW) -> Content:
+        """What a relation (or partition) with these columns and no row holds."""
+        return cls(columns, 0, EMPTY_FIGURE, basis)
 
-def row_hash(basis: RowBasis = WHOLE_ROW) -> exp.Expression:
-    """The hash of a row (aliased ROW_ALIAS) over `basis`."""
-    if not basis:
-        return exp.func("hash", exp.column(ROW_ALIAS))
-    return exp.func("hash", *(exp.column(column, table=ROW_ALIAS) for column in basis))
+
+def as_rows(relation: exp.Table | exp.Query) -> exp.Expression:
+    """`relation` aliased ROW_ALIAS, to read from (a copy: the caller's tree stays its own)."""
+    if isinstance(relation, exp.Query):
+        return relation.subquery(ROW_ALIAS)
+    source = relation.copy()
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
+    return source
 
 
 def is_summed(basis: RowBasis) -> bool:
@@ -61,7 +68,7 @@ def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expression]:
     if not is_summed(basis):
         return [exp.func("count_star"), _change_range(basis)]
     # A sum of 64-bit row hashes in a HUGEINT: order-independent, and a duplicate row counts twice.
-    row_hash_value = exp.cast(row_hash(basis), data_type("HUGEINT"))
+    row_hash_value = exp.cast(exp.func("hash", exp.column(ROW_ALIAS)), data_type("HUGEINT"))
     return [
         exp.func("count_star"),
         exp.func("coalesce", exp.func("sum", row_hash_value), exp.Literal.number(EMPTY_FIGURE)),
@@ -88,12 +95,7 @@ def content_of(
 ) -> Content:
     """The relation's content; `columns` when the caller has described it already."""
     columns = describe(con, relation) if columns is None else columns
-    if isinstance(relation, exp.Query):
-        source: exp.Expression = relation.subquery(ROW_ALIAS)
-    else:
-        source = relation.copy()
-        source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
-    row = run(con, exp.select(*row_hash_aggregates(basis)).from_(source)).fetchone()
+    row = run(con, exp.select(*row_hash_aggregates(basis)).from_(as_rows(relation))).fetchone()
     return Content(columns, int(row[0]), str(row[1]), basis)
 
 
@@ -105,15 +107,10 @@ def content_by_group(
 ) -> dict[str | None, tuple[int, str]]:
     """Row count and row-hash sum per value of `key` (e.g. a partition expression), keyed by the
     value as text (None for NULL)."""
-    if isinstance(relation, exp.Query):
-        source: exp.Expression = relation.subquery(ROW_ALIAS)
-    else:
-        source = relation.copy()
-        source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
     # Group by the value itself; cast to text only once per group.
     grouped = (
         exp.select(key.copy().as_("__key"), *row_hash_aggregates(basis))
-        .from_(source)
+        .from_(as_rows(relation))
         .group_by(exp.Literal.number(1))
     )
     query = exp.select(

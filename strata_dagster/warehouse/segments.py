@@ -20,6 +20,7 @@ from strata_dagster.warehouse.content import (
     ROW_ALIAS,
     WHOLE_ROW,
     RowBasis,
+    as_rows,
     is_summed,
     row_hash_aggregates,
 )
@@ -152,14 +153,6 @@ def _typed(text: str, type_name: str) -> exp.Expression:
     return exp.Cast(this=exp.Literal.string(text), to=data_type(type_name))
 
 
-def _aliased(relation: exp.Table | exp.Query) -> exp.Expression:
-    if isinstance(relation, exp.Query):
-        return relation.subquery(ROW_ALIAS)
-    source = relation.copy()
-    source.set("alias", exp.TableAlias(this=exp.to_identifier(ROW_ALIAS)))
-    return source
-
-
 def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.Expression) -> exp.Expression:
     """(low, high] on the cdc expression; rows whose cdc is NULL are never in a window."""
     upper = exp.LTE(this=cdc.copy(), expression=high.copy())
@@ -187,7 +180,7 @@ def window_stats(
         con,
         exp.select(
             exp.cast(exp.func("max", cdc.copy()), "VARCHAR"), exp.func("typeof", exp.func("max", cdc.copy()))
-        ).from_(_aliased(relation)),
+        ).from_(as_rows(relation)),
     ).fetchone()
     high_text, cdc_type = bound[0], str(bound[1])
     count, figure = content_where(con, relation, basis=basis) if totals is None else totals
@@ -232,13 +225,13 @@ def create_keys_table(
     source at all when `deleted_from` (the previous state) is given. Returns how many."""
     changed = (
         exp.select(*(expression.copy().as_(key) for key, expression in keys))
-        .from_(_aliased(relation))
+        .from_(as_rows(relation))
         .where(window.copy())
     )
     query: exp.Query = changed
     if deleted_from is not None:
         present = exp.select(*(expression.copy().as_(key) for key, expression in keys)).from_(
-            _aliased(relation)
+            as_rows(relation)
         )
         gone = (
             exp.select(*(exp.column(key, table="__prev") for key in merge_keys))
@@ -318,7 +311,7 @@ def max_value(
     value = exp.func("max", exp.column(column))
     row = run(
         con,
-        exp.select(exp.cast(value, "VARCHAR"), exp.func("typeof", value.copy())).from_(_aliased(relation)),
+        exp.select(exp.cast(value, "VARCHAR"), exp.func("typeof", value.copy())).from_(as_rows(relation)),
     ).fetchone()
     return row[0], str(row[1])
 
@@ -331,7 +324,7 @@ def content_where(
 ) -> tuple[int, str]:
     """Row count and row-hash sum (over `basis`) of the rows of `relation` (aliased ROW_ALIAS)
     meeting `condition`."""
-    statement = exp.select(*row_hash_aggregates(basis)).from_(_aliased(relation))
+    statement = exp.select(*row_hash_aggregates(basis)).from_(as_rows(relation))
     if condition is not None:
         statement = statement.where(condition.copy())
     row = run(con, statement).fetchone()
@@ -349,7 +342,7 @@ def content_and_key_sum_where(
 ) -> tuple[int, str, str]:
     """`content_where`, plus the sum of a hash of only `columns` over the same rows, in one scan."""
     count, hash_sum = row_hash_aggregates()
-    statement = exp.select(count, hash_sum, _key_hash_sum(columns)).from_(_aliased(query)).where(condition)
+    statement = exp.select(count, hash_sum, _key_hash_sum(columns)).from_(as_rows(query)).where(condition)
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1]), str(row[2])
 
@@ -358,7 +351,7 @@ def key_sum(
     con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, columns: Sequence[str]
 ) -> tuple[int, str]:
     """Row count and the sum of a hash of only `columns` (e.g. merge keys and cdc column)."""
-    statement = exp.select(exp.func("count_star"), _key_hash_sum(columns)).from_(_aliased(relation))
+    statement = exp.select(exp.func("count_star"), _key_hash_sum(columns)).from_(as_rows(relation))
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1])
 
