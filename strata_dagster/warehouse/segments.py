@@ -25,6 +25,7 @@ from strata_dagster.warehouse.content import (
     row_hash_aggregates,
 )
 from strata_dagster.warehouse.sql import data_type, run, snapshot_table
+from strata_dagster.warehouse.tables import create_snapshot
 
 KEYS_ALIAS = "__keys"
 
@@ -248,7 +249,7 @@ def create_keys_table(
         )
         query = exp.union(changed, gone, distinct=False)
     distinct = exp.select("*").distinct().from_(query.subquery("__changed"))
-    run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=distinct, replace=True))
+    create_snapshot(con, name, distinct)
     return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
 
 
@@ -364,9 +365,7 @@ def create_values_table(
         [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
     )
     query = exp.select(exp.column(column)).from_(rows)
-    run(
-        con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True), consume=True
-    )
+    create_snapshot(con, name, query)
 
 
 def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:
