@@ -50,6 +50,14 @@ def execute(warehouse: Path, *statements: str, params=None) -> list:
         con.close()
 
 
+def edit_module(module: Path, old: str, new: str) -> None:
+    """Replace `old` by `new` in a module's text; `old` must be there (an edit that changes
+    nothing would leave a test asserting about the unedited project)."""
+    text = module.read_text()
+    assert old in text, f"`{old}` is not in {module.name}"
+    module.write_text(text.replace(old, new))
+
+
 def sql(warehouse: Path, statement: str, params=None) -> list:
     """The rows of one statement."""
     return execute(warehouse, statement, params=params)

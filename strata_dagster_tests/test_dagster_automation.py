@@ -16,6 +16,7 @@ from strata_dagster_tests.dagster_support import (
     order_day,
     stale_set,
 )
+from strata_dagster_tests.engine_support import edit_module
 from strata_dagster_tests.test_dagster_staleness import paid_order
 
 
@@ -77,11 +78,10 @@ def test_the_condition_requests_exactly_the_stale_partitions_wave_by_wave_until_
 def test_a_stale_child_waits_for_its_stale_parent(shop, monkeypatch):
     project, warehouse, defs, instance = shop
     # A new code version for stg_orders makes it and (through the fingerprint) all it feeds stale.
-    staging = project / "staging.strata"
-    staging.write_text(
-        staging.read_text().replace(
-            "filter status <> 'cancelled'", "filter status not in ('cancelled', 'void')"
-        )
+    edit_module(
+        project / "staging.strata",
+        "filter status <> 'cancelled'",
+        "filter status not in ('cancelled', 'void')",
     )
     reloaded = build_definitions(project, warehouse=warehouse)
     stale = stale_set(reloaded, instance)

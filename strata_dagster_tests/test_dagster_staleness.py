@@ -20,7 +20,7 @@ from strata_dagster_tests.dagster_support import (
     partition_ranges,
     stale_set,
 )
-from strata_dagster_tests.engine_support import execute
+from strata_dagster_tests.engine_support import edit_module, execute
 
 DIRECT_CONSUMERS_OF_ORDERS = {"stg_orders", "order_status_log", "first_seen_orders"}
 
@@ -137,8 +137,7 @@ def test_a_source_changed_behind_dagsters_back_is_recorded_when_a_model_reads_it
 
 def test_a_changed_model_is_stale_by_its_code_version_and_so_is_its_downstream(shop):
     project, warehouse, defs, instance = shop
-    marts = project / "marts.strata"
-    marts.write_text(marts.read_text().replace("active_days = count(*)", "active_days = count(*) + 0"))
+    edit_module(project / "marts.strata", "active_days = count(*)", "active_days = count(*) + 0")
     # Built through the old definitions: the engine builds the new code, and says to reload.
     _, monthly = partition_ranges(defs)
     result = execute_assets(defs, instance, ["monthly_revenue"], partitions=monthly)

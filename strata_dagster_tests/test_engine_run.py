@@ -9,6 +9,7 @@ from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import (
     ADVANCE_UPDATED_AT,
     SHOP_MODELS,
+    edit_module,
     execute,
     history_count,
     make_shop,
@@ -194,10 +195,7 @@ def test_contract_failure_publishes_nothing(shop):
     project, warehouse = shop
     run_project(project, warehouse)
     views = view_tables(warehouse)
-    staging = project / "staging.strata"
-    staging.write_text(
-        staging.read_text().replace("customer_id: BIGINT not null", "customer_id: VARCHAR not null")
-    )
+    edit_module(project / "staging.strata", "customer_id: BIGINT not null", "customer_id: VARCHAR not null")
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == "E031"
@@ -209,14 +207,12 @@ def test_code_change_rebuilds_the_model_and_its_downstream(shop):
     project, warehouse = shop
     run_project(project, warehouse)
     marts = project / "marts.strata"
-    marts.write_text(marts.read_text().replace("active_days = count(*)", "active_days = count(*) + 0"))
+    edit_module(marts, "active_days = count(*)", "active_days = count(*) + 0")
     result = run_project(project, warehouse, only_stale=True)
     assert {name for name, path in paths(result).items() if path != "reused"} == {"monthly_revenue"}
     # Comments and descriptions are not code.
-    marts.write_text(marts.read_text().replace("-- A join with `on`", "-- A join, with `on`"))
-    marts.write_text(
-        marts.read_text().replace("Orders with their customer region", "Orders and customer region")
-    )
+    edit_module(marts, "-- A join with `on`", "-- A join, with `on`")
+    edit_module(marts, "Orders with their customer region", "Orders and customer region")
     assert run_project(project, warehouse, only_stale=True).is_noop
 
 
@@ -320,9 +316,8 @@ def test_sql_duckdb_rejects_is_e032_and_publishes_nothing(shop):
     project, warehouse = shop
     run_project(project, warehouse)
     views = view_tables(warehouse)
-    marts = project / "marts.strata"
-    marts.write_text(
-        marts.read_text().replace("active_days = count(*)", "active_days = no_such_function(order_count)")
+    edit_module(
+        project / "marts.strata", "active_days = count(*)", "active_days = no_such_function(order_count)"
     )
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse, only_stale=True)

@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.status import observe_sources
-from strata_dagster_tests.engine_support import sql
+from strata_dagster_tests.engine_support import edit_module, sql
 from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_project, multiset
 
 T0 = dt.datetime(2025, 1, 1)
@@ -296,8 +296,7 @@ def test_changing_a_sources_versioning_rebuilds_its_incremental_models(events):
     """The figures a delta compares were hashed over another basis: build fully and say why."""
     project, warehouse = events
     run_project(project, warehouse)
-    module = project / "events.strata"
-    module.write_text(module.read_text().replace("versioning: cdc(ts)", "versioning: full"))
+    edit_module(project / "events.strata", "versioning: cdc(ts)", "versioning: full")
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("up").path == "full"
     assert "changed its `versioning`" in result.outcome("up").detail["full_reason"]
@@ -370,8 +369,7 @@ def test_a_reloaded_source_with_fewer_rows_is_applied(events):
 def test_code_change_rebuilds_fully_with_its_reason(events):
     project, warehouse = events
     run_project(project, warehouse)
-    module = project / "events.strata"
-    module.write_text(module.read_text().replace("filter status <> 'void'", "filter status <> 'gone'"))
+    edit_module(project / "events.strata", "filter status <> 'void'", "filter status <> 'gone'")
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("up").path == "full"
     assert result.outcome("up").detail["full_reason"] == "the model's code changed since its last build"

@@ -9,7 +9,7 @@ from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.session import open_session
-from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, sql
+from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, edit_module, sql
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare, make_project
 
@@ -148,8 +148,7 @@ def test_an_edit_that_does_not_advance_updated_at_is_not_seen_unless_versioning_
     run_project(project, warehouse)
     sql(warehouse, "UPDATE raw.orders SET amount = 7 WHERE order_id = 3")
     assert run_project(project, warehouse, only_stale=True).is_noop
-    module = project / "orders.strata"
-    module.write_text(module.read_text().replace("versioning: cdc(updated_at)", "versioning: full"))
+    edit_module(project / "orders.strata", "versioning: cdc(updated_at)", "versioning: full")
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("daily").path == "partitions"  # other basis: every day compared, one differs
     assert result.outcome("daily").detail["partitions"] == sorted(
@@ -168,8 +167,7 @@ def test_an_edit_that_does_not_advance_updated_at_is_not_seen_unless_versioning_
 
 def test_a_cdc_column_the_table_lacks_is_a_clear_error(orders):
     project, warehouse = orders
-    module = project / "orders.strata"
-    module.write_text(module.read_text().replace("cdc(updated_at)", "cdc(changed_at)"))
+    edit_module(project / "orders.strata", "cdc(updated_at)", "cdc(changed_at)")
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == "E012"
