@@ -149,8 +149,10 @@ def test_a_malformed_selector_is_e025(shop, selection):
 
 def test_every_unmatched_selector_is_reported_at_once(shop):
     with pytest.raises(StrataError) as caught:
-        select_models(shop, ["stg_orders,nope,tag:none,zz_*"])
-    assert codes(caught.value) == ["E025", "E025", "E025"]
+        select_models(shop, ["stg_orders,nope,tag:none,++a,zz_*"])
+    assert codes(caught.value) == ["E025"] * 4
+    # In the order they were written.
+    assert [item.message.split("`")[1] for item in caught.value.errors] == ["nope", "none", "++a", "zz_*"]
 
 
 def test_split_selection():

@@ -90,16 +90,15 @@ def select(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]
     texts = [part for item in selection or () for part in split_selection(item)]
     if not texts:
         return project.order
-    selectors: list[Selector] = []
+    downstream = _downstream_map(project)
+    chosen: set[str] = set()
     errors: list[StrataError] = []
     for text in texts:
         try:
-            selectors.append(parse_selector(text))
+            selector = parse_selector(text)
         except StrataError as error:
             errors.append(error)
-    downstream = _downstream_map(project)
-    chosen: set[str] = set()
-    for selector in selectors:
+            continue
         matched = _matches(project, selector)
         if not matched:
             errors.append(_unmatched(project, selector))
