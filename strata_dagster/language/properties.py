@@ -32,7 +32,7 @@ _PARTITION = re.compile(r"(?:(day|month)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)|([
 _VERSIONING = re.compile(r"([a-z_]+)\s*(?:\(\s*([A-Za-z0-9_]+)\s*\))?")
 _DATE = re.compile(r"'?(\d{4}-\d{2}-\d{2})'?")
 # Dagster's rule for tag keys (and strict values): a model's tags become its asset's tag keys.
-_TAG = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+TAG_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,63}")
 _CONTRACT_TYPE = re.compile(r"(?P<type>.+?)(?P<not_null>\s+not\s+null)?", re.IGNORECASE | re.DOTALL)
 
 
@@ -108,7 +108,7 @@ def as_tags(prop: RawProperty) -> tuple[str, ...]:
         text = item.text
         if len(text) >= 2 and text[0] == text[-1] == "'":
             text = text[1:-1]
-        if not _TAG.fullmatch(text):
+        if not TAG_PATTERN.fullmatch(text):
             raise StrataError(
                 E_PROPERTY_VALUE,
                 f"`{prop.name}` lists `{item.text}`, which is not a tag",

@@ -17,6 +17,7 @@ from typing import Literal
 
 from strata_dagster.errors import E_UNKNOWN_MODEL, StrataError, raise_collected
 from strata_dagster.language.definition import Project
+from strata_dagster.language.properties import TAG_PATTERN
 
 SelectorMethod = Literal["name", "glob", "tag"]
 
@@ -25,7 +26,6 @@ _SEPARATORS = re.compile(r"[,\s]+")
 _GRAPH = re.compile(r"(?:(?P<up_levels>\d*)(?P<up>\+))?(?P<body>[^+]+)(?:(?P<down>\+)(?P<down_levels>\d*))?")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GLOB = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
-_TAG = re.compile(r"[A-Za-z0-9_.-]{1,63}")
 _FORMS = "name, stg_* (glob), tag:name, +name (with upstream), name+ (with downstream), 2+name, name+1"
 
 
@@ -53,7 +53,7 @@ def parse_selector(text: str) -> Selector:
     if body.startswith(TAG_PREFIX):
         method: SelectorMethod = "tag"
         value = body[len(TAG_PREFIX) :]
-        is_valid = bool(_TAG.fullmatch(value))
+        is_valid = bool(TAG_PATTERN.fullmatch(value))
     elif _NAME.fullmatch(body):
         method, value, is_valid = "name", body, True
     else:
