@@ -70,7 +70,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_OVERRIDE: "a malformed `--source s=t` or one naming an unknown source or table",
     E_UNKNOWN_RUN: "no run with that id in the history",
     E_SNAPSHOT_GONE: "a snapshot the operation needs was dropped by gc",
-    E_UNKNOWN_MODEL: "a selection names a model that does not exist",
+    E_UNKNOWN_MODEL: "a `--models` selector is malformed or matches no model (name, glob or tag)",
     E_BRANCH: "a branch name that is invalid, missing or already taken",
     E_UNIQUE: "a `unique` pin failed: duplicate keys in the new snapshot",
     E_CONTRACT: "a `contract` pin failed: the new snapshot's schema differs",

@@ -11,8 +11,8 @@ from strata_dagster.cli.output import console, print_warnings, reports_errors
 from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.errors import E_UNKNOWN_MODEL, StrataError
 from strata_dagster.language import load_project
+from strata_dagster.language.selection import select
 
 
 @click.group()
@@ -47,19 +47,18 @@ def check(project: Path, warehouse: Path | None) -> None:
 @main.command("compile")
 @project_argument
 @warehouse_option
-@click.option("--model", "models", multiple=True, help="Only this model (repeatable).")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="SELECTORS",
+    help="Only these models (repeatable): a name, glob, tag:name, +model or model+, as in --models.",
+)
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
     """Print the DuckDB SQL of each model of PROJECT, in dependency order."""
     compiled = load_and_compile(project, resolve_warehouse(project, warehouse))
-    names = list(models) or list(compiled.project.order)
-    for name in names:
-        if name not in compiled.models:
-            raise StrataError(
-                E_UNKNOWN_MODEL,
-                f"no model named `{name}`",
-                hint="models: " + ", ".join(compiled.project.order),
-            )
+    names = select(compiled.project, models)
     for name in names:
         if len(names) > 1:
             console.print(f"-- model {name}", markup=False)

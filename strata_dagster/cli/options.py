@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
@@ -27,3 +31,15 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
         return Path(from_env)
     folder = project.parent if project.is_file() else project
     return folder / DEFAULT_WAREHOUSE_NAME
+
+
+def models_option(action: str) -> Callable[[F], F]:
+    """`--models SELECTORS` for a command that does `action` to models; pass its value through
+    `strata_dagster.language.selection.split_selection` to the engine, which resolves it."""
+    return click.option(
+        "--models",
+        default="",
+        metavar="SELECTORS",
+        help=f"Models to {action} (default: all): names, globs (stg_*), tag:name, +model (and its "
+        "upstream), model+ (and its downstream), separated by commas (a union).",
+    )

@@ -8,17 +8,18 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.options import models_option, project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.replay import replay as replay_run
 from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, run
 from strata_dagster.language import load_project
+from strata_dagster.language.selection import split_selection
 from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.sources import parse_overrides
 
-models_option = click.option("--models", default="", help="Comma-separated models to build (default: all).")
+build_models_option = models_option("build")
 branch_option = click.option(
     "--branch", default=DEFAULT_BRANCH, show_default=True, help="Branch whose views to publish."
 )
@@ -29,10 +30,6 @@ source_option = click.option(
     metavar="SOURCE=TABLE",
     help="Read SOURCE from TABLE instead (repeatable).",
 )
-
-
-def split_models(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def print_outcome(outcome: ModelOutcome) -> None:
@@ -46,7 +43,7 @@ def print_outcome(outcome: ModelOutcome) -> None:
 @click.command("run")
 @project_argument
 @warehouse_option
-@models_option
+@build_models_option
 @branch_option
 @source_option
 @click.option(
@@ -76,7 +73,7 @@ def run_command(
     request = RunRequest(
         project_dir=project,
         warehouse=resolve_warehouse(project, warehouse),
-        models=split_models(models),
+        models=split_selection(models),
         branch=branch,
         overrides=overrides,
         only_stale=only_stale,
@@ -269,7 +266,7 @@ COMMANDS = (run_command, history, replay, rollback, gc, branch, promote)
 @warehouse_option
 @click.option("--reason", default=None, help="Why this backfill runs (required; recorded in the history).")
 @source_option
-@models_option
+@build_models_option
 @reports_errors
 def backfill(
     project: Path,
@@ -285,7 +282,13 @@ def backfill(
     target = resolve_warehouse(project, warehouse)
     console.print(f"strata backfill of {run_id[:12]} ({target})", markup=False)
     result = run_backfill(
-        project, target, run_id, reason, sources=sources, models=split_models(models), progress=print_outcome
+        project,
+        target,
+        run_id,
+        reason,
+        sources=sources,
+        models=split_selection(models),
+        progress=print_outcome,
     )
     if result.is_noop:
         console.print("the corrections change nothing: " + NOTHING_TO_DO)

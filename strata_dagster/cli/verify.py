@@ -9,11 +9,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.options import models_option, project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, reports_errors
-from strata_dagster.cli.runs import branch_option, source_option, split_models
+from strata_dagster.cli.runs import branch_option, source_option
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
 from strata_dagster.language import load_project
+from strata_dagster.language.selection import split_selection
 from strata_dagster.warehouse.compare import ColumnTotal, Figures
 from strata_dagster.warehouse.sources import parse_overrides
 
@@ -29,7 +30,7 @@ _LEGEND = (
 
 @click.command("verify")
 @project_argument
-@click.option("--models", default="", help="Comma-separated models to verify (default: all).")
+@models_option("verify")
 @click.option(
     "--partitions",
     default="",
@@ -58,8 +59,8 @@ def verify_command(
     report = verify(
         project,
         resolve_warehouse(project, warehouse),
-        models=split_models(models),
-        partitions=split_models(partitions),
+        models=split_selection(models),
+        partitions=tuple(part.strip() for part in partitions.split(",") if part.strip()),
         branch=branch,
         overrides=overrides,
     )

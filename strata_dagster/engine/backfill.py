@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.context import select_models
 from strata_dagster.engine.operations import find_entry
 from strata_dagster.engine.run import ProgressCallback, RunRequest, RunResult, run
 from strata_dagster.errors import E_BACKFILL, E_UNKNOWN_RUN, StrataError
@@ -76,14 +77,8 @@ def backfill_request(
     try:
         project = load_project(Path(project_dir))
         corrections = parse_overrides(sources if isinstance(sources, Mapping) else list(sources), project)
-        requested = [name for name in models if name]
-        unknown = [name for name in requested if name not in project.models]
-        if unknown:
-            raise StrataError(
-                E_BACKFILL,
-                f"no model named {', '.join(f'`{name}`' for name in unknown)}",
-                hint="models: " + ", ".join(project.order),
-            )
+        selection = tuple(models)
+        requested = select_models(project, selection) if any(text.strip() for text in selection) else ()
         corrected = _corrected_entry(Path(warehouse), run_id) if run_id is not None else None
         overrides = {**(corrected.overrides if corrected else {}), **corrections}
         if corrected is not None and branch is not None and corrected.branch != branch:
@@ -94,13 +89,13 @@ def backfill_request(
             )
         if overrides:
             _check_override_tables(Path(warehouse), project, overrides)
-        selection = requested or (
+        trimmed = requested or (
             [name for name in corrected.models if name in project.models] if corrected else []
         )
         return RunRequest(
             project_dir=Path(project_dir),
             warehouse=Path(warehouse),
-            models=tuple(selection),
+            models=tuple(trimmed),
             branch=corrected.branch if corrected is not None else (branch or DEFAULT_BRANCH),
             overrides=overrides,
             only_stale=True,

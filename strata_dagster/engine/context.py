@@ -9,8 +9,9 @@ from pathlib import Path
 
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.errors import E_BRANCH, E_UNKNOWN_MODEL, StrataError
+from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
+from strata_dagster.language.selection import select
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.session import Session
 
@@ -49,19 +50,11 @@ def load_context(
     return ProjectContext(project, compiled, dict(overrides), branch)
 
 
-def select_models(project: Project, names: Iterable[str] | None) -> tuple[str, ...]:
-    """The requested models in dependency order (all when `names` is empty); E025 for unknown ones."""
-    requested = [name for name in names or () if name]
-    unknown = [name for name in requested if name not in project.models]
-    if unknown:
-        raise StrataError(
-            E_UNKNOWN_MODEL,
-            f"no model named {', '.join(f'`{name}`' for name in unknown)}",
-            hint="models: " + ", ".join(project.order),
-        )
-    if not requested:
-        return project.order
-    return tuple(name for name in project.order if name in requested)
+def select_models(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]:
+    """The models `selection` names, in dependency order (all when it is empty): names, globs,
+    `tag:name`, `+` for upstream / downstream, comma-separated (see language.selection). E025
+    for a selector that is malformed or matches no model."""
+    return select(project, selection)
 
 
 def with_upstream(project: Project, names: Iterable[str]) -> tuple[str, ...]:

@@ -187,6 +187,7 @@ class ModelProperties:
     contract: tuple[ContractColumn, ...] | None = None
     order_by: tuple[str, ...] | None = None
     description: str | None = None
+    tags: tuple[str, ...] = ()  # labels for selection (`tag:name`) and Dagster asset tags
     # Where each property was written, for errors that point at it.
     locations: tuple[tuple[str, Location], ...] = ()
 

@@ -31,6 +31,8 @@ _QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}"
 _PARTITION = re.compile(r"(?:(day|month)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)|([A-Za-z_][A-Za-z0-9_]*))")
 _VERSIONING = re.compile(r"([a-z_]+)\s*(?:\(\s*([A-Za-z0-9_]+)\s*\))?")
 _DATE = re.compile(r"'?(\d{4}-\d{2}-\d{2})'?")
+# Dagster's rule for tag keys (and strict values): a model's tags become its asset's tag keys.
+TAG_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,63}")
 _CONTRACT_TYPE = re.compile(r"(?P<type>.+?)(?P<not_null>\s+not\s+null)?", re.IGNORECASE | re.DOTALL)
 
 
@@ -96,6 +98,32 @@ def as_names(prop: RawProperty) -> tuple[str, ...]:
             )
         names.append(item.text)
     return tuple(names)
+
+
+def as_tags(prop: RawProperty) -> tuple[str, ...]:
+    value = _needs_value(prop, "[finance, daily]")
+    items = value.items if value.items is not None else (value,)
+    tags: list[str] = []
+    for item in items:
+        text = item.text
+        if len(text) >= 2 and text[0] == text[-1] == "'":
+            text = text[1:-1]
+        if not TAG_PATTERN.fullmatch(text):
+            raise StrataError(
+                E_PROPERTY_VALUE,
+                f"`{prop.name}` lists `{item.text}`, which is not a tag",
+                item.location,
+                hint="a tag is 1 to 63 letters, digits, `_`, `-` or `.`, e.g. `tags: [finance, daily]`",
+            )
+        if text in tags:
+            raise StrataError(
+                E_PROPERTY_VALUE,
+                f"`{prop.name}` lists `{text}` twice",
+                item.location,
+                hint="list each tag once",
+            )
+        tags.append(text)
+    return tuple(tags)
 
 
 def as_string(prop: RawProperty) -> str:
@@ -227,6 +255,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "contract": ("contract", as_contract),
     "order_by": ("order_by", as_names),
     "description": ("description", as_string),
+    "tags": ("tags", as_tags),
 }
 
 _FLAGS = {"incremental", "immutable_partitions", "monotonic_partitions"}

@@ -191,6 +191,7 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             references=model.references,
             code_version=catalog.fingerprints[name],
             sql=catalog.sql.get(name),
+            tags=model.properties.tags,
         )
     return nodes
 

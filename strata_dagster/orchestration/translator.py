@@ -38,6 +38,7 @@ class StrataAssetProps:
     references: tuple[str, ...] = ()  # models: the sources and models it reads
     code_version: str | None = None  # models: the model fingerprint
     sql: str | None = None  # models: the compiled SQL
+    tags: tuple[str, ...] = ()  # models: the `tags:` property
 
 
 class StrataDagsterTranslator:
@@ -118,7 +119,9 @@ class StrataDagsterTranslator:
         return metadata
 
     def get_tags(self, props: StrataAssetProps) -> Mapping[str, str]:
-        return {}
+        """A model's `tags: [...]` as tag keys with empty values (as dagster-dbt maps dbt tags), so
+        Dagster's asset selection `tag:finance` finds what `strata run --models tag:finance` builds."""
+        return {tag: "" for tag in props.tags}
 
     def get_kinds(self, props: StrataAssetProps) -> set[str]:
         return {"duckdb", "sql"} if props.kind == "model" else {"duckdb"}
