@@ -211,3 +211,39 @@ def test_refresh_always_rebuilds_without_a_warning(tmp_path):
     run_project(project, warehouse, models=["sampled"], now=DAY)
     again = run_project(project, warehouse, models=["sampled"], only_stale=True, now=DAY)
     assert paths(again) == {"sampled": "full"}
+
+
+PARTITIONED = """
+source events {
+  table: raw.events
+}
+
+model daily_sample {
+  from events
+  let day = cast(ts as date)
+  derive r = random()
+  partitioned_by: day(day)
+  refresh: daily
+}
+"""
+
+
+def test_refreshed_partitioned_volatile_model_is_rebuilt_completely(tmp_path):
+    """A delta would recompute no partition (no input changed) and keep rows drawn on another day;
+    a full rebuild draws them all again, as a rebuild from scratch would."""
+    project, warehouse = make_module_project(
+        tmp_path,
+        "events.strata",
+        PARTITIONED,
+        "CREATE TABLE raw.events AS SELECT range AS id, TIMESTAMP '2025-01-01' + to_hours(range * 7) AS ts "
+        "FROM range(30)",
+    )
+    run_project(project, warehouse, now=DAY)
+    rows = row_multiset(warehouse, "main.v_daily_sample")
+    same_day = run_project(project, warehouse, only_stale=True, now=DAY.replace(hour=20))
+    assert same_day.is_noop
+    next_day = run_project(project, warehouse, only_stale=True, now=DAY + dt.timedelta(days=1))
+    outcome = next_day.outcome("daily_sample")
+    assert outcome.path == "full"
+    assert "volatile" in outcome.detail["full_reason"]
+    assert row_multiset(warehouse, "main.v_daily_sample") != rows

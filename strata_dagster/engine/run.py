@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from strata_dagster.compile.determinism import effective_refresh
+from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import partitions
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
@@ -348,6 +348,9 @@ class _Run:
             )
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"
+            elif current is not None and volatile_calls(model):
+                # Rows kept from an earlier build were computed at another time than a full build now.
+                reason = "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
             elif current is not None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
