@@ -9,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.orchestration import constants as c
@@ -191,6 +192,8 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             references=model.references,
             code_version=catalog.fingerprints[name],
             sql=catalog.sql.get(name),
+            refresh=effective_refresh(model),
+            volatile_calls=tuple(dict.fromkeys(call.sql for call in volatile_calls(model))),
         )
     return nodes
 
