@@ -247,3 +247,18 @@ def test_refreshed_partitioned_volatile_model_is_rebuilt_completely(tmp_path):
     assert outcome.path == "full"
     assert "volatile" in outcome.detail["full_reason"]
     assert row_multiset(warehouse, "main.v_daily_sample") != rows
+
+
+def test_strata_check_prints_w002_with_the_call_position_and_succeeds(tmp_path):
+    from click.testing import CliRunner
+
+    from strata_dagster.cli.main import main
+
+    project, warehouse = events_project(tmp_path, "refresh: daily")
+    result = CliRunner().invoke(main, ["check", str(project), "--warehouse", str(warehouse)])
+    assert result.exit_code == 0, result.output
+    printed = result.output + (result.stderr if hasattr(result, "stderr") else "")
+    assert "warning[W002]: model `clocked` calls `NOW()`" in printed
+    assert "events.strata:14:16" in printed  # `filter ts <= now()`: the call, not the model
+    assert "refresh: daily" in printed
+    assert "model `sampled`" not in printed  # it declares its refresh
