@@ -3,12 +3,16 @@ every run or once per `refresh:` period, with early cutoff when their rows did n
 
 import datetime as dt
 
+import duckdb
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.fingerprint.refresh import is_refresh_due, refresh_period
+from strata_dagster_tests import test_partition_properties as partition_properties
 from strata_dagster_tests.engine_support import make_module_project, row_multiset
 from strata_dagster_tests.helpers import compile_text
 
@@ -262,3 +266,77 @@ def test_strata_check_prints_w002_with_the_call_position_and_succeeds(tmp_path):
     assert "events.strata:14:16" in printed  # `filter ts <= now()`: the call, not the model
     assert "refresh: daily" in printed
     assert "model `sampled`" not in printed  # it declares its refresh
+
+
+# -- property: volatile incremental models equal a full rebuild -----------------------------------
+
+VOLATILE_INCREMENTAL = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+
+model recent_daily {
+  from orders
+  filter order_ts >= now() - interval 36500 day
+  let order_day = cast(order_ts as date)
+  group order_day, channel
+  aggregate revenue = sum(amount), n = count(*)
+  partitioned_by: day(order_day)
+  refresh: daily
+}
+
+model recent_upsert {
+  from orders
+  filter order_ts >= now() - interval 36500 day and status <> 'cancelled'
+  select order_id, order_ts, updated_at, amount
+  merge_strategy: upsert
+  merge_keys: [order_id]
+  cdc_column: updated_at
+}
+"""
+VOLATILE_FULL = {
+    "recent_daily": "SELECT CAST(order_ts AS DATE) AS order_day, channel, sum(amount) AS revenue, count(*) AS n "
+    "FROM raw.orders WHERE order_ts >= now() - INTERVAL 36500 DAY GROUP BY ALL",
+    "recent_upsert": "SELECT order_id, order_ts, updated_at, amount FROM raw.orders "
+    "WHERE order_ts >= now() - INTERVAL 36500 DAY AND status <> 'cancelled'",
+}
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    history=st.lists(st.tuples(partition_properties.steps, st.sampled_from([0, 1])), min_size=1, max_size=3)
+)
+def test_volatile_incremental_models_equal_a_full_rebuild(tmp_path_factory, history):
+    """Random edits, runs in the same UTC day (reused or rebuilt on changed input) or the next one
+    (the refresh period passed): the live views equal a full rebuild, compared by row-hash multisets."""
+    project, warehouse = make_module_project(
+        tmp_path_factory.mktemp("volatile"),
+        "orders.strata",
+        VOLATILE_INCREMENTAL,
+        "CREATE TABLE raw.orders AS SELECT range AS order_id, TIMESTAMP '2026-01-01' + to_minutes(range * 360) AS "
+        "order_ts, TIMESTAMP '2026-01-01' + to_minutes(range * 360) AS updated_at, CASE WHEN range % 7 = 0 THEN "
+        "'cancelled' ELSE 'paid' END AS status, CASE WHEN range % 2 = 0 THEN 'web' ELSE 'shop' END AS channel, "
+        "CAST(range % 40 + 1 AS DECIMAL(12, 2)) AS amount FROM range(150)",
+    )
+    now = DAY
+    run_project(project, warehouse, now=now)
+    clock = 0
+    for steps, days in history:
+        con = duckdb.connect(str(warehouse))
+        for step in steps:
+            clock += 1
+            partition_properties.apply(con, step, clock)
+        con.close()
+        now += dt.timedelta(days=days)
+        result = run_project(project, warehouse, only_stale=True, now=now)
+        for model, full in VOLATILE_FULL.items():
+            assert row_multiset(warehouse, f"main.v_{model}") == row_multiset(warehouse, f"({full})"), (
+                model,
+                steps,
+                result.outcome(model),
+            )
