@@ -268,6 +268,40 @@ def test_strata_check_prints_w002_with_the_call_position_and_succeeds(tmp_path):
     assert "model `sampled`" not in printed  # it declares its refresh
 
 
+UPSERT = """
+source events {
+  table: raw.events
+}
+
+model clocked_upsert {
+  from events
+  filter ts <= now()
+  merge_strategy: upsert
+  merge_keys: [id]
+  cdc_column: ts
+}
+
+model reader {
+  from clocked_upsert
+}
+"""
+
+
+def test_unchanged_rows_of_a_volatile_upsert_model_keep_its_snapshot(tmp_path):
+    """Always rebuilt fully, yet early cutoff: the same rows keep the snapshot, and its reader."""
+    project, warehouse = make_module_project(
+        tmp_path,
+        "events.strata",
+        UPSERT,
+        "CREATE TABLE raw.events AS SELECT range AS id, TIMESTAMP '2025-01-01' + to_minutes(range) AS ts "
+        "FROM range(20)",
+    )
+    first = run_project(project, warehouse, now=DAY)
+    again = run_project(project, warehouse, only_stale=True, now=DAY)
+    assert paths(again) == {"clocked_upsert": "cutoff", "reader": "reused"}
+    assert again.outcome("clocked_upsert").snapshot_id == first.outcome("clocked_upsert").snapshot_id
+
+
 # -- property: volatile incremental models equal a full rebuild -----------------------------------
 
 VOLATILE_INCREMENTAL = """

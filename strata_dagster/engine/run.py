@@ -434,8 +434,10 @@ class _Run:
         self._check_pins(name, table_name)
         checkpoint("pins_checked")
         content = self.session.content(snapshot_table(table_name))
-        # An incremental model's state carries its watermark and code: a full build always registers.
-        for same in (current, existing) if incremental is None else ():
+        # An incremental model's state carries its watermark and code: a full build always registers,
+        # unless the model is volatile: then every build is full and no delta reads that state.
+        is_cutoff_possible = incremental is None or bool(volatile_calls(self.project.models[name]))
+        for same in (current, existing) if is_cutoff_possible else ():
             if same is not None and same.content_hash == content.fingerprint and self._is_state_present(same):
                 self.session.drop_snapshot(table_name)
                 self.new_keys.append((key, same.snapshot_id))
