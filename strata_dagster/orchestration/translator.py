@@ -130,7 +130,7 @@ class StrataDagsterTranslator:
     def get_tags(self, props: StrataAssetProps) -> Mapping[str, str]:
         """`strata/refresh` (read by the stale sensor and the automation condition) and
         `strata/volatile` on models whose rows depend on when they run."""
-        tags = {}
+        tags: dict[str, str] = {}
         if props.refresh is not None:
             tags[c.REFRESH_TAG] = props.refresh
         if props.volatile_calls:
