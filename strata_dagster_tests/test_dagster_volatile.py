@@ -105,3 +105,43 @@ def test_the_automation_condition_requests_volatile_models_when_their_period_pas
     monkeypatch.setattr(refresh, "_now", lambda: time.time() + DAY)
     result = dg.evaluate_automation_conditions(defs=defs, instance=instance)
     assert requested(result, defs) == {"sampled", "daily_clock"}
+
+
+PARTITIONED = """
+source events {
+  table: raw.events
+}
+
+model daily_sample {
+  from events
+  let day = cast(ts as date)
+  derive r = random()
+  partitioned_by: day(day)
+  refresh: daily
+}
+"""
+
+
+def test_the_stale_sensor_requests_every_partition_of_a_due_partitioned_model(tmp_path, monkeypatch):
+    """The engine rebuilds a volatile partitioned model completely: the sensor asks for all of it."""
+    project, warehouse = make_module_project(
+        tmp_path,
+        "events.strata",
+        PARTITIONED,
+        "CREATE TABLE raw.events AS SELECT range AS id, TIMESTAMP '2025-01-01' + to_hours(range * 12) AS ts "
+        "FROM range(8)",
+    )
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    assert execute_assets(defs, instance, ["events"]).success
+    assert execute_assets(defs, instance, ["daily_sample"], partitions=("2025-01-01", "2025-01-04")).success
+    monkeypatch.setattr(stale_sensor, "_now", time.time)
+    monkeypatch.setattr(refresh, "_now", time.time)
+    sensor = defs.resolve_sensor_def(stale_sensor.STALE_SENSOR_NAME)
+    context = dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+    assert sensor.evaluate_tick(context).run_requests == []
+    monkeypatch.setattr(refresh, "_now", lambda: time.time() + DAY)
+    runs = sensor.evaluate_tick(context).run_requests
+    assert [
+        (run.tags[stale_sensor.RANGE_START_TAG], run.tags[stale_sensor.RANGE_END_TAG]) for run in runs
+    ] == [("2025-01-01", "2025-01-04")]
