@@ -1,16 +1,37 @@
-"""Deterministic windows (seed 003): identical inputs must give identical rows.
+"""Determinism (seed 003): identical inputs must give identical rows, or the model must say so.
 
 A window function such as row_number() ordered by columns that can tie gives an arbitrary
 order among the ties. With an `order_by` property its columns are appended to every such
 window's ORDER BY as tie-breakers; without one, the model gets warning W001 naming the fix.
+
+A volatile function (now(), current_date, random(), uuid(), nextval(...)) makes the rows depend
+on when the model runs, which no input fingerprint sees. Such a model is rebuilt on every run
+unless its `refresh:` allows reusing a build within an hour or a day; without `refresh:` it gets
+warning W002 naming the choice.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 from sqlglot import exp
 
-from strata_dagster.errors import W_NONDETERMINISTIC_WINDOW, StrataWarning
-from strata_dagster.language.definition import Model
+from strata_dagster.errors import W_NONDETERMINISTIC_WINDOW, W_VOLATILE, Location, StrataWarning
+from strata_dagster.language.definition import (
+    AggregateStep,
+    DeriveStep,
+    ExpandStep,
+    Expr,
+    FilterStep,
+    GroupStep,
+    JoinStep,
+    LetStep,
+    Model,
+    Refresh,
+    SelectStep,
+)
 
 # Functions whose result depends on the order of peers (ties) in their window.
 ORDER_SENSITIVE = (
@@ -76,3 +97,136 @@ def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp
             )
         )
     return statement, warnings
+
+
+# Functions whose result depends on the clock, a random generator or a sequence, not on the rows.
+VOLATILE = tuple(
+    getattr(exp, name)
+    for name in (
+        "CurrentDate",
+        "CurrentTime",
+        "CurrentTimestamp",
+        "CurrentDatetime",
+        "CurrentTimestampLTZ",
+        "Localtime",
+        "Localtimestamp",
+        "Rand",
+        "Randn",
+        "Uuid",
+    )
+    if hasattr(exp, name)
+)
+VOLATILE_NAMES = {
+    "now",
+    "today",
+    "get_current_timestamp",
+    "get_current_time",
+    "transaction_timestamp",
+    "statement_timestamp",
+    "current_localtime",
+    "current_localtimestamp",
+    "random",
+    "uuid",
+    "uuidv4",
+    "uuidv7",
+    "gen_random_uuid",
+    "nextval",
+    "currval",
+    "setseed",
+}
+# How the volatile functions may be spelled in a module, to point at the call itself.
+_SPELLINGS = re.compile(
+    r"\b("
+    + "|".join(
+        sorted(
+            VOLATILE_NAMES
+            | {"current_date", "current_time", "current_timestamp", "localtime", "localtimestamp", "rand"},
+            key=len,
+            reverse=True,
+        )
+    )
+    + r")\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class VolatileCall:
+    """A call of a volatile function in a model, as DuckDB SQL, and where it is written."""
+
+    sql: str
+    location: Location
+
+
+def _is_volatile(node: exp.Expression) -> bool:
+    if isinstance(node, VOLATILE):
+        return True
+    return isinstance(node, exp.Anonymous) and node.name.lower() in VOLATILE_NAMES
+
+
+def _expressions(model: Model) -> Iterator[Expr]:
+    for step in model.steps:
+        if isinstance(step, JoinStep) and step.on is not None:
+            yield step.on
+        elif isinstance(step, FilterStep):
+            yield step.condition
+        elif isinstance(step, LetStep):
+            yield step.assignment.expr
+        elif isinstance(step, (DeriveStep, AggregateStep)):
+            yield from (assignment.expr for assignment in step.assignments)
+        elif isinstance(step, GroupStep):
+            yield from step.keys
+        elif isinstance(step, SelectStep):
+            yield from step.items
+        elif isinstance(step, ExpandStep):
+            yield step.item
+
+
+def _call_location(expr: Expr, occurrence: int) -> Location:
+    """The position of the `occurrence`-th volatile spelling in the expression's text (the
+    expression's own position when the text spells it otherwise)."""
+    matches = list(_SPELLINGS.finditer(expr.text))
+    if occurrence >= len(matches):
+        return expr.location
+    offset = matches[occurrence].start()
+    before = expr.text[:offset]
+    if "\n" not in before:
+        return Location(expr.location.file, expr.location.line, expr.location.column + offset)
+    return Location(expr.location.file, expr.location.line + before.count("\n"), offset - before.rfind("\n"))
+
+
+def volatile_calls(model: Model) -> tuple[VolatileCall, ...]:
+    """Every volatile function call in the model's pipeline, in the order written."""
+    calls: list[VolatileCall] = []
+    for expr in _expressions(model):
+        found = [node for node in expr.node.walk(bfs=False) if _is_volatile(node)]
+        for occurrence, node in enumerate(found):
+            calls.append(VolatileCall(node.sql(dialect="duckdb"), _call_location(expr, occurrence)))
+    return tuple(calls)
+
+
+def effective_refresh(model: Model) -> Refresh | None:
+    """How often the model is rebuilt regardless of its inputs: its `refresh:`, else `always` when
+    it calls a volatile function, else never (None: reused while its inputs and code are unchanged)."""
+    declared = model.properties.refresh
+    if declared is not None:
+        return declared
+    return "always" if volatile_calls(model) else None
+
+
+def volatile_warnings(model: Model) -> list[StrataWarning]:
+    """W002 for a model that calls a volatile function and does not declare `refresh:`."""
+    calls = volatile_calls(model)
+    if not calls or model.properties.refresh is not None:
+        return []
+    first = calls[0]
+    return [
+        StrataWarning(
+            W_VOLATILE,
+            f"model `{model.name}` calls `{first.sql}`: its rows depend on when it runs, so it is rebuilt "
+            "on every run, never reused",
+            first.location,
+            hint="declare `refresh: daily` or `refresh: hourly` to reuse its build within that UTC period, or "
+            "`refresh: always` to keep rebuilding it on every run without this warning",
+        )
+    ]

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from strata_dagster.compile.compiler import CompiledModel, RelationResolver, compile_model
-from strata_dagster.compile.determinism import make_windows_deterministic
+from strata_dagster.compile.determinism import make_windows_deterministic, volatile_warnings
 from strata_dagster.compile.properties import partial_month_errors, property_errors
 from strata_dagster.compile.relations import DefaultRelations
 from strata_dagster.compile.scope import Columns
@@ -56,6 +56,7 @@ def compile_project(
         errors.extend(partial_month_errors(model, result))
         statement, found = make_windows_deterministic(model, result.statement)
         warnings.extend(found)
+        warnings.extend(volatile_warnings(model))
         compiled[name] = dataclasses.replace(result, statement=statement)
         known[name] = result.columns
     raise_collected(errors)

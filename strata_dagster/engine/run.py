@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
+from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import partitions
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
@@ -43,6 +44,7 @@ from strata_dagster.engine.status import (
 )
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
+from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
@@ -76,6 +78,8 @@ class RunRequest:
     kind: str = "run"
     backfill_of: str | None = None
     reason: str | None = None
+    # The run's clock (UTC) for `refresh:` periods; None reads the system clock.
+    now: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,7 @@ class _Run:
         self.to_publish: dict[str, SnapshotRecord] = {}
         self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
         self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
+        self.now = request.now or utc_now()
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -254,20 +259,25 @@ class _Run:
             name
         )
         merge_state = current.snapshot_id if is_incremental and current is not None else None
-        key = build_key(fingerprint, inputs, merge_state=merge_state).value
+        # A model whose rows depend on the clock: reused within its refresh period, or never.
+        refresh = effective_refresh(model)
+        period = refresh_period(refresh, self.now)
+        key = build_key(fingerprint, inputs, merge_state=merge_state, period=period).value
         existing = self.reader.snapshot_for_build_key(key)
         if existing is not None and not self._is_state_present(existing):
             existing = None  # a table was removed behind our back: rebuild
-        is_forced = not self.request.only_stale and name in self.selected
+        is_forced = (not self.request.only_stale and name in self.selected) or refresh == "always"
         started = time.perf_counter()
         detail: dict[str, object] = {}
         if existing is not None and not is_forced:
             chosen, path = existing, REUSED
         else:
             chosen, path, detail = self._build(name, key, fingerprint, current, existing)
+            if refresh is not None:
+                detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
             if is_incremental and path != CUTOFF:
                 # Building on the new state with these same inputs gives that state again.
-                again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id).value
+                again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id, period=period).value
                 self.new_keys.append((again, chosen.snapshot_id))
         self.chosen[name] = chosen
         expected_tables = composite_tables(self._segments(chosen), merge_keys_of(chosen))
@@ -338,6 +348,9 @@ class _Run:
             )
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"
+            elif current is not None and volatile_calls(model):
+                # Rows kept from an earlier build were computed at another time than a full build now.
+                reason = "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
             elif current is not None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
@@ -421,8 +434,10 @@ class _Run:
         self._check_pins(name, table_name)
         checkpoint("pins_checked")
         content = self.session.content(snapshot_table(table_name))
-        # An incremental model's state carries its watermark and code: a full build always registers.
-        for same in (current, existing) if incremental is None else ():
+        # An incremental model's state carries its watermark and code: a full build always registers,
+        # unless the model is volatile: then every build is full and no delta reads that state.
+        is_cutoff_possible = incremental is None or bool(volatile_calls(self.project.models[name]))
+        for same in (current, existing) if is_cutoff_possible else ():
             if same is not None and same.content_hash == content.fingerprint and self._is_state_present(same):
                 self.session.drop_snapshot(table_name)
                 self.new_keys.append((key, same.snapshot_id))
@@ -567,6 +582,7 @@ def run_project(
     only_stale: bool = False,
     full_refresh: bool = False,
     progress: ProgressCallback | None = None,
+    now: dt.datetime | None = None,
 ) -> RunResult:
     """Convenience wrapper around `run` for Python callers and tests."""
     request = RunRequest(
@@ -577,5 +593,6 @@ def run_project(
         overrides=dict(overrides or {}),
         only_stale=only_stale,
         full_refresh=full_refresh,
+        now=now,
     )
     return run(request, progress)

@@ -84,9 +84,10 @@ def build_key(
     *,
     partition: str | None = None,
     merge_state: str | None = None,
+    period: str | None = None,
 ) -> BuildKey:
-    """Identity of one build: same fingerprint, same input contents, same partition and merge state."""
-    return BuildKey(
-        fingerprint.model,
-        digest(fingerprint.value, sorted(inputs), partition, merge_state),
-    )
+    """Identity of one build: same fingerprint, same input contents, same partition and merge state,
+    and for a model with `refresh: hourly | daily` the same period (see fingerprint.refresh)."""
+    parts: tuple[object, ...] = (fingerprint.value, sorted(inputs), partition, merge_state)
+    # Only a refreshed model's key has a period: every other build key stays as it was.
+    return BuildKey(fingerprint.model, digest(*parts) if period is None else digest(*parts, period))

@@ -25,6 +25,9 @@ JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
 VERSIONING_KINDS: tuple[str, ...] = get_args(VersioningKind)
+# How often a model whose rows depend on the clock (now(), random(), ...) is rebuilt.
+Refresh = Literal["always", "hourly", "daily"]
+REFRESHES: tuple[str, ...] = get_args(Refresh)
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ class ModelProperties:
     unique: tuple[str, ...] | None = None
     contract: tuple[ContractColumn, ...] | None = None
     order_by: tuple[str, ...] | None = None
+    refresh: Refresh | None = None
     description: str | None = None
     tags: tuple[str, ...] = ()  # labels for selection (`tag:name`) and Dagster asset tags
     # Where each property was written, for errors that point at it.

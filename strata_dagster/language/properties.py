@@ -19,6 +19,7 @@ from strata_dagster.errors import (
 )
 from strata_dagster.language.definition import (
     MERGE_STRATEGIES,
+    REFRESHES,
     ContractColumn,
     ModelProperties,
     PartitionSpec,
@@ -220,6 +221,18 @@ def as_merge_strategy(prop: RawProperty) -> str:
     return value.text
 
 
+def as_refresh(prop: RawProperty) -> str:
+    value = _needs_value(prop, "daily")
+    if value.text not in REFRESHES:
+        raise StrataError(
+            E_PROPERTY_VALUE,
+            f"`refresh` expects {', '.join(REFRESHES)}, got `{value.text}`",
+            value.location,
+            hint="write it like `refresh: daily`" + _did_you_mean(value.text, REFRESHES),
+        )
+    return value.text
+
+
 def as_table(prop: RawProperty) -> str:
     value = _needs_value(prop, "raw.orders")
     if not _QUALIFIED.fullmatch(value.text):
@@ -254,6 +267,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "unique": ("unique", as_names),
     "contract": ("contract", as_contract),
     "order_by": ("order_by", as_names),
+    "refresh": ("refresh", as_refresh),
     "description": ("description", as_string),
     "tags": ("tags", as_tags),
 }

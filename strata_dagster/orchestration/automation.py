@@ -14,6 +14,7 @@ import dagster as dg
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.refresh import is_due, refresh_of
 
 AC = dg.AutomationCondition
 
@@ -22,7 +23,8 @@ OBSERVATION_CRON = "* * * * *"
 
 
 class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg]
-    """True for the candidate asset partitions whose stale status is STALE."""
+    """True for the candidate asset partitions whose stale status is STALE, and for all of an asset
+    whose refresh period has passed (see orchestration.refresh)."""
 
     @property
     def name(self) -> str:
@@ -30,7 +32,7 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
 
     @property
     def description(self) -> str:
-        return "Stale: an input has a new data version or the code version changed"
+        return "Stale: an input has a new data version, the code version changed or its refresh period passed"
 
     def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]
         view = context.asset_graph_view
@@ -40,9 +42,14 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
             view,
             instance_queryer=view.get_inner_queryer_for_back_compat(),
         )
+        candidates = context.candidate_subset.expensively_compute_asset_partitions()
+        if is_due(view.instance, context.key, refresh_of(context.asset_graph.get(context.key))):
+            return dg.AutomationResult(
+                context, view.get_asset_subset_from_asset_partitions(context.key, candidates)
+            )
         stale = {
             partition
-            for partition in context.candidate_subset.expensively_compute_asset_partitions()
+            for partition in candidates
             if resolver.get_status(partition.asset_key, partition.partition_key) == StaleStatus.STALE
         }
         return dg.AutomationResult(context, view.get_asset_subset_from_asset_partitions(context.key, stale))

@@ -19,6 +19,10 @@ CODE_VERSION_TAG: Final = "dagster/code_version"
 
 # The tag that marks a partitions companion (`<model>__by_<grain>`, see orchestration.companions).
 COMPANION_TAG: Final = "strata/companion"
+# Tags of a model rebuilt by its refresh period (`refresh:`, or `always` for a volatile model
+# without one), and of one that calls a volatile function (now(), random(), ...).
+REFRESH_TAG: Final = "strata/refresh"
+VOLATILE_TAG: Final = "strata/volatile"
 PARTITIONS_COMPANION: Final = "partitions"
 
 # Run tags read by the Dagster layer. A backfill run needs a reason; it may correct a recorded
@@ -55,3 +59,5 @@ BACKFILL_OF_KEY: Final = "strata/backfill_of"
 OVERRIDES_KEY: Final = "strata/overrides"
 COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
+REFRESH_KEY: Final = "strata/refresh"
+VOLATILE_CALLS_KEY: Final = "strata/volatile_calls"

@@ -9,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.orchestration import constants as c
@@ -192,6 +193,8 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             code_version=catalog.fingerprints[name],
             sql=catalog.sql.get(name),
             tags=model.properties.tags,
+            refresh=effective_refresh(model),
+            volatile_calls=tuple(dict.fromkeys(call.sql for call in volatile_calls(model))),
         )
     return nodes
 

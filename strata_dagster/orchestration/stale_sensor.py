@@ -20,6 +20,8 @@ from dagster._core.definitions.data_version import CachingStaleStatusResolver, S
 from dagster._core.loader import LoadingContext
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
+from strata_dagster.orchestration.refresh import is_due, refresh_of
+
 STALE_SENSOR_NAME = "strata_materialize_stale"
 _now = time.time  # the sensor's clock (tests move it)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -72,6 +74,8 @@ def plan_stale_runs(
             else [None]
         )
         stale = [p for p in partitions if resolver.get_status(key, p) == StaleStatus.STALE]
+        if is_due(instance, key, refresh_of(node)):
+            stale = list(partitions)  # a refresh rebuilds the whole model
         if stale:
             plan.stale[key] = stale
     ready = [

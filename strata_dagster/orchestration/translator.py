@@ -15,7 +15,7 @@ import dagster as dg
 
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.catalog import PartitionBounds
-from strata_dagster.language.definition import PartitionSpec
+from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.automation import observation_condition, stale_condition
 from strata_dagster.orchestration.partitions import time_partitions
@@ -39,6 +39,8 @@ class StrataAssetProps:
     code_version: str | None = None  # models: the model fingerprint
     sql: str | None = None  # models: the compiled SQL
     tags: tuple[str, ...] = ()  # models: the `tags:` property
+    refresh: Refresh | None = None  # models: rebuilt every run (`always`), hour or day whatever the inputs
+    volatile_calls: tuple[str, ...] = ()  # models: the volatile functions it calls (now(), random(), ...)
 
 
 class StrataDagsterTranslator:
@@ -78,7 +80,11 @@ class StrataDagsterTranslator:
         return _GROUP_CHARACTERS.sub("_", props.module) or None
 
     def get_description(self, props: StrataAssetProps) -> str | None:
-        return props.description
+        if props.refresh is None:
+            return props.description
+        why = f"it calls {', '.join(props.volatile_calls)}" if props.volatile_calls else "declared"
+        note = f"Refresh: {props.refresh} ({why}); the stale sensor rebuilds it once its period has passed."
+        return f"{props.description}\n\n{note}" if props.description else note
 
     def get_partitions_def(self, props: StrataAssetProps) -> dg.PartitionsDefinition | None:
         if props.partitioned_by is None:
@@ -116,12 +122,23 @@ class StrataDagsterTranslator:
         if props.partitioned_by is not None:
             spec = props.partitioned_by
             metadata[c.PARTITIONED_BY_KEY] = f"{spec.grain}({spec.column})"
+        if props.refresh is not None:
+            metadata[c.REFRESH_KEY] = props.refresh
+        if props.volatile_calls:
+            metadata[c.VOLATILE_CALLS_KEY] = ", ".join(props.volatile_calls)
         return metadata
 
     def get_tags(self, props: StrataAssetProps) -> Mapping[str, str]:
         """A model's `tags: [...]` as tag keys with empty values (as dagster-dbt maps dbt tags), so
-        Dagster's asset selection `tag:finance` finds what `strata run --models tag:finance` builds."""
-        return {tag: "" for tag in props.tags}
+        Dagster's asset selection `tag:finance` finds what `strata run --models tag:finance` builds;
+        `strata/refresh` (read by the stale sensor and the automation condition) and
+        `strata/volatile` on models whose rows depend on when they run."""
+        tags: dict[str, str] = {tag: "" for tag in props.tags}
+        if props.refresh is not None:
+            tags[c.REFRESH_TAG] = props.refresh
+        if props.volatile_calls:
+            tags[c.VOLATILE_TAG] = "true"
+        return tags
 
     def get_kinds(self, props: StrataAssetProps) -> set[str]:
         return {"duckdb", "sql"} if props.kind == "model" else {"duckdb"}
