@@ -12,6 +12,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from strata_dagster.errors import E_SYNTAX, Location, StrataError
+from strata_dagster.language.fixtures import build_model_test
 from strata_dagster.language.definition import (
     AggregateStep,
     Assignment,
@@ -72,9 +73,12 @@ def parse_module(text: str, path: Path | str) -> Module:
     try:
         sources = tuple(builder.source(node) for node in tree.children if node.data == "source")
         models = tuple(builder.model(node) for node in tree.children if node.data == "model")
+        tests = tuple(
+            build_model_test(node, text, file) for node in tree.children if node.data == "test"
+        )
     except RecursionError:
         raise StrataError(E_SYNTAX, "the module nests brackets too deeply", Location(file, 1, 1)) from None
-    return Module(Path(path), sources, models)
+    return Module(Path(path), sources, models, tests)
 
 
 STEP_KEYWORDS = (
