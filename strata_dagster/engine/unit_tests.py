@@ -14,6 +14,7 @@ window, append_new).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from typing import Any, Literal
 from sqlglot import exp
 
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.compile.compiler import CompiledModel, compile_model
+from strata_dagster.compile.determinism import make_windows_deterministic
 from strata_dagster.errors import (
     E_TEST_COLUMN,
     E_TEST_DEFINITION,
@@ -136,7 +138,36 @@ def run_compiled_tests(
         return UnitTestReport(())
     with FixtureDatabase() as db:
         _declare_relations(db, compiled, source_schemas)
-        return UnitTestReport(tuple(_run_case(db, project, compiled.models[test.model], test) for test in tests))
+        names = {name: model.columns for name, model in compiled.models.items()}
+        return UnitTestReport(
+            tuple(
+                _run_case(db, project, _compiled_for(compiled, source_schemas, test), test, names)
+                for test in tests
+            )
+        )
+
+
+def _compiled_for(
+    compiled: CompiledProject, source_schemas: dict[str, TypedColumns], test: ModelTest
+) -> CompiledModel:
+    """The model as compiled for the project, or, when it reads a source whose columns the
+    warehouse does not know, compiled against the fixture's columns for it: what the model's
+    lineage (the keys an upsert replaces) needs to match the engine's build."""
+    project = compiled.project
+    unknown = {
+        relation: fixture.columns
+        for relation, fixture in test.given
+        if relation in project.sources and relation not in source_schemas
+    }
+    if not unknown:
+        return compiled.models[test.model]
+    model = project.models[test.model]
+    known = {name: found.columns for name, found in compiled.models.items()}
+    known.update({name: tuple(column for column, _ in columns) for name, columns in source_schemas.items()})
+    known.update(unknown)
+    result = compile_model(model, lambda relation: known.get(relation))
+    statement, _ = make_windows_deterministic(model, result.statement)
+    return dataclasses.replace(result, statement=statement)
 
 
 def _declare_relations(
@@ -150,15 +181,24 @@ def _declare_relations(
             db.declare_view(name, model.bound(lambda relation: table(relation, TYPES_SCHEMA)))
 
 
-def _run_case(db: FixtureDatabase, project: Project, compiled: CompiledModel, test: ModelTest) -> UnitTestResult:
+def _run_case(
+    db: FixtureDatabase,
+    project: Project,
+    compiled: CompiledModel,
+    test: ModelTest,
+    compiled_columns: dict[str, tuple[str, ...] | None],
+) -> UnitTestResult:
     db.reset()
     model = project.models[test.model]
     given = dict(test.given)
     for relation in model.references:
         schema = db.columns_of(relation)
+        # A model whose types are not known (it reads a source the warehouse lacks) may still
+        # know its column names.
+        names = compiled_columns.get(relation) or () if schema is None else ()
         fixture = given.get(relation)
         if fixture is None:
-            if schema is None:
+            if schema is None and not names:
                 raise StrataError(
                     E_TEST_DEFINITION,
                     f"test `{test.model}.{test.name}`: the columns of `{relation}` are not known "
@@ -166,10 +206,10 @@ def _run_case(db: FixtureDatabase, project: Project, compiled: CompiledModel, te
                     test.location,
                     hint=f"add `given {relation} [(col, ...)]`, with no rows for an empty input",
                 )
-            db.create_fixture(relation, schema, (), (), test.location)
+            db.create_fixture(relation, schema, (), (), test.location, names)
             continue
-        _check_columns(fixture, schema, f"`{relation}`", test)
-        db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location)
+        _check_columns(fixture, schema or (tuple((name, "") for name in names) or None), f"`{relation}`", test)
+        db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
     query = compiled.bound(lambda relation: table(relation, CASE_SCHEMA))
     if test.previous is None:
         output = db.create_result(_ACTUAL, query, test.location)

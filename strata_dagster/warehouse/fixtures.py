@@ -71,12 +71,14 @@ class FixtureDatabase:
         columns: Sequence[str],
         rows: Sequence[tuple[Sequence[exp.Expression], Location]],
         location: Location,
+        other_columns: Sequence[str] = (),
     ) -> None:
-        """Table `__case.name` holding `rows` in `columns`: typed as `schema` (the other columns
-        NULL) when it is known, else with the columns and the types of the values as written."""
+        """Table `__case.name` holding `rows` in `columns`, the other columns NULL: typed as
+        `schema` when it is known, else typed as the values are written (`other_columns`: the
+        names of the other columns, when they are known without their types)."""
         target = table(name, CASE_SCHEMA)
         if schema is None:
-            self._create_untyped(target, columns, rows, location)
+            self._create_untyped(target, columns, rows, location, other_columns)
             return
         run(self.con, _create_table(target, schema))
         names = [exp.to_identifier(column) for column in columns]
@@ -102,7 +104,9 @@ class FixtureDatabase:
         columns: Sequence[str],
         rows: Sequence[tuple[Sequence[exp.Expression], Location]],
         location: Location,
+        other_columns: Sequence[str],
     ) -> None:
+        others = [exp.null().as_(column) for column in other_columns if column not in columns]
         if rows:
             values = exp.Values(
                 expressions=[exp.tuple_(*(value.copy() for value in values)) for values, _ in rows],
@@ -110,9 +114,9 @@ class FixtureDatabase:
                     this=exp.to_identifier("__rows"), columns=[exp.to_identifier(c) for c in columns]
                 ),
             )
-            query = exp.select("*").from_(values)
+            query = exp.select("*", *others).from_(values)
         else:
-            query = exp.select(*(exp.null().as_(column) for column in columns)).limit(0)
+            query = exp.select(*(exp.null().as_(column) for column in columns), *others).limit(0)
         self._execute(exp.Create(this=target, kind="TABLE", expression=query), location, "a fixture table")
 
     def _execute(self, statement: exp.Expression, location: Location, what: str) -> None:
