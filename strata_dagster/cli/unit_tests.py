@@ -40,10 +40,10 @@ def print_report(report: UnitTestReport) -> None:
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     table.add_column("model", no_wrap=True)
-    table.add_column("test", overflow="fold")
+    table.add_column("test", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("result", no_wrap=True)
-    table.add_column("where", no_wrap=True)
+    table.add_column("where", overflow="fold")
     for result in report.results:
         outcome = "[green]pass[/]" if result.is_passed else "[red]FAIL[/]"
         where = f"{result.location.file}:{result.location.line}"
