@@ -41,14 +41,12 @@ def print_report(report: UnitTestReport) -> None:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     table.add_column("model", no_wrap=True)
     table.add_column("test", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
     table.add_column("result", no_wrap=True)
     table.add_column("where", overflow="fold")
     for result in report.results:
         outcome = "[green]pass[/]" if result.is_passed else "[red]FAIL[/]"
         where = f"{result.location.file}:{result.location.line}"
-        kind = "step" if result.kind == "incremental step" else result.kind
-        table.add_row(result.model, result.name, kind, outcome, where)
+        table.add_row(result.model, result.name, outcome, where)
     console.print(table)
     for result in report.failed:
         _print_failure(result)
