@@ -58,17 +58,27 @@ def print_report(report: UnitTestReport) -> None:
 def _print_failure(result: UnitTestResult) -> None:
     console.print()
     console.print(
-        f"FAIL {result.model}.{result.name} at {result.location} ({result.kind})", markup=False, style="red"
+        f"FAIL {result.model}.{result.name} at {result.location} ({result.kind})",
+        markup=False,
+        style="red",
+        soft_wrap=True,
     )
-    console.print(f"  columns: ({', '.join(result.columns)})", markup=False)
+    console.print(f"  columns: ({', '.join(result.columns)})", markup=False, soft_wrap=True)
     for row in result.missing:
-        console.print(f"  - {_row(row)}  expected at {row.location}, not given", markup=False, style="red")
+        console.print(
+            f"  - {_row(row)}  expected at {row.location}, not given",
+            markup=False,
+            style="red",
+            soft_wrap=True,
+        )
     for row in result.unexpected:
-        console.print(f"  + {_row(row)}  given by the model, not expected", markup=False, style="green")
+        console.print(
+            f"  + {_row(row)}  given by the model, not expected", markup=False, style="green", soft_wrap=True
+        )
     if result.actual_order:
         console.print("  the rows are right but out of `order_by` order; the model gives:", markup=False)
         for row in result.actual_order:
-            console.print(f"    {_row(row)}", markup=False)
+            console.print(f"    {_row(row)}", markup=False, soft_wrap=True)
 
 
 def _row(row: DiffRow) -> str:

@@ -165,7 +165,18 @@ def _compiled_for(
     known = {name: found.columns for name, found in compiled.models.items()}
     known.update({name: tuple(column for column, _ in columns) for name, columns in source_schemas.items()})
     known.update(unknown)
-    result = compile_model(model, lambda relation: known.get(relation))
+    try:
+        result = compile_model(model, lambda relation: known.get(relation))
+    except StrataError as error:
+        first = error.errors[0]
+        names = ", ".join(f"`{name}`" for name in sorted(unknown))
+        raise StrataError(
+            E_TEST_COLUMN,
+            f"test `{test.model}.{test.name}`: {first.message} ({names}: columns not known from the "
+            "warehouse, so the fixture's columns are all it has)",
+            dict(test.given)[sorted(unknown)[0]].location,
+            hint="give every column the model reads in the fixture, or load the source into the warehouse",
+        ) from None
     statement, _ = make_windows_deterministic(model, result.statement)
     return dataclasses.replace(result, statement=statement)
 
@@ -208,7 +219,9 @@ def _run_case(
                 )
             db.create_fixture(relation, schema, (), (), test.location, names)
             continue
-        _check_columns(fixture, schema or (tuple((name, "") for name in names) or None), f"`{relation}`", test)
+        _check_columns(
+            fixture, schema or (tuple((name, "") for name in names) or None), f"`{relation}`", test
+        )
         db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
     query = compiled.bound(lambda relation: table(relation, CASE_SCHEMA))
     if test.previous is None:
@@ -216,13 +229,19 @@ def _run_case(
     else:
         delta = db.create_result(_DELTA, query, test.location)
         _check_columns(test.previous, delta, f"model `{test.model}`'s output", test)
-        db.create_fixture(_PREVIOUS, delta, test.previous.columns, _rows(test.previous), test.previous.location)
+        db.create_fixture(
+            _PREVIOUS, delta, test.previous.columns, _rows(test.previous), test.previous.location
+        )
         output = db.create_result(_ACTUAL, _merged_state(project, compiled, test), test.location)
     expect = test.expect
     _check_columns(expect, output, f"model `{test.model}`'s output", test)
     expected_types = dict(output)
     db.create_fixture(
-        _EXPECTED, tuple((c, expected_types[c]) for c in expect.columns), expect.columns, _rows(expect), expect.location
+        _EXPECTED,
+        tuple((c, expected_types[c]) for c in expect.columns),
+        expect.columns,
+        _rows(expect),
+        expect.location,
     )
     return _compare(db, model.properties.order_by, test)
 
@@ -261,7 +280,10 @@ def _merged_state(project: Project, compiled: CompiledModel, test: ModelTest) ->
             # The engine replaces the keys of the raw rows in the window, before any filter: a row
             # updated out of a filter leaves the state too.
             changed = exp.select(
-                *(compiled.base_expression(base or key).as_(key) for key, base in zip(keys, traced, strict=True))
+                *(
+                    compiled.base_expression(base or key).as_(key)
+                    for key, base in zip(keys, traced, strict=True)
+                )
             ).from_(table(compiled.base_relation, CASE_SCHEMA))
         else:
             changed = exp.select(*keys).from_(delta)

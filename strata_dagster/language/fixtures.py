@@ -147,7 +147,9 @@ def _table(bracket: Tree, text: str, file: str) -> FixtureTable:
             )
         rows.append(child)
     if not rows:
-        raise StrataError(E_TEST_TABLE, "a fixture table without a row of column names", location, hint=_TABLE_HINT)
+        raise StrataError(
+            E_TEST_TABLE, "a fixture table without a row of column names", location, hint=_TABLE_HINT
+        )
     header, *values = rows
     columns = tuple(_column_name(cell, text, file, header) for cell in _cells(header))
     duplicates = sorted({column for column in columns if columns.count(column) > 1})
@@ -173,7 +175,9 @@ def _table(bracket: Tree, text: str, file: str) -> FixtureTable:
         for cell in cells:
             cell_text = text[_start(cell[0]) : _end(cell[-1])]
             cell_location = _location(file, cell[0])
-            exprs.append(Expr(cell_text, cell_location, parse_item(cell_text, cell_location, allow_alias=False)))
+            exprs.append(
+                Expr(cell_text, cell_location, parse_item(cell_text, cell_location, allow_alias=False))
+            )
         built.append(FixtureRow(tuple(exprs), row_location))
     return FixtureTable(columns, tuple(built), location)
 

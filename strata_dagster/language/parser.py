@@ -12,7 +12,6 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from strata_dagster.errors import E_SYNTAX, Location, StrataError
-from strata_dagster.language.fixtures import build_model_test
 from strata_dagster.language.definition import (
     AggregateStep,
     Assignment,
@@ -32,6 +31,7 @@ from strata_dagster.language.definition import (
     Step,
 )
 from strata_dagster.language.expressions import parse_item
+from strata_dagster.language.fixtures import build_model_test
 from strata_dagster.language.properties import RawProperty, RawValue, build_model_properties, build_source
 
 _TERMINAL_NAMES = {
