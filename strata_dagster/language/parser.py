@@ -73,9 +73,7 @@ def parse_module(text: str, path: Path | str) -> Module:
     try:
         sources = tuple(builder.source(node) for node in tree.children if node.data == "source")
         models = tuple(builder.model(node) for node in tree.children if node.data == "model")
-        tests = tuple(
-            build_model_test(node, text, file) for node in tree.children if node.data == "test"
-        )
+        tests = tuple(build_model_test(node, text, file) for node in tree.children if node.data == "test")
     except RecursionError:
         raise StrataError(E_SYNTAX, "the module nests brackets too deeply", Location(file, 1, 1)) from None
     return Module(Path(path), sources, models, tests)
