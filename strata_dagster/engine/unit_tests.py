@@ -15,6 +15,7 @@ window, append_new).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -361,4 +362,9 @@ def _literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, tuple):
         return "[" + ", ".join(_literal(item) for item in value) + "]"
+    # Shown as written in a fixture, so a row can be copied into `expect`.
+    if isinstance(value, dt.datetime):
+        return f"timestamp '{value.isoformat(sep=' ')}'"
+    if isinstance(value, dt.date):
+        return f"date '{value.isoformat()}'"
     return str(value)
