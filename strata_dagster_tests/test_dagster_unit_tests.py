@@ -45,7 +45,9 @@ def test_the_check_runs_with_each_materialization_and_reports_a_failing_case(tmp
     module = project / "staging.strata"
     text = module.read_text()
     assert "is_business = segment <> 'consumer'" in text
-    module.write_text(text.replace("is_business = segment <> 'consumer'", "is_business = segment = 'consumer'"))
+    module.write_text(
+        text.replace("is_business = segment <> 'consumer'", "is_business = segment = 'consumer'")
+    )
     defs = build_definitions(project, warehouse=warehouse)
     result = execute_assets(defs, instance, ["stg_customers"])
     assert result.success  # the check does not block: the run itself succeeds

@@ -350,19 +350,19 @@ def _hashable(value: Any) -> Any:
 
 
 def _shown(row: tuple[Any, ...]) -> tuple[str, ...]:
-    return tuple(_literal(value) for value in row)
+    return tuple(fixture_literal(value) for value in row)
 
 
-def _literal(value: Any) -> str:
+def fixture_literal(value: Any) -> str:
+    """A value as a fixture literal (how diffs show it; a row can be copied into `expect`)."""
     if value is None:
         return "null"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_literal(item) for item in value) + "]"
-    # Shown as written in a fixture, so a row can be copied into `expect`.
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(fixture_literal(item) for item in value) + "]"
     if isinstance(value, dt.datetime):
         return f"timestamp '{value.isoformat(sep=' ')}'"
     if isinstance(value, dt.date):
