@@ -325,6 +325,13 @@ RUN_ERRORS = [
     ("E064", "test paid t {\n  given orders [(order_id) ('one')]\n  expect [(order_id)]\n}\n", True, 2, 28),
     (
         "E064",
+        "test paid t {\n  given orders [(order_id) (1) ('two') (3)]\n  expect [(order_id)]\n}\n",
+        True,
+        2,
+        32,
+    ),
+    (
+        "E064",
         "test paid t {\n  given orders [(order_id, customer_id, status, amount) (1, 1, 5, 1)]\n"
         "  expect [(order_id)]\n}\n",
         False,

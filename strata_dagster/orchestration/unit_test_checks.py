@@ -1,7 +1,7 @@
 """`strata_unit_tests`: an asset check running a model's unit tests (its `test` blocks).
 
 The tests run in an in-memory DuckDB and only read the warehouse for its sources' schemas, so the
-check is cheap (milliseconds a case): it runs in every run that materializes its model (Dagster
+check is cheap (about 0.1 s a case): it runs in every run that materializes its model (Dagster
 runs an asset's checks with it), which is every run after the model's code changes, and whenever
 launched alone. It does not block: the snapshot is already published when it runs, and a failure
 says the model's code no longer does what its tests say.

@@ -81,13 +81,17 @@ class FixtureDatabase:
             self._create_untyped(target, columns, rows, location, other_columns)
             return
         run(self.con, _create_table(target, schema))
-        names = [exp.to_identifier(column) for column in columns]
-        for values, row_location in rows:
-            insert = exp.Insert(
-                this=exp.Schema(this=target.copy(), expressions=[name.copy() for name in names]),
-                expression=exp.Values(expressions=[exp.tuple_(*(value.copy() for value in values))]),
+        if not rows:
+            return
+        try:
+            run(self.con, _insert(target, columns, [values for values, _ in rows]))
+        except duckdb.Error:
+            # Row by row, to point at the row DuckDB rejects (one statement is faster when none is).
+            for values, row_location in rows:
+                self._execute(_insert(target, columns, [values]), row_location, "a fixture row")
+            self._execute(
+                _insert(target, columns, [values for values, _ in rows]), location, "the fixture rows"
             )
-            self._execute(insert, row_location, "a fixture row")
 
     def create_result(self, name: str, query: exp.Query, location: Location) -> TypedColumns:
         """Table `__case.name` holding what `query` gives; returns its columns and types."""
@@ -130,6 +134,17 @@ class FixtureDatabase:
                 hint="fixture values are DuckDB literals (`1`, `'text'`, `date '2025-01-01'`, `null`) "
                 "of the column's type; every column the model reads must be known or given",
             ) from None
+
+
+def _insert(
+    target: exp.Table, columns: Sequence[str], rows: Sequence[Sequence[exp.Expression]]
+) -> exp.Insert:
+    return exp.Insert(
+        this=exp.Schema(this=target.copy(), expressions=[exp.to_identifier(column) for column in columns]),
+        expression=exp.Values(
+            expressions=[exp.tuple_(*(value.copy() for value in values)) for values in rows]
+        ),
+    )
 
 
 def _storable(type_name: str) -> str:
