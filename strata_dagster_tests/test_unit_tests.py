@@ -14,7 +14,7 @@ from strata_dagster.engine.unit_tests import run_unit_tests
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster_tests.dagster_support import warehouse_digest
-from strata_dagster_tests.engine_support import make_shop
+from strata_dagster_tests.engine_support import SHOP, SHOP_MODELS, make_shop
 
 SOURCES = """\
 source orders { table: raw.orders }
@@ -51,6 +51,15 @@ model first_seen {
   incremental
   merge_strategy: append_new
   merge_keys: [order_id]
+  cdc_column: updated_at
+}
+
+model keyed {
+  from orders
+  derive k = order_id * 10
+  incremental
+  merge_strategy: upsert
+  merge_keys: [k]
   cdc_column: updated_at
 }
 
@@ -338,6 +347,8 @@ RUN_ERRORS = [
         1,
         1,
     ),
+    # E061: a step of an upsert the engine builds fully (its key is computed, not traced to orders).
+    ("E061", "test keyed t {\n  previous [(k)]\n  expect [(k)]\n}\n", True, 2, 12),
     # E061: an input not given whose columns are not known.
     ("E061", "test paid t {\n  expect [(order_id)]\n}\n", False, 1, 1),
 ]
@@ -366,3 +377,10 @@ def test_test_blocks_do_not_change_what_a_project_builds(tmp_path):
     without = load_project(project(tmp_path, ""))
     assert with_tests.models == without.models and with_tests.sources == without.sources
     assert len(with_tests.tests) == 1 and not without.tests
+
+
+def test_every_shop_model_has_a_unit_test_and_every_merge_strategy_a_step():
+    tests = load_project(SHOP).tests
+    assert {test.model for test in tests} == SHOP_MODELS
+    steps = {test.model for test in tests if test.is_incremental_step}
+    assert steps == {"stg_orders", "order_status_log", "first_seen_orders"}  # upsert, append, append_new

@@ -220,9 +220,8 @@ def _run_case(
                 )
             db.create_fixture(relation, schema, (), (), test.location, names)
             continue
-        _check_columns(
-            fixture, schema or (tuple((name, "") for name in names) or None), f"`{relation}`", test
-        )
+        known = schema if schema is not None else tuple((name, "") for name in names) or None
+        _check_columns(fixture, known, f"`{relation}`", test)
         db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
     query = compiled.bound(lambda relation: table(relation, CASE_SCHEMA))
     if test.previous is None:
@@ -275,19 +274,22 @@ def _merged_state(project: Project, compiled: CompiledModel, test: ModelTest) ->
         kept: exp.Query = exp.select("*").from_(previous)
         added: exp.Query = exp.select("*").from_(delta)
     elif properties.merge_strategy == "upsert":
-        traced = [compiled.base_column(key) for key in keys]
-        changed: exp.Query
-        if all(traced):
-            # The engine replaces the keys of the raw rows in the window, before any filter: a row
-            # updated out of a filter leaves the state too.
-            changed = exp.select(
-                *(
-                    compiled.base_expression(base or key).as_(key)
-                    for key, base in zip(keys, traced, strict=True)
-                )
-            ).from_(table(compiled.base_relation, CASE_SCHEMA))
-        else:
-            changed = exp.select(*keys).from_(delta)
+        traced = [compiled.base_column(key) for key in (*keys, properties.cdc_column or "")]
+        if not all(traced):
+            assert test.previous is not None
+            raise StrataError(
+                E_TEST_DEFINITION,
+                f"test `{test.model}.{test.name}` gives a `previous` state, but the engine builds "
+                f"`{test.model}` fully: its merge keys and cdc_column are not all columns of "
+                f"`{compiled.base_relation}` passed through unchanged",
+                test.previous.location,
+                hint="drop `previous` and test the model as a full build",
+            )
+        # The engine replaces the keys of the raw rows in the window, before any filter: a row
+        # updated out of a filter leaves the state too.
+        changed = exp.select(
+            *(compiled.base_expression(base or key).as_(key) for key, base in zip(keys, traced, strict=False))
+        ).from_(table(compiled.base_relation, CASE_SCHEMA))
         kept = (
             exp.select("*")
             .from_(previous.as_("__prev"))
