@@ -295,6 +295,8 @@ LOAD_ERRORS = [
     ("E062", "test paid t {\n  given customers [(customer_id)]\n  expect [(order_id)]\n}\n", 2, 19),
     # E001: the grammar's own errors.
     ("E001", "test paid t {\n  given [(order_id)]\n  expect [(order_id)]\n}\n", 2, 9),
+    ("E001", "test paid t {\n  given orders (order_id)\n  expect [(order_id)]\n}\n", 2, 16),
+    ("E001", "test paid t {\n  expct [(order_id)]\n}\n", 2, 3),
     # E002: a value that is no SQL expression.
     ("E002", "test paid t {\n  given orders [(order_id) (1 +)]\n  expect [(order_id)]\n}\n", 2, 31),
 ]
@@ -307,6 +309,8 @@ def test_errors_in_a_test_definition_are_coded_with_their_position(tmp_path, cod
     first = error.errors[0]
     assert (first.code, first.location.line, first.location.column) == (code, line, column), error.render()
     assert first.location.file.endswith("tests.strata")
+    if "given orders (" in tests or "expct" in tests:
+        assert "a test block holds" in (first.hint or "")
     result = run(folder, wh)
     assert result.exit_code == 1 and f"error[{code}]" in result.output and "Traceback" not in result.output
 

@@ -48,6 +48,8 @@ _TERMINAL_NAMES = {
     "SOURCE": "`source`",
     "MODEL": "`model`",
     "$END": "end of file",
+    "LSQB": "`[`",
+    "RSQB": "`]`",
 }
 
 
@@ -165,6 +167,11 @@ def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
 
 
 def _hint_for(error: UnexpectedToken) -> str:
+    if {"GIVEN", "EXPECT"} <= set(error.expected) or error.expected == {"LSQB"}:
+        return (
+            "a test block holds `given RELATION [...]`, `previous [...]` and `expect [...]`, each a "
+            "bracket of rows: `[(col_a, col_b) (1, 'x')]`"
+        )
     if error.token.type == "NAME" and {"FROM", "FILTER"} & set(error.expected):
         return (
             f"`{error.token}` is not a step; steps are from, join, filter, let, derive, group, "
