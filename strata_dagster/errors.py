@@ -48,6 +48,11 @@ E_CONTRACT: Final = "E031"
 E_BUILD: Final = "E032"
 E_VERIFY_PARTITIONS: Final = "E040"
 E_VERIFY_LIVE: Final = "E041"
+E_TEST_TABLE: Final = "E060"
+E_TEST_DEFINITION: Final = "E061"
+E_TEST_MODEL: Final = "E062"
+E_TEST_COLUMN: Final = "E063"
+E_TEST_RUN: Final = "E064"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -78,6 +83,11 @@ CATALOGUE: Final[dict[str, str]] = {
     E_BUILD: "DuckDB rejected a model's SQL while building it",
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day or month, or no partitioned model to verify",
     E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
+    E_TEST_TABLE: "a test's fixture table is not a row of column names followed by rows of as many values",
+    E_TEST_DEFINITION: "a test block without `expect`, with a repeated part, or `previous` on a model that is not incremental",
+    E_TEST_MODEL: "a test names a model that does not exist, or reads a relation the model does not read",
+    E_TEST_COLUMN: "a test names a column its input or its model's output does not have",
+    E_TEST_RUN: "DuckDB rejected a test's fixture values or the model run over them",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -19,6 +19,7 @@ from strata_dagster.orchestration.checks import (
     VERIFY_SCHEDULE,
     VERIFY_TAG,
 )
+from strata_dagster.orchestration.unit_test_checks import UNIT_TEST_CHECK
 from strata_dagster_tests.dagster_support import (
     DAYS,
     execute_assets,
@@ -41,6 +42,8 @@ UNIQUE = {
 }
 CONTRACT = {"stg_customers", "daily_revenue", "region_summary"}
 VERIFIABLE = {"stg_orders", "order_status_log", "first_seen_orders", "daily_revenue", "monthly_revenue"}
+# Every SQL model of the shop has unit tests (examples/shop/tests.strata).
+TESTED = UNIQUE - {"region_summary"} | {"order_status_log", "order_timeline"}
 
 
 @strata_python_model(unique=["region"], contract={"region": "VARCHAR not null"}, code_version="1")
@@ -110,6 +113,7 @@ def test_definitions_carry_the_checks_a_verify_job_and_a_stopped_schedule(shop):
         {(name, UNIQUE_CHECK) for name in UNIQUE}
         | {(name, CONTRACT_CHECK) for name in CONTRACT}
         | {(name, EQUIVALENCE_CHECK) for name in VERIFIABLE}
+        | {(name, UNIT_TEST_CHECK) for name in TESTED}
     )
     layer = defs.resolve_job_def(VERIFY_JOB).asset_layer
     assert layer.selected_asset_keys == set()  # it materializes nothing

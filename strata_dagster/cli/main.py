@@ -9,6 +9,7 @@ import click
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, print_warnings, reports_errors
 from strata_dagster.cli.runs import COMMANDS
+from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.language import load_project
@@ -87,6 +88,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> 
 for _command in COMMANDS:
     main.add_command(_command)
 main.add_command(verify_command)
+main.add_command(test_command)
 
 
 if __name__ == "__main__":

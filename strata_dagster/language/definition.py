@@ -221,10 +221,43 @@ class Model:
 
 
 @dataclass(frozen=True)
+class FixtureRow:
+    values: tuple[Expr, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class FixtureTable:
+    """Rows written in a test: the columns that matter, then one value per column in each row."""
+
+    columns: tuple[str, ...]
+    rows: tuple[FixtureRow, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class ModelTest:
+    """`test MODEL NAME { given R [...] previous [...] expect [...] }`: the model run over fixture
+    rows of its inputs must give the expected rows; with `previous`, as one incremental step."""
+
+    model: str
+    name: str
+    given: tuple[tuple[str, FixtureTable], ...]
+    expect: FixtureTable
+    location: Location
+    previous: FixtureTable | None = None
+
+    @property
+    def is_incremental_step(self) -> bool:
+        return self.previous is not None
+
+
+@dataclass(frozen=True)
 class Module:
     path: Path
     sources: tuple[Source, ...]
     models: tuple[Model, ...]
+    tests: tuple[ModelTest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -237,6 +270,11 @@ class Project:
     models: dict[str, Model] = field(compare=False)
     # Models in dependency order: every model after everything it reads.
     order: tuple[str, ...] = ()
+
+    @property
+    def tests(self) -> tuple[ModelTest, ...]:
+        """Every model unit test, module by module in file order."""
+        return tuple(test for module in self.modules for test in module.tests)
 
     def module_of(self, name: str) -> Module:
         for module in self.modules:

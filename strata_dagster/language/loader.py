@@ -25,6 +25,7 @@ from strata_dagster.language.definition import (
     SetOperationStep,
     Source,
 )
+from strata_dagster.language.fixtures import model_test_errors
 from strata_dagster.language.parser import parse_module
 
 MODULE_SUFFIX = ".strata"
@@ -111,6 +112,7 @@ def link_project(root: Path, modules: list[Module]) -> Project:
                         else "declare it with `source NAME { ... }`",
                     )
                 )
+    errors.extend(model_test_errors(tuple(t for m in modules for t in m.tests), sources, models))
     raise_collected(errors)
     order = _dependency_order(models)
     return Project(root=root, modules=tuple(modules), sources=sources, models=models, order=order)

@@ -31,6 +31,7 @@ from strata_dagster.language.definition import (
     Step,
 )
 from strata_dagster.language.expressions import parse_item
+from strata_dagster.language.fixtures import build_model_test
 from strata_dagster.language.properties import RawProperty, RawValue, build_model_properties, build_source
 
 _TERMINAL_NAMES = {
@@ -47,6 +48,8 @@ _TERMINAL_NAMES = {
     "SOURCE": "`source`",
     "MODEL": "`model`",
     "$END": "end of file",
+    "LSQB": "`[`",
+    "RSQB": "`]`",
 }
 
 
@@ -72,9 +75,10 @@ def parse_module(text: str, path: Path | str) -> Module:
     try:
         sources = tuple(builder.source(node) for node in tree.children if node.data == "source")
         models = tuple(builder.model(node) for node in tree.children if node.data == "model")
+        tests = tuple(build_model_test(node, text, file) for node in tree.children if node.data == "test")
     except RecursionError:
         raise StrataError(E_SYNTAX, "the module nests brackets too deeply", Location(file, 1, 1)) from None
-    return Module(Path(path), sources, models)
+    return Module(Path(path), sources, models, tests)
 
 
 STEP_KEYWORDS = (
@@ -163,6 +167,11 @@ def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
 
 
 def _hint_for(error: UnexpectedToken) -> str:
+    if {"GIVEN", "EXPECT"} <= set(error.expected) or error.expected == {"LSQB"}:
+        return (
+            "a test block holds `given RELATION [...]`, `previous [...]` and `expect [...]`, each a "
+            "bracket of rows: `[(col_a, col_b) (1, 'x')]`"
+        )
     if error.token.type == "NAME" and {"FROM", "FILTER"} & set(error.expected):
         return (
             f"`{error.token}` is not a step; steps are from, join, filter, let, derive, group, "

@@ -10,6 +10,8 @@
   rebuild in scratch space, compared with the live view). It is expensive, so it runs in checks-only
   runs (the `strata_verify` job and its schedule, or a check's *Execute* button) and skips itself in
   a run that materializes its model, unless that run carries the tag `strata/verify: always`.
+- `strata_unit_tests` on every model with `test` blocks: cheap (in-memory DuckDB), it runs with
+  each materialization of the model and alone (unit_test_checks.py).
 """
 
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +36,7 @@ from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.io_manager import _contract, _raw
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
+from strata_dagster.orchestration.unit_test_checks import tested_models, unit_test_checks
 
 UNIQUE_CHECK: Final = "strata_unique"
 CONTRACT_CHECK: Final = "strata_contract"
@@ -70,6 +73,9 @@ def build_checks(
     }
     pins.update(python_model_pins(python_assets))
     checks = [pin_checks(pins)] if any(p.unique or p.contract for _, p in pins.values()) else []
+    tested = {translator.get_asset_key(nodes[name]): name for name in tested_models(project)}
+    if tested:
+        checks.append(unit_test_checks(tested, project))
     verifiable = {
         translator.get_asset_key(nodes[name]): name for name in project.order if is_verifiable(project, name)
     }

@@ -1,0 +1,85 @@
+"""`strata test`: run the models' unit tests (the `test` blocks of the project's modules)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich import box
+from rich.table import Table
+
+from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.runs import split_models
+from strata_dagster.engine.unit_tests import DiffRow, UnitTestReport, UnitTestResult, run_unit_tests
+
+
+@click.command("test")
+@project_argument
+@click.option("--models", default="", help="Comma-separated models whose tests to run (default: all).")
+@warehouse_option
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@reports_errors
+def test_command(project: Path, models: str, warehouse: Path | None, as_json: bool) -> None:
+    """Run the unit tests of PROJECT's models: each model over its fixture rows, in an in-memory
+    DuckDB, against the expected rows. The warehouse is only read (for its sources' columns and
+    types), never written. Exits 1 when a test fails."""
+    report = run_unit_tests(project, resolve_warehouse(project, warehouse), split_models(models))
+    if as_json:
+        click.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        print_report(report)
+    if not report.is_passed:
+        raise SystemExit(1)
+
+
+def print_report(report: UnitTestReport) -> None:
+    if not report.results:
+        console.print("test: no unit tests (write `test MODEL NAME { ... }` blocks)", markup=False)
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    table.add_column("model", no_wrap=True)
+    table.add_column("test", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("where", overflow="fold")
+    for result in report.results:
+        outcome = "[green]pass[/]" if result.is_passed else "[red]FAIL[/]"
+        where = f"{result.location.file}:{result.location.line}"
+        table.add_row(result.model, result.name, outcome, where)
+    console.print(table)
+    for result in report.failed:
+        _print_failure(result)
+    passed = len(report.results) - len(report.failed)
+    summary = f"test: {passed} passed, {len(report.failed)} failed"
+    console.print(summary, markup=False, style="red" if report.failed else None)
+
+
+def _print_failure(result: UnitTestResult) -> None:
+    console.print()
+    console.print(
+        f"FAIL {result.model}.{result.name} at {result.location} ({result.kind})",
+        markup=False,
+        style="red",
+        soft_wrap=True,
+    )
+    console.print(f"  columns: ({', '.join(result.columns)})", markup=False, soft_wrap=True)
+    for row in result.missing:
+        console.print(
+            f"  - {_row(row)}  expected at {row.location}, not given",
+            markup=False,
+            style="red",
+            soft_wrap=True,
+        )
+    for row in result.unexpected:
+        console.print(
+            f"  + {_row(row)}  given by the model, not expected", markup=False, style="green", soft_wrap=True
+        )
+    if result.actual_order:
+        console.print("  the rows are right but out of `order_by` order; the model gives:", markup=False)
+        for row in result.actual_order:
+            console.print(f"    {_row(row)}", markup=False, soft_wrap=True)
+
+
+def _row(row: DiffRow) -> str:
+    return "(" + ", ".join(row.values) + ")"
