@@ -9,15 +9,15 @@ import click
 from rich import box
 from rich.table import Table
 
-from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.options import models_option, project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, reports_errors
-from strata_dagster.cli.runs import split_models
 from strata_dagster.engine.unit_tests import DiffRow, UnitTestReport, UnitTestResult, run_unit_tests
+from strata_dagster.language.selection import split_selection
 
 
 @click.command("test")
 @project_argument
-@click.option("--models", default="", help="Comma-separated models whose tests to run (default: all).")
+@models_option("test")
 @warehouse_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @reports_errors
@@ -25,7 +25,7 @@ def test_command(project: Path, models: str, warehouse: Path | None, as_json: bo
     """Run the unit tests of PROJECT's models: each model over its fixture rows, in an in-memory
     DuckDB, against the expected rows. The warehouse is only read (for its sources' columns and
     types), never written. Exits 1 when a test fails."""
-    report = run_unit_tests(project, resolve_warehouse(project, warehouse), split_models(models))
+    report = run_unit_tests(project, resolve_warehouse(project, warehouse), split_selection(models))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:

@@ -30,12 +30,12 @@ from strata_dagster.compile.determinism import make_windows_deterministic
 from strata_dagster.errors import (
     E_TEST_COLUMN,
     E_TEST_DEFINITION,
-    E_UNKNOWN_MODEL,
     Location,
     StrataError,
 )
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import FixtureTable, ModelTest, Project
+from strata_dagster.language.selection import select
 from strata_dagster.warehouse.fixtures import CASE_SCHEMA, TYPES_SCHEMA, FixtureDatabase, TypedColumns
 from strata_dagster.warehouse.segments import keyed_rows
 from strata_dagster.warehouse.session import read_source_schemas
@@ -129,12 +129,8 @@ def run_compiled_tests(
     models: Sequence[str] = (),
 ) -> UnitTestReport:
     project = compiled.project
-    for name in models:
-        if name not in project.models:
-            raise StrataError(
-                E_UNKNOWN_MODEL, f"no model named `{name}`", hint="models: " + ", ".join(project.order)
-            )
-    tests = [test for test in project.tests if not models or test.model in models]
+    selected = set(select(project, models))
+    tests = [test for test in project.tests if test.model in selected]
     if not tests:
         return UnitTestReport(())
     with FixtureDatabase() as db:
