@@ -21,6 +21,7 @@ from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.limits import exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
     Segment,
@@ -42,6 +43,14 @@ class WarehouseError(Exception):
     """DuckDB refused a statement; `str()` is its first message line."""
 
 
+class ResourceLimitExceeded(WarehouseError):
+    """DuckDB ran out of its memory limit or its spill space; `setting` names the one to raise."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error)
     return text.splitlines()[0] if text else type(error).__name__
@@ -51,6 +60,8 @@ def _first_line(error: BaseException) -> str:
 def _as_warehouse_errors() -> Iterator[None]:
     try:
         yield
+    except duckdb.OutOfMemoryException as error:
+        raise ResourceLimitExceeded(_first_line(error), exceeded_setting(str(error))) from None
     except duckdb.Error as error:
         raise WarehouseError(_first_line(error)) from None
 
