@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from strata_dagster.cli.gc import gc_command
 from strata_dagster.cli.options import (
     apply_resource_limits,
     project_argument,
@@ -113,6 +114,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> 
 for _command in COMMANDS:
     main.add_command(_command)
 main.add_command(verify_command)
+main.add_command(gc_command)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from strata_dagster.compile.relations import view_name
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
+from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
@@ -89,6 +90,13 @@ class Session:
 
     def commit(self) -> None:
         self.con.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """Write everything committed into the file, so freed blocks show as free."""
+        self.con.execute("CHECKPOINT")
+
+    def free_bytes(self) -> int:
+        return free_bytes(self.con)
 
     def rollback(self) -> None:
         try:
