@@ -44,8 +44,8 @@ _TERMINAL_NAMES = {
     "EQUAL": "`=`",
     "TOKEN": "an expression",
     "STRING": "a string",
-    "SOURCE": "`source`",
-    "MODEL": "`model`",
+    "_SOURCE": "`source`",
+    "_MODEL": "`model`",
     "$END": "end of file",
 }
 
@@ -163,6 +163,10 @@ def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
 
 
 def _hint_for(error: UnexpectedToken) -> str:
+    glued = _glued_keyword(str(error.token)) if error.token.type in ("NAME", "TOKEN") else None
+    if glued is not None:
+        keyword, rest = glued
+        return f"did you mean `{keyword} {rest}`? a keyword and the name after it need a space between them"
     if error.token.type == "NAME" and {"FROM", "FILTER"} & set(error.expected):
         return (
             f"`{error.token}` is not a step; steps are from, join, filter, let, derive, group, "
@@ -171,6 +175,14 @@ def _hint_for(error: UnexpectedToken) -> str:
     if error.token.type in ("TOKEN", "STRING") and "COLON" in error.expected:
         return "properties are written `name: value`"
     return "see docs/language.md for the grammar"
+
+
+def _glued_keyword(word: str) -> tuple[str, str] | None:
+    """`sourceorders` -> (`source`, `orders`): a keyword written without its space."""
+    for keyword in ("source", "model", *STEP_KEYWORDS):
+        if word.startswith(keyword) and len(word) > len(keyword):
+            return keyword, word[len(keyword) :]
+    return None
 
 
 class _ModuleBuilder:
