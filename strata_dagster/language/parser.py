@@ -163,7 +163,9 @@ def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
 
 
 def _hint_for(error: UnexpectedToken) -> str:
-    glued = _glued_keyword(str(error.token)) if error.token.type in ("NAME", "TOKEN") else None
+    glued = (
+        _glued_keyword(str(error.token), error.expected) if error.token.type in ("NAME", "TOKEN") else None
+    )
     if glued is not None:
         keyword, rest = glued
         return f"did you mean `{keyword} {rest}`? a keyword and the name after it need a space between them"
@@ -177,10 +179,13 @@ def _hint_for(error: UnexpectedToken) -> str:
     return "see docs/language.md for the grammar"
 
 
-def _glued_keyword(word: str) -> tuple[str, str] | None:
-    """`sourceorders` -> (`source`, `orders`): a keyword written without its space."""
+def _glued_keyword(word: str, expected: set[str]) -> tuple[str, str] | None:
+    """`sourceorders` -> (`source`, `orders`): a keyword the parser expected, written without its space."""
     for keyword in ("source", "model", *STEP_KEYWORDS):
-        if word.startswith(keyword) and len(word) > len(keyword):
+        terminal = f"_{keyword.upper()}" if keyword in ("source", "model") else keyword.upper()
+        if keyword in ("union", "except", "intersect"):
+            terminal = "SET_OPERATOR"
+        if terminal in expected and word.startswith(keyword) and len(word) > len(keyword):
             return keyword, word[len(keyword) :]
     return None
 
