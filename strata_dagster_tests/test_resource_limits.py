@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import duckdb
 import pytest
 
 from strata_dagster.engine.run import run_project
@@ -125,3 +126,19 @@ def test_invalid_limits_are_coded_errors(tmp_path, args, env):
     result = strata(*args, "check", str(project), "--warehouse", str(warehouse), env=env)
     assert result.returncode == 1, result.stderr
     assert f"error[{E_RESOURCE_LIMIT}]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_run_beside_a_plain_connection_of_the_same_process_still_gets_the_limits(tmp_path, monkeypatch):
+    project, warehouse = make_module_project(
+        tmp_path, "m.strata", SPILLING, "CREATE TABLE raw.nums AS SELECT range AS i, 'h' AS h FROM range(10)"
+    )
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "300MB")
+    # A notebook's own connection, opened with DuckDB's defaults, stays open during the run.
+    notebook = duckdb.connect(str(warehouse))
+    try:
+        run_project(project, warehouse)
+        assert notebook.execute("SELECT n FROM main.v_sorted_hashes").fetchall() == [(10,)]
+        limit = notebook.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        assert limit.endswith("MiB") and float(limit.split()[0]) < 300
+    finally:
+        notebook.close()

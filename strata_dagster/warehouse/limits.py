@@ -12,7 +12,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+from sqlglot import exp
+
 from strata_dagster.errors import E_RESOURCE_LIMIT, StrataError
+from strata_dagster.warehouse.sql import run
 
 MEMORY_LIMIT_ENV = "STRATA_MEMORY_LIMIT"
 MAX_TEMP_SIZE_ENV = "STRATA_MAX_TEMP_SIZE"
@@ -69,6 +73,26 @@ def resource_limits(warehouse: Path) -> ResourceLimits:
         ),
         temp_directory=temp_directory,
     )
+
+
+def connect_within_limits(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to `path` under the configured limits."""
+    limits = resource_limits(path)
+    try:
+        return duckdb.connect(str(path), read_only=read_only, config=limits.duckdb_config())
+    except duckdb.ConnectionException as error:
+        if "different configuration" not in str(error):
+            raise
+    # This process already has the file open under other settings (a notebook's own connection):
+    # join that instance, whose spill folder is fixed by now, and bound its memory and spill size.
+    con = duckdb.connect(str(path), read_only=read_only)
+    for setting, value in (
+        ("memory_limit", limits.memory_limit),
+        ("max_temp_directory_size", limits.max_temp_directory_size),
+    ):
+        assignment = exp.EQ(this=exp.column(setting), expression=exp.Literal.string(value))
+        run(con, exp.Set(expressions=[exp.SetItem(this=assignment)]))
+    return con
 
 
 def _default_temp_size(temp_directory: Path) -> str:
