@@ -142,3 +142,14 @@ def test_a_run_beside_a_plain_connection_of_the_same_process_still_gets_the_limi
         assert limit.endswith("MiB") and float(limit.split()[0]) < 300
     finally:
         notebook.close()
+
+
+def test_running_out_of_memory_outside_a_build_is_e033_too(tmp_path):
+    project, warehouse = make_module_project(
+        tmp_path, "m.strata", SPILLING, "CREATE TABLE raw.nums AS SELECT range AS i, 'h' AS h FROM range(10)"
+    )
+    run_project(project, warehouse)
+    result = strata("--memory-limit", "1MB", "gc", str(project), "--warehouse", str(warehouse), "--keep", "1")
+    assert result.returncode == 1, result.stderr
+    assert f"error[{E_RESOURCE_LIMIT}]" in result.stderr and MEMORY_LIMIT_ENV in result.stderr
+    assert "Traceback" not in result.stderr

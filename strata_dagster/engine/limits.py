@@ -6,23 +6,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from strata_dagster.errors import E_RESOURCE_LIMIT, Location, StrataError
-from strata_dagster.warehouse.limits import MEMORY_LIMIT_ENV
+from strata_dagster.warehouse.limits import raise_hint
 from strata_dagster.warehouse.session import ResourceLimitExceeded
-
-_CLI_OPTION = {MEMORY_LIMIT_ENV: "--memory-limit"}
 
 
 def limit_error(model: str, error: ResourceLimitExceeded, location: Location | None = None) -> StrataError:
-    option = _CLI_OPTION.get(error.setting, "--max-temp-size")
     return StrataError(
         E_RESOURCE_LIMIT,
         f"building model `{model}` exceeded the warehouse's limit: {error}",
         location,
         subject=model,
-        hint=(
-            f"raise {error.setting} (or `strata {option} SIZE ...`), or make the model need less: "
-            "nothing was published"
-        ),
+        hint=f"{raise_hint(error.setting)}, or make the model need less: nothing was published",
     )
 
 

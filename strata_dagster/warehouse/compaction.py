@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.warehouse.connection import connect
-from strata_dagster.warehouse.limits import resource_limits
+from strata_dagster.warehouse.limits import exceeded_error, resource_limits
 from strata_dagster.warehouse.sql import render, run, table
 
 STAGING_SUFFIX = ".compact"
@@ -63,26 +63,39 @@ def compact(path: Path, on_step: Callable[[str], None] = lambda step: None) -> C
             on_step("compact_copied")
             # A connection of its own holds the new file's lock from here until after the swap.
             compacted = duckdb.connect(str(staging), config=resource_limits(path).duckdb_config())
-            mismatch = _first_difference(con, compacted)
-            if mismatch is not None:
-                compacted.close()
-                compacted = None
-                _remove(staging)
-                raise StrataError(
-                    E_GC,
-                    f"the compacted copy of `{path}` differs from it ({mismatch}); the warehouse is unchanged",
-                    hint="run `strata gc --compact` again; report it if it persists",
-                )
-            compacted.execute("CHECKPOINT")
-            _fsync(staging)
-            on_step("compact_verified")
+            problem = _first_difference(con, compacted)
+            if problem is None:
+                compacted.execute("CHECKPOINT")
+                _fsync(staging)
+                on_step("compact_verified")
+                con.execute("CHECKPOINT")
+                problem = _unflushed_log(path)
+            if problem is not None:
+                raise _Abandoned(problem)
             os.replace(staging, path)
             _fsync(path.parent)
             on_step("compact_replaced")
+    except (_Abandoned, duckdb.Error) as error:
+        if compacted is not None:
+            compacted.close()
+            compacted = None
+        _remove(staging)
+        if isinstance(error, duckdb.OutOfMemoryException):
+            raise exceeded_error(error) from None
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise StrataError(
+            E_GC,
+            f"cannot compact `{path}`: {reason}; the warehouse is unchanged",
+            hint="free disk space for a copy of the warehouse, or run `strata gc --compact` again",
+        ) from None
     finally:
         if compacted is not None:
             compacted.close()
     return Compaction(before, file_bytes(path))
+
+
+class _Abandoned(Exception):
+    """The copy is not fit to replace the warehouse."""
 
 
 def _copy(con: duckdb.DuckDBPyConnection, staging: Path) -> None:
@@ -105,20 +118,29 @@ def _first_difference(old: duckdb.DuckDBPyConnection, new: duckdb.DuckDBPyConnec
     )
     tables = old.execute(listing).fetchall()
     if new.execute(listing).fetchall() != tables:
-        return "the tables differ"
+        return "the copy's tables differ"
     views = (
         "SELECT schema_name, view_name, sql FROM duckdb_views() "
         "WHERE database_name = current_database() AND NOT internal ORDER BY ALL"
     )
     if new.execute(views).fetchall() != old.execute(views).fetchall():
-        return "the views differ"
+        return "the copy's views differ"
     for schema, name in tables:
         query = exp.select(
             exp.func("count", exp.Star()),
             exp.func("sum", exp.cast(exp.func("hash", exp.column("__row")), "HUGEINT")),
         ).from_(table(name, schema).as_("__row"))
         if run(new, query).fetchall() != run(old, query).fetchall():
-            return f"table {schema}.{name} differs"
+            return f"the copy's table {schema}.{name} differs"
+    return None
+
+
+def _unflushed_log(path: Path) -> str | None:
+    # Once the copy is renamed over the old file, a log left at the old file's name would be
+    # replayed into the copy.
+    wal = _wal(path)
+    if wal.exists() and wal.stat().st_size > 0:
+        return "its write-ahead log is not empty after CHECKPOINT"
     return None
 
 

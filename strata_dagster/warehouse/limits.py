@@ -104,3 +104,18 @@ def _default_temp_size(temp_directory: Path) -> str:
 def exceeded_setting(message: str) -> str:
     """The environment variable to raise for a DuckDB out-of-memory message."""
     return MAX_TEMP_SIZE_ENV if "max_temp_directory_size" in message else MEMORY_LIMIT_ENV
+
+
+def raise_hint(setting: str) -> str:
+    option = "--memory-limit" if setting == MEMORY_LIMIT_ENV else "--max-temp-size"
+    return f"raise {setting} (or `strata {option} SIZE ...`)"
+
+
+def exceeded_error(error: duckdb.OutOfMemoryException) -> StrataError:
+    """An out-of-memory error outside any one model's build (reading the history, compacting)."""
+    text = str(error)
+    return StrataError(
+        E_RESOURCE_LIMIT,
+        f"DuckDB exceeded the warehouse's limit: {text.splitlines()[0] if text else 'out of memory'}",
+        hint=raise_hint(exceeded_setting(text)),
+    )

@@ -22,7 +22,7 @@ from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.limits import exceeded_setting
+from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
     Segment,
@@ -260,9 +260,12 @@ class CatalogSnapshot:
 def open_session(path: Path, *, read_only: bool = False) -> Iterator[Session]:
     """Open the warehouse (waiting for another process's lock), migrated unless read-only."""
     with connect(path, read_only=read_only) as con:
-        if not read_only:
-            migrate(con)
-        yield Session(con)
+        try:
+            if not read_only:
+                migrate(con)
+            yield Session(con)
+        except duckdb.OutOfMemoryException as error:
+            raise exceeded_error(error) from None
 
 
 def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tuple[str, str], ...]]:
