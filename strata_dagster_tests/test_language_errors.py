@@ -233,12 +233,19 @@ def test_a_keyword_glued_to_a_name_is_named_with_the_fix():
 
 
 def test_types_and_casts_that_are_sql_still_compile():
-    compile_text(
+    casts = compile_text(
         "model m {\n  from orders\n  let d = cast(order_ts as date)\n  derive n = try_cast(amount as int)\n"
         "  select order_id as id, d, n\n"
         "  contract: {id: BIGINT not null, d: DATE, n: INTEGER}\n}\n"
     )
-    compile_text(
+    assert "CAST(order_ts AS DATE)" in casts.sql("m") and "TRY_CAST(amount AS INT)" in casts.sql("m")
+    typed = compile_text(
         "model m {\n  from orders\n  select order_id, amount, tags\n"
         "  contract: {order_id: bigint NOT NULL, amount: DECIMAL(18, 2), tags: VARCHAR[]}\n}\n"
     )
+    contract = typed.project.models["m"].properties.contract
+    assert [(column.name, column.type, column.is_not_null) for column in contract] == [
+        ("order_id", "BIGINT", True),
+        ("amount", "DECIMAL(18, 2)", False),
+        ("tags", "VARCHAR[]", False),
+    ]
