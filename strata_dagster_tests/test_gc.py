@@ -15,8 +15,10 @@ from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
 from strata_dagster.engine import operations
+from strata_dagster.engine.backfill import backfill
 from strata_dagster.engine.faults import COMPACT_STEPS, KILL_AT_ENV
 from strata_dagster.engine.gc import gc, parse_age
+from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.warehouse.compaction import STAGING_SUFFIX
@@ -193,3 +195,21 @@ def test_ages_read_as_hours_days_and_weeks():
     assert parse_age("12h") == dt.timedelta(hours=12)
     assert parse_age("30d") == dt.timedelta(days=30)
     assert parse_age("2W") == dt.timedelta(weeks=2)
+
+
+def test_a_kept_backfill_keeps_the_run_it_corrects(tmp_path):
+    project, warehouse = make_shop(tmp_path, rows=2_000)
+    first = run_project(project, warehouse)
+    execute(
+        warehouse,
+        "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 2",
+        "CREATE SCHEMA fixes; CREATE TABLE fixes.customers AS "
+        "SELECT * REPLACE (CASE WHEN customer_id = 1 THEN 'fixed' ELSE region END AS region) FROM raw.customers",
+    )
+    run_project(project, warehouse, only_stale=True)
+    backfill(project, warehouse, first.run_id, "customer 1's region", sources=["customers=fixes.customers"])
+    result = gc(warehouse, keep=1)
+    assert result.kept == 2 and result.dropped
+    operations.rollback(warehouse, first.run_id)
+    checks = replay(warehouse, first.run_id, execute=True).checks
+    assert checks and all(check.status != "snapshot gone" for check in checks)

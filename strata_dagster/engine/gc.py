@@ -3,7 +3,7 @@
 A snapshot is needed when a branch exposes it, or when a kept run published it, built it or
 builds on it (the segments of an incremental state). Runs are kept by count (`keep`: the last N
 runs and backfills) and by age (`older_than`: every run younger than that); with both, a run
-either rule keeps is kept.
+either rule keeps is kept. A kept backfill also keeps the run it corrects.
 """
 
 from __future__ import annotations
@@ -100,7 +100,10 @@ def _kept_runs(
     runs = [entry for entry in entries if entry.kind in ("run", "backfill")]
     by_count = {entry.entry for entry in runs[-keep:]} if keep else set()
     by_age = {entry.entry for entry in runs if entry.started_at >= now - older_than} if older_than else set()
-    return [entry for entry in runs if entry.entry in by_count | by_age]
+    kept = by_count | by_age
+    # A kept backfill pins the run it corrects: that run stays intact for rollback, replay and verify.
+    corrected = {entry.backfill_of for entry in runs if entry.entry in kept and entry.backfill_of}
+    return [entry for entry in runs if entry.entry in kept or entry.run_id in corrected]
 
 
 def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
