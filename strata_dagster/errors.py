@@ -46,6 +46,8 @@ E_BRANCH: Final = "E026"
 E_UNIQUE: Final = "E030"
 E_CONTRACT: Final = "E031"
 E_BUILD: Final = "E032"
+E_RESOURCE_LIMIT: Final = "E033"
+E_GC: Final = "E034"
 E_VERIFY_PARTITIONS: Final = "E040"
 E_VERIFY_LIVE: Final = "E041"
 E_TEST_TABLE: Final = "E060"
@@ -81,6 +83,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_UNIQUE: "a `unique` pin failed: duplicate keys in the new snapshot",
     E_CONTRACT: "a `contract` pin failed: the new snapshot's schema differs",
     E_BUILD: "DuckDB rejected a model's SQL while building it",
+    E_RESOURCE_LIMIT: "a build exceeded the memory or spill-space limit, or a limit is not a size",
+    E_GC: "a `strata gc` option that cannot be read, or a compaction that could not complete",
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day or month, or no partitioned model to verify",
     E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
     E_TEST_TABLE: "a test's fixture table is not a row of column names followed by rows of as many values",

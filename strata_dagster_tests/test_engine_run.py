@@ -3,6 +3,7 @@
 import pytest
 
 from strata_dagster.engine import operations
+from strata_dagster.engine.gc import gc
 from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
@@ -269,7 +270,7 @@ def test_gc_drops_only_unreferenced_snapshots(shop):
     execute(warehouse, "UPDATE raw.customers SET region = 'r3' WHERE customer_id = 1")
     run_project(project, warehouse, only_stale=True)
     first_only = {o.snapshot_id for o in first.outcomes} - {o.snapshot_id for o in second.outcomes}
-    result = operations.gc(warehouse, keep=2)
+    result = gc(warehouse, keep=2)
     # Only snapshots of the first run that no kept state still uses as a segment go.
     kept_segments = {
         snapshot_id

@@ -16,6 +16,15 @@ CASES = [
     ("E002", "model m {\n  from orders\n  filter amount > \n}\n", 3, 17),
     ("E002", "model m {\n  from orders\n  filter amount > 1 as x\n}\n", 3, 10),
     ("E002", "model m {\n  from orders\n  derive x = (amount +)\n}\n", 3, 23),
+    ("E002", "model m {\n  from orders\n  let d = (order_ts as date)\n}\n", 3, 24),
+    ("E002", "model m {\n  from orders\n  derive x = amount + (amount as a)\n}\n", 3, 34),
+    ("E002", "model m {\n  from orders\n  group (order_ts as d)\n  aggregate n = count(*)\n}\n", 3, 22),
+    ("E001", "sourceorders { table: raw.orders }\nmodel m { from orders }\n", 1, 1),
+    ("E001", "modelx {\n  from orders\n}\n", 1, 1),
+    ("E001", "model m {\n  from orders\n  join left customers usingcustomer_id\n}\n", 3, 23),
+    ("E006", "model m {\n  fromorders\n}\n", 2, 3),
+    ("E007", "model m {\n  from orders\n  contract: {order_id: BIGINTLEFTNOT NULL}\n}\n", 3, 24),
+    ("E007", "model m {\n  from orders\n  contract: {order_id: BIGINT LEFT}\n}\n", 3, 24),
     ("E003", "model orders { from customers }\n", 1, 7),
     ("E004", "model m {\n  from orderz\n}\n", 2, 3),
     ("E004", "model m {\n  from orders\n  join left custmers using (customer_id)\n}\n", 3, 3),
@@ -214,3 +223,29 @@ def test_order_by_adds_tie_breakers_to_windows():
 def test_window_ordered_by_the_unique_key_is_deterministic():
     text = "model m {\n  from orders\n  derive rank = row_number() over (order by order_id)\n  unique: [order_id]\n}\n"
     assert compile_text(text).warnings == ()
+
+
+def test_a_keyword_glued_to_a_name_is_named_with_the_fix():
+    with pytest.raises(StrataError) as caught:
+        compile_text("sourceorders { table: raw.orders }\n")
+    assert caught.value.code == "E001"
+    assert "`source orders`" in caught.value.render()
+
+
+def test_types_and_casts_that_are_sql_still_compile():
+    casts = compile_text(
+        "model m {\n  from orders\n  let d = cast(order_ts as date)\n  derive n = try_cast(amount as int)\n"
+        "  select order_id as id, d, n\n"
+        "  contract: {id: BIGINT not null, d: DATE, n: INTEGER}\n}\n"
+    )
+    assert "CAST(order_ts AS DATE)" in casts.sql("m") and "TRY_CAST(amount AS INT)" in casts.sql("m")
+    typed = compile_text(
+        "model m {\n  from orders\n  select order_id, amount, tags\n"
+        "  contract: {order_id: bigint NOT NULL, amount: DECIMAL(18, 2), tags: VARCHAR[]}\n}\n"
+    )
+    contract = typed.project.models["m"].properties.contract
+    assert [(column.name, column.type, column.is_not_null) for column in contract] == [
+        ("order_id", "BIGINT", True),
+        ("amount", "DECIMAL(18, 2)", False),
+        ("tags", "VARCHAR[]", False),
+    ]

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.gc import gc_command
+from strata_dagster.cli.options import (
+    apply_resource_limits,
+    project_argument,
+    resolve_warehouse,
+    warehouse_option,
+)
 from strata_dagster.cli.output import console, print_warnings, reports_errors
 from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.unit_tests import test_command
@@ -18,8 +24,28 @@ from strata_dagster.language.selection import select
 
 @click.group()
 @click.version_option(package_name="strata_dagster")
-def main() -> None:
+@click.option(
+    "--memory-limit",
+    default=None,
+    metavar="SIZE",
+    help="DuckDB's memory limit, e.g. 4GB or 50% (default: $STRATA_MEMORY_LIMIT, else 50% of RAM).",
+)
+@click.option(
+    "--max-temp-size",
+    default=None,
+    metavar="SIZE",
+    help="Most disk DuckDB may spill to, e.g. 8GB (default: $STRATA_MAX_TEMP_SIZE, else 16GiB or half the free disk).",
+)
+@click.option(
+    "--temp-directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Folder DuckDB spills to (default: $STRATA_TEMP_DIRECTORY, else WAREHOUSE.tmp beside the warehouse).",
+)
+@reports_errors
+def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None) -> None:
     """strata: incremental, versioned models on DuckDB, as Dagster assets."""
+    apply_resource_limits(memory_limit, max_temp_size, temp_directory)
 
 
 def load_and_compile(project: Path, warehouse: Path) -> CompiledProject:
@@ -89,6 +115,7 @@ for _command in COMMANDS:
     main.add_command(_command)
 main.add_command(verify_command)
 main.add_command(test_command)
+main.add_command(gc_command)
 
 
 if __name__ == "__main__":

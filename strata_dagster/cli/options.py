@@ -43,3 +43,22 @@ def models_option(action: str) -> Callable[[F], F]:
         help=f"Models to {action} (default: all): names, globs (stg_*), tag:name, +model (and its "
         "upstream), model+ (and its downstream), separated by commas (a union).",
     )
+
+
+def apply_resource_limits(
+    memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None
+) -> None:
+    """Export the limits the command line gave: every warehouse connection of this process reads them."""
+    from strata_dagster.warehouse.limits import (
+        MAX_TEMP_SIZE_ENV,
+        MEMORY_LIMIT_ENV,
+        TEMP_DIRECTORY_ENV,
+        check_size,
+    )
+
+    if memory_limit is not None:
+        os.environ[MEMORY_LIMIT_ENV] = check_size("--memory-limit", memory_limit, allow_percent=True)
+    if max_temp_size is not None:
+        os.environ[MAX_TEMP_SIZE_ENV] = check_size("--max-temp-size", max_temp_size)
+    if temp_directory is not None:
+        os.environ[TEMP_DIRECTORY_ENV] = str(temp_directory)

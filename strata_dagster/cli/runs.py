@@ -1,4 +1,4 @@
-"""`strata run`, `history`, `replay`, `rollback`, `gc`, `branch`, `promote`."""
+"""`strata run`, `history`, `replay`, `rollback`, `branch`, `promote` (`gc`: cli/gc.py)."""
 
 from __future__ import annotations
 
@@ -213,21 +213,6 @@ def print_pointer_result(result: operations.PointerResult, what: str) -> None:
     console.print(f"{what}: {len(result.changes)} view(s) repointed (entry {result.entry})", markup=False)
 
 
-@click.command()
-@project_argument
-@warehouse_option
-@click.option(
-    "--keep", type=click.IntRange(min=0), required=True, help="Runs (and backfills) whose snapshots to keep."
-)
-@reports_errors
-def gc(project: Path, warehouse: Path | None, keep: int) -> None:
-    """Drop snapshots that no branch exposes and none of the last N runs produced or published."""
-    result = operations.gc(resolve_warehouse(project, warehouse), keep)
-    console.print(
-        f"dropped {len(result.dropped)} snapshot(s); kept the snapshots of {result.kept} run(s)", markup=False
-    )
-
-
 @click.group()
 def branch() -> None:
     """Branches: named sets of view pointers, created and promoted without copying data."""
@@ -257,7 +242,7 @@ def promote(project: Path, source: str, target: str, warehouse: Path | None) -> 
     print_pointer_result(result, f"promoted {source} to {target}")
 
 
-COMMANDS = (run_command, history, replay, rollback, gc, branch, promote)
+COMMANDS = (run_command, history, replay, rollback, branch, promote)
 
 
 @click.command()

@@ -19,6 +19,9 @@ WRITE_STEPS = (
     "history_written",
     "committed",
 )
+# The steps of `strata gc --compact` (warehouse/compaction.py), after each of which a crash
+# leaves a complete warehouse file: the old one, or the compacted one.
+COMPACT_STEPS = ("compact_copied", "compact_verified", "compact_replaced")
 
 
 def checkpoint(step: str) -> None:

@@ -1,4 +1,4 @@
-"""History operations that only move view pointers: rollback, branch, promote, and gc."""
+"""History operations that only move view pointers: rollback, branch and promote (gc: engine/gc.py)."""
 
 from __future__ import annotations
 
@@ -163,53 +163,3 @@ def promote(warehouse: Path, source: str, target: str = DEFAULT_BRANCH) -> Point
             id_parts=(source,),
             detail={"from": source},
         )
-
-
-@dataclass(frozen=True)
-class GcResult:
-    dropped: tuple[str, ...]
-    kept: int
-
-
-def gc(warehouse: Path, keep: int) -> GcResult:
-    """Drop snapshot tables that no branch exposes and none of the last `keep` entries published."""
-    with open_session(warehouse) as session:
-        reader = session.history
-        writer = session.writer
-        runs = [entry for entry in reader.entries() if entry.kind in ("run", "backfill")]
-        kept_entries = runs[-keep:] if keep > 0 else []
-        referenced: set[str] = set()
-        for branch in reader.branches():
-            for ids in reader.pointers(branch).values():
-                referenced.update(ids)
-        for entry in kept_entries:
-            for ids in reader.pointers(entry.branch, as_of_entry=entry.entry).values():
-                referenced.update(ids)
-            for model in reader.entry_models(entry.entry):
-                head = reader.snapshot(model.snapshot_id)
-                referenced.update(head.segment_ids if head is not None else (model.snapshot_id,))
-        doomed = [
-            record
-            for record in reader.snapshots()
-            if not record.is_dropped and record.snapshot_id not in referenced
-        ]
-        if not doomed:
-            return GcResult((), len(kept_entries))
-        entry = reader.next_entry()
-        with session.transaction():
-            for record in doomed:
-                session.drop_snapshot(record.table_name)
-                if record.detail.get("keys_table"):
-                    session.drop_snapshot(record.detail["keys_table"])
-                writer.add_dropped(record.snapshot_id, entry)
-            writer.add_entry(
-                entry=entry,
-                run_id=digest("gc", sorted(record.snapshot_id for record in doomed)),
-                kind="gc",
-                branch=DEFAULT_BRANCH,
-                started_at=_now(),
-                models=sorted({record.model for record in doomed}),
-                overrides={},
-                detail={"keep": keep, "dropped": [record.snapshot_id for record in doomed]},
-            )
-        return GcResult(tuple(record.snapshot_id for record in doomed), len(kept_entries))

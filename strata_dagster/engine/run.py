@@ -34,6 +34,7 @@ from strata_dagster.engine.incremental import (
     full_key_sum,
     output_watermark,
 )
+from strata_dagster.engine.limits import limit_error, limits_as_errors
 from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
@@ -49,7 +50,7 @@ from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
 from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
@@ -272,7 +273,8 @@ class _Run:
         if existing is not None and not is_forced:
             chosen, path = existing, REUSED
         else:
-            chosen, path, detail = self._build(name, key, fingerprint, current, existing)
+            with limits_as_errors(name, model.location):
+                chosen, path, detail = self._build(name, key, fingerprint, current, existing)
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
             if is_incremental and path != CUTOFF:
@@ -408,6 +410,8 @@ class _Run:
     def _as_build_error(self, name: str) -> Iterator[None]:
         try:
             yield
+        except ResourceLimitExceeded as error:
+            raise limit_error(name, error, self.project.models[name].location) from None
         except WarehouseError as error:
             raise StrataError(
                 E_BUILD,

@@ -31,11 +31,12 @@ from sqlglot import exp
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine.context import ProjectContext, load_context, select_models
 from strata_dagster.engine.faults import checkpoint
+from strata_dagster.engine.limits import limit_error
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
 from strata_dagster.warehouse.segments import partition_key
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
 
@@ -297,6 +298,8 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         table_name = f"{SCRATCH_PREFIX}{token}_{name}"
         try:
             session.create_snapshot(table_name, context.compiled.models[name].bound(relation))
+        except ResourceLimitExceeded as error:
+            raise limit_error(name, error, project.models[name].location) from None
         except WarehouseError as error:
             raise StrataError(
                 E_BUILD,

@@ -63,6 +63,15 @@ def parse_item(text: str, location: Location, *, allow_alias: bool) -> exp.Expre
             hint="write one expression; separate list items with commas",
         )
     item = items[0]
+    nested = _nested_alias(item)
+    if nested is not None:
+        raise StrataError(
+            E_EXPRESSION,
+            f"`{text}` renames a value with AS inside the expression, which is not SQL",
+            _node_location(nested.args["alias"], text, location),
+            hint="for a type conversion write `cast(x as date)`; "
+            "name a column with `name = expr`, or `expr as name` in group / select / expand",
+        )
     if isinstance(item, exp.Alias) and not allow_alias:
         raise StrataError(
             E_EXPRESSION,
@@ -71,6 +80,35 @@ def parse_item(text: str, location: Location, *, allow_alias: bool) -> exp.Expre
             hint="drop the `as name`; name computed columns with `name = expr` where the step allows it",
         )
     return item
+
+
+def is_type(text: str) -> bool:
+    """Whether `text` names a DuckDB type sqlglot knows (`BIGINT`, `DECIMAL(18, 2)`, `INT[]`, ...)."""
+    try:
+        # Parsed into a DataType, trailing words fail instead of being dropped (`BIGINT LEFT`).
+        parsed = sqlglot.parse_one(text, read=DIALECT, into=exp.DataType)
+    except (ParseError, RecursionError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return isinstance(parsed, exp.DataType) and parsed.this != exp.DataType.Type.USERDEFINED
+
+
+def _nested_alias(item: exp.Expression) -> exp.Alias | None:
+    """An `x AS y` below the item's top, outside any subquery's own SELECT list (`(ts as date)`)."""
+    return next(
+        (
+            node
+            for node in item.find_all(exp.Alias)
+            if node is not item and not isinstance(node.parent, exp.Select)
+        ),
+        None,
+    )
+
+
+def _node_location(node: exp.Expression, text: str, location: Location) -> Location:
+    start = node.meta.get("start")
+    if not isinstance(start, int):
+        return location
+    return shift(location, text, min(max(start - PREFIX_LENGTH, 0), len(text)))
 
 
 def _error_location(text: str, location: Location, detail: dict[str, object]) -> Location:

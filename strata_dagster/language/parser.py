@@ -45,8 +45,9 @@ _TERMINAL_NAMES = {
     "EQUAL": "`=`",
     "TOKEN": "an expression",
     "STRING": "a string",
-    "SOURCE": "`source`",
-    "MODEL": "`model`",
+    "_SOURCE": "`source`",
+    "_MODEL": "`model`",
+    "_TEST": "`test`",
     "$END": "end of file",
     "LSQB": "`[`",
     "RSQB": "`]`",
@@ -167,6 +168,12 @@ def _syntax_error(error: UnexpectedInput, file: str) -> StrataError:
 
 
 def _hint_for(error: UnexpectedToken) -> str:
+    glued = (
+        _glued_keyword(str(error.token), error.expected) if error.token.type in ("NAME", "TOKEN") else None
+    )
+    if glued is not None:
+        keyword, rest = glued
+        return f"did you mean `{keyword} {rest}`? a keyword and the name after it need a space between them"
     if {"GIVEN", "EXPECT"} <= set(error.expected) or error.expected == {"LSQB"}:
         return (
             "a test block holds `given RELATION [...]`, `previous [...]` and `expect [...]`, each a "
@@ -180,6 +187,17 @@ def _hint_for(error: UnexpectedToken) -> str:
     if error.token.type in ("TOKEN", "STRING") and "COLON" in error.expected:
         return "properties are written `name: value`"
     return "see docs/language.md for the grammar"
+
+
+def _glued_keyword(word: str, expected: set[str]) -> tuple[str, str] | None:
+    """`sourceorders` -> (`source`, `orders`): a keyword the parser expected, written without its space."""
+    for keyword in ("source", "model", "test", *STEP_KEYWORDS):
+        terminal = f"_{keyword.upper()}" if keyword in ("source", "model", "test") else keyword.upper()
+        if keyword in ("union", "except", "intersect"):
+            terminal = "SET_OPERATOR"
+        if terminal in expected and word.startswith(keyword) and len(word) > len(keyword):
+            return keyword, word[len(keyword) :]
+    return None
 
 
 class _ModuleBuilder:

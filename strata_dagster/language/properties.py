@@ -26,6 +26,7 @@ from strata_dagster.language.definition import (
     Source,
     Versioning,
 )
+from strata_dagster.language.expressions import is_type
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUALIFIED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}")
@@ -201,11 +202,15 @@ def as_contract(prop: RawProperty) -> tuple[ContractColumn, ...]:
         match = _CONTRACT_TYPE.fullmatch(entry.text.strip())
         if not match or entry.entries is not None:
             raise _bad_value(prop, "a mapping of column to type", "{id: BIGINT not null}")
-        columns.append(
-            ContractColumn(
-                name, match.group("type").strip().upper(), bool(match.group("not_null")), entry.location
+        type_name = match.group("type").strip()
+        if not is_type(type_name):
+            raise StrataError(
+                E_PROPERTY_VALUE,
+                f"`{type_name}` (contract of column `{name}`) is not a DuckDB type",
+                entry.location,
+                hint="write a type, then `not null` if wanted: `{id: BIGINT not null, amount: DECIMAL(18, 2)}`",
             )
-        )
+        columns.append(ContractColumn(name, type_name.upper(), bool(match.group("not_null")), entry.location))
     return tuple(columns)
 
 

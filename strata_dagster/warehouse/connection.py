@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
+from strata_dagster.warehouse.limits import connect_within_limits
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
@@ -53,7 +54,7 @@ def connect(
     delay = 0.05
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=read_only)
+            con = connect_within_limits(path, read_only=read_only)
             break
         except duckdb.IOException as error:
             if not any(marker in str(error) for marker in _LOCK_MARKERS):

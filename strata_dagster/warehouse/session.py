@@ -18,9 +18,11 @@ from strata_dagster.compile.relations import view_name
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
+from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
     Segment,
@@ -42,6 +44,14 @@ class WarehouseError(Exception):
     """DuckDB refused a statement; `str()` is its first message line."""
 
 
+class ResourceLimitExceeded(WarehouseError):
+    """DuckDB ran out of its memory limit or its spill space; `setting` names the one to raise."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error)
     return text.splitlines()[0] if text else type(error).__name__
@@ -51,6 +61,8 @@ def _first_line(error: BaseException) -> str:
 def _as_warehouse_errors() -> Iterator[None]:
     try:
         yield
+    except duckdb.OutOfMemoryException as error:
+        raise ResourceLimitExceeded(_first_line(error), exceeded_setting(str(error))) from None
     except duckdb.Error as error:
         raise WarehouseError(_first_line(error)) from None
 
@@ -78,6 +90,13 @@ class Session:
 
     def commit(self) -> None:
         self.con.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        """Write everything committed into the file, so freed blocks show as free."""
+        self.con.execute("CHECKPOINT")
+
+    def free_bytes(self) -> int:
+        return free_bytes(self.con)
 
     def rollback(self) -> None:
         try:
@@ -241,9 +260,12 @@ class CatalogSnapshot:
 def open_session(path: Path, *, read_only: bool = False) -> Iterator[Session]:
     """Open the warehouse (waiting for another process's lock), migrated unless read-only."""
     with connect(path, read_only=read_only) as con:
-        if not read_only:
-            migrate(con)
-        yield Session(con)
+        try:
+            if not read_only:
+                migrate(con)
+            yield Session(con)
+        except duckdb.OutOfMemoryException as error:
+            raise exceeded_error(error) from None
 
 
 def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -1,0 +1,90 @@
+"""`strata gc`: drop the snapshots no branch and no kept run needs, and optionally shrink the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.engine.gc import GcResult, gc, parse_age
+
+
+@click.command("gc")
+@project_argument
+@warehouse_option
+@click.option(
+    "--keep",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Keep the snapshots of the last N runs (and backfills).",
+)
+@click.option(
+    "--older-than",
+    default=None,
+    metavar="AGE",
+    help="Keep the snapshots of runs younger than AGE: 12h, 30d, 2w.",
+)
+@click.option(
+    "--compact", is_flag=True, help="Then rewrite the warehouse file without its free space (shrinks it)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print what was dropped and the bytes reclaimed as JSON."
+)
+@reports_errors
+def gc_command(
+    project: Path,
+    warehouse: Path | None,
+    keep: int | None,
+    older_than: str | None,
+    compact: bool,
+    as_json: bool,
+) -> None:
+    """Drop snapshots that no branch exposes and no kept run produced or published.
+
+    Runs are kept by --keep N (the last N), by --older-than AGE (those younger), or both (either
+    keeps). A branch's live snapshots are never dropped.
+    """
+    result = gc(
+        resolve_warehouse(project, warehouse),
+        keep,
+        older_than=parse_age(older_than) if older_than is not None else None,
+        compact_file=compact,
+    )
+    if as_json:
+        click.echo(json.dumps(gc_report(result), indent=2))
+        return
+    for record in result.dropped_snapshots:
+        partition = f" [{record.partition_key}]" if record.partition_key else ""
+        console.print(f"  dropped {record.model + partition:<40} {record.snapshot_id}", markup=False)
+    where = (
+        f"the file shrank {result.file_bytes_before:,} -> {result.file_bytes_after:,} bytes"
+        if result.is_compacted
+        else "free inside the file; `--compact` gives it back to the disk"
+    )
+    console.print(
+        f"dropped {len(result.dropped)} snapshot(s); kept the snapshots of {result.kept} run(s); "
+        f"reclaimed {result.reclaimed_bytes:,} bytes ({where})",
+        markup=False,
+    )
+
+
+def gc_report(result: GcResult) -> dict[str, object]:
+    return {
+        "dropped": [
+            {
+                "snapshot_id": record.snapshot_id,
+                "model": record.model,
+                "partition": record.partition_key,
+                "table": record.table_name,
+            }
+            for record in result.dropped_snapshots
+        ],
+        "kept_runs": result.kept,
+        "reclaimed_bytes": result.reclaimed_bytes,
+        "compacted": result.is_compacted,
+        "file_bytes_before": result.file_bytes_before,
+        "file_bytes_after": result.file_bytes_after,
+    }

@@ -1,0 +1,152 @@
+"""Garbage collection: drop the snapshots nothing needs any more, and optionally shrink the file.
+
+A snapshot is needed when a branch exposes it, or when a kept run published it, built it or
+builds on it (the segments of an incremental state). Runs are kept by count (`keep`: the last N
+runs and backfills) and by age (`older_than`: every run younger than that); with both, a run
+either rule keeps is kept. A kept backfill also keeps the run it corrects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.faults import checkpoint
+from strata_dagster.errors import E_GC, StrataError
+from strata_dagster.fingerprint import digest
+from strata_dagster.warehouse.compaction import compact, file_bytes
+from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
+from strata_dagster.warehouse.session import Session, open_session
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$", re.IGNORECASE)
+_UNIT = {"h": dt.timedelta(hours=1), "d": dt.timedelta(days=1), "w": dt.timedelta(weeks=1)}
+
+
+def parse_age(text: str) -> dt.timedelta:
+    """`12h`, `30d`, `2w` as a timedelta."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise StrataError(
+            E_GC,
+            f"`--older-than {text}` is not a duration",
+            hint="give a whole number and a unit: 12h (hours), 30d (days) or 2w (weeks)",
+        )
+    return int(match.group(1)) * _UNIT[match.group(2).lower()]
+
+
+@dataclass(frozen=True)
+class GcResult:
+    dropped_snapshots: tuple[SnapshotRecord, ...]
+    kept: int
+    # Bytes the dropped snapshots freed: inside the file after a CHECKPOINT, or, compacted, the
+    # bytes the file itself shrank by.
+    reclaimed_bytes: int
+    file_bytes_before: int
+    file_bytes_after: int
+    is_compacted: bool
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        return tuple(record.snapshot_id for record in self.dropped_snapshots)
+
+
+def gc(
+    warehouse: Path,
+    keep: int | None = None,
+    *,
+    older_than: dt.timedelta | None = None,
+    compact_file: bool = False,
+    now: dt.datetime | None = None,
+) -> GcResult:
+    """Drop snapshot tables that no branch exposes and no kept run needs; `compact_file` then
+    rewrites the warehouse without its free space."""
+    if keep is None and older_than is None:
+        raise StrataError(
+            E_GC, "gc needs to know which runs to keep", hint="give --keep N, --older-than 30d, or both"
+        )
+    if keep is not None and keep < 0:
+        raise StrataError(E_GC, f"--keep {keep} is negative", hint="give a number of runs, 0 or more")
+    moment = now if now is not None else _now()
+    before = file_bytes(warehouse) if warehouse.exists() else 0
+    with open_session(warehouse) as session:
+        reader = session.history
+        kept_entries = _kept_runs(reader.entries(), keep, older_than, moment)
+        needed = _needed(reader, kept_entries)
+        doomed = [
+            record
+            for record in reader.snapshots()
+            if not record.is_dropped and record.snapshot_id not in needed
+        ]
+        session.checkpoint()
+        free_before = session.free_bytes()
+        if doomed:
+            _drop(session, doomed, keep, older_than)
+        session.checkpoint()
+        reclaimed = session.free_bytes() - free_before
+    if compact_file:
+        compaction = compact(warehouse, on_step=checkpoint)
+        reclaimed = before - compaction.bytes_after
+    return GcResult(
+        tuple(doomed), len(kept_entries), max(reclaimed, 0), before, file_bytes(warehouse), compact_file
+    )
+
+
+def _kept_runs(
+    entries: list[Entry], keep: int | None, older_than: dt.timedelta | None, now: dt.datetime
+) -> list[Entry]:
+    runs = [entry for entry in entries if entry.kind in ("run", "backfill")]
+    by_count = {entry.entry for entry in runs[-keep:]} if keep else set()
+    by_age = {entry.entry for entry in runs if entry.started_at >= now - older_than} if older_than else set()
+    kept = by_count | by_age
+    # A kept backfill pins the run it corrects: that run stays intact for rollback, replay and verify.
+    corrected = {entry.backfill_of for entry in runs if entry.entry in kept and entry.backfill_of}
+    return [entry for entry in runs if entry.entry in kept or entry.run_id in corrected]
+
+
+def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
+    referenced: set[str] = set()
+    for branch in reader.branches():
+        for ids in reader.pointers(branch).values():
+            referenced.update(ids)
+    for entry in kept_entries:
+        for ids in reader.pointers(entry.branch, as_of_entry=entry.entry).values():
+            referenced.update(ids)
+        for model in reader.entry_models(entry.entry):
+            head = reader.snapshot(model.snapshot_id)
+            referenced.update(head.segment_ids if head is not None else (model.snapshot_id,))
+    return referenced
+
+
+def _drop(
+    session: Session, doomed: list[SnapshotRecord], keep: int | None, older_than: dt.timedelta | None
+) -> None:
+    reader = session.history
+    writer = session.writer
+    entry = reader.next_entry()
+    with session.transaction():
+        for record in doomed:
+            session.drop_snapshot(record.table_name)
+            if record.detail.get("keys_table"):
+                session.drop_snapshot(record.detail["keys_table"])
+            writer.add_dropped(record.snapshot_id, entry)
+        writer.add_entry(
+            entry=entry,
+            run_id=digest("gc", sorted(record.snapshot_id for record in doomed)),
+            kind="gc",
+            branch=DEFAULT_BRANCH,
+            started_at=_now(),
+            models=sorted({record.model for record in doomed}),
+            overrides={},
+            detail={
+                "keep": keep,
+                "older_than_seconds": older_than.total_seconds() if older_than is not None else None,
+                "dropped": [record.snapshot_id for record in doomed],
+            },
+        )
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)

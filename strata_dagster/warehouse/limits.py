@@ -1,0 +1,121 @@
+"""How much memory and spill space DuckDB may take: from the environment, with bounded defaults.
+
+DuckDB's own defaults (80% of RAM, and a spill folder allowed to fill 90% of the disk) let one bad
+model exhaust a shared machine; these defaults leave room for everything else on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.errors import E_RESOURCE_LIMIT, StrataError
+from strata_dagster.warehouse.sql import run
+
+MEMORY_LIMIT_ENV = "STRATA_MEMORY_LIMIT"
+MAX_TEMP_SIZE_ENV = "STRATA_MAX_TEMP_SIZE"
+TEMP_DIRECTORY_ENV = "STRATA_TEMP_DIRECTORY"
+DEFAULT_MEMORY_LIMIT = "50%"
+# The spill folder may take at most this much, and never more than half the free disk.
+DEFAULT_MAX_TEMP_BYTES = 16 * 1024**3
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    memory_limit: str
+    max_temp_directory_size: str
+    temp_directory: Path
+
+    def duckdb_config(self) -> dict[str, str]:
+        return {
+            "memory_limit": self.memory_limit,
+            "max_temp_directory_size": self.max_temp_directory_size,
+            "temp_directory": str(self.temp_directory),
+        }
+
+
+def check_size(setting: str, value: str, *, allow_percent: bool = False) -> str:
+    """`value` if DuckDB reads it as a positive size (e.g. 4GB, 512MiB; 50% when allowed)."""
+    size = _SIZE.match(value)
+    percent = _PERCENT.match(value) if allow_percent else None
+    if size is not None and float(size.group(1)) > 0:
+        return value.strip()
+    if percent is not None and 0 < float(percent.group(1)) <= 100:
+        return value.strip()
+    example = "4GB, 512MiB or 50% (of RAM)" if allow_percent else "4GB or 512MiB"
+    raise StrataError(
+        E_RESOURCE_LIMIT,
+        f"{setting}={value!r} is not a size",
+        hint=f"give a positive size with a unit, e.g. {example}",
+    )
+
+
+def resource_limits(warehouse: Path) -> ResourceLimits:
+    """The limits for a connection to `warehouse`, read from the environment now."""
+    temp_directory = Path(os.environ.get(TEMP_DIRECTORY_ENV) or warehouse.with_name(warehouse.name + ".tmp"))
+    memory = os.environ.get(MEMORY_LIMIT_ENV)
+    temp_size = os.environ.get(MAX_TEMP_SIZE_ENV)
+    return ResourceLimits(
+        memory_limit=(
+            check_size(MEMORY_LIMIT_ENV, memory, allow_percent=True) if memory else DEFAULT_MEMORY_LIMIT
+        ),
+        max_temp_directory_size=(
+            check_size(MAX_TEMP_SIZE_ENV, temp_size) if temp_size else _default_temp_size(temp_directory)
+        ),
+        temp_directory=temp_directory,
+    )
+
+
+def connect_within_limits(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to `path` under the configured limits."""
+    limits = resource_limits(path)
+    try:
+        return duckdb.connect(str(path), read_only=read_only, config=limits.duckdb_config())
+    except duckdb.ConnectionException as error:
+        if "different configuration" not in str(error):
+            raise
+    # This process already has the file open under other settings (a notebook's own connection):
+    # join that instance, whose spill folder is fixed by now, and bound its memory and spill size.
+    con = duckdb.connect(str(path), read_only=read_only)
+    for setting, value in (
+        ("memory_limit", limits.memory_limit),
+        ("max_temp_directory_size", limits.max_temp_directory_size),
+    ):
+        assignment = exp.EQ(this=exp.column(setting), expression=exp.Literal.string(value))
+        run(con, exp.Set(expressions=[exp.SetItem(this=assignment)]))
+    return con
+
+
+def _default_temp_size(temp_directory: Path) -> str:
+    existing = next((folder for folder in (temp_directory, *temp_directory.parents) if folder.exists()), None)
+    free = shutil.disk_usage(existing).free if existing is not None else DEFAULT_MAX_TEMP_BYTES
+    return f"{max(min(DEFAULT_MAX_TEMP_BYTES, free // 2), 1024**2)}B"
+
+
+def exceeded_setting(message: str) -> str:
+    """The environment variable to raise for a DuckDB out-of-memory message."""
+    return MAX_TEMP_SIZE_ENV if "max_temp_directory_size" in message else MEMORY_LIMIT_ENV
+
+
+def raise_hint(setting: str) -> str:
+    option = "--memory-limit" if setting == MEMORY_LIMIT_ENV else "--max-temp-size"
+    return f"raise {setting} (or `strata {option} SIZE ...`)"
+
+
+def exceeded_error(error: duckdb.OutOfMemoryException) -> StrataError:
+    """An out-of-memory error outside any one model's build (reading the history, compacting)."""
+    text = str(error)
+    return StrataError(
+        E_RESOURCE_LIMIT,
+        f"DuckDB exceeded the warehouse's limit: {text.splitlines()[0] if text else 'out of memory'}",
+        hint=raise_hint(exceeded_setting(text)),
+    )
