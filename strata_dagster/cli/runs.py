@@ -270,6 +270,11 @@ COMMANDS = (run_command, history, replay, rollback, gc, branch, promote)
 @click.option("--reason", default=None, help="Why this backfill runs (required; recorded in the history).")
 @source_option
 @models_option
+@click.option(
+    "--full-refresh",
+    is_flag=True,
+    help="Rebuild the backfill's selected models from all their input, incremental ones too.",
+)
 @reports_errors
 def backfill(
     project: Path,
@@ -278,6 +283,7 @@ def backfill(
     reason: str | None,
     sources: tuple[str, ...],
     models: str,
+    full_refresh: bool,
 ) -> None:
     """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason."""
     from strata_dagster.engine.backfill import backfill as run_backfill
@@ -285,7 +291,14 @@ def backfill(
     target = resolve_warehouse(project, warehouse)
     console.print(f"strata backfill of {run_id[:12]} ({target})", markup=False)
     result = run_backfill(
-        project, target, run_id, reason, sources=sources, models=split_models(models), progress=print_outcome
+        project,
+        target,
+        run_id,
+        reason,
+        sources=sources,
+        models=split_models(models),
+        full_refresh=full_refresh,
+        progress=print_outcome,
     )
     if result.is_noop:
         console.print("the corrections change nothing: " + NOTHING_TO_DO)
