@@ -74,8 +74,15 @@ def assert_refused(instance, run, warehouse, before, needle):
         (["stg_customers"], "strata_backfill", {}),
         (["daily_revenue"], "strata_backfill_daily_revenue_partitions", {}),
         (["stg_customers"], None, {"strata/source/customers": "fixes.customers"}),
+        (["stg_customers"], None, {"strata/full_refresh": "true"}),
     ],
-    ids=["dagster-backfill", "backfill-job", "partitioned-backfill-job", "correction-tag"],
+    ids=[
+        "dagster-backfill",
+        "backfill-job",
+        "partitioned-backfill-job",
+        "correction-tag",
+        "full-refresh-tag",
+    ],
 )
 def test_a_backfill_without_a_reason_fails_before_any_step_and_writes_nothing(shop, names, job, tags):
     defs, warehouse, _ = shop

@@ -6,11 +6,10 @@ A run is a backfill when it
   is stale, it corrects nothing;
 - is a run of a `strata_backfill` job (`strata_backfill` for the unpartitioned models,
   `strata_backfill_<asset>_partitions` for each partitioning);
-- or carries a correction: `strata/backfill_of` (the strata run it corrects) or
-  `strata/source/<source>` = `<table>` (read the source from that table, like `--source`).
-
-`strata/full_refresh` = `true` on a backfill rebuilds its models from all their input, like
-`strata backfill --full-refresh`.
+- or carries a correction: `strata/backfill_of` (the strata run it corrects),
+  `strata/source/<source>` = `<table>` (read the source from that table, like `--source`), or
+  `strata/full_refresh` = `true` (rebuild the models from all their input, like
+  `strata backfill --full-refresh`).
 
 A backfill needs `strata/reason`. The engine records it with kind `backfill`, the corrected run
 and the overrides, as `strata backfill` does. Any other run builds as an ordinary strata run (a
@@ -66,7 +65,7 @@ def read_backfill(job_name: str, tags: Mapping[str, str]) -> StrataBackfill | No
         cause = f"it runs job `{job_name}`"
     elif BACKFILL_TAG in tags and not any(tag in tags for tag in AUTOMATION_TAGS):
         cause = f"it belongs to Dagster backfill `{tags[BACKFILL_TAG]}`"
-    elif backfill_of is not None or sources:
+    elif backfill_of is not None or sources or c.FULL_REFRESH_TAG in tags:
         cause = "it carries a correction tag"
     else:
         return None
