@@ -142,6 +142,23 @@ def test_two_runs_that_publish_different_states_get_different_ids(shop):
     assert str(amount_of(warehouse, order)) != "4444.44"
 
 
+def test_a_run_of_one_model_after_other_models_changed_gets_another_id(shop):
+    """Rollback restores the whole branch as a run left it: the id names that whole state."""
+    project, warehouse, _, order = shop
+    one = run_project(project, warehouse, models=["stg_customers"])
+    execute(
+        warehouse,
+        "UPDATE raw.orders SET amount = 3333.33, updated_at = (SELECT max(updated_at) FROM raw.orders) "
+        "+ INTERVAL 1 SECOND WHERE order_id = ?",
+        params=[order],
+    )
+    run_project(project, warehouse, models=["stg_orders"])
+    two = run_project(project, warehouse, models=["stg_customers"])  # the same rows as `one`
+    assert one.run_id != two.run_id
+    operations.rollback(warehouse, one.run_id)
+    assert str(amount_of(warehouse, order)) != "3333.33"
+
+
 def test_runs_that_publish_equal_contents_get_equal_ids(shop):
     project, warehouse, first, _ = shop
     before = models_of(warehouse)

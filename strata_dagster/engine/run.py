@@ -178,7 +178,7 @@ class _Run:
             if is_noop:
                 self.session.rollback()
                 return RunResult(None, None, tuple(self.outcomes), self.context.branch)
-            run_id = self._run_id()
+            run_id = self._run_id(pointers)
             self._publish(run_id, started)
             self.session.commit()
         except BaseException:
@@ -540,10 +540,11 @@ class _Run:
             )
 
     # -- publication ------------------------------------------------------------------------------
-    def _run_id(self) -> str:
-        """A content id of what the run consumed and of the rows each model exposes after it: equal
-        ids only for equal published contents, so `rollback`, `replay` and `backfill` reach every
-        state a run published (a rebuild giving the same rows in a new snapshot keeps the id)."""
+    def _run_id(self, pointers: Mapping[str, tuple[str, ...]]) -> str:
+        """A content id of what the run consumed and of the rows every view of its branch exposes
+        after it: equal ids only for equal published contents, so `rollback`, `replay` and
+        `backfill` reach every state a run left (a rebuild giving the same rows in a new snapshot
+        keeps the id)."""
         return digest(
             "run",
             self.request.kind,
@@ -554,8 +555,18 @@ class _Run:
             self.request.backfill_of,
             sorted((state.name, state.fingerprint) for state in self.sources.values()),
             sorted((name, fp.value) for name, fp in self.fingerprints.items()),
-            sorted((name, record.content_hash) for name, record in self.chosen.items()),
+            self._branch_contents(pointers),
         )
+
+    def _branch_contents(self, pointers: Mapping[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+        """(model, content identity) of every view of the branch after the run: the run's models
+        as built, the others as `pointers` (before the run) have them."""
+        contents = {name: record.content_hash for name, record in self.chosen.items()}
+        for name, ids in pointers.items():
+            if name not in contents and ids:
+                head = self.reader.snapshot(ids[-1])
+                contents[name] = head.content_hash if head is not None else ",".join(ids)
+        return sorted(contents.items())
 
     def _publish(self, run_id: str, started: dt.datetime) -> None:
         for name, record in self.to_publish.items():
