@@ -71,7 +71,8 @@ def _replaced_reason(now: list[str], before: list[str]) -> str:
     figures were read from other rows than the ones the model reads now."""
     if now:
         names = ", ".join(f"`{name}`" for name in now)
-        return f"{names} is read through an override replacing its rows: a delta against the last build does not apply"
+        verb = "is" if len(now) == 1 else "are"
+        return f"{names} {verb} read through an override with other rows: a delta against the last build does not apply"
     names = ", ".join(f"`{name}`" for name in before)
     return f"the last build read {names} through an override: a delta against it does not apply"
 
