@@ -74,8 +74,15 @@ def assert_refused(instance, run, warehouse, before, needle):
         (["stg_customers"], "strata_backfill", {}),
         (["daily_revenue"], "strata_backfill_daily_revenue_partitions", {}),
         (["stg_customers"], None, {"strata/source/customers": "fixes.customers"}),
+        (["stg_customers"], None, {"strata/full_refresh": "true"}),
     ],
-    ids=["dagster-backfill", "backfill-job", "partitioned-backfill-job", "correction-tag"],
+    ids=[
+        "dagster-backfill",
+        "backfill-job",
+        "partitioned-backfill-job",
+        "correction-tag",
+        "full-refresh-tag",
+    ],
 )
 def test_a_backfill_without_a_reason_fails_before_any_step_and_writes_nothing(shop, names, job, tags):
     defs, warehouse, _ = shop
@@ -158,6 +165,7 @@ def test_a_source_tag_reads_the_corrected_table(shop):
         ({"strata/source/customers": ""}, "is not a table name"),
         ({"strata/source/customers": "a..b"}, "is not a table name"),
         ({"strata/source/customers": "fixes.absent"}, "no table `fixes.absent`"),
+        ({"strata/full_refresh": "yes"}, "tag `strata/full_refresh` is `yes`"),
     ],
 )
 def test_bad_backfill_tags_are_e085_before_any_step(shop, tags, needle):
@@ -199,3 +207,22 @@ def test_one_backfill_job_per_partitioning_over_the_strata_models(shop):
         "strata_backfill_daily_revenue_partitions": ["daily_revenue"],
         "strata_backfill_monthly_revenue_partitions": ["monthly_revenue"],
     }
+
+
+def test_a_full_refresh_tag_rebuilds_the_backfills_models_from_all_their_input(shop):
+    defs, warehouse, first = shop
+    order = paid_order(warehouse)
+    # Not stamped with a later updated_at: a delta, and a backfill without the tag, never see it.
+    execute(warehouse, "UPDATE raw.orders SET amount = 4321.00 WHERE order_id = ?", params=[order])
+    tags = {REASON: "reload the silent edits", "strata/backfill_of": first, "strata/full_refresh": "true"}
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = launch_in_process(defs, instance, ["stg_orders"], job="strata_backfill", tags=tags)
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        (event,) = run_events(instance, run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+    metadata = event.asset_materialization.metadata
+    assert metadata["strata/full_refresh"].value is True
+    assert metadata["strata/path"].value == "full"
+    entry = history_entries(warehouse)[-1]
+    assert (entry.kind, entry.detail["full_refresh"]) == ("backfill", True)
+    amount = execute(warehouse, "SELECT amount FROM main.v_stg_orders WHERE order_id = ?", params=[order])
+    assert str(amount[0][0]) == "4321.00"

@@ -252,6 +252,11 @@ COMMANDS = (run_command, history, replay, rollback, branch, promote)
 @click.option("--reason", default=None, help="Why this backfill runs (required; recorded in the history).")
 @source_option
 @build_models_option
+@click.option(
+    "--full-refresh",
+    is_flag=True,
+    help="Rebuild the backfill's selected models from all their input, incremental ones too.",
+)
 @reports_errors
 def backfill(
     project: Path,
@@ -260,6 +265,7 @@ def backfill(
     reason: str | None,
     sources: tuple[str, ...],
     models: str,
+    full_refresh: bool,
 ) -> None:
     """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason."""
     from strata_dagster.engine.backfill import backfill as run_backfill
@@ -273,6 +279,7 @@ def backfill(
         reason,
         sources=sources,
         models=split_selection(models),
+        full_refresh=full_refresh,
         progress=print_outcome,
     )
     if result.is_noop:

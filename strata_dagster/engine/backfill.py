@@ -43,10 +43,20 @@ def backfill(
     *,
     sources: Iterable[str] | Mapping[str, str] = (),
     models: Iterable[str] = (),
+    full_refresh: bool = False,
     progress: ProgressCallback | None = None,
 ) -> RunResult:
-    """Rebuild what corrections make stale, recorded as a backfill of `run_id` with `reason`."""
-    request = backfill_request(project_dir, warehouse, reason, run_id=run_id, sources=sources, models=models)
+    """Rebuild what corrections make stale, recorded as a backfill of `run_id` with `reason`;
+    `full_refresh` rebuilds the selected models from all their input, incremental ones too."""
+    request = backfill_request(
+        project_dir,
+        warehouse,
+        reason,
+        run_id=run_id,
+        sources=sources,
+        models=models,
+        full_refresh=full_refresh,
+    )
     try:
         return run(request, progress)
     except StrataError as error:
@@ -62,6 +72,7 @@ def backfill_request(
     sources: Iterable[str] | Mapping[str, str] = (),
     models: Iterable[str] = (),
     branch: str | None = None,
+    full_refresh: bool = False,
 ) -> RunRequest:
     """The run a backfill makes, checked before anything is built: E085 for a missing reason, an
     unknown run or model, a malformed or unknown source override, or a correction table that does
@@ -99,6 +110,7 @@ def backfill_request(
             branch=corrected.branch if corrected is not None else (branch or DEFAULT_BRANCH),
             overrides=overrides,
             only_stale=True,
+            full_refresh=full_refresh,
             kind=BACKFILL,
             backfill_of=corrected.run_id if corrected is not None else None,
             reason=reason.strip(),

@@ -65,6 +65,20 @@ CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot 
 # DELTA: a delta segment on top of the previous state (engine.incremental)
 PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
 
+# A state's detail key: the sources its full build read through an override replacing their rows.
+REPLACED_SOURCES = "replaced_sources"
+
+
+def _replaced_reason(now: list[str], before: list[str]) -> str:
+    """Why an incremental model rebuilds fully around a correction: its recorded watermark and
+    figures were read from other rows than the ones the model reads now."""
+    if now:
+        names = ", ".join(f"`{name}`" for name in now)
+        verb = "is" if len(now) == 1 else "are"
+        return f"{names} {verb} read through an override with other rows: a delta against the last build does not apply"
+    names = ", ".join(f"`{name}`" for name in before)
+    return f"the last build read {names} through an override: a delta against it does not apply"
+
 
 @dataclass(frozen=True)
 class RunRequest:
@@ -171,7 +185,7 @@ class _Run:
             if is_noop:
                 self.session.rollback()
                 return RunResult(None, None, tuple(self.outcomes), self.context.branch)
-            run_id = self._run_id()
+            run_id = self._run_id(pointers)
             self._publish(run_id, started)
             self.session.commit()
         except BaseException:
@@ -267,7 +281,9 @@ class _Run:
         existing = self.reader.snapshot_for_build_key(key)
         if existing is not None and not self._is_state_present(existing):
             existing = None  # a table was removed behind our back: rebuild
-        is_forced = (not self.request.only_stale and name in self.selected) or refresh == "always"
+        is_forced = (
+            (not self.request.only_stale or self.request.full_refresh) and name in self.selected
+        ) or refresh == "always"
         started = time.perf_counter()
         detail: dict[str, object] = {}
         if existing is not None and not is_forced:
@@ -348,11 +364,14 @@ class _Run:
                 self._base_basis(name),
                 self.window_stats_read,
             )
+            replaced = self._replaced_sources(name)
             if current is not None and self.request.full_refresh and name in self.selected:
                 reason = "full refresh requested"
             elif current is not None and volatile_calls(model):
                 # Rows kept from an earlier build were computed at another time than a full build now.
                 reason = "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
+            elif current is not None and (replaced or current.detail.get(REPLACED_SOURCES)):
+                reason = _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
             elif current is not None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
@@ -361,11 +380,24 @@ class _Run:
                     )
                 reason = outcome.reason
             record, path = self._full(
-                name, key, snapshot_id, table_name, fingerprint, current, existing, context
+                name, key, snapshot_id, table_name, fingerprint, current, existing, context, replaced
             )
             return record, path, {"full_reason": reason}
         record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, existing, None)
         return record, path, {}
+
+    def _replaced_sources(self, name: str) -> list[str]:
+        """The sources upstream of `name` (transitively) that this run reads through an override
+        replacing their rows."""
+        upstream = with_upstream(self.project, [name])
+        return sorted(
+            {
+                ref
+                for model in upstream
+                for ref in self.project.models[model].references
+                if ref in self.sources and self.sources[ref].is_replaced
+            }
+        )
 
     def _is_partitioned(self, name: str) -> bool:
         props = self.project.models[name].properties
@@ -430,6 +462,7 @@ class _Run:
         current: SnapshotRecord | None,
         existing: SnapshotRecord | None,
         incremental: IncrementalContext | None,
+        replaced: list[str] | None = None,
     ) -> tuple[SnapshotRecord, str]:
         query = self.context.compiled.models[name].bound(self._relation_for_build)
         with self._as_build_error(name):
@@ -460,6 +493,8 @@ class _Run:
                 watermark = detail.get("high")
                 if watermark is None and detail.get("cdc_type") is None:
                     watermark, detail["cdc_type"] = output_watermark(incremental, snapshot_table(table_name))
+        if replaced:
+            detail[REPLACED_SOURCES] = replaced
         record = SnapshotRecord(
             snapshot_id=snapshot_id,
             model=name,
@@ -527,17 +562,33 @@ class _Run:
             )
 
     # -- publication ------------------------------------------------------------------------------
-    def _run_id(self) -> str:
+    def _run_id(self, pointers: Mapping[str, tuple[str, ...]]) -> str:
+        """A content id of what the run consumed and of the rows every view of its branch exposes
+        after it: equal ids only for equal published contents, so `rollback`, `replay` and
+        `backfill` reach every state a run left (a rebuild giving the same rows in a new snapshot
+        keeps the id)."""
         return digest(
             "run",
             self.request.kind,
             self.context.branch,
             list(self.selected),
             self.request.only_stale,
+            self.request.full_refresh,
             self.request.backfill_of,
             sorted((state.name, state.fingerprint) for state in self.sources.values()),
             sorted((name, fp.value) for name, fp in self.fingerprints.items()),
+            self._branch_contents(pointers),
         )
+
+    def _branch_contents(self, pointers: Mapping[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+        """(model, content identity) of every view of the branch after the run: the run's models
+        as built, the others as `pointers` (before the run) have them."""
+        contents = {name: record.content_hash for name, record in self.chosen.items()}
+        for name, ids in pointers.items():
+            if name not in contents and ids:
+                head = self.reader.snapshot(ids[-1])
+                contents[name] = head.content_hash if head is not None else ",".join(ids)
+        return sorted(contents.items())
 
     def _publish(self, run_id: str, started: dt.datetime) -> None:
         for name, record in self.to_publish.items():
@@ -553,7 +604,7 @@ class _Run:
             overrides=dict(self.context.overrides),
             backfill_of=self.request.backfill_of,
             reason=self.request.reason,
-            detail={"only_stale": self.request.only_stale},
+            detail={"only_stale": self.request.only_stale, "full_refresh": self.request.full_refresh},
         )
         for read in self.sources.values():
             self.writer.add_source(

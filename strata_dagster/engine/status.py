@@ -32,6 +32,9 @@ class SourceState:
     row_count: int
     row_hash_sum: str | None = None  # the rows' hash sum (or change-column range) behind the fingerprint
     row_basis: RowBasis = WHOLE_ROW  # what the figures cover
+    # Read through an override whose rows differ from the source's own table: the figures are
+    # whole-row, and no delta computed against the source's own watermark applies.
+    is_replaced: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,21 +100,63 @@ def _described(session: Session, source: Source, relation: exp.Table) -> tuple[t
         raise unreadable_source(source, relation, error) from None
 
 
-def _state(name: str, relation: exp.Table, content: Content) -> SourceState:
+def _state(name: str, relation: exp.Table, content: Content, is_replaced: bool = False) -> SourceState:
     return SourceState(
-        name, render(relation), content.fingerprint, content.row_count, content.row_hash_sum, content.basis
+        name,
+        render(relation),
+        content.fingerprint,
+        content.row_count,
+        content.row_hash_sum,
+        content.basis,
+        is_replaced,
     )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a run reads a source: from which relation, with which columns, hashed over what."""
+
+    relation: exp.Table
+    columns: tuple[tuple[str, str], ...]
+    basis: RowBasis
+    is_replaced: bool
+    whole: Content | None = None  # the relation's whole-row content, when the choice needed it
+
+
+def _reading(session: Session, context: ProjectContext, name: str) -> _Reading:
+    """A correction (`--source s=t`) replaces a relation, so it is compared by whole rows whatever
+    the source's declared versioning: a corrected row whose change column did not advance still
+    counts. An override holding exactly the rows of the source's own table changes nothing: it
+    keeps the declared basis, so its identity is the one the source's own table has."""
+    source = context.project.sources[name]
+    relation = source_table(source, context.project, context.overrides)
+    columns = _described(session, source, relation)
+    declared = checked_basis(source, relation, columns)
+    if name not in context.overrides:
+        return _Reading(relation, columns, declared, False)
+    try:
+        corrected = session.content(relation, WHOLE_ROW, columns)
+    except WarehouseError as error:
+        raise unreadable_source(source, relation, error) from None
+    try:
+        own = session.content(source_table(source, context.project, {}), WHOLE_ROW)
+    except WarehouseError:
+        return _Reading(relation, columns, WHOLE_ROW, True, corrected)  # nothing to be equal to
+    if own.fingerprint == corrected.fingerprint:
+        return _Reading(relation, columns, declared, False, corrected)
+    return _Reading(relation, columns, WHOLE_ROW, True, corrected)
 
 
 def read_source_state(session: Session, context: ProjectContext, name: str) -> SourceState:
     source = context.project.sources[name]
-    relation = source_table(source, context.project, context.overrides)
-    columns = _described(session, source, relation)
+    reading = _reading(session, context, name)
+    if reading.whole is not None and reading.basis == WHOLE_ROW:
+        return _state(name, reading.relation, reading.whole, reading.is_replaced)
     try:
-        content = session.content(relation, checked_basis(source, relation, columns), columns)
+        content = session.content(reading.relation, reading.basis, reading.columns)
     except WarehouseError as error:
-        raise unreadable_source(source, relation, error) from None
-    return _state(name, relation, content)
+        raise unreadable_source(source, reading.relation, error) from None
+    return _state(name, reading.relation, content, reading.is_replaced)
 
 
 def read_source_state_by_group(
@@ -120,24 +165,23 @@ def read_source_state_by_group(
     """The source's state and its rows' content figures per value of `key`, in one scan: row-hash
     sums add up to exactly the figures a whole-table scan gives (the same row hash)."""
     source = context.project.sources[name]
-    relation = source_table(source, context.project, context.overrides)
-    columns = _described(session, source, relation)
-    basis = checked_basis(source, relation, columns)
+    reading = _reading(session, context, name)
+    relation, basis = reading.relation, reading.basis
     try:
         groups = session.content_by_group(relation, key, basis)
         if is_summed(basis):
             content = Content(
-                columns,
+                reading.columns,
                 sum(count for count, _ in groups.values()),
                 str(sum(int(hash_sum) for _, hash_sum in groups.values())),
                 basis,
             )
         else:
             # Ranges do not add up; the whole table's comes from DuckDB's statistics.
-            content = session.content(relation, basis, columns)
+            content = session.content(relation, basis, reading.columns)
     except WarehouseError as error:
         raise unreadable_source(source, relation, error) from None
-    state = _state(name, relation, content)
+    state = _state(name, relation, content, reading.is_replaced)
     return state, groups
 
 

@@ -33,7 +33,10 @@ class StrataBackfillGuard(dg.Executor):
             request = engine_request(self.strata, run.job_name, run.tags)
             corrects = f", correcting run {request.backfill_of}" if request.backfill_of else ""
             overrides = f", sources {dict(request.overrides)}" if request.overrides else ""
-            plan_context.log.info(f"strata backfill ({c.REASON_TAG}: {request.reason}){corrects}{overrides}")
+            refresh = ", full refresh" if request.full_refresh else ""
+            plan_context.log.info(
+                f"strata backfill ({c.REASON_TAG}: {request.reason}){corrects}{overrides}{refresh}"
+            )
         yield from self.inner.execute(plan_context, execution_plan)
 
     @property

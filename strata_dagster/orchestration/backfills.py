@@ -6,8 +6,10 @@ A run is a backfill when it
   is stale, it corrects nothing;
 - is a run of a `strata_backfill` job (`strata_backfill` for the unpartitioned models,
   `strata_backfill_<asset>_partitions` for each partitioning);
-- or carries a correction: `strata/backfill_of` (the strata run it corrects) or
-  `strata/source/<source>` = `<table>` (read the source from that table, like `--source`).
+- or carries a correction: `strata/backfill_of` (the strata run it corrects),
+  `strata/source/<source>` = `<table>` (read the source from that table, like `--source`), or
+  `strata/full_refresh` = `true` (rebuild the models from all their input, like
+  `strata backfill --full-refresh`).
 
 A backfill needs `strata/reason`. The engine records it with kind `backfill`, the corrected run
 and the overrides, as `strata backfill` does. Any other run builds as an ordinary strata run (a
@@ -48,6 +50,7 @@ class StrataBackfill:
     reason: str | None
     backfill_of: str | None
     sources: Mapping[str, str] = field(default_factory=dict)
+    full_refresh: str | None = None  # the tag's text, checked by `engine_request`
 
 
 def read_backfill(job_name: str, tags: Mapping[str, str]) -> StrataBackfill | None:
@@ -62,11 +65,11 @@ def read_backfill(job_name: str, tags: Mapping[str, str]) -> StrataBackfill | No
         cause = f"it runs job `{job_name}`"
     elif BACKFILL_TAG in tags and not any(tag in tags for tag in AUTOMATION_TAGS):
         cause = f"it belongs to Dagster backfill `{tags[BACKFILL_TAG]}`"
-    elif backfill_of is not None or sources:
+    elif backfill_of is not None or sources or c.FULL_REFRESH_TAG in tags:
         cause = "it carries a correction tag"
     else:
         return None
-    return StrataBackfill(cause, tags.get(c.REASON_TAG), backfill_of, sources)
+    return StrataBackfill(cause, tags.get(c.REASON_TAG), backfill_of, sources, tags.get(c.FULL_REFRESH_TAG))
 
 
 def is_backfill_job(job_name: str) -> bool:
@@ -104,6 +107,7 @@ def engine_request(
             sources=dict(backfill.sources),
             models=models,
             branch=strata.branch,
+            full_refresh=_full_refresh(backfill.full_refresh),
         )
     except StrataError as error:
         raise StrataError(
@@ -115,8 +119,22 @@ def engine_request(
         ) from None
 
 
+def _full_refresh(text: str | None) -> bool:
+    return text is not None and c.FULL_REFRESH_VALUES[text.strip().lower()]
+
+
 def _check_tags(strata: StrataResource, backfill: StrataBackfill) -> None:
-    """Tag mistakes, named as tags: an empty run id, a source the project does not have."""
+    """Tag mistakes, named as tags: an empty run id, a source the project does not have, a
+    full-refresh flag that is neither true nor false."""
+    if (
+        backfill.full_refresh is not None
+        and backfill.full_refresh.strip().lower() not in c.FULL_REFRESH_VALUES
+    ):
+        raise StrataError(
+            E_BACKFILL,
+            f"tag `{c.FULL_REFRESH_TAG}` is `{backfill.full_refresh}`",
+            hint=f"set `{c.FULL_REFRESH_TAG}` to `true` (rebuild the models from all their input) or `false`",
+        )
     if backfill.backfill_of is not None and not backfill.backfill_of.strip():
         raise StrataError(
             E_BACKFILL,
@@ -158,7 +176,8 @@ def build_backfill_jobs(
             selection=dg.AssetSelection.assets(*keys),
             description=(
                 f"Backfill of strata models: every run needs the `{c.REASON_TAG}` tag; "
-                f"`{c.BACKFILL_OF_TAG}` and `{c.SOURCE_TAG_PREFIX}<source>` tags correct a recorded run."
+                f"`{c.BACKFILL_OF_TAG}` and `{c.SOURCE_TAG_PREFIX}<source>` tags correct a recorded run; "
+                f"`{c.FULL_REFRESH_TAG}` = `true` rebuilds the models from all their input."
             ),
         )
         for identity, keys in groups.items()

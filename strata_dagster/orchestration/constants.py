@@ -30,6 +30,9 @@ PARTITIONS_COMPANION: Final = "partitions"
 REASON_TAG: Final = "strata/reason"
 BACKFILL_OF_TAG: Final = "strata/backfill_of"
 SOURCE_TAG_PREFIX: Final = "strata/source/"
+# `true` on a backfill run: rebuild its models from all their input, like `--full-refresh`.
+FULL_REFRESH_TAG: Final = "strata/full_refresh"
+FULL_REFRESH_VALUES: Final = {"true": True, "false": False}
 
 # The jobs whose every run is a backfill: `strata_backfill` (unpartitioned models) and
 # `strata_backfill_<asset>_partitions` (one per partitioning).
@@ -57,6 +60,7 @@ KIND_KEY: Final = "strata/kind"
 REASON_KEY: Final = "strata/reason"
 BACKFILL_OF_KEY: Final = "strata/backfill_of"
 OVERRIDES_KEY: Final = "strata/overrides"
+FULL_REFRESH_KEY: Final = "strata/full_refresh"
 COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
 REFRESH_KEY: Final = "strata/refresh"

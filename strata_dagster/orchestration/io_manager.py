@@ -284,6 +284,8 @@ def _request_metadata(request: RunRequest) -> dict[str, Any]:
         metadata[c.BACKFILL_OF_KEY] = request.backfill_of
     if request.overrides:
         metadata[c.OVERRIDES_KEY] = dg.MetadataValue.json(dict(request.overrides))
+    if request.full_refresh:
+        metadata[c.FULL_REFRESH_KEY] = True
     return metadata
 
 
