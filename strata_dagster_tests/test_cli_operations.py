@@ -3,10 +3,12 @@ create a warehouse, hostile names and values, Ctrl-C, and what a run says it pub
 
 import json
 import math
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -17,7 +19,7 @@ from strata_dagster.engine.backfill import _as_backfill_error
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.connection import LOCK_TIMEOUT_ENV, lock_timeout
+from strata_dagster.warehouse.connection import LOCK_TIMEOUT_ENV, connect, lock_timeout
 from strata_dagster_tests.engine_support import (
     ADVANCE_UPDATED_AT,
     execute,
@@ -294,3 +296,14 @@ def test_progress_lines_never_say_published_before_the_commit(built):
     assert ok.exit_code == 0, ok.output
     summary = ok.output.strip().splitlines()[-1]
     assert "published: " in summary and "stg_orders" in summary and "order_status_log" in summary
+
+
+def test_ctrl_c_inside_a_duckdb_query_is_a_keyboard_interrupt(tmp_path):
+    """DuckDB reports Ctrl-C during a query as RuntimeError('Query interrupted'), which no
+    `except duckdb.Error` sees: the connection turns it back into the user's interrupt."""
+    interrupter = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        with connect(tmp_path / "w.duckdb") as con:
+            interrupter.start()
+            con.execute("SELECT count(*) FROM range(150000000) AS t(x) WHERE hash(x) % 7 = 3").fetchall()
+    interrupter.join()
