@@ -147,6 +147,15 @@ def test_check_and_compile_on_a_missing_warehouse_create_nothing(shop, tmp_path)
     assert not missing.exists()
 
 
+def test_history_and_replay_of_a_warehouse_without_runs_only_read_it(shop):
+    project, warehouse = shop  # sample data, no run yet
+    listed = cli("history", project, "--warehouse", warehouse, "--json")
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output) == []
+    assert_coded(cli("replay", project, "deadbeefdead", "--warehouse", warehouse), "E023")
+    assert execute(warehouse, "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = 'strata'") == [(0,)]
+
+
 # -- 16.9 small things --------------------------------------------------------------------------
 
 
