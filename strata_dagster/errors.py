@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-# Codes fixed by LANGUAGE.md.
+# Codes fixed by the language's design (docs/language.md, section 9).
 E_BACKFILL: Final = "E085"
 E_MERGE_STRATEGY: Final = "E086"
 E_MERGE_ON_AGGREGATE: Final = "E087"

@@ -20,6 +20,8 @@ from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.language import load_project
 from strata_dagster.language.selection import select
+from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
+from strata_dagster.warehouse.sample_data import write_sample_data
 
 
 @click.group()
@@ -98,14 +100,16 @@ def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ..
 @project_argument
 @warehouse_option
 @click.option(
-    "--rows", type=click.IntRange(min=1), default=100_000, show_default=True, help="Orders to write."
+    "--rows",
+    type=click.IntRange(min=1, max=MAX_SAMPLE_ROWS),
+    default=100_000,
+    show_default=True,
+    help="Orders to write.",
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed and rows: identical data.")
 @reports_errors
 def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> None:
     """Write deterministic sample orders and customers into the warehouse (tables raw.*)."""
-    from strata_dagster.warehouse.sample_data import write_sample_data
-
     target = resolve_warehouse(project, warehouse)
     summary = write_sample_data(target, rows, seed=seed)
     console.print(f"wrote sample data to {target}: {summary}", markup=False)

@@ -13,6 +13,9 @@ from strata_dagster.errors import StrataError, StrataWarning
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+INTERRUPTED = "interrupted: nothing was published"
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report it
+
 console = Console(highlight=False)
 error_console = Console(stderr=True, highlight=False)
 
@@ -23,7 +26,8 @@ def print_warnings(warnings: tuple[StrataWarning, ...] | list[StrataWarning]) ->
 
 
 def reports_errors(command: F) -> F:
-    """Print a StrataError as `error[E0xx]: ...` with its location and exit 1, never a traceback."""
+    """Print a StrataError as `error[E0xx]: ...` with its location and exit 1, never a traceback;
+    on Ctrl-C say that nothing was published and exit 130."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -35,5 +39,9 @@ def reports_errors(command: F) -> F:
             if count > 1:
                 error_console.print(f"{count} errors", style="red")
             sys.exit(1)
+        except KeyboardInterrupt:
+            # Every command publishes in one transaction, which the interrupt rolled back.
+            error_console.print(INTERRUPTED, markup=False, style="red")
+            sys.exit(INTERRUPTED_EXIT)
 
     return wrapper  # type: ignore[return-value]

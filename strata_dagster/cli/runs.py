@@ -12,11 +12,12 @@ from strata_dagster.cli.options import models_option, project_argument, resolve_
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
+from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
+from strata_dagster.engine.explain import history as read_history
 from strata_dagster.engine.replay import replay as replay_run
-from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, run
+from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, RunResult, run
 from strata_dagster.language import load_project
 from strata_dagster.language.selection import split_selection
-from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.sources import parse_overrides
 
 build_models_option = models_option("build")
@@ -33,7 +34,8 @@ source_option = click.option(
 
 
 def print_outcome(outcome: ModelOutcome) -> None:
-    marker = "published" if outcome.is_published else "unchanged"
+    # Nothing is published before the run's one commit: a progress line says what will be.
+    marker = "to publish" if outcome.is_published else "unchanged"
     console.print(
         f"  {outcome.model:<28} {outcome.path:<8} {outcome.rows:>12,} rows  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
         markup=False,
@@ -84,11 +86,18 @@ def run_command(
     if result.is_noop:
         console.print(NOTHING_TO_DO)
         return
+    print_published(result, f"run {result.run_id[:12] if result.run_id else '-'}")
+
+
+def print_published(result: RunResult, what: str) -> None:
+    """After the commit: what was built, and which models' views now show new snapshots."""
     built = sum(1 for outcome in result.outcomes if outcome.path != "reused")
-    published = sum(1 for outcome in result.outcomes if outcome.is_published)
+    published = [outcome.model for outcome in result.outcomes if outcome.is_published]
     console.print(
-        f"run {result.run_id[:12] if result.run_id else '-'}: {built} built, {published} published",
+        f"{what}: {built} built, {len(published)} published"
+        + (f": {', '.join(published)}" if published else ""),
         markup=False,
+        soft_wrap=True,
     )
 
 
@@ -98,33 +107,15 @@ def run_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the history as JSON (oldest first).")
 @reports_errors
 def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
-    """List runs, backfills, rollbacks, branches and promotions, oldest first."""
-    path = resolve_warehouse(project, warehouse)
-    if not path.exists():
-        entries = []
-    else:
-        with open_session(path) as session:
-            entries = session.history.entries()
+    """List runs, backfills, rollbacks, branches and promotions, oldest first, and how and why each
+    run built each model (path, the reason a delta was not trusted, window, partitions rebuilt)."""
+    entries = read_history(resolve_warehouse(project, warehouse))
     if as_json:
-        rows = [
-            {
-                "run_id": entry.run_id,
-                "kind": entry.kind,
-                "branch": entry.branch,
-                "started_at": entry.started_at.isoformat(),
-                "finished_at": entry.finished_at.isoformat(),
-                "models": list(entry.models),
-                "backfill_of": entry.backfill_of,
-                "reason": entry.reason,
-                "overrides": entry.overrides,
-                "entry": entry.entry,
-            }
-            for entry in entries
-        ]
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([_entry_json(item) for item in entries], indent=2))
         return
     table = Table("#", "run id", "kind", "branch", "started", "models", "backfill of", "reason")
-    for entry in entries:
+    for item in entries:
+        entry = item.entry
         table.add_row(
             str(entry.entry),
             entry.run_id[:12],
@@ -136,6 +127,34 @@ def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
             entry.reason or "",
         )
     console.print(table)
+    for item in entries:
+        if item.builds:
+            console.print(f"#{item.entry.entry} {item.entry.kind} {item.entry.run_id[:12]}:", markup=False)
+            print_builds(item.builds)
+
+
+def _entry_json(item: EntryBuilds) -> dict[str, object]:
+    entry = item.entry
+    return {
+        "run_id": entry.run_id,
+        "kind": entry.kind,
+        "branch": entry.branch,
+        "started_at": entry.started_at.isoformat(),
+        "finished_at": entry.finished_at.isoformat(),
+        "models": list(entry.models),
+        "backfill_of": entry.backfill_of,
+        "reason": entry.reason,
+        "overrides": entry.overrides,
+        "entry": entry.entry,
+        "builds": [build.as_dict() for build in item.builds],
+    }
+
+
+def print_builds(builds: tuple[BuildExplanation, ...]) -> None:
+    """One line per model: its path, and why (the reason, window, partitions, rows read/merged)."""
+    for build in builds:
+        name = f"{build.model}[{build.partition_key}]" if build.partition_key else build.model
+        console.print(f"  {name:<28} {build.path:<10} {build.text()}", markup=False, soft_wrap=True)
 
 
 @click.command()
@@ -183,6 +202,8 @@ def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) ->
             f"{model.duration_ms / 1000:.2f}",
         )
     console.print(models)
+    console.print("how and why each model was built:", markup=False)
+    print_builds(report.builds)
     if execute:
         checks = Table("model", "replay", "detail", title="replay --execute")
         for check in report.checks:
@@ -285,8 +306,8 @@ def backfill(
     if result.is_noop:
         console.print("the corrections change nothing: " + NOTHING_TO_DO)
         return
-    console.print(
-        f"backfill {result.run_id[:12] if result.run_id else '-'} of {run_id[:12]} recorded", markup=False
+    print_published(
+        result, f"backfill {result.run_id[:12] if result.run_id else '-'} of {run_id[:12]} recorded"
     )
 
 

@@ -23,14 +23,18 @@ from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.sources import parse_overrides
 
 BACKFILL = "backfill"
+NOTHING_PUBLISHED = "nothing was published"
 
 
 def _as_backfill_error(error: StrataError) -> StrataError:
+    hint = error.hint or ""
+    if NOTHING_PUBLISHED not in hint:  # pin and contract errors say it already
+        hint = (hint + "; " if hint else "") + NOTHING_PUBLISHED
     return StrataError(
         E_BACKFILL,
         f"backfill failed ({error.code}): {error.message}",
         error.location,
-        hint=(error.hint + "; " if error.hint else "") + "nothing was published",
+        hint=hint,
         subject=error.subject,
     )
 

@@ -30,6 +30,28 @@ def check_branch(branch: str) -> str:
     return branch
 
 
+def check_branch_in(session: Session, branch: str) -> str:
+    """`check_branch`, and the clashes only the open warehouse knows of: DuckDB resolves names
+    case-insensitively, and `x.v_model` is ambiguous when the warehouse file is `x.duckdb`."""
+    check_branch(branch)
+    database = session.database_name()
+    if branch.lower() == database.lower():
+        raise StrataError(
+            E_BRANCH,
+            f"`{branch}` cannot be a branch name: it is the name of the warehouse file's database",
+            hint=f"pick another branch name (DuckDB could not tell schema `{branch}` from database `{database}`)",
+        )
+    known = session.history.branches() if session.has_history() else []
+    for other in known:
+        if other != branch and other.lower() == branch.lower():
+            raise StrataError(
+                E_BRANCH,
+                f"branch `{branch}` differs from branch `{other}` only in case, and DuckDB would give both one schema",
+                hint=f"use `{other}`, or a name that differs in more than case",
+            )
+    return branch
+
+
 @dataclass(frozen=True)
 class ProjectContext:
     project: Project
@@ -45,7 +67,7 @@ def load_context(
     branch: str = DEFAULT_BRANCH,
 ) -> ProjectContext:
     project = load_project(project_dir)
-    check_branch(branch)
+    check_branch_in(session, branch)
     compiled = compile_project(project, session.prepare_sources(project, overrides))
     return ProjectContext(project, compiled, dict(overrides), branch)
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine.context import check_branch
+from strata_dagster.engine.context import check_branch, check_branch_in
 from strata_dagster.engine.run import CUTOFF, FULL, REUSED, UNPARTITIONED
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_DUPLICATE_NAME, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import digest, short_id
@@ -73,6 +73,7 @@ def publish_frame(request: FrameRequest) -> FrameResult:
                 hint="give the Python asset another name (its last asset-key component)",
             )
     with open_session(request.warehouse) as session:
+        check_branch_in(session, request.branch)
         return _FramePublication(session, request).execute()
 
 

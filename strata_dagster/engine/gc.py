@@ -71,7 +71,7 @@ def gc(
         raise StrataError(E_GC, f"--keep {keep} is negative", hint="give a number of runs, 0 or more")
     moment = now if now is not None else _now()
     before = file_bytes(warehouse) if warehouse.exists() else 0
-    with open_session(warehouse) as session:
+    with open_session(warehouse, must_exist=True) as session:
         reader = session.history
         kept_entries = _kept_runs(reader.entries(), keep, older_than, moment)
         needed = _needed(reader, kept_entries)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine.context import check_branch
+from strata_dagster.engine.context import check_branch, check_branch_in
 from strata_dagster.engine.states import state_query
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
@@ -103,7 +103,7 @@ def _repoint(
 
 def rollback(warehouse: Path, run_id: str) -> PointerResult:
     """Point the run's branch back at exactly what it exposed right after that run."""
-    with open_session(warehouse) as session:
+    with open_session(warehouse, must_exist=True) as session:
         reader = session.history
         target_entry = find_entry(reader, run_id)
         state = reader.pointers(target_entry.branch, as_of_entry=target_entry.entry)
@@ -121,7 +121,8 @@ def rollback(warehouse: Path, run_id: str) -> PointerResult:
 def create_branch(warehouse: Path, name: str, source: str = DEFAULT_BRANCH) -> PointerResult:
     """A new branch whose views point at the same snapshots as `source` (zero-copy)."""
     check_branch(name)
-    with open_session(warehouse) as session:
+    with open_session(warehouse, must_exist=True) as session:
+        check_branch_in(session, name)
         reader = session.history
         if name in reader.branches():
             raise StrataError(E_BRANCH, f"branch `{name}` already exists", hint="pick another name")
@@ -149,7 +150,8 @@ def promote(warehouse: Path, source: str, target: str = DEFAULT_BRANCH) -> Point
     """Point `target`'s views at the snapshots `source` exposes (zero-copy)."""
     check_branch(source)
     check_branch(target)
-    with open_session(warehouse) as session:
+    with open_session(warehouse, must_exist=True) as session:
+        check_branch_in(session, target)
         reader = session.history
         if source not in reader.branches():
             raise StrataError(

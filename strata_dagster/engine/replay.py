@@ -14,7 +14,9 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.engine.explain import BuildExplanation, explain_entry
 from strata_dagster.engine.operations import find_entry
+from strata_dagster.errors import E_UNKNOWN_RUN, StrataError
 from strata_dagster.warehouse.history import Entry, EntryModel, EntrySource
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sql import DIALECT, parse_table_name, snapshot_table
@@ -34,6 +36,7 @@ class ReplayReport:
     entry: Entry
     sources: tuple[EntrySource, ...]
     models: tuple[EntryModel, ...]
+    builds: tuple[BuildExplanation, ...]  # why each model took its path, in `models` order
     checks: tuple[ReplayCheck, ...] = ()
 
     @property
@@ -42,14 +45,19 @@ class ReplayReport:
 
 
 def replay(warehouse: Path, run_id: str, *, execute: bool = False) -> ReplayReport:
-    with open_session(warehouse, read_only=not execute) as session:
+    with open_session(warehouse, read_only=not execute, must_exist=True) as session:
+        if not session.has_history():
+            raise StrataError(
+                E_UNKNOWN_RUN, f"no run `{run_id}` in the history", hint="the warehouse has no run yet"
+            )
         reader = session.history
         entry = find_entry(reader, run_id)
         sources = tuple(reader.entry_sources(entry.entry))
         models = tuple(reader.entry_models(entry.entry))
+        builds = explain_entry(reader, entry.entry)
         if not execute:
-            return ReplayReport(entry, sources, models)
-        return ReplayReport(entry, sources, models, tuple(_execute(session, sources, models)))
+            return ReplayReport(entry, sources, models, builds)
+        return ReplayReport(entry, sources, models, builds, tuple(_execute(session, sources, models)))
 
 
 def _execute(

@@ -136,7 +136,7 @@ def verify(
     `overrides` reads sources from other tables, as `strata run --source` does.
     """
     selection = parse_partitions(partitions or ())
-    with open_session(Path(warehouse)) as session:
+    with open_session(Path(warehouse), must_exist=True) as session:
         context = load_context(session, Path(project_dir), overrides or {}, branch)
         return verify_context(session, context, models, selection)
 
@@ -196,13 +196,12 @@ def parse_partitions(values: Iterable[str]) -> tuple[PartitionRequest, ...]:
         if not value:
             continue
         try:
-            if _DAY_TEXT.fullmatch(value):
-                requests.append(PartitionRequest(value, "day", dt.date.fromisoformat(value)))
+            request = _partition_request(value)
+            # The partition's end must be a date too: 9999-12 and 9999-12-31 have none.
+            if request is not None and request.end > request.start:
+                requests.append(request)
                 continue
-            if _MONTH_TEXT.fullmatch(value):
-                requests.append(PartitionRequest(value, "month", dt.date.fromisoformat(f"{value}-01")))
-                continue
-        except ValueError:
+        except (ValueError, OverflowError):
             pass
         raise StrataError(
             E_VERIFY_PARTITIONS,
@@ -210,6 +209,14 @@ def parse_partitions(values: Iterable[str]) -> tuple[PartitionRequest, ...]:
             hint="write days as YYYY-MM-DD and months as YYYY-MM, e.g. --partitions 2025-02-01,2025-03",
         )
     return tuple(requests)
+
+
+def _partition_request(value: str) -> PartitionRequest | None:
+    if _DAY_TEXT.fullmatch(value):
+        return PartitionRequest(value, "day", dt.date.fromisoformat(value))
+    if _MONTH_TEXT.fullmatch(value):
+        return PartitionRequest(value, "month", dt.date.fromisoformat(f"{value}-01"))
+    return None
 
 
 def partition_expression(spec: PartitionSpec) -> exp.Expression:

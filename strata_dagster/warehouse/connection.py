@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -24,18 +25,28 @@ def lock_timeout() -> float:
     if raw is None:
         return DEFAULT_LOCK_TIMEOUT
     try:
-        return max(float(raw), 0.0)
+        seconds = float(raw)
     except ValueError:
+        seconds = math.nan
+    # nan never compares past a deadline and inf never reaches one: both would wait forever.
+    if not math.isfinite(seconds) or seconds < 0:
         raise StrataError(
-            E_WAREHOUSE, f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds", hint="e.g. 120"
-        ) from None
+            E_WAREHOUSE,
+            f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds (finite, 0 or more)",
+            hint=f"e.g. {LOCK_TIMEOUT_ENV}=120, or unset it for {DEFAULT_LOCK_TIMEOUT:.0f}s",
+        )
+    return seconds
 
 
 @contextmanager
 def connect(
-    path: Path, *, read_only: bool = False, timeout: float | None = None
+    path: Path, *, read_only: bool = False, must_exist: bool = False, timeout: float | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection to the warehouse; waits up to `timeout` seconds while another process holds it."""
+    """A connection to the warehouse; waits up to `timeout` seconds while another process holds it.
+
+    A path that does not exist becomes a new warehouse, unless the connection is read-only or
+    `must_exist` (commands that only read or repoint: a typo must not leave an empty file behind).
+    """
     wait = lock_timeout() if timeout is None else timeout
     if path.stem in (HISTORY_SCHEMA, SNAPSHOT_SCHEMA):
         # DuckDB names the database after the file: it would shadow the schema of that name.
@@ -44,9 +55,11 @@ def connect(
             f"a warehouse file cannot be named `{path.name}`",
             hint=f"use another file name; `{HISTORY_SCHEMA}` and `{SNAPSHOT_SCHEMA}` are the warehouse's own schemas",
         )
-    if read_only and not path.exists():
+    if (read_only or must_exist) and not path.exists():
         raise StrataError(
-            E_WAREHOUSE, f"warehouse `{path}` does not exist", hint="run `strata run PROJECT` first"
+            E_WAREHOUSE,
+            f"warehouse `{path}` does not exist",
+            hint="check --warehouse (or STRATA_WAREHOUSE), or run `strata run PROJECT` first",
         )
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,8 +84,21 @@ def connect(
             raise _unreadable(path, error) from None
     try:
         yield con
+    except RuntimeError as error:
+        # DuckDB turns Ctrl-C during a query into this, not a duckdb.Error: it is the user's
+        # interrupt, and the transaction it cut short rolls back as for any other.
+        if is_interruption(error):
+            raise KeyboardInterrupt from None
+        raise
     finally:
         con.close()
+
+
+def is_interruption(error: BaseException) -> bool:
+    """Whether DuckDB raised this because the query was interrupted (Ctrl-C)."""
+    return isinstance(error, duckdb.InterruptException) or (
+        isinstance(error, RuntimeError) and str(error).startswith("Query interrupted")
+    )
 
 
 def _unreadable(path: Path, error: Exception) -> StrataError:

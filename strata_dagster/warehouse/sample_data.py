@@ -17,12 +17,17 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.errors import E_WAREHOUSE, StrataError
+from strata_dagster.warehouse.connection import connect
+
 DIALECT: Final = "duckdb"
 RAW_SCHEMA: Final = "raw"
 CUSTOMERS_TABLE: Final = "customers"
 ORDERS_TABLE: Final = "orders"
 _STAGING_SUFFIX: Final = "__staging"
 
+# Ten times what the benchmarks use: beyond it a typo (an extra zero or three) fills the disk.
+MAX_ROWS: Final = 100_000_000
 ORDERS_PER_CUSTOMER: Final = 50
 MIN_CUSTOMERS: Final = 10
 # Orders whose customer_id is missing from raw.customers, so that left joins matter: one in a
@@ -176,14 +181,19 @@ def write_sample_data(
     `rows` orders over `days` days from `start`, about rows/50 customers (at least 10), a few
     orders from customers that do not exist. Same arguments, same tables.
     """
-    if rows < 1:
-        raise ValueError(f"rows must be at least 1, got {rows}")
+    if not 1 <= rows <= MAX_ROWS:
+        raise ValueError(f"rows must be between 1 and {MAX_ROWS:,}, got {rows}")
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
+    if warehouse.stem.lower() == RAW_SCHEMA:
+        # DuckDB names the database after the file: `raw.orders` would be ambiguous.
+        raise StrataError(
+            E_WAREHOUSE,
+            f"sample data cannot go into a warehouse file named `{warehouse.name}`",
+            hint=f"use another file name; the sample tables live in schema `{RAW_SCHEMA}`",
+        )
     statements = build_sample_statements(rows, seed=seed, days=days, start=start)
-    warehouse.parent.mkdir(parents=True, exist_ok=True)
-    connection = duckdb.connect(str(warehouse))
-    try:
+    with connect(warehouse) as connection:
         connection.execute(_QUIET)
         connection.begin()
         try:
@@ -194,8 +204,6 @@ def write_sample_data(
         except BaseException:
             connection.rollback()
             raise
-    finally:
-        connection.close()
     return SampleSummary(warehouse, customers=counts[CUSTOMERS_TABLE], orders=counts[ORDERS_TABLE])
 
 

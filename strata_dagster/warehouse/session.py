@@ -1,6 +1,6 @@
 """One open warehouse, as the engine sees it: transactions, snapshots, views, history and content.
 
-The engine never touches duckdb itself (ARCHITECTURE.md, Layering): DuckDB failures surface here
+The engine never touches duckdb itself (README.md, Where things are): DuckDB failures surface here
 as WarehouseError, which carries DuckDB's first message line and nothing else.
 """
 
@@ -19,7 +19,7 @@ from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.compaction import free_bytes
-from strata_dagster.warehouse.connection import connect
+from strata_dagster.warehouse.connection import connect, is_interruption
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
@@ -64,6 +64,8 @@ def _as_warehouse_errors() -> Iterator[None]:
     except duckdb.OutOfMemoryException as error:
         raise ResourceLimitExceeded(_first_line(error), exceeded_setting(str(error))) from None
     except duckdb.Error as error:
+        if is_interruption(error):
+            raise KeyboardInterrupt from None
         raise WarehouseError(_first_line(error)) from None
 
 
@@ -217,6 +219,12 @@ class Session:
         """Whether the history tables exist (a read-only session never creates them)."""
         return current_version(self.con) > 0
 
+    def database_name(self) -> str:
+        """The catalog name DuckDB gives the warehouse: its file name without the extension."""
+        row = self.con.execute("SELECT current_database()").fetchone()
+        assert row is not None
+        return str(row[0])
+
     def schema_has_tables(self, schema: str) -> bool:
         row = self.con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
@@ -257,9 +265,12 @@ class CatalogSnapshot:
 
 
 @contextmanager
-def open_session(path: Path, *, read_only: bool = False) -> Iterator[Session]:
-    """Open the warehouse (waiting for another process's lock), migrated unless read-only."""
-    with connect(path, read_only=read_only) as con:
+def open_session(path: Path, *, read_only: bool = False, must_exist: bool = False) -> Iterator[Session]:
+    """Open the warehouse (waiting for another process's lock), migrated unless read-only.
+
+    With `must_exist`, a missing warehouse is an error (E020) instead of a new, empty one.
+    """
+    with connect(path, read_only=read_only, must_exist=must_exist) as con:
         try:
             if not read_only:
                 migrate(con)
