@@ -69,6 +69,4 @@ def _traced(
 
 
 def _relations(statement: exp.Expression) -> list[str]:
-    return sorted(
-        {table.name for table in statement.find_all(exp.Table) if table.db == ROLE_SCHEMA}
-    )
+    return sorted({table.name for table in statement.find_all(exp.Table) if table.db == ROLE_SCHEMA})

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlglot import exp
 
 from strata_dagster.compile.lineage import ColumnDeps, column_lineage
+from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.context import ProjectContext
-from strata_dagster.warehouse.session import Session, WarehouseError
+from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 
 
@@ -66,7 +68,9 @@ def read_columns(
     return found
 
 
-def read_lineage(context: ProjectContext, columns: dict[str, RelationColumns]) -> dict[str, dict[str, ColumnDeps]]:
+def read_lineage(
+    context: ProjectContext, columns: dict[str, RelationColumns]
+) -> dict[str, dict[str, ColumnDeps]]:
     """Model name -> output column -> the (source or model, column) pairs it derives from."""
     names = {name: tuple(column.name for column in found.columns) for name, found in columns.items()}
     return {
@@ -74,6 +78,12 @@ def read_lineage(context: ProjectContext, columns: dict[str, RelationColumns]) -
         for name in context.project.order
         if name in context.compiled.models
     }
+
+
+def live_columns(warehouse: Path | str, model: str, branch: str) -> tuple[tuple[str, str], ...] | None:
+    """(column, type) of model `model`'s live view on `branch` as published; None when unreadable."""
+    with open_session(Path(warehouse)) as session:
+        return _describe(session, model_view(model, branch))
 
 
 def _describe(session: Session, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...] | None:

@@ -147,7 +147,10 @@ def as_owners(prop: RawProperty) -> tuple[str, ...]:
             )
         if text in owners:
             raise StrataError(
-                E_PROPERTY_VALUE, f"`{prop.name}` lists `{text}` twice", item.location, hint="list each owner once"
+                E_PROPERTY_VALUE,
+                f"`{prop.name}` lists `{text}` twice",
+                item.location,
+                hint="list each owner once",
             )
         owners.append(text)
     return tuple(owners)

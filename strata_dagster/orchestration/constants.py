@@ -55,3 +55,10 @@ BACKFILL_OF_KEY: Final = "strata/backfill_of"
 OVERRIDES_KEY: Final = "strata/overrides"
 COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
+
+# Dagster's own metadata keys (dagster._core.definitions.metadata), spelled out once here.
+COLUMN_SCHEMA_KEY: Final = "dagster/column_schema"
+COLUMN_LINEAGE_KEY: Final = "dagster/column_lineage"
+CODE_REFERENCES_KEY: Final = "dagster/code_references"
+TABLE_NAME_KEY: Final = "dagster/table_name"
+KIND_TAG_PREFIX: Final = "dagster/kind/"

@@ -19,6 +19,7 @@ from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_spec, partition_companions
 from strata_dagster.orchestration.io_manager import StrataIOManager
+from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
 from strata_dagster.orchestration.stale_sensor import stale_partitions_sensor
@@ -64,6 +65,7 @@ def build_definitions(
         branch=branch,
     )
     translator = translator or StrataDagsterTranslator()
+    python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
     with warnings.catch_warnings():
         # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
@@ -177,6 +179,9 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             partitioned_by=source.partitioned_by,
             bounds=catalog.bounds.get(name),
             relation=relation,
+            location=source.location,
+            columns=catalog.columns.get(name),
+            path=source.path,
         )
     for name in project.order:
         model = project.models[name]
@@ -192,6 +197,10 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             code_version=catalog.fingerprints[name],
             sql=catalog.sql.get(name),
             tags=model.properties.tags,
+            owners=model.properties.owners,
+            location=model.location,
+            columns=catalog.columns.get(name),
+            lineage=tuple(catalog.lineage.get(name, {}).items()),
         )
     return nodes
 
