@@ -40,6 +40,7 @@ from strata_dagster.orchestration.translator import StrataAssetProps, StrataDags
 UNIQUE_CHECK: Final = "strata_unique"
 CONTRACT_CHECK: Final = "strata_contract"
 EQUIVALENCE_CHECK: Final = "strata_incremental_equals_full"
+SCHEMA_CHANGE_CHECK: Final = "column_schema_change"  # the name build_column_schema_change_checks gives
 VERIFY_JOB: Final = "strata_verify"
 VERIFY_SCHEDULE: Final = "strata_verify_schedule"
 DEFAULT_VERIFICATION_SCHEDULE: Final = "0 3 * * *"
