@@ -9,6 +9,8 @@ import pytest
 from strata_dagster import StrataDagsterTranslator, build_definitions, strata_python_model
 from strata_dagster.orchestration.checks import SCHEMA_CHANGE_CHECK
 from strata_dagster_tests.dagster_support import (
+    dagster_dev,
+    example_workspace,
     execute_assets,
     make_small_shop,
     materializations,
@@ -296,3 +298,43 @@ def test_models_with_a_contract_get_dagsters_column_schema_change_check(tmp_path
     assert not evaluation.passed
     assert evaluation.severity == dg.AssetCheckSeverity.WARN
     assert "Added columns: name_length" in evaluation.description
+
+
+# -- the webserver ----------------------------------------------------------------------------------
+
+ASSET_METADATA = """
+query($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) {
+  assetKey { path } kinds owners { ... on TeamAssetOwner { team } ... on UserAssetOwner { email } }
+  metadataEntries { label
+    ... on TableSchemaMetadataEntry { schema { columns { name type constraints { nullable unique } } } }
+    ... on TableColumnLineageMetadataEntry { lineage { columnName columnDeps { assetKey { path } columnName } } }
+    ... on CodeReferencesMetadataEntry { codeReferences { ... on LocalFileCodeReference { filePath lineNumber } } }
+    ... on TextMetadataEntry { text } } } }
+"""
+
+
+def test_the_ui_shows_schema_lineage_code_references_owners_and_kinds(tmp_path):
+    """What the asset page of `dagster dev` reads (GraphQL), for the example's definitions.py."""
+    project, _, home = example_workspace(tmp_path)
+    names = ["daily_revenue", "orders", "region_summary"]
+    with dagster_dev(tmp_path, home) as (graphql, _):
+        found = graphql(ASSET_METADATA, keys=[{"path": [name]} for name in names])["assetNodes"]
+    nodes = {item["assetKey"]["path"][0]: item for item in found}
+    entries = {name: {entry["label"]: entry for entry in nodes[name]["metadataEntries"]} for name in names}
+    daily = entries["daily_revenue"]
+    assert nodes["daily_revenue"]["owners"] == [{"team": "finance"}]
+    assert set(nodes["daily_revenue"]["kinds"]) == {"duckdb", "sql"}
+    assert [(c["name"], c["type"]) for c in daily[SCHEMA_KEY]["schema"]["columns"]][:2] == [
+        ("order_day", "DATE"),
+        ("region", "VARCHAR"),
+    ]
+    revenue = {item["columnName"]: item["columnDeps"] for item in daily[LINEAGE_KEY]["lineage"]}["revenue"]
+    assert revenue == [{"assetKey": {"path": ["stg_orders"]}, "columnName": "amount"}]
+    (reference,) = daily[REFERENCES_KEY]["codeReferences"]
+    assert reference["filePath"] == str((project / "marts.strata").resolve())
+    assert daily[TABLE_KEY]["text"] == "main.v_daily_revenue"
+    assert nodes["orders"]["kinds"] == ["duckdb"]
+    assert entries["orders"][TABLE_KEY]["text"] == "raw.orders"
+    assert entries["region_summary"][TABLE_KEY]["text"] == "main.v_region_summary"
+    (reference,) = entries["region_summary"][REFERENCES_KEY]["codeReferences"]
+    assert reference["filePath"] == str(project / "definitions.py")
