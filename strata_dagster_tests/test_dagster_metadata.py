@@ -264,6 +264,23 @@ def test_every_materialization_carries_the_published_column_schema(materialized)
         assert schema.columns[0].constraints.nullable is False
 
 
+def test_a_python_models_materialization_carries_its_published_column_schema(shop):
+    project, warehouse = shop
+    defs = build_definitions(project, warehouse=warehouse, python_assets=[region_orders])
+    instance = dg.DagsterInstance.ephemeral()
+    observe_sources(defs, instance)
+    assert execute_assets(defs, instance, ["stg_orders", "stg_customers", "orders_enriched"]).success
+    result = execute_assets(defs, instance, ["region_orders"])
+    assert result.success
+    (event,) = materializations(result, "region_orders")
+    schema = event.metadata[SCHEMA_KEY].schema
+    assert [(column.name, column.type) for column in schema.columns] == [
+        ("region", "VARCHAR"),
+        ("orders", "UINTEGER"),
+    ]
+    assert event.metadata[TABLE_KEY].value == "main.v_region_orders"
+
+
 def test_models_with_a_contract_get_dagsters_column_schema_change_check(tmp_path):
     project, warehouse = make_small_shop(tmp_path, rows=300, days=3)
     defs = build_definitions(project, warehouse=warehouse)
