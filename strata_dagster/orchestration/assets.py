@@ -58,6 +58,10 @@ def build_model_asset(
     if lineage is not None:
         metadata[c.COLUMN_LINEAGE_KEY] = lineage
     column_schema = metadata.get(c.COLUMN_SCHEMA_KEY)
+    if isinstance(column_schema, dg.TableSchemaMetadataValue):
+        column_schema = column_schema.schema
+    if not isinstance(column_schema, dg.TableSchema):
+        column_schema = None  # a translator that put something else there: no constraints to carry
     code_version = props.code_version or ""
     sql = props.sql or ""
     whole_key = whole_keys.get(name)

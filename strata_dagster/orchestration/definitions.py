@@ -54,7 +54,8 @@ def build_definitions(
     (see `strata_python_model`) and Python consumers of strata models.
 
     Asset checks (see strata_dagster.orchestration.checks): `strata_unique` and `strata_contract`
-    on the live view of every model with those pins, run with each materialization; and
+    on the live view of every model with those pins, run with each materialization;
+    Dagster's `column_schema_change` on every model with a `contract`; and
     `strata_incremental_equals_full` on every incremental or partitioned model, run by the
     `strata_verify` job and the `strata_verify_schedule` schedule (cron `verification_schedule`,
     3 AM by default; stopped unless `verification_schedule_status` says otherwise; None: no schedule).
