@@ -14,6 +14,7 @@ from strata_dagster import build_definitions, strata_python_model
 from strata_dagster.orchestration.checks import (
     CONTRACT_CHECK,
     EQUIVALENCE_CHECK,
+    SCHEMA_CHANGE_CHECK,
     UNIQUE_CHECK,
     VERIFY_JOB,
     VERIFY_SCHEDULE,
@@ -112,6 +113,7 @@ def test_definitions_carry_the_checks_a_verify_job_and_a_stopped_schedule(shop):
     assert checks == (
         {(name, UNIQUE_CHECK) for name in UNIQUE}
         | {(name, CONTRACT_CHECK) for name in CONTRACT}
+        | {(name, SCHEMA_CHANGE_CHECK) for name in CONTRACT}
         | {(name, EQUIVALENCE_CHECK) for name in VERIFIABLE}
         | {(name, UNIT_TEST_CHECK) for name in TESTED}
     )

@@ -6,7 +6,7 @@ import pytest
 
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
-from strata_dagster_tests.helpers import compile_text
+from strata_dagster_tests.helpers import compile_text, project_of
 
 # (code, module text, expected line, expected column); positions are in m.strata.
 CASES = [
@@ -249,3 +249,47 @@ def test_types_and_casts_that_are_sql_still_compile():
         ("amount", "DECIMAL(18, 2)", False),
         ("tags", "VARCHAR[]", False),
     ]
+
+
+# The `owners` property: emails or `team:name`, Dagster's rule for asset owners.
+
+
+def test_owners_are_emails_and_teams_bare_or_quoted():
+    project = project_of(
+        "model m {\n  from orders\n  owners: [ana@shop.example, 'team:finance', team:ops, 'data-eng@x.co']\n}\n"
+    )
+    assert project.models["m"].properties.owners == (
+        "ana@shop.example",
+        "team:finance",
+        "team:ops",
+        "data-eng@x.co",
+    )
+    assert project_of("model m {\n  from orders\n  owners: 'team:x'\n}\n").models["m"].properties.owners == (
+        "team:x",
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "column"),
+    [
+        ("[ana]", 12),  # neither an email nor a team
+        ("[ana@shop.example, 'team:']", 30),  # a team without a name
+        ("[ana@localhost]", 12),  # Dagster wants a dotted domain
+        ("[ana@shop.example, ana@shop.example]", 30),  # twice
+        ("finance", 11),
+    ],
+)
+def test_a_bad_owner_is_e007_at_its_position(value, column):
+    with pytest.raises(StrataError) as caught:
+        project_of(f"model m {{\n  from orders\n  owners: {value}\n}}\n")
+    assert caught.value.code == "E007"
+    assert (caught.value.location.line, caught.value.location.column) == (3, column)
+
+
+def test_owners_without_a_value_or_twice_are_coded():
+    with pytest.raises(StrataError) as caught:
+        project_of("model m {\n  from orders\n  owners\n}\n")
+    assert caught.value.code == "E007"
+    with pytest.raises(StrataError) as caught:
+        project_of("model m {\n  from orders\n  owners: ['team:a']\n  owners: ['team:b']\n}\n")
+    assert caught.value.code == "E006"

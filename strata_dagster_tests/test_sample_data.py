@@ -294,6 +294,8 @@ def test_shop_example_uses_every_step_and_property():
         "contract",
         "order_by",
         "description",
+        "tags",
+        "owners",
     }
     strategies = {model.properties.merge_strategy for model in models}
     assert strategies == {"replace", "append", "upsert", "append_new"}

@@ -15,6 +15,7 @@ ROLE_SCHEMA = "__rel__"
 VIEW_PREFIX = "v_"
 ATTACHED_PREFIX = "src_"
 _FILE_READERS = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".json": "read_json_auto"}
+_DEFAULT_FORMAT = ".parquet"
 
 
 def view_name(model: str) -> str:
@@ -65,8 +66,7 @@ def source_relation(source: Source, project_root: str | None = None) -> exp.Tabl
         path = source.path
         if project_root is not None and not PurePosixPath(path).is_absolute():
             path = str(PurePosixPath(project_root) / path)
-        suffix = PurePosixPath(source.path.rstrip("*")).suffix.lower()
-        reader = _FILE_READERS.get(suffix, "read_parquet")
+        reader = _FILE_READERS[f".{file_format(source.path)}"]
         return exp.Table(this=exp.func(reader, exp.Literal.string(path)))
     parts = source.table_name.split(".")
     table = exp.Table(this=exp.to_identifier(parts[-1]))
@@ -77,6 +77,12 @@ def source_relation(source: Source, project_root: str | None = None) -> exp.Tabl
     if source.database is not None:
         table.set("catalog", exp.to_identifier(attached_catalog(source)))
     return table
+
+
+def file_format(path: str) -> str:
+    """`parquet`, `csv` or `json`: how DuckDB reads a source's files (parquet unless named otherwise)."""
+    suffix = PurePosixPath(path.rstrip("*")).suffix.lower()
+    return (suffix if suffix in _FILE_READERS else _DEFAULT_FORMAT).lstrip(".")
 
 
 class DefaultRelations:

@@ -15,7 +15,9 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.compile.lineage import ColumnDeps
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations
+from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
 from strata_dagster.engine.status import fingerprint_models
@@ -56,6 +58,10 @@ class Catalog:
     bounds: dict[str, PartitionBounds | None]  # partitioned source or model -> partitions in its data
     # partitioned model -> the unpartitioned source or model its builds fingerprint per partition
     partition_inputs: dict[str, PartitionInput] = field(default_factory=dict)
+    # source or model -> its columns with types, as known without building (see engine.columns)
+    columns: dict[str, RelationColumns] = field(default_factory=dict)
+    # model -> output column -> the (source or model, column) pairs it derives from
+    lineage: dict[str, dict[str, ColumnDeps]] = field(default_factory=dict)
 
     def partition_spec(self, name: str) -> PartitionSpec | None:
         if name in self.project.sources:
@@ -79,12 +85,14 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         relations = DefaultRelations(context.project, branch)
         sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
         bounds = _bounds(session, context)
+        columns = read_columns(session, context, lambda name: inlined_query(context, name))
     inputs = {
         name: found
         for name in context.project.order
         if (found := partition_input(context.project, name, context.compiled.models[name])) is not None
     }
-    return Catalog(context.project, branch, fingerprints, sql, bounds, inputs)
+    lineage = read_lineage(context, columns)
+    return Catalog(context.project, branch, fingerprints, sql, bounds, inputs, columns, lineage)
 
 
 def partition_input(project: Project, name: str, compiled: CompiledModel) -> PartitionInput | None:

@@ -192,6 +192,7 @@ class ModelProperties:
     refresh: Refresh | None = None
     description: str | None = None
     tags: tuple[str, ...] = ()  # labels for selection (`tag:name`) and Dagster asset tags
+    owners: tuple[str, ...] = ()  # emails or `team:name`: the Dagster asset's owners
     # Where each property was written, for errors that point at it.
     locations: tuple[tuple[str, Location], ...] = ()
 

@@ -35,6 +35,9 @@ _VERSIONING = re.compile(r"([a-z_]+)\s*(?:\(\s*([A-Za-z0-9_]+)\s*\))?")
 _DATE = re.compile(r"'?(\d{4}-\d{2}-\d{2})'?")
 # Dagster's rule for tag keys (and strict values): a model's tags become its asset's tag keys.
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+# Dagster's rule for asset owners: an email address, or a team name prefixed with `team:`.
+OWNER_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7}")
+OWNER_TEAM_PREFIX = "team:"
 _CONTRACT_TYPE = re.compile(r"(?P<type>.+?)(?P<not_null>\s+not\s+null)?", re.IGNORECASE | re.DOTALL)
 
 
@@ -126,6 +129,39 @@ def as_tags(prop: RawProperty) -> tuple[str, ...]:
             )
         tags.append(text)
     return tuple(tags)
+
+
+def as_owners(prop: RawProperty) -> tuple[str, ...]:
+    value = _needs_value(prop, "[ana@shop.example, 'team:finance']")
+    items = value.items if value.items is not None else (value,)
+    owners: list[str] = []
+    for item in items:
+        text = item.text
+        if len(text) >= 2 and text[0] == text[-1] == "'":
+            text = text[1:-1]
+        if not is_valid_owner(text):
+            raise StrataError(
+                E_PROPERTY_VALUE,
+                f"`{prop.name}` lists `{item.text}`, which is neither an email address nor `team:name`",
+                item.location,
+                hint="an owner is an email or a team name prefixed with `team:` (Dagster's rule), "
+                "e.g. `owners: [ana@shop.example, 'team:finance']`",
+            )
+        if text in owners:
+            raise StrataError(
+                E_PROPERTY_VALUE,
+                f"`{prop.name}` lists `{text}` twice",
+                item.location,
+                hint="list each owner once",
+            )
+        owners.append(text)
+    return tuple(owners)
+
+
+def is_valid_owner(text: str) -> bool:
+    if text.startswith(OWNER_TEAM_PREFIX):
+        return len(text) > len(OWNER_TEAM_PREFIX)
+    return OWNER_EMAIL.fullmatch(text) is not None
 
 
 def as_string(prop: RawProperty) -> str:
@@ -275,6 +311,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "refresh": ("refresh", as_refresh),
     "description": ("description", as_string),
     "tags": ("tags", as_tags),
+    "owners": ("owners", as_owners),
 }
 
 _FLAGS = {"incremental", "immutable_partitions", "monotonic_partitions"}

@@ -51,6 +51,17 @@ def build_model_asset(
             # the companion's single data version does.
             deps.append(dg.AssetDep(whole_keys[ref]))
             inputs.append(StrataBuildInput(ref, whole_keys[ref], upstream.kind, None))
+    metadata = dict(translator.get_metadata(props))
+    lineage = translator.get_column_lineage(
+        props, {ref: translator.get_asset_key(nodes[ref]) for ref in props.references}
+    )
+    if lineage is not None:
+        metadata[c.COLUMN_LINEAGE_KEY] = lineage
+    column_schema = metadata.get(c.COLUMN_SCHEMA_KEY)
+    if isinstance(column_schema, dg.TableSchemaMetadataValue):
+        column_schema = column_schema.schema
+    if not isinstance(column_schema, dg.TableSchema):
+        column_schema = None  # a translator that put something else there: no constraints to carry
     code_version = props.code_version or ""
     sql = props.sql or ""
     whole_key = whole_keys.get(name)
@@ -63,8 +74,9 @@ def build_model_asset(
         group_name=translator.get_group_name(props),
         partitions_def=partitions_def,
         backfill_policy=dg.BackfillPolicy.single_run() if partitions_def is not None else None,
-        metadata=dict(translator.get_metadata(props)),
+        metadata=metadata,
         tags=dict(translator.get_tags(props)),
+        owners=list(translator.get_owners(props)),
         kinds=translator.get_kinds(props),
         automation_condition=translator.get_automation_condition(props),
         io_manager_key=c.STRATA_IO_MANAGER_KEY,
@@ -86,6 +98,7 @@ def build_model_asset(
             partition_keys,
             whole_key,
             tuple(item.refresh() for item in refreshed),
+            column_schema,
         )
         # A partitioned build logs one materialization per partition (its own data version) itself.
         return dg.Output(build, metadata=EVENTS_LOGGED if partition_keys is not None else None)

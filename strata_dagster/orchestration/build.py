@@ -47,3 +47,5 @@ class StrataBuild:
     # The partitions companions of the model (when unpartitioned models read by partition) or of its
     # `from` (when partitioned): the IO manager records their changed partitions.
     companions: tuple[CompanionRefresh, ...] = ()
+    # The definition's `dagster/column_schema`: its constraints go on the materialized schema too.
+    column_schema: dg.TableSchema | None = None

@@ -6,6 +6,8 @@
   more than measuring a pin) and whenever launched alone. Not blocking: the engine has already
   refused to publish a snapshot that breaks a pin; a failure here means the warehouse changed
   behind its back.
+- `column_schema_change` (Dagster's `build_column_schema_change_checks`) on every model with a
+  `contract`, run with each materialization.
 - `strata_incremental_equals_full` on every incremental or partitioned SQL model: `verify` (a full
   rebuild in scratch space, compared with the live view). It is expensive, so it runs in checks-only
   runs (the `strata_verify` job and its schedule, or a check's *Execute* button) and skips itself in
@@ -41,6 +43,7 @@ from strata_dagster.orchestration.unit_test_checks import tested_models, unit_te
 UNIQUE_CHECK: Final = "strata_unique"
 CONTRACT_CHECK: Final = "strata_contract"
 EQUIVALENCE_CHECK: Final = "strata_incremental_equals_full"
+SCHEMA_CHANGE_CHECK: Final = "column_schema_change"  # the name build_column_schema_change_checks gives
 VERIFY_JOB: Final = "strata_verify"
 VERIFY_SCHEDULE: Final = "strata_verify_schedule"
 DEFAULT_VERIFICATION_SCHEDULE: Final = "0 3 * * *"
@@ -76,6 +79,11 @@ def build_checks(
     tested = {translator.get_asset_key(nodes[name]): name for name in tested_models(project)}
     if tested:
         checks.append(unit_test_checks(tested, project))
+    # A model with a contract: Dagster's own check that its columns and types did not change
+    # between its last two materializations (each carries the published `dagster/column_schema`).
+    contracted = [key for key, (_, found) in pins.items() if found.contract]
+    if contracted:
+        checks.extend(dg.build_column_schema_change_checks(assets=contracted))
     verifiable = {
         translator.get_asset_key(nodes[name]): name for name in project.order if is_verifiable(project, name)
     }

@@ -65,3 +65,10 @@ COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
 REFRESH_KEY: Final = "strata/refresh"
 VOLATILE_CALLS_KEY: Final = "strata/volatile_calls"
+
+# Dagster's own metadata keys (dagster._core.definitions.metadata), spelled out once here.
+COLUMN_SCHEMA_KEY: Final = "dagster/column_schema"
+COLUMN_LINEAGE_KEY: Final = "dagster/column_lineage"
+CODE_REFERENCES_KEY: Final = "dagster/code_references"
+TABLE_NAME_KEY: Final = "dagster/table_name"
+KIND_TAG_PREFIX: Final = "dagster/kind/"

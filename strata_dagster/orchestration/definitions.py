@@ -20,6 +20,7 @@ from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_spec, partition_companions
 from strata_dagster.orchestration.io_manager import StrataIOManager
+from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
 from strata_dagster.orchestration.stale_sensor import stale_partitions_sensor
@@ -54,7 +55,8 @@ def build_definitions(
     (see `strata_python_model`) and Python consumers of strata models.
 
     Asset checks (see strata_dagster.orchestration.checks): `strata_unique` and `strata_contract`
-    on the live view of every model with those pins, run with each materialization; and
+    on the live view of every model with those pins, run with each materialization;
+    Dagster's `column_schema_change` on every model with a `contract`; and
     `strata_incremental_equals_full` on every incremental or partitioned model, run by the
     `strata_verify` job and the `strata_verify_schedule` schedule (cron `verification_schedule`,
     3 AM by default; stopped unless `verification_schedule_status` says otherwise; None: no schedule).
@@ -65,6 +67,7 @@ def build_definitions(
         branch=branch,
     )
     translator = translator or StrataDagsterTranslator()
+    python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
     with warnings.catch_warnings():
         # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
@@ -178,6 +181,9 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             partitioned_by=source.partitioned_by,
             bounds=catalog.bounds.get(name),
             relation=relation,
+            location=source.location,
+            columns=catalog.columns.get(name),
+            path=source.path,
         )
     for name in project.order:
         model = project.models[name]
@@ -195,6 +201,10 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             tags=model.properties.tags,
             refresh=effective_refresh(model),
             volatile_calls=tuple(dict.fromkeys(call.sql for call in volatile_calls(model))),
+            owners=model.properties.owners,
+            location=model.location,
+            columns=catalog.columns.get(name),
+            lineage=tuple(catalog.lineage.get(name, {}).items()),
         )
     return nodes
 

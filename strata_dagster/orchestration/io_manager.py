@@ -24,6 +24,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.columns import live_columns
 from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
 from strata_dagster.engine.partition_status import (
     model_partitions,
@@ -82,6 +83,9 @@ class StrataIOManager(dg.ConfigurableIOManager):
             )
         self._report_drifted_sources(context, build, state.sources, request.overrides)
         metadata = {**_build_metadata(result, outcome, build), **_request_metadata(request)}
+        schema = _published_schema(strata, build.model, build.column_schema)
+        if schema is not None:
+            metadata[c.COLUMN_SCHEMA_KEY] = schema
         for refresh in build.companions:
             if record_companion(context, strata, refresh, metadata[c.RUN_ID_KEY]):
                 refresh_input_version(context, refresh.asset_key)  # a reader's provenance: the new events
@@ -97,8 +101,11 @@ class StrataIOManager(dg.ConfigurableIOManager):
         )
         # The partitions this engine run recomputed (a partition-complete build says which).
         recomputed = set((getattr(outcome, "detail", None) or {}).get("partitions") or ())
+        sql = metadata.pop(c.SQL_KEY)
         for key in build.partition_keys:
             part = partitions[key]
+            # The model's SQL once per run: on its last event, the one the UI shows as the latest.
+            once = {c.SQL_KEY: sql} if key == build.partition_keys[-1] else {}
             context.log_event(
                 dg.AssetMaterialization(
                     asset_key=context.asset_key,
@@ -111,6 +118,7 @@ class StrataIOManager(dg.ConfigurableIOManager):
                         c.ROWS_KEY: part.row_count,
                         "dagster/row_count": part.row_count,
                         c.PARTITION_RECOMPUTED_KEY: key in recomputed,
+                        **once,
                     },
                 )
             )
@@ -193,6 +201,9 @@ class StrataIOManager(dg.ConfigurableIOManager):
         metadata = _frame_metadata(outcome, strata.branch)
         if request.reason:  # corrections concern SQL models; a frame records only why it was built
             metadata[c.REASON_KEY] = request.reason
+        schema = _published_schema(strata, name, None)
+        if schema is not None:
+            metadata[c.COLUMN_SCHEMA_KEY] = schema
         context.add_output_metadata(metadata)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -265,7 +276,9 @@ def _build_metadata(result: RunResult, outcome: ModelOutcome, build: StrataBuild
         c.PATH_KEY: outcome.path,
         c.DURATION_KEY: round(outcome.duration_ms, 1),
         c.FINGERPRINT_KEY: build.code_version,
-        c.SQL_KEY: dg.MetadataValue.md(f"```sql\n{outcome.sql}\n```"),
+        # The model's query over the live views and source tables, as the user reads it; the
+        # statement the engine ran (a delta, partitions) reads internal snapshot tables instead.
+        c.SQL_KEY: dg.MetadataValue.md(f"```sql\n{build.sql}\n```"),
     }
     detail = getattr(outcome, "detail", None)
     if detail:
@@ -273,6 +286,28 @@ def _build_metadata(result: RunResult, outcome: ModelOutcome, build: StrataBuild
             {key: value for key, value in detail.items() if key != "segment_sql"}
         )
     return metadata
+
+
+def _published_schema(
+    strata: StrataResource, model: str, declared_schema: dg.TableSchema | None
+) -> dg.TableSchema | None:
+    """The live view's columns and types as published, with the definition's constraints (`not
+    null`, `unique`): what Dagster's column schema change checks compare between materializations."""
+    live = live_columns(strata.warehouse_path, model, strata.branch)
+    if live is None:
+        return None
+    declared = {column.name: column for column in (declared_schema.columns if declared_schema else ())}
+    columns = [
+        dg.TableColumn(
+            name,
+            kind,
+            constraints=declared[name].constraints if name in declared else None,
+        )
+        for name, kind in live
+    ]
+    return dg.TableSchema(
+        columns=columns, constraints=declared_schema.constraints if declared_schema else None
+    )
 
 
 def _request_metadata(request: RunRequest) -> dict[str, Any]:
@@ -299,5 +334,5 @@ def _frame_metadata(outcome: FrameResult, branch: str) -> dict[str, Any]:
         c.ROWS_KEY: outcome.rows,
         "dagster/row_count": outcome.rows,
         c.DURATION_KEY: round(outcome.duration_ms, 1),
-        "dagster/table_name": f"{view.db}.{view.name}",
+        c.TABLE_NAME_KEY: f"{view.db}.{view.name}",
     }

@@ -41,7 +41,11 @@ def _common(props: StrataAssetProps, translator: StrataDagsterTranslator) -> dic
         "description": translator.get_description(props),
         "group_name": translator.get_group_name(props),
         "metadata": dict(translator.get_metadata(props)),
-        "tags": dict(translator.get_tags(props)),
+        # Observable source assets take no `kinds`: Dagster reads them from these tags.
+        "tags": {
+            **translator.get_tags(props),
+            **{f"{c.KIND_TAG_PREFIX}{kind}": "" for kind in translator.get_kinds(props)},
+        },
         "op_tags": POOL_TAGS,
         "required_resource_keys": {c.STRATA_RESOURCE_KEY},
     }

@@ -7,14 +7,18 @@ about every source and model of the project.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
 
-from strata_dagster.compile.relations import model_view
+from strata_dagster.compile.lineage import ColumnDeps
+from strata_dagster.compile.relations import file_format, model_view
 from strata_dagster.engine.catalog import PartitionBounds
+from strata_dagster.engine.columns import RelationColumns
+from strata_dagster.errors import Location
 from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.automation import observation_condition, stale_condition
@@ -41,6 +45,11 @@ class StrataAssetProps:
     tags: tuple[str, ...] = ()  # models: the `tags:` property
     refresh: Refresh | None = None  # models: rebuilt every run (`always`), hour or day whatever the inputs
     volatile_calls: tuple[str, ...] = ()  # models: the volatile functions it calls (now(), random(), ...)
+    owners: tuple[str, ...] = ()  # models: the `owners:` property
+    location: Location | None = None  # where the source or model is declared
+    columns: RelationColumns | None = None  # None: not known without building
+    lineage: tuple[tuple[str, ColumnDeps], ...] = ()  # models: output column -> what it derives from
+    path: str | None = None  # sources: the files DuckDB reads (`path:`), if not a table
 
 
 class StrataDagsterTranslator:
@@ -111,7 +120,7 @@ class StrataDagsterTranslator:
     def get_metadata(self, props: StrataAssetProps) -> Mapping[str, Any]:
         metadata: dict[str, Any] = {
             c.MODULE_KEY: props.module,
-            "dagster/table_name": props.relation,
+            c.TABLE_NAME_KEY: props.relation,
         }
         if props.kind == "source":
             metadata[c.SOURCE_KEY] = props.name
@@ -126,7 +135,68 @@ class StrataDagsterTranslator:
             metadata[c.REFRESH_KEY] = props.refresh
         if props.volatile_calls:
             metadata[c.VOLATILE_CALLS_KEY] = ", ".join(props.volatile_calls)
+        schema = self.get_column_schema(props)
+        if schema is not None:
+            metadata[c.COLUMN_SCHEMA_KEY] = schema
+        references = self.get_code_references(props)
+        if references is not None:
+            metadata[c.CODE_REFERENCES_KEY] = references
         return metadata
+
+    def get_column_schema(self, props: StrataAssetProps) -> dg.TableSchema | None:
+        """Column names and types (see strata_dagster.engine.columns for where types come from; a
+        column whose type is not known without building shows as `unknown`), `not null` from the
+        contract, `unique` from a one-column `unique:` pin (a longer key is a table constraint)."""
+        if props.columns is None:
+            return None
+        unique = props.columns.unique
+        columns = [
+            dg.TableColumn(
+                column.name,
+                column.type or "unknown",
+                constraints=dg.TableColumnConstraints(
+                    nullable=not column.is_not_null, unique=unique == (column.name,)
+                ),
+            )
+            for column in props.columns.columns
+        ]
+        constraints = (
+            dg.TableConstraints(other=[f"unique ({', '.join(unique)})"]) if len(unique) > 1 else None
+        )
+        return dg.TableSchema(columns=columns, constraints=constraints)
+
+    def get_column_lineage(
+        self, props: StrataAssetProps, upstream_keys: Mapping[str, dg.AssetKey]
+    ) -> dg.TableColumnLineage | None:
+        """For each output column of a model, the columns of the upstream assets it derives from
+        (`upstream_keys`: the asset key of each source and model the model reads)."""
+        if not props.lineage:
+            return None
+        return dg.TableColumnLineage(
+            deps_by_column={
+                column: [
+                    dg.TableColumnDep(asset_key=upstream_keys[relation], column_name=name)
+                    for relation, name in deps
+                    if relation in upstream_keys
+                ]
+                for column, deps in props.lineage
+            }
+        )
+
+    def get_code_references(self, props: StrataAssetProps) -> dg.CodeReferencesMetadataValue | None:
+        """The `.strata` file and line that declare the source or model."""
+        if props.location is None:
+            return None
+        reference = dg.LocalFileCodeReference(
+            file_path=str(Path(props.location.file).resolve()),
+            line_number=props.location.line,
+            label=f"{props.kind} {props.name}",
+        )
+        return dg.CodeReferencesMetadataValue(code_references=[reference])
+
+    def get_owners(self, props: StrataAssetProps) -> Sequence[str]:
+        """A model's `owners:` (emails or `team:name`) as the asset's owners."""
+        return props.owners
 
     def get_tags(self, props: StrataAssetProps) -> Mapping[str, str]:
         """A model's `tags: [...]` as tag keys with empty values (as dagster-dbt maps dbt tags), so
@@ -141,7 +211,11 @@ class StrataDagsterTranslator:
         return tags
 
     def get_kinds(self, props: StrataAssetProps) -> set[str]:
-        return {"duckdb", "sql"} if props.kind == "model" else {"duckdb"}
+        """Models: `duckdb` and `sql`. Sources: the format of their files (`parquet`, `csv`,
+        `json`), else `duckdb` for a table."""
+        if props.kind == "model":
+            return {"duckdb", "sql"}
+        return {file_format(props.path)} if props.path is not None else {"duckdb"}
 
 
 def model_relation(name: str, branch: str) -> str:
