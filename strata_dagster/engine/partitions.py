@@ -16,7 +16,14 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, IncrementalContext
+from strata_dagster.engine import joined_inputs
+from strata_dagster.engine.incremental import (
+    DeltaBuild,
+    DeltaBuilder,
+    Fallback,
+    IncrementalContext,
+    SchemaChanged,
+)
 from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import SnapshotRecord
@@ -104,6 +111,7 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
     }
     if locality_problem(ctx) is None:
         detail["partition_fingerprints"] = partition_fingerprints(ctx)
+        detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
     return detail
 
 
@@ -134,16 +142,34 @@ class PartitionBuilder(DeltaBuilder):
             for name, identity in other_inputs(self.ctx, self.identities).items()
             if previous.get("other_inputs", {}).get(name) != identity
         )
-        if changed_inputs:
-            return Fallback(f"`{changed_inputs[0]}` changed, and every partition reads it")
         if "partition_fingerprints" not in previous:
             return Fallback("the previous build recorded no partition fingerprints")
+        joined = joined_inputs.JoinedChange(set(), previous.get(joined_inputs.FIGURES, {}))
+        if changed_inputs:
+            reached = joined_inputs.partitions_reached(
+                self.ctx,
+                changed_inputs,
+                previous.get(joined_inputs.FIGURES, {}),
+                lambda qualifier: raw_partition(self.ctx, qualifier),
+            )
+            if isinstance(reached, Fallback):
+                return reached
+            joined = reached
         now = partition_fingerprints(self.ctx)
         before = previous["partition_fingerprints"]
-        affected = sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
-        facts = {"partition_fingerprints": now, "other_inputs": other_inputs(self.ctx, self.identities)}
+        changed = {key for key in set(now) | set(before) if now.get(key) != before.get(key)}
+        reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
+        affected = sorted(changed | reached_keys)
+        facts = {
+            "partition_fingerprints": now,
+            "other_inputs": other_inputs(self.ctx, self.identities),
+            joined_inputs.FIGURES: joined.figures,
+        }
         detail: dict[str, Any] = {"partitions": affected, "partitions_total": len(now)}
+        if changed_inputs:
+            detail["partitions_reached_by_joins"] = len(reached_keys)
         if not affected:
+            self._drop(joined.tables)
             return DeltaBuild(self.previous, True, detail)
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
@@ -170,7 +196,24 @@ class PartitionBuilder(DeltaBuilder):
                 is_null_free_filter=NULL_PARTITION not in affected,
             ),
         )
-        return self._finish(delta_query, removed, keys_table, detail, facts)
+        try:
+            build = self._finish(delta_query, removed, keys_table, detail, facts)
+        except SchemaChanged:
+            self._drop(joined.tables)
+            raise
+        if build.is_unchanged:
+            self._drop(joined.tables)
+            return build
+        if build.record.content_hash != self.previous.content_hash:
+            return build
+        # The recomputed partitions hold exactly their live rows: the live state stays.
+        self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
+        return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
+
+    def _drop(self, tables: list[str | None]) -> None:
+        for table in tables:
+            if table:
+                self.ctx.session.drop_snapshot(table)
 
     def _ranges(self, affected: list[str], alias: str) -> exp.Expression | None:
         """The affected day or month partitions as ranges of the raw column they are cut from, when

@@ -21,6 +21,7 @@ from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
     Segment,
@@ -193,6 +194,26 @@ class Session:
     def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
         with _as_warehouse_errors():
             return max_value(self.con, relation, column)
+
+    # -- joined inputs ----------------------------------------------------------------------------
+    def create_key_figures(self, name: str, relation: exp.Table | exp.Query, keys: Sequence[str]) -> None:
+        with _as_warehouse_errors():
+            create_key_figures(self.con, name, relation, keys)
+
+    def create_changed_keys(self, name: str, before: str, after: str, keys: Sequence[str]) -> int:
+        with _as_warehouse_errors():
+            return create_changed_keys(self.con, name, before, after, keys)
+
+    def partitions_meeting(
+        self,
+        relation: exp.Table | exp.Query,
+        partition: exp.Expression,
+        values: Sequence[exp.Expression],
+        keys_table: str,
+        keys: Sequence[str],
+    ) -> set[str | None]:
+        with _as_warehouse_errors():
+            return partitions_meeting(self.con, relation, partition, values, keys_table, keys)
 
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""
