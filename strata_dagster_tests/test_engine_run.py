@@ -177,17 +177,18 @@ def test_override_with_corrected_table_rebuilds_its_downstream(shop):
 def test_unique_pin_failure_publishes_nothing(shop):
     project, warehouse = shop
     run_project(project, warehouse)
+    count_tables = "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'strata_snapshots'"
+    # One snapshot per view, and daily_revenue's figures of its joined stg_customers per key.
+    tables = execute(warehouse, count_tables)[0][0]
     views, entries = view_tables(warehouse), history_count(warehouse)
+    assert tables == len(views) + 1
     execute(warehouse, "INSERT INTO raw.customers SELECT * FROM raw.customers WHERE customer_id = 3")
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse, only_stale=True)
     assert caught.value.code == "E030"
     assert "customer_id=3" in caught.value.message
     assert (view_tables(warehouse), history_count(warehouse)) == (views, entries)
-    leftovers = execute(
-        warehouse, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'strata_snapshots'"
-    )
-    assert leftovers[0][0] == len(views)
+    assert execute(warehouse, count_tables)[0][0] == tables
 
 
 def test_contract_failure_publishes_nothing(shop):

@@ -7,7 +7,9 @@ import datetime as dt
 import duckdb
 import pytest
 
+from strata_dagster.engine import operations
 from strata_dagster.engine.run import run_project
+from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import edit_module, sql, view_tables
 from strata_dagster_tests.partition_support import compare_joined, make_joined_project
 
@@ -151,3 +153,42 @@ def test_a_full_rebuild_with_the_live_rows_keeps_the_live_state(joined):
     assert outcome.path == "cutoff"
     assert outcome.snapshot_id == before.outcome("segment_orders").snapshot_id
     assert view_tables(warehouse) == views
+
+
+def test_gc_keeps_the_figures_a_compacted_state_carries(joined):
+    """Builds whose joined input did not change carry the figures table of an earlier build; gc
+    drops that build's snapshots after a compaction but keeps the figures the live state names."""
+    project, warehouse = joined
+    sql(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 4")
+    run_project(project, warehouse, only_stale=True)
+    # Fact-only changes of paid orders, until the segments are compacted.
+    compacted = False
+    for step, order in enumerate((1, 2, 4, 5, 7, 8, 10, 11, 13), start=1):
+        sql(
+            warehouse,
+            "UPDATE raw.orders SET amount = amount + 1, updated_at = ? WHERE order_id = ?",
+            [START + dt.timedelta(days=400, minutes=step), order],
+        )
+        result = run_project(project, warehouse, only_stale=True)
+        assert result.outcome("region_daily").path == "partitions"
+        compacted = compacted or bool(result.outcome("region_daily").detail.get("compacted"))
+    assert compacted
+    assert operations.gc(warehouse, keep=1).dropped
+    # The figures tables left are exactly those the remaining snapshots name: none leaks, none missing.
+    with open_session(warehouse) as session:
+        named = {
+            figures["table"]
+            for record in session.history.snapshots()
+            if not record.is_dropped
+            for figures in record.detail.get("join_figures", {}).values()
+        }
+    present = sql(
+        warehouse,
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'strata_snapshots' AND table_name LIKE '%\\_\\_by\\_%' ESCAPE '\\'",
+    )
+    assert {row[0] for row in present} == named
+    sql(warehouse, "UPDATE raw.customers SET region = 'back' WHERE customer_id = 4")
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("region_daily").path == "partitions", result.outcome("region_daily").detail
+    assert result.outcome("region_daily").detail["partitions"] == days_of(warehouse, 4)
+    assert equal_to_full(warehouse) == EQUAL

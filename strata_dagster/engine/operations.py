@@ -8,6 +8,7 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch
+from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.states import state_query
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
@@ -171,6 +172,10 @@ class GcResult:
     kept: int
 
 
+def _figures_tables(record: SnapshotRecord) -> list[str]:
+    return [figures["table"] for figures in (record.detail.get(FIGURES) or {}).values()]
+
+
 def gc(warehouse: Path, keep: int) -> GcResult:
     """Drop snapshot tables that no branch exposes and none of the last `keep` entries published."""
     with open_session(warehouse) as session:
@@ -196,11 +201,21 @@ def gc(warehouse: Path, keep: int) -> GcResult:
         if not doomed:
             return GcResult((), len(kept_entries))
         entry = reader.next_entry()
+        doomed_ids = {record.snapshot_id for record in doomed}
+        # A build whose joined input did not change carries the figures table of the build before.
+        figures_kept = {
+            table
+            for record in reader.snapshots()
+            if not record.is_dropped and record.snapshot_id not in doomed_ids
+            for table in _figures_tables(record)
+        }
         with session.transaction():
             for record in doomed:
                 session.drop_snapshot(record.table_name)
                 if record.detail.get("keys_table"):
                     session.drop_snapshot(record.detail["keys_table"])
+                for table in set(_figures_tables(record)) - figures_kept:
+                    session.drop_snapshot(table)
                 writer.add_dropped(record.snapshot_id, entry)
             writer.add_entry(
                 entry=entry,
