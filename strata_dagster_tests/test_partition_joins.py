@@ -192,3 +192,39 @@ def test_gc_keeps_the_figures_a_compacted_state_carries(joined):
     assert result.outcome("region_daily").path == "partitions", result.outcome("region_daily").detail
     assert result.outcome("region_daily").detail["partitions"] == days_of(warehouse, 4)
     assert equal_to_full(warehouse) == EQUAL
+
+
+def test_recomputed_days_whose_rows_did_not_change_keep_their_live_segment(joined):
+    project, warehouse = joined
+    # A day where customer 4's only order is cancelled: region_daily's rows there do not depend on 4.
+    quiet_day = next(
+        day
+        for day in (f"2026-01-{number:02d}" for number in range(2, 29))
+        if day not in days_of(warehouse, 4)
+    )
+    sql(
+        warehouse,
+        "INSERT INTO raw.orders VALUES (5000, 4, CAST(? AS TIMESTAMP) + INTERVAL 5 HOUR, ?, 'cancelled', 9.5)",
+        [quiet_day, START + dt.timedelta(days=400)],
+    )
+    run_project(project, warehouse, only_stale=True)
+    sql(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 4")
+    result = run_project(project, warehouse, only_stale=True)
+    daily = result.outcome("region_daily")
+    assert daily.path == "partitions"
+    assert quiet_day in daily.detail["partitions"]
+    assert daily.detail["partitions_unchanged"] == 1
+    # The new segment holds only the days that changed; the quiet day is read from its live segment.
+    in_segment = sql(
+        warehouse,
+        f"SELECT count(*) FILTER (order_day = CAST(? AS DATE)), count(DISTINCT order_day) "
+        f"FROM strata_snapshots.{daily.table_name}",
+        [quiet_day],
+    )[0]
+    assert in_segment == (0, len(daily.detail["partitions"]) - 1)
+    assert sql(
+        warehouse, "SELECT count(*) FROM main.v_region_daily WHERE order_day = CAST(? AS DATE)", [quiet_day]
+    )[0][0]
+    # segment_orders shows no region: every recomputed day equals its live rows.
+    assert result.outcome("segment_orders").path == "cutoff"
+    assert equal_to_full(warehouse) == EQUAL

@@ -11,6 +11,7 @@ partitions (window functions, set operations) or on another input that changed r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlglot import exp
@@ -36,6 +37,7 @@ from strata_dagster.warehouse.segments import (
     typed_literal,
 )
 from strata_dagster.warehouse.session import WarehouseError
+from strata_dagster.warehouse.sql import snapshot_table
 
 STRATEGY = "partitions"
 NULL_PARTITION = "\x00null"
@@ -205,10 +207,66 @@ class PartitionBuilder(DeltaBuilder):
             self._drop(joined.tables)
             return build
         if build.record.content_hash != self.previous.content_hash:
-            return build
+            return self._keep_equal_partitions(build, affected)
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
+
+    def _keep_equal_partitions(self, build: DeltaBuild, affected: list[str]) -> DeltaBuild:
+        """Recomputed partitions whose rows equal their live rows keep their live segment: the new
+        segment holds, and its keys table replaces, only the partitions whose rows changed."""
+        record = build.record
+        keys_table = record.detail.get("keys_table")
+        if keys_table is None or record.detail.get("compacted"):
+            return build
+        session = self.ctx.session
+        column, grain = partition_column(self.ctx), partition_grain(self.ctx)
+
+        def partition_of(qualifier: str) -> exp.Expression:
+            return partition_key(exp.column(column, table=qualifier), grain)
+
+        def in_keys(qualifier: str, keys: list[str]) -> exp.Expression:
+            is_null_free = NULL_PARTITION not in keys
+            return keyed_rows(
+                [column], [partition_of(qualifier)], keys_table=keys_table, is_null_free_filter=is_null_free
+            )
+
+        live = (
+            exp.select("*").from_(self.previous_query.subquery("__live")).where(in_keys("__live", affected))
+        )
+        new, old = (
+            {NULL_PARTITION if key is None else key: figures for key, figures in groups.items()}
+            for groups in (
+                session.content_by_group(snapshot_table(record.table_name), partition_of(ROW_ALIAS)),
+                session.content_by_group(live, partition_of(ROW_ALIAS)),
+            )
+        )
+        equal = [key for key in affected if key in new and new[key] == old.get(key)]
+        changed = [key for key in affected if key not in equal]
+        if not equal or not changed:
+            return build
+        session.create_values_table(keys_table, column, [self._literal(key) for key in changed])
+        narrowed = f"{record.table_name}__narrowed"
+        segment = snapshot_table(record.table_name).as_(ROW_ALIAS)
+        session.create_snapshot(narrowed, exp.select("*").from_(segment).where(in_keys(ROW_ALIAS, changed)))
+        session.drop_snapshot(record.table_name)
+        session.rename_snapshot(narrowed, record.table_name)
+        replaced = sum(old[key][0] for key in changed if key in old)
+        if replaced == 0:
+            session.drop_snapshot(keys_table)
+        rows = sum(new[key][0] for key in changed if key in new)
+        figures = {
+            "keys_table": keys_table if replaced else None,
+            "partitions_unchanged": len(equal),
+            "rows_merged": rows,
+            "rows_replaced": replaced,
+            "segment_rows": rows,
+            "segment_hash_sum": str(sum(int(new[key][1]) for key in changed if key in new)),
+        }
+        outcome = {key: value for key, value in figures.items() if key != "keys_table"}
+        return DeltaBuild(
+            replace(record, detail={**record.detail, **figures}), False, {**build.detail, **outcome}
+        )
 
     def _drop(self, tables: list[str | None]) -> None:
         for table in tables:

@@ -116,6 +116,10 @@ class Session:
     def drop_snapshot(self, name: str) -> None:
         tables.drop_table(self.con, name)
 
+    def rename_snapshot(self, name: str, new_name: str) -> None:
+        with _as_warehouse_errors():
+            tables.rename_snapshot(self.con, name, new_name)
+
     def snapshot_exists(self, name: str) -> bool:
         return tables.table_exists(self.con, name)
 
