@@ -146,17 +146,9 @@ class PartitionBuilder(DeltaBuilder):
         )
         if "partition_fingerprints" not in previous:
             return Fallback("the previous build recorded no partition fingerprints")
-        joined = joined_inputs.JoinedChange(set(), previous.get(joined_inputs.FIGURES, {}))
-        if changed_inputs:
-            reached = joined_inputs.partitions_reached(
-                self.ctx,
-                changed_inputs,
-                previous.get(joined_inputs.FIGURES, {}),
-                lambda qualifier: raw_partition(self.ctx, qualifier),
-            )
-            if isinstance(reached, Fallback):
-                return reached
-            joined = reached
+        joined = self._joined_change(changed_inputs)
+        if isinstance(joined, Fallback):
+            return joined
         now = partition_fingerprints(self.ctx)
         before = previous["partition_fingerprints"]
         changed = {key for key in set(now) | set(before) if now.get(key) != before.get(key)}
@@ -211,6 +203,15 @@ class PartitionBuilder(DeltaBuilder):
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
+
+    def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
+        """The partitions the changed joined inputs reach (none when none changed)."""
+        recorded = self.previous.detail.get(joined_inputs.FIGURES, {})
+        if not changed_inputs:
+            return joined_inputs.JoinedChange(set(), recorded)
+        return joined_inputs.partitions_reached(
+            self.ctx, changed_inputs, recorded, lambda qualifier: raw_partition(self.ctx, qualifier)
+        )
 
     def _keep_equal_partitions(self, build: DeltaBuild, affected: list[str]) -> DeltaBuild:
         """Recomputed partitions whose rows equal their live rows keep their live segment: the new
