@@ -11,6 +11,7 @@ from strata_dagster.engine import operations
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import edit_module, sql, view_tables
+from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare_joined, make_joined_project
 
 START = dt.datetime(2026, 1, 1)
@@ -228,3 +229,46 @@ def test_recomputed_days_whose_rows_did_not_change_keep_their_live_segment(joine
     # segment_orders shows no region: every recomputed day equals its live rows.
     assert result.outcome("segment_orders").path == "cutoff"
     assert equal_to_full(warehouse) == EQUAL
+
+
+@pytest.mark.parametrize(
+    ("join", "keys", "problem"),
+    [
+        ("join left customers using (customer_id)", (("customer_id", "customer_id"),), None),
+        (
+            "join customers on (orders.customer_id = customers.customer_id)",
+            (("customer_id", "customer_id"),),
+            None,
+        ),
+        (
+            "join customers on customers.customer_id = orders.customer_id",
+            (("customer_id", "customer_id"),),
+            None,
+        ),
+        ("join right customers using (customer_id)", (), "a right join keeps rows"),
+        ("join full customers using (customer_id)", (), "a full join keeps rows"),
+        (
+            "join customers on orders.customer_id = customers.customer_id and orders.amount > 3",
+            (),
+            "is not made only",
+        ),
+        ("join customers on orders.customer_id > customers.customer_id", (), "is not made only"),
+        ("join customers on orders.order_id = customers.customer_id + 1", (), "is not made only"),
+    ],
+)
+def test_which_joins_reach_partitions_by_key(join, keys, problem):
+    compiled = compile_text(f"model m {{\n  from orders\n  {join}\n  select orders.order_id\n}}").models["m"]
+    (found,) = compiled.joins
+    assert found.relation == "customers"
+    assert found.keys == keys
+    assert (found.problem is None) if problem is None else (problem in found.problem)
+
+
+def test_a_join_key_that_is_not_carried_from_the_from_relation_is_a_problem():
+    text = """model m {
+  from orders
+  derive customer_id = customer_id + 1
+  join customers using (customer_id)
+}"""
+    (found,) = compile_text(text).models["m"].joins
+    assert "not a column of `orders` carried unchanged" in found.problem
