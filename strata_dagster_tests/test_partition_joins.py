@@ -272,3 +272,26 @@ def test_a_join_key_that_is_not_carried_from_the_from_relation_is_a_problem():
 }"""
     (found,) = compile_text(text).models["m"].joins
     assert "not a column of `orders` carried unchanged" in found.problem
+
+
+def test_a_joined_input_whose_columns_changed_rebuilds_every_partition(joined):
+    project, warehouse = joined
+    sql(warehouse, "ALTER TABLE raw.customers ADD COLUMN tier INTEGER")
+    result = run_project(project, warehouse, only_stale=True)
+    for model in MODELS:
+        outcome = result.outcome(model)
+        assert (
+            outcome.detail["full_reason"] == "`customers` changed its columns, and every partition reads it"
+        )
+        assert outcome.path == "cutoff"  # a full build, whose rows equal the live ones
+    # The cutoff kept the live state and its figures of the old columns: the next change rebuilds
+    # fully again (more work, never less), and the state it publishes records the new columns.
+    sql(warehouse, "UPDATE raw.customers SET region = 'moved', segment = 'business' WHERE customer_id = 4")
+    result = run_project(project, warehouse, only_stale=True)
+    for model in MODELS:
+        assert result.outcome(model).path == "full", result.outcome(model).detail
+    sql(warehouse, "UPDATE raw.customers SET region = 'back', segment = 'consumer' WHERE customer_id = 4")
+    result = run_project(project, warehouse, only_stale=True)
+    for model in MODELS:
+        assert result.outcome(model).detail["partitions"] == days_of(warehouse, 4)
+    assert equal_to_full(warehouse) == EQUAL
