@@ -180,15 +180,21 @@ class PartitionBuilder(DeltaBuilder):
             predicate = exp.and_(pruning, predicate, copy=False)
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
         grain = partition_grain(self.ctx)
-        previous_keys = [partition_key(exp.column(column, table=ROW_ALIAS), grain)]
-        removed = self.ctx.session.content_where(
-            self.previous_query,
+        # The live rows the segment replaces, per partition: what equal partitions are found with.
+        live = exp.select("*").from_(self.previous_query.subquery("__live"))
+        live = live.where(
             keyed_rows(
                 [column],
-                previous_keys,
+                [partition_key(exp.column(column, table="__live"), grain)],
                 keys_table=keys_table,
                 is_null_free_filter=NULL_PARTITION not in affected,
             ),
+            copy=False,
+        )
+        replaced = self._by_partition(live)
+        removed = (
+            sum(count for count, _ in replaced.values()),
+            str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
         )
         try:
             build = self._finish(delta_query, removed, keys_table, detail, facts)
@@ -199,7 +205,7 @@ class PartitionBuilder(DeltaBuilder):
             self._drop(joined.tables)
             return build
         if build.record.content_hash != self.previous.content_hash:
-            return self._keep_equal_partitions(build, affected)
+            return self._keep_equal_partitions(build, affected, replaced)
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
@@ -213,35 +219,26 @@ class PartitionBuilder(DeltaBuilder):
             self.ctx, changed_inputs, recorded, lambda qualifier: raw_partition(self.ctx, qualifier)
         )
 
-    def _keep_equal_partitions(self, build: DeltaBuild, affected: list[str]) -> DeltaBuild:
-        """Recomputed partitions whose rows equal their live rows keep their live segment: the new
-        segment holds, and its keys table replaces, only the partitions whose rows changed."""
+    def _by_partition(self, relation: exp.Table | exp.Query) -> dict[str, tuple[int, str]]:
+        """Row count and row-hash sum of `relation`'s rows per partition of the model's column."""
+        key = partition_key(
+            exp.column(partition_column(self.ctx), table=ROW_ALIAS), partition_grain(self.ctx)
+        )
+        groups = self.ctx.session.content_by_group(relation, key)
+        return {NULL_PARTITION if name is None else name: figures for name, figures in groups.items()}
+
+    def _keep_equal_partitions(
+        self, build: DeltaBuild, affected: list[str], old: dict[str, tuple[int, str]]
+    ) -> DeltaBuild:
+        """Recomputed partitions whose rows equal their live rows (`old`) keep their live segment:
+        the new segment holds, and its keys table replaces, only the partitions whose rows changed."""
         record = build.record
         keys_table = record.detail.get("keys_table")
         if keys_table is None or record.detail.get("compacted"):
             return build
         session = self.ctx.session
         column, grain = partition_column(self.ctx), partition_grain(self.ctx)
-
-        def partition_of(qualifier: str) -> exp.Expression:
-            return partition_key(exp.column(column, table=qualifier), grain)
-
-        def in_keys(qualifier: str, keys: list[str]) -> exp.Expression:
-            is_null_free = NULL_PARTITION not in keys
-            return keyed_rows(
-                [column], [partition_of(qualifier)], keys_table=keys_table, is_null_free_filter=is_null_free
-            )
-
-        live = (
-            exp.select("*").from_(self.previous_query.subquery("__live")).where(in_keys("__live", affected))
-        )
-        new, old = (
-            {NULL_PARTITION if key is None else key: figures for key, figures in groups.items()}
-            for groups in (
-                session.content_by_group(snapshot_table(record.table_name), partition_of(ROW_ALIAS)),
-                session.content_by_group(live, partition_of(ROW_ALIAS)),
-            )
-        )
+        new = self._by_partition(snapshot_table(record.table_name))
         equal = [key for key in affected if key in new and new[key] == old.get(key)]
         changed = [key for key in affected if key not in equal]
         if not equal or not changed:
@@ -249,7 +246,13 @@ class PartitionBuilder(DeltaBuilder):
         session.create_values_table(keys_table, column, [self._literal(key) for key in changed])
         narrowed = f"{record.table_name}__narrowed"
         segment = snapshot_table(record.table_name).as_(ROW_ALIAS)
-        session.create_snapshot(narrowed, exp.select("*").from_(segment).where(in_keys(ROW_ALIAS, changed)))
+        in_changed = keyed_rows(
+            [column],
+            [partition_key(exp.column(column, table=ROW_ALIAS), grain)],
+            keys_table=keys_table,
+            is_null_free_filter=NULL_PARTITION not in changed,
+        )
+        session.create_snapshot(narrowed, exp.select("*").from_(segment).where(in_changed))
         session.drop_snapshot(record.table_name)
         session.rename_snapshot(narrowed, record.table_name)
         replaced = sum(old[key][0] for key in changed if key in old)
