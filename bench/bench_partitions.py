@@ -2,6 +2,11 @@
 after late updates to 30 old days, against the DuckDB floor of the same work and a full rebuild.
 
     /work/venv/bin/python bench/bench_partitions.py [--rows 10000000] [--repeat 5] [--profile]
+    /work/venv/bin/python bench/bench_partitions.py --scenario "dimension change" [--rows ...]
+
+The "dimension change" scenario renames the region of a few customers that a day model joins to its
+orders: strata must recompute exactly the days holding those customers' orders, against a floor
+of hand-written SQL that is told the customers, finds their days and recomputes them.
 
 The three sides run in this process, on the same data, interleaved (the side that goes first
 rotates), and each timing is the wall time around one call, connection open and close included.
@@ -703,6 +708,208 @@ def report_profile(breakdowns: list[Breakdown], tree: str, statements: int) -> N
         console.print(tree, highlight=False, markup=False, soft_wrap=True)
 
 
+# -- scenario "dimension change" -----------------------------------------------------------------
+DIMENSION = "dimension change"
+JOINED_PROJECT = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+
+source customers {
+  table: raw.customers
+}
+
+model region_daily {
+  from orders
+  let order_day = cast(order_ts as date)
+  join left customers using (customer_id)
+  filter status <> 'cancelled'
+  group order_day, coalesce(region, 'unknown') as region
+  aggregate revenue = sum(amount), n = count(*)
+  partitioned_by: day(order_day)
+  unique: [order_day, region]
+}
+"""
+REGION_DAILY = "region_daily"
+REGION_COLUMNS = ("order_day", "region", "revenue", "n")
+RECOMPUTE_REGION_DAILY = (
+    "SELECT CAST(o.order_ts AS DATE) AS order_day, coalesce(c.region, 'unknown') AS region, "
+    "sum(o.amount) AS revenue, count(*) AS n FROM {orders} AS o LEFT JOIN {customers} AS c USING (customer_id) "
+    "WHERE o.status <> 'cancelled' {where} GROUP BY ALL"
+)
+CHANGED_CUSTOMERS = (3, 4)  # about 50 orders each, on as many days
+DIMENSION_CHANGE = (
+    f"UPDATE raw.customers SET region = 'moved' WHERE list_contains({list(CHANGED_CUSTOMERS)}, customer_id)",
+)
+DIMENSION_FLOOR_IS = (
+    "one connection on a copy holding a plain table `region_daily` with the previous results, TOLD the changed "
+    "customer ids: SELECT DISTINCT the days of their orders, then in one transaction DELETE those days and INSERT "
+    "their recomputation (orders LEFT JOIN customers, the days as order_ts ranges DuckDB prunes row groups with); "
+    "close. No fingerprints, no per-key figures, no content hash, pins, history or immutable segment"
+)
+
+
+def dimension_floor(path: Path) -> None:
+    con = duckdb.connect(str(path))
+    try:
+        days = [
+            row[0]
+            for row in con.execute(
+                "SELECT DISTINCT CAST(order_ts AS DATE) FROM raw.orders WHERE list_contains(?, customer_id) ORDER BY 1",
+                [list(CHANGED_CUSTOMERS)],
+            ).fetchall()
+        ]
+        listed = ", ".join(f"DATE '{day}'" for day in days)
+        ranges = " OR ".join(
+            f"(o.order_ts >= TIMESTAMP '{day}' AND o.order_ts < TIMESTAMP '{day + dt.timedelta(days=1)}')"
+            for day in days
+        )
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"DELETE FROM region_daily WHERE order_day IN ({listed})")
+        con.execute(
+            "INSERT INTO region_daily BY NAME "
+            + RECOMPUTE_REGION_DAILY.format(
+                orders="raw.orders", customers="raw.customers", where=f"AND ({ranges})"
+            )
+        )
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def prepare_dimension(rows: int, work: Path, project: Path) -> tuple[Files, tuple[str, ...]]:
+    source, built, floor_built = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
+    console.print(f"writing {rows:,} orders over {DAYS} days (and their customers) into {source} ...")
+    write_sample_data(source, rows, days=DAYS, start=START)
+    execute(source, [statement for statement in NARROW if "customers" not in statement])
+    with open_session(source):
+        pass
+    copy(source, built)
+    console.print("first full build through strata ...")
+    first = run_project(project, built)
+    assert paths_of(first) == {REGION_DAILY: "full"}, f"first build took {paths_of(first)}"
+    copy(source, floor_built)
+    write_floor(floor_built, built, (REGION_DAILY,), "SELECT 1")
+    files = Files(work / "engine.tmpl.duckdb", work / "floor.tmpl.duckdb")
+    for template, start in ((files.engine, built), (files.floor, floor_built)):
+        copy(start, template)
+        execute(template, DIMENSION_CHANGE)
+    con = duckdb.connect(str(files.engine), read_only=True)
+    try:
+        days = con.execute(
+            "SELECT DISTINCT CAST(CAST(order_ts AS DATE) AS VARCHAR) FROM raw.orders "
+            "WHERE list_contains(?, customer_id) ORDER BY 1",
+            [list(CHANGED_CUSTOMERS)],
+        ).fetchall()
+    finally:
+        con.close()
+    return files, tuple(row[0] for row in days)
+
+
+def verify_dimension(engine: Path, full: Path, floor: Path) -> None:
+    con = duckdb.connect()
+    try:
+        for alias, path in (("inc", engine), ("fullw", full), ("floorw", floor)):
+            con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
+        con.execute(
+            "CREATE TEMP TABLE expected AS "
+            + RECOMPUTE_REGION_DAILY.format(orders="inc.raw.orders", customers="inc.raw.customers", where="")
+        )
+        for label, relation in (
+            ("incremental", view(REGION_DAILY, "inc")),
+            ("full rebuild", view(REGION_DAILY, "fullw")),
+            ("floor", f"floorw.main.{REGION_DAILY}"),
+        ):
+            left, right, mismatched = multiset_mismatch(con, REGION_COLUMNS, relation, "expected")
+            assert mismatched == 0 and left == right, (
+                f"{label}: {left} vs {right} rows, {mismatched} hash(es) differ"
+            )
+    finally:
+        con.close()
+
+
+def bench_dimension(rows: int, repeat: int, work: Path) -> tuple[Sides, tuple[str, ...]]:
+    project = work / "project"
+    project.mkdir()
+    (project / "bench.strata").write_text(JOINED_PROJECT)
+    load_project(project)
+    files, days = prepare_dimension(rows, work, project)
+    engine, full, floor = work / "engine.duckdb", work / "full.duckdb", work / "floor.duckdb"
+    sides = Sides()
+
+    def incremental() -> None:
+        result = run_project(project, engine, only_stale=True)
+        outcome = result.outcome(REGION_DAILY)
+        assert outcome.path == "partitions", f"incremental run took {outcome.path}: {outcome.detail}"
+        assert tuple(outcome.detail["partitions"]) == days, "strata recomputed other days than the customers'"
+        sides.details = {REGION_DAILY: outcome.detail}
+
+    def full_rebuild() -> None:
+        assert paths_of(run_project(project, full, full_refresh=True)) == {REGION_DAILY: "full"}
+
+    calls: list[tuple[Callable[[], object], Timings]] = [
+        (incremental, sides.incremental),
+        (full_rebuild, sides.full),
+        (lambda: dimension_floor(floor), sides.floor),
+    ]
+    console.print(
+        f"dimension change: customers {list(CHANGED_CUSTOMERS)} moved region; their orders are on {len(days)} "
+        f"of {DAYS} days; {repeat} interleaved repeats ..."
+    )
+    for i in range(repeat):
+        copy(files.engine, engine)
+        copy(files.engine, full)
+        copy(files.floor, floor)
+        shift = i % len(calls)
+        for call, into in calls[shift:] + calls[:shift]:
+            timed(call, into)
+        verify_dimension(engine, full, floor)
+    return sides, days
+
+
+def report_dimension(rows: int, repeat: int, sides: Sides, days: tuple[str, ...]) -> None:
+    floor = sides.floor
+    table = Table(
+        title=f"dimension change: partitions reached by changed join keys vs DuckDB floor and full rebuild, "
+        f"{rows:,} orders over {DAYS} days, {repeat} interleaved repeats"
+    )
+    table.add_column("side")
+    for column in ("wall s\nbest / median", "cpu s\nbest", "vs floor\nbest / median", "cpu vs floor\nbest"):
+        table.add_column(column, justify="right")
+    for label, timings in (
+        ("incremental (only_stale)", sides.incremental),
+        ("full rebuild (full_refresh)", sides.full),
+        ("floor (SQL, told the customers)", floor),
+    ):
+        table.add_row(
+            label,
+            format_best_median(timings.wall),
+            f"{min(timings.cpu):.3f}",
+            f"{min(timings.wall) / min(floor.wall):.2f} / "
+            f"{statistics.median(timings.wall) / statistics.median(floor.wall):.2f}",
+            f"{min(timings.cpu) / min(floor.cpu):.2f}",
+        )
+    console.print(table)
+    detail = sides.details[REGION_DAILY]
+    console.print(
+        f"  strata recomputed {len(detail['partitions'])} of {detail['partitions_total']} days "
+        f"({detail.get('partitions_reached_by_joins')} reached by changed customers; asserted equal to the days of "
+        f"their orders), segment {detail.get('segment_rows')} rows, "
+        f"{detail.get('partitions_unchanged', 0)} recomputed days unchanged"
+    )
+    console.print(
+        "  verified after every repeat (row-hash multisets): all three sides = a full recomputation"
+    )
+    console.print(f"  floor: {DIMENSION_FLOOR_IS}")
+    console.print(f"  machine: {machine()}")
+    console.print(
+        f"  load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        f"on {len(os.sched_getaffinity(0))} CPUs"
+    )
+    console.print(f"  engine: strata_dagster imported from {Path(strata_dagster.__file__).parent}")
+
+
 def main() -> None:
     parser = bench_arguments(__doc__, "interleaved repeats (default 5)")
     add_versioning_argument(parser)
@@ -716,7 +923,18 @@ def main() -> None:
     )
     parser.add_argument("--profile-html", type=Path, default=None, help="also write pyinstrument's HTML here")
     parser.add_argument("--statements", type=int, default=8, help="slowest statements listed (default 8)")
+    parser.add_argument(
+        "--scenario",
+        choices=("late updates", DIMENSION),
+        default="late updates",
+        help="late updates to 30 old days (default), or a few customers joined to the day model changing region",
+    )
     args = parser.parse_args()
+    if args.scenario == DIMENSION:
+        with tempfile.TemporaryDirectory(prefix="strata-bench-dim-", dir=args.dir) as work:
+            sides, days = bench_dimension(args.rows, args.repeat, Path(work))
+        report_dimension(args.rows, args.repeat, sides, days)
+        return
     with tempfile.TemporaryDirectory(prefix="strata-bench-part-", dir=args.dir) as work:
         sides, change, files, project = bench(args.rows, args.repeat, Path(work), args.versioning)
         profiled_runs: tuple[list[Breakdown], str] | None = None

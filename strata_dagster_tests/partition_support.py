@@ -81,3 +81,68 @@ def compare(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object]:
         if model != "by_ts"
         else True,
     }
+
+
+# Partitioned models over orders joined to a customer dimension (a source without change signal):
+# a left join `using` in an aggregate, and an inner join `on` keeping rows.
+JOINED_MODULE = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+
+source customers {
+  table: raw.customers
+}
+
+model region_daily {
+  from orders
+  let order_day = cast(order_ts as date)
+  join left customers using (customer_id)
+  filter status <> 'cancelled'
+  group order_day, coalesce(region, 'unknown') as region
+  aggregate revenue = sum(amount), n = count(*)
+  partitioned_by: day(order_day)
+}
+
+model segment_orders {
+  from orders
+  join customers on orders.customer_id = customers.customer_id
+  select orders.order_id, orders.order_ts, orders.amount, customers.segment
+  partitioned_by: day(order_ts)
+}
+"""
+
+JOINED_FULL = {
+    "region_daily": "SELECT CAST(o.order_ts AS DATE) AS order_day, coalesce(c.region, 'unknown') AS region, "
+    "sum(o.amount) AS revenue, count(*) AS n FROM raw.orders o LEFT JOIN raw.customers c USING (customer_id) "
+    "WHERE o.status <> 'cancelled' GROUP BY ALL",
+    "segment_orders": "SELECT o.order_id, o.order_ts, o.amount, c.segment FROM raw.orders o "
+    "JOIN raw.customers c ON o.customer_id = c.customer_id",
+}
+
+
+def make_joined_project(root: Path) -> tuple[Path, Path]:
+    return make_module_project(
+        root,
+        "orders.strata",
+        JOINED_MODULE,
+        "CREATE OR REPLACE TABLE raw.orders (order_id BIGINT, customer_id BIGINT, order_ts TIMESTAMP, "
+        "updated_at TIMESTAMP, status VARCHAR, amount DECIMAL(12, 2))",
+        "CREATE OR REPLACE TABLE raw.customers (customer_id BIGINT, name VARCHAR, region VARCHAR, segment VARCHAR)",
+    )
+
+
+def compare_joined(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object]:
+    """Live view vs full rebuild of a model of JOINED_MODULE: row counts and row-hash groups."""
+    live = f"SELECT * FROM main.v_{model}"
+    full = JOINED_FULL[model]
+    groups = con.execute(
+        f"SELECT count(*) FROM (SELECT hash(l) h, count(*) c FROM ({live}) l GROUP BY 1) a "
+        f"FULL JOIN (SELECT hash(f) h, count(*) c FROM ({full}) f GROUP BY 1) b USING (h) "
+        "WHERE a.c IS DISTINCT FROM b.c"
+    ).fetchone()[0]
+    rows = con.execute(
+        f"SELECT (SELECT count(*) FROM ({live})) - (SELECT count(*) FROM ({full}))"
+    ).fetchone()[0]
+    return {"rows": rows, "groups": groups}

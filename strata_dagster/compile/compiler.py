@@ -58,6 +58,17 @@ ColumnsResolver = Callable[[str], Columns]
 
 
 @dataclass(frozen=True)
+class JoinKeys:
+    """A join and the keys that decide which rows of the joined relation a row of `from` meets."""
+
+    relation: str
+    # (base-scope column of `from`, column of the joined relation) per equality the join is made of.
+    keys: tuple[tuple[str, str], ...] = ()
+    # Why a row of `from` may meet rows of the joined relation with other key values (None: it cannot).
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class CompiledModel:
     """A model as one SQL statement, with what later layers need to know about it."""
 
@@ -78,6 +89,7 @@ class CompiledModel:
     lets: tuple[tuple[str, exp.Expression], ...] = field(default=(), compare=False)
     has_window: bool = False
     has_set_operation: bool = False
+    joins: tuple[JoinKeys, ...] = ()
 
     def base_column(self, output: str) -> str | None:
         """The base-scope name an output column passes through unchanged, in a model that only
@@ -182,6 +194,7 @@ class _PipelineCompiler:
         self.lineage: dict[str, str] = {}
         self.has_window = False
         self.has_set_operation = False
+        self.joins: list[JoinKeys] = []
 
     # -- errors -------------------------------------------------------------------------------
     def error(self, code: str, message: str, location: Location, hint: str | None = None) -> StrataError:
@@ -387,6 +400,7 @@ class _PipelineCompiler:
         stage.scope.relations[step.relation] = right_columns
         stage.scope.columns = joined
         stage.output = joined
+        self.joins.append(self._join_keys(step))
         self._lineage_after_join(step, right_columns)
         if step.on is not None:
             check_expression(step.on, stage.scope, model=self.model.name)
@@ -558,6 +572,51 @@ class _PipelineCompiler:
         stage.derived.add(name)
         stage.is_expanded = True
 
+    def _join_keys(self, step: JoinStep) -> JoinKeys:
+        """The equalities of an inner or left join between columns of `from` carried unchanged (the
+        lineage before this join) and columns of the joined relation; anything else is a problem."""
+        if step.kind not in ("inner", "left"):
+            return JoinKeys(step.relation, problem=f"a {step.kind} join keeps rows no key of `from` matches")
+        if step.relation == self.base_alias:
+            return JoinKeys(step.relation, problem="the join reads the model's own `from`")
+        if step.using:
+            pairs = [(self.lineage.get(name), name) for name in step.using]
+        elif step.on is not None:
+            node = step.on.node.unnest()
+            conjuncts = list(node.flatten()) if isinstance(node, exp.And) else [node]
+            pairs = []
+            for conjunct in conjuncts:
+                pair = self._equality_keys(conjunct.unnest(), step.relation)
+                if pair is None:
+                    return JoinKeys(
+                        step.relation,
+                        problem=f"`{step.on.text}` is not made only of `{self.base_alias}.column = "
+                        f"{step.relation}.column` equalities",
+                    )
+                pairs.append(pair)
+        else:
+            return JoinKeys(step.relation, problem="a join without keys")
+        untraced = [right for base, right in pairs if base is None]
+        if untraced:
+            return JoinKeys(
+                step.relation,
+                problem=f"the key matched with `{step.relation}.{untraced[0]}` is not a column of "
+                f"`{self.base_alias}` carried unchanged",
+            )
+        return JoinKeys(step.relation, tuple((base, right) for base, right in pairs if base is not None))
+
+    def _equality_keys(self, node: exp.Expression, relation: str) -> tuple[str | None, str] | None:
+        if not isinstance(node, exp.EQ):
+            return None
+        sides = [side.unnest() for side in (node.this, node.expression)]
+        if not all(isinstance(side, exp.Column) for side in sides):
+            return None
+        left = [side for side in sides if side.table == self.base_alias]
+        right = [side for side in sides if side.table == relation]
+        if len(left) != 1 or len(right) != 1:
+            return None
+        return self.lineage.get(left[0].name), right[0].name
+
     def _lineage_after_join(self, step: JoinStep, right_columns: Columns) -> None:
         """Base columns keep their lineage unless the joined relation may supply a same-named one."""
         keeps_using = step.kind in ("inner", "left")
@@ -639,6 +698,7 @@ class _PipelineCompiler:
             lineage=tuple(sorted(self.lineage.items())),
             has_window=self.has_window,
             has_set_operation=self.has_set_operation,
+            joins=tuple(self.joins),
             lets=tuple((name, node.copy()) for name, node in self.lets.items()),
         )
 

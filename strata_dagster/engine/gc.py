@@ -15,6 +15,7 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.faults import checkpoint
+from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
@@ -120,17 +121,32 @@ def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
     return referenced
 
 
+def _figures_tables(record: SnapshotRecord) -> list[str]:
+    """The per-key figures tables of a partitioned build's joined inputs (engine.joined_inputs)."""
+    return [figures["table"] for figures in (record.detail.get(FIGURES) or {}).values()]
+
+
 def _drop(
     session: Session, doomed: list[SnapshotRecord], keep: int | None, older_than: dt.timedelta | None
 ) -> None:
     reader = session.history
     writer = session.writer
     entry = reader.next_entry()
+    doomed_ids = {record.snapshot_id for record in doomed}
+    # A build whose joined input did not change carries the figures table of the build before.
+    figures_kept = {
+        table
+        for record in reader.snapshots()
+        if not record.is_dropped and record.snapshot_id not in doomed_ids
+        for table in _figures_tables(record)
+    }
     with session.transaction():
         for record in doomed:
             session.drop_snapshot(record.table_name)
             if record.detail.get("keys_table"):
                 session.drop_snapshot(record.detail["keys_table"])
+            for table in set(_figures_tables(record)) - figures_kept:
+                session.drop_snapshot(table)
             writer.add_dropped(record.snapshot_id, entry)
         writer.add_entry(
             entry=entry,

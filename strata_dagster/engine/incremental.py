@@ -43,6 +43,7 @@ FACTS_CARRIED = (
     "row_basis",
     "partition_fingerprints",
     "other_inputs",
+    "join_figures",
 )
 FULL_SUFFIX = "__full"
 

@@ -11,12 +11,20 @@ partitions (window functions, set operations) or on another input that changed r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, IncrementalContext
+from strata_dagster.engine import joined_inputs
+from strata_dagster.engine.incremental import (
+    DeltaBuild,
+    DeltaBuilder,
+    Fallback,
+    IncrementalContext,
+    SchemaChanged,
+)
 from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import SnapshotRecord
@@ -29,6 +37,7 @@ from strata_dagster.warehouse.segments import (
     typed_literal,
 )
 from strata_dagster.warehouse.session import WarehouseError
+from strata_dagster.warehouse.sql import snapshot_table
 
 STRATEGY = "partitions"
 NULL_PARTITION = "\x00null"
@@ -104,6 +113,7 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
     }
     if locality_problem(ctx) is None:
         detail["partition_fingerprints"] = partition_fingerprints(ctx)
+        detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
     return detail
 
 
@@ -134,16 +144,26 @@ class PartitionBuilder(DeltaBuilder):
             for name, identity in other_inputs(self.ctx, self.identities).items()
             if previous.get("other_inputs", {}).get(name) != identity
         )
-        if changed_inputs:
-            return Fallback(f"`{changed_inputs[0]}` changed, and every partition reads it")
         if "partition_fingerprints" not in previous:
             return Fallback("the previous build recorded no partition fingerprints")
+        joined = self._joined_change(changed_inputs)
+        if isinstance(joined, Fallback):
+            return joined
         now = partition_fingerprints(self.ctx)
         before = previous["partition_fingerprints"]
-        affected = sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
-        facts = {"partition_fingerprints": now, "other_inputs": other_inputs(self.ctx, self.identities)}
+        changed = {key for key in set(now) | set(before) if now.get(key) != before.get(key)}
+        reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
+        affected = sorted(changed | reached_keys)
+        facts = {
+            "partition_fingerprints": now,
+            "other_inputs": other_inputs(self.ctx, self.identities),
+            joined_inputs.FIGURES: joined.figures,
+        }
         detail: dict[str, Any] = {"partitions": affected, "partitions_total": len(now)}
+        if changed_inputs:
+            detail["partitions_reached_by_joins"] = len(reached_keys)
         if not affected:
+            self._drop(joined.tables)
             return DeltaBuild(self.previous, True, detail)
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
@@ -160,17 +180,102 @@ class PartitionBuilder(DeltaBuilder):
             predicate = exp.and_(pruning, predicate, copy=False)
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
         grain = partition_grain(self.ctx)
-        previous_keys = [partition_key(exp.column(column, table=ROW_ALIAS), grain)]
-        removed = self.ctx.session.content_where(
-            self.previous_query,
+        # The live rows the segment replaces, per partition: what equal partitions are found with.
+        live = exp.select("*").from_(self.previous_query.subquery("__live"))
+        live = live.where(
             keyed_rows(
                 [column],
-                previous_keys,
+                [partition_key(exp.column(column, table="__live"), grain)],
                 keys_table=keys_table,
                 is_null_free_filter=NULL_PARTITION not in affected,
             ),
+            copy=False,
         )
-        return self._finish(delta_query, removed, keys_table, detail, facts)
+        replaced = self._by_partition(live)
+        removed = (
+            sum(count for count, _ in replaced.values()),
+            str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
+        )
+        try:
+            build = self._finish(delta_query, removed, keys_table, detail, facts)
+        except SchemaChanged:
+            self._drop(joined.tables)
+            raise
+        if build.is_unchanged:
+            self._drop(joined.tables)
+            return build
+        if build.record.content_hash != self.previous.content_hash:
+            return self._keep_equal_partitions(build, affected, replaced)
+        # The recomputed partitions hold exactly their live rows: the live state stays.
+        self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
+        return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
+
+    def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
+        """The partitions the changed joined inputs reach (none when none changed)."""
+        recorded = self.previous.detail.get(joined_inputs.FIGURES, {})
+        if not changed_inputs:
+            return joined_inputs.JoinedChange(set(), recorded)
+        return joined_inputs.partitions_reached(
+            self.ctx, changed_inputs, recorded, lambda qualifier: raw_partition(self.ctx, qualifier)
+        )
+
+    def _by_partition(self, relation: exp.Table | exp.Query) -> dict[str, tuple[int, str]]:
+        """Row count and row-hash sum of `relation`'s rows per partition of the model's column."""
+        key = partition_key(
+            exp.column(partition_column(self.ctx), table=ROW_ALIAS), partition_grain(self.ctx)
+        )
+        groups = self.ctx.session.content_by_group(relation, key)
+        return {NULL_PARTITION if name is None else name: figures for name, figures in groups.items()}
+
+    def _keep_equal_partitions(
+        self, build: DeltaBuild, affected: list[str], old: dict[str, tuple[int, str]]
+    ) -> DeltaBuild:
+        """Recomputed partitions whose rows equal their live rows (`old`) keep their live segment:
+        the new segment holds, and its keys table replaces, only the partitions whose rows changed."""
+        record = build.record
+        keys_table = record.detail.get("keys_table")
+        if keys_table is None or record.detail.get("compacted"):
+            return build
+        session = self.ctx.session
+        column, grain = partition_column(self.ctx), partition_grain(self.ctx)
+        new = self._by_partition(snapshot_table(record.table_name))
+        equal = [key for key in affected if key in new and new[key] == old.get(key)]
+        changed = [key for key in affected if key not in equal]
+        if not equal or not changed:
+            return build
+        session.create_values_table(keys_table, column, [self._literal(key) for key in changed])
+        narrowed = f"{record.table_name}__narrowed"
+        segment = snapshot_table(record.table_name).as_(ROW_ALIAS)
+        in_changed = keyed_rows(
+            [column],
+            [partition_key(exp.column(column, table=ROW_ALIAS), grain)],
+            keys_table=keys_table,
+            is_null_free_filter=NULL_PARTITION not in changed,
+        )
+        session.create_snapshot(narrowed, exp.select("*").from_(segment).where(in_changed))
+        session.drop_snapshot(record.table_name)
+        session.rename_snapshot(narrowed, record.table_name)
+        replaced = sum(old[key][0] for key in changed if key in old)
+        if replaced == 0:
+            session.drop_snapshot(keys_table)
+        rows = sum(new[key][0] for key in changed if key in new)
+        figures = {
+            "keys_table": keys_table if replaced else None,
+            "partitions_unchanged": len(equal),
+            "rows_merged": rows,
+            "rows_replaced": replaced,
+            "segment_rows": rows,
+            "segment_hash_sum": str(sum(int(new[key][1]) for key in changed if key in new)),
+        }
+        outcome = {key: value for key, value in figures.items() if key != "keys_table"}
+        return DeltaBuild(
+            replace(record, detail={**record.detail, **figures}), False, {**build.detail, **outcome}
+        )
+
+    def _drop(self, tables: list[str | None]) -> None:
+        for table in tables:
+            if table:
+                self.ctx.session.drop_snapshot(table)
 
     def _ranges(self, affected: list[str], alias: str) -> exp.Expression | None:
         """The affected day or month partitions as ranges of the raw column they are cut from, when

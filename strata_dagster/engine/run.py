@@ -473,8 +473,13 @@ class _Run:
         content = self.session.content(snapshot_table(table_name))
         # An incremental model's state carries its watermark and code: a full build always registers,
         # unless the model is volatile: then every build is full and no delta reads that state.
-        is_cutoff_possible = incremental is None or bool(volatile_calls(self.project.models[name]))
-        for same in (current, existing) if is_cutoff_possible else ():
+        # A partitioned state's figures describe inputs that give its rows: equal rows, same code,
+        # and it stays (its figures are older than the inputs, so later builds recompute more, never less).
+        if incremental is None or volatile_calls(self.project.models[name]):
+            kept: tuple[SnapshotRecord | None, ...] = (current, existing)
+        else:
+            kept = self._partition_cutoff(name, fingerprint, current)
+        for same in kept:
             if same is not None and same.content_hash == content.fingerprint and self._is_state_present(same):
                 self.session.drop_snapshot(table_name)
                 self.new_keys.append((key, same.snapshot_id))
@@ -511,6 +516,15 @@ class _Run:
         self.new_snapshots.append(record)
         self.new_keys.append((key, snapshot_id))
         return record, FULL
+
+    def _partition_cutoff(
+        self, name: str, fingerprint: ModelFingerprint, current: SnapshotRecord | None
+    ) -> tuple[SnapshotRecord, ...]:
+        """The live state a full build of a partitioned model may keep when its rows are equal."""
+        is_refresh = self.request.full_refresh and name in self.selected
+        if not self._is_partitioned(name) or is_refresh or current is None:
+            return ()
+        return (current,) if current.model_fingerprint == fingerprint.value else ()
 
     def _check_pins(self, name: str, table_name: str) -> None:
         props = self.project.models[name].properties

@@ -22,6 +22,7 @@ from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
 from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.segments import (
@@ -136,6 +137,10 @@ class Session:
     def drop_snapshot(self, name: str) -> None:
         tables.drop_table(self.con, name)
 
+    def rename_snapshot(self, name: str, new_name: str) -> None:
+        with _as_warehouse_errors():
+            tables.rename_snapshot(self.con, name, new_name)
+
     def snapshot_exists(self, name: str) -> bool:
         return tables.table_exists(self.con, name)
 
@@ -214,6 +219,26 @@ class Session:
     def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
         with _as_warehouse_errors():
             return max_value(self.con, relation, column)
+
+    # -- joined inputs ----------------------------------------------------------------------------
+    def create_key_figures(self, name: str, relation: exp.Table | exp.Query, keys: Sequence[str]) -> None:
+        with _as_warehouse_errors():
+            create_key_figures(self.con, name, relation, keys)
+
+    def create_changed_keys(self, name: str, before: str, after: str, keys: Sequence[str]) -> int:
+        with _as_warehouse_errors():
+            return create_changed_keys(self.con, name, before, after, keys)
+
+    def partitions_meeting(
+        self,
+        relation: exp.Table | exp.Query,
+        partition: exp.Expression,
+        values: Sequence[exp.Expression],
+        keys_table: str,
+        keys: Sequence[str],
+    ) -> set[str | None]:
+        with _as_warehouse_errors():
+            return partitions_meeting(self.con, relation, partition, values, keys_table, keys)
 
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""

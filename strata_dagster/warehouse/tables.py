@@ -26,6 +26,12 @@ def create_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query)
     run(con, statement, consume=True)
 
 
+def rename_snapshot(con: duckdb.DuckDBPyConnection, name: str, new_name: str) -> None:
+    """Give a snapshot table a build is still writing (never a published one) another name."""
+    rename = exp.AlterRename(this=exp.to_table(new_name))
+    run(con, exp.Alter(this=snapshot_table(name), kind="TABLE", actions=[rename]))
+
+
 def drop_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
     run(con, exp.Drop(tables=[snapshot_table(name)], kind="TABLE", exists=True))
 
