@@ -7,7 +7,7 @@ import datetime as dt
 import duckdb
 import pytest
 
-from strata_dagster.engine import operations
+from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import edit_module, sql, view_tables
@@ -174,7 +174,7 @@ def test_gc_keeps_the_figures_a_compacted_state_carries(joined):
         assert result.outcome("region_daily").path == "partitions"
         compacted = compacted or bool(result.outcome("region_daily").detail.get("compacted"))
     assert compacted
-    assert operations.gc(warehouse, keep=1).dropped
+    assert gc(warehouse, keep=1).dropped
     # The figures tables left are exactly those the remaining snapshots name: none leaks, none missing.
     with open_session(warehouse) as session:
         named = {
