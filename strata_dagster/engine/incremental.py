@@ -452,7 +452,9 @@ class DeltaBuilder:
         segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
         segment = session.content(snapshot_table(name))
-        if segment.row_count == 0 and removed[0] == 0:
+        # The delta gives back exactly the rows it replaces (e.g. a `lateness` re-read of unchanged
+        # rows): the state's rows are the same, so it stays (early cutoff).
+        if (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1])):
             session.drop_snapshot(name)
             if keys_table:
                 session.drop_snapshot(keys_table)

@@ -1,0 +1,78 @@
+"""`lateness` and late rows on real DuckDB files: a re-read that brings nothing new publishes
+nothing (early cutoff), and rows stamped below the re-read region force a full build, for every
+merge strategy."""
+
+import datetime as dt
+
+import duckdb
+import pytest
+
+from strata_dagster.engine.run import run_project
+from strata_dagster_tests.engine_support import sql, view_tables
+from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_project, multiset
+
+T0 = dt.datetime(2025, 1, 1)
+MODELS = ("up", "ap", "an")
+# Every merge strategy re-reads two hours before its watermark.
+LATE_MODULE = MODULE.replace("  cdc_column: ts\n", "  cdc_column: ts\n  lateness: '2 hours'\n")
+FULL_AP = "SELECT id, status, v, ts FROM raw.events"
+FULL_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0"
+
+
+@pytest.fixture
+def late_events(tmp_path):
+    project, warehouse = make_project(tmp_path, LATE_MODULE)
+    sql(
+        warehouse,
+        "INSERT INTO raw.events SELECT range, 'open', range % 7, ? + to_hours(range) FROM range(20)",
+        [T0],
+    )
+    return project, warehouse
+
+
+def live_state(warehouse, model):
+    """What a run may not change when nothing changed: the live snapshot, its content identity,
+    how many segments the view composes, and the view's definition."""
+    snapshot_id, content_hash, segments = sql(
+        warehouse,
+        "SELECT s.snapshot_id, s.content_hash, len(p.snapshot_ids) FROM strata.publications p "
+        "JOIN strata.snapshots s ON s.snapshot_id = p.snapshot_ids[-1] "
+        "WHERE p.model = ? ORDER BY p.entry DESC LIMIT 1",
+        [model],
+    )[0]
+    return snapshot_id, content_hash, segments, view_tables(warehouse)[f"v_{model}"]
+
+
+def equals_full(warehouse, model, full):
+    con = duckdb.connect(str(warehouse))
+    try:
+        return multiset(con, f"SELECT * FROM main.v_{model}") == multiset(con, full)
+    finally:
+        con.close()
+
+
+def test_rereading_an_unchanged_lateness_window_publishes_nothing(late_events):
+    """Plain runs (every model recomputed) over an unchanged source: the lateness window holds rows,
+    the delta equals what they replace, so no segment is written and no view is repointed."""
+    project, warehouse = late_events
+    run_project(project, warehouse)
+    before = {model: live_state(warehouse, model) for model in MODELS}
+    for _ in range(3):
+        result = run_project(project, warehouse)
+        assert {model: result.outcome(model).path for model in MODELS} == dict.fromkeys(MODELS, "cutoff")
+        assert not any(result.outcome(model).is_published for model in MODELS)
+        assert {model: live_state(warehouse, model) for model in MODELS} == before
+
+
+def test_a_real_change_after_cutoffs_still_builds_a_delta(late_events):
+    project, warehouse = late_events
+    run_project(project, warehouse)
+    run_project(project, warehouse)  # a cutoff
+    sql(warehouse, "UPDATE raw.events SET v = 6, ts = ? + INTERVAL 30 HOUR WHERE id = 19", [T0])
+    sql(warehouse, "INSERT INTO raw.events VALUES (100, 'open', 1, ? + INTERVAL 31 HOUR)", [T0])
+    result = run_project(project, warehouse)
+    assert {model: result.outcome(model).path for model in MODELS} == dict.fromkeys(MODELS, "delta")
+    assert equals_full(warehouse, "up", FULL_UP)
+    ids = [row[0] for row in sql(warehouse, "SELECT id FROM main.v_ap ORDER BY id, ts")]
+    assert ids == [*range(19), 19, 19, 100]  # append keeps both versions of row 19, each once
+    assert sql(warehouse, "SELECT count(*) FROM main.v_an WHERE id = 19") == [(1,)]
