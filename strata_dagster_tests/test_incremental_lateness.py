@@ -76,3 +76,42 @@ def test_a_real_change_after_cutoffs_still_builds_a_delta(late_events):
     ids = [row[0] for row in sql(warehouse, "SELECT id FROM main.v_ap ORDER BY id, ts")]
     assert ids == [*range(19), 19, 19, 100]  # append keeps both versions of row 19, each once
     assert sql(warehouse, "SELECT count(*) FROM main.v_an WHERE id = 19") == [(1,)]
+
+
+def recorded_reason(warehouse, model):
+    import json
+
+    detail = sql(
+        warehouse,
+        "SELECT detail FROM strata.entry_models WHERE model = ? ORDER BY entry DESC LIMIT 1",
+        [model],
+    )[0][0]
+    return json.loads(detail).get("full_reason")
+
+
+@pytest.mark.parametrize("versioning", ["cdc(ts)", "full"])
+@pytest.mark.parametrize("module", [MODULE, LATE_MODULE], ids=["no_lateness", "lateness"])
+def test_a_row_stamped_below_the_window_rebuilds_append_models_fully(tmp_path, module, versioning):
+    """A writer commits late, beyond `lateness`: the row is below every window this build reads.
+    Append and append_new rebuild fully, say why in the history, and equal a full rebuild."""
+    project, warehouse = make_project(tmp_path, module, versioning)
+    sql(warehouse, "INSERT INTO raw.events SELECT range, 'open', 1, ? + to_hours(range) FROM range(20)", [T0])
+    run_project(project, warehouse)
+    sql(warehouse, "INSERT INTO raw.events VALUES (777, 'open', 2, ? + INTERVAL 5 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    for model, full in (("ap", FULL_AP), ("an", FULL_AN), ("up", FULL_UP)):
+        assert result.outcome(model).path == "full", model
+        assert "appeared at or below the watermark" in recorded_reason(warehouse, model), model
+        assert equals_full(warehouse, model, full), model
+    assert run_project(project, warehouse, only_stale=True).is_noop
+
+
+def test_a_late_row_inside_lateness_is_a_delta_for_append_models(late_events):
+    """Within `lateness` the re-read picks the late row up: no full build is needed."""
+    project, warehouse = late_events
+    run_project(project, warehouse)
+    sql(warehouse, "INSERT INTO raw.events VALUES (777, 'open', 2, ? + INTERVAL 18 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    assert {model: result.outcome(model).path for model in MODELS} == dict.fromkeys(MODELS, "delta")
+    for model, full in (("ap", FULL_AP), ("an", FULL_AN), ("up", FULL_UP)):
+        assert equals_full(warehouse, model, full), model
