@@ -115,3 +115,46 @@ def test_a_late_row_inside_lateness_is_a_delta_for_append_models(late_events):
     assert {model: result.outcome(model).path for model in MODELS} == dict.fromkeys(MODELS, "delta")
     for model, full in (("ap", FULL_AP), ("an", FULL_AN), ("up", FULL_UP)):
         assert equals_full(warehouse, model, full), model
+
+
+JOINED = """
+source kinds { table: raw.kinds }
+model joined_ap {
+  from events
+  join left kinds using (status)
+  incremental
+  merge_strategy: append
+  cdc_column: ts
+  lateness: '2 hours'
+}
+model joined_an {
+  from events
+  join kinds using (status)
+  incremental
+  merge_strategy: append_new
+  merge_keys: [id]
+  cdc_column: ts
+}
+"""
+FULL_JOINED_AP = "SELECT * FROM raw.events LEFT JOIN raw.kinds USING (status)"
+FULL_JOINED_AN = "SELECT * FROM raw.events JOIN raw.kinds USING (status)"
+
+
+def test_a_late_row_below_the_window_of_a_recomputed_model_rebuilds_it(tmp_path):
+    """A join hides the cdc column's source (the model is computed in full, then windowed): the
+    gate counts the model's own rows at or below the watermark instead."""
+    project, warehouse = make_project(tmp_path, MODULE + JOINED)
+    sql(warehouse, "CREATE TABLE raw.kinds AS SELECT 'open' AS status, 'o' AS kind")
+    sql(warehouse, "INSERT INTO raw.events SELECT range, 'open', 1, ? + to_hours(range) FROM range(20)", [T0])
+    run_project(project, warehouse)
+    sql(warehouse, "INSERT INTO raw.events VALUES (50, 'open', 1, ? + INTERVAL 30 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    assert {result.outcome(model).path for model in ("joined_ap", "joined_an")} == {"delta"}
+    sql(warehouse, "INSERT INTO raw.events VALUES (777, 'open', 2, ? + INTERVAL 5 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    for model, full in (("joined_ap", FULL_JOINED_AP), ("joined_an", FULL_JOINED_AN)):
+        assert result.outcome(model).path == "full", model
+        assert "appeared at or below the watermark" in recorded_reason(warehouse, model), model
+        assert equals_full(warehouse, model, full), model
+    result = run_project(project, warehouse)  # nothing changed: the lateness re-read is a cutoff
+    assert {result.outcome(model).path for model in ("joined_ap", "joined_an")} == {"cutoff"}

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import Model
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
@@ -34,6 +34,9 @@ from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
 DELTA = "delta"
 MAX_SEGMENTS = 8  # more segments than this: the build writes one compacted base instead
 COMPACTED_SUFFIX = "__base"
+# A model computed in full before its window (its cdc column cannot be traced to the source): how
+# many of its rows lie at or below the next build's low, for that build to see rows appear there.
+OUTPUT_NEXT_COUNT = "output_next_count"
 # What a new state records for the next build to check the input against.
 FACTS_CARRIED = (
     "source_relation",
@@ -43,6 +46,7 @@ FACTS_CARRIED = (
     "row_basis",
     "partition_fingerprints",
     "other_inputs",
+    OUTPUT_NEXT_COUNT,
 )
 FULL_SUFFIX = "__full"
 
@@ -149,6 +153,24 @@ def output_watermark(ctx: IncrementalContext, query: exp.Table | exp.Query) -> t
     return ctx.session.max_value(query, ctx.model.properties.cdc_column or "")
 
 
+def next_low(high: exp.Expression, lateness: exp.Expression | None) -> exp.Expression:
+    """The next build's low if this build's watermark is `high`."""
+    return exp.Sub(this=high.copy(), expression=lateness.copy()) if lateness is not None else high.copy()
+
+
+def full_output_facts(
+    ctx: IncrementalContext, relation: exp.Table | exp.Query, high_text: str | None, cdc_type: str
+) -> dict[str, Any]:
+    """What a full build of an append or append_new model computed in full records for its next
+    delta's window gate (nothing when its rows have no cdc value)."""
+    if ctx.model.properties.merge_strategy not in ("append", "append_new") or high_text is None:
+        return {}
+    threshold = next_low(typed_literal(high_text, cdc_type), lateness_interval(ctx.model))
+    cdc = exp.column(ctx.model.properties.cdc_column or "")
+    (count,) = ctx.session.counts_at_or_below(relation, cdc, [threshold])
+    return {OUTPUT_NEXT_COUNT: count}
+
+
 KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
 
 
@@ -172,6 +194,21 @@ def full_key_sum(
         return {}
     count, hash_sum = ctx.session.key_sum(snapshot_table(table_name), key_columns)
     return {KEY_SUM: [count, hash_sum]}
+
+
+def rows_appeared_below(count: int, expected_count: int | None) -> Fallback | None:
+    """Seed 001's window gate, for every merge strategy: the region at or below `low` was consumed
+    by earlier builds (the previous build counted `expected_count` rows there), so a row that
+    appeared there (a writer committing later than `lateness`, a reload) is in no window; only a
+    full build is sure to see it. No recorded count: nothing proves the region unchanged."""
+    if expected_count is None:
+        return Fallback("the previous build recorded no count of the rows at or below its watermark")
+    if count <= expected_count:
+        return None
+    return Fallback(
+        f"{count - expected_count} row(s) appeared at or below the watermark "
+        "(written late beyond `lateness`, or the source was reloaded)"
+    )
 
 
 class DeltaBuilder:
@@ -244,7 +281,7 @@ class DeltaBuilder:
         facts = source_facts(self.ctx, lateness, low)
         if facts["high"] is None:
             return Fallback("the source has no cdc value")
-        late = self._rows_appeared_below(facts)
+        late = rows_appeared_below(facts["old_count"], self.previous.detail.get("next_count"))
         if late is not None:
             return late
         expected_count = self.previous.detail["next_count"]
@@ -300,18 +337,6 @@ class DeltaBuilder:
         )
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
-
-    def _rows_appeared_below(self, facts: dict[str, Any]) -> Fallback | None:
-        """Seed 001's window gate, for every merge strategy: the region at or below `low` was
-        consumed by earlier builds, so a row that appeared there (a writer committing later than
-        `lateness`, a reload) is in no window; only a full build is sure to see it."""
-        expected_count = self.previous.detail.get("next_count")
-        if expected_count is not None and facts["old_count"] <= expected_count:
-            return None
-        return Fallback(
-            f"{facts['old_count'] - (expected_count or 0)} row(s) appeared at or below the watermark "
-            "(written late beyond `lateness`, or the source was reloaded)"
-        )
 
     def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
         """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
@@ -394,7 +419,7 @@ class DeltaBuilder:
             facts = source_facts(self.ctx, lateness, low)
             if facts["high"] is None:
                 return Fallback("the source has no cdc value")
-            late = self._rows_appeared_below(facts)
+            late = rows_appeared_below(facts["old_count"], self.previous.detail.get("next_count"))
             if late is not None:
                 return late
             high = typed_literal(facts["high"], facts["cdc_type"])
@@ -406,11 +431,24 @@ class DeltaBuilder:
         else:
             # Recompute, then keep the window: correct for any pipeline, slower.
             full = compiled.statement.copy()
-            high_text, cdc_type = output_watermark(self.ctx, self.ctx.compiled.bound(self.ctx.relation))
+            output = self.ctx.compiled.bound(self.ctx.relation)
+            high_text, cdc_type = output_watermark(self.ctx, output)
             if high_text is None:
                 return Fallback("the model has no cdc value")
-            facts = {"source_relation": render(relation), "high": high_text, "cdc_type": cdc_type}
             high = typed_literal(high_text, cdc_type)
+            # The gate on the model's own rows: the source rows behind them are not traceable.
+            old_count, next_count = self.ctx.session.counts_at_or_below(
+                output, exp.column(self.props.cdc_column or ""), [low, next_low(high, lateness)]
+            )
+            late = rows_appeared_below(old_count, self.previous.detail.get(OUTPUT_NEXT_COUNT))
+            if late is not None:
+                return late
+            facts = {
+                "source_relation": render(relation),
+                "high": high_text,
+                "cdc_type": cdc_type,
+                OUTPUT_NEXT_COUNT: next_count,
+            }
             predicate = window_predicate(
                 exp.column(self.props.cdc_column or "", table=FULL_SUFFIX), low, high
             )
@@ -465,9 +503,13 @@ class DeltaBuilder:
         segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
         segment = session.content(snapshot_table(name))
-        # The delta gives back exactly the rows it replaces (e.g. a `lateness` re-read of unchanged
-        # rows): the state's rows are the same, so it stays (early cutoff).
-        if (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1])):
+        # A merge delta that gives back exactly the rows it replaces (e.g. a `lateness` re-read of
+        # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
+        # Partition builds keep their own rule (engine.partitions).
+        is_same_rows = (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1]))
+        if (segment.row_count == 0 and removed[0] == 0) or (
+            is_same_rows and self.props.merge_strategy in INCREMENTAL_STRATEGIES
+        ):
             session.drop_snapshot(name)
             if keys_table:
                 session.drop_snapshot(keys_table)
