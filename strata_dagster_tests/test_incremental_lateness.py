@@ -3,20 +3,25 @@ nothing (early cutoff), and rows stamped below the re-read region force a full b
 merge strategy."""
 
 import datetime as dt
+import json
 
 import duckdb
 import pytest
 
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import sql, view_tables
-from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_project, multiset
+from strata_dagster_tests.incremental_support import (
+    FULL_AN,
+    FULL_AP,
+    FULL_UP,
+    LATE_MODULE,
+    MODULE,
+    make_project,
+    multiset,
+)
 
 T0 = dt.datetime(2025, 1, 1)
 MODELS = ("up", "ap", "an")
-# Every merge strategy re-reads two hours before its watermark.
-LATE_MODULE = MODULE.replace("  cdc_column: ts\n", "  cdc_column: ts\n  lateness: '2 hours'\n")
-FULL_AP = "SELECT id, status, v, ts FROM raw.events"
-FULL_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0"
 
 
 @pytest.fixture
@@ -79,8 +84,6 @@ def test_a_real_change_after_cutoffs_still_builds_a_delta(late_events):
 
 
 def recorded_reason(warehouse, model):
-    import json
-
     detail = sql(
         warehouse,
         "SELECT detail FROM strata.entry_models WHERE model = ? ORDER BY entry DESC LIMIT 1",
@@ -158,3 +161,28 @@ def test_a_late_row_below_the_window_of_a_recomputed_model_rebuilds_it(tmp_path)
         assert equals_full(warehouse, model, full), model
     result = run_project(project, warehouse)  # nothing changed: the lateness re-read is a cutoff
     assert {result.outcome(model).path for model in ("joined_ap", "joined_an")} == {"cutoff"}
+
+
+@pytest.mark.parametrize("versioning", ["cdc(ts)", "full"])
+def test_rows_that_left_below_the_watermark_do_not_hide_a_later_late_row(tmp_path, versioning):
+    """Deleting consumed rows changes no model row (append keeps its history; the upsert held no
+    `void` row), but the count the state carries no longer describes the source: the build records
+    a new state with the new count, so a late row in the next run is still seen."""
+    project, warehouse = make_project(tmp_path, MODULE, versioning)
+    sql(
+        warehouse,
+        "INSERT INTO raw.events SELECT range, CASE WHEN range < 5 THEN 'void' ELSE 'open' END, 1, "
+        "? + to_hours(range) FROM range(20)",
+        [T0],
+    )
+    run_project(project, warehouse)
+    sql(warehouse, "DELETE FROM raw.events WHERE id < 5")
+    result = run_project(project, warehouse, only_stale=True)
+    assert {model: result.outcome(model).path for model in MODELS} == dict.fromkeys(MODELS, "delta")
+    assert result.outcome("ap").rows == 20 and result.outcome("an").rows == 20  # history kept
+    sql(warehouse, "INSERT INTO raw.events VALUES (777, 'open', 2, ? + INTERVAL 2 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    for model, full in (("ap", FULL_AP), ("an", FULL_AN), ("up", FULL_UP)):
+        assert result.outcome(model).path == "full", model
+        assert "appeared at or below the watermark" in recorded_reason(warehouse, model), model
+        assert equals_full(warehouse, model, full), model

@@ -196,21 +196,6 @@ def full_key_sum(
     return {KEY_SUM: [count, hash_sum]}
 
 
-def rows_appeared_below(count: int, expected_count: int | None) -> Fallback | None:
-    """Seed 001's window gate, for every merge strategy: the region at or below `low` was consumed
-    by earlier builds (the previous build counted `expected_count` rows there), so a row that
-    appeared there (a writer committing later than `lateness`, a reload) is in no window; only a
-    full build is sure to see it. No recorded count: nothing proves the region unchanged."""
-    if expected_count is None:
-        return Fallback("the previous build recorded no count of the rows at or below its watermark")
-    if count <= expected_count:
-        return None
-    return Fallback(
-        f"{count - expected_count} row(s) appeared at or below the watermark "
-        "(written late beyond `lateness`, or the source was reloaded)"
-    )
-
-
 class DeltaBuilder:
     def __init__(self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]) -> None:
         self.ctx = ctx
@@ -222,11 +207,30 @@ class DeltaBuilder:
         self.key_columns = (
             key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
         )
+        # Rows left the region at or below `low` since the previous state counted it: that count
+        # no longer describes the source, so this build records a new state even if no row changes.
+        self.has_rows_left_below = False
         self.previous_query = composite_query(
             segments,
             self.previous.detail.get("merge_keys") or (),
             self.previous.detail.get("partition_grain"),
         )
+
+    def _gate(self, count: int, expected_count: int | None) -> Fallback | None:
+        """Seed 001's window gate, for every merge strategy: the region at or below `low` was
+        consumed by earlier builds (the previous build counted `expected_count` rows there), so a
+        row that appeared there (a writer committing later than `lateness`, a reload) is in no
+        window; only a full build is sure to see it. No recorded count: nothing proves the region
+        unchanged."""
+        if expected_count is None:
+            return Fallback("the previous build recorded no count of the rows at or below its watermark")
+        if count > expected_count:
+            return Fallback(
+                f"{count - expected_count} row(s) appeared at or below the watermark "
+                "(written late beyond `lateness`, or the source was reloaded)"
+            )
+        self.has_rows_left_below = count < expected_count
+        return None
 
     def build(self) -> DeltaBuild | Fallback:
         previous = self.previous
@@ -281,19 +285,11 @@ class DeltaBuilder:
         facts = source_facts(self.ctx, lateness, low)
         if facts["high"] is None:
             return Fallback("the source has no cdc value")
-        late = rows_appeared_below(facts["old_count"], self.previous.detail.get("next_count"))
+        late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
         if late is not None:
             return late
-        expected_count = self.previous.detail["next_count"]
-        expected_hash = self.previous.detail.get("next_hash_sum")
-        notes: list[str] = []
-        rows_left = facts["old_count"] < expected_count
-        hashes = (facts["old_hash_sum"], expected_hash)
-        if not rows_left and None not in hashes and hashes[0] != hashes[1]:
-            notes.append(
-                "rows at or below the watermark changed without advancing cdc_column; by the cdc contract they "
-                "are not applied (run `strata verify` or a full build to pick them up)"
-            )
+        rows_left = self.has_rows_left_below
+        notes = self._edits_below(facts)
         high = typed_literal(facts["high"], facts["cdc_type"])
         keys = [(key, compiled.base_expression(base or key)) for key, base in key_sources]
         window = window_predicate(raw_cdc, low, high)
@@ -329,7 +325,7 @@ class DeltaBuilder:
             deleted_keys_checked=is_anti_joined,
             notes=notes,
         )
-        if changed_keys == 0:
+        if changed_keys == 0 and not rows_left:
             session.drop_snapshot(keys_table)
             return DeltaBuild(self.previous, True, detail)
         delta_query = compiled.with_base_predicate(
@@ -337,6 +333,17 @@ class DeltaBuilder:
         )
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
+
+    def _edits_below(self, facts: dict[str, Any]) -> list[str]:
+        """A note when the rows at or below `low` are as many as before but hash differently (a
+        source versioned by whole rows): edited in place, which the cdc contract excludes."""
+        hashes = (facts.get("old_hash_sum"), self.previous.detail.get("next_hash_sum"))
+        if self.has_rows_left_below or None in hashes or hashes[0] == hashes[1]:
+            return []
+        return [
+            "rows at or below the watermark changed without advancing cdc_column; by the cdc contract they "
+            "are not applied (run `strata verify` or a full build to pick them up)"
+        ]
 
     def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
         """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
@@ -419,7 +426,7 @@ class DeltaBuilder:
             facts = source_facts(self.ctx, lateness, low)
             if facts["high"] is None:
                 return Fallback("the source has no cdc value")
-            late = rows_appeared_below(facts["old_count"], self.previous.detail.get("next_count"))
+            late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
             if late is not None:
                 return late
             high = typed_literal(facts["high"], facts["cdc_type"])
@@ -440,7 +447,7 @@ class DeltaBuilder:
             old_count, next_count = self.ctx.session.counts_at_or_below(
                 output, exp.column(self.props.cdc_column or ""), [low, next_low(high, lateness)]
             )
-            late = rows_appeared_below(old_count, self.previous.detail.get(OUTPUT_NEXT_COUNT))
+            late = self._gate(old_count, self.previous.detail.get(OUTPUT_NEXT_COUNT))
             if late is not None:
                 return late
             facts = {
@@ -454,7 +461,7 @@ class DeltaBuilder:
             )
             delta_query = exp.select("*").from_(full.subquery(FULL_SUFFIX)).where(predicate)
         detail = self._window_detail(facts)
-        detail.update(pushdown=is_pushdown)
+        detail.update(pushdown=is_pushdown, notes=self._edits_below(facts))
         if self.props.merge_strategy == "append_new":
             delta_keys = [exp.column(key, table="__delta") for key in self.merge_keys]
             new_only = exp.not_(keyed_rows(self.merge_keys, delta_keys, source=self.previous_query))
@@ -507,9 +514,10 @@ class DeltaBuilder:
         # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
         # Partition builds keep their own rule (engine.partitions).
         is_same_rows = (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1]))
-        if (segment.row_count == 0 and removed[0] == 0) or (
+        is_cutoff = (segment.row_count == 0 and removed[0] == 0) or (
             is_same_rows and self.props.merge_strategy in INCREMENTAL_STRATEGIES
-        ):
+        )
+        if is_cutoff and not self.has_rows_left_below:
             session.drop_snapshot(name)
             if keys_table:
                 session.drop_snapshot(keys_table)
