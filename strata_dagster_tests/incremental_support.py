@@ -44,8 +44,18 @@ model an {
 
 # The same models, rebuilt fully by plain SQL: what an incremental build must equal (upsert).
 FULL_UP = "SELECT *, CAST(ts AS DATE) AS day FROM raw.events WHERE status <> 'void'"
+FULL_AP = "SELECT id, status, v, ts FROM raw.events"
+FULL_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0"
 WINDOW_AP = "SELECT id, status, v, ts FROM raw.events WHERE ts > ? AND ts <= ?"
 WINDOW_AN = "SELECT id, v, ts FROM raw.events WHERE v >= 0 AND ts > ? AND ts <= ?"
+
+
+def with_lateness(module: str, lateness: str) -> str:
+    """The models of `module`, each re-reading `lateness` before its watermark."""
+    return module.replace("  cdc_column: ts\n", f"  cdc_column: ts\n  lateness: '{lateness}'\n")
+
+
+LATE_MODULE = with_lateness(MODULE, "2 hours")
 
 
 def make_project(root: Path, module: str = MODULE, versioning: str = "cdc(ts)") -> tuple[Path, Path]:

@@ -205,14 +205,19 @@ def test_updates_prove_no_deletes_without_the_anti_join(events):
 
 
 def test_a_deleted_row_the_model_filtered_out_changes_nothing(events):
+    """No model row changes, so the content (the data version) stays; the state is new all the same,
+    carrying the smaller count below the watermark that the next build's gate compares against
+    (test_incremental_lateness)."""
     project, warehouse = events
     sql(warehouse, "UPDATE raw.events SET status = 'void' WHERE id = 11")
-    run_project(project, warehouse)
+    before = run_project(project, warehouse).outcome("up").snapshot_id
     sql(warehouse, "DELETE FROM raw.events WHERE id = 11")
     result = run_project(project, warehouse, only_stale=True)
     outcome = result.outcome("up")
-    assert outcome.path == "cutoff"
+    assert outcome.path == "delta" and outcome.detail["rows_merged"] == 0
     assert outcome.detail["kept_rows_checked"] is True and outcome.detail["deleted_keys_checked"] is False
+    content = "SELECT content_hash FROM strata.snapshots WHERE snapshot_id = ?"
+    assert sql(warehouse, content, [outcome.snapshot_id]) == sql(warehouse, content, [before])
     assert up_equals_full(warehouse)
 
 
@@ -351,7 +356,9 @@ def test_rows_below_the_watermark_force_a_full_build(events):
     assert result.outcome("up").path == "full"
     assert "appeared at or below the watermark" in result.outcome("up").detail["full_reason"]
     assert up_equals_full(warehouse)
-    assert result.outcome("ap").path == "cutoff"  # outside append's window, by its definition
+    # Append reads no window below its watermark either: it cannot append the row by a delta.
+    assert result.outcome("ap").path == "full"
+    assert "appeared at or below the watermark" in result.outcome("ap").detail["full_reason"]
 
 
 def test_a_reloaded_source_with_fewer_rows_is_applied(events):

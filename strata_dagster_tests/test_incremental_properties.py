@@ -1,6 +1,7 @@
 """Property: random histories of source changes; after every run the upsert equals a full rebuild,
-and append / append_new equal their definitions (previous plus the window's rows / new keys),
-compared as row-hash multisets."""
+and append / append_new equal their definitions (previous plus the window's rows / new keys), or,
+after a fallback (rows written late below the window), a full rebuild; compared as row-hash
+multisets."""
 
 import datetime as dt
 
@@ -9,7 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
-from strata_dagster_tests.incremental_support import FULL_UP, WINDOW_AN, WINDOW_AP, make_project, multiset
+from strata_dagster_tests.incremental_support import (
+    FULL_AN,
+    FULL_AP,
+    FULL_UP,
+    MODULE,
+    make_project,
+    multiset,
+    with_lateness,
+)
 
 T0 = dt.datetime(2025, 1, 1)
 STATUSES = ["open", "paid", "void"]
@@ -25,7 +34,16 @@ update = st.tuples(
 )
 delete = st.tuples(st.just("delete"), st.lists(ids, min_size=1, max_size=3))
 reload = st.tuples(st.just("reload"), st.integers(min_value=2, max_value=4))
-steps = st.lists(st.one_of(insert, update, delete, reload), min_size=1, max_size=7)
+# A writer committing late: rows stamped `minutes back` before the newest stamp (within or beyond
+# `lateness`, at or below the watermark).
+late = st.tuples(
+    st.just("late"),
+    st.lists(
+        st.tuples(st.sampled_from(STATUSES), st.integers(-2, 5), st.integers(0, 6)), min_size=1, max_size=3
+    ),
+)
+steps = st.lists(st.one_of(insert, update, delete, reload, late), min_size=1, max_size=7)
+LATENESS_MINUTES = 2
 
 
 class Source:
@@ -54,6 +72,13 @@ class Source:
                     "UPDATE raw.events SET status = ?, v = ?, ts = ? WHERE id = ?",
                     [status, value, self.tick(), row_id],
                 )
+        elif kind == "late":
+            for status, value, back in argument:
+                stamp = T0 + dt.timedelta(minutes=max(self.clock - back, 0))
+                self.con.execute(
+                    "INSERT INTO raw.events VALUES (?, ?, ?, ?)", [self.next_id, status, value, stamp]
+                )
+                self.next_id += 1
         elif kind == "delete":
             self.con.execute("DELETE FROM raw.events WHERE list_contains(?, id)", [argument])
         elif kind == "reload":
@@ -66,19 +91,84 @@ class Source:
             self.clock += 1
 
 
-def high(con) -> dt.datetime | None:
-    return con.execute("SELECT max(ts) FROM raw.events").fetchone()[0]
+def live_rows(con, model: str) -> list:
+    return con.execute(f"SELECT * FROM main.v_{model}").fetchall()
+
+
+def watermark(con, model: str) -> dt.datetime:
+    """The watermark of the model's live state (what its next window starts from)."""
+    text = con.execute(
+        "SELECT s.watermark FROM strata.publications p JOIN strata.snapshots s "
+        "ON s.snapshot_id = p.snapshot_ids[-1] WHERE p.model = ? ORDER BY p.entry DESC LIMIT 1",
+        [model],
+    ).fetchone()[0]
+    return dt.datetime.fromisoformat(text)
+
+
+def expected_append(con, model: str, outcome, lateness: dt.timedelta) -> str:
+    """What an append or append_new model must hold after a delta, as SQL over the previous rows
+    (temp table `previous`) and the source: its definition with the window the build recorded
+    (re-read rows already appended are not appended twice; append_new adds only new keys)."""
+    window = outcome.detail["window"]
+    before = dt.datetime.fromisoformat(window["low"])
+    low, high = before - lateness, dt.datetime.fromisoformat(window["high"])
+    if model == "ap":
+        new = (
+            f"({FULL_AP} WHERE ts > '{low}' AND ts <= '{high}') EXCEPT ALL "
+            f"(SELECT * FROM previous WHERE ts > '{low}' AND ts <= '{before}')"
+        )
+    else:
+        new = (
+            f"SELECT * FROM ({FULL_AN} AND ts > '{low}' AND ts <= '{high}') w "
+            "WHERE w.id NOT IN (SELECT id FROM previous)"
+        )
+    return f"SELECT * FROM previous UNION ALL SELECT * FROM ({new}) n"
+
+
+def check_append(
+    con, model: str, outcome, previous: list, lateness: dt.timedelta, is_late_below: bool
+) -> None:
+    full = {"ap": FULL_AP, "an": FULL_AN}[model]
+    if is_late_below:
+        # Rows appeared below every window: only a full build sees them, and it says why.
+        assert outcome.path == "full", (model, outcome.detail)
+        assert "appeared at or below the watermark" in outcome.detail["full_reason"]
+    if outcome.path == "full":
+        assert multiset(con, f"SELECT * FROM main.v_{model}") == multiset(con, full), model
+        assert outcome.detail["full_reason"]
+        return
+    columns = (
+        "id BIGINT, status VARCHAR, v INTEGER, ts TIMESTAMP"
+        if model == "ap"
+        else "id BIGINT, v INTEGER, ts TIMESTAMP"
+    )
+    con.execute(f"CREATE OR REPLACE TEMP TABLE previous ({columns})")
+    if previous:
+        con.executemany(f"INSERT INTO previous VALUES ({', '.join('?' * len(previous[0]))})", previous)
+    expected = (
+        "SELECT * FROM previous"
+        if outcome.path in ("reused", "cutoff")
+        else expected_append(con, model, outcome, lateness)
+    )
+    assert multiset(con, f"SELECT * FROM main.v_{model}") == multiset(con, expected), (model, outcome.path)
 
 
 @settings(
-    max_examples=20,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps, versioning=st.sampled_from(["cdc(ts)", "full"]))
-def test_random_histories(tmp_path_factory, history, versioning):
-    """Both source fingerprints: the change column alone (the cdc contract) and whole rows."""
-    project, warehouse = make_project(tmp_path_factory.mktemp("history"), versioning=versioning)
+@given(
+    history=steps,
+    versioning=st.sampled_from(["cdc(ts)", "full"]),
+    has_lateness=st.booleans(),
+)
+def test_random_histories(tmp_path_factory, history, versioning, has_lateness):
+    """Both source fingerprints: the change column alone (the cdc contract) and whole rows; with
+    and without `lateness`."""
+    lateness = dt.timedelta(minutes=LATENESS_MINUTES if has_lateness else 0)
+    module = with_lateness(MODULE, f"{LATENESS_MINUTES} minutes") if has_lateness else MODULE
+    project, warehouse = make_project(tmp_path_factory.mktemp("history"), module, versioning=versioning)
     con = duckdb.connect(str(warehouse))
     source = Source(con)
     source.apply(("insert", [("open", 1), ("paid", 2), ("void", 3), ("open", -1)]))
@@ -87,11 +177,10 @@ def test_random_histories(tmp_path_factory, history, versioning):
     for step in history:
         con = duckdb.connect(str(warehouse))
         source.con = con
-        previous_ap = con.execute("SELECT * FROM main.v_ap").fetchall()
-        previous_an = con.execute("SELECT * FROM main.v_an").fetchall()
-        low = high(con)
+        previous = {model: live_rows(con, model) for model in ("ap", "an")}
+        thresholds = {model: watermark(con, model) - lateness for model in ("ap", "an")}
+        clock = source.clock
         source.apply(step)
-        new_high = high(con)
         con.close()
         result = run_project(project, warehouse, only_stale=True)
         con = duckdb.connect(str(warehouse))
@@ -100,22 +189,13 @@ def test_random_histories(tmp_path_factory, history, versioning):
                 step,
                 result.outcome("up"),
             )
-            if result.outcome("ap").path == "full":
-                continue  # only after a fallback, whose reason is recorded
-            con.execute("CREATE TEMP TABLE previous_ap (id BIGINT, status VARCHAR, v INTEGER, ts TIMESTAMP)")
-            if previous_ap:
-                con.executemany("INSERT INTO previous_ap VALUES (?, ?, ?, ?)", previous_ap)
-            con.execute("CREATE TEMP TABLE previous_an (id BIGINT, v INTEGER, ts TIMESTAMP)")
-            if previous_an:
-                con.executemany("INSERT INTO previous_an VALUES (?, ?, ?)", previous_an)
-            window = [low, new_high]
-            expected_ap = multiset(con, f"SELECT * FROM previous_ap UNION ALL {WINDOW_AP}", window)
-            assert multiset(con, "SELECT * FROM main.v_ap") == expected_ap, step
-            expected_an = multiset(
-                con,
-                f"SELECT * FROM previous_an UNION ALL SELECT * FROM ({WINDOW_AN}) w WHERE w.id NOT IN (SELECT id FROM previous_an)",
-                window,
-            )
-            assert multiset(con, "SELECT * FROM main.v_an") == expected_an, step
+            for model in ("ap", "an"):
+                oldest_late = (
+                    T0 + dt.timedelta(minutes=max(clock - max(back for _, _, back in step[1]), 0))
+                    if step[0] == "late"
+                    else None
+                )
+                is_late_below = oldest_late is not None and oldest_late <= thresholds[model]
+                check_append(con, model, result.outcome(model), previous[model], lateness, is_late_below)
         finally:
             con.close()

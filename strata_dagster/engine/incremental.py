@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import Model
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
@@ -34,6 +34,9 @@ from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
 DELTA = "delta"
 MAX_SEGMENTS = 8  # more segments than this: the build writes one compacted base instead
 COMPACTED_SUFFIX = "__base"
+# A model computed in full before its window (its cdc column cannot be traced to the source): how
+# many of its rows lie at or below the next build's low, for that build to see rows appear there.
+OUTPUT_NEXT_COUNT = "output_next_count"
 # What a new state records for the next build to check the input against.
 FACTS_CARRIED = (
     "source_relation",
@@ -44,6 +47,7 @@ FACTS_CARRIED = (
     "partition_fingerprints",
     "other_inputs",
     "join_figures",
+    OUTPUT_NEXT_COUNT,
 )
 FULL_SUFFIX = "__full"
 
@@ -150,6 +154,24 @@ def output_watermark(ctx: IncrementalContext, query: exp.Table | exp.Query) -> t
     return ctx.session.max_value(query, ctx.model.properties.cdc_column or "")
 
 
+def next_low(high: exp.Expression, lateness: exp.Expression | None) -> exp.Expression:
+    """The next build's low if this build's watermark is `high`."""
+    return exp.Sub(this=high.copy(), expression=lateness.copy()) if lateness is not None else high.copy()
+
+
+def full_output_facts(
+    ctx: IncrementalContext, relation: exp.Table | exp.Query, high_text: str | None, cdc_type: str
+) -> dict[str, Any]:
+    """What a full build of an append or append_new model computed in full records for its next
+    delta's window gate (nothing when its rows have no cdc value)."""
+    if ctx.model.properties.merge_strategy not in ("append", "append_new") or high_text is None:
+        return {}
+    threshold = next_low(typed_literal(high_text, cdc_type), lateness_interval(ctx.model))
+    cdc = exp.column(ctx.model.properties.cdc_column or "")
+    (count,) = ctx.session.counts_at_or_below(relation, cdc, [threshold])
+    return {OUTPUT_NEXT_COUNT: count}
+
+
 KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
 
 
@@ -186,11 +208,30 @@ class DeltaBuilder:
         self.key_columns = (
             key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
         )
+        # Rows left the region at or below `low` since the previous state counted it: that count
+        # no longer describes the source, so this build records a new state even if no row changes.
+        self.has_rows_left_below = False
         self.previous_query = composite_query(
             segments,
             self.previous.detail.get("merge_keys") or (),
             self.previous.detail.get("partition_grain"),
         )
+
+    def _gate(self, count: int, expected_count: int | None) -> Fallback | None:
+        """Seed 001's window gate, for every merge strategy: the region at or below `low` was
+        consumed by earlier builds (the previous build counted `expected_count` rows there), so a
+        row that appeared there (a writer committing later than `lateness`, a reload) is in no
+        window; only a full build is sure to see it. No recorded count: nothing proves the region
+        unchanged."""
+        if expected_count is None:
+            return Fallback("the previous build recorded no count of the rows at or below its watermark")
+        if count > expected_count:
+            return Fallback(
+                f"{count - expected_count} row(s) appeared at or below the watermark "
+                "(written late beyond `lateness`, or the source was reloaded)"
+            )
+        self.has_rows_left_below = count < expected_count
+        return None
 
     def build(self) -> DeltaBuild | Fallback:
         previous = self.previous
@@ -245,21 +286,11 @@ class DeltaBuilder:
         facts = source_facts(self.ctx, lateness, low)
         if facts["high"] is None:
             return Fallback("the source has no cdc value")
-        expected_count = self.previous.detail.get("next_count")
-        expected_hash = self.previous.detail.get("next_hash_sum")
-        notes: list[str] = []
-        if expected_count is None or facts["old_count"] > expected_count:
-            return Fallback(
-                f"{facts['old_count'] - (expected_count or 0)} row(s) appeared at or below the watermark "
-                "(written late beyond `lateness`, or the source was reloaded)"
-            )
-        rows_left = facts["old_count"] < expected_count
-        hashes = (facts["old_hash_sum"], expected_hash)
-        if not rows_left and None not in hashes and hashes[0] != hashes[1]:
-            notes.append(
-                "rows at or below the watermark changed without advancing cdc_column; by the cdc contract they "
-                "are not applied (run `strata verify` or a full build to pick them up)"
-            )
+        late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
+        if late is not None:
+            return late
+        rows_left = self.has_rows_left_below
+        notes = self._edits_below(facts)
         high = typed_literal(facts["high"], facts["cdc_type"])
         keys = [(key, compiled.base_expression(base or key)) for key, base in key_sources]
         window = window_predicate(raw_cdc, low, high)
@@ -295,7 +326,7 @@ class DeltaBuilder:
             deleted_keys_checked=is_anti_joined,
             notes=notes,
         )
-        if changed_keys == 0:
+        if changed_keys == 0 and not rows_left:
             session.drop_snapshot(keys_table)
             return DeltaBuild(self.previous, True, detail)
         delta_query = compiled.with_base_predicate(
@@ -303,6 +334,17 @@ class DeltaBuilder:
         )
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
+
+    def _edits_below(self, facts: dict[str, Any]) -> list[str]:
+        """A note when the rows at or below `low` are as many as before but hash differently (a
+        source versioned by whole rows): edited in place, which the cdc contract excludes."""
+        hashes = (facts.get("old_hash_sum"), self.previous.detail.get("next_hash_sum"))
+        if self.has_rows_left_below or None in hashes or hashes[0] == hashes[1]:
+            return []
+        return [
+            "rows at or below the watermark changed without advancing cdc_column; by the cdc contract they "
+            "are not applied (run `strata verify` or a full build to pick them up)"
+        ]
 
     def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
         """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
@@ -385,6 +427,9 @@ class DeltaBuilder:
             facts = source_facts(self.ctx, lateness, low)
             if facts["high"] is None:
                 return Fallback("the source has no cdc value")
+            late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
+            if late is not None:
+                return late
             high = typed_literal(facts["high"], facts["cdc_type"])
             base_cdc = compiled.base_column(self.props.cdc_column or "") or ""
             predicate = window_predicate(
@@ -394,17 +439,30 @@ class DeltaBuilder:
         else:
             # Recompute, then keep the window: correct for any pipeline, slower.
             full = compiled.statement.copy()
-            high_text, cdc_type = output_watermark(self.ctx, self.ctx.compiled.bound(self.ctx.relation))
+            output = self.ctx.compiled.bound(self.ctx.relation)
+            high_text, cdc_type = output_watermark(self.ctx, output)
             if high_text is None:
                 return Fallback("the model has no cdc value")
-            facts = {"source_relation": render(relation), "high": high_text, "cdc_type": cdc_type}
             high = typed_literal(high_text, cdc_type)
+            # The gate on the model's own rows: the source rows behind them are not traceable.
+            old_count, next_count = self.ctx.session.counts_at_or_below(
+                output, exp.column(self.props.cdc_column or ""), [low, next_low(high, lateness)]
+            )
+            late = self._gate(old_count, self.previous.detail.get(OUTPUT_NEXT_COUNT))
+            if late is not None:
+                return late
+            facts = {
+                "source_relation": render(relation),
+                "high": high_text,
+                "cdc_type": cdc_type,
+                OUTPUT_NEXT_COUNT: next_count,
+            }
             predicate = window_predicate(
                 exp.column(self.props.cdc_column or "", table=FULL_SUFFIX), low, high
             )
             delta_query = exp.select("*").from_(full.subquery(FULL_SUFFIX)).where(predicate)
         detail = self._window_detail(facts)
-        detail.update(pushdown=is_pushdown)
+        detail.update(pushdown=is_pushdown, notes=self._edits_below(facts))
         if self.props.merge_strategy == "append_new":
             delta_keys = [exp.column(key, table="__delta") for key in self.merge_keys]
             new_only = exp.not_(keyed_rows(self.merge_keys, delta_keys, source=self.previous_query))
@@ -453,7 +511,14 @@ class DeltaBuilder:
         segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
         segment = session.content(snapshot_table(name))
-        if segment.row_count == 0 and removed[0] == 0:
+        # A merge delta that gives back exactly the rows it replaces (e.g. a `lateness` re-read of
+        # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
+        # Partition builds keep their own rule (engine.partitions).
+        is_same_rows = (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1]))
+        is_cutoff = (segment.row_count == 0 and removed[0] == 0) or (
+            is_same_rows and self.props.merge_strategy in INCREMENTAL_STRATEGIES
+        )
+        if is_cutoff and not self.has_rows_left_below:
             session.drop_snapshot(name)
             if keys_table:
                 session.drop_snapshot(keys_table)

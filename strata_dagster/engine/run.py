@@ -32,6 +32,7 @@ from strata_dagster.engine.incremental import (
     SchemaChanged,
     full_detail,
     full_key_sum,
+    full_output_facts,
     output_watermark,
 )
 from strata_dagster.engine.limits import limit_error, limits_as_errors
@@ -497,7 +498,9 @@ class _Run:
                 detail.update(full_key_sum(incremental, table_name, content.columns))
                 watermark = detail.get("high")
                 if watermark is None and detail.get("cdc_type") is None:
-                    watermark, detail["cdc_type"] = output_watermark(incremental, snapshot_table(table_name))
+                    output = snapshot_table(table_name)
+                    watermark, detail["cdc_type"] = output_watermark(incremental, output)
+                    detail.update(full_output_facts(incremental, output, watermark, detail["cdc_type"]))
         if replaced:
             detail[REPLACED_SOURCES] = replaced
         record = SnapshotRecord(

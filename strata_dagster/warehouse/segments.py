@@ -317,6 +317,18 @@ def max_value(
     return row[0], str(row[1])
 
 
+def counts_at_or_below(
+    con: duckdb.DuckDBPyConnection,
+    relation: exp.Table | exp.Query,
+    column: exp.Expression,
+    bounds: Sequence[exp.Expression],
+) -> list[int]:
+    """How many rows of `relation` have `column` at or below each bound, in one scan."""
+    counts = [exp.func("count_if", exp.LTE(this=column.copy(), expression=bound.copy())) for bound in bounds]
+    row = run(con, exp.select(*counts).from_(as_rows(relation))).fetchone()
+    return [int(value or 0) for value in row]
+
+
 def content_where(
     con: duckdb.DuckDBPyConnection,
     relation: exp.Table | exp.Query,

@@ -32,6 +32,7 @@ from strata_dagster.warehouse.segments import (
     content_and_key_sum_where,
     content_where,
     count_null_keys,
+    counts_at_or_below,
     create_keys_table,
     create_values_table,
     key_sum,
@@ -215,6 +216,12 @@ class Session:
     def key_sum(self, relation: exp.Table | exp.Query, columns: Sequence[str]) -> tuple[int, str]:
         with _as_warehouse_errors():
             return key_sum(self.con, relation, columns)
+
+    def counts_at_or_below(
+        self, relation: exp.Table | exp.Query, column: exp.Expression, bounds: Sequence[exp.Expression]
+    ) -> list[int]:
+        with _as_warehouse_errors():
+            return counts_at_or_below(self.con, relation, column, bounds)
 
     def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
         with _as_warehouse_errors():
