@@ -21,6 +21,7 @@ from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
+    REREAD_ALIAS,
     Segment,
     WindowStats,
     composite_query,
@@ -298,7 +299,22 @@ class DeltaBuilder:
         session = self.ctx.session
         alias = compiled.base_relation
         values = [compiled.base_expression(base or key, qualifier=alias) for key, base in key_sources]
-        changed_keys = session.create_keys_table(keys_table, relation, keys, window, None, self.merge_keys)
+        # Under `lateness` the band (low, watermark] is read again: a live row in it whose source row
+        # was deleted is in no window, so the keys of the live rows there are replaced too (a row
+        # still in the source comes back with the window's rows).
+        reread = (
+            (
+                self.previous_query,
+                exp.GT(
+                    this=exp.column(self.props.cdc_column or "", table=REREAD_ALIAS), expression=low.copy()
+                ),
+            )
+            if lateness is not None
+            else None
+        )
+        changed_keys = session.create_keys_table(
+            keys_table, relation, keys, window, None, self.merge_keys, reread
+        )
         nothing: tuple[bool, tuple[int, str], str] = (True, (0, "0"), "0")
         is_null_free, removed, removed_key = (
             self._replaced(keys_table) if changed_keys or rows_left else nothing
@@ -311,7 +327,7 @@ class DeltaBuilder:
             is_anti_joined = True
             window_keys = changed_keys
             changed_keys = session.create_keys_table(
-                keys_table, relation, keys, window, self.previous_query, self.merge_keys
+                keys_table, relation, keys, window, self.previous_query, self.merge_keys, reread
             )
             is_null_free, removed, removed_key = self._replaced(keys_table)
             if changed_keys == window_keys:

@@ -213,6 +213,9 @@ def typed_literal(text: str, type_name: str) -> exp.Expression:
     return _typed(text, type_name)
 
 
+REREAD_ALIAS = "__reread"
+
+
 def create_keys_table(
     con: duckdb.DuckDBPyConnection,
     name: str,
@@ -221,15 +224,25 @@ def create_keys_table(
     window: exp.Expression,
     deleted_from: exp.Query | None,
     merge_keys: Sequence[str],
+    reread: tuple[exp.Query, exp.Expression] | None = None,
 ) -> int:
     """Keys of the raw source rows in the window (before any filter), plus keys no longer in the
-    source at all when `deleted_from` (the previous state) is given. Returns how many."""
+    source at all when `deleted_from` (the previous state) is given, plus the keys of the previous
+    state's rows where `reread` = (state, condition) holds. Returns how many."""
     changed = (
         exp.select(*(expression.copy().as_(key) for key, expression in keys))
         .from_(as_rows(relation))
         .where(window.copy())
     )
     query: exp.Query = changed
+    if reread is not None:
+        state, condition = reread
+        band = (
+            exp.select(*(exp.column(key, table=REREAD_ALIAS) for key in merge_keys))
+            .from_(state.subquery(REREAD_ALIAS))
+            .where(condition.copy())
+        )
+        query = exp.union(query, band, distinct=False)
     if deleted_from is not None:
         present = exp.select(*(expression.copy().as_(key) for key, expression in keys)).from_(
             as_rows(relation)
@@ -247,7 +260,7 @@ def create_keys_table(
                 )
             )
         )
-        query = exp.union(changed, gone, distinct=False)
+        query = exp.union(query, gone, distinct=False)
     distinct = exp.select("*").distinct().from_(query.subquery("__changed"))
     create_snapshot(con, name, distinct)
     return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])

@@ -183,9 +183,10 @@ class Session:
         window: exp.Expression,
         deleted_from: exp.Query | None,
         merge_keys: Sequence[str],
+        reread: tuple[exp.Query, exp.Expression] | None = None,
     ) -> int:
         with _as_warehouse_errors():
-            return create_keys_table(self.con, name, relation, keys, window, deleted_from, merge_keys)
+            return create_keys_table(self.con, name, relation, keys, window, deleted_from, merge_keys, reread)
 
     def content_by_group(
         self, relation: exp.Table | exp.Query, key: exp.Expression, basis: RowBasis = WHOLE_ROW
