@@ -1,5 +1,6 @@
 """Crashes and concurrency: a SIGKILL at any write step, and two processes on one warehouse."""
 
+import json
 import os
 import signal
 import subprocess
@@ -47,11 +48,17 @@ def assert_consistent(warehouse):
         assert all(f"strata_snapshots.{table}" in sql for table in expected), (name, sql)
         execute(warehouse, f"SELECT count(*) FROM main.{name}")
     # No table in the snapshot schema that the history does not know (no half-written snapshot).
-    keys_tables = execute(
-        warehouse,
-        "SELECT json_extract_string(detail, '$.keys_table') FROM strata.snapshots WHERE detail IS NOT NULL",
-    )
-    assert tables <= set(registered.values()) | {row[0] for row in keys_tables if row[0]}
+    # Besides the snapshots themselves, a record may carry its keys table and the per-key figures
+    # tables of its joined inputs (engine.joined_inputs).
+    details = [
+        json.loads(row[0])
+        for row in execute(warehouse, "SELECT detail FROM strata.snapshots WHERE detail IS NOT NULL")
+    ]
+    carried = {detail["keys_table"] for detail in details if detail.get("keys_table")}
+    carried |= {
+        figures["table"] for detail in details for figures in (detail.get("join_figures") or {}).values()
+    }
+    assert tables <= set(registered.values()) | carried
     orphans = execute(
         warehouse,
         "SELECT count(*) FROM strata.entry_models m ANTI JOIN strata.snapshots s USING (snapshot_id)",
