@@ -129,6 +129,13 @@ def _bounds(session: Session, context: ProjectContext) -> dict[str, PartitionBou
     return bounds
 
 
+def model_bounds(session: Session, context: ProjectContext, name: str) -> PartitionBounds | None:
+    """The first and last partition partitioned model `name` would hold if built now."""
+    spec = context.project.models[name].properties.partitioned_by
+    assert spec is not None
+    return _query_bounds(session, inlined_query(context, name), spec)
+
+
 def _query_bounds(session: Session, query: exp.Query, spec: PartitionSpec) -> PartitionBounds | None:
     try:
         found = partition_bounds(session, query, spec.column, spec.grain)

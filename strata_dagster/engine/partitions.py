@@ -140,8 +140,11 @@ class PartitionBuilder(DeltaBuilder):
             return Fallback("the previous build recorded no partition fingerprints")
         now = partition_fingerprints(self.ctx)
         before = previous["partition_fingerprints"]
-        affected = sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
-        facts = {"partition_fingerprints": now, "other_inputs": other_inputs(self.ctx, self.identities)}
+        affected = self.affected(now, before)
+        facts = {
+            "partition_fingerprints": self.recorded_fingerprints(now, before),
+            "other_inputs": other_inputs(self.ctx, self.identities),
+        }
         detail: dict[str, Any] = {"partitions": affected, "partitions_total": len(now)}
         if not affected:
             return DeltaBuild(self.previous, True, detail)
@@ -171,6 +174,14 @@ class PartitionBuilder(DeltaBuilder):
             ),
         )
         return self._finish(delta_query, removed, keys_table, detail, facts)
+
+    def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+        """The partitions to recompute: those whose input rows changed since the last build."""
+        return sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
+
+    def recorded_fingerprints(self, now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+        """The input fingerprints the new state records for its next build to compare with."""
+        return now
 
     def _ranges(self, affected: list[str], alias: str) -> exp.Expression | None:
         """The affected day or month partitions as ranges of the raw column they are cut from, when
