@@ -196,7 +196,10 @@ class _Run:
             for name in self.closure:
                 self._decide(name, pointers.get(name))
             # A cutoff is work done: its build key is recorded so the next run reuses it.
-            is_noop = self.request.only_stale and not (self.new_snapshots or self.to_publish or self.new_keys)
+            # Partitions asked for by name are rebuilt and recorded, equal rows or not.
+            is_noop = self.request.only_stale and not (
+                self.new_snapshots or self.to_publish or self.new_keys or self.requested
+            )
             if is_noop:
                 self.session.rollback()
                 return RunResult(None, None, tuple(self.outcomes), self.context.branch)
