@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import execute, make_module_project
@@ -284,3 +285,18 @@ def test_a_day_before_a_partitioned_sources_start_is_e040(tmp_path):
     assert "its `start` 2026-01-05" in raised.value.message
     result = run_project(project, warehouse, partitions=["2026-01-05..2026-01-06"], now=NOW)
     assert result.outcome("daily_events").detail["requested_partitions"] == ["2026-01-05", "2026-01-06"]
+
+
+def test_verify_takes_the_same_ranges(built):
+    project, warehouse = built
+    report = verify(
+        project, warehouse, models=["daily", "monthly"], partitions=[f"{day(2)}..{day(4)}", "2026-02"]
+    )
+    assert [part.partition for part in report.model("daily").partitions][:3] == [day(2), day(3), day(4)]
+    assert len(report.model("daily").partitions) == 3 + 28
+    assert [part.partition for part in report.model("monthly").partitions] == ["2026-01-01", "2026-02-01"]
+    assert report.is_equal
+    for text in ("9999-12", "9999-12-31", "2026-01-09..2026-01-02"):
+        with pytest.raises(StrataError) as raised:
+            verify(project, warehouse, partitions=[text])
+        assert raised.value.code == "E040"
