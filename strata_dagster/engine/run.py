@@ -180,14 +180,15 @@ class _Run:
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         self.entry = self.reader.next_entry()
+        # Checked before the transaction: a failed probe of the data must not abort it.
+        self.requested = requested_partitions(
+            self.session, self.context, self.selected, self.partition_requests, self.now.date()
+        )
         self.session.begin()
         self.reader.remember_snapshots(True)
         try:
             checkpoint("transaction_started")
             self.catalog = self.session.catalog(self.schema)
-            self.requested = requested_partitions(
-                self.session, self.context, self.selected, self.partition_requests, self.now.date()
-            )
             self.sources = self._read_sources()
             self.source_totals = self._source_totals()
             self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
