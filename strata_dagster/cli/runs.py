@@ -130,6 +130,7 @@ def print_partitions(result: RunResult, project: Project) -> None:
         console.print(
             f"  {outcome.model}: {len(requested)} partition(s) {describe_keys(requested, spec.grain)} {how}",
             markup=False,
+            soft_wrap=True,
         )
 
 
