@@ -16,7 +16,7 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.session import open_session
-from strata_dagster_tests.engine_support import execute, make_module_project
+from strata_dagster_tests.engine_support import edit_module, execute, make_module_project
 from strata_dagster_tests.partition_range_support import (
     change_day,
     day,
@@ -128,6 +128,25 @@ def test_a_month_model_downstream_recomputes_the_months_of_the_rebuilt_days(buil
         assert compare(con, "monthly") == {"rows": 0, "groups": 0, "totals": True}
     finally:
         con.close()
+
+
+def test_changed_model_code_rebuilds_the_whole_model_and_says_why(built):
+    project, warehouse = built
+    edit_module(project / "orders.strata", "sum(amount), n = count(*)", "sum(amount * 2), n = count(*)")
+    before = live_days(warehouse)
+
+    output = invoke("run", project, "--warehouse", warehouse, "--models", "daily", "--partitions", day(3))
+
+    assert output.exit_code == 0, output.output
+    assert (
+        "daily: 1 partition(s) 2026-01-03 rebuilt with the whole model (the model's code changed"
+        in output.output
+    )
+    assert live_days(warehouse)[day(20)] != before[day(20)]  # every partition has the new code's rows
+    with open_session(warehouse, read_only=True) as session:
+        entry = session.history.entries()[-1]
+        (model,) = [item for item in session.history.entry_models(entry.entry) if item.model == "daily"]
+    assert (model.path, model.detail["requested_partitions"]) == ("full", [day(3)])
 
 
 def test_month_keys_rebuild_a_month_model(built):
