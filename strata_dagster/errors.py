@@ -85,7 +85,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_BUILD: "DuckDB rejected a model's SQL while building it",
     E_RESOURCE_LIMIT: "a build exceeded the memory or spill-space limit, or a limit is not a size",
     E_GC: "a `strata gc` option that cannot be read, or a compaction that could not complete",
-    E_VERIFY_PARTITIONS: "a `--partitions` value that is no day or month, or no partitioned model to verify",
+    E_VERIFY_PARTITIONS: "a `--partitions` value that is no day, month or range, or no partition of the selected "
+    "models (wrong grain, before `start` or the data, in the future), or no partitioned model selected",
     E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
     E_TEST_TABLE: "a test's fixture table is not a row of column names followed by rows of as many values",
     E_TEST_DEFINITION: "a test block without `expect`, with a repeated part, or `previous` on a model that is not incremental",

@@ -62,3 +62,13 @@ def apply_resource_limits(
         os.environ[MAX_TEMP_SIZE_ENV] = check_size("--max-temp-size", max_temp_size)
     if temp_directory is not None:
         os.environ[TEMP_DIRECTORY_ENV] = str(temp_directory)
+
+
+def partitions_option(help_text: str) -> Callable[[F], F]:
+    """`--partitions DAYS_OR_MONTHS`; pass its value through `split_partitions` to the engine."""
+    return click.option("--partitions", default="", metavar="PARTITIONS", help=help_text)
+
+
+def split_partitions(text: str) -> tuple[str, ...]:
+    """`2026-01-01..2026-01-31, 2026-02` -> its items; the engine parses and checks them (E040)."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())

@@ -8,15 +8,25 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from strata_dagster.cli.options import models_option, project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.options import (
+    models_option,
+    partitions_option,
+    project_argument,
+    resolve_warehouse,
+    split_partitions,
+    warehouse_option,
+)
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
 from strata_dagster.engine.explain import history as read_history
+from strata_dagster.engine.partition_keys import describe_keys
+from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
 from strata_dagster.engine.replay import replay as replay_run
 from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, RunResult, run
 from strata_dagster.language import load_project
+from strata_dagster.language.definition import Project
 from strata_dagster.language.selection import split_selection
 from strata_dagster.warehouse.sources import parse_overrides
 
@@ -30,6 +40,12 @@ source_option = click.option(
     multiple=True,
     metavar="SOURCE=TABLE",
     help="Read SOURCE from TABLE instead (repeatable).",
+)
+
+rebuild_partitions_option = partitions_option(
+    "Rebuild exactly these partitions of the selected partitioned models, changed or not: days "
+    "(2026-01-05) for day models, months (2026-01) for month models, ranges first..last, separated "
+    "by commas. Other partitions keep their rows; downstream models follow the usual rules."
 )
 
 
@@ -56,6 +72,7 @@ def print_outcome(outcome: ModelOutcome) -> None:
     is_flag=True,
     help="Rebuild the selected models from all their input, incremental ones too.",
 )
+@rebuild_partitions_option
 @reports_errors
 def run_command(
     project: Path,
@@ -65,13 +82,16 @@ def run_command(
     sources: tuple[str, ...],
     only_stale: bool,
     full_refresh: bool,
+    partitions: str,
 ) -> None:
     """Build PROJECT's models into new immutable snapshots and publish them atomically.
 
     Without --only-stale every selected model is recomputed (snapshots whose rows did not change are
-    kept); with it, only models downstream of changed sources or changed code are.
+    kept); with it, only models downstream of changed sources or changed code are. With
+    --partitions, the selected partitioned models rebuild exactly those partitions.
     """
-    overrides = parse_overrides(list(sources), load_project(project))
+    loaded = load_project(project)
+    overrides = parse_overrides(list(sources), loaded)
     request = RunRequest(
         project_dir=project,
         warehouse=resolve_warehouse(project, warehouse),
@@ -80,12 +100,14 @@ def run_command(
         overrides=overrides,
         only_stale=only_stale,
         full_refresh=full_refresh,
+        partitions=split_partitions(partitions),
     )
     console.print(f"strata run on branch {branch} ({request.warehouse})", markup=False)
     result = run(request, print_outcome)
     if result.is_noop:
         console.print(NOTHING_TO_DO)
         return
+    print_partitions(result, loaded)
     print_published(result, f"run {result.run_id[:12] if result.run_id else '-'}")
 
 
@@ -99,6 +121,26 @@ def print_published(result: RunResult, what: str) -> None:
         markup=False,
         soft_wrap=True,
     )
+
+
+def print_partitions(result: RunResult, project: Project) -> None:
+    """What `--partitions` rebuilt, per model: the partitions asked for, and how they were built."""
+    for outcome in result.outcomes:
+        requested = outcome.detail.get(REQUESTED_PARTITIONS)
+        spec = project.models[outcome.model].properties.partitioned_by
+        if not isinstance(requested, list) or spec is None:
+            continue
+        if outcome.path == "partitions":
+            how = "rebuilt"
+        elif outcome.path == "cutoff":
+            how = "rebuilt: rows unchanged, the snapshot stays"
+        else:
+            how = f"rebuilt with the whole model ({outcome.detail.get('full_reason') or outcome.path})"
+        console.print(
+            f"  {outcome.model}: {len(requested)} partition(s) {describe_keys(requested, spec.grain)} {how}",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @click.command()
@@ -145,6 +187,7 @@ def _entry_json(item: EntryBuilds) -> dict[str, object]:
         "backfill_of": entry.backfill_of,
         "reason": entry.reason,
         "overrides": entry.overrides,
+        "partitions": entry.detail.get("partitions") or [],
         "entry": entry.entry,
         "builds": [build.as_dict() for build in item.builds],
     }
@@ -177,6 +220,8 @@ def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) ->
         console.print(f"backfill of {entry.backfill_of}", markup=False)
     if entry.reason:
         console.print(f"reason: {entry.reason}", markup=False)
+    if entry.detail.get("partitions"):
+        console.print("partitions: " + ", ".join(entry.detail["partitions"]), markup=False)
     if entry.overrides:
         console.print(
             "overrides: " + ", ".join(f"{k}={v}" for k, v in sorted(entry.overrides.items())), markup=False
@@ -278,6 +323,7 @@ COMMANDS = (run_command, history, replay, rollback, branch, promote)
     is_flag=True,
     help="Rebuild the backfill's selected models from all their input, incremental ones too.",
 )
+@rebuild_partitions_option
 @reports_errors
 def backfill(
     project: Path,
@@ -287,8 +333,11 @@ def backfill(
     sources: tuple[str, ...],
     models: str,
     full_refresh: bool,
+    partitions: str,
 ) -> None:
-    """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason."""
+    """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason.
+
+    With --partitions, the selected partitioned models rebuild exactly those partitions."""
     from strata_dagster.engine.backfill import backfill as run_backfill
 
     target = resolve_warehouse(project, warehouse)
@@ -302,10 +351,12 @@ def backfill(
         models=split_selection(models),
         full_refresh=full_refresh,
         progress=print_outcome,
+        partitions=split_partitions(partitions),
     )
     if result.is_noop:
         console.print("the corrections change nothing: " + NOTHING_TO_DO)
         return
+    print_partitions(result, load_project(project))
     print_published(
         result, f"backfill {result.run_id[:12] if result.run_id else '-'} of {run_id[:12]} recorded"
     )

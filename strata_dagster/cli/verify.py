@@ -9,7 +9,13 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from strata_dagster.cli.options import models_option, project_argument, resolve_warehouse, warehouse_option
+from strata_dagster.cli.options import (
+    models_option,
+    project_argument,
+    resolve_warehouse,
+    split_partitions,
+    warehouse_option,
+)
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.cli.runs import branch_option, source_option
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
@@ -34,8 +40,8 @@ _LEGEND = (
 @click.option(
     "--partitions",
     default="",
-    help="Comma-separated days (2025-02-01) or months (2025-02): compare only these partitions of "
-    "partitioned models (then, without --models, only partitioned models are verified).",
+    help="Comma-separated days (2025-02-01), months (2025-02) or ranges first..last: compare only "
+    "these partitions of partitioned models (then, without --models, only partitioned models are verified).",
 )
 @warehouse_option
 @branch_option
@@ -60,7 +66,7 @@ def verify_command(
         project,
         resolve_warehouse(project, warehouse),
         models=split_selection(models),
-        partitions=tuple(part.strip() for part in partitions.split(",") if part.strip()),
+        partitions=split_partitions(partitions),
         branch=branch,
         overrides=overrides,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import select_models
 from strata_dagster.engine.operations import find_entry
+from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.run import ProgressCallback, RunRequest, RunResult, run
 from strata_dagster.errors import E_BACKFILL, E_UNKNOWN_RUN, StrataError
 from strata_dagster.language import load_project
@@ -49,9 +50,11 @@ def backfill(
     models: Iterable[str] = (),
     full_refresh: bool = False,
     progress: ProgressCallback | None = None,
+    partitions: Iterable[str] = (),
 ) -> RunResult:
     """Rebuild what corrections make stale, recorded as a backfill of `run_id` with `reason`;
-    `full_refresh` rebuilds the selected models from all their input, incremental ones too."""
+    `full_refresh` rebuilds the selected models from all their input, incremental ones too;
+    `partitions` rebuilds exactly those partitions of the selected partitioned models."""
     request = backfill_request(
         project_dir,
         warehouse,
@@ -60,6 +63,7 @@ def backfill(
         sources=sources,
         models=models,
         full_refresh=full_refresh,
+        partitions=partitions,
     )
     try:
         return run(request, progress)
@@ -77,12 +81,14 @@ def backfill_request(
     models: Iterable[str] = (),
     branch: str | None = None,
     full_refresh: bool = False,
+    partitions: Iterable[str] = (),
 ) -> RunRequest:
     """The run a backfill makes, checked before anything is built: E085 for a missing reason, an
-    unknown run or model, a malformed or unknown source override, or a correction table that does
-    not exist. Without `run_id` it corrects no recorded run (the corrections alone apply). `branch`,
-    when given, is the branch the caller builds: a corrected run of another branch is refused.
-    Reads the warehouse read-only."""
+    unknown run or model, a malformed or unknown source override, a correction table that does not
+    exist, or `partitions` that are no days, months or ranges of them (whether they are partitions
+    of the selected models is checked by the run). Without `run_id` it corrects no recorded run
+    (the corrections alone apply). `branch`, when given, is the branch the caller builds: a
+    corrected run of another branch is refused. Reads the warehouse read-only."""
     if reason is None or not reason.strip():
         raise StrataError(
             E_BACKFILL,
@@ -91,6 +97,8 @@ def backfill_request(
         )
     try:
         project = load_project(Path(project_dir))
+        partitions = tuple(partitions)
+        parse_partitions(partitions)
         corrections = parse_overrides(sources if isinstance(sources, Mapping) else list(sources), project)
         selection = tuple(models)
         requested = select_models(project, selection) if any(text.strip() for text in selection) else ()
@@ -115,6 +123,7 @@ def backfill_request(
             overrides=overrides,
             only_stale=True,
             full_refresh=full_refresh,
+            partitions=tuple(partitions),
             kind=BACKFILL,
             backfill_of=corrected.run_id if corrected is not None else None,
             reason=reason.strip(),

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.lineage import ColumnDeps
-from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations
+from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
 from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
@@ -27,6 +27,8 @@ from strata_dagster.language.expressions import DIALECT
 from strata_dagster.warehouse.partitions import partition_bounds
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
+
+_PARTITION = "__partition"
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,34 @@ def _bounds(session: Session, context: ProjectContext) -> dict[str, PartitionBou
         if spec is not None:
             bounds[name] = _query_bounds(session, inlined_query(context, name), spec)
     return bounds
+
+
+def model_bounds(session: Session, context: ProjectContext, name: str) -> PartitionBounds | None:
+    """The first and last partition of partitioned model `name`'s input as a build now reads it: the
+    partitions its `from` rows fall in (before any filter: a column scan), or, when its partitions
+    do not trace back to them, the partitions of the rows a full build would give."""
+    project = context.project
+    model = project.models[name]
+    compiled = context.compiled.models[name]
+    spec = model.properties.partitioned_by
+    assert spec is not None
+    base = compiled.base_relation
+    if spec.grain == "key" or locality_problem_of(model, compiled) is not None:
+        return _query_bounds(session, inlined_query(context, name), spec)
+    # A model's live rows stand for it (a model never built yet: the rows a build would give).
+    relations: list[exp.Table | exp.Subquery] = (
+        [_source(context, base)]
+        if base in project.sources
+        else [model_view(base, context.branch), inlined_query(context, base).subquery(base)]
+    )
+    for relation in relations:
+        keys = exp.select(raw_partition_of(model, compiled).as_(_PARTITION)).from_(relation)
+        try:
+            found = partition_bounds(session, keys, _PARTITION, "day")  # the keys are days already
+        except WarehouseError:
+            continue
+        return PartitionBounds(*found) if found else None
+    return None
 
 
 def _query_bounds(session: Session, query: exp.Query, spec: PartitionSpec) -> PartitionBounds | None:

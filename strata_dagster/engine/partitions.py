@@ -151,11 +151,10 @@ class PartitionBuilder(DeltaBuilder):
             return joined
         now = partition_fingerprints(self.ctx)
         before = previous["partition_fingerprints"]
-        changed = {key for key in set(now) | set(before) if now.get(key) != before.get(key)}
         reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
-        affected = sorted(changed | reached_keys)
+        affected = sorted(set(self.affected(now, before)) | reached_keys)
         facts = {
-            "partition_fingerprints": now,
+            "partition_fingerprints": self.recorded_fingerprints(now, before),
             "other_inputs": other_inputs(self.ctx, self.identities),
             joined_inputs.FIGURES: joined.figures,
         }
@@ -276,6 +275,14 @@ class PartitionBuilder(DeltaBuilder):
         for table in tables:
             if table:
                 self.ctx.session.drop_snapshot(table)
+
+    def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+        """The partitions to recompute: those whose input rows changed since the last build."""
+        return sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
+
+    def recorded_fingerprints(self, now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+        """The input fingerprints the new state records for its next build to compare with."""
+        return now
 
     def _ranges(self, affected: list[str], alias: str) -> exp.Expression | None:
         """The affected day or month partitions as ranges of the raw column they are cut from, when

@@ -36,6 +36,12 @@ from strata_dagster.engine.incremental import (
     output_watermark,
 )
 from strata_dagster.engine.limits import limit_error, limits_as_errors
+from strata_dagster.engine.partition_keys import parse_partitions
+from strata_dagster.engine.partition_range import (
+    REQUESTED_PARTITIONS,
+    PartitionRangeBuilder,
+    requested_partitions,
+)
 from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
@@ -96,6 +102,9 @@ class RunRequest:
     reason: str | None = None
     # The run's clock (UTC) for `refresh:` periods; None reads the system clock.
     now: dt.datetime | None = None
+    # `--partitions` items (2026-01-05, 2026-01, a..b): rebuild exactly these partitions of the
+    # selected partitioned models of their grain (engine.partition_range).
+    partitions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,10 +174,17 @@ class _Run:
         self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
         self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
         self.now = request.now or utc_now()
+        self.partition_requests = parse_partitions(request.partitions)
+        self.requested: dict[str, tuple[str, ...]] = {}  # model -> the partition keys to rebuild
+        self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         self.entry = self.reader.next_entry()
+        # Checked before the transaction: a failed probe of the data must not abort it.
+        self.requested = requested_partitions(
+            self.session, self.context, self.selected, self.partition_requests, self.now.date()
+        )
         self.session.begin()
         self.reader.remember_snapshots(True)
         try:
@@ -182,7 +198,10 @@ class _Run:
             for name in self.closure:
                 self._decide(name, pointers.get(name))
             # A cutoff is work done: its build key is recorded so the next run reuses it.
-            is_noop = self.request.only_stale and not (self.new_snapshots or self.to_publish or self.new_keys)
+            # Partitions asked for by name are rebuilt and recorded, equal rows or not.
+            is_noop = self.request.only_stale and not (
+                self.new_snapshots or self.to_publish or self.new_keys or self.requested
+            )
             if is_noop:
                 self.session.rollback()
                 return RunResult(None, None, tuple(self.outcomes), self.context.branch)
@@ -283,8 +302,10 @@ class _Run:
         if existing is not None and not self._is_state_present(existing):
             existing = None  # a table was removed behind our back: rebuild
         is_forced = (
-            (not self.request.only_stale or self.request.full_refresh) and name in self.selected
-        ) or refresh == "always"
+            ((not self.request.only_stale or self.request.full_refresh) and name in self.selected)
+            or refresh == "always"
+            or name in self.requested
+        )
         started = time.perf_counter()
         detail: dict[str, object] = {}
         if existing is not None and not is_forced:
@@ -294,7 +315,9 @@ class _Run:
                 chosen, path, detail = self._build(name, key, fingerprint, current, existing)
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
-            if is_incremental and path != CUTOFF:
+            if name in self.requested:
+                detail = {**detail, REQUESTED_PARTITIONS: list(self.requested[name])}
+            if is_incremental and path != CUTOFF and name not in self.partial_states:
                 # Building on the new state with these same inputs gives that state again.
                 again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id, period=period).value
                 self.new_keys.append((again, chosen.snapshot_id))
@@ -415,8 +438,16 @@ class _Run:
         name = context.model.name
         try:
             with self._as_build_error(name):
-                if self._is_partitioned(name):
-                    builder: DeltaBuilder = PartitionBuilder(
+                if name in self.requested:
+                    builder: DeltaBuilder = PartitionRangeBuilder(
+                        context,
+                        current,
+                        self._segments(current),
+                        self._identities(name),
+                        self.requested[name],
+                    )
+                elif self._is_partitioned(name):
+                    builder = PartitionBuilder(
                         context, current, self._segments(current), self._identities(name)
                     )
                 else:
@@ -428,15 +459,21 @@ class _Run:
     def _accept_delta(
         self, name: str, key: str, build: DeltaBuild, path: str
     ) -> tuple[SnapshotRecord, str, dict[str, object]]:
+        # A state that rebuilt only the requested partitions is not what these inputs give: no key.
+        is_partial = name in self.requested
+        if is_partial:
+            self.partial_states.add(name)
         if build.is_unchanged:
-            self.new_keys.append((key, build.record.snapshot_id))
+            if not is_partial:
+                self.new_keys.append((key, build.record.snapshot_id))
             return build.record, CUTOFF, build.detail
         record = build.record
         checkpoint("snapshot_created")
         self._check_delta_pins(name, record)
         checkpoint("pins_checked")
         self.new_snapshots.append(record)
-        self.new_keys.append((key, record.snapshot_id))
+        if not is_partial:
+            self.new_keys.append((key, record.snapshot_id))
         return record, path, build.detail
 
     @contextmanager
@@ -592,6 +629,7 @@ class _Run:
             self.request.only_stale,
             self.request.full_refresh,
             self.request.backfill_of,
+            *([sorted(self.requested.items())] if self.requested else []),
             sorted((state.name, state.fingerprint) for state in self.sources.values()),
             sorted((name, fp.value) for name, fp in self.fingerprints.items()),
             self._branch_contents(pointers),
@@ -621,7 +659,11 @@ class _Run:
             overrides=dict(self.context.overrides),
             backfill_of=self.request.backfill_of,
             reason=self.request.reason,
-            detail={"only_stale": self.request.only_stale, "full_refresh": self.request.full_refresh},
+            detail={
+                "only_stale": self.request.only_stale,
+                "full_refresh": self.request.full_refresh,
+                **({"partitions": list(self.request.partitions)} if self.request.partitions else {}),
+            },
         )
         for read in self.sources.values():
             self.writer.add_source(
@@ -655,6 +697,7 @@ def run_project(
     full_refresh: bool = False,
     progress: ProgressCallback | None = None,
     now: dt.datetime | None = None,
+    partitions: Iterable[str] = (),
 ) -> RunResult:
     """Convenience wrapper around `run` for Python callers and tests."""
     request = RunRequest(
@@ -666,5 +709,6 @@ def run_project(
         only_stale=only_stale,
         full_refresh=full_refresh,
         now=now,
+        partitions=tuple(partitions),
     )
     return run(request, progress)

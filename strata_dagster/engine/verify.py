@@ -19,12 +19,11 @@ check, and `as_metadata()` gives its figures.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlglot import exp
 
@@ -32,6 +31,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, mode
 from strata_dagster.engine.context import ProjectContext, load_context, select_models
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
+from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
@@ -44,8 +44,6 @@ SCRATCH_PREFIX = "scratch_verify_"
 HISTORY_STRATEGIES = ("append", "append_new")
 _DATE = exp.DataType.build("DATE")
 _VARCHAR = exp.DataType.build("VARCHAR")
-_DAY_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
-_MONTH_TEXT = re.compile(r"\d{4}-\d{2}")
 
 
 @dataclass(frozen=True)
@@ -175,50 +173,6 @@ def verify_context(
 # -- partitions ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PartitionRequest:
-    """One `--partitions` value: a day, or a month (its first day)."""
-
-    text: str
-    grain: Literal["day", "month"]
-    start: dt.date
-
-    @property
-    def end(self) -> dt.date:
-        if self.grain == "day":
-            return self.start + dt.timedelta(days=1)
-        return (self.start + dt.timedelta(days=32)).replace(day=1)
-
-
-def parse_partitions(values: Iterable[str]) -> tuple[PartitionRequest, ...]:
-    requests = []
-    for value in (text.strip() for text in values):
-        if not value:
-            continue
-        try:
-            request = _partition_request(value)
-            # The partition's end must be a date too: 9999-12 and 9999-12-31 have none.
-            if request is not None and request.end > request.start:
-                requests.append(request)
-                continue
-        except (ValueError, OverflowError):
-            pass
-        raise StrataError(
-            E_VERIFY_PARTITIONS,
-            f"`{value}` is neither a day nor a month",
-            hint="write days as YYYY-MM-DD and months as YYYY-MM, e.g. --partitions 2025-02-01,2025-03",
-        )
-    return tuple(requests)
-
-
-def _partition_request(value: str) -> PartitionRequest | None:
-    if _DAY_TEXT.fullmatch(value):
-        return PartitionRequest(value, "day", dt.date.fromisoformat(value))
-    if _MONTH_TEXT.fullmatch(value):
-        return PartitionRequest(value, "month", dt.date.fromisoformat(f"{value}-01"))
-    return None
-
-
 def partition_expression(spec: PartitionSpec) -> exp.Expression:
     """The partition a row belongs to: its day, the first day of its month, or the column itself."""
     return partition_key(exp.column(spec.column), spec.grain)
@@ -237,15 +191,14 @@ def partition_predicate(spec: PartitionSpec, requests: tuple[PartitionRequest, .
         key = exp.cast(key, _VARCHAR)
     conditions: list[exp.Expression] = []
     for request in requests:
-        if spec.grain == "month":
-            conditions.append(exp.EQ(this=key.copy(), expression=date(request.start.replace(day=1))))
-        else:
-            conditions.append(
-                exp.and_(
-                    exp.GTE(this=key.copy(), expression=date(request.start)),
-                    exp.LT(this=key.copy(), expression=date(request.end)),
-                )
+        # A month model's key is its first day: the months overlapping the request.
+        first = request.start.replace(day=1) if spec.grain == "month" else request.start
+        conditions.append(
+            exp.and_(
+                exp.GTE(this=key.copy(), expression=date(first)),
+                exp.LT(this=key.copy(), expression=date(request.end)),
             )
+        )
     return exp.or_(*conditions)
 
 

@@ -77,10 +77,17 @@ def is_backfill_job(job_name: str) -> bool:
 
 
 def engine_request(
-    strata: StrataResource, job_name: str, tags: Mapping[str, str], models: Sequence[str] = ()
+    strata: StrataResource,
+    job_name: str,
+    tags: Mapping[str, str],
+    models: Sequence[str] = (),
+    partitions: Sequence[str] = (),
 ) -> RunRequest:
     """The engine run that builds `models` in a run of `job_name` with `tags`: a checked backfill
-    for backfill runs (E085 for a missing reason or a bad correction), else an ordinary run."""
+    for backfill runs (E085 for a missing reason or a bad correction), else an ordinary run.
+
+    A backfill of `partitions` (`--partitions` items) rebuilds exactly those, as `strata backfill
+    --partitions` does; an ordinary run of partitions builds what is stale."""
     backfill = read_backfill(job_name, tags)
     if backfill is None:
         return RunRequest(
@@ -108,6 +115,7 @@ def engine_request(
             models=models,
             branch=strata.branch,
             full_refresh=_full_refresh(backfill.full_refresh),
+            partitions=partitions,
         )
     except StrataError as error:
         raise StrataError(

@@ -26,6 +26,7 @@ from pydantic import Field
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.columns import live_columns
 from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
+from strata_dagster.engine.partition_keys import as_request_texts
 from strata_dagster.engine.partition_status import (
     model_partitions,
     published_state,
@@ -69,8 +70,13 @@ class StrataIOManager(dg.ConfigurableIOManager):
     def _publish_build(self, context: dg.OutputContext, build: StrataBuild) -> None:
         strata = self.strata
         dagster_run = context.step_context.dagster_run
+        project = load_project(strata.project_path)
+        spec = project.models[build.model].properties.partitioned_by
+        partitions = (
+            as_request_texts(spec.grain, build.partition_keys) if spec and build.partition_keys else ()
+        )
         # Checked again here: execute_in_process and materialize() swap in their own executor.
-        request = engine_request(strata, dagster_run.job_name, dagster_run.tags, (build.model,))
+        request = engine_request(strata, dagster_run.job_name, dagster_run.tags, (build.model,), partitions)
         result = run(request)
         outcome = result.outcome(build.model)
         state = published_state(strata.warehouse_path, outcome.snapshot_id, result.entry)
@@ -95,15 +101,14 @@ class StrataIOManager(dg.ConfigurableIOManager):
                 {**metadata, c.ROWS_KEY: state.row_count, "dagster/row_count": state.row_count}
             )
             return
-        project = load_project(strata.project_path)
-        partitions = model_partitions(
+        contents = model_partitions(
             project, strata.warehouse_path, build.model, build.partition_keys, strata.branch
         )
         # The partitions this engine run recomputed (a partition-complete build says which).
         recomputed = set((getattr(outcome, "detail", None) or {}).get("partitions") or ())
         sql = metadata.pop(c.SQL_KEY)
         for key in build.partition_keys:
-            part = partitions[key]
+            part = contents[key]
             # The model's SQL once per run: on its last event, the one the UI shows as the latest.
             once = {c.SQL_KEY: sql} if key == build.partition_keys[-1] else {}
             context.log_event(

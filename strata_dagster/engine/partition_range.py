@@ -1,0 +1,164 @@
+"""Rebuilding given partitions of partitioned models (`--partitions`, a Dagster partition backfill).
+
+The named partitions are recomputed completely from the model's current inputs into one new
+segment that replaces exactly them; every other partition keeps its rows. The new state records
+the input fingerprints of the rebuilt partitions and keeps the last build's for the others, so a
+partition that changed and was not asked for is still found stale by the next build. Such a state
+is not what a build of these inputs gives, so no build key names it. When the rebuilt partitions
+hold the rows they held, the current snapshot stays (early cutoff).
+
+Whatever a partition-by-partition build cannot do (a first build, changed model code, another
+input every partition reads that changed) falls back to a full build, recorded with its reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from sqlglot import exp
+
+from strata_dagster.engine import joined_inputs
+from strata_dagster.engine.catalog import model_bounds
+from strata_dagster.engine.context import ProjectContext, with_upstream
+from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
+from strata_dagster.engine.partition_keys import PartitionRequest, keys_for_model, request_grain
+from strata_dagster.engine.partitions import PartitionBuilder
+from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
+from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.warehouse.segments import Segment
+from strata_dagster.warehouse.session import Session
+
+# A model outcome's detail key: the partitions the run was asked to rebuild.
+REQUESTED_PARTITIONS = "requested_partitions"
+
+
+def requested_partitions(
+    session: Session,
+    context: ProjectContext,
+    selected: Iterable[str],
+    requests: tuple[PartitionRequest, ...],
+    today: dt.date,
+) -> dict[str, tuple[str, ...]]:
+    """The partition keys to rebuild of each selected partitioned model whose grain the requests
+    name (days: day models; months: month models). E040 when no selected model is partitioned,
+    when a request fits no selected model, or when a key is not a partition of its model."""
+    if not requests:
+        return {}
+    project = context.project
+    partitioned = [name for name in selected if project.models[name].properties.partitioned_by is not None]
+    if not partitioned:
+        raise StrataError(
+            E_VERIFY_PARTITIONS,
+            "`--partitions` was given but no selected model is partitioned",
+            hint="select a partitioned model with --models (e.g. --models daily_revenue), or drop --partitions",
+        )
+    by_model: dict[str, tuple[str, ...]] = {}
+    for name in partitioned:
+        model = project.models[name]
+        spec = model.properties.partitioned_by
+        assert spec is not None
+        fitting = tuple(request for request in requests if request.grain == request_grain(spec.grain))
+        if not fitting:
+            continue
+        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES:
+            raise StrataError(
+                E_VERIFY_PARTITIONS,
+                f"model `{name}` builds by `{model.properties.merge_strategy}` deltas, not partition by partition",
+                model.location,
+                hint=f"rebuild it whole with `strata run PROJECT --models {name} --full-refresh`",
+            )
+        start = _declared_start(context, name)
+        bounds = model_bounds(session, context, name)
+        first = start or (bounds.first if bounds else None)
+        by_model[name] = keys_for_model(
+            name,
+            spec.grain,
+            fitting,
+            first,
+            bounds.last if bounds else None,
+            today,
+            first_is_start=start is not None,
+        )
+    grains = {name: _grain(context, name) for name in partitioned}
+    for request in requests:
+        if not any(request.grain == request_grain(grain) for grain in grains.values()):
+            name = partitioned[0]
+            wanted = request_grain(grains[name])
+            raise StrataError(
+                E_VERIFY_PARTITIONS,
+                f"`{request.text}` names {request.grain}s, but no selected model is partitioned by "
+                f"{request.grain} (`{name}` is partitioned by {grains[name]})",
+                subject=name,
+                hint=f"give {wanted}s for `{name}`, e.g. --partitions {'2026-01' if wanted == 'month' else '2026-01-05'}",
+            )
+    return by_model
+
+
+def _grain(context: ProjectContext, name: str) -> str:
+    spec = context.project.models[name].properties.partitioned_by
+    assert spec is not None
+    return spec.grain
+
+
+def _declared_start(context: ProjectContext, name: str) -> dt.date | None:
+    """The earliest `start` of the partitioned sources model `name` reads (through its upstream)."""
+    project = context.project
+    starts = [
+        source.start
+        for model in with_upstream(project, [name])
+        for ref in project.models[model].references
+        if (source := project.sources.get(ref)) is not None and source.start is not None
+    ]
+    return min(starts) if starts else None
+
+
+class PartitionRangeBuilder(PartitionBuilder):
+    """A partition-complete build of exactly `keys`, changed or not."""
+
+    def __init__(
+        self,
+        ctx: IncrementalContext,
+        previous: SnapshotRecord,
+        segments: list[Segment],
+        identities: dict[str, str],
+        keys: tuple[str, ...],
+    ) -> None:
+        super().__init__(ctx, previous, segments, identities)
+        self.keys = keys
+
+    def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+        return list(self.keys)
+
+    def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
+        """A changed joined input reaches partitions beyond the requested ones, and its new figures
+        would hide them from the next build: the whole model is rebuilt instead."""
+        if changed_inputs:
+            return Fallback(f"`{changed_inputs[0]}` changed, and every partition reads it")
+        return super()._joined_change(changed_inputs)
+
+    def recorded_fingerprints(self, now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+        recorded = {key: value for key, value in before.items() if key not in self.keys}
+        recorded.update({key: now[key] for key in self.keys if key in now})
+        return recorded
+
+    def _finish(
+        self,
+        delta_query: exp.Query,
+        removed: tuple[int, str],
+        keys_table: str | None,
+        detail: dict[str, Any],
+        facts: dict[str, Any],
+        kept_key_sum: tuple[int, int] | None = None,
+    ) -> DeltaBuild:
+        build = super()._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
+        if build.is_unchanged or build.record.content_hash != self.previous.content_hash:
+            return build
+        # The rebuilt partitions hold the rows they held: the current snapshot stays.
+        self.ctx.session.drop_snapshot(build.record.table_name)
+        replaced = build.record.detail.get("keys_table")
+        if replaced:
+            self.ctx.session.drop_snapshot(str(replaced))
+        return DeltaBuild(self.previous, True, {**build.detail, "rows_equal": True})
