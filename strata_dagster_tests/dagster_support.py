@@ -299,7 +299,8 @@ class GraphQL:
         return self(
             "query($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection { events { "
             "__typename ... on MessageEvent { message } "
-            "... on RunFailureEvent { error { message } } } } } }",
+            "... on RunFailureEvent { error { message } } "
+            "... on RunCanceledEvent { error { message } } } } } }",
             id=run_id,
         )["logsForRun"]["events"]
 
@@ -315,6 +316,15 @@ class GraphQL:
         for event in events:
             event["metadata"] = {entry["label"]: entry.get("text") for entry in event.pop("metadataEntries")}
         return events
+
+    def partition_stats(self, name: str) -> dict:
+        """What the asset's partitions bar shows: numPartitions, numMaterialized, numFailed,
+        numMaterializing."""
+        return self(
+            "query($k: [AssetKeyInput!]) { assetNodes(assetKeys: $k) { partitionStats { "
+            "numPartitions numMaterialized numFailed numMaterializing } } }",
+            k=[{"path": [name]}],
+        )["assetNodes"][0]["partitionStats"]
 
     def runs(self) -> list[dict]:
         data = self("{ runsOrError { ... on Runs { results { runId status jobName tags { key value } } } } }")

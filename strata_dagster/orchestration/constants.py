@@ -65,3 +65,8 @@ COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
 REFRESH_KEY: Final = "strata/refresh"
 VOLATILE_CALLS_KEY: Final = "strata/volatile_calls"
+# Metadata of a refused run's event (orchestration.backfill_guard).
+ERROR_CODE_KEY: Final = "strata/error_code"
+ERROR_KEY: Final = "strata/error"
+HINT_KEY: Final = "strata/hint"
+WRITTEN_KEY: Final = "strata/written"
