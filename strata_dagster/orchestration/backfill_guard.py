@@ -72,13 +72,13 @@ def _refuse(plan_context: Any, error: StrataError) -> Iterator[dg.DagsterEvent]:
     yield DagsterEvent.engine_event(
         plan_context,
         error.render(),
-        EngineEventData(metadata=refusal_metadata(error)),
+        EngineEventData(metadata=_refusal_metadata(error)),
     )
     plan_context.instance.report_run_canceled(plan_context.dagster_run, message=error.render())
     raise DagsterExecutionInterruptedError(error.render())
 
 
-def refusal_metadata(error: StrataError) -> dict[str, str]:
+def _refusal_metadata(error: StrataError) -> dict[str, str]:
     return {
         c.ERROR_CODE_KEY: error.code,
         c.ERROR_KEY: error.message,
