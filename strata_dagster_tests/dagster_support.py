@@ -196,6 +196,36 @@ def materializations(result, name):
     ]
 
 
+# -- the webserver's GraphQL, in process -------------------------------------------------------------
+@contextmanager
+def graphql_in_process(project: Path, warehouse: Path, instance: dg.DagsterInstance, folder: Path):
+    """The GraphQL API the UI reads, over a code location that loads the project's definitions in
+    this process (no webserver, no gRPC server): yields `query(text, **variables) -> data`."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    module = folder / "ui_definitions.py"
+    module.write_text(
+        "from strata_dagster import build_definitions\n"
+        f"defs = build_definitions({str(project)!r}, warehouse={str(warehouse)!r})\n"
+    )
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(python_file=str(module), attribute="defs", working_directory=str(folder)),
+        location_name=LOCATION,
+    )
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process:
+
+        def query(text: str, **variables):
+            result = execute_dagster_graphql(process.create_request_context(), text, variables)
+            assert not result.errors, result.errors
+            return result.data
+
+        yield query
+
+
 # -- dagster dev ------------------------------------------------------------------------------------
 REPO = Path(__file__).resolve().parents[1]
 LOCATION = "shop"
@@ -299,7 +329,8 @@ class GraphQL:
         return self(
             "query($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection { events { "
             "__typename ... on MessageEvent { message } "
-            "... on RunFailureEvent { error { message } } } } } }",
+            "... on RunFailureEvent { error { message } } "
+            "... on RunCanceledEvent { error { message } } } } } }",
             id=run_id,
         )["logsForRun"]["events"]
 
@@ -315,6 +346,15 @@ class GraphQL:
         for event in events:
             event["metadata"] = {entry["label"]: entry.get("text") for entry in event.pop("metadataEntries")}
         return events
+
+    def partition_stats(self, name: str) -> dict:
+        """What the asset's partitions bar shows: numPartitions, numMaterialized, numFailed,
+        numMaterializing."""
+        return self(
+            "query($k: [AssetKeyInput!]) { assetNodes(assetKeys: $k) { partitionStats { "
+            "numPartitions numMaterialized numFailed numMaterializing } } }",
+            k=[{"path": [name]}],
+        )["assetNodes"][0]["partitionStats"]
 
     def runs(self) -> list[dict]:
         data = self("{ runsOrError { ... on Runs { results { runId status jobName tags { key value } } } } }")

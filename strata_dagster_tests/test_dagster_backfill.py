@@ -1,6 +1,7 @@
 """Backfills from Dagster: runs of a Dagster backfill, of a `strata_backfill` job, or carrying a
-correction tag need `strata/reason`. Without it (or with a bad correction) the run fails before
-any step with E085 and the warehouse is not touched; with it, the engine records kind `backfill`,
+correction tag need `strata/reason`. Without it (or with a bad correction) the run is refused
+before any step with E085, ends CANCELED (its partitions are not marked failed), and the warehouse
+is not touched; with it, the engine records kind `backfill`,
 the reason, the corrected run and the overrides, and every materialization shows them. Runs go
 through the definitions' own executor, as under the daemon."""
 
@@ -53,17 +54,24 @@ def shop(built, tmp_path):
     return build_definitions(project, warehouse=warehouse), warehouse, first
 
 
-def failure_message(instance, run) -> str:
-    (event,) = run_events(instance, run.run_id, dg.DagsterEventType.RUN_FAILURE)
-    return event.dagster_event.event_specific_data.error.message
+def refusal_message(instance, run) -> str:
+    (event,) = run_events(instance, run.run_id, dg.DagsterEventType.RUN_CANCELED)
+    return event.message
 
 
 def assert_refused(instance, run, warehouse, before, needle):
-    """Failed before any step, with E085 naming `needle`, and nothing written."""
-    assert run.status == dg.DagsterRunStatus.FAILURE
+    """Refused before any step (CANCELED), with E085 naming `needle` and no stack trace on any
+    event, and nothing written."""
+    assert run.status == dg.DagsterRunStatus.CANCELED
     assert run_events(instance, run.run_id, dg.DagsterEventType.STEP_START) == []
-    message = failure_message(instance, run)
-    assert "E085" in message and needle in message, message
+    message = refusal_message(instance, run)
+    assert message.startswith("error[E085]") and needle in message, message
+    errors = [
+        record.dagster_event.event_specific_data.error
+        for record in instance.all_logs(run.run_id)
+        if getattr(record.dagster_event.event_specific_data, "error", None) is not None
+    ]
+    assert errors == [], errors
     assert warehouse_digest(warehouse) == before
 
 
@@ -91,7 +99,47 @@ def test_a_backfill_without_a_reason_fails_before_any_step_and_writes_nothing(sh
     with dg.DagsterInstance.ephemeral() as instance:
         run = launch_in_process(defs, instance, names, job=job, partitions=partitions, tags=tags)
         assert_refused(instance, run, warehouse, before, "has no `strata/reason` tag")
-        assert "Add tags to backfill runs" in failure_message(instance, run)
+        assert "Add tags to backfill runs" in refusal_message(instance, run)
+
+
+def test_the_refusal_is_an_event_with_the_code_and_the_fix_as_metadata(shop):
+    defs, _, _ = shop
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = launch_in_process(defs, instance, ["stg_customers"], job="strata_backfill")
+        (event,) = [
+            record
+            for record in run_events(instance, run.run_id, dg.DagsterEventType.ENGINE_EVENT)
+            if record.message.startswith("error[E085]")
+        ]
+    metadata = {key: value.value for key, value in event.dagster_event.engine_event_data.metadata.items()}
+    assert metadata["strata/error_code"] == "E085"
+    assert "has no `strata/reason` tag" in metadata["strata/error"]
+    assert "Add tags to backfill runs" in metadata["strata/hint"]
+    assert metadata["strata/written"].startswith("nothing")
+
+
+def test_a_refused_backfill_leaves_its_partitions_as_they_were_not_failed(shop):
+    """Dagster marks a partition failed when the latest run planned for it FAILED; a refused run
+    wrote nothing, so a missing partition stays missing and a materialized one materialized."""
+    defs, _, _ = shop
+    days = day_keys()[:4]
+    partitions_def = defs.resolve_asset_graph().get(dg.AssetKey("daily_revenue")).partitions_def
+    with dg.instance_for_test() as instance:
+        built = launch_in_process(
+            defs, instance, ["daily_revenue"], partitions=(days[0], days[0]), tags={REASON: "first load"}
+        )
+        assert built.status == dg.DagsterRunStatus.SUCCESS
+        refused = launch_in_process(
+            defs, instance, ["daily_revenue"], partitions=(days[0], days[2]), tags=IN_DAGSTER_BACKFILL
+        )
+        assert refused.status == dg.DagsterRunStatus.CANCELED
+        status = instance.get_status_by_partition(dg.AssetKey("daily_revenue"), days, partitions_def)
+    assert status == {
+        days[0]: dg.AssetPartitionStatus.MATERIALIZED,
+        days[1]: None,
+        days[2]: None,
+        days[3]: None,
+    }
 
 
 def test_ordinary_and_automation_runs_need_no_reason(shop):
@@ -226,3 +274,25 @@ def test_a_full_refresh_tag_rebuilds_the_backfills_models_from_all_their_input(s
     assert (entry.kind, entry.detail["full_refresh"]) == ("backfill", True)
     amount = execute(warehouse, "SELECT amount FROM main.v_stg_orders WHERE order_id = ?", params=[order])
     assert str(amount[0][0]) == "4321.00"
+
+
+def test_partitioned_models_and_the_backfill_jobs_name_the_backfill_tags(shop):
+    """Where a user looks before launching a backfill: the asset's description, the job's."""
+    defs, _, _ = shop
+    graph = defs.resolve_asset_graph()
+    tags = ("`strata/reason`", "`strata/backfill_of`", "`strata/source/<source>`", "`strata/full_refresh`")
+    described = [graph.get(dg.AssetKey(name)).description for name in ("daily_revenue", "monthly_revenue")]
+    described += [
+        defs.resolve_job_def(name).description
+        for name in (
+            "strata_backfill",
+            "strata_backfill_daily_revenue_partitions",
+            "strata_backfill_monthly_revenue_partitions",
+        )
+    ]
+    for description in described:
+        assert all(tag in description for tag in tags), description
+        assert "Add tags to backfill runs" in description
+    # The model's own description comes first; unpartitioned models are not cluttered.
+    assert graph.get(dg.AssetKey("daily_revenue")).description.startswith("Paid and shipped revenue per day")
+    assert "strata/reason" not in graph.get(dg.AssetKey("stg_orders")).description

@@ -83,9 +83,7 @@ def test_every_asset_and_observation_runs_in_the_duckdb_pool_with_the_in_process
         dg.in_process_executor.config_schema.as_field().config_type.key
     )
     graph = defs.resolve_asset_graph()
-    for key in graph.get_all_asset_keys():
-        if not graph.get(key).is_executable:
-            continue  # a partitions companion: its model's builds observe it
+    for key in graph.get_all_asset_keys():  # partitions companions too: they observe the warehouse
         op = graph.assets_def_for_key(key).op
         assert (op.pool or op.tags.get("dagster/concurrency_key")) == "duckdb", key
 
@@ -93,8 +91,9 @@ def test_every_asset_and_observation_runs_in_the_duckdb_pool_with_the_in_process
 def test_a_day_partitioned_model_reads_its_unpartitioned_from_model_through_a_partitions_companion(defs):
     graph = defs.resolve_asset_graph()
     companion = graph.get(dg.AssetKey("stg_orders__by_day"))
-    # An external asset with daily_revenue's partitions, downstream of stg_orders (the lineage stays).
-    assert not companion.is_executable and not companion.is_materializable
+    # An observable asset with daily_revenue's partitions, downstream of stg_orders (the lineage
+    # stays); observed, never materialized.
+    assert companion.is_observable and not companion.is_materializable
     assert companion.partitions_def == graph.get(dg.AssetKey("daily_revenue")).partitions_def
     assert companion.parent_keys == {dg.AssetKey("stg_orders")}
     assert companion.child_keys == {dg.AssetKey("daily_revenue")}

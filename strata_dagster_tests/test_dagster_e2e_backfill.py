@@ -1,7 +1,7 @@
 """End to end, as the UI launches a backfill: `dagster dev` (webserver and daemon) on 127.0.0.1
 with a temporary DAGSTER_HOME, GraphQL `launchPartitionBackfill` over three days of
-`daily_revenue`. Without the `strata/reason` tag every run fails before any step (E085) and the
-warehouse file is untouched; with it, the runs succeed and the reason is in `strata history`, on
+`daily_revenue`. Without the `strata/reason` tag every run is refused before any step (E085,
+CANCELED, no stack trace), the warehouse file is untouched and no partition is shown failed; with it, the runs succeed and the reason is in `strata history`, on
 the runs and on every materialization."""
 
 import json
@@ -35,15 +35,18 @@ def test_a_backfill_without_a_reason_fails_every_run_and_one_with_a_reason_is_re
     with dagster_dev(tmp_path, home) as (graphql, log):
         refused = graphql.launch_backfill("daily_revenue", days)
         runs = wait_for(lambda: settled_runs(graphql, refused), 180, "the backfill without a reason", log)
-        assert {run["status"] for run in runs} == {"FAILURE"}
+        assert {run["status"] for run in runs} == {"CANCELED"}
         for run in runs:
             events = graphql.run_events(run["runId"])
             assert not [event for event in events if event["__typename"] == "ExecutionStepStartEvent"]
-            (failure,) = [event for event in events if event["__typename"] == "RunFailureEvent"]
-            message = failure["error"]["message"]
-            assert "E085" in message and "has no `strata/reason` tag" in message
+            assert not [event for event in events if event.get("error")]
+            (canceled,) = [event for event in events if event["__typename"] == "RunCanceledEvent"]
+            message = canceled["message"]
+            assert message.startswith("error[E085]") and "has no `strata/reason` tag" in message
             assert "Add tags to backfill runs" in message
         assert warehouse_digest(warehouse) == before
+        stats = graphql.partition_stats("daily_revenue")
+        assert (stats["numFailed"], stats["numMaterialized"], stats["numMaterializing"]) == (0, 0, 0)
 
         accepted = graphql.launch_backfill("daily_revenue", days, {REASON: WHY})
         runs = wait_for(lambda: settled_runs(graphql, accepted), 180, "the backfill with a reason", log)

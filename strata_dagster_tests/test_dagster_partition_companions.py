@@ -8,13 +8,17 @@ import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.engine.partition_status import input_partitions
+from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,
     change_order,
     day_keys,
     execute_assets,
+    graphql_in_process,
+    make_small_shop,
     materializations,
+    materialize_everything,
     materialized_shop,
     observe_sources,
     order_day,
@@ -187,3 +191,47 @@ def test_a_day_partitioned_model_over_an_unpartitioned_source_is_stale_in_the_ch
     }
     assert recomputed == {"2025-01-01", "2025-01-06"}
     assert stale_set(defs, instance) == set()
+
+
+COMPANION_NODE = (
+    "query($k: [AssetKeyInput!]) { assetNodes(assetKeys: $k) { isObservable isMaterializable "
+    "isPartitioned assetObservations(limit: 1) { timestamp } partitionKeysByDimension { partitionKeys } } }"
+)
+OBSERVED_PARTITIONS = (
+    "query($k: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $k) { ... on Asset { "
+    "assetObservations(partitions: $p) { partition } } } }"
+)
+
+
+def test_the_ui_shows_the_companion_observed_after_the_first_builds_not_missing(tmp_path):
+    """The UI's graph shows an observable asset by its last observation ("Observed"); an
+    unexecutable partitioned one by its materialized partitions, which a companion never has
+    ("Missing (40)", "0% filled"). After the first builds every day of the companion is observed."""
+    project, warehouse = make_small_shop(tmp_path)
+    with (
+        dg.instance_for_test() as instance,
+        graphql_in_process(project, warehouse, instance, tmp_path) as query,
+    ):
+        materialize_everything(build_definitions(project, warehouse=warehouse), instance)
+        (node,) = query(COMPANION_NODE, k=[{"path": COMPANION.path}])["assetNodes"]
+        assert (node["isObservable"], node["isMaterializable"], node["isPartitioned"]) == (True, False, True)
+        assert node["assetObservations"], "the graph would show it 'Never observed'"
+        keys = node["partitionKeysByDimension"][0]["partitionKeys"]
+        assert keys == day_keys()
+        observed = query(OBSERVED_PARTITIONS, k={"path": COMPANION.path}, p=keys)["assetOrError"]
+        assert {event["partition"] for event in observed["assetObservations"]} == set(keys)
+
+
+def test_observing_the_companion_itself_records_only_changed_days_in_the_duckdb_pool(shop):
+    project, warehouse, defs, instance = shop
+    assets_def = defs.resolve_asset_graph().assets_def_for_key(COMPANION)
+    assert assets_def.op.pool == "duckdb"
+    result = execute_assets(defs, instance, [COMPANION.to_user_string()])
+    assert result.success and companion_observations(result) == []
+    # A day whose rows changed behind Dagster's back (a build outside Dagster) is recorded.
+    order = paid_order(warehouse)
+    change_order(warehouse, order)
+    run_project(project, warehouse, models=["stg_orders"])
+    result = execute_assets(defs, instance, [COMPANION.to_user_string()])
+    assert result.success and companion_observations(result) == [order_day(warehouse, order)]
+    assert f"daily_revenue[{order_day(warehouse, order)}]" in stale_set(defs, instance)

@@ -2,8 +2,13 @@
 without a reason (or with bad correction tags) before any step starts.
 
 It refuses here, not when the run is submitted: a run coordinator that refuses a backfill's runs
-makes the backfill daemon retry them forever, while a run that fails in its executor ends the
+makes the backfill daemon retry them forever, while a run refused in its executor ends the
 backfill COMPLETED_FAILED. In-process only: DuckDB allows one writer per file.
+
+A refused run ends CANCELED, not FAILURE, with the E085 message (no stack trace) on its events:
+Dagster marks an asset partition failed when the latest run planned to materialize it FAILED,
+and a refused run wrote nothing, so its partitions keep the status they had (missing or
+materialized). A Dagster backfill counts its canceled runs' partitions as not done.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster._core.events import DagsterEvent, EngineEventData
 
+from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.backfills import engine_request, read_backfill
 from strata_dagster.orchestration.resources import StrataResource
@@ -30,7 +38,15 @@ class StrataBackfillGuard(dg.Executor):
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
         run = plan_context.dagster_run
         if read_backfill(run.job_name, run.tags) is not None:
-            request = engine_request(self.strata, run.job_name, run.tags)
+            try:
+                request = engine_request(self.strata, run.job_name, run.tags)
+            except StrataError as error:
+                refusal = error
+            else:
+                refusal = None
+            if refusal is not None:
+                yield from _refuse(plan_context, refusal)
+                return
             corrects = f", correcting run {request.backfill_of}" if request.backfill_of else ""
             overrides = f", sources {dict(request.overrides)}" if request.overrides else ""
             refresh = ", full refresh" if request.full_refresh else ""
@@ -46,6 +62,29 @@ class StrataBackfillGuard(dg.Executor):
     @property
     def step_dependency_config(self) -> Any:
         return self.inner.step_dependency_config
+
+
+def _refuse(plan_context: Any, error: StrataError) -> Iterator[dg.DagsterEvent]:
+    """End the run CANCELED before any step: the E085 message as an event with metadata (what
+    the run log shows), the same message on the cancellation (what the runs list shows), and no
+    stack trace. Raising the interruption stops the plan; Dagster sees the run already canceled
+    and only notes that it cleaned up."""
+    yield DagsterEvent.engine_event(
+        plan_context,
+        error.render(),
+        EngineEventData(metadata=_refusal_metadata(error)),
+    )
+    plan_context.instance.report_run_canceled(plan_context.dagster_run, message=error.render())
+    raise DagsterExecutionInterruptedError(error.render())
+
+
+def _refusal_metadata(error: StrataError) -> dict[str, str]:
+    return {
+        c.ERROR_CODE_KEY: error.code,
+        c.ERROR_KEY: error.message,
+        **({c.HINT_KEY: error.hint} if error.hint else {}),
+        c.WRITTEN_KEY: "nothing: the run was refused before any step",
+    }
 
 
 def strata_executor(strata: StrataResource) -> dg.ExecutorDefinition:

@@ -41,6 +41,17 @@ ADD_REASON = (
     "nothing was run or written"
 )
 
+# What the descriptions of partitioned models and of the backfill jobs say, so that the tags are
+# found where a user looks before launching: Dagster's launch dialogs cannot require a tag.
+BACKFILL_TAGS_HELP = (
+    f"Backfills (a partition dialog's Materialize or Launch backfill, the `{c.BACKFILL_JOB}` jobs) "
+    f"need the run tag `{c.REASON_TAG}` saying why (under 'Add tags to backfill runs'); without it "
+    "the run is refused before any step (E085, canceled) and nothing is written. Optional tags: "
+    f"`{c.BACKFILL_OF_TAG}` = the strata run id it corrects, `{c.SOURCE_TAG_PREFIX}<source>` = "
+    f"`<schema.table>` to read a corrected table, `{c.FULL_REFRESH_TAG}` = `true` to rebuild from "
+    "all input."
+)
+
 
 @dataclass(frozen=True)
 class StrataBackfill:
@@ -182,11 +193,7 @@ def build_backfill_jobs(
         dg.define_asset_job(
             names[identity],
             selection=dg.AssetSelection.assets(*keys),
-            description=(
-                f"Backfill of strata models: every run needs the `{c.REASON_TAG}` tag; "
-                f"`{c.BACKFILL_OF_TAG}` and `{c.SOURCE_TAG_PREFIX}<source>` tags correct a recorded run; "
-                f"`{c.FULL_REFRESH_TAG}` = `true` rebuilds the models from all their input."
-            ),
+            description=f"Backfill of strata models. {BACKFILL_TAGS_HELP}",
         )
         for identity, keys in groups.items()
     ]

@@ -15,13 +15,12 @@ unchanged day keeps its data version. A partitioned model whose `from` is an unp
 reads it the same way: each observation of the source records the changed partitions.
 """
 
-from __future__ import annotations
-
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
+from dagster._core.definitions.op_definition import OpDefinition
 
 from strata_dagster.engine.catalog import Catalog
 from strata_dagster.engine.partition_status import input_partitions
@@ -95,12 +94,59 @@ def _partitions_def(
     return merged
 
 
+def companion_asset(
+    companion: PartitionCompanion, nodes: Mapping[str, StrataAssetProps], translator: StrataDagsterTranslator
+) -> dg.AssetsDefinition:
+    """The companion as an observable asset downstream of its model or source: never stale itself,
+    observed by the builds of its model (or the observations of its source) and of its readers,
+    and by its own Observe (in the duckdb pool), which records the partitions whose rows changed.
+
+    Observable, not merely external: the UI shows an observable asset by its last observation
+    ("Observed"), while an unexecutable partitioned asset is shown by its materialized partitions,
+    which a companion never has ("Missing (365)", "0% filled") and looks broken."""
+
+    @dg.multi_observable_source_asset(
+        specs=[companion_spec(companion, nodes, translator)],
+        name=f"observe_{companion.key.to_python_identifier()}",
+        required_resource_keys={c.STRATA_RESOURCE_KEY},
+    )
+    def _observe(context: dg.OpExecutionContext) -> Iterator[dg.Output]:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        record_companion(context, strata, companion.refresh())
+        # A generator without output: the events are the changed partitions' observations; a
+        # returning body would add one more, for no partition, with no data version.
+        yield from ()
+
+    return _in_pool(_observe, c.DUCKDB_POOL)
+
+
+def _in_pool(assets_def: dg.AssetsDefinition, pool: str) -> dg.AssetsDefinition:
+    """`assets_def` with its op in `pool`: `multi_observable_source_asset` takes no pool, and an
+    observation opens the warehouse like any build (one writer per DuckDB file)."""
+    op = assets_def.op
+    pooled = OpDefinition.dagster_internal_init(
+        compute_fn=op.compute_fn,
+        name=op.name,
+        ins={item.name: dg.In.from_definition(item) for item in op.input_defs},
+        outs={item.name: dg.Out.from_definition(item) for item in op.output_defs},
+        description=op.description,
+        config_schema=op.config_schema,
+        required_resource_keys=op.required_resource_keys,
+        tags=op.tags,
+        version=None,
+        retry_policy=op.retry_policy,
+        code_version=None,
+        pool=pool,
+    )
+    return dg.AssetsDefinition.dagster_internal_init(
+        **{**assets_def.get_attributes_dict(), "node_def": pooled}
+    )
+
+
 def companion_spec(
     companion: PartitionCompanion, nodes: Mapping[str, StrataAssetProps], translator: StrataDagsterTranslator
 ) -> dg.AssetSpec:
-    """The companion as an external asset downstream of its model or source: never stale itself,
-    observed by the builds of its model (or the observations of its source) and of its readers,
-    never run on its own."""
+    """What the companion asset declares (see `companion_asset`)."""
     upstream = nodes[companion.upstream]
     readers = ", ".join(f"`{reader}`" for reader in companion.readers)
     spec = nodes[companion.readers[0]].partitioned_by
@@ -108,11 +154,14 @@ def companion_spec(
     recorder = "observation" if upstream.kind == "source" else "materialization"
     return dg.AssetSpec(
         key=companion.key,
+        skippable=True,  # its observations are the partitions' events, no output for the whole
         deps=[translator.get_asset_key(upstream)],
         description=(
             f"The rows of `{upstream.name}` per {spec.grain} partition of {readers}, one data version "
             f"each: a change of `{upstream.name}` makes exactly the partitions whose rows changed stale. "
-            f"Every {recorder} of `{upstream.name}` records its changed partitions."
+            f"Every {recorder} of `{upstream.name}` records its changed partitions. A strata "
+            "implementation detail (the engine's per-partition view of its input), not a table: "
+            "it is observed, never materialized."
         ),
         group_name=translator.get_group_name(upstream),
         partitions_def=companion.partitions_def,

@@ -72,3 +72,9 @@ COLUMN_LINEAGE_KEY: Final = "dagster/column_lineage"
 CODE_REFERENCES_KEY: Final = "dagster/code_references"
 TABLE_NAME_KEY: Final = "dagster/table_name"
 KIND_TAG_PREFIX: Final = "dagster/kind/"
+
+# Metadata of a refused run's event (orchestration.backfill_guard).
+ERROR_CODE_KEY: Final = "strata/error_code"
+ERROR_KEY: Final = "strata/error"
+HINT_KEY: Final = "strata/hint"
+WRITTEN_KEY: Final = "strata/written"

@@ -18,7 +18,7 @@ from strata_dagster.orchestration.automation import automation_sensor
 from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
-from strata_dagster.orchestration.companions import companion_spec, partition_companions
+from strata_dagster.orchestration.companions import companion_asset, partition_companions
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
@@ -105,16 +105,16 @@ def _definitions(
         if name in whole_keys:
             assets.append(build_whole_model_asset(nodes[name], translator))
     assets.extend(python_assets)
-    # Partitions companions: external assets, observed by the builds of their models (or the
-    # observations of their sources); in no job, sensor or selection.
-    specs = [companion_spec(item, nodes, translator) for item in unique.values()]
+    # Partitions companions: observable assets, observed by the builds of their models (or the
+    # observations of their sources); in no job, sensor or selection of ours.
+    observers = [companion_asset(item, nodes, translator) for item in unique.values()]
     keys = [key for item in assets for key in _keys(item)]
     jobs, job_of, observable = _jobs(assets)
     backfill_jobs = build_backfill_jobs(
         assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
     )
     return dg.Definitions(
-        assets=[*assets, *specs],
+        assets=[*assets, *observers],
         asset_checks=checks.asset_checks,
         jobs=[*jobs, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,

@@ -22,6 +22,7 @@ from strata_dagster.errors import Location
 from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.automation import observation_condition, stale_condition
+from strata_dagster.orchestration.backfills import BACKFILL_TAGS_HELP
 from strata_dagster.orchestration.partitions import time_partitions
 
 NodeKind = Literal["source", "model"]
@@ -89,11 +90,17 @@ class StrataDagsterTranslator:
         return _GROUP_CHARACTERS.sub("_", props.module) or None
 
     def get_description(self, props: StrataAssetProps) -> str | None:
-        if props.refresh is None:
-            return props.description
-        why = f"it calls {', '.join(props.volatile_calls)}" if props.volatile_calls else "declared"
-        note = f"Refresh: {props.refresh} ({why}); the stale sensor rebuilds it once its period has passed."
-        return f"{props.description}\n\n{note}" if props.description else note
+        """The model's `description:`, then notes: its refresh period, and for a partitioned model
+        the run tags a backfill needs (`strata/reason`, ...)."""
+        notes = [props.description] if props.description else []
+        if props.refresh is not None:
+            why = f"it calls {', '.join(props.volatile_calls)}" if props.volatile_calls else "declared"
+            notes.append(
+                f"Refresh: {props.refresh} ({why}); the stale sensor rebuilds it once its period has passed."
+            )
+        if props.kind == "model" and props.partitioned_by is not None:
+            notes.append(BACKFILL_TAGS_HELP)
+        return "\n\n".join(notes) or None
 
     def get_partitions_def(self, props: StrataAssetProps) -> dg.PartitionsDefinition | None:
         if props.partitioned_by is None:
