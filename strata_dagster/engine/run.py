@@ -44,7 +44,7 @@ from strata_dagster.engine.status import (
     read_source_state_by_group,
 )
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
-from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
+from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
@@ -64,6 +64,11 @@ FULL = "full"  # rebuilt into a new snapshot
 CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
 # DELTA: a delta segment on top of the previous state (engine.incremental)
 PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
+VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no rows stored
+
+# A view snapshot's detail keys: what it is, and the snapshots it reads (gc keeps them with it).
+MATERIALIZE = "materialize"
+READS = "reads"
 
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
@@ -349,6 +354,9 @@ class _Run:
         snapshot_id = self._new_snapshot_id(key)
         table_name = snapshot_table_name(snapshot_id, name)
         reason = "first build" if current is None else None
+        if model.properties.is_view:
+            record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
+            return record, path, {}
         if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
             context = IncrementalContext(
                 self.session,
@@ -511,6 +519,52 @@ class _Run:
         self.new_snapshots.append(record)
         self.new_keys.append((key, snapshot_id))
         return record, FULL
+
+    def _view(
+        self,
+        name: str,
+        key: str,
+        snapshot_id: str,
+        table_name: str,
+        fingerprint: ModelFingerprint,
+        current: SnapshotRecord | None,
+        existing: SnapshotRecord | None,
+    ) -> tuple[SnapshotRecord, str]:
+        """A view model's build: a new immutable view over its inputs, whose identity comes from
+        the build key (its definition and its inputs' identities), never from hashing its rows."""
+        content_hash = view_identity(key)
+        for same in (existing, current):
+            if same is not None and same.content_hash == content_hash and self._is_state_present(same):
+                self.new_keys.append((key, same.snapshot_id))
+                return same, CUTOFF
+        query = self.context.compiled.models[name].bound(self._relation_for_build)
+        with self._as_build_error(name):
+            self.session.create_view_snapshot(table_name, query)
+        checkpoint("snapshot_created")
+        self._check_contract(name, table_name)  # `not null` is refused on views: only the schema is read
+        reads = sorted(
+            {
+                segment_id
+                for ref in self.project.models[name].references
+                if ref in self.chosen
+                for segment_id in self.chosen[ref].segment_ids
+            }
+        )
+        record = SnapshotRecord(
+            snapshot_id=snapshot_id,
+            model=name,
+            table_name=table_name,
+            partition_key=UNPARTITIONED,
+            model_fingerprint=fingerprint.value,
+            content_hash=content_hash,
+            row_count=0,  # not counted: counting reads every row, which a view exists to avoid
+            watermark=None,
+            created_entry=self.entry,
+            detail={MATERIALIZE: "view", READS: reads},
+        )
+        self.new_snapshots.append(record)
+        self.new_keys.append((key, snapshot_id))
+        return record, VIEW
 
     def _check_pins(self, name: str, table_name: str) -> None:
         props = self.project.models[name].properties

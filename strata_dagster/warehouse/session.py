@@ -131,6 +131,10 @@ class Session:
         with _as_warehouse_errors():
             tables.create_snapshot(self.con, name, query)
 
+    def create_view_snapshot(self, name: str, query: exp.Query) -> None:
+        with _as_warehouse_errors():
+            tables.create_view_snapshot(self.con, name, query)
+
     def drop_snapshot(self, name: str) -> None:
         tables.drop_table(self.con, name)
 
