@@ -43,6 +43,7 @@ from strata_dagster.engine.status import (
     read_source_state,
     read_source_state_by_group,
 )
+from strata_dagster.engine.view_lineage import source_partition_through_views
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
@@ -207,29 +208,30 @@ class _Run:
         needed = sorted(references & set(self.project.sources))
         states = {}
         for name in needed:
-            grouped_by = self._partitioned_reader_of(name)
-            if grouped_by is None:
+            reader = self._partitioned_reader_of(name)
+            if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
                 continue
             # One scan gives both the source's fingerprint and the model's partition fingerprints.
-            model = self.project.models[grouped_by]
-            key = partitions.raw_partition_of(model, self.context.compiled.models[grouped_by])
+            grouped_by, key = reader
             states[name], self.partition_groups[grouped_by] = read_source_state_by_group(
                 self.session, self.context, name, key
             )
         return states
 
-    def _partitioned_reader_of(self, source: str) -> str | None:
-        """A partitioned model in the selection that reads `source` as its `from`, if any."""
+    def _partitioned_reader_of(self, source: str) -> tuple[str, exp.Expression] | None:
+        """A partitioned model in the selection that reads `source` as its `from` (itself, or
+        through view models), if any, and its partition expression over the source's rows."""
         for name in self.closure:
             model = self.project.models[name]
             compiled = self.context.compiled.models[name]
-            if (
-                self._is_partitioned(name)
-                and compiled.base_relation == source
-                and partitions.locality_problem_of(model, compiled) is None
-            ):
-                return name
+            if not self._is_partitioned(name):
+                continue
+            if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
+                return name, partitions.raw_partition_of(model, compiled)
+            traced = source_partition_through_views(self.project, self.context.compiled.models, name)
+            if traced is not None and traced[0] == source:
+                return name, traced[1]
         return None
 
     def _source_totals(self) -> dict[str, tuple[int, str]]:
@@ -535,6 +537,7 @@ class _Run:
         content_hash = view_identity(key)
         for same in (existing, current):
             if same is not None and same.content_hash == content_hash and self._is_state_present(same):
+                self._check_contract(name, same.table_name)  # a contract edit does not change the key
                 self.new_keys.append((key, same.snapshot_id))
                 return same, CUTOFF
         query = self.context.compiled.models[name].bound(self._relation_for_build)
