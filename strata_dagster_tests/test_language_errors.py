@@ -97,7 +97,12 @@ CASES = [
         4,
         19,
     ),
-    ("E017", "model m {\n  from orders\n  materialize: view\n  contract: {order_id: BIGINT not null}\n}\n", 4, 24),
+    (
+        "E017",
+        "model m {\n  from orders\n  materialize: view\n  contract: {order_id: BIGINT not null}\n}\n",
+        4,
+        24,
+    ),
     ("E007", "model m {\n  from orders\n  materialize: vue\n}\n", 3, 16),
     ("E086", "model m {\n  from orders\n  merge_strategy: merge\n}\n", 3, 19),
     (

@@ -46,7 +46,9 @@ def make_views(root: Path, module: str = MODULE) -> tuple[Path, Path]:
 def snapshot_objects(warehouse: Path, kind: str) -> list[str]:
     catalog = "duckdb_views()" if kind == "view" else "duckdb_tables()"
     column = "view_name" if kind == "view" else "table_name"
-    rows = execute(warehouse, f"SELECT {column} FROM {catalog} WHERE schema_name = 'strata_snapshots' ORDER BY 1")
+    rows = execute(
+        warehouse, f"SELECT {column} FROM {catalog} WHERE schema_name = 'strata_snapshots' ORDER BY 1"
+    )
     return [row[0] for row in rows]
 
 
@@ -61,11 +63,14 @@ def test_view_model_stores_no_rows_and_reads_like_a_table(tmp_path):
     stg = result.outcome("stg_orders")
     assert snapshot_objects(warehouse, "view") == [stg.table_name]
     assert not any(name.endswith("_stg_orders") for name in snapshot_objects(warehouse, "table"))
-    assert f"strata_snapshots.{stg.table_name}" in execute(
-        warehouse, "SELECT sql FROM duckdb_views() WHERE view_name = 'v_stg_orders'"
-    )[0][0]
+    assert (
+        f"strata_snapshots.{stg.table_name}"
+        in execute(warehouse, "SELECT sql FROM duckdb_views() WHERE view_name = 'v_stg_orders'")[0][0]
+    )
     # The same models built as tables give the same rows.
-    table_project, table_warehouse = make_views(tmp_path / "table", MODULE.replace("  materialize: view\n", ""))
+    table_project, table_warehouse = make_views(
+        tmp_path / "table", MODULE.replace("  materialize: view\n", "")
+    )
     run_project(table_project, table_warehouse)
     for model in ("stg_orders", "totals"):
         view_rows = row_multiset(warehouse, f"main.v_{model}")
@@ -150,9 +155,10 @@ def test_view_contract_is_checked_at_build_and_nothing_is_published(tmp_path):
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == "E031"
-    assert f"strata_snapshots.{first.outcome('stg_orders').table_name}" in execute(
-        warehouse, "SELECT sql FROM duckdb_views() WHERE view_name = 'v_stg_orders'"
-    )[0][0]
+    assert (
+        f"strata_snapshots.{first.outcome('stg_orders').table_name}"
+        in execute(warehouse, "SELECT sql FROM duckdb_views() WHERE view_name = 'v_stg_orders'")[0][0]
+    )
     assert snapshot_objects(warehouse, "view") == [first.outcome("stg_orders").table_name]
 
 

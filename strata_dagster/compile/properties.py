@@ -105,7 +105,10 @@ _NOT_FOR_VIEWS = (
     ("cdc_column", "a view has no state to merge a delta into"),
     ("lateness", "a view has no state to merge a delta into"),
     ("partitioned_by", "a view has no partitions to build one by one"),
-    ("unique", "a pin on a view would hold only at build time, while the view shows its sources' rows as they change"),
+    (
+        "unique",
+        "a pin on a view would hold only at build time, while the view shows its sources' rows as they change",
+    ),
 )
 
 
@@ -116,7 +119,9 @@ def view_errors(model: Model) -> list[StrataError]:
         return []
     errors = []
     for name, reason in _NOT_FOR_VIEWS:
-        if props.location_of(name) is None or (name == "merge_strategy" and props.merge_strategy == "replace"):
+        if props.location_of(name) is None or (
+            name == "merge_strategy" and props.merge_strategy == "replace"
+        ):
             continue
         errors.append(
             StrataError(

@@ -31,7 +31,9 @@ def source_partition_through_views(
         return None
     expression: exp.Expression | None = raw_partition_of(model, compiled[name])
     relation = compiled[name].base_relation
-    while expression is not None and relation in project.models and project.models[relation].properties.is_view:
+    while (
+        expression is not None and relation in project.models and project.models[relation].properties.is_view
+    ):
         view_model = project.models[relation]
         view = compiled[relation]
         if (
