@@ -9,7 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
-from strata_dagster_tests.incremental_support import FULL_UP, WINDOW_AN, WINDOW_AP, make_project, multiset
+from strata_dagster_tests.incremental_support import (
+    FULL_UP,
+    FULL_UP_V,
+    VIEW_MODULE,
+    WINDOW_AN,
+    WINDOW_AP,
+    make_project,
+    multiset,
+)
 
 T0 = dt.datetime(2025, 1, 1)
 STATUSES = ["open", "paid", "void"]
@@ -117,5 +125,39 @@ def test_random_histories(tmp_path_factory, history, versioning):
                 window,
             )
             assert multiset(con, "SELECT * FROM main.v_an") == expected_an, step
+        finally:
+            con.close()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(history=steps, versioning=st.sampled_from(["cdc(ts)", "full"]))
+def test_random_histories_through_a_view_model(tmp_path_factory, history, versioning):
+    """An upsert model reading its source through a `materialize: view` model equals a full rebuild
+    after every run, deletes and reloads included."""
+    project, warehouse = make_project(tmp_path_factory.mktemp("view_history"), VIEW_MODULE, versioning)
+    con = duckdb.connect(str(warehouse))
+    source = Source(con)
+    source.apply(("insert", [("open", 1), ("paid", 2), ("void", 3), ("open", -2)]))
+    con.close()
+    run_project(project, warehouse)
+    for step in history:
+        con = duckdb.connect(str(warehouse))
+        source.con = con
+        source.apply(step)
+        con.close()
+        result = run_project(project, warehouse, only_stale=True)
+        con = duckdb.connect(str(warehouse))
+        try:
+            assert multiset(con, "SELECT * FROM main.v_up_v") == multiset(con, FULL_UP_V), (
+                step,
+                result.outcome("up_v"),
+            )
+            assert multiset(con, "SELECT * FROM main.v_ev") == multiset(
+                con, "SELECT *, v * 2 AS v2 FROM raw.events WHERE v >= -1"
+            )
         finally:
             con.close()
