@@ -188,6 +188,7 @@ class PublishedState:
     row_count: int
     sources: dict[str, str]
     model_fingerprint: str  # the fingerprint the snapshot was built with
+    is_view: bool = False  # a view model's snapshot: `row_count` is not counted
 
 
 def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) -> PublishedState:
@@ -208,7 +209,9 @@ def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) 
             if entry is not None
             else {}
         )
-        return PublishedState(record.content_hash, record.row_count, sources, record.model_fingerprint)
+        return PublishedState(
+            record.content_hash, record.row_count, sources, record.model_fingerprint, record.is_view
+        )
 
 
 def whole_content(warehouse: Path | str, relation: exp.Table) -> PartitionContent:

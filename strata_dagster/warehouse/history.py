@@ -51,6 +51,11 @@ class SnapshotRecord:
     def segment_ids(self) -> tuple[str, ...]:
         return tuple(self.detail.get("segments") or (self.snapshot_id,))
 
+    @property
+    def is_view(self) -> bool:
+        """A `materialize: view` model's snapshot: a view over its inputs, its rows never counted."""
+        return self.detail.get("materialize") == "view"
+
 
 @dataclass(frozen=True)
 class EntryModel:
