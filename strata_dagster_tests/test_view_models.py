@@ -176,6 +176,19 @@ def test_switching_materialize_rebuilds_once_with_equal_rows(tmp_path):
     assert row_multiset(warehouse, "main.v_stg_orders") == rows
 
 
+def test_a_volatile_view_gives_its_readers_a_new_identity_every_run(tmp_path):
+    """A view calling now() shows other rows as time passes while its inputs stay the same: its
+    readers must be rebuilt by every run, as they are over a volatile table model."""
+    module = MODULE.replace(
+        "filter status <> 'cancelled'", "filter status <> 'cancelled' and now() > DATE '2000-01-01'"
+    )
+    project, warehouse = make_views(tmp_path, module)
+    first = run_project(project, warehouse)
+    again = run_project(project, warehouse, only_stale=True)
+    assert paths(again) == {"stg_orders": VIEW, "totals": CUTOFF}
+    assert again.outcome("stg_orders").snapshot_id != first.outcome("stg_orders").snapshot_id
+
+
 PARTITIONED = """
 source orders {
   table: raw.orders
