@@ -9,9 +9,11 @@ import pytest
 
 from strata_dagster.engine import operations
 from strata_dagster.engine.gc import gc
+from strata_dagster.engine.partition_status import read_model
 from strata_dagster.engine.run import CUTOFF, FULL, REUSED, VIEW, run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
+from strata_dagster.language import load_project
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import edit_module, execute, make_module_project, row_multiset
 
@@ -238,3 +240,19 @@ def test_partitioned_model_over_a_view_rebuilds_only_the_changed_partitions(tmp_
     assert paths(changed) == {"stg_orders": VIEW, "daily": "partitions"}
     assert changed.outcome("daily").detail["partitions"] == ["2026-01-03"]
     assert row_multiset(warehouse, "main.v_daily") == row_multiset(warehouse, f"({DAILY_FULL})")
+
+
+def test_a_view_over_a_source_in_another_database_reads_through_strata(tmp_path):
+    """The view names the catalog strata attaches the source's database under; strata's own readers
+    (a Python consumer's load, verify) attach it before reading."""
+    (tmp_path / "project").mkdir()
+    execute(tmp_path / "project" / "ingest.duckdb", "CREATE SCHEMA raw", ORDERS)
+    module = MODULE.replace(
+        "source orders { table: raw.orders }",
+        "source orders {\n  database: 'ingest.duckdb'\n  table: raw.orders\n}",
+    )
+    project, warehouse = make_module_project(tmp_path, "m.strata", module)
+    run_project(project, warehouse)
+    rows = read_model(load_project(project), warehouse, "stg_orders")
+    assert rows.num_rows == 160
+    assert verify(project, warehouse).is_equal

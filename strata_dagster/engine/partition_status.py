@@ -161,6 +161,7 @@ def read_model(
     """The live rows of model `name` (those of partitions `keys` only, when given)."""
     spec = project.models[name].properties.partitioned_by if name in project.models else None
     with open_session(Path(warehouse)) as session:
+        session.attach_sources(project)  # a view model reads its sources' databases
         try:
             if spec is None or keys is None:
                 return read_rows(session, model_view(name, branch))
