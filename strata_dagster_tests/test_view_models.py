@@ -6,7 +6,9 @@ gc and verify work on it as on table snapshots, while a build costs nothing."""
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from strata_dagster.cli.main import main
 from strata_dagster.engine import operations
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.partition_status import read_model
@@ -256,3 +258,11 @@ def test_a_view_over_a_source_in_another_database_reads_through_strata(tmp_path)
     rows = read_model(load_project(project), warehouse, "stg_orders")
     assert rows.num_rows == 160
     assert verify(project, warehouse).is_equal
+
+
+def test_strata_run_shows_a_view_instead_of_a_row_count(tmp_path):
+    project, warehouse = make_views(tmp_path)
+    result = CliRunner().invoke(main, ["run", str(project), "--warehouse", str(warehouse)])
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.strip().startswith("stg_orders")]
+    assert line.split()[1:3] == ["view", "a"] and "rows" not in line

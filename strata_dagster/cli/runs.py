@@ -34,8 +34,9 @@ source_option = click.option(
 
 def print_outcome(outcome: ModelOutcome) -> None:
     marker = "published" if outcome.is_published else "unchanged"
+    rows = f"{'a view':>12}     " if outcome.is_view else f"{outcome.rows:>12,} rows"
     console.print(
-        f"  {outcome.model:<28} {outcome.path:<8} {outcome.rows:>12,} rows  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
+        f"  {outcome.model:<28} {outcome.path:<8} {rows}  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
         markup=False,
     )
 

@@ -114,6 +114,7 @@ class ModelOutcome:
     is_published: bool
     sql: str
     detail: dict[str, object] = field(default_factory=dict)  # window, rows read/merged, full_reason
+    is_view: bool = False  # a view model's snapshot: `rows` is not counted
 
 
 @dataclass(frozen=True)
@@ -332,6 +333,7 @@ class _Run:
             is_published,
             sql,
             detail,
+            chosen.is_view,
         )
         self.outcomes.append(outcome)
         if self.progress is not None:
