@@ -266,3 +266,37 @@ def test_strata_run_shows_a_view_instead_of_a_row_count(tmp_path):
     assert result.exit_code == 0, result.output
     [line] = [line for line in result.output.splitlines() if line.strip().startswith("stg_orders")]
     assert line.split()[1:3] == ["view", "a"] and "rows" not in line
+
+
+CHAINED = """
+source orders { table: raw.orders }
+
+model paid {
+  from orders
+  filter status = 'paid'
+}
+
+model paid_eur {
+  from paid
+  derive amount_eur = amount * 0.9
+  materialize: view
+}
+"""
+
+
+def test_gc_keeps_the_snapshot_a_live_view_reads(tmp_path):
+    """After a run of the upstream model alone, the live view still reads the upstream's previous
+    snapshot, which no pointer names: gc must keep it, or the view could not be read."""
+    project, warehouse = make_views(tmp_path, CHAINED)
+    first = run_project(project, warehouse)
+    before = row_multiset(warehouse, "main.v_paid_eur")
+    execute(warehouse, "UPDATE raw.orders SET amount = amount + 1 WHERE status = 'paid'")
+    second = run_project(project, warehouse, models=["paid"])
+    assert second.outcome("paid").snapshot_id != first.outcome("paid").snapshot_id
+    gc(warehouse, keep=0)
+    assert execute(
+        warehouse,
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?",
+        params=[first.outcome("paid").table_name],
+    ) == [(1,)]
+    assert row_multiset(warehouse, "main.v_paid_eur") == before

@@ -18,7 +18,7 @@ from strata_dagster.engine.faults import checkpoint
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
-from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
+from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.session import Session, open_session
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$", re.IGNORECASE)
@@ -127,7 +127,7 @@ def _with_reads(reader: HistoryReader, referenced: set[str]) -> set[str]:
     pending = list(referenced)
     while pending:
         record = reader.snapshot(pending.pop())
-        for snapshot_id in (record.detail.get("reads") or ()) if record is not None else ():
+        for snapshot_id in (record.detail.get(READS_KEY) or ()) if record is not None else ():
             head = reader.snapshot(snapshot_id)
             for segment_id in head.segment_ids if head is not None else (snapshot_id,):
                 if segment_id not in needed:

@@ -49,7 +49,7 @@ from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, shor
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
-from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
+from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
@@ -66,10 +66,6 @@ CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot 
 # DELTA: a delta segment on top of the previous state (engine.incremental)
 PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
 VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no rows stored
-
-# A view snapshot's detail keys: what it is, and the snapshots it reads (gc keeps them with it).
-MATERIALIZE = "materialize"
-READS = "reads"
 
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
@@ -569,7 +565,7 @@ class _Run:
             row_count=0,  # not counted: counting reads every row, which a view exists to avoid
             watermark=None,
             created_entry=self.entry,
-            detail={MATERIALIZE: "view", READS: reads},
+            detail={MATERIALIZE_KEY: "view", READS_KEY: reads},
         )
         self.new_snapshots.append(record)
         self.new_keys.append((key, snapshot_id))

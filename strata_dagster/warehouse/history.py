@@ -30,6 +30,11 @@ class Entry:
     detail: dict[str, Any]
 
 
+# A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
+MATERIALIZE_KEY = "materialize"
+READS_KEY = "reads"
+
+
 @dataclass(frozen=True)
 class SnapshotRecord:
     snapshot_id: str
@@ -54,7 +59,7 @@ class SnapshotRecord:
     @property
     def is_view(self) -> bool:
         """A `materialize: view` model's snapshot: a view over its inputs, its rows never counted."""
-        return self.detail.get("materialize") == "view"
+        return self.detail.get(MATERIALIZE_KEY) == "view"
 
 
 @dataclass(frozen=True)
