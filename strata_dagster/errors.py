@@ -34,6 +34,7 @@ E_PROJECT: Final = "E013"
 E_DUPLICATE_COLUMN: Final = "E014"
 E_UNNAMED_COLUMN: Final = "E015"
 E_PARTIAL_MONTH: Final = "E016"
+E_VIEW_MODEL: Final = "E017"
 W_NONDETERMINISTIC_WINDOW: Final = "W001"
 W_VOLATILE: Final = "W002"
 E_WAREHOUSE: Final = "E020"
@@ -73,6 +74,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_DUPLICATE_COLUMN: "two output columns share a name",
     E_UNNAMED_COLUMN: "a computed column has no name",
     E_PARTIAL_MONTH: "a month-partitioned model filters its days, leaving months partial",
+    E_VIEW_MODEL: "a `materialize: view` model sets a property a view cannot honour",
     E_WAREHOUSE: "the warehouse cannot be opened or read",
     E_WAREHOUSE_BUSY: "another process holds the warehouse longer than the lock timeout",
     E_OVERRIDE: "a malformed `--source s=t` or one naming an unknown source or table",

@@ -42,6 +42,32 @@ model an {
 }
 """
 
+# An upsert model reading the source through a `materialize: view` model.
+VIEW_MODULE = """
+source events {
+  table: raw.events
+  versioning: cdc(ts)
+}
+
+model ev {
+  from events
+  filter v >= -1
+  derive v2 = v * 2
+  materialize: view
+}
+
+model up_v {
+  from ev
+  filter status <> 'void'
+  incremental
+  merge_strategy: upsert
+  merge_keys: [id]
+  cdc_column: ts
+  unique: [id]
+}
+"""
+FULL_UP_V = "SELECT *, v * 2 AS v2 FROM raw.events WHERE v >= -1 AND status <> 'void'"
+
 # The same models, rebuilt fully by plain SQL: what an incremental build must equal (upsert).
 FULL_UP = "SELECT *, CAST(ts AS DATE) AS day FROM raw.events WHERE status <> 'void'"
 FULL_AP = "SELECT id, status, v, ts FROM raw.events"

@@ -47,15 +47,40 @@ FULL = {
 }
 
 
+# A staging view between the source and a day model: its partitions are still found from the
+# source's raw rows (engine.view_lineage), through the view's filter and computed columns.
+VIEW_MODELS = """
+model stg_orders {
+  from orders
+  filter amount > 3
+  let order_day = cast(order_ts as date)
+  derive net = amount - 1
+  materialize: view
+}
+
+model daily_v {
+  from stg_orders
+  filter status <> 'cancelled'
+  group order_day, channel
+  aggregate revenue = sum(net), n = count(*)
+  partitioned_by: day(order_day)
+}
+"""
+FULL["daily_v"] = (
+    "SELECT CAST(order_ts AS DATE) AS order_day, channel, sum(amount - 1) AS revenue, count(*) AS n "
+    "FROM raw.orders WHERE amount > 3 AND status <> 'cancelled' GROUP BY ALL"
+)
+
+
 def full_query(model: str) -> str:
     return FULL[model].replace("{daily}", FULL["daily"])
 
 
-def make_project(root: Path, versioning: str = "cdc(updated_at)") -> tuple[Path, Path]:
+def make_project(root: Path, versioning: str = "cdc(updated_at)", module: str = MODULE) -> tuple[Path, Path]:
     return make_module_project(
         root,
         "orders.strata",
-        MODULE.replace("versioning: cdc(updated_at)", f"versioning: {versioning}"),
+        module.replace("versioning: cdc(updated_at)", f"versioning: {versioning}"),
         "CREATE OR REPLACE TABLE raw.orders (order_id BIGINT, order_ts TIMESTAMP, updated_at TIMESTAMP, "
         "status VARCHAR, channel VARCHAR, amount DECIMAL(12, 2))",
     )

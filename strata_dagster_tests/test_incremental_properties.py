@@ -14,7 +14,9 @@ from strata_dagster_tests.incremental_support import (
     FULL_AN,
     FULL_AP,
     FULL_UP,
+    FULL_UP_V,
     MODULE,
+    VIEW_MODULE,
     make_project,
     multiset,
     with_lateness,
@@ -197,5 +199,39 @@ def test_random_histories(tmp_path_factory, history, versioning, has_lateness):
                 )
                 is_late_below = oldest_late is not None and oldest_late <= thresholds[model]
                 check_append(con, model, result.outcome(model), previous[model], lateness, is_late_below)
+        finally:
+            con.close()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(history=steps, versioning=st.sampled_from(["cdc(ts)", "full"]))
+def test_random_histories_through_a_view_model(tmp_path_factory, history, versioning):
+    """An upsert model reading its source through a `materialize: view` model equals a full rebuild
+    after every run, deletes and reloads included."""
+    project, warehouse = make_project(tmp_path_factory.mktemp("view_history"), VIEW_MODULE, versioning)
+    con = duckdb.connect(str(warehouse))
+    source = Source(con)
+    source.apply(("insert", [("open", 1), ("paid", 2), ("void", 3), ("open", -2)]))
+    con.close()
+    run_project(project, warehouse)
+    for step in history:
+        con = duckdb.connect(str(warehouse))
+        source.con = con
+        source.apply(step)
+        con.close()
+        result = run_project(project, warehouse, only_stale=True)
+        con = duckdb.connect(str(warehouse))
+        try:
+            assert multiset(con, "SELECT * FROM main.v_up_v") == multiset(con, FULL_UP_V), (
+                step,
+                result.outcome("up_v"),
+            )
+            assert multiset(con, "SELECT * FROM main.v_ev") == multiset(
+                con, "SELECT *, v * 2 AS v2 FROM raw.events WHERE v >= -1"
+            )
         finally:
             con.close()

@@ -87,6 +87,23 @@ CASES = [
         4,
         10,
     ),
+    ("E017", "model m {\n  from orders\n  materialize: view\n  unique: [order_id]\n}\n", 4, 11),
+    ("E017", "model m {\n  from orders\n  materialize: view\n  partitioned_by: day(order_ts)\n}\n", 4, 19),
+    ("E017", "model m {\n  from orders\n  materialize: view\n  incremental\n}\n", 4, 3),
+    (
+        "E017",
+        "model m {\n  from orders\n  materialize: view\n  merge_strategy: upsert\n  merge_keys: [order_id]\n"
+        "  cdc_column: updated_at\n}\n",
+        4,
+        19,
+    ),
+    (
+        "E017",
+        "model m {\n  from orders\n  materialize: view\n  contract: {order_id: BIGINT not null}\n}\n",
+        4,
+        24,
+    ),
+    ("E007", "model m {\n  from orders\n  materialize: vue\n}\n", 3, 16),
     ("E086", "model m {\n  from orders\n  merge_strategy: merge\n}\n", 3, 19),
     (
         "E087",

@@ -8,7 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
-from strata_dagster_tests.partition_support import compare, compare_joined, make_joined_project, make_project
+from strata_dagster_tests.partition_support import (
+    MODULE,
+    VIEW_MODELS,
+    compare,
+    compare_joined,
+    make_joined_project,
+    make_project,
+)
 
 START = dt.datetime(2026, 1, 1)
 DAYS = 75
@@ -184,5 +191,44 @@ def test_random_histories_of_facts_and_a_joined_dimension_equal_a_full_rebuild(t
                     step,
                     result.outcome(model),
                 )
+        finally:
+            con.close()
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(history=steps, versioning=st.sampled_from(["cdc(updated_at)", "full"]))
+def test_random_histories_through_a_view_model_equal_a_full_rebuild(tmp_path_factory, history, versioning):
+    """A day model over a `materialize: view` model: partitions found from the source's raw rows,
+    the view never stored, the result equal to a full rebuild after every run."""
+    project, warehouse = make_project(
+        tmp_path_factory.mktemp("view_partitions"), versioning, MODULE + VIEW_MODELS
+    )
+    con = duckdb.connect(str(warehouse))
+    con.execute(
+        "INSERT INTO raw.orders SELECT range, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "
+        "CASE WHEN range % 7 = 0 THEN 'cancelled' ELSE 'paid' END, CASE WHEN range % 2 = 0 THEN 'web' ELSE 'shop' END, "
+        "range % 40 + 1 FROM range(300)",
+        [START, START],
+    )
+    con.close()
+    run_project(project, warehouse, models=["daily_v"])
+    for clock, step in enumerate(history, start=1):
+        con = duckdb.connect(str(warehouse))
+        apply(con, step, clock)
+        con.close()
+        result = run_project(project, warehouse, models=["daily_v"], only_stale=True)
+        con = duckdb.connect(str(warehouse))
+        try:
+            assert compare(con, "daily_v") == {"rows": 0, "groups": 0, "totals": True}, (
+                step,
+                result.outcome("daily_v"),
+            )
+            assert result.outcome("daily_v").path in ("partitions", "cutoff", "reused"), result.outcome(
+                "daily_v"
+            )
         finally:
             con.close()

@@ -52,8 +52,9 @@ rebuild_partitions_option = partitions_option(
 def print_outcome(outcome: ModelOutcome) -> None:
     # Nothing is published before the run's one commit: a progress line says what will be.
     marker = "to publish" if outcome.is_published else "unchanged"
+    rows = f"{'a view':>12}     " if outcome.is_view else f"{outcome.rows:>12,} rows"
     console.print(
-        f"  {outcome.model:<28} {outcome.path:<8} {outcome.rows:>12,} rows  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
+        f"  {outcome.model:<28} {outcome.path:<8} {rows}  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
         markup=False,
     )
 

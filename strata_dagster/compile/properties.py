@@ -12,16 +12,17 @@ from strata_dagster.errors import (
     E_MERGE_ON_AGGREGATE,
     E_PARTIAL_MONTH,
     E_PARTITION_COLUMN,
+    E_VIEW_MODEL,
     StrataError,
 )
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, KEYED_STRATEGIES, FilterStep, Model
 
 
 def property_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
-    """Every property mistake of one model (E087-E089, E010, unknown columns in pins)."""
+    """Every property mistake of one model (E087-E089, E010, E017, unknown columns in pins)."""
     props = model.properties
     columns = compiled.columns
-    errors: list[StrataError] = []
+    errors: list[StrataError] = view_errors(model)
     strategy = props.merge_strategy
     where = props.location_of
 
@@ -93,6 +94,54 @@ def property_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
         for column in props.contract or ():
             if column.name not in columns:
                 errors.append(unknown_column(column.name, columns, model.name, column.location))
+    return errors
+
+
+# What a view stores nothing to honour: each needs the model's rows kept, or read in full every run.
+_NOT_FOR_VIEWS = (
+    ("incremental", "a view has no state to merge a delta into"),
+    ("merge_strategy", "a view has no state to merge a delta into"),
+    ("merge_keys", "a view has no state to merge a delta into"),
+    ("cdc_column", "a view has no state to merge a delta into"),
+    ("lateness", "a view has no state to merge a delta into"),
+    ("partitioned_by", "a view has no partitions to build one by one"),
+    (
+        "unique",
+        "a pin on a view would hold only at build time, while the view shows its sources' rows as they change",
+    ),
+)
+
+
+def view_errors(model: Model) -> list[StrataError]:
+    """E017: `materialize: view` with a property that needs stored rows."""
+    props = model.properties
+    if not props.is_view:
+        return []
+    errors = []
+    for name, reason in _NOT_FOR_VIEWS:
+        if props.location_of(name) is None or (
+            name == "merge_strategy" and props.merge_strategy == "replace"
+        ):
+            continue
+        errors.append(
+            StrataError(
+                E_VIEW_MODEL,
+                f"model `{model.name}` is `materialize: view` but sets `{name}`: {reason}",
+                props.location_of(name),
+                hint=f"remove `{name}`, or use `materialize: table`",
+            )
+        )
+    for column in props.contract or ():
+        if column.is_not_null:
+            errors.append(
+                StrataError(
+                    E_VIEW_MODEL,
+                    f"model `{model.name}` is `materialize: view`: its contract can check column `{column.name}`'s "
+                    "type, not that it holds no NULL (that reads every row on every run)",
+                    column.location,
+                    hint=f"drop `not null` from `{column.name}`, or use `materialize: table`",
+                )
+            )
     return errors
 
 

@@ -19,7 +19,7 @@ from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
-from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
+from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.session import Session, open_session
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$", re.IGNORECASE)
@@ -118,7 +118,23 @@ def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
         for model in reader.entry_models(entry.entry):
             head = reader.snapshot(model.snapshot_id)
             referenced.update(head.segment_ids if head is not None else (model.snapshot_id,))
-    return referenced
+    return _with_reads(reader, referenced)
+
+
+def _with_reads(reader: HistoryReader, referenced: set[str]) -> set[str]:
+    """`referenced` and, transitively, the snapshots a view snapshot among them reads: a view
+    whose tables were dropped could not be read, rolled back to or promoted."""
+    needed = set(referenced)
+    pending = list(referenced)
+    while pending:
+        record = reader.snapshot(pending.pop())
+        for snapshot_id in (record.detail.get(READS_KEY) or ()) if record is not None else ():
+            head = reader.snapshot(snapshot_id)
+            for segment_id in head.segment_ids if head is not None else (snapshot_id,):
+                if segment_id not in needed:
+                    needed.add(segment_id)
+                    pending.append(segment_id)
+    return needed
 
 
 def _figures_tables(record: SnapshotRecord) -> list[str]:

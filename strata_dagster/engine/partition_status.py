@@ -161,6 +161,7 @@ def read_model(
     """The live rows of model `name` (those of partitions `keys` only, when given)."""
     spec = project.models[name].properties.partitioned_by if name in project.models else None
     with open_session(Path(warehouse)) as session:
+        session.attach_sources(project)  # a view model reads its sources' databases
         try:
             if spec is None or keys is None:
                 return read_rows(session, model_view(name, branch))
@@ -188,6 +189,7 @@ class PublishedState:
     row_count: int
     sources: dict[str, str]
     model_fingerprint: str  # the fingerprint the snapshot was built with
+    is_view: bool = False  # a view model's snapshot: `row_count` is not counted
 
 
 def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) -> PublishedState:
@@ -208,7 +210,9 @@ def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) 
             if entry is not None
             else {}
         )
-        return PublishedState(record.content_hash, record.row_count, sources, record.model_fingerprint)
+        return PublishedState(
+            record.content_hash, record.row_count, sources, record.model_fingerprint, record.is_view
+        )
 
 
 def whole_content(warehouse: Path | str, relation: exp.Table) -> PartitionContent:

@@ -50,12 +50,13 @@ from strata_dagster.engine.status import (
     read_source_state,
     read_source_state_by_group,
 )
+from strata_dagster.engine.view_lineage import source_partition_through_views
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
-from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
+from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
-from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
+from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
@@ -71,6 +72,7 @@ FULL = "full"  # rebuilt into a new snapshot
 CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
 # DELTA: a delta segment on top of the previous state (engine.incremental)
 PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
+VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no rows stored
 
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
@@ -118,6 +120,7 @@ class ModelOutcome:
     is_published: bool
     sql: str
     detail: dict[str, object] = field(default_factory=dict)  # window, rows read/merged, full_reason
+    is_view: bool = False  # a view model's snapshot: `rows` is not counted
 
 
 @dataclass(frozen=True)
@@ -222,29 +225,30 @@ class _Run:
         needed = sorted(references & set(self.project.sources))
         states = {}
         for name in needed:
-            grouped_by = self._partitioned_reader_of(name)
-            if grouped_by is None:
+            reader = self._partitioned_reader_of(name)
+            if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
                 continue
             # One scan gives both the source's fingerprint and the model's partition fingerprints.
-            model = self.project.models[grouped_by]
-            key = partitions.raw_partition_of(model, self.context.compiled.models[grouped_by])
+            grouped_by, key = reader
             states[name], self.partition_groups[grouped_by] = read_source_state_by_group(
                 self.session, self.context, name, key
             )
         return states
 
-    def _partitioned_reader_of(self, source: str) -> str | None:
-        """A partitioned model in the selection that reads `source` as its `from`, if any."""
+    def _partitioned_reader_of(self, source: str) -> tuple[str, exp.Expression] | None:
+        """A partitioned model in the selection that reads `source` as its `from` (itself, or
+        through view models), if any, and its partition expression over the source's rows."""
         for name in self.closure:
             model = self.project.models[name]
             compiled = self.context.compiled.models[name]
-            if (
-                self._is_partitioned(name)
-                and compiled.base_relation == source
-                and partitions.locality_problem_of(model, compiled) is None
-            ):
-                return name
+            if not self._is_partitioned(name):
+                continue
+            if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
+                return name, partitions.raw_partition_of(model, compiled)
+            traced = source_partition_through_views(self.project, self.context.compiled.models, name)
+            if traced is not None and traced[0] == source:
+                return name, traced[1]
         return None
 
     def _source_totals(self) -> dict[str, tuple[int, str]]:
@@ -349,6 +353,7 @@ class _Run:
             is_published,
             sql,
             detail,
+            chosen.is_view,
         )
         self.outcomes.append(outcome)
         if self.progress is not None:
@@ -373,6 +378,9 @@ class _Run:
         snapshot_id = self._new_snapshot_id(key)
         table_name = snapshot_table_name(snapshot_id, name)
         reason = "first build" if current is None else None
+        if model.properties.is_view:
+            record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
+            return record, path, {}
         if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
             context = IncrementalContext(
                 self.session,
@@ -565,6 +573,57 @@ class _Run:
         if not self._is_partitioned(name) or is_refresh or current is None:
             return ()
         return (current,) if current.model_fingerprint == fingerprint.value else ()
+
+    def _view(
+        self,
+        name: str,
+        key: str,
+        snapshot_id: str,
+        table_name: str,
+        fingerprint: ModelFingerprint,
+        current: SnapshotRecord | None,
+        existing: SnapshotRecord | None,
+    ) -> tuple[SnapshotRecord, str]:
+        """A view model's build: a new immutable view over its inputs, whose identity comes from
+        the build key (its definition and its inputs' identities), never from hashing its rows."""
+        content_hash = view_identity(key)
+        if effective_refresh(self.project.models[name]) == "always":
+            # Its rows change with the clock while its inputs do not: a new identity every run, so
+            # its readers are rebuilt (and cut off when their rows come out equal).
+            content_hash = view_identity(digest(key, "entry", self.entry))
+        for same in (existing, current):
+            if same is not None and same.content_hash == content_hash and self._is_state_present(same):
+                self._check_contract(name, same.table_name)  # a contract edit does not change the key
+                self.new_keys.append((key, same.snapshot_id))
+                return same, CUTOFF
+        query = self.context.compiled.models[name].bound(self._relation_for_build)
+        with self._as_build_error(name):
+            self.session.create_view_snapshot(table_name, query)
+        checkpoint("snapshot_created")
+        self._check_contract(name, table_name)  # `not null` is refused on views: only the schema is read
+        reads = sorted(
+            {
+                segment_id
+                for ref in self.project.models[name].references
+                if ref in self.chosen
+                for segment_id in self.chosen[ref].segment_ids
+            }
+        )
+        record = SnapshotRecord(
+            snapshot_id=snapshot_id,
+            model=name,
+            table_name=table_name,
+            partition_key=UNPARTITIONED,
+            model_fingerprint=fingerprint.value,
+            content_hash=content_hash,
+            row_count=0,  # not counted: counting reads every row, which a view exists to avoid
+            watermark=None,
+            created_entry=self.entry,
+            detail={MATERIALIZE_KEY: "view", READS_KEY: reads},
+        )
+        self.new_snapshots.append(record)
+        self.new_keys.append((key, snapshot_id))
+        return record, VIEW
 
     def _check_pins(self, name: str, table_name: str) -> None:
         props = self.project.models[name].properties

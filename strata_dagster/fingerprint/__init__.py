@@ -8,6 +8,7 @@ from strata_dagster.fingerprint.identity import (
     digest,
     model_fingerprint,
     short_id,
+    view_identity,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "digest",
     "model_fingerprint",
     "short_id",
+    "view_identity",
 ]

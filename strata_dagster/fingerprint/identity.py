@@ -52,6 +52,9 @@ def model_fingerprint(
     canonical = compiled.statement.sql(dialect="duckdb", comments=False)
     props = model.properties
     output_properties = {name: _plain(getattr(props, name)) for name in OUTPUT_PROPERTIES}
+    if props.is_view:
+        # Only views say so: a table model's fingerprint stays what it was before views existed.
+        output_properties["materialize"] = props.materialize
     value = digest(
         HASH_VERSION,
         engine_version,
@@ -70,6 +73,13 @@ def _plain(value: object) -> object:
     if hasattr(value, "grain"):
         return {"grain": value.grain, "column": value.column}  # PartitionSpec, without its location
     return str(value)
+
+
+def view_identity(key: str) -> str:
+    """The content identity of a view model's build: derived from its build key (definition and
+    input identities), never from its rows, so a view costs nothing to build and equal inputs keep
+    it, and everything downstream of it, as it was."""
+    return digest("view", key)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ VERSIONING_KINDS: tuple[str, ...] = get_args(VersioningKind)
 # How often a model whose rows depend on the clock (now(), random(), ...) is rebuilt.
 Refresh = Literal["always", "hourly", "daily"]
 REFRESHES: tuple[str, ...] = get_args(Refresh)
+# Where a model's result lives: a snapshot table (default), or a view over its inputs that stores nothing.
+Materialize = Literal["table", "view"]
+MATERIALIZATIONS: tuple[str, ...] = get_args(Materialize)
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,7 @@ class ModelProperties:
     contract: tuple[ContractColumn, ...] | None = None
     order_by: tuple[str, ...] | None = None
     refresh: Refresh | None = None
+    materialize: Materialize = "table"
     description: str | None = None
     tags: tuple[str, ...] = ()  # labels for selection (`tag:name`) and Dagster asset tags
     owners: tuple[str, ...] = ()  # emails or `team:name`: the Dagster asset's owners
@@ -198,6 +202,10 @@ class ModelProperties:
 
     def location_of(self, name: str) -> Location | None:
         return dict(self.locations).get(name)
+
+    @property
+    def is_view(self) -> bool:
+        return self.materialize == "view"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from strata_dagster.errors import (
     raise_collected,
 )
 from strata_dagster.language.definition import (
+    MATERIALIZATIONS,
     MERGE_STRATEGIES,
     REFRESHES,
     ContractColumn,
@@ -274,6 +275,19 @@ def as_refresh(prop: RawProperty) -> str:
     return value.text
 
 
+def as_materialize(prop: RawProperty) -> str:
+    value = _needs_value(prop, "view")
+    if value.text not in MATERIALIZATIONS:
+        raise StrataError(
+            E_PROPERTY_VALUE,
+            f"`materialize` expects {' or '.join(MATERIALIZATIONS)}, got `{value.text}`",
+            value.location,
+            hint="write `materialize: view` (a view over the inputs, nothing stored) or `materialize: table`"
+            + _did_you_mean(value.text, MATERIALIZATIONS),
+        )
+    return value.text
+
+
 def as_table(prop: RawProperty) -> str:
     value = _needs_value(prop, "raw.orders")
     if not _QUALIFIED.fullmatch(value.text):
@@ -309,6 +323,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "contract": ("contract", as_contract),
     "order_by": ("order_by", as_names),
     "refresh": ("refresh", as_refresh),
+    "materialize": ("materialize", as_materialize),
     "description": ("description", as_string),
     "tags": ("tags", as_tags),
     "owners": ("owners", as_owners),

@@ -97,9 +97,11 @@ class StrataIOManager(dg.ConfigurableIOManager):
                 refresh_input_version(context, refresh.asset_key)  # a reader's provenance: the new events
         if build.partition_keys is None:
             context.step_context.set_data_version(context.asset_key, dg.DataVersion(state.content_hash))
-            context.add_output_metadata(
-                {**metadata, c.ROWS_KEY: state.row_count, "dagster/row_count": state.row_count}
+            # A view model's rows are not counted: counting would read every row its view exists not to.
+            counts = (
+                {} if state.is_view else {c.ROWS_KEY: state.row_count, "dagster/row_count": state.row_count}
             )
+            context.add_output_metadata({**metadata, **counts})
             return
         contents = model_partitions(
             project, strata.warehouse_path, build.model, build.partition_keys, strata.branch

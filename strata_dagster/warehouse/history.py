@@ -30,6 +30,11 @@ class Entry:
     detail: dict[str, Any]
 
 
+# A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
+MATERIALIZE_KEY = "materialize"
+READS_KEY = "reads"
+
+
 @dataclass(frozen=True)
 class SnapshotRecord:
     snapshot_id: str
@@ -50,6 +55,11 @@ class SnapshotRecord:
     @property
     def segment_ids(self) -> tuple[str, ...]:
         return tuple(self.detail.get("segments") or (self.snapshot_id,))
+
+    @property
+    def is_view(self) -> bool:
+        """A `materialize: view` model's snapshot: a view over its inputs, its rows never counted."""
+        return self.detail.get(MATERIALIZE_KEY) == "view"
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,10 @@ class Session:
         source_reading.check_overrides_exist(self.con, overrides)
         return source_reading.source_schemas(self.con, project, overrides)
 
+    def attach_sources(self, project: Project) -> None:
+        """Attach the source databases that exist, for reading views over them (view models)."""
+        source_reading.attach_source_databases(self.con, project, is_strict=False)
+
     def describe(self, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
         with _as_warehouse_errors():
             return describe(self.con, relation)
@@ -134,6 +138,10 @@ class Session:
     def create_snapshot(self, name: str, query: exp.Query) -> None:
         with _as_warehouse_errors():
             tables.create_snapshot(self.con, name, query)
+
+    def create_view_snapshot(self, name: str, query: exp.Query) -> None:
+        with _as_warehouse_errors():
+            tables.create_view_snapshot(self.con, name, query)
 
     def drop_snapshot(self, name: str) -> None:
         tables.drop_table(self.con, name)

@@ -32,8 +32,25 @@ def rename_snapshot(con: duckdb.DuckDBPyConnection, name: str, new_name: str) ->
     run(con, exp.Alter(this=snapshot_table(name), kind="TABLE", actions=[rename]))
 
 
+def create_view_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
+    """A `materialize: view` model's snapshot: an immutable view over its inputs, named like a
+    snapshot table so live views, rollback, branches and gc treat it alike. `query` is consumed."""
+    statement = exp.Create(this=snapshot_table(name), kind="VIEW", expression=query, replace=True)
+    run(con, statement, consume=True)
+
+
 def drop_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    run(con, exp.Drop(tables=[snapshot_table(name)], kind="TABLE", exists=True))
+    """Drop a snapshot, a table or a view snapshot (DuckDB refuses DROP TABLE on a view)."""
+    kind = "VIEW" if _is_view(con, name) else "TABLE"
+    run(con, exp.Drop(tables=[snapshot_table(name)], kind=kind, exists=True))
+
+
+def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA, name],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def view_table(branch_schema: str, model: str) -> exp.Table:
@@ -88,9 +105,11 @@ def tables_of_view(sql: str) -> tuple[str, ...]:
 
 
 def snapshot_table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Every snapshot: tables, and the views of `materialize: view` models."""
     rows = con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
-        [SNAPSHOT_SCHEMA],
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
+        "UNION ALL SELECT view_name FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
     ).fetchall()
     return {row[0] for row in rows}
 
@@ -100,7 +119,7 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
         "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ? AND database_name = current_database()",
         [SNAPSHOT_SCHEMA, name],
     ).fetchone()
-    return bool(row and row[0])
+    return bool(row and row[0]) or _is_view(con, name)
 
 
 @dataclass(frozen=True)
