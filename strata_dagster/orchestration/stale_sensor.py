@@ -1,16 +1,21 @@
 """`strata_materialize_stale`: a sensor that materializes exactly the stale asset partitions.
 
-Each tick reads Dagster's own stale status (what the UI shows), takes the stale asset partitions
-whose upstream assets are fresh and idle, and requests them: the unpartitioned ones in one run,
-each partitioned asset in one ranged run per contiguous range of stale partitions (its backfill
-policy is a single run). Waves follow until nothing is stale. The sensor also observes the sources
-whenever one was not observed within `observe_interval_seconds`, so a changed row is noticed.
+Each tick first compares the sources' content fingerprints (read by the sensor, read-only) with the
+data versions Dagster recorded for them: a source that changed is observed by a run of
+`strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
+no source changed, it reads Dagster's own stale status (what the UI shows), takes the stale asset
+partitions whose upstream assets are fresh and idle, and requests them (tagged
+`strata/purpose=rebuild`, with `strata/why`): the unpartitioned ones in one run, each partitioned
+asset in one ranged run per contiguous range of stale partitions (its backfill policy is a single
+run). Waves follow until nothing is stale. An idle tick launches nothing, and when nothing happened
+in the instance since a tick that found everything fresh, it skips the stale computation too.
 
 From the UI: Automation → strata_materialize_stale → "Test sensor" previews the runs and launches
 them; turning the sensor on keeps everything fresh.
 """
 
-import time
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +25,18 @@ from dagster._core.definitions.data_version import CachingStaleStatusResolver, S
 from dagster._core.loader import LoadingContext
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
+from strata_dagster.errors import StrataError
+from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.refresh import is_due, refresh_of
+from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.sensor_observation import check_sources
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
-_now = time.time  # the sensor's clock (tests move it)
+OBSERVE_JOB = "strata_observe_sources"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+_TAG_LENGTH = 250  # tags are for reading on the Runs page; the tick's log has the whole text
+_CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
 
 
 class _Loading(LoadingContext):
@@ -46,10 +57,11 @@ class _Loading(LoadingContext):
 
 @dataclass
 class StalePlan:
-    """What one tick found: stale asset partitions, and the runs that materialize the ready ones."""
+    """What one tick found: stale asset partitions, why, and the runs that materialize the ready ones."""
 
     stale: dict[dg.AssetKey, list[str | None]] = field(default_factory=dict)
     runs: list[dg.RunRequest] = field(default_factory=list)
+    why: dict[dg.AssetKey, str] = field(default_factory=dict)
 
 
 def plan_stale_runs(
@@ -59,7 +71,7 @@ def plan_stale_runs(
     run_tags: Mapping[str, str],
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
-    for those whose upstream is fresh and idle."""
+    for those whose upstream is fresh and idle, tagged with what they rebuild and why."""
     keys = list(job_of)
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
@@ -74,10 +86,13 @@ def plan_stale_runs(
             else [None]
         )
         stale = [p for p in partitions if resolver.get_status(key, p) == StaleStatus.STALE]
-        if is_due(instance, key, refresh_of(node)):
-            stale = list(partitions)  # a refresh rebuilds the whole model
-        if stale:
+        refresh = refresh_of(node)
+        if is_due(instance, key, refresh):
+            plan.stale[key] = list(partitions)  # a refresh rebuilds the whole model
+            plan.why[key] = f"its refresh period ({refresh}) has passed"
+        elif stale:
             plan.stale[key] = stale
+            plan.why[key] = _causes(resolver, key, stale)
     ready = [
         key
         for key in plan.stale
@@ -87,14 +102,57 @@ def plan_stale_runs(
     unpartitioned = sorted((key for key in ready if plan.stale[key] == [None]), key=str)
     for job in sorted({job_of[key] for key in unpartitioned}):
         selection = [key for key in unpartitioned if job_of[key] == job]
-        plan.runs.append(dg.RunRequest(job_name=job, asset_selection=selection, tags=dict(run_tags)))
+        why = "; ".join(f"{key.to_user_string()}: {plan.why[key]}" for key in selection)
+        plan.runs.append(
+            dg.RunRequest(job_name=job, asset_selection=selection, tags=_rebuild_tags(run_tags, why))
+        )
     for key in sorted((key for key in ready if plan.stale[key] != [None]), key=str):
         partitions_def = asset_graph.get(key).partitions_def
         subset = partitions_def.subset_with_partition_keys(plan.stale[key])
         for key_range in subset.get_partition_key_ranges(partitions_def):
-            tags = {**run_tags, RANGE_START_TAG: key_range.start, RANGE_END_TAG: key_range.end}
+            in_range = partitions_def.get_partition_keys_in_range(key_range)
+            tags = {
+                **_rebuild_tags(run_tags, plan.why[key]),
+                c.STALE_PARTITIONS_TAG: str(len(in_range)),
+                RANGE_START_TAG: key_range.start,
+                RANGE_END_TAG: key_range.end,
+            }
             plan.runs.append(dg.RunRequest(job_name=job_of[key], asset_selection=[key], tags=tags))
     return plan
+
+
+def _causes(resolver: CachingStaleStatusResolver, key: dg.AssetKey, stale: Sequence[str | None]) -> str:
+    """Why `key` is stale, from the causes of (a sample of) its stale partitions, e.g.
+    `orders has a new data version`."""
+    found: dict[str, None] = {}
+    for partition in stale[:_CAUSES_SAMPLED]:
+        for cause in resolver.get_stale_causes(key, partition):
+            if cause.dependency is None:
+                found[cause.reason] = None
+            else:
+                dependency = cause.dependency.asset_key.to_user_string()
+                where = f"[{cause.dependency.partition_key}]" if cause.dependency.partition_key else ""
+                found[f"{dependency}{where} {cause.reason}"] = None
+    return ", ".join(found) or "stale"
+
+
+def _rebuild_tags(run_tags: Mapping[str, str], why: str) -> dict[str, str]:
+    return {**run_tags, c.PURPOSE_TAG: c.PURPOSE_REBUILD, c.WHY_TAG: _short(why)}
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _TAG_LENGTH else text[: _TAG_LENGTH - 3] + "..."
+
+
+def describe_run(request: dg.RunRequest) -> str:
+    """One line naming what a run request materializes (or observes) and why."""
+    names = ", ".join(key.to_user_string() for key in request.asset_selection or ())
+    start = request.tags.get(RANGE_START_TAG)
+    if start is not None:
+        count = request.tags.get(c.STALE_PARTITIONS_TAG)
+        names += f" [{start}..{request.tags[RANGE_END_TAG]}] ({count} partitions)"
+    verb = "observe" if request.tags.get(c.PURPOSE_TAG) == c.PURPOSE_OBSERVE else "materialize"
+    return f"{verb} {names}: {request.tags.get(c.WHY_TAG, '')}"
 
 
 def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]
@@ -112,16 +170,6 @@ def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) 
     return found
 
 
-def _observation_due(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey], interval: float) -> bool:
-    """Whether a source was never observed, or not within the last `interval` seconds."""
-    now = _now()
-    for key in keys:
-        record = instance.get_latest_data_version_record(key, is_source=True)
-        if record is None or now - record.timestamp >= interval:
-            return True
-    return False
-
-
 def _assets_in_progress(instance: dg.DagsterInstance, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:
     """Assets a queued or running run will materialize; a run of a whole job has no asset
     selection of its own: it covers every asset of the job (all of them for an unknown job)."""
@@ -135,21 +183,51 @@ def _assets_in_progress(instance: dg.DagsterInstance, job_of: Mapping[dg.AssetKe
     return busy
 
 
+@dataclass(frozen=True)
+class _TickState:
+    """What a tick saw: the instance's last event, the assets' code versions, and whether it found
+    everything fresh and idle. Stale status changes only with new events (observations,
+    materializations) or new code versions: equal states after a fresh tick need no recomputation."""
+
+    last_event: int | None
+    code: str
+    is_fresh: bool = False
+
+    def dump(self) -> str:
+        return json.dumps({"last_event": self.last_event, "code": self.code, "is_fresh": self.is_fresh})
+
+    @staticmethod
+    def load(raw: str | None) -> "_TickState | None":
+        try:
+            data = json.loads(raw or "")
+            return _TickState(data["last_event"], data["code"], data["is_fresh"])
+        except (ValueError, KeyError, TypeError):
+            return None  # no cursor yet, or one an older version wrote
+
+
+def _tick_state(instance: dg.DagsterInstance, asset_graph, job_of: Mapping[dg.AssetKey, str]) -> _TickState:  # type: ignore[no-untyped-def]
+    versions = sorted((str(key), asset_graph.get(key).code_version or "") for key in job_of)
+    code = hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:16]
+    return _TickState(instance.event_log_storage.get_maximum_record_id(), code)
+
+
 def stale_partitions_sensor(
     jobs: Sequence[Any],
     job_of: Mapping[dg.AssetKey, str],
-    observable: Sequence[dg.AssetKey],
-    observe_job: str,
+    observable: Mapping[dg.AssetKey, str | None],
+    strata: StrataResource,
     *,
+    observe_job: str = OBSERVE_JOB,
     name: str = STALE_SENSOR_NAME,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     minimum_interval_seconds: int = 5,
-    observe_interval_seconds: int = 60,
     run_tags: Mapping[str, str] | None = None,
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
-    that materializes it); the unpartitioned `observable` sources are observed periodically by
-    job `observe_job`."""
+    that materializes it). `observable`: the observable assets job `observe_job` observes, each
+    with the source whose fingerprint is its data version (None: a companion its model's builds
+    observe; observed by the sensor only if never observed); `strata`: where the project and
+    warehouse are, for those fingerprints."""
     tags = {"strata/sensor": name, **(run_tags or {})}
 
     @dg.sensor(
@@ -159,21 +237,55 @@ def stale_partitions_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         description=(
             "Materializes exactly the stale asset partitions, upstream first, as ranged runs; observes "
-            f"the strata sources every {observe_interval_seconds}s. Test it to preview the runs."
+            "a strata source when its content fingerprint changed. Test it to preview the runs."
         ),
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        runs: list[dg.RunRequest] = []
-        busy = _assets_in_progress(context.instance, job_of)
-        due = _observation_due(context.instance, observable, observe_interval_seconds)
-        if due and not busy.intersection(observable):
-            runs.append(dg.RunRequest(job_name=observe_job, asset_selection=list(observable), tags=tags))
-        else:
-            graph = context.repository_def.asset_graph  # type: ignore[union-attr]
-            plan = plan_stale_runs(context.instance, graph, job_of, tags)
-            runs.extend(plan.runs)
-            if plan.stale and not plan.runs:
-                context.log.info("stale assets are waiting for their upstream runs to finish")
-        return dg.SensorResult(run_requests=runs)
+        instance = context.instance
+        graph = context.repository_def.asset_graph  # type: ignore[union-attr]
+        state = _tick_state(instance, graph, job_of)  # before anything is read: later events recompute
+        busy = _assets_in_progress(instance, job_of)
+        try:
+            sources = check_sources(instance, strata, observable, busy)
+        except StrataError as error:
+            context.log.warning(error.render())
+            return dg.SensorResult(
+                skip_reason=f"Skipped: sources not checked, {error.render()} (the next tick tries again)",
+                cursor=state.dump(),
+            )
+        if sources.to_observe:
+            why = "; ".join(sources.reasons)
+            observe_tags = {**tags, c.PURPOSE_TAG: c.PURPOSE_OBSERVE, c.WHY_TAG: _short(why)}
+            request = dg.RunRequest(
+                job_name=observe_job, asset_selection=sources.to_observe, tags=observe_tags
+            )
+            context.log.info(f"{describe_run(request)} (stale assets follow once observed)")
+            return dg.SensorResult(run_requests=[request], cursor=state.dump())
+        due = any(is_due(instance, key, refresh_of(graph.get(key))) for key in job_of)
+        previous = _TickState.load(context.cursor)
+        if not busy and not due and previous == _TickState(state.last_event, state.code, True):
+            return dg.SensorResult(
+                skip_reason=(
+                    f"Nothing to do: {sources.unchanged} sources unchanged, and nothing was materialized "
+                    "or observed since the last tick found every asset fresh."
+                ),
+                cursor=context.cursor,
+            )
+        plan = plan_stale_runs(instance, graph, job_of, tags)
+        cursor = _TickState(state.last_event, state.code, not plan.stale and not busy).dump()
+        for request in plan.runs:
+            context.log.info(describe_run(request))
+        if plan.runs:
+            return dg.SensorResult(run_requests=plan.runs, cursor=cursor)
+        return dg.SensorResult(skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor)
 
     return _sensor
+
+
+def _idle_reason(plan: StalePlan, busy: set[dg.AssetKey], unchanged: int) -> str:
+    if plan.stale:
+        waiting = ", ".join(sorted(key.to_user_string() for key in plan.stale))
+        return f"Stale, waiting for their upstream runs to finish: {waiting}."
+    if busy:
+        return f"Nothing stale; {len(busy)} assets in queued or running runs."
+    return f"Nothing to do: {unchanged} sources unchanged, every asset fresh."

@@ -257,9 +257,10 @@ class CatalogSnapshot:
 
 
 @contextmanager
-def open_session(path: Path, *, read_only: bool = False) -> Iterator[Session]:
-    """Open the warehouse (waiting for another process's lock), migrated unless read-only."""
-    with connect(path, read_only=read_only) as con:
+def open_session(path: Path, *, read_only: bool = False, timeout: float | None = None) -> Iterator[Session]:
+    """Open the warehouse (waiting up to `timeout` seconds, default $STRATA_LOCK_TIMEOUT, for
+    another process's lock), migrated unless read-only."""
+    with connect(path, read_only=read_only, timeout=timeout) as con:
         try:
             if not read_only:
                 migrate(con)
