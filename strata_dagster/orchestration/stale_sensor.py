@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+from dagster._core.definitions.data_version import (
+    CachingStaleStatusResolver,
+    StaleCauseCategory,
+    StaleStatus,
+)
+from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.loader import LoadingContext
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
@@ -123,17 +128,22 @@ def plan_stale_runs(
 
 def _causes(resolver: CachingStaleStatusResolver, key: dg.AssetKey, stale: Sequence[str | None]) -> str:
     """Why `key` is stale, from the causes of (a sample of) its stale partitions, e.g.
-    `orders has a new data version`."""
+    `orders has a new data version` or `has a new code version`."""
     found: dict[str, None] = {}
     for partition in stale[:_CAUSES_SAMPLED]:
         for cause in resolver.get_stale_causes(key, partition):
-            if cause.dependency is None:
-                found[cause.reason] = None
+            if cause.children:  # an input's own cause reads best: `orders has a new data version`
+                found.update((f"{_label(child.key)} {child.reason}", None) for child in cause.children)
+            elif cause.category == StaleCauseCategory.DATA and cause.dependency is not None:
+                found[f"{cause.reason}: {_label(cause.dependency)}"] = None
             else:
-                dependency = cause.dependency.asset_key.to_user_string()
-                where = f"[{cause.dependency.partition_key}]" if cause.dependency.partition_key else ""
-                found[f"{dependency}{where} {cause.reason}"] = None
+                found[cause.reason] = None
     return ", ".join(found) or "stale"
+
+
+def _label(key: AssetKeyPartitionKey) -> str:
+    name = key.asset_key.to_user_string()
+    return name if key.partition_key is None else f"{name}[{key.partition_key}]"
 
 
 def _rebuild_tags(run_tags: Mapping[str, str], why: str) -> dict[str, str]:
