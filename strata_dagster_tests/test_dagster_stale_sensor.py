@@ -25,8 +25,8 @@ from strata_dagster_tests.dagster_support import (
     order_day,
     stale_set,
 )
-from strata_dagster_tests.engine_support import edit_module
-from strata_dagster_tests.test_dagster_staleness import paid_order
+from strata_dagster_tests.engine_support import edit_module, execute
+from strata_dagster_tests.test_dagster_staleness import events, paid_order  # noqa: F401 (events: a fixture)
 
 
 @pytest.fixture
@@ -174,3 +174,22 @@ def test_a_tick_while_another_process_writes_the_warehouse_is_skipped_with_e021(
     assert waited < 30  # a short wait, not the run's lock timeout (120 s)
     after = tick()
     assert after.run_requests == [] and after.skip_message.startswith("Nothing to do")
+
+
+def test_a_changed_partitioned_source_is_observed_through_its_whole_companion(events):  # noqa: F811
+    warehouse, defs, instance = events
+    tick = Ticks(defs, instance)
+    assert tick().run_requests == []
+    execute(warehouse, "UPDATE raw.events SET amount = amount + 1 WHERE event_day = DATE '2025-02-03'")
+    observe = tick()
+    assert selections(observe) == [["events__whole"]]
+    launch(defs, instance, observe.run_requests[0])
+    rebuild = tick()
+    ranges = {
+        request.asset_selection[0].to_user_string(): (
+            request.tags.get(RANGE_START_TAG),
+            request.tags.get(RANGE_END_TAG),
+        )
+        for request in rebuild.run_requests
+    }
+    assert ranges == {"event_kinds": (None, None), "daily_events": ("2025-02-03", "2025-02-03")}
