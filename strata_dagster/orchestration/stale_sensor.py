@@ -35,6 +35,7 @@ from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.refresh import is_due, refresh_of
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.sensor_observation import check_sources
+from strata_dagster.orchestration.stale_changes import may_have_changed, touched_since
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
 OBSERVE_JOB = "strata_observe_sources"
@@ -67,6 +68,8 @@ class StalePlan:
     stale: dict[dg.AssetKey, list[str | None]] = field(default_factory=dict)
     runs: list[dg.RunRequest] = field(default_factory=list)
     why: dict[dg.AssetKey, str] = field(default_factory=dict)
+    # What Dagster's stale status says, refresh periods aside: what the next tick starts from.
+    status_stale: dict[dg.AssetKey, list[str | None]] = field(default_factory=dict)
 
 
 def plan_stale_runs(
@@ -74,30 +77,38 @@ def plan_stale_runs(
     asset_graph,  # type: ignore[no-untyped-def]
     job_of: Mapping[dg.AssetKey, str],
     run_tags: Mapping[str, str],
+    known: Mapping[dg.AssetKey, Sequence[str | None]] | None = None,
+    since: int | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
-    for those whose upstream is fresh and idle, tagged with what they rebuild and why."""
-    keys = list(job_of)
+    for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
+    the stale partitions a tick found when the event log ended at storage id `since` (same code
+    versions); only what may have changed since is asked again (see orchestration.stale_changes)."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
     busy = _assets_in_progress(instance, job_of)
     resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
     plan = StalePlan()
-    for key in keys:
-        node = asset_graph.get(key)
-        partitions: Sequence[str | None] = (
-            node.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
-            if node.partitions_def is not None
-            else [None]
+    if known is None or since is None:
+        found = {key: _all_stale(instance, asset_graph, resolver, key) for key in job_of}
+    else:
+        found = _stale_since(
+            asset_graph,
+            resolver,
+            job_of,
+            known,
+            may_have_changed(asset_graph, touched_since(instance, asset_graph, since)),
         )
-        stale = [p for p in partitions if resolver.get_status(key, p) == StaleStatus.STALE]
+    plan.status_stale = {key: parts for key, parts in found.items() if parts}
+    for key in job_of:
+        node = asset_graph.get(key)
         refresh = refresh_of(node)
         if is_due(instance, key, refresh):
-            plan.stale[key] = list(partitions)  # a refresh rebuilds the whole model
+            plan.stale[key] = list(_partitions(instance, node))  # a refresh rebuilds the whole model
             plan.why[key] = f"its refresh period ({refresh}) has passed"
-        elif stale:
-            plan.stale[key] = stale
-            plan.why[key] = _causes(resolver, key, stale)
+        elif found.get(key):
+            plan.stale[key] = found[key]
+            plan.why[key] = _causes(resolver, key, found[key])
     ready = [
         key
         for key in plan.stale
@@ -124,6 +135,39 @@ def plan_stale_runs(
             }
             plan.runs.append(dg.RunRequest(job_name=job_of[key], asset_selection=[key], tags=tags))
     return plan
+
+
+def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # type: ignore[no-untyped-def]
+    if node.partitions_def is None:
+        return [None]
+    return node.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+
+
+def _all_stale(
+    instance: dg.DagsterInstance, asset_graph, resolver: CachingStaleStatusResolver, key: dg.AssetKey
+) -> list[str | None]:  # type: ignore[no-untyped-def]
+    partitions = _partitions(instance, asset_graph.get(key))
+    return [p for p in partitions if resolver.get_status(key, p) == StaleStatus.STALE]
+
+
+def _stale_since(
+    asset_graph,  # type: ignore[no-untyped-def]
+    resolver: CachingStaleStatusResolver,
+    job_of: Mapping[dg.AssetKey, str],
+    known: Mapping[dg.AssetKey, Sequence[str | None]],
+    changed: set[AssetKeyPartitionKey],
+) -> dict[dg.AssetKey, list[str | None]]:
+    """`known`, with the status of the `changed` partitions asked again."""
+    stale = {
+        key: {p for p in known.get(key, ()) if AssetKeyPartitionKey(key, p) not in changed} for key in job_of
+    }
+    for item in changed:
+        if (
+            item.asset_key in stale
+            and resolver.get_status(item.asset_key, item.partition_key) == StaleStatus.STALE
+        ):
+            stale[item.asset_key].add(item.partition_key)
+    return {key: sorted(partitions, key=lambda p: p or "") for key, partitions in stale.items() if partitions}
 
 
 def _causes(resolver: CachingStaleStatusResolver, key: dg.AssetKey, stale: Sequence[str | None]) -> str:
@@ -195,23 +239,31 @@ def _assets_in_progress(instance: dg.DagsterInstance, job_of: Mapping[dg.AssetKe
 
 @dataclass(frozen=True)
 class _TickState:
-    """What a tick saw: the instance's last event, the assets' code versions, and whether it found
-    everything fresh and idle. Stale status changes only with new events (observations,
-    materializations) or new code versions: equal states after a fresh tick need no recomputation."""
+    """The sensor's cursor: the event log's last storage id and the assets' code versions when a
+    tick read the stale status, and the stale partitions it found (None: not computed). With the
+    same code versions, the next tick asks again only what events since may have changed."""
 
     last_event: int | None
     code: str
-    is_fresh: bool = False
+    stale: dict[dg.AssetKey, list[str | None]] | None = None
 
     def dump(self) -> str:
-        return json.dumps({"last_event": self.last_event, "code": self.code, "is_fresh": self.is_fresh})
+        stale = (
+            None if self.stale is None else {key.to_user_string(): parts for key, parts in self.stale.items()}
+        )
+        return json.dumps({"last_event": self.last_event, "code": self.code, "stale": stale})
 
     @staticmethod
     def load(raw: str | None) -> "_TickState | None":
         try:
             data = json.loads(raw or "")
-            return _TickState(data["last_event"], data["code"], data["is_fresh"])
-        except (ValueError, KeyError, TypeError):
+            stale = data["stale"]
+            return _TickState(
+                data["last_event"],
+                data["code"],
+                None if stale is None else {dg.AssetKey.from_user_string(k): v for k, v in stale.items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None  # no cursor yet, or one an older version wrote
 
 
@@ -253,7 +305,7 @@ def stale_partitions_sensor(
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         instance = context.instance
         graph = context.repository_def.asset_graph  # type: ignore[union-attr]
-        state = _tick_state(instance, graph, job_of)  # before anything is read: later events recompute
+        state = _tick_state(instance, graph, job_of)  # before anything is read: later events count next tick
         busy = _assets_in_progress(instance, job_of)
         try:
             sources = check_sources(instance, strata, observable, busy)
@@ -261,7 +313,7 @@ def stale_partitions_sensor(
             context.log.warning(error.render())
             return dg.SensorResult(
                 skip_reason=f"Skipped: sources not checked, {error.render()} (the next tick tries again)",
-                cursor=state.dump(),
+                cursor=context.cursor,
             )
         if sources.to_observe:
             why = "; ".join(sources.reasons)
@@ -270,10 +322,17 @@ def stale_partitions_sensor(
                 job_name=observe_job, asset_selection=sources.to_observe, tags=observe_tags
             )
             context.log.info(f"{describe_run(request)} (stale assets follow once observed)")
-            return dg.SensorResult(run_requests=[request], cursor=state.dump())
+            return dg.SensorResult(run_requests=[request], cursor=context.cursor)
         due = any(is_due(instance, key, refresh_of(graph.get(key))) for key in job_of)
         previous = _TickState.load(context.cursor)
-        if not busy and not due and previous == _TickState(state.last_event, state.code, True):
+        if previous is not None and previous.code != state.code:
+            previous = None  # new code versions: every status may differ
+        if (
+            not due
+            and previous is not None
+            and previous.last_event == state.last_event
+            and previous.stale == {}
+        ):
             return dg.SensorResult(
                 skip_reason=(
                     f"Nothing to do: {sources.unchanged} sources unchanged, and nothing was materialized "
@@ -281,8 +340,10 @@ def stale_partitions_sensor(
                 ),
                 cursor=context.cursor,
             )
-        plan = plan_stale_runs(instance, graph, job_of, tags)
-        cursor = _TickState(state.last_event, state.code, not plan.stale and not busy).dump()
+        known = None if previous is None else previous.stale
+        since = None if previous is None else previous.last_event
+        plan = plan_stale_runs(instance, graph, job_of, tags, known, since)
+        cursor = _TickState(state.last_event, state.code, plan.status_stale).dump()
         for request in plan.runs:
             context.log.info(describe_run(request))
         if plan.runs:
