@@ -12,6 +12,7 @@ import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration import stale_sensor
 from strata_dagster.orchestration.stale_sensor import (
     OBSERVE_JOB,
     RANGE_END_TAG,
@@ -202,3 +203,25 @@ def test_a_changed_partitioned_source_is_observed_through_its_whole_companion(ev
         for request in rebuild.run_requests
     }
     assert ranges == {"event_kinds": (None, None), "daily_events": ("2025-02-03", "2025-02-03")}
+
+
+def test_a_first_reading_of_the_stale_status_is_spread_over_ticks_and_plans_when_complete(shop, monkeypatch):
+    """At thousands of partitions a first reading of every status outlasts a tick: it goes on
+    from the cursor, and no run is requested before every partition was read."""
+    project, warehouse, defs, instance = shop
+    change_order(warehouse, paid_order(warehouse))
+    tick = Ticks(defs, instance)
+    launch(defs, instance, tick().run_requests[0])  # the observation of orders
+    expected = requests(tick.evaluate(None))
+    assert expected  # wave 1
+    monkeypatch.setattr(stale_sensor, "SCAN_SECONDS", 0.0)  # a partition or so per tick
+    cursor, reading = None, 0
+    for _ in range(200):
+        result = tick.evaluate(cursor)
+        cursor = result.cursor
+        if result.run_requests:
+            break
+        assert result.skip_message.startswith("Reading Dagster's stale status, continued next tick")
+        reading += 1
+    assert reading >= 40  # a partition or more per tick: 40 days of daily_revenue alone
+    assert requests(result) == expected

@@ -16,6 +16,7 @@ them; turning the sensor on keeps everything fresh.
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,10 @@ OBSERVE_JOB = "strata_observe_sources"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 _TAG_LENGTH = 250  # tags are for reading on the Runs page; the tick's log has the whole text
-_CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
+_CAUSES_SAMPLED = 20
+# A first reading of every stale status (about 40 ms per partition) stops after this long and goes on
+# at the next tick, so a tick stays well within Dagster's sensor timeout (60 s by default).
+SCAN_SECONDS = 10.0  # stale partitions per asset whose causes name the why
 
 
 class _Loading(LoadingContext):
@@ -70,6 +74,15 @@ class StalePlan:
     why: dict[dg.AssetKey, str] = field(default_factory=dict)
     # What Dagster's stale status says, refresh periods aside: what the next tick starts from.
     status_stale: dict[dg.AssetKey, list[str | None]] = field(default_factory=dict)
+    pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # partitions not read yet
+
+
+@dataclass
+class StaleScan:
+    """A reading of every asset partition's stale status, possibly spread over ticks."""
+
+    stale: dict[dg.AssetKey, list[str | None]]
+    pending: dict[dg.AssetKey, int]  # asset -> index of the next partition to read
 
 
 def plan_stale_runs(
@@ -77,28 +90,29 @@ def plan_stale_runs(
     asset_graph,  # type: ignore[no-untyped-def]
     job_of: Mapping[dg.AssetKey, str],
     run_tags: Mapping[str, str],
-    known: Mapping[dg.AssetKey, Sequence[str | None]] | None = None,
+    known: Mapping[dg.AssetKey, list[str | None]] | None = None,
     since: int | None = None,
+    pending: Mapping[dg.AssetKey, int] | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
     for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
     the stale partitions a tick found when the event log ended at storage id `since` (same code
-    versions); only what may have changed since is asked again (see orchestration.stale_changes)."""
+    versions); only what may have changed since is asked again (see orchestration.stale_changes).
+    `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
+    of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
+    once it is complete."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
     busy = _assets_in_progress(instance, job_of)
     resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
     plan = StalePlan()
-    if known is None or since is None:
-        found = {key: _all_stale(instance, asset_graph, resolver, key) for key in job_of}
-    else:
-        found = _stale_since(
-            asset_graph,
-            resolver,
-            job_of,
-            known,
-            may_have_changed(asset_graph, touched_since(instance, asset_graph, since)),
-        )
+    scan = StaleScan(dict(known or {}), dict(pending or {}) if known is not None else dict.fromkeys(job_of, 0))
+    if known is not None and since is not None:
+        changed = may_have_changed(asset_graph, touched_since(instance, asset_graph, since))
+        scan.stale = _stale_since(asset_graph, resolver, job_of, scan.stale, changed)
+    _continue_scan(instance, asset_graph, resolver, scan)
+    plan.pending = scan.pending
+    found = scan.stale
     plan.status_stale = {key: parts for key, parts in found.items() if parts}
     for key in job_of:
         node = asset_graph.get(key)
@@ -109,6 +123,8 @@ def plan_stale_runs(
         elif found.get(key):
             plan.stale[key] = found[key]
             plan.why[key] = _causes(resolver, key, found[key])
+    if plan.pending:
+        return plan  # an upstream partition not read yet may be stale: no run before it is
     ready = [
         key
         for key in plan.stale
@@ -143,11 +159,30 @@ def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # 
     return node.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
 
 
-def _all_stale(
-    instance: dg.DagsterInstance, asset_graph, resolver: CachingStaleStatusResolver, key: dg.AssetKey
-) -> list[str | None]:  # type: ignore[no-untyped-def]
-    partitions = _partitions(instance, asset_graph.get(key))
-    return [p for p in partitions if resolver.get_status(key, p) == StaleStatus.STALE]
+def _continue_scan(
+    instance: dg.DagsterInstance,
+    asset_graph,  # type: ignore[no-untyped-def]
+    resolver: CachingStaleStatusResolver,
+    scan: StaleScan,
+) -> None:
+    """Read pending statuses until none is left or `SCAN_SECONDS` have passed (at least one)."""
+    deadline = time.monotonic() + SCAN_SECONDS
+    for key in sorted(scan.pending, key=str):
+        partitions = _partitions(instance, asset_graph.get(key))
+        index = scan.pending[key]
+        found = set(scan.stale.get(key, ()))
+        while index < len(partitions):
+            if resolver.get_status(key, partitions[index]) == StaleStatus.STALE:
+                found.add(partitions[index])
+            index += 1
+            if time.monotonic() > deadline:
+                break
+        if found:
+            scan.stale[key] = sorted(found, key=lambda p: p or "")
+        if index < len(partitions):
+            scan.pending[key] = index
+            return
+        del scan.pending[key]
 
 
 def _stale_since(
@@ -246,12 +281,16 @@ class _TickState:
     last_event: int | None
     code: str
     stale: dict[dg.AssetKey, list[str | None]] | None = None
+    pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # not read yet (see StaleScan)
 
     def dump(self) -> str:
         stale = (
             None if self.stale is None else {key.to_user_string(): parts for key, parts in self.stale.items()}
         )
-        return json.dumps({"last_event": self.last_event, "code": self.code, "stale": stale})
+        pending = {key.to_user_string(): index for key, index in self.pending.items()}
+        return json.dumps(
+            {"last_event": self.last_event, "code": self.code, "stale": stale, "pending": pending}
+        )
 
     @staticmethod
     def load(raw: str | None) -> "_TickState | None":
@@ -262,6 +301,7 @@ class _TickState:
                 data["last_event"],
                 data["code"],
                 None if stale is None else {dg.AssetKey.from_user_string(k): v for k, v in stale.items()},
+                {dg.AssetKey.from_user_string(k): v for k, v in data["pending"].items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # no cursor yet, or one an older version wrote
@@ -332,6 +372,7 @@ def stale_partitions_sensor(
             and previous is not None
             and previous.last_event == state.last_event
             and previous.stale == {}
+            and not previous.pending
         ):
             return dg.SensorResult(
                 skip_reason=(
@@ -342,8 +383,9 @@ def stale_partitions_sensor(
             )
         known = None if previous is None else previous.stale
         since = None if previous is None else previous.last_event
-        plan = plan_stale_runs(instance, graph, job_of, tags, known, since)
-        cursor = _TickState(state.last_event, state.code, plan.status_stale).dump()
+        pending = None if previous is None else previous.pending
+        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending)
+        cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending).dump()
         for request in plan.runs:
             context.log.info(describe_run(request))
         if plan.runs:
@@ -354,6 +396,9 @@ def stale_partitions_sensor(
 
 
 def _idle_reason(plan: StalePlan, busy: set[dg.AssetKey], unchanged: int) -> str:
+    if plan.pending:
+        assets = ", ".join(sorted(key.to_user_string() for key in plan.pending))
+        return f"Reading Dagster's stale status, continued next tick (not read yet: partitions of {assets})."
     if plan.stale:
         waiting = ", ".join(sorted(key.to_user_string() for key in plan.stale))
         return f"Stale, waiting for their upstream runs to finish: {waiting}."
