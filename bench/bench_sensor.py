@@ -42,6 +42,15 @@ def idle_ticks(days: int, rows: int, ticks: int, root: Path) -> tuple[float, lis
     sensor = defs.resolve_sensor_def(STALE_SENSOR_NAME)
     repository = defs.get_repository_def()
     cursor = None
+    reading: list[float] = []  # the first reading of every stale status, spread over ticks
+    while True:
+        context = dg.build_sensor_context(instance=instance, repository_def=repository, cursor=cursor)
+        begin = time.perf_counter()
+        result = sensor.evaluate_tick(context)
+        reading.append(time.perf_counter() - begin)
+        cursor = result.cursor
+        if not (result.skip_message or "").startswith("Reading"):
+            break
     times, requested = [], 0
     for _ in range(ticks):
         context = dg.build_sensor_context(instance=instance, repository_def=repository, cursor=cursor)
@@ -51,7 +60,7 @@ def idle_ticks(days: int, rows: int, ticks: int, root: Path) -> tuple[float, lis
         cursor = result.cursor
         requested += len(result.run_requests)
     changed = _after_a_change(defs, instance, warehouse, sensor, repository, cursor)
-    return setup, times, requested, changed
+    return setup, reading, times, requested, changed
 
 
 def _after_a_change(defs, instance, warehouse, sensor, repository, cursor) -> list[float]:  # type: ignore[no-untyped-def]
@@ -82,11 +91,11 @@ def main() -> None:
     logging.getLogger("dagster").setLevel(logging.WARNING)
     for days in args.days:
         with tempfile.TemporaryDirectory() as folder:
-            setup, times, requested, changed = idle_ticks(days, args.rows, args.ticks, Path(folder))
+            setup, reading, times, requested, changed = idle_ticks(days, args.rows, args.ticks, Path(folder))
         print(
-            f"{days:>5} days, {args.rows} orders: set-up {setup:.1f}s; first idle tick (no cursor: "
-            f"fingerprints and the whole stale computation) {times[0]:.3f}s, then median "
-            f"{statistics.median(times[1:] or times):.3f}s, max {max(times[1:] or times):.3f}s; "
+            f"{days:>5} days, {args.rows} orders: set-up {setup:.1f}s; first reading of every stale "
+            f"status: {len(reading)} ticks, {sum(reading):.1f}s in all, longest {max(reading):.2f}s; "
+            f"idle ticks median {statistics.median(times):.3f}s, max {max(times):.3f}s; "
             f"runs requested {requested}; after one changed order: observe tick {changed[0]:.3f}s, "
             f"rebuild tick {changed[1]:.3f}s"
         )

@@ -43,10 +43,10 @@ OBSERVE_JOB = "strata_observe_sources"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 _TAG_LENGTH = 250  # tags are for reading on the Runs page; the tick's log has the whole text
-_CAUSES_SAMPLED = 20
+_CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
 # A first reading of every stale status (about 40 ms per partition) stops after this long and goes on
-# at the next tick, so a tick stays well within Dagster's sensor timeout (60 s by default).
-SCAN_SECONDS = 10.0  # stale partitions per asset whose causes name the why
+# at the next tick, so a tick stays short (Dagster expects about 5 s; it times out after 60).
+SCAN_SECONDS = 3.0
 
 
 class _Loading(LoadingContext):
