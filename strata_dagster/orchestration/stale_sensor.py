@@ -106,7 +106,9 @@ def plan_stale_runs(
     busy = _assets_in_progress(instance, job_of)
     resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
     plan = StalePlan()
-    scan = StaleScan(dict(known or {}), dict(pending or {}) if known is not None else dict.fromkeys(job_of, 0))
+    scan = StaleScan(
+        dict(known or {}), dict(pending or {}) if known is not None else dict.fromkeys(job_of, 0)
+    )
     if known is not None and since is not None:
         changed = may_have_changed(asset_graph, touched_since(instance, asset_graph, since))
         scan.stale = _stale_since(asset_graph, resolver, job_of, scan.stale, changed)
