@@ -215,6 +215,7 @@ def test_a_first_reading_of_the_stale_status_is_spread_over_ticks_and_plans_when
     expected = requests(tick.evaluate(None))
     assert expected  # wave 1
     monkeypatch.setattr(stale_sensor, "SCAN_SECONDS", 0.0)  # a partition or so per tick
+    monkeypatch.setattr(stale_sensor, "SCAN_MIN_PARTITIONS", 1)
     cursor, reading = None, 0
     for _ in range(200):
         result = tick.evaluate(cursor)

@@ -47,6 +47,8 @@ _CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
 # A first reading of every stale status (about 40 ms per partition) stops after this long and goes on
 # at the next tick, so a tick stays short (Dagster expects about 5 s; it times out after 60).
 SCAN_SECONDS = 3.0
+# ... but not before this many partitions: a small project is read in one tick, however busy the machine.
+SCAN_MIN_PARTITIONS = 100
 
 
 class _Loading(LoadingContext):
@@ -167,8 +169,10 @@ def _continue_scan(
     resolver: CachingStaleStatusResolver,
     scan: StaleScan,
 ) -> None:
-    """Read pending statuses until none is left or `SCAN_SECONDS` have passed (at least one)."""
+    """Read pending statuses until none is left, or `SCAN_SECONDS` have passed and at least
+    `SCAN_MIN_PARTITIONS` were read."""
     deadline = time.monotonic() + SCAN_SECONDS
+    read = 0
     for key in sorted(scan.pending, key=str):
         partitions = _partitions(instance, asset_graph.get(key))
         index = scan.pending[key]
@@ -177,7 +181,8 @@ def _continue_scan(
             if resolver.get_status(key, partitions[index]) == StaleStatus.STALE:
                 found.add(partitions[index])
             index += 1
-            if time.monotonic() > deadline:
+            read += 1
+            if read >= SCAN_MIN_PARTITIONS and time.monotonic() > deadline:
                 break
         if found:
             scan.stale[key] = sorted(found, key=lambda p: p or "")
