@@ -1,13 +1,10 @@
 """The strata automation condition requests exactly the stale asset partitions, upstream first,
 whether or not it was evaluated before the change; the sensor ships stopped."""
 
-import time
-
 import dagster as dg
 import pytest
 
 from strata_dagster import build_definitions
-from strata_dagster.orchestration import stale_sensor
 from strata_dagster_tests.dagster_support import (
     change_order,
     execute_assets,
@@ -75,7 +72,7 @@ def test_the_condition_requests_exactly_the_stale_partitions_wave_by_wave_until_
     assert len(waves) == 3
 
 
-def test_a_stale_child_waits_for_its_stale_parent(shop, monkeypatch):
+def test_a_stale_child_waits_for_its_stale_parent(shop):
     project, warehouse, defs, instance = shop
     # A new code version for stg_orders makes it and (through the fingerprint) all it feeds stale.
     edit_module(
@@ -89,8 +86,7 @@ def test_a_stale_child_waits_for_its_stale_parent(shop, monkeypatch):
     wave = requested(dg.evaluate_automation_conditions(defs=reloaded, instance=instance), reloaded)
     # daily_revenue waits too, though it reads stg_orders through stg_orders__by_day.
     assert wave == {"stg_orders"}
-    # So does the stale sensor (the sources were observed just now: nothing to observe first).
-    monkeypatch.setattr(stale_sensor, "_now", lambda: 0.0)
+    # So does the stale sensor (the sources are unchanged since observed: nothing to observe first).
     sensor = reloaded.resolve_sensor_def("strata_materialize_stale")
     context = dg.build_sensor_context(instance=instance, repository_def=reloaded.get_repository_def())
     runs = sensor.evaluate_tick(context).run_requests
@@ -109,22 +105,17 @@ def run_sensor_requests(defs, instance, requests) -> set[str]:
     return done
 
 
-def test_the_stale_sensor_observes_first_then_materializes_exactly_the_stale_partitions(shop, monkeypatch):
+def test_the_stale_sensor_observes_first_then_materializes_exactly_the_stale_partitions(shop):
     project, warehouse, defs, instance = shop
     sensor = defs.resolve_sensor_def("strata_materialize_stale")
-    clock = [time.time() + 120]  # the sources were observed two minutes ago
-    monkeypatch.setattr(stale_sensor, "_now", lambda: clock[0])
     repository = defs.get_repository_def()
     order = paid_order(warehouse)
     change_order(warehouse, order)
     context = dg.build_sensor_context(instance=instance, repository_def=repository)
     first = sensor.evaluate_tick(context)
-    # First tick: the sources were last observed over a minute ago: observe them, nothing else.
-    assert [sorted(k.to_user_string() for k in r.asset_selection) for r in first.run_requests] == [
-        ["customers", "orders"]
-    ]
+    # First tick: the changed source's fingerprint differs from its data version: observe it, nothing else.
+    assert [sorted(k.to_user_string() for k in r.asset_selection) for r in first.run_requests] == [["orders"]]
     run_sensor_requests(defs, instance, first.run_requests)
-    clock[0] = time.time()  # observed just now: the next ticks materialize
     cursor = None
     waves = []
     for _ in range(6):

@@ -89,7 +89,6 @@ def test_materializing_a_volatile_model_rebuilds_it(materialized):
 
 def test_the_stale_sensor_requests_volatile_models_when_their_period_passed(materialized, monkeypatch):
     defs, instance = materialized
-    monkeypatch.setattr(stale_sensor, "_now", time.time)  # the source was observed just now
     monkeypatch.setattr(refresh, "_now", time.time)
     assert sensor_selection(defs, instance) == {"sampled"}  # always; the daily one is fresh today
     monkeypatch.setattr(refresh, "_now", lambda: time.time() + DAY)
@@ -135,7 +134,6 @@ def test_the_stale_sensor_requests_every_partition_of_a_due_partitioned_model(tm
     instance = dg.DagsterInstance.ephemeral()
     assert execute_assets(defs, instance, ["events"]).success
     assert execute_assets(defs, instance, ["daily_sample"], partitions=("2025-01-01", "2025-01-04")).success
-    monkeypatch.setattr(stale_sensor, "_now", time.time)
     monkeypatch.setattr(refresh, "_now", time.time)
     sensor = defs.resolve_sensor_def(stale_sensor.STALE_SENSOR_NAME)
     context = dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def())

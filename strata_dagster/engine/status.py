@@ -199,6 +199,17 @@ def observe_sources(
         return {name: read_source_state(session, context, name) for name in wanted}
 
 
+def peek_source_fingerprints(
+    project_dir: Path | str, warehouse: Path | str, names: list[str], *, timeout: float
+) -> dict[str, str]:
+    """The content fingerprints of the named sources, read without writing (no migrations either),
+    waiting at most `timeout` seconds for a writer's lock (E021 after that): what a sensor checks
+    before launching an observation."""
+    with open_session(Path(warehouse), read_only=True, timeout=timeout) as session:
+        context = load_context(session, Path(project_dir), {})
+        return {name: read_source_state(session, context, name).fingerprint for name in names}
+
+
 def model_states(
     project_dir: Path | str, warehouse: Path | str, branch: str = DEFAULT_BRANCH
 ) -> dict[str, ModelState]:

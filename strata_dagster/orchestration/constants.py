@@ -34,6 +34,14 @@ SOURCE_TAG_PREFIX: Final = "strata/source/"
 FULL_REFRESH_TAG: Final = "strata/full_refresh"
 FULL_REFRESH_VALUES: Final = {"true": True, "false": False}
 
+# Runs the `strata_materialize_stale` sensor launches say what they are for (`observe`: record
+# the sources' new fingerprints; `rebuild`: materialize stale assets) and why (`strata/why`).
+PURPOSE_TAG: Final = "strata/purpose"
+PURPOSE_OBSERVE: Final = "observe"
+PURPOSE_REBUILD: Final = "rebuild"
+WHY_TAG: Final = "strata/why"
+STALE_PARTITIONS_TAG: Final = "strata/stale_partitions"
+
 # The jobs whose every run is a backfill: `strata_backfill` (unpartitioned models) and
 # `strata_backfill_<asset>_partitions` (one per partitioning).
 BACKFILL_JOB: Final = "strata_backfill"

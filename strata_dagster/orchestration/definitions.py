@@ -23,7 +23,7 @@ from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
-from strata_dagster.orchestration.stale_sensor import stale_partitions_sensor
+from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
 
 UNPARTITIONED_JOB = "strata_unpartitioned"
@@ -97,9 +97,12 @@ def _definitions(
     companions = partition_companions(catalog, nodes, translator)
     unique = {item.key: item for item in companions.values()}
     assets: list[dg.AssetsDefinition | dg.SourceAsset] = []
+    fingerprinted: dict[dg.AssetKey, str] = {}  # observable asset -> the source its version is
     for name in sorted(catalog.project.sources):
         observed = [item for item in unique.values() if item.upstream == name]
-        assets.extend(build_source_assets(nodes[name], translator, observed))
+        built = build_source_assets(nodes[name], translator, observed)
+        assets.extend(built)
+        fingerprinted.update((item.key, name) for item in built)
     for name in catalog.project.order:
         assets.append(build_model_asset(nodes[name], nodes, translator, whole_keys, companions))
         if name in whole_keys:
@@ -110,13 +113,18 @@ def _definitions(
     observers = [companion_asset(item, nodes, translator) for item in unique.values()]
     keys = [key for item in assets for key in _keys(item)]
     jobs, job_of, observable = _jobs(assets)
+    observe_job = dg.define_asset_job(
+        OBSERVE_JOB,
+        selection=dg.AssetSelection.assets(*observable),
+        description="Observes the strata sources; strata_materialize_stale launches it when a source changed.",
+    )
     backfill_jobs = build_backfill_jobs(
         assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
     )
     return dg.Definitions(
         assets=[*assets, *observers],
         asset_checks=checks.asset_checks,
-        jobs=[*jobs, *checks.jobs, *backfill_jobs],
+        jobs=[*jobs, observe_job, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,
         resources={
             c.STRATA_RESOURCE_KEY: resource,
@@ -125,7 +133,11 @@ def _definitions(
         executor=strata_executor(resource),
         sensors=[
             stale_partitions_sensor(
-                jobs, job_of, observable, UNPARTITIONED_JOB, default_status=stale_sensor_status
+                [*jobs, observe_job],
+                job_of,
+                {key: fingerprinted.get(key) for key in observable},
+                resource,
+                default_status=stale_sensor_status,
             ),
             automation_sensor(dg.AssetSelection.assets(*keys)),
         ],

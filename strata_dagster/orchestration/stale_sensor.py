@@ -1,31 +1,54 @@
 """`strata_materialize_stale`: a sensor that materializes exactly the stale asset partitions.
 
-Each tick reads Dagster's own stale status (what the UI shows), takes the stale asset partitions
-whose upstream assets are fresh and idle, and requests them: the unpartitioned ones in one run,
-each partitioned asset in one ranged run per contiguous range of stale partitions (its backfill
-policy is a single run). Waves follow until nothing is stale. The sensor also observes the sources
-whenever one was not observed within `observe_interval_seconds`, so a changed row is noticed.
+Each tick first compares the sources' content fingerprints (read by the sensor, read-only) with the
+data versions Dagster recorded for them: a source that changed is observed by a run of
+`strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
+no source changed, it reads Dagster's own stale status (what the UI shows), takes the stale asset
+partitions whose upstream assets are fresh and idle, and requests them (tagged
+`strata/purpose=rebuild`, with `strata/why`): the unpartitioned ones in one run, each partitioned
+asset in one ranged run per contiguous range of stale partitions (its backfill policy is a single
+run). Waves follow until nothing is stale. An idle tick launches nothing, and when nothing happened
+in the instance since a tick that found everything fresh, it skips the stale computation too.
 
 From the UI: Automation → strata_materialize_stale → "Test sensor" previews the runs and launches
 them; turning the sensor on keeps everything fresh.
 """
 
+import hashlib
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+from dagster._core.definitions.data_version import (
+    CachingStaleStatusResolver,
+    StaleCauseCategory,
+    StaleStatus,
+)
+from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.loader import LoadingContext
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
+from strata_dagster.errors import StrataError
+from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.refresh import is_due, refresh_of
+from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.sensor_observation import check_sources
+from strata_dagster.orchestration.stale_changes import may_have_changed, touched_since
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
-_now = time.time  # the sensor's clock (tests move it)
+OBSERVE_JOB = "strata_observe_sources"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+_TAG_LENGTH = 250  # tags are for reading on the Runs page; the tick's log has the whole text
+_CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
+# A first reading of every stale status (about 40 ms per partition) stops after this long and goes on
+# at the next tick, so a tick stays short (Dagster expects about 5 s; it times out after 60).
+SCAN_SECONDS = 3.0
+# ... but not before this many partitions: a small project is read in one tick, however busy the machine.
+SCAN_MIN_PARTITIONS = 100
 
 
 class _Loading(LoadingContext):
@@ -46,10 +69,22 @@ class _Loading(LoadingContext):
 
 @dataclass
 class StalePlan:
-    """What one tick found: stale asset partitions, and the runs that materialize the ready ones."""
+    """What one tick found: stale asset partitions, why, and the runs that materialize the ready ones."""
 
     stale: dict[dg.AssetKey, list[str | None]] = field(default_factory=dict)
     runs: list[dg.RunRequest] = field(default_factory=list)
+    why: dict[dg.AssetKey, str] = field(default_factory=dict)
+    # What Dagster's stale status says, refresh periods aside: what the next tick starts from.
+    status_stale: dict[dg.AssetKey, list[str | None]] = field(default_factory=dict)
+    pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # partitions not read yet
+
+
+@dataclass
+class StaleScan:
+    """A reading of every asset partition's stale status, possibly spread over ticks."""
+
+    stale: dict[dg.AssetKey, list[str | None]]
+    pending: dict[dg.AssetKey, int]  # asset -> index of the next partition to read
 
 
 def plan_stale_runs(
@@ -57,27 +92,43 @@ def plan_stale_runs(
     asset_graph,  # type: ignore[no-untyped-def]
     job_of: Mapping[dg.AssetKey, str],
     run_tags: Mapping[str, str],
+    known: Mapping[dg.AssetKey, list[str | None]] | None = None,
+    since: int | None = None,
+    pending: Mapping[dg.AssetKey, int] | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
-    for those whose upstream is fresh and idle."""
-    keys = list(job_of)
+    for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
+    the stale partitions a tick found when the event log ended at storage id `since` (same code
+    versions); only what may have changed since is asked again (see orchestration.stale_changes).
+    `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
+    of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
+    once it is complete."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
     busy = _assets_in_progress(instance, job_of)
     resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
     plan = StalePlan()
-    for key in keys:
+    scan = StaleScan(
+        dict(known or {}), dict(pending or {}) if known is not None else dict.fromkeys(job_of, 0)
+    )
+    if known is not None and since is not None:
+        changed = may_have_changed(asset_graph, touched_since(instance, asset_graph, since))
+        scan.stale = _stale_since(asset_graph, resolver, job_of, scan.stale, changed)
+    _continue_scan(instance, asset_graph, resolver, scan)
+    plan.pending = scan.pending
+    found = scan.stale
+    plan.status_stale = {key: parts for key, parts in found.items() if parts}
+    for key in job_of:
         node = asset_graph.get(key)
-        partitions: Sequence[str | None] = (
-            node.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
-            if node.partitions_def is not None
-            else [None]
-        )
-        stale = [p for p in partitions if resolver.get_status(key, p) == StaleStatus.STALE]
-        if is_due(instance, key, refresh_of(node)):
-            stale = list(partitions)  # a refresh rebuilds the whole model
-        if stale:
-            plan.stale[key] = stale
+        refresh = refresh_of(node)
+        if is_due(instance, key, refresh):
+            plan.stale[key] = list(_partitions(instance, node))  # a refresh rebuilds the whole model
+            plan.why[key] = f"its refresh period ({refresh}) has passed"
+        elif found.get(key):
+            plan.stale[key] = found[key]
+            plan.why[key] = _causes(resolver, key, found[key])
+    if plan.pending:
+        return plan  # an upstream partition not read yet may be stale: no run before it is
     ready = [
         key
         for key in plan.stale
@@ -87,14 +138,117 @@ def plan_stale_runs(
     unpartitioned = sorted((key for key in ready if plan.stale[key] == [None]), key=str)
     for job in sorted({job_of[key] for key in unpartitioned}):
         selection = [key for key in unpartitioned if job_of[key] == job]
-        plan.runs.append(dg.RunRequest(job_name=job, asset_selection=selection, tags=dict(run_tags)))
+        why = "; ".join(f"{key.to_user_string()}: {plan.why[key]}" for key in selection)
+        plan.runs.append(
+            dg.RunRequest(job_name=job, asset_selection=selection, tags=_rebuild_tags(run_tags, why))
+        )
     for key in sorted((key for key in ready if plan.stale[key] != [None]), key=str):
         partitions_def = asset_graph.get(key).partitions_def
         subset = partitions_def.subset_with_partition_keys(plan.stale[key])
         for key_range in subset.get_partition_key_ranges(partitions_def):
-            tags = {**run_tags, RANGE_START_TAG: key_range.start, RANGE_END_TAG: key_range.end}
+            in_range = partitions_def.get_partition_keys_in_range(key_range)
+            tags = {
+                **_rebuild_tags(run_tags, plan.why[key]),
+                c.STALE_PARTITIONS_TAG: str(len(in_range)),
+                RANGE_START_TAG: key_range.start,
+                RANGE_END_TAG: key_range.end,
+            }
             plan.runs.append(dg.RunRequest(job_name=job_of[key], asset_selection=[key], tags=tags))
     return plan
+
+
+def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # type: ignore[no-untyped-def]
+    if node.partitions_def is None:
+        return [None]
+    return node.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+
+
+def _continue_scan(
+    instance: dg.DagsterInstance,
+    asset_graph,  # type: ignore[no-untyped-def]
+    resolver: CachingStaleStatusResolver,
+    scan: StaleScan,
+) -> None:
+    """Read pending statuses until none is left, or `SCAN_SECONDS` have passed and at least
+    `SCAN_MIN_PARTITIONS` were read."""
+    deadline = time.monotonic() + SCAN_SECONDS
+    read = 0
+    for key in sorted(scan.pending, key=str):
+        partitions = _partitions(instance, asset_graph.get(key))
+        index = scan.pending[key]
+        found = set(scan.stale.get(key, ()))
+        while index < len(partitions):
+            if resolver.get_status(key, partitions[index]) == StaleStatus.STALE:
+                found.add(partitions[index])
+            index += 1
+            read += 1
+            if read >= SCAN_MIN_PARTITIONS and time.monotonic() > deadline:
+                break
+        if found:
+            scan.stale[key] = sorted(found, key=lambda p: p or "")
+        if index < len(partitions):
+            scan.pending[key] = index
+            return
+        del scan.pending[key]
+
+
+def _stale_since(
+    asset_graph,  # type: ignore[no-untyped-def]
+    resolver: CachingStaleStatusResolver,
+    job_of: Mapping[dg.AssetKey, str],
+    known: Mapping[dg.AssetKey, Sequence[str | None]],
+    changed: set[AssetKeyPartitionKey],
+) -> dict[dg.AssetKey, list[str | None]]:
+    """`known`, with the status of the `changed` partitions asked again."""
+    stale = {
+        key: {p for p in known.get(key, ()) if AssetKeyPartitionKey(key, p) not in changed} for key in job_of
+    }
+    for item in changed:
+        if (
+            item.asset_key in stale
+            and resolver.get_status(item.asset_key, item.partition_key) == StaleStatus.STALE
+        ):
+            stale[item.asset_key].add(item.partition_key)
+    return {key: sorted(partitions, key=lambda p: p or "") for key, partitions in stale.items() if partitions}
+
+
+def _causes(resolver: CachingStaleStatusResolver, key: dg.AssetKey, stale: Sequence[str | None]) -> str:
+    """Why `key` is stale, from the causes of (a sample of) its stale partitions, e.g.
+    `orders has a new data version` or `has a new code version`."""
+    found: dict[str, None] = {}
+    for partition in stale[:_CAUSES_SAMPLED]:
+        for cause in resolver.get_stale_causes(key, partition):
+            if cause.children:  # an input's own cause reads best: `orders has a new data version`
+                found.update((f"{_label(child.key)} {child.reason}", None) for child in cause.children)
+            elif cause.category == StaleCauseCategory.DATA and cause.dependency is not None:
+                found[f"{cause.reason}: {_label(cause.dependency)}"] = None
+            else:
+                found[cause.reason] = None
+    return ", ".join(found) or "stale"
+
+
+def _label(key: AssetKeyPartitionKey) -> str:
+    name = key.asset_key.to_user_string()
+    return name if key.partition_key is None else f"{name}[{key.partition_key}]"
+
+
+def _rebuild_tags(run_tags: Mapping[str, str], why: str) -> dict[str, str]:
+    return {**run_tags, c.PURPOSE_TAG: c.PURPOSE_REBUILD, c.WHY_TAG: _short(why)}
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _TAG_LENGTH else text[: _TAG_LENGTH - 3] + "..."
+
+
+def describe_run(request: dg.RunRequest) -> str:
+    """One line naming what a run request materializes (or observes) and why."""
+    names = ", ".join(key.to_user_string() for key in request.asset_selection or ())
+    start = request.tags.get(RANGE_START_TAG)
+    if start is not None:
+        count = request.tags.get(c.STALE_PARTITIONS_TAG)
+        names += f" [{start}..{request.tags[RANGE_END_TAG]}] ({count} partitions)"
+    verb = "observe" if request.tags.get(c.PURPOSE_TAG) == c.PURPOSE_OBSERVE else "materialize"
+    return f"{verb} {names}: {request.tags.get(c.WHY_TAG, '')}"
 
 
 def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]
@@ -112,16 +266,6 @@ def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) 
     return found
 
 
-def _observation_due(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey], interval: float) -> bool:
-    """Whether a source was never observed, or not within the last `interval` seconds."""
-    now = _now()
-    for key in keys:
-        record = instance.get_latest_data_version_record(key, is_source=True)
-        if record is None or now - record.timestamp >= interval:
-            return True
-    return False
-
-
 def _assets_in_progress(instance: dg.DagsterInstance, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:
     """Assets a queued or running run will materialize; a run of a whole job has no asset
     selection of its own: it covers every asset of the job (all of them for an unknown job)."""
@@ -135,21 +279,64 @@ def _assets_in_progress(instance: dg.DagsterInstance, job_of: Mapping[dg.AssetKe
     return busy
 
 
+@dataclass(frozen=True)
+class _TickState:
+    """The sensor's cursor: the event log's last storage id and the assets' code versions when a
+    tick read the stale status, and the stale partitions it found (None: not computed). With the
+    same code versions, the next tick asks again only what events since may have changed."""
+
+    last_event: int | None
+    code: str
+    stale: dict[dg.AssetKey, list[str | None]] | None = None
+    pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # not read yet (see StaleScan)
+
+    def dump(self) -> str:
+        stale = (
+            None if self.stale is None else {key.to_user_string(): parts for key, parts in self.stale.items()}
+        )
+        pending = {key.to_user_string(): index for key, index in self.pending.items()}
+        return json.dumps(
+            {"last_event": self.last_event, "code": self.code, "stale": stale, "pending": pending}
+        )
+
+    @staticmethod
+    def load(raw: str | None) -> "_TickState | None":
+        try:
+            data = json.loads(raw or "")
+            stale = data["stale"]
+            return _TickState(
+                data["last_event"],
+                data["code"],
+                None if stale is None else {dg.AssetKey.from_user_string(k): v for k, v in stale.items()},
+                {dg.AssetKey.from_user_string(k): v for k, v in data["pending"].items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # no cursor yet, or one an older version wrote
+
+
+def _tick_state(instance: dg.DagsterInstance, asset_graph, job_of: Mapping[dg.AssetKey, str]) -> _TickState:  # type: ignore[no-untyped-def]
+    versions = sorted((str(key), asset_graph.get(key).code_version or "") for key in job_of)
+    code = hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:16]
+    return _TickState(instance.event_log_storage.get_maximum_record_id(), code)
+
+
 def stale_partitions_sensor(
     jobs: Sequence[Any],
     job_of: Mapping[dg.AssetKey, str],
-    observable: Sequence[dg.AssetKey],
-    observe_job: str,
+    observable: Mapping[dg.AssetKey, str | None],
+    strata: StrataResource,
     *,
+    observe_job: str = OBSERVE_JOB,
     name: str = STALE_SENSOR_NAME,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     minimum_interval_seconds: int = 5,
-    observe_interval_seconds: int = 60,
     run_tags: Mapping[str, str] | None = None,
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
-    that materializes it); the unpartitioned `observable` sources are observed periodically by
-    job `observe_job`."""
+    that materializes it). `observable`: the observable assets job `observe_job` observes, each
+    with the source whose fingerprint is its data version (None: a companion its model's builds
+    observe; observed by the sensor only if never observed); `strata`: where the project and
+    warehouse are, for those fingerprints."""
     tags = {"strata/sensor": name, **(run_tags or {})}
 
     @dg.sensor(
@@ -159,21 +346,69 @@ def stale_partitions_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         description=(
             "Materializes exactly the stale asset partitions, upstream first, as ranged runs; observes "
-            f"the strata sources every {observe_interval_seconds}s. Test it to preview the runs."
+            "a strata source when its content fingerprint changed. Test it to preview the runs."
         ),
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        runs: list[dg.RunRequest] = []
-        busy = _assets_in_progress(context.instance, job_of)
-        due = _observation_due(context.instance, observable, observe_interval_seconds)
-        if due and not busy.intersection(observable):
-            runs.append(dg.RunRequest(job_name=observe_job, asset_selection=list(observable), tags=tags))
-        else:
-            graph = context.repository_def.asset_graph  # type: ignore[union-attr]
-            plan = plan_stale_runs(context.instance, graph, job_of, tags)
-            runs.extend(plan.runs)
-            if plan.stale and not plan.runs:
-                context.log.info("stale assets are waiting for their upstream runs to finish")
-        return dg.SensorResult(run_requests=runs)
+        instance = context.instance
+        graph = context.repository_def.asset_graph  # type: ignore[union-attr]
+        state = _tick_state(instance, graph, job_of)  # before anything is read: later events count next tick
+        busy = _assets_in_progress(instance, job_of)
+        try:
+            sources = check_sources(instance, strata, observable, busy)
+        except StrataError as error:
+            context.log.warning(error.render())
+            return dg.SensorResult(
+                skip_reason=f"Skipped: sources not checked, {error.render()} (the next tick tries again)",
+                cursor=context.cursor,
+            )
+        if sources.to_observe:
+            why = "; ".join(sources.reasons)
+            observe_tags = {**tags, c.PURPOSE_TAG: c.PURPOSE_OBSERVE, c.WHY_TAG: _short(why)}
+            request = dg.RunRequest(
+                job_name=observe_job, asset_selection=sources.to_observe, tags=observe_tags
+            )
+            context.log.info(f"{describe_run(request)} (stale assets follow once observed)")
+            return dg.SensorResult(run_requests=[request], cursor=context.cursor)
+        due = any(is_due(instance, key, refresh_of(graph.get(key))) for key in job_of)
+        previous = _TickState.load(context.cursor)
+        if previous is not None and previous.code != state.code:
+            previous = None  # new code versions: every status may differ
+        if (
+            not due
+            and previous is not None
+            and previous.last_event == state.last_event
+            and previous.stale == {}
+            and not previous.pending
+        ):
+            return dg.SensorResult(
+                skip_reason=(
+                    f"Nothing to do: {sources.unchanged} sources unchanged, and nothing was materialized "
+                    "or observed since the last tick found every asset fresh."
+                ),
+                cursor=context.cursor,
+            )
+        known = None if previous is None else previous.stale
+        since = None if previous is None else previous.last_event
+        pending = None if previous is None else previous.pending
+        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending)
+        cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending).dump()
+        for request in plan.runs:
+            context.log.info(describe_run(request))
+        if plan.runs:
+            return dg.SensorResult(run_requests=plan.runs, cursor=cursor)
+        return dg.SensorResult(skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor)
 
     return _sensor
+
+
+def _idle_reason(plan: StalePlan, busy: set[dg.AssetKey], unchanged: int) -> str:
+    if plan.pending:
+        assets = ", ".join(sorted(key.to_user_string() for key in plan.pending))
+        return f"Reading Dagster's stale status, continued next tick (not read yet: partitions of {assets})."
+    if plan.stale:
+        waiting = ", ".join(sorted(key.to_user_string() for key in plan.stale))
+        return f"Stale, waiting for their upstream runs to finish: {waiting}."
+    if busy:
+        return f"Nothing stale; {len(busy)} assets in queued or running runs."
+    return f"Nothing to do: {unchanged} sources unchanged, every asset fresh."

@@ -306,12 +306,15 @@ class CatalogSnapshot:
 
 
 @contextmanager
-def open_session(path: Path, *, read_only: bool = False, must_exist: bool = False) -> Iterator[Session]:
-    """Open the warehouse (waiting for another process's lock), migrated unless read-only.
+def open_session(
+    path: Path, *, read_only: bool = False, must_exist: bool = False, timeout: float | None = None
+) -> Iterator[Session]:
+    """Open the warehouse (waiting up to `timeout` seconds, default $STRATA_LOCK_TIMEOUT, for
+    another process's lock), migrated unless read-only.
 
     With `must_exist`, a missing warehouse is an error (E020) instead of a new, empty one.
     """
-    with connect(path, read_only=read_only, must_exist=must_exist) as con:
+    with connect(path, read_only=read_only, must_exist=must_exist, timeout=timeout) as con:
         try:
             if not read_only:
                 migrate(con)
