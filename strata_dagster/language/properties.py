@@ -107,56 +107,60 @@ def as_names(prop: RawProperty) -> tuple[str, ...]:
 
 
 def as_tags(prop: RawProperty) -> tuple[str, ...]:
-    value = _needs_value(prop, "[finance, daily]")
-    items = value.items if value.items is not None else (value,)
-    tags: list[str] = []
-    for item in items:
-        text = item.text
-        if len(text) >= 2 and text[0] == text[-1] == "'":
-            text = text[1:-1]
-        if not TAG_PATTERN.fullmatch(text):
-            raise StrataError(
-                E_PROPERTY_VALUE,
-                f"`{prop.name}` lists `{item.text}`, which is not a tag",
-                item.location,
-                hint="a tag is 1 to 63 letters, digits, `_`, `-` or `.`, e.g. `tags: [finance, daily]`",
-            )
-        if text in tags:
-            raise StrataError(
-                E_PROPERTY_VALUE,
-                f"`{prop.name}` lists `{text}` twice",
-                item.location,
-                hint="list each tag once",
-            )
-        tags.append(text)
-    return tuple(tags)
+    return _as_labels(
+        prop,
+        "[finance, daily]",
+        lambda text: TAG_PATTERN.fullmatch(text) is not None,
+        "not a tag",
+        "a tag is 1 to 63 letters, digits, `_`, `-` or `.`, e.g. `tags: [finance, daily]`",
+        "tag",
+    )
 
 
 def as_owners(prop: RawProperty) -> tuple[str, ...]:
-    value = _needs_value(prop, "[ana@shop.example, 'team:finance']")
+    return _as_labels(
+        prop,
+        "[ana@shop.example, 'team:finance']",
+        is_valid_owner,
+        "neither an email address nor `team:name`",
+        "an owner is an email or a team name prefixed with `team:` (Dagster's rule), "
+        "e.g. `owners: [ana@shop.example, 'team:finance']`",
+        "owner",
+    )
+
+
+def _as_labels(
+    prop: RawProperty,
+    example: str,
+    is_valid: Callable[[str], bool],
+    is_not: str,
+    hint: str,
+    noun: str,
+) -> tuple[str, ...]:
+    """A list of labels (or one), each bare or quoted, valid and listed once."""
+    value = _needs_value(prop, example)
     items = value.items if value.items is not None else (value,)
-    owners: list[str] = []
+    labels: list[str] = []
     for item in items:
         text = item.text
         if len(text) >= 2 and text[0] == text[-1] == "'":
             text = text[1:-1]
-        if not is_valid_owner(text):
+        if not is_valid(text):
             raise StrataError(
                 E_PROPERTY_VALUE,
-                f"`{prop.name}` lists `{item.text}`, which is neither an email address nor `team:name`",
+                f"`{prop.name}` lists `{item.text}`, which is {is_not}",
                 item.location,
-                hint="an owner is an email or a team name prefixed with `team:` (Dagster's rule), "
-                "e.g. `owners: [ana@shop.example, 'team:finance']`",
+                hint=hint,
             )
-        if text in owners:
+        if text in labels:
             raise StrataError(
                 E_PROPERTY_VALUE,
                 f"`{prop.name}` lists `{text}` twice",
                 item.location,
-                hint="list each owner once",
+                hint=f"list each {noun} once",
             )
-        owners.append(text)
-    return tuple(owners)
+        labels.append(text)
+    return tuple(labels)
 
 
 def is_valid_owner(text: str) -> bool:
