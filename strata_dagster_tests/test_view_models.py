@@ -300,3 +300,30 @@ def test_gc_keeps_the_snapshot_a_live_view_reads(tmp_path):
         params=[first.outcome("paid").table_name],
     ) == [(1,)]
     assert row_multiset(warehouse, "main.v_paid_eur") == before
+
+
+def test_a_view_built_over_an_identical_override_is_rebuilt_over_the_source_later(tmp_path):
+    """An override with the source's own rows has the source's fingerprint, but the view built under
+    it reads the override's table: a later run without the override must not reuse (or cut off to)
+    that view, and `--full-refresh` always rebuilds a view (found by review: the view kept serving
+    the scratch table's rows, and broke when it was dropped)."""
+    project, warehouse = make_views(tmp_path)
+    run_project(project, warehouse)
+    # A new order, in the source and in a "corrected" extract that holds the same rows.
+    execute(warehouse, "INSERT INTO raw.orders VALUES (500, 'open', 3)")
+    execute(warehouse, "CREATE SCHEMA fixes; CREATE TABLE fixes.orders AS SELECT * FROM raw.orders")
+    assert paths(run_project(project, warehouse, overrides={"orders": "fixes.orders"}))["stg_orders"] == VIEW
+
+    after = run_project(project, warehouse, only_stale=True)
+
+    # The view built before the override (over raw.orders) is reused, or a new one built.
+    assert paths(after)["stg_orders"] in (REUSED, VIEW)
+    views = execute(warehouse, "SELECT sql FROM duckdb_views() WHERE schema_name = 'strata_snapshots'")
+    live = after.outcome("stg_orders").table_name
+    assert not any("fixes" in sql for (sql,) in views if live in sql)
+    execute(warehouse, "INSERT INTO fixes.orders VALUES (999, 'open', 1)")
+    assert row_multiset(warehouse, "main.v_stg_orders") == row_multiset(
+        warehouse, "(SELECT *, amount * 0.9 AS amount_eur FROM raw.orders WHERE status <> 'cancelled')"
+    )
+    refreshed = run_project(project, warehouse, models=["stg_orders"], full_refresh=True)
+    assert paths(refreshed)["stg_orders"] == VIEW

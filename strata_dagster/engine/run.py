@@ -286,7 +286,7 @@ class _Run:
         compiled = self.context.compiled.models[name]
         fingerprint = self.fingerprints[name]
         inputs = [
-            (f"source:{ref}", self.sources[ref].fingerprint)
+            (f"source:{ref}", self._source_identity(name, ref))
             if ref in self.sources
             else (f"model:{ref}", self.chosen[ref].content_hash)
             for ref in model.references
@@ -358,6 +358,16 @@ class _Run:
         self.outcomes.append(outcome)
         if self.progress is not None:
             self.progress(outcome)
+
+    def _source_identity(self, name: str, source: str) -> str:
+        """A source's identity as model `name` consumes it: its content, and for a view model also
+        the relation an override points it at, since the view keeps reading that relation (an
+        identical override must not let a later run reuse a view bound to the override's table)."""
+        fingerprint = self.sources[source].fingerprint
+        override = self.context.overrides.get(source)
+        if override is None or not self.project.models[name].properties.is_view:
+            return fingerprint
+        return f"{fingerprint}@{override}"
 
     def _new_snapshot_id(self, key: str) -> str:
         snapshot_id = short_id(key)
@@ -591,7 +601,9 @@ class _Run:
             # Its rows change with the clock while its inputs do not: a new identity every run, so
             # its readers are rebuilt (and cut off when their rows come out equal).
             content_hash = view_identity(digest(key, "entry", self.entry))
-        for same in (existing, current):
+        # `--full-refresh` rebuilds the view whatever its identity: the way to repair a broken one.
+        is_refresh = self.request.full_refresh and name in self.selected
+        for same in () if is_refresh else (existing, current):
             if same is not None and same.content_hash == content_hash and self._is_state_present(same):
                 self._check_contract(name, same.table_name)  # a contract edit does not change the key
                 self.new_keys.append((key, same.snapshot_id))
