@@ -3,6 +3,7 @@
 Its identity comes from its inputs' identities, so staleness, early cutoff, rollback, branches,
 gc and verify work on it as on table snapshots, while a build costs nothing."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -327,3 +328,13 @@ def test_a_view_built_over_an_identical_override_is_rebuilt_over_the_source_late
     )
     refreshed = run_project(project, warehouse, models=["stg_orders"], full_refresh=True)
     assert paths(refreshed)["stg_orders"] == VIEW
+
+
+def test_history_says_what_a_view_build_is(tmp_path):
+    project, warehouse = make_views(tmp_path)
+    run_project(project, warehouse)
+    result = CliRunner().invoke(main, ["history", str(project), "--warehouse", str(warehouse), "--json"])
+    assert result.exit_code == 0, result.output
+    builds = {build["model"]: build for build in json.loads(result.output)[-1]["builds"]}
+    assert builds["stg_orders"]["path"] == VIEW
+    assert "no rows stored" in builds["stg_orders"]["reason"]

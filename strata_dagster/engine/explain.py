@@ -23,6 +23,7 @@ _PATH_MEANING = {
     "delta": "delta trusted",
     "partitions": "partition-complete rebuild of the partitions whose input changed",
     "full": "a `replace` model is always rebuilt in full",
+    "view": "a `materialize: view` model: a new view over its inputs, no rows stored",
 }
 
 
@@ -143,6 +144,8 @@ def _reason(path: str, detail: Mapping[str, Any], partitions: int) -> str:
         return f"full: {detail['full_reason'] or 'no delta possible'}"
     if path == "cutoff" and partitions == 0 and ("window" in detail or "partitions" in detail):
         return "no row changed in the window: the live snapshot stays"
+    if path == "partitions" and detail.get("requested_partitions"):
+        return "partition-complete rebuild of the partitions requested with --partitions"
     return _PATH_MEANING.get(path, path)
 
 
