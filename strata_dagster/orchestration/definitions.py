@@ -217,6 +217,9 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             location=model.location,
             columns=catalog.columns.get(name),
             lineage=tuple(catalog.lineage.get(name, {}).items()),
+            freshness_seconds=None
+            if model.properties.freshness is None
+            else model.properties.freshness.seconds,
         )
     return nodes
 
