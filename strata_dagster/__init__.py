@@ -9,6 +9,7 @@ from strata_dagster.errors import StrataError
 __all__ = [
     "StrataDagsterTranslator",
     "StrataError",
+    "StrataGcPolicy",
     "StrataIOManager",
     "StrataResource",
     "build_definitions",

@@ -19,6 +19,7 @@ from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
+from strata_dagster.orchestration.gc_job import StrataGcPolicy, build_gc_job
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
@@ -39,6 +40,8 @@ def build_definitions(
     stale_sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     verification_schedule: str | None = DEFAULT_VERIFICATION_SCHEDULE,
     verification_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    gc: StrataGcPolicy | None = None,
+    gc_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
@@ -60,6 +63,10 @@ def build_definitions(
     `strata_incremental_equals_full` on every incremental or partitioned model, run by the
     `strata_verify` job and the `strata_verify_schedule` schedule (cron `verification_schedule`,
     3 AM by default; stopped unless `verification_schedule_status` says otherwise; None: no schedule).
+
+    `gc`: a retention policy (`StrataGcPolicy(keep=10, older_than="30d")`) adds the `strata_gc` job
+    (`strata gc` in the `duckdb` pool) and `strata_gc_schedule` on its cron, stopped unless
+    `gc_schedule_status` says otherwise. None (the default): no retention job.
     """
     resource = StrataResource(
         project_dir=str(project_dir),
@@ -81,7 +88,11 @@ def build_definitions(
             verification_schedule=verification_schedule,
             schedule_status=verification_schedule_status,
         )
-        return _definitions(catalog, resource, translator, python_assets, stale_sensor_status, checks)
+        defs = _definitions(catalog, resource, translator, python_assets, stale_sensor_status, checks)
+    if gc is None:
+        return defs
+    gc_job, gc_schedule = build_gc_job(gc, gc_schedule_status)
+    return dg.Definitions.merge(defs, dg.Definitions(jobs=[gc_job], schedules=[gc_schedule]))
 
 
 def _definitions(
