@@ -11,6 +11,7 @@ __all__ = [
     "StrataError",
     "StrataGcPolicy",
     "StrataIOManager",
+    "StrataProjectComponent",
     "StrataResource",
     "build_definitions",
     "strata_python_model",
@@ -19,6 +20,11 @@ __all__ = [
 # The Dagster layer loads on first use, so `import strata_dagster` (the CLI, the engine) never
 # imports dagster.
 _DAGSTER_NAMES = frozenset(name for name in __all__ if name != "StrataError")
+
+
+def __dir__() -> list[str]:
+    # dg finds components by listing the module registered as its entry point (this one).
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:

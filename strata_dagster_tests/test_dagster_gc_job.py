@@ -31,6 +31,7 @@ def test_the_gc_job_drops_what_strata_gc_drops_and_its_schedule_ships_stopped(th
     shutil.copy(warehouse, by_engine)
     policy = StrataGcPolicy(keep=1, older_than="1000w", cron="15 5 * * *")
     defs = build_definitions(project, warehouse=by_job, gc=StrataGcPolicy(keep=1))
+    dg.Definitions.validate_loadable(defs)  # as a code location loads it
     schedule = defs.resolve_schedule_def("strata_gc_schedule")
     assert schedule.job_name == "strata_gc"
     assert schedule.cron_schedule == "0 4 * * 0"

@@ -3,6 +3,7 @@ dagster). Start with `build_definitions`; see docs/dagster.md."""
 
 from strata_dagster.orchestration.automation import automation_sensor, observation_condition, stale_condition
 from strata_dagster.orchestration.build import StrataBuild, StrataBuildInput
+from strata_dagster.orchestration.component import StrataProjectComponent
 from strata_dagster.orchestration.definitions import build_definitions
 from strata_dagster.orchestration.gc_job import StrataGcPolicy
 from strata_dagster.orchestration.io_manager import StrataIOManager
@@ -18,6 +19,7 @@ __all__ = [
     "StrataDagsterTranslator",
     "StrataGcPolicy",
     "StrataIOManager",
+    "StrataProjectComponent",
     "StrataResource",
     "automation_sensor",
     "build_definitions",

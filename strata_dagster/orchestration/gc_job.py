@@ -60,7 +60,7 @@ def build_gc_job(
 ) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
     """The `strata_gc` job (one op, in the `duckdb` pool) and `strata_gc_schedule` on `policy.cron`."""
 
-    @dg.op(name=GC_JOB, pool=c.DUCKDB_POOL, out=dg.Out(dg.Nothing))
+    @dg.op(name="strata_gc_collect", pool=c.DUCKDB_POOL, out=dg.Out(dg.Nothing))
     def _collect(context: dg.OpExecutionContext, strata: StrataResource) -> dg.Output[None]:
         try:
             result = gc(
