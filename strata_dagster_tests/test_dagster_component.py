@@ -141,9 +141,19 @@ def test_the_component_builds_the_definitions_of_build_definitions(tmp_path, mon
     assert dg.AssetKey(["shop", "stg_orders__by_day"]) in daily.parent_keys
 
 
-def test_a_project_path_without_modules_is_e067(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("package", "attributes"),
+    [
+        ("strata_component_missing", "project_path: nowhere"),
+        ("strata_component_bad_python", "project_path: ../../../shop\npython_models: [no_such.module]"),
+    ],
+)
+def test_a_project_path_without_modules_or_a_missing_python_model_is_e067(
+    tmp_path, monkeypatch, package, attributes
+):
+    make_small_shop(tmp_path, rows=50, days=2)
     with pytest.raises(Exception) as caught:
-        load_component(tmp_path, "strata_component_missing", "project_path: nowhere", monkeypatch)
+        load_component(tmp_path, package, attributes, monkeypatch)
     error = caught.value
     while error is not None and not isinstance(error, StrataError):
         error = error.__cause__ or error.__context__
