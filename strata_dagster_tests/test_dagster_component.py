@@ -158,3 +158,29 @@ def test_a_project_path_without_modules_or_a_missing_python_model_is_e067(
     while error is not None and not isinstance(error, StrataError):
         error = error.__cause__ or error.__context__
     assert error is not None and error.code == E_COMPONENT
+
+
+def test_select_keeps_the_selected_models_and_the_models_they_read(tmp_path, monkeypatch):
+    make_small_shop(tmp_path, rows=200, days=3)
+    defs = load_component(
+        tmp_path,
+        "strata_component_select",
+        "project_path: ../../../shop\nwarehouse: ../../../warehouse.duckdb\nselect: 'monthly_revenue,order_tags'",
+        monkeypatch,
+    )
+    graph = defs.resolve_asset_graph()
+    assert {key.to_user_string() for key in graph.materializable_asset_keys} == {
+        "monthly_revenue",
+        "daily_revenue",
+        "stg_orders",
+        "stg_customers",
+        "order_tags",
+    }
+    # The sources stay, and daily_revenue still reads stg_orders per day through its companion.
+    assert {"orders", "customers", "stg_orders__by_day"} <= {
+        key.to_user_string() for key in graph.get_all_asset_keys()
+    }
+    dg.Definitions.validate_loadable(defs)
+    with pytest.raises(StrataError) as caught:
+        build_definitions(tmp_path / "shop", warehouse=tmp_path / "warehouse.duckdb", select="monthly_revenu")
+    assert caught.value.code == "E025"

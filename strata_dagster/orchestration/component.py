@@ -81,6 +81,7 @@ class StrataProjectScaffolder(dg.Scaffolder[StrataScaffoldParams]):
         attributes.update(
             branch=DEFAULT_BRANCH,
             translation={"key_prefix": [], "group_name": None, "open_ended_partitions": False},
+            select=None,
             python_models=[],
             stale_sensor="stopped",
             verification_schedule=DEFAULT_VERIFICATION_SCHEDULE,
@@ -114,6 +115,11 @@ class StrataProjectComponent(dg.Component, dg.Model, dg.Resolvable):
     translation: StrataTranslation | None = Field(
         default=None, description="Asset key prefix, one group for all, open-ended partitions."
     )
+    select: str | None = Field(
+        default=None,
+        description="Only these models and the models they read, as `strata run --models` takes them "
+        "(`daily_revenue`, `stg_*`, `tag:finance`, `+orders_enriched`); null: every model.",
+    )
     python_models: list[str] = Field(
         default_factory=list,
         description="Modules (`pkg.module`) or objects (`pkg.module:name`) holding Python models and "
@@ -145,6 +151,7 @@ class StrataProjectComponent(dg.Component, dg.Model, dg.Resolvable):
             branch=self.branch,
             translator=_translator(self.translation),
             python_assets=_python_assets(self.python_models, here),
+            select=self.select,
             stale_sensor_status=_sensor_status(self.stale_sensor),
             verification_schedule=self.verification_schedule,
             verification_schedule_status=_schedule_status(self.verification_schedule_status),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, S
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
 from strata_dagster.orchestration.gc_job import StrataGcPolicy, build_gc_job
 from strata_dagster.orchestration.io_manager import StrataIOManager
+from strata_dagster.orchestration.project_selection import selected_project
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
@@ -42,6 +44,7 @@ def build_definitions(
     verification_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
     gc: StrataGcPolicy | None = None,
     gc_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    select: str | Sequence[str] | None = None,
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
@@ -67,6 +70,10 @@ def build_definitions(
     `gc`: a retention policy (`StrataGcPolicy(keep=10, older_than="30d")`) adds the `strata_gc` job
     (`strata gc` in the `duckdb` pool) and `strata_gc_schedule` on its cron, stopped unless
     `gc_schedule_status` says otherwise. None (the default): no retention job.
+
+    `select`: only these models (selectors as `strata run --models` takes them: `daily_revenue`,
+    `stg_*`, `tag:finance`, `+orders_enriched`) and the models they read become assets; E025 for a
+    selector that matches nothing.
     """
     resource = StrataResource(
         project_dir=str(project_dir),
@@ -76,6 +83,8 @@ def build_definitions(
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
+    if select:
+        catalog = replace(catalog, project=selected_project(catalog.project, select))
     with warnings.catch_warnings():
         # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
         # are what per-partition versions and ranged runs need, and the version is pinned.
