@@ -9,7 +9,9 @@ from strata_dagster.errors import StrataError
 __all__ = [
     "StrataDagsterTranslator",
     "StrataError",
+    "StrataGcPolicy",
     "StrataIOManager",
+    "StrataProjectComponent",
     "StrataResource",
     "build_definitions",
     "strata_python_model",
@@ -18,6 +20,11 @@ __all__ = [
 # The Dagster layer loads on first use, so `import strata_dagster` (the CLI, the engine) never
 # imports dagster.
 _DAGSTER_NAMES = frozenset(name for name in __all__ if name != "StrataError")
+
+
+def __dir__() -> list[str]:
+    # dg finds components by listing the module registered as its entry point (this one).
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:

@@ -56,6 +56,9 @@ E_TEST_DEFINITION: Final = "E061"
 E_TEST_MODEL: Final = "E062"
 E_TEST_COLUMN: Final = "E063"
 E_TEST_RUN: Final = "E064"
+E_FRESHNESS: Final = "E065"
+E_GC_SCHEDULE: Final = "E066"
+E_COMPONENT: Final = "E067"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -95,6 +98,9 @@ CATALOGUE: Final[dict[str, str]] = {
     E_TEST_MODEL: "a test names a model that does not exist, or reads a relation the model does not read",
     E_TEST_COLUMN: "a test names a column its input or its model's output does not have",
     E_TEST_RUN: "DuckDB rejected a test's fixture values or the model run over them",
+    E_FRESHNESS: "a `freshness` value that is not a duration of at least a minute (`1 day`, `12 hours`, `30 minutes`)",
+    E_GC_SCHEDULE: "a gc schedule whose cron, `keep` or `older_than` cannot be read",
+    E_COMPONENT: "a StrataProjectComponent attribute (defs.yaml) that names no project or cannot be read",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

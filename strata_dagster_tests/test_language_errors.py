@@ -132,6 +132,9 @@ CASES = [
         5,
         15,
     ),
+    ("E065", "model m {\n  from orders\n  freshness: soon\n}\n", 3, 14),
+    ("E065", "model m {\n  from orders\n  freshness: 30 seconds\n}\n", 3, 14),
+    ("E065", "model m {\n  from orders\n  freshness: 0 days\n}\n", 3, 14),
 ]
 
 

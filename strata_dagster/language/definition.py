@@ -182,6 +182,14 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Freshness:
+    """`freshness: 1 day`: the model's last build may be at most `seconds` old (as written: `text`)."""
+
+    seconds: int
+    text: str
+
+
+@dataclass(frozen=True)
 class ModelProperties:
     is_incremental: bool = False
     merge_strategy: MergeStrategy = "replace"
@@ -197,6 +205,7 @@ class ModelProperties:
     description: str | None = None
     tags: tuple[str, ...] = ()  # labels for selection (`tag:name`) and Dagster asset tags
     owners: tuple[str, ...] = ()  # emails or `team:name`: the Dagster asset's owners
+    freshness: Freshness | None = None  # how old its last build may be before Dagster flags it
     # Where each property was written, for errors that point at it.
     locations: tuple[tuple[str, Location], ...] = ()
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from strata_dagster.errors import (
+    E_FRESHNESS,
     E_MERGE_STRATEGY,
     E_PROPERTY,
     E_PROPERTY_VALUE,
@@ -22,6 +23,7 @@ from strata_dagster.language.definition import (
     MERGE_STRATEGIES,
     REFRESHES,
     ContractColumn,
+    Freshness,
     ModelProperties,
     PartitionSpec,
     Source,
@@ -279,6 +281,29 @@ def as_refresh(prop: RawProperty) -> str:
     return value.text
 
 
+_FRESHNESS = re.compile(r"(\d+)\s*(minute|hour|day|week)s?", re.IGNORECASE)
+_FRESHNESS_UNITS = {"minute": 60, "hour": 3_600, "day": 86_400, "week": 604_800}
+
+
+def as_freshness(prop: RawProperty) -> Freshness:
+    """`1 day`, `12 hours`, `30 minutes`, `2 weeks`, bare or quoted; at least a minute, as Dagster
+    evaluates freshness no finer."""
+    value = _needs_value(prop, "1 day")
+    text = value.text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        text = text[1:-1].strip()
+    match = _FRESHNESS.fullmatch(text)
+    seconds = int(match.group(1)) * _FRESHNESS_UNITS[match.group(2).lower()] if match else 0
+    if seconds < 60:
+        raise StrataError(
+            E_FRESHNESS,
+            f"`freshness` expects a duration of at least a minute, got `{value.text}`",
+            value.location,
+            hint="write it like `freshness: 1 day`, `freshness: 12 hours` or `freshness: 30 minutes`",
+        )
+    return Freshness(seconds, text)
+
+
 def as_materialize(prop: RawProperty) -> str:
     value = _needs_value(prop, "view")
     if value.text not in MATERIALIZATIONS:
@@ -331,6 +356,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "description": ("description", as_string),
     "tags": ("tags", as_tags),
     "owners": ("owners", as_owners),
+    "freshness": ("freshness", as_freshness),
 }
 
 _FLAGS = {"incremental", "immutable_partitions", "monotonic_partitions"}

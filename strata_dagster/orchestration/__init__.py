@@ -3,7 +3,9 @@ dagster). Start with `build_definitions`; see docs/dagster.md."""
 
 from strata_dagster.orchestration.automation import automation_sensor, observation_condition, stale_condition
 from strata_dagster.orchestration.build import StrataBuild, StrataBuildInput
+from strata_dagster.orchestration.component import StrataProjectComponent
 from strata_dagster.orchestration.definitions import build_definitions
+from strata_dagster.orchestration.gc_job import StrataGcPolicy
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.python_models import strata_python_model
 from strata_dagster.orchestration.resources import StrataResource
@@ -15,7 +17,9 @@ __all__ = [
     "StrataBuild",
     "StrataBuildInput",
     "StrataDagsterTranslator",
+    "StrataGcPolicy",
     "StrataIOManager",
+    "StrataProjectComponent",
     "StrataResource",
     "automation_sensor",
     "build_definitions",

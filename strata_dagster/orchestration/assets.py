@@ -79,6 +79,7 @@ def build_model_asset(
         owners=list(translator.get_owners(props)),
         kinds=translator.get_kinds(props),
         automation_condition=translator.get_automation_condition(props),
+        freshness_policy=translator.get_freshness_policy(props),
         io_manager_key=c.STRATA_IO_MANAGER_KEY,
         pool=c.DUCKDB_POOL,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
+from strata_dagster.orchestration.gc_job import StrataGcPolicy, build_gc_job
 from strata_dagster.orchestration.io_manager import StrataIOManager
+from strata_dagster.orchestration.project_selection import selected_project
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
@@ -39,6 +42,9 @@ def build_definitions(
     stale_sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     verification_schedule: str | None = DEFAULT_VERIFICATION_SCHEDULE,
     verification_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    gc: StrataGcPolicy | None = None,
+    gc_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    select: str | Sequence[str] | None = None,
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
@@ -60,6 +66,14 @@ def build_definitions(
     `strata_incremental_equals_full` on every incremental or partitioned model, run by the
     `strata_verify` job and the `strata_verify_schedule` schedule (cron `verification_schedule`,
     3 AM by default; stopped unless `verification_schedule_status` says otherwise; None: no schedule).
+
+    `gc`: a retention policy (`StrataGcPolicy(keep=10, older_than="30d")`) adds the `strata_gc` job
+    (`strata gc` in the `duckdb` pool) and `strata_gc_schedule` on its cron, stopped unless
+    `gc_schedule_status` says otherwise. None (the default): no retention job.
+
+    `select`: only these models (selectors as `strata run --models` takes them: `daily_revenue`,
+    `stg_*`, `tag:finance`, `+orders_enriched`) and the models they read become assets; E025 for a
+    selector that matches nothing.
     """
     resource = StrataResource(
         project_dir=str(project_dir),
@@ -69,6 +83,8 @@ def build_definitions(
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
+    if select:
+        catalog = replace(catalog, project=selected_project(catalog.project, select))
     with warnings.catch_warnings():
         # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
         # are what per-partition versions and ranged runs need, and the version is pinned.
@@ -81,7 +97,11 @@ def build_definitions(
             verification_schedule=verification_schedule,
             schedule_status=verification_schedule_status,
         )
-        return _definitions(catalog, resource, translator, python_assets, stale_sensor_status, checks)
+        defs = _definitions(catalog, resource, translator, python_assets, stale_sensor_status, checks)
+    if gc is None:
+        return defs
+    gc_job, gc_schedule = build_gc_job(gc, gc_schedule_status)
+    return dg.Definitions.merge(defs, dg.Definitions(jobs=[gc_job], schedules=[gc_schedule]))
 
 
 def _definitions(
@@ -217,6 +237,9 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             location=model.location,
             columns=catalog.columns.get(name),
             lineage=tuple(catalog.lineage.get(name, {}).items()),
+            freshness_seconds=None
+            if model.properties.freshness is None
+            else model.properties.freshness.seconds,
         )
     return nodes
 

@@ -6,6 +6,7 @@ about every source and model of the project.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class StrataAssetProps:
     columns: RelationColumns | None = None  # None: not known without building
     lineage: tuple[tuple[str, ColumnDeps], ...] = ()  # models: output column -> what it derives from
     path: str | None = None  # sources: the files DuckDB reads (`path:`), if not a table
+    freshness_seconds: int | None = None  # models: `freshness:`, how old its last build may be
 
 
 class StrataDagsterTranslator:
@@ -101,6 +103,13 @@ class StrataDagsterTranslator:
         if props.kind == "model" and props.partitioned_by is not None:
             notes.append(BACKFILL_TAGS_HELP)
         return "\n\n".join(notes) or None
+
+    def get_freshness_policy(self, props: StrataAssetProps) -> dg.FreshnessPolicy | None:
+        """A model's `freshness: 1 day`: Dagster's time-window freshness policy, failing once the
+        last materialization (of any partition) is older than that; None without the property."""
+        if props.freshness_seconds is None:
+            return None
+        return dg.FreshnessPolicy.time_window(fail_window=dt.timedelta(seconds=props.freshness_seconds))
 
     def get_partitions_def(self, props: StrataAssetProps) -> dg.PartitionsDefinition | None:
         if props.partitioned_by is None:
