@@ -45,8 +45,9 @@ class InputChange:
         kind, _, label = self.name.partition(":")
         what = "the model's code" if kind == "code" else f"`{label}`"
         old = self.old[:12] if self.old else "-"
-        new = self.new[:12] if self.new else "rebuilt first"
-        return f"{what} changed ({old} -> {new})"
+        if self.new is None:
+            return f"{what} is rebuilt first (now {old})"
+        return f"{what} changed ({old} -> {self.new[:12]})"
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,8 @@ class _Planner(_Run):
                 return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
             planned = self._build_plan(name, choice, current)
         else:
-            planned = self._pending_plan(name, current, pending, bool(reusable))
+            has_key = any(choice.existing is not None for choice in choices)
+            planned = self._pending_plan(name, current, pending, bool(reusable), has_key)
         kept = {record.content_hash for record in (current,) if record is not None}
         kept |= {choice.existing.content_hash for choice in choices if choice.existing is not None}
         self.possible[name] = kept | {_UNKNOWN}
@@ -328,7 +330,12 @@ class _Planner(_Run):
 
     # -- a model reading an upstream rebuilt first --------------------------------------------------
     def _pending_plan(
-        self, name: str, current: SnapshotRecord | None, pending: tuple[str, ...], is_reusable: bool
+        self,
+        name: str,
+        current: SnapshotRecord | None,
+        pending: tuple[str, ...],
+        is_reusable: bool,
+        has_key: bool,
     ) -> ModelPlan:
         model = self.project.models[name]
         names = ", ".join(f"`{ref}`" for ref in pending)
@@ -353,6 +360,12 @@ class _Planner(_Run):
         if is_reusable:
             reason = f"depends on {names}: reused if it keeps its rows, else rebuilt ({build[0]})"
             return ModelPlan(name, DEPENDS, (REUSED, *build), reason, changes, depends_on=pending)
+        if has_key:
+            reason = (
+                f"depends on {names}: rebuilt either way; if it keeps its rows, inputs and code are unchanged "
+                f"and equal rows keep the live snapshot (early cutoff), else {build[0]}"
+            )
+            return ModelPlan(name, CUTOFF_CANDIDATE, build, reason, changes, depends_on=pending)
         reason = f"rebuilt after {names} ({build[0]}; equal rows keep the live snapshot)"
         return ModelPlan(name, build[0], build, reason, changes, depends_on=pending)
 
