@@ -132,9 +132,10 @@ class Plan:
         }
 
 
-def plan(request: RunRequest) -> Plan:
-    """What `run(request)` would do, read from a read-only session (nothing is written)."""
-    with open_session(request.warehouse, read_only=True) as session:
+def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
+    """What `run(request)` would do, read from a read-only session (nothing is written); waits at
+    most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
+    with open_session(request.warehouse, read_only=True, timeout=timeout) as session:
         context = load_context(session, request.project_dir, request.overrides, request.branch)
         return _Planner(session, context, request, None).plan()
 
