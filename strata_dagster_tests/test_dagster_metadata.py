@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from strata_dagster import StrataDagsterTranslator, build_definitions, strata_python_model
+from strata_dagster.engine.explain import history as read_history
 from strata_dagster.orchestration.checks import SCHEMA_CHANGE_CHECK
 from strata_dagster_tests.dagster_support import (
     dagster_dev,
@@ -248,6 +249,27 @@ def test_the_sql_is_pretty_over_the_live_views_and_shown_once_per_run(materializ
     assert "main.v_stg_orders" in sql and "main.v_stg_customers" in sql
     assert "snap_" not in sql and "strata_snapshots" not in sql
     assert "\n  SUM(amount) AS revenue," in sql  # pretty-printed
+
+
+def test_every_materialization_says_why_in_historys_words(shop, materialized):
+    """`strata/why`: the engine's explanation of the path the build took, the line `strata history`
+    shows for it (and `strata plan` words the same way before a run)."""
+    _, warehouse = shop
+    defs, instance, result, keys = materialized
+    explained = {
+        (item.entry.run_id, build.model): build.text()
+        for item in read_history(warehouse)
+        for build in item.builds
+    }
+
+    def history_says(event, model):
+        return explained[(event.metadata["strata/run_id"].value, model)]
+
+    daily = materializations(result, "daily_revenue")
+    assert {event.metadata["strata/why"].value for event in daily} == {"full: first build"}
+    assert all(event.metadata["strata/why"].value == history_says(event, "daily_revenue") for event in daily)
+    stg = instance.get_latest_materialization_event(dg.AssetKey("stg_orders")).asset_materialization
+    assert stg.metadata["strata/why"].value == history_says(stg, "stg_orders")
 
 
 def test_every_materialization_carries_the_published_column_schema(materialized):

@@ -14,6 +14,7 @@ from strata_dagster.cli.options import (
     warehouse_option,
 )
 from strata_dagster.cli.output import console, print_warnings, reports_errors
+from strata_dagster.cli.plan import plan_command
 from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
@@ -120,6 +121,7 @@ for _command in COMMANDS:
 main.add_command(verify_command)
 main.add_command(test_command)
 main.add_command(gc_command)
+main.add_command(plan_command)
 
 
 if __name__ == "__main__":

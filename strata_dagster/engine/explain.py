@@ -139,6 +139,15 @@ def explain(model: EntryModel, grain: str | None = None) -> BuildExplanation:
     )
 
 
+def build_why(
+    model: str, path: str, detail: Mapping[str, Any], rows_out: int, grain: str | None = None
+) -> str:
+    """The one line history shows for a build (`strata history`), for a build just made: what
+    Dagster shows as `strata/why` on its materialization."""
+    entry = EntryModel(model, "", "", "", path, rows_out, 0.0, "", dict(detail))
+    return explain(entry, grain).text()
+
+
 def _reason(path: str, detail: Mapping[str, Any], partitions: int) -> str:
     if path == "full" and "full_reason" in detail:
         return f"full: {detail['full_reason'] or 'no delta possible'}"

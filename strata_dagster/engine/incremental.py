@@ -234,7 +234,8 @@ class DeltaBuilder:
         self.has_rows_left_below = count < expected_count
         return None
 
-    def build(self) -> DeltaBuild | Fallback:
+    def precheck(self) -> Fallback | None:
+        """What rules a delta out from the previous state and the model alone, before any row is read."""
         previous = self.previous
         detail = previous.detail
         if previous.model_fingerprint != self.ctx.fingerprint:
@@ -255,14 +256,67 @@ class DeltaBuilder:
                 f"`{self.ctx.compiled.base_relation}` changed its `versioning`: its figures from the last build "
                 "cannot be compared"
             )
-        cdc_type = detail.get("cdc_type") or "VARCHAR"
-        watermark = typed_literal(previous.watermark, cdc_type)
+        return None
+
+    def _bounds(self) -> tuple[exp.Expression, exp.Expression, exp.Expression | None]:
+        """The previous watermark, the window's low (less `lateness`), and the lateness."""
+        assert self.previous.watermark is not None
+        cdc_type = self.previous.detail.get("cdc_type") or "VARCHAR"
+        watermark = typed_literal(self.previous.watermark, cdc_type)
         lateness = lateness_interval(self.ctx.model)
         low = exp.Sub(this=watermark, expression=lateness.copy()) if lateness is not None else watermark
+        return watermark, low, lateness
+
+    def build(self) -> DeltaBuild | Fallback:
+        fallback = self.precheck()
+        if fallback is not None:
+            return fallback
+        relation = self.ctx.relation(self.ctx.compiled.base_relation)
+        watermark, low, lateness = self._bounds()
         raw_cdc = cdc_on_raw_rows(self.ctx.compiled, self.ctx.model)
         if self.props.merge_strategy == "upsert":
             return self._upsert(relation, raw_cdc, low, lateness)
         return self._append(relation, raw_cdc, low, watermark, lateness)
+
+    def window_facts(self) -> dict[str, Any] | Fallback | None:
+        """The figures of the window the delta would read, or why the build falls back to full,
+        from the checks the build makes before writing anything; None when only the build can
+        tell (an append computed in full before its window is taken)."""
+        fallback = self.precheck()
+        if fallback is not None:
+            return fallback
+        _, low, lateness = self._bounds()
+        raw_cdc = cdc_on_raw_rows(self.ctx.compiled, self.ctx.model)
+        if self.props.merge_strategy == "upsert":
+            untraced = self._untraced(raw_cdc)
+            return untraced if untraced is not None else self._source_window(low, lateness)
+        if raw_cdc is not None and self.ctx.compiled.is_base_passthrough:
+            return self._source_window(low, lateness)
+        return None
+
+    def _untraced(self, raw_cdc: exp.Expression | None) -> Fallback | None:
+        compiled = self.ctx.compiled
+        if raw_cdc is None:
+            return Fallback(
+                f"cdc_column `{self.props.cdc_column}` is not a column of `{compiled.base_relation}` passed through "
+                "unchanged (computed after a join, aggregate, set operation or expand)"
+            )
+        untraced = [key for key in self.merge_keys if compiled.base_column(key) is None]
+        if untraced:
+            return Fallback(
+                f"merge key `{untraced[0]}` cannot be traced to a column of `{compiled.base_relation}`"
+            )
+        return None
+
+    def _source_window(
+        self, low: exp.Expression, lateness: exp.Expression | None
+    ) -> dict[str, Any] | Fallback:
+        """The source's window figures, once the window gate lets the delta through."""
+        facts = source_facts(self.ctx, lateness, low)
+        if facts["high"] is None:
+            return Fallback("the source has no cdc value")
+        late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
+        return late if late is not None else facts
 
     # -- upsert -------------------------------------------------------------------------------
     def _upsert(
@@ -273,23 +327,14 @@ class DeltaBuilder:
         lateness: exp.Expression | None,
     ) -> DeltaBuild | Fallback:
         compiled = self.ctx.compiled
-        if raw_cdc is None:
-            return Fallback(
-                f"cdc_column `{self.props.cdc_column}` is not a column of `{compiled.base_relation}` passed through "
-                "unchanged (computed after a join, aggregate, set operation or expand)"
-            )
+        untraced = self._untraced(raw_cdc)
+        if untraced is not None:
+            return untraced
+        assert raw_cdc is not None
         key_sources = [(key, compiled.base_column(key)) for key in self.merge_keys]
-        untraced = [key for key, base in key_sources if base is None]
-        if untraced:
-            return Fallback(
-                f"merge key `{untraced[0]}` cannot be traced to a column of `{compiled.base_relation}`"
-            )
-        facts = source_facts(self.ctx, lateness, low)
-        if facts["high"] is None:
-            return Fallback("the source has no cdc value")
-        late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
-        if late is not None:
-            return late
+        facts = self._source_window(low, lateness)
+        if isinstance(facts, Fallback):
+            return facts
         rows_left = self.has_rows_left_below
         notes = self._edits_below(facts)
         high = typed_literal(facts["high"], facts["cdc_type"])
@@ -440,12 +485,10 @@ class DeltaBuilder:
         compiled = self.ctx.compiled
         is_pushdown = raw_cdc is not None and compiled.is_base_passthrough
         if is_pushdown:
-            facts = source_facts(self.ctx, lateness, low)
-            if facts["high"] is None:
-                return Fallback("the source has no cdc value")
-            late = self._gate(facts["old_count"], self.previous.detail.get("next_count"))
-            if late is not None:
-                return late
+            window = self._source_window(low, lateness)
+            if isinstance(window, Fallback):
+                return window
+            facts = window
             high = typed_literal(facts["high"], facts["cdc_type"])
             base_cdc = compiled.base_column(self.props.cdc_column or "") or ""
             predicate = window_predicate(

@@ -128,7 +128,7 @@ class PartitionBuilder(DeltaBuilder):
         super().__init__(ctx, previous, segments)
         self.identities = identities
 
-    def build(self) -> DeltaBuild | Fallback:
+    def precheck(self) -> Fallback | None:
         previous = self.previous.detail
         if self.previous.model_fingerprint != self.ctx.fingerprint:
             return Fallback("the model's code changed since its last build")
@@ -139,13 +139,31 @@ class PartitionBuilder(DeltaBuilder):
         problem = locality_problem(self.ctx)
         if problem is not None:
             return Fallback(problem)
-        changed_inputs = sorted(
-            name
-            for name, identity in other_inputs(self.ctx, self.identities).items()
-            if previous.get("other_inputs", {}).get(name) != identity
-        )
         if "partition_fingerprints" not in previous:
             return Fallback("the previous build recorded no partition fingerprints")
+        return None
+
+    def changed_inputs(self) -> list[str]:
+        """The inputs other than the `from` relation whose identity changed since the last build."""
+        recorded = self.previous.detail.get("other_inputs", {})
+        return sorted(
+            name
+            for name, identity in other_inputs(self.ctx, self.identities).items()
+            if recorded.get(name) != identity
+        )
+
+    def changed_partitions(self) -> list[str]:
+        """The partitions whose raw `from` rows changed since the last build (read, never written)."""
+        return sorted(
+            self.affected(partition_fingerprints(self.ctx), self.previous.detail["partition_fingerprints"])
+        )
+
+    def build(self) -> DeltaBuild | Fallback:
+        previous = self.previous.detail
+        fallback = self.precheck()
+        if fallback is not None:
+            return fallback
+        changed_inputs = self.changed_inputs()
         joined = self._joined_change(changed_inputs)
         if isinstance(joined, Fallback):
             return joined

@@ -22,6 +22,7 @@ from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import partitions
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
+from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.incremental import (
     DELTA,
@@ -281,27 +282,34 @@ class _Run:
         )
 
     # -- decisions --------------------------------------------------------------------------------
-    def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
-        model = self.project.models[name]
-        compiled = self.context.compiled.models[name]
-        fingerprint = self.fingerprints[name]
-        inputs = [
-            (f"source:{ref}", self._source_identity(name, ref))
-            if ref in self.sources
-            else (f"model:{ref}", self.chosen[ref].content_hash)
-            for ref in model.references
-        ]
+    def _current_state(self, current_ids: tuple[str, ...] | None) -> SnapshotRecord | None:
         current = self.reader.snapshot(current_ids[-1]) if current_ids else None
         if current is not None and not self._is_state_present(current):
-            current = None  # a table of the live state is gone: nothing to build on
-        is_incremental = model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(
-            name
+            return None  # a table of the live state is gone: nothing to build on
+        return current
+
+    def _is_incremental(self, name: str) -> bool:
+        model = self.project.models[name]
+        return model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name)
+
+    def _key_choice(
+        self, name: str, current: SnapshotRecord | None, upstream: Mapping[str, str]
+    ) -> KeyChoice:
+        """The build key of `name` given its upstream models' contents (`upstream`), whether a
+        snapshot has it, and whether the run rebuilds the model anyway: what `run` and `plan` decide on."""
+        model = self.project.models[name]
+        fingerprint = self.fingerprints[name]
+        inputs = tuple(
+            (f"source:{ref}", self._source_identity(name, ref))
+            if ref in self.sources
+            else (f"model:{ref}", upstream[ref])
+            for ref in model.references
         )
-        merge_state = current.snapshot_id if is_incremental and current is not None else None
+        merge_state = current.snapshot_id if self._is_incremental(name) and current is not None else None
         # A model whose rows depend on the clock: reused within its refresh period, or never.
         refresh = effective_refresh(model)
         period = refresh_period(refresh, self.now)
-        key = build_key(fingerprint, inputs, merge_state=merge_state, period=period).value
+        key = build_key(fingerprint, list(inputs), merge_state=merge_state, period=period).value
         existing = self.reader.snapshot_for_build_key(key)
         if existing is not None and not self._is_state_present(existing):
             existing = None  # a table was removed behind our back: rebuild
@@ -310,9 +318,27 @@ class _Run:
             or refresh == "always"
             or name in self.requested
         )
+        return KeyChoice(key, inputs, existing, is_forced, refresh, period)
+
+    def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
+        model = self.project.models[name]
+        compiled = self.context.compiled.models[name]
+        fingerprint = self.fingerprints[name]
+        current = self._current_state(current_ids)
+        upstream = {ref: self.chosen[ref].content_hash for ref in model.references if ref in self.chosen}
+        choice = self._key_choice(name, current, upstream)
+        key, inputs, existing, refresh, period = (
+            choice.key,
+            list(choice.inputs),
+            choice.existing,
+            choice.refresh,
+            choice.period,
+        )
+        is_incremental = self._is_incremental(name)
         started = time.perf_counter()
         detail: dict[str, object] = {}
-        if existing is not None and not is_forced:
+        if choice.is_reused:
+            assert existing is not None
             chosen, path = existing, REUSED
         else:
             with limits_as_errors(name, model.location):
@@ -392,29 +418,11 @@ class _Run:
             record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
             return record, path, {}
         if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
-            context = IncrementalContext(
-                self.session,
-                model,
-                self.context.compiled.models[name],
-                self._relation_for_build,
-                fingerprint.value,
-                snapshot_id,
-                table_name,
-                self.entry,
-                self.partition_groups.get(name),
-                self.source_totals,
-                self._base_basis(name),
-                self.window_stats_read,
-            )
+            context = self._incremental_context(name, snapshot_id, table_name)
             replaced = self._replaced_sources(name)
-            if current is not None and self.request.full_refresh and name in self.selected:
-                reason = "full refresh requested"
-            elif current is not None and volatile_calls(model):
-                # Rows kept from an earlier build were computed at another time than a full build now.
-                reason = "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
-            elif current is not None and (replaced or current.detail.get(REPLACED_SOURCES)):
-                reason = _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
-            elif current is not None:
+            if current is not None:
+                reason = self._full_reason_before_delta(name, current, replaced)
+            if current is not None and reason is None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
                     return self._accept_delta(
@@ -427,6 +435,35 @@ class _Run:
             return record, path, {"full_reason": reason}
         record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, existing, None)
         return record, path, {}
+
+    def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
+        return IncrementalContext(
+            self.session,
+            self.project.models[name],
+            self.context.compiled.models[name],
+            self._relation_for_build,
+            self.fingerprints[name].value,
+            snapshot_id,
+            table_name,
+            self.entry,
+            self.partition_groups.get(name),
+            self.source_totals,
+            self._base_basis(name),
+            self.window_stats_read,
+        )
+
+    def _full_reason_before_delta(
+        self, name: str, current: SnapshotRecord, replaced: list[str]
+    ) -> str | None:
+        """Why an incremental model with a live state is built in full before any delta is tried."""
+        if self.request.full_refresh and name in self.selected:
+            return "full refresh requested"
+        if volatile_calls(self.project.models[name]):
+            # Rows kept from an earlier build were computed at another time than a full build now.
+            return "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
+        if replaced or current.detail.get(REPLACED_SOURCES):
+            return _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
+        return None
 
     def _replaced_sources(self, name: str) -> list[str]:
         """The sources upstream of `name` (transitively) that this run reads through an override

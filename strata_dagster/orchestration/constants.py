@@ -66,6 +66,8 @@ UNIQUE_KEY: Final = "strata/unique"
 CONTRACT_KEY: Final = "strata/contract"
 KIND_KEY: Final = "strata/kind"
 REASON_KEY: Final = "strata/reason"
+# The engine's explanation of the path a build took, in `strata history`'s and `strata plan`'s words.
+WHY_KEY: Final = "strata/why"
 BACKFILL_OF_KEY: Final = "strata/backfill_of"
 OVERRIDES_KEY: Final = "strata/overrides"
 FULL_REFRESH_KEY: Final = "strata/full_refresh"

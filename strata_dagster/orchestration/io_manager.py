@@ -25,6 +25,7 @@ from pydantic import Field
 
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.columns import live_columns
+from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
 from strata_dagster.engine.partition_keys import as_request_texts
 from strata_dagster.engine.partition_status import (
@@ -89,6 +90,9 @@ class StrataIOManager(dg.ConfigurableIOManager):
             )
         self._report_drifted_sources(context, build, state.sources, request.overrides)
         metadata = {**_build_metadata(result, outcome, build), **_request_metadata(request)}
+        metadata[c.WHY_KEY] = build_why(
+            outcome.model, outcome.path, outcome.detail, outcome.rows, spec.grain if spec else None
+        )
         schema = _published_schema(strata, build.model, build.column_schema)
         if schema is not None:
             metadata[c.COLUMN_SCHEMA_KEY] = schema

@@ -17,7 +17,7 @@ them; turning the sensor on keeps everything fresh.
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,10 @@ from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.plan_wording import engine_why
 from strata_dagster.orchestration.refresh import is_due, refresh_of
 from strata_dagster.orchestration.resources import StrataResource
-from strata_dagster.orchestration.sensor_observation import check_sources
+from strata_dagster.orchestration.sensor_observation import LOCK_WAIT_SECONDS, check_sources
 from strata_dagster.orchestration.stale_changes import may_have_changed, touched_since
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
@@ -95,6 +96,7 @@ def plan_stale_runs(
     known: Mapping[dg.AssetKey, list[str | None]] | None = None,
     since: int | None = None,
     pending: Mapping[dg.AssetKey, int] | None = None,
+    explain: Callable[[list[dg.AssetKey]], Mapping[dg.AssetKey, str]] | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
     for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
@@ -102,7 +104,8 @@ def plan_stale_runs(
     versions); only what may have changed since is asked again (see orchestration.stale_changes).
     `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
     of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
-    once it is complete."""
+    once it is complete. `explain`: the engine's words for why the ready assets are rebuilt (it
+    replaces Dagster's stale causes where it has a line)."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
     busy = _assets_in_progress(instance, job_of)
@@ -135,6 +138,8 @@ def plan_stale_runs(
         if key not in busy
         and not any(parent in plan.stale or parent in busy for parent in _upstream(asset_graph, key, job_of))
     ]
+    if explain is not None and ready:
+        plan.why.update(explain(ready))
     unpartitioned = sorted((key for key in ready if plan.stale[key] == [None]), key=str)
     for job in sorted({job_of[key] for key in unpartitioned}):
         selection = [key for key in unpartitioned if job_of[key] == job]
@@ -391,7 +396,16 @@ def stale_partitions_sensor(
         known = None if previous is None else previous.stale
         since = None if previous is None else previous.last_event
         pending = None if previous is None else previous.pending
-        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending)
+        plan = plan_stale_runs(
+            instance,
+            graph,
+            job_of,
+            tags,
+            known,
+            since,
+            pending,
+            lambda keys: _engine_why(context, strata, graph, keys),
+        )
         cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending).dump()
         for request in plan.runs:
             context.log.info(describe_run(request))
@@ -400,6 +414,20 @@ def stale_partitions_sensor(
         return dg.SensorResult(skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor)
 
     return _sensor
+
+
+def _engine_why(
+    context: dg.SensorEvaluationContext,
+    strata: StrataResource,
+    graph,  # type: ignore[no-untyped-def]
+    keys: list[dg.AssetKey],
+) -> dict[dg.AssetKey, str]:
+    """`strata plan`'s line for each asset's model; Dagster's causes stay when the plan cannot be read."""
+    try:
+        return engine_why(strata, graph, keys, LOCK_WAIT_SECONDS)
+    except StrataError as error:
+        context.log.warning(f"why in the engine's words not read: {error.render()}")
+        return {}
 
 
 def _idle_reason(plan: StalePlan, busy: set[dg.AssetKey], unchanged: int) -> str:

@@ -210,6 +210,14 @@ class HistoryReader:
         ).fetchall()
         return [EntryModel(*row[:8], detail=json.loads(row[8]) if row[8] else {}) for row in rows]
 
+    def last_build_of(self, model: str, snapshot_id: str) -> int | None:
+        """The latest entry that built or kept `model` as `snapshot_id`: the inputs it read."""
+        row = self.con.execute(
+            "SELECT max(entry) FROM strata.entry_models WHERE model = ? AND snapshot_id = ?",
+            [model, snapshot_id],
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def entry_sources(self, entry: int) -> list[EntrySource]:
         rows = self.con.execute(
             "SELECT source, partition_key, relation, fingerprint, row_count, row_basis FROM strata.entry_sources "

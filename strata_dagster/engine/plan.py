@@ -1,0 +1,423 @@
+"""`strata plan`: what a run with the same arguments would do, and why, without writing anything.
+
+The planner is the run itself up to its decisions: it reads the sources and the history the way
+`run` does (engine.run._Run), computes each model's build key with the same code
+(`_key_choice`), and asks the same builders for the reason a delta would fall back to full
+(`precheck`, the window gate) and for the partitions whose input changed. It opens the warehouse
+read-only. What only a build can tell (whether a rebuilt model's rows come out equal, so the live
+snapshot stays and its readers are reused) is said as such: a model downstream of a rebuild
+"depends on" it, and `allowed` lists every path the run may then take.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strata_dagster.compile.determinism import volatile_calls
+from strata_dagster.engine.context import load_context
+from strata_dagster.engine.decision import KeyChoice
+from strata_dagster.engine.explain import partition_ranges
+from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
+from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
+from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
+from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run
+from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.warehouse.session import open_session
+
+CUTOFF_CANDIDATE = "cutoff-candidate"  # rebuilt, its rows expected equal: the live snapshot stays
+DEPENDS = "depends"  # reused or rebuilt, as an upstream rebuilt first comes out
+_UNKNOWN = ""  # a content identity only the build will tell
+_MAX_SCENARIOS = 64  # upstream outcomes tried for one model; beyond, the plan says "depends"
+
+
+@dataclass(frozen=True)
+class InputChange:
+    """An input whose identity differs from the one the live snapshot's last build read."""
+
+    name: str  # "source:orders" / "model:stg_orders" / "code"
+    old: str | None
+    new: str | None  # None: an upstream model rebuilt first, its identity known once built
+
+    def text(self) -> str:
+        kind, _, label = self.name.partition(":")
+        what = "the model's code" if kind == "code" else f"`{label}`"
+        old = self.old[:12] if self.old else "-"
+        if self.new is None:
+            return f"{what} is rebuilt first (now {old})"
+        return f"{what} changed ({old} -> {self.new[:12]})"
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    model: str
+    path: str  # reused / cutoff-candidate / full / delta / partitions / view / depends
+    allowed: tuple[str, ...]  # the paths `run` may take (history's path names)
+    reason: str
+    changes: tuple[InputChange, ...] = ()
+    depends_on: tuple[str, ...] = ()
+    window: tuple[str | None, str | None] | None = None  # (low, high]
+    lateness: str | None = None
+    partition_keys: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()  # the keys, consecutive ones as ranges `a..b`
+    partitions_total: int | None = None
+    is_exact: bool = False  # `partition_keys` are exactly the ones the run rebuilds
+    rows_to_read: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def would_build(self) -> bool:
+        return self.allowed != (REUSED,)
+
+    def text(self) -> str:
+        """One line in history's words: the reason, what changed, the window and partitions."""
+        parts = [self.reason, *(change.text() for change in self.changes)]
+        if self.window is not None:
+            low, high = self.window
+            late = f" re-reading {self.lateness} before low" if self.lateness else ""
+            parts.append(f"window ({low or '-inf'}, {high or '-'}]{late}")
+        if self.partitions:
+            of = f" of {self.partitions_total:,}" if self.partitions_total is not None else ""
+            parts.append(
+                f"{len(self.partition_keys):,}{of} partitions to rebuild: {', '.join(self.partitions)}"
+            )
+        if self.rows_to_read is not None:
+            parts.append(f"about {self.rows_to_read:,} rows to read")
+        parts.extend(f"note: {note}" for note in self.notes)
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "path": self.path,
+            "allowed_paths": list(self.allowed),
+            "reason": self.reason,
+            "why": self.text(),
+            "changes": [
+                {"input": change.name, "old": change.old, "new": change.new} for change in self.changes
+            ],
+            "depends_on": list(self.depends_on),
+            "window": None
+            if self.window is None
+            else {"low": self.window[0], "high": self.window[1], "lateness": self.lateness},
+            "partitions": list(self.partition_keys),
+            "partition_ranges": list(self.partitions),
+            "partitions_total": self.partitions_total,
+            "partitions_exact": self.is_exact,
+            "rows_to_read": self.rows_to_read,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    branch: str
+    models: tuple[ModelPlan, ...] = field(default_factory=tuple)
+
+    @property
+    def would_run(self) -> bool:
+        """Whether the run would build anything (exit code 1 of `strata plan`)."""
+        return any(model.would_build for model in self.models)
+
+    def model(self, name: str) -> ModelPlan:
+        return next(model for model in self.models if model.model == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "would_run": self.would_run,
+            "models": [model.as_dict() for model in self.models],
+        }
+
+
+def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
+    """What `run(request)` would do, read from a read-only session (nothing is written); waits at
+    most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
+    with open_session(request.warehouse, read_only=True, timeout=timeout) as session:
+        context = load_context(session, request.project_dir, request.overrides, request.branch)
+        return _Planner(session, context, request, None).plan()
+
+
+class _Planner(_Run):
+    def plan(self) -> Plan:
+        self.requested = requested_partitions(
+            self.session, self.context, self.selected, self.partition_requests, self.now.date()
+        )
+        self.session.begin()  # one consistent reading, as the run's transaction has
+        self.reader.remember_snapshots(True)
+        try:
+            self.catalog = self.session.catalog(self.schema)
+            self.sources = self._read_sources()
+            self.source_totals = self._source_totals()
+            self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
+            has_history = self.session.has_history()
+            self.entry = self.reader.next_entry() if has_history else 1
+            pointers = self.reader.pointers(self.context.branch) if has_history else {}
+            # model -> the content identities it may have after the run (_UNKNOWN: a new one)
+            self.possible: dict[str, set[str]] = {}
+            plans = [
+                self._plan_model(name, pointers.get(name)) if has_history else self._first(name)
+                for name in self.closure
+            ]
+        finally:
+            self.reader.remember_snapshots(False)
+            self.session.rollback()
+        return Plan(self.context.branch, tuple(plans))
+
+    def _first(self, name: str) -> ModelPlan:
+        self.possible[name] = {_UNKNOWN}
+        path = VIEW if self.project.models[name].properties.is_view else FULL
+        return ModelPlan(name, path, (path,), "first build (the warehouse has no history yet)")
+
+    def _plan_model(self, name: str, current_ids: tuple[str, ...] | None) -> ModelPlan:
+        model = self.project.models[name]
+        current = self._current_state(current_ids)
+        refs = [ref for ref in model.references if ref not in self.sources]
+        pending = tuple(ref for ref in refs if _UNKNOWN in self.possible[ref])
+        known = [sorted(self.possible[ref] - {_UNKNOWN}) for ref in refs]
+        scenarios = list(itertools.islice(itertools.product(*known), _MAX_SCENARIOS))
+        choices = [
+            self._key_choice(name, current, dict(zip(refs, combo, strict=True))) for combo in scenarios
+        ]
+        reusable = [choice for choice in choices if choice.is_reused]
+        if not pending:
+            choice = choices[0]
+            if choice.is_reused:
+                assert choice.existing is not None
+                self.chosen[name] = choice.existing
+                self.possible[name] = {choice.existing.content_hash}
+                return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
+            planned = self._build_plan(name, choice, current)
+        else:
+            has_key = any(choice.existing is not None for choice in choices)
+            planned = self._pending_plan(name, current, pending, bool(reusable), has_key)
+        kept = {record.content_hash for record in (current,) if record is not None}
+        kept |= {choice.existing.content_hash for choice in choices if choice.existing is not None}
+        self.possible[name] = kept | {_UNKNOWN}
+        if current is not None:
+            self.chosen[name] = current  # what a reader sees until the build says otherwise
+        return planned
+
+    # -- a model whose inputs are known -----------------------------------------------------------
+    def _build_plan(self, name: str, choice: KeyChoice, current: SnapshotRecord | None) -> ModelPlan:
+        model = self.project.models[name]
+        changes = self._changes(name, current, choice)
+        if choice.existing is not None:
+            return self._forced_plan(name, choice, current)
+        if model.properties.is_view:
+            return ModelPlan(name, VIEW, (VIEW, CUTOFF), _why(current, changes, VIEW), changes)
+        if not self._is_incremental(name):
+            reason = _why(current, changes, FULL)
+            return ModelPlan(name, FULL, (FULL, CUTOFF), reason, changes)
+        return self._incremental_plan(name, current, changes)
+
+    def _forced_plan(self, name: str, choice: KeyChoice, current: SnapshotRecord | None) -> ModelPlan:
+        """Inputs and code unchanged, rebuilt anyway: equal rows keep the live snapshot."""
+        if name in self.requested:
+            return self._incremental_plan(name, current, ())
+        model = self.project.models[name]
+        if self.request.full_refresh and name in self.selected and self._is_incremental(name):
+            return ModelPlan(name, FULL, (FULL, CUTOFF), "full: full refresh requested")
+        if choice.refresh == "always":
+            why = "`refresh: always`: rebuilt on every run"
+        else:
+            why = "selected without --only-stale: recomputed"
+        path = VIEW if model.properties.is_view else FULL
+        allowed = (CUTOFF, path)
+        if self._is_incremental(name):
+            allowed = (CUTOFF, FULL, DELTA, PARTITIONS)
+        return ModelPlan(
+            name,
+            CUTOFF_CANDIDATE,
+            allowed,
+            f"inputs and code unchanged, {why}; equal rows keep the live snapshot (early cutoff)",
+        )
+
+    def _incremental_plan(
+        self, name: str, current: SnapshotRecord | None, changes: tuple[InputChange, ...]
+    ) -> ModelPlan:
+        if current is None:
+            return ModelPlan(name, FULL, (FULL, CUTOFF), "full: first build", changes)
+        reason = self._full_reason_before_delta(name, current, self._replaced_sources(name))
+        if reason is not None:
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
+        ctx = self._incremental_context(name, "plan", "plan")
+        segments = self._segments(current)
+        if self._is_partitioned(name):
+            identities = self._identities(name)
+            builder: PartitionBuilder = (
+                PartitionRangeBuilder(ctx, current, segments, identities, self.requested[name])
+                if name in self.requested
+                else PartitionBuilder(ctx, current, segments, identities)
+            )
+            return self._partition_plan(name, builder, changes)
+        facts = DeltaBuilder(ctx, current, segments).window_facts()
+        if isinstance(facts, Fallback):
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {facts.reason}", changes)
+        lateness = self.project.models[name].properties.lateness
+        if facts is None:
+            return ModelPlan(
+                name,
+                DELTA,
+                (DELTA, CUTOFF, FULL),
+                "delta, its window taken after computing the model in full (its cdc column is computed); "
+                "rows that appeared at or below the watermark would make it full",
+                changes,
+                window=(current.watermark, None),
+                lateness=lateness,
+            )
+        return ModelPlan(
+            name,
+            DELTA,
+            (DELTA, CUTOFF),
+            "delta trusted: nothing appeared at or below the watermark",
+            changes,
+            window=(current.watermark, facts.get("high")),
+            lateness=lateness,
+            rows_to_read=facts.get("window_rows"),
+        )
+
+    def _partition_plan(
+        self, name: str, builder: PartitionBuilder, changes: tuple[InputChange, ...]
+    ) -> ModelPlan:
+        fallback = builder.precheck()
+        if fallback is not None:
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {fallback.reason}", changes)
+        joined = builder.changed_inputs()
+        if joined and name in self.requested:
+            reason = f"`{joined[0]}` changed, and every partition reads it"
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
+        now = partition_fingerprints(builder.ctx)
+        keys = builder.changed_partitions()
+        grain = partition_grain(builder.ctx)
+        rows = sum(int(now[key][0]) for key in keys if key in now)
+        if name in self.requested:
+            reason = "partition-complete rebuild of the partitions requested with --partitions"
+        else:
+            reason = "partition-complete rebuild of the partitions whose input changed"
+        allowed: tuple[str, ...] = (PARTITIONS, CUTOFF)
+        notes: tuple[str, ...] = ()
+        if joined:
+            names = ", ".join(f"`{ref}`" for ref in joined)
+            notes = (
+                f"{names} changed: the partitions it reaches are found while building (or it is rebuilt in full)",
+            )
+            allowed = (PARTITIONS, CUTOFF, FULL)
+        elif not keys:
+            return ModelPlan(
+                name,
+                CUTOFF_CANDIDATE,
+                (CUTOFF,),
+                "no partition's input rows changed: the live snapshot stays",
+                changes,
+                partitions_total=len(now),
+                is_exact=True,
+            )
+        return ModelPlan(
+            name,
+            PARTITIONS,
+            allowed,
+            reason,
+            changes,
+            partition_keys=tuple(keys),
+            partitions=partition_ranges(keys, grain),
+            partitions_total=len(now),
+            is_exact=not joined,
+            rows_to_read=rows,
+            notes=notes,
+        )
+
+    # -- a model reading an upstream rebuilt first --------------------------------------------------
+    def _pending_plan(
+        self,
+        name: str,
+        current: SnapshotRecord | None,
+        pending: tuple[str, ...],
+        is_reusable: bool,
+        has_key: bool,
+    ) -> ModelPlan:
+        model = self.project.models[name]
+        names = ", ".join(f"`{ref}`" for ref in pending)
+        code = self.fingerprints[name].value
+        changes = tuple(
+            InputChange("code", current.model_fingerprint, code)
+            for _ in (1,)
+            if current is not None and current.model_fingerprint != code
+        )
+        changes += tuple(
+            InputChange(f"model:{ref}", self.chosen[ref].content_hash if ref in self.chosen else None, None)
+            for ref in pending
+        )
+        if model.properties.is_view:
+            build: tuple[str, ...] = (VIEW, CUTOFF)
+        elif not self._is_incremental(name) or current is None or volatile_calls(model):
+            build = (FULL, CUTOFF)
+        elif self._is_partitioned(name):
+            build = (PARTITIONS, CUTOFF, FULL)
+        else:
+            build = (DELTA, CUTOFF, FULL)
+        if is_reusable:
+            reason = f"depends on {names}: reused if it keeps its rows, else rebuilt ({build[0]})"
+            return ModelPlan(name, DEPENDS, (REUSED, *build), reason, changes, depends_on=pending)
+        if has_key:
+            reason = (
+                f"depends on {names}: rebuilt either way; if it keeps its rows, inputs and code are unchanged "
+                f"and equal rows keep the live snapshot (early cutoff), else {build[0]}"
+            )
+            return ModelPlan(name, CUTOFF_CANDIDATE, build, reason, changes, depends_on=pending)
+        reason = f"rebuilt after {names} ({build[0]}; equal rows keep the live snapshot)"
+        return ModelPlan(name, build[0], build, reason, changes, depends_on=pending)
+
+    # -- what changed since the live snapshot's last build ----------------------------------------
+    def _changes(
+        self, name: str, current: SnapshotRecord | None, choice: KeyChoice
+    ) -> tuple[InputChange, ...]:
+        if current is None:
+            return ()
+        entry = self.reader.last_build_of(name, current.snapshot_id)
+        if entry is None:
+            return ()
+        old_sources = {
+            read.source: read.fingerprint
+            for read in self.reader.entry_sources(entry)
+            if not read.partition_key
+        }
+        old_models = {built.model: built.snapshot_id for built in self.reader.entry_models(entry)}
+        changes = []
+        fingerprint = self.fingerprints[name].value
+        if current.model_fingerprint != fingerprint:
+            changes.append(InputChange("code", current.model_fingerprint, fingerprint))
+        for ref in self.project.models[name].references:
+            if ref in self.sources:
+                old = old_sources.get(ref)
+                new: str | None = self.sources[ref].fingerprint
+            else:
+                snapshot = self.reader.snapshot(old_models[ref]) if ref in old_models else None
+                old = snapshot.content_hash if snapshot is not None else None
+                new = self.chosen[ref].content_hash if ref in self.chosen else None
+            if old != new:
+                changes.append(InputChange(f"{'source' if ref in self.sources else 'model'}:{ref}", old, new))
+        return tuple(changes)
+
+
+def _reused_reason(choice: KeyChoice) -> str:
+    assert choice.existing is not None
+    return f"inputs and code unchanged: snapshot {choice.existing.snapshot_id[:12]} has this build key"
+
+
+def _why(current: SnapshotRecord | None, changes: tuple[InputChange, ...], path: str) -> str:
+    if current is None:
+        return f"{path}: first build"
+    if not changes:
+        return f"{path}: no snapshot has this build key (its live state is not the last build's)"
+    if path == VIEW:
+        return "a `materialize: view` model: a new view over its inputs"
+    return "a `replace` model is always rebuilt in full"
+
+
+def plan_project(project_dir: Path | str, warehouse: Path | str, **options: Any) -> Plan:
+    """Convenience wrapper around `plan` for Python callers and tests (options as `run_project`)."""
+    request = RunRequest(project_dir=Path(project_dir), warehouse=Path(warehouse), **options)
+    return plan(request)
