@@ -51,6 +51,7 @@ E_RESOURCE_LIMIT: Final = "E033"
 E_GC: Final = "E034"
 E_VERIFY_PARTITIONS: Final = "E040"
 E_VERIFY_LIVE: Final = "E041"
+E_PARTITION_TYPE: Final = "E050"
 E_TEST_TABLE: Final = "E060"
 E_TEST_DEFINITION: Final = "E061"
 E_TEST_MODEL: Final = "E062"
@@ -90,6 +91,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day, month or range, or no partition of the selected "
     "models (wrong grain, before `start` or the data, in the future), or no partitioned model selected",
     E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
+    E_PARTITION_TYPE: "a partition column with no total order (not DATE, TIMESTAMP or an integer) on a "
+    "business-versioned source, or a non-time column on a time-partitioned model",
     E_TEST_TABLE: "a test's fixture table is not a row of column names followed by rows of as many values",
     E_TEST_DEFINITION: "a test block without `expect`, with a repeated part, or `previous` on a model that is not incremental",
     E_TEST_MODEL: "a test names a model that does not exist, or reads a relation the model does not read",
