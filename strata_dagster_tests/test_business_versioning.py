@@ -6,7 +6,9 @@ import json
 import shutil
 
 import pytest
+from click.testing import CliRunner
 
+from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.business_support import (
@@ -192,3 +194,23 @@ def test_full_refresh_starts_a_new_ledger_over_a_violation(tmp_path):
     run_project(project, warehouse, full_refresh=True)
     assert _versions(warehouse)["ledger_reset"] == "full refresh requested"
     _assert_equal_to_full(warehouse, _files(project))
+
+
+def _verify_sources(project, warehouse):
+    return CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse), "--sources"])
+
+
+def test_verify_sources_rehashes_consumed_partitions_and_finds_an_edit_evidence_cannot_see(tmp_path):
+    project, warehouse = make_table_project(tmp_path)
+    for index in range(2):
+        write_table_partition(warehouse, index, 5)
+    run_project(project, warehouse)
+    clean = _verify_sources(project, warehouse)
+    assert clean.exit_code == 0, clean.output
+    assert "equal to its ledger" in clean.output
+    # Same row count and range of `dt`: the cheap evidence of every run cannot tell.
+    sql(warehouse, f"UPDATE raw.events SET amount = amount + 100 WHERE id = 100001 AND dt = DATE '{day(1)}'")
+    assert run_project(project, warehouse, only_stale=True).is_noop
+    edited = _verify_sources(project, warehouse)
+    assert edited.exit_code == 1
+    assert "error[E054]" in edited.output and f"events/{day(1).isoformat()}" in edited.output

@@ -13,7 +13,7 @@ source only up to that frontier, so a partition being written is never half read
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
@@ -79,7 +79,7 @@ def _file_pattern(source: Source, context: ProjectContext) -> str:
     return pattern.this
 
 
-def _key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
+def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
     spec = source.partitioned_by
     assert spec is not None
     if spec.grain == "key" and not types.get(spec.column, "").upper().startswith(("DATE", "TIMESTAMP")):
@@ -107,7 +107,7 @@ def list_partitions(session: Session, source: Source, context: ProjectContext) -
         relation = source_table(source, context.project, context.overrides)
         types = dict(session.describe(relation))
         found = ledger.list_table_partitions(
-            session.con, relation, _key_expression(source, types), spec.column
+            session.con, relation, key_expression(source, types), spec.column
         )
     if source.settle:
         settled = len(found) - source.settle
@@ -211,13 +211,17 @@ def read_business_source(
     except WarehouseError:
         columns = ()
     types = dict(columns)
-    key = _key_expression(source, types)
+    key = key_expression(source, types)
     key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
     reading = exp.select("*").from_(relation)
     if consumed:
         reading = reading.where(exp.LTE(this=key, expression=typed_literal(consumed[-1].key, key_type)))
     else:
         reading = reading.where(exp.false())
+    hashed = _with_row_hashes(session, source, context, key, consumed if reset_reason else new)
+    new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
+    if reset_reason is not None:
+        consumed = hashed
     fingerprint = digest(
         "business", source.versioning.kind, columns, tuple((item.key, item.evidence) for item in consumed)
     )
@@ -234,6 +238,34 @@ def read_business_source(
         tuple(violations) if reset_reason is not None and recorded is not None else (),
         columns,
     )
+
+
+def _with_row_hashes(
+    session: Session,
+    source: Source,
+    context: ProjectContext,
+    key: exp.Expression,
+    items: list[PartitionEvidence],
+) -> list[PartitionEvidence]:
+    """`items` with the hash of their rows, read from their own files (or partitions) only: what
+    `strata verify --sources` later compares the whole source with."""
+    if not items:
+        return items
+    relation: exp.Expression
+    if source.path is not None:
+        files = exp.Array(expressions=[exp.Literal.string(file) for item in items for file in item.files])
+        hive = exp.EQ(this=exp.column("hive_partitioning"), expression=exp.true())
+        relation = exp.Table(this=exp.func("read_parquet", files, hive))
+    else:
+        keys = [exp.Literal.string(item.key) for item in items]
+        text = exp.cast(key.copy(), "VARCHAR")
+        relation = (
+            exp.select("*")
+            .from_(source_table(source, context.project, context.overrides))
+            .where(exp.In(this=text, expressions=keys))
+        )
+    groups = session.content_by_group(relation, key)
+    return [replace(item, row_hash_sum=groups.get(item.key, (0, "0"))[1]) for item in items]
 
 
 def partition_groups(reading: BusinessReading, grain: str) -> dict[str | None, tuple[int, str]]:

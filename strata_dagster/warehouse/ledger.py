@@ -36,6 +36,7 @@ class PartitionEvidence:
     evidence: str
     files: tuple[str, ...] = ()
     is_complete: bool = True
+    row_hash_sum: str | None = None  # hash of its rows, computed once when it is consumed
 
 
 def order_of(key: str) -> tuple[int, object]:
@@ -130,6 +131,7 @@ class LedgerEntry:
     rows: int
     evidence: str
     entry: int
+    row_hash_sum: str | None = None
 
 
 def read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, LedgerEntry] | None:
@@ -138,7 +140,7 @@ def read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledger
         """WITH start AS (
                SELECT max(entry) AS entry FROM strata.source_ledger WHERE source = ? AND is_reset
            )
-           SELECT partition_key, row_count, evidence, l.entry
+           SELECT partition_key, row_count, evidence, l.entry, row_hash_sum
            FROM strata.source_ledger l, start
            WHERE l.source = ? AND NOT l.is_reset AND l.entry >= start.entry
            ORDER BY l.entry""",
@@ -150,8 +152,8 @@ def read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledger
     if not started or not started[0]:
         return None
     return {
-        str(key): LedgerEntry(str(key), int(count), str(evidence), int(entry))
-        for key, count, evidence, entry in rows
+        str(key): LedgerEntry(str(key), int(count), str(evidence), int(entry), hash_sum)
+        for key, count, evidence, entry, hash_sum in rows
     }
 
 
@@ -165,10 +167,12 @@ def write_ledger(
     """Record the partitions a run consumed (after a reset row, when the ledger starts anew)."""
     rows: list[tuple[object, ...]] = []
     if reset_reason is not None:
-        rows.append((entry, source, None, None, reset_reason, True))
-    rows.extend((entry, source, item.key, item.rows, item.evidence, False) for item in partitions)
+        rows.append((entry, source, None, None, reset_reason, True, None))
+    rows.extend(
+        (entry, source, item.key, item.rows, item.evidence, False, item.row_hash_sum) for item in partitions
+    )
     if rows:
-        con.executemany("INSERT INTO strata.source_ledger VALUES (?, ?, ?, ?, ?, ?)", rows)
+        con.executemany("INSERT INTO strata.source_ledger VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
 def ledger_history(con: duckdb.DuckDBPyConnection, entry: int) -> dict[str, tuple[str | None, int]]:

@@ -104,7 +104,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             partition_key VARCHAR,
             row_count BIGINT,
             evidence VARCHAR,
-            is_reset BOOLEAN NOT NULL
+            is_reset BOOLEAN NOT NULL,
+            -- hash of the partition's rows when consumed, for `strata verify --sources`
+            row_hash_sum VARCHAR
         )""",
     ),
 )
