@@ -214,3 +214,17 @@ def test_verify_sources_rehashes_consumed_partitions_and_finds_an_edit_evidence_
     edited = _verify_sources(project, warehouse)
     assert edited.exit_code == 1
     assert "error[E054]" in edited.output and f"events/{day(1).isoformat()}" in edited.output
+
+
+def test_history_and_replay_show_the_source_version(tmp_path):
+    project, warehouse = _consumed(tmp_path)
+    write_file_partition(project, 3, 2)
+    result = run_project(project, warehouse)
+    versions = result.outcome("events_log").detail["source_versions"]
+    assert versions["events"]["last_partition"] == day(3).isoformat()
+    shown = CliRunner().invoke(main, ["history", str(project), "--warehouse", str(warehouse)])
+    assert shown.exit_code == 0, shown.output
+    assert f"source events at {day(3).isoformat()}: 4 partitions consumed; new: {day(3).isoformat()}" in shown.output
+    replayed = CliRunner().invoke(main, ["replay", str(project), result.run_id, "--warehouse", str(warehouse)])
+    assert replayed.exit_code == 0, replayed.output
+    assert f"source events at {day(3).isoformat()}" in replayed.output

@@ -356,6 +356,9 @@ class _Run:
                 # Building on the new state with these same inputs gives that state again.
                 again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id, period=period).value
                 self.new_keys.append((again, chosen.snapshot_id))
+        versions = {ref: self.business[ref].version() for ref in model.references if ref in self.business}
+        if versions:
+            detail = {**detail, business.SOURCE_VERSIONS: versions}
         self.chosen[name] = chosen
         expected_tables = composite_tables(self._segments(chosen), merge_keys_of(chosen))
         is_published = (
