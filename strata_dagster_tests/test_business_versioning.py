@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.business_support import (
     day,
@@ -224,7 +225,27 @@ def test_history_and_replay_show_the_source_version(tmp_path):
     assert versions["events"]["last_partition"] == day(3).isoformat()
     shown = CliRunner().invoke(main, ["history", str(project), "--warehouse", str(warehouse)])
     assert shown.exit_code == 0, shown.output
-    assert f"source events at {day(3).isoformat()}: 4 partitions consumed; new: {day(3).isoformat()}" in shown.output
-    replayed = CliRunner().invoke(main, ["replay", str(project), result.run_id, "--warehouse", str(warehouse)])
+    assert (
+        f"source events at {day(3).isoformat()}: 4 partitions consumed; new: {day(3).isoformat()}"
+        in shown.output
+    )
+    replayed = CliRunner().invoke(
+        main, ["replay", str(project), result.run_id, "--warehouse", str(warehouse)]
+    )
     assert replayed.exit_code == 0, replayed.output
     assert f"source events at {day(3).isoformat()}" in replayed.output
+
+
+def test_an_observation_reads_the_ledger_and_listing_and_matches_what_the_run_records(tmp_path):
+    project, warehouse = _consumed(tmp_path)
+    recorded = sql(warehouse, "SELECT fingerprint FROM strata.entry_sources WHERE source = 'events'")[0][0]
+    assert observe_sources(project, warehouse, ["events"])["events"].fingerprint == recorded
+    write_file_partition(project, 3, 2)
+    assert observe_sources(project, warehouse, ["events"])["events"].fingerprint != recorded
+    run_project(project, warehouse)
+    latest = sql(
+        warehouse, "SELECT fingerprint FROM strata.entry_sources WHERE source = 'events' ORDER BY entry DESC"
+    )
+    assert observe_sources(project, warehouse, ["events"])["events"].fingerprint == latest[0][0]
+    _rewrite(project)  # a broken assumption still shows as a change, for the run to report
+    assert observe_sources(project, warehouse, ["events"])["events"].fingerprint != latest[0][0]

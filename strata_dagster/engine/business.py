@@ -178,7 +178,7 @@ def _frontier(
 
 
 def read_business_source(
-    session: Session, context: ProjectContext, name: str, *, is_full_refresh: bool
+    session: Session, context: ProjectContext, name: str, *, is_full_refresh: bool, is_hashed: bool = True
 ) -> BusinessReading:
     """List, check and choose what this run consumes of a business-versioned source. Raises E052 /
     E053 for a broken assumption under `on_violation: error`."""
@@ -218,7 +218,8 @@ def read_business_source(
         reading = reading.where(exp.LTE(this=key, expression=typed_literal(consumed[-1].key, key_type)))
     else:
         reading = reading.where(exp.false())
-    hashed = _with_row_hashes(session, source, context, key, consumed if reset_reason else new)
+    to_hash = consumed if reset_reason else new
+    hashed = _with_row_hashes(session, source, context, key, to_hash) if is_hashed else to_hash
     new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
     if reset_reason is not None:
         consumed = hashed
@@ -238,6 +239,21 @@ def read_business_source(
         tuple(violations) if reset_reason is not None and recorded is not None else (),
         columns,
     )
+
+
+def observed_version(session: Session, context: ProjectContext, name: str) -> tuple[str, int]:
+    """The fingerprint and row count the next run would record for the source, read without
+    writing or hashing rows; a broken assumption is not raised here (the run reports it) but gives
+    a fingerprint of the listing, so an observer sees a change."""
+    try:
+        reading = read_business_source(session, context, name, is_full_refresh=False, is_hashed=False)
+    except StrataError as error:
+        if error.code not in (E_PARTITION_CHANGED, E_PARTITION_BACKFILLED):
+            raise
+        listed = list_partitions(session, context.project.sources[name], context)
+        evidence = tuple((item.key, item.evidence) for item in listed)
+        return digest("business-broken", evidence), sum(item.rows for item in listed)
+    return reading.fingerprint, reading.row_count
 
 
 def _with_row_hashes(

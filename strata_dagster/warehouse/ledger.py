@@ -135,7 +135,14 @@ class LedgerEntry:
 
 
 def read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, LedgerEntry] | None:
-    """The source's current ledger (None when it was never started)."""
+    """The source's current ledger (None when it was never started, or the warehouse predates ledgers)."""
+    try:
+        return _read_ledger(con, source)
+    except duckdb.CatalogException:
+        return None
+
+
+def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, LedgerEntry] | None:
     rows = con.execute(
         """WITH start AS (
                SELECT max(entry) AS entry FROM strata.source_ledger WHERE source = ? AND is_reset
