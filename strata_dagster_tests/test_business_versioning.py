@@ -4,6 +4,7 @@ Parquet folders and on a table, each compared with a full recompute."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +25,7 @@ from strata_dagster_tests.business_support import (
 from strata_dagster_tests.engine_support import history_count, row_multiset, sql
 
 REBUILD = "  on_violation: rebuild"
+EVENTS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "events"
 
 
 def _files(project) -> str:
@@ -249,3 +251,18 @@ def test_an_observation_reads_the_ledger_and_listing_and_matches_what_the_run_re
     assert observe_sources(project, warehouse, ["events"])["events"].fingerprint == latest[0][0]
     _rewrite(project)  # a broken assumption still shows as a change, for the run to report
     assert observe_sources(project, warehouse, ["events"])["events"].fingerprint != latest[0][0]
+
+
+def test_the_events_example_gets_its_daily_drops_from_sample_data_and_builds_one_new_day(tmp_path):
+    project = tmp_path / "events"
+    shutil.copytree(EVENTS_EXAMPLE, project, ignore=shutil.ignore_patterns("events", "*.duckdb*"))
+    warehouse = tmp_path / "w.duckdb"
+    for days in (3, 4):
+        written = CliRunner().invoke(
+            main, ["sample-data", str(project), "--days", str(days), "--rows", "400"]
+        )
+        assert written.exit_code == 0, written.output
+        result = run_project(project, warehouse)
+    assert sorted(path.name for path in (project / "events").iterdir())[-1] == "dt=2026-01-04"
+    assert result.outcome("events_log").path == "delta"
+    assert result.outcome("daily_kinds").detail["partitions"] == ["2026-01-04"]
