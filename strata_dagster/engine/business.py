@@ -120,6 +120,13 @@ def list_partitions(session: Session, source: Source, context: ProjectContext) -
     return found
 
 
+def _counted(session: Session, items: list[PartitionEvidence]) -> list[PartitionEvidence]:
+    """File partitions about to be consumed, with their footers' row counts."""
+    if any(item.rows == ledger.UNCOUNTED for item in items):
+        return ledger.with_footer_rows(session.con, items)
+    return items
+
+
 def violations_of(listed: list[PartitionEvidence], consumed: dict[str, LedgerEntry]) -> list[Violation]:
     """What the listing says about the declared assumptions, against the ledger."""
     found: list[Violation] = []
@@ -199,11 +206,13 @@ def read_business_source(
         reset_reason = "; ".join(violation.what for violation in violations)
     if reset_reason is not None:
         new, deferred = _frontier(listed, set())
+        new = _counted(session, new)
         consumed = new
     else:
         assert recorded is not None
         new, deferred = _frontier(listed, set(recorded))
-        kept = [item for item in listed if item.key in recorded]
+        new = _counted(session, new)
+        kept = [replace(item, rows=recorded[item.key].rows) for item in listed if item.key in recorded]
         consumed = sorted([*kept, *new], key=lambda item: order_of(item.key))
     relation = source_table(source, context.project, {})
     try:
@@ -252,7 +261,7 @@ def observed_version(session: Session, context: ProjectContext, name: str) -> tu
             raise
         listed = list_partitions(session, context.project.sources[name], context)
         evidence = tuple((item.key, item.evidence) for item in listed)
-        return digest("business-broken", evidence), sum(item.rows for item in listed)
+        return digest("business-broken", evidence), sum(max(item.rows, 0) for item in listed)
     return reading.fingerprint, reading.row_count
 
 

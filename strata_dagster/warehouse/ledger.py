@@ -15,7 +15,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 import duckdb
@@ -62,7 +62,8 @@ def list_file_partitions(
     con: duckdb.DuckDBPyConnection, pattern: str, column: str, marker: str | None
 ) -> tuple[list[PartitionEvidence], list[str]]:
     """The partitions of the Parquet files `pattern` matches, by their `column=value` folder, with
-    each file's size and footer row count; and the files that sit in no such folder."""
+    each file's name and size (a stat, no file opened; row counts are UNCOUNTED until
+    `with_footer_rows`); and the files that sit in no such folder."""
     files = [
         str(row[0])
         for row in run(
@@ -78,25 +79,34 @@ def list_file_partitions(
             stray.append(file)
         else:
             by_key[value].append(file)
-    footers: dict[str, tuple[int, int]] = {}
-    if files:
-        listing = exp.Array(expressions=[exp.Literal.string(file) for file in files if file not in stray])
-        query = exp.select("file_name", "num_rows", "file_size_bytes").from_(
-            exp.Anonymous(this="parquet_file_metadata", expressions=[listing])
-        )
-        footers = {str(name): (int(rows), int(size)) for name, rows, size in run(con, query).fetchall()}
     partitions = []
     for key, members in by_key.items():
         members.sort()
-        evidence = ";".join(
-            f"{PurePosixPath(file).name}:{footers[file][1]}:{footers[file][0]}" for file in members
-        )
+        evidence = ";".join(f"{PurePosixPath(file).name}:{os.stat(file).st_size}" for file in members)
         folder = os.path.dirname(members[0])
         is_complete = marker is None or os.path.exists(os.path.join(folder, marker))
-        rows = sum(footers[file][0] for file in members)
-        partitions.append(PartitionEvidence(key, rows, evidence, tuple(members), is_complete))
+        partitions.append(PartitionEvidence(key, UNCOUNTED, evidence, tuple(members), is_complete))
     partitions.sort(key=lambda item: order_of(item.key))
     return partitions, stray
+
+
+UNCOUNTED = -1
+
+
+def with_footer_rows(
+    con: duckdb.DuckDBPyConnection, partitions: Sequence[PartitionEvidence]
+) -> list[PartitionEvidence]:
+    """File partitions with their row counts, from their Parquet footers (no row read): taken for the
+    partitions a run consumes; a consumed one keeps the count the ledger recorded."""
+    files = [file for item in partitions for file in item.files]
+    if not files:
+        return [replace(item, rows=0) for item in partitions]
+    listing = exp.Array(expressions=[exp.Literal.string(file) for file in files])
+    query = exp.select("file_name", "num_rows").from_(
+        exp.Anonymous(this="parquet_file_metadata", expressions=[listing])
+    )
+    rows = {str(name): int(count) for name, count in run(con, query).fetchall()}
+    return [replace(item, rows=sum(rows.get(file, 0) for file in item.files)) for item in partitions]
 
 
 def list_table_partitions(
