@@ -27,7 +27,7 @@ from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence, orde
 from strata_dagster.warehouse.partitions import partition_key
 from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.session import Session, WarehouseError
-from strata_dagster.warehouse.sources import source_table
+from strata_dagster.warehouse.sources import schema_relation, source_table
 from strata_dagster.warehouse.sql import render
 
 # A detail key on a run's entry and a model's outcome: the business-versioned sources read.
@@ -216,7 +216,7 @@ def read_business_source(
         consumed = sorted([*kept, *new], key=lambda item: order_of(item.key))
     relation = source_table(source, context.project, {})
     try:
-        columns = session.describe(relation)
+        columns = session.describe(schema_relation(source, context.project, {}))
     except WarehouseError:
         columns = ()
     types = dict(columns)

@@ -11,12 +11,12 @@ read, a full refresh, or a rebuild after a broken assumption).
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
 
 import duckdb
 from sqlglot import exp
@@ -51,7 +51,7 @@ def order_of(key: str) -> tuple[int, object]:
 
 def hive_value(path: str, column: str) -> str | None:
     """The value of `column=value` in a file's folders (the innermost one if repeated)."""
-    for part in reversed(PurePosixPath(path).parts[:-1]):
+    for part in reversed(path.split("/")[:-1]):
         name, sep, value = part.partition("=")
         if sep and name == column:
             return value
@@ -64,13 +64,8 @@ def list_file_partitions(
     """The partitions of the Parquet files `pattern` matches, by their `column=value` folder, with
     each file's name and size (a stat, no file opened; row counts are UNCOUNTED until
     `with_footer_rows`); and the files that sit in no such folder."""
-    files = [
-        str(row[0])
-        for row in run(
-            con,
-            exp.select("file").from_(exp.Anonymous(this="glob", expressions=[exp.Literal.string(pattern)])),
-        ).fetchall()
-    ]
+    # Python's glob matches `*` within one folder level as DuckDB's does, and lists faster.
+    files = sorted(glob.glob(pattern))
     by_key: dict[str, list[str]] = defaultdict(list)
     stray: list[str] = []
     for file in files:
@@ -82,7 +77,7 @@ def list_file_partitions(
     partitions = []
     for key, members in by_key.items():
         members.sort()
-        evidence = ";".join(f"{PurePosixPath(file).name}:{os.stat(file).st_size}" for file in members)
+        evidence = ";".join(f"{os.path.basename(file)}:{os.stat(file).st_size}" for file in members)
         folder = os.path.dirname(members[0])
         is_complete = marker is None or os.path.exists(os.path.join(folder, marker))
         partitions.append(PartitionEvidence(key, UNCOUNTED, evidence, tuple(members), is_complete))
