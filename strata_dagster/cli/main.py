@@ -19,7 +19,8 @@ from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.language import load_project
+from strata_dagster.errors import StrataError
+from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
 from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
 from strata_dagster.warehouse.sample_data import write_sample_data
@@ -122,14 +123,18 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, day
     """Write deterministic sample orders and customers into the warehouse (tables raw.*), and daily
     hive-partitioned Parquet drops (`dt=YYYY-MM-DD/part-0.parquet` + `_SUCCESS`) for the project's
     business-versioned file sources."""
-    loaded = load_project(project)
+    try:
+        loaded: Project | None = load_project(project)
+    except StrataError:
+        loaded = None  # not a project (yet): only the shop's tables are written
     drops = [
         source
-        for source in loaded.sources.values()
+        for source in (loaded.sources.values() if loaded is not None else ())
         if source.is_business_versioned and source.path is not None and source.partitioned_by is not None
     ]
     for source in drops:
         assert source.partitioned_by is not None and source.path is not None
+        assert loaded is not None
         folder = drop_folder(source.path, loaded.root)
         written = write_sample_events(
             folder,
@@ -140,7 +145,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, day
             seed=seed,
         )
         console.print(f"wrote {written} daily drop(s) of source {source.name} under {folder}", markup=False)
-    if drops and all(source.path is not None for source in loaded.sources.values()):
+    if drops and loaded is not None and all(source.path is not None for source in loaded.sources.values()):
         return
     target = resolve_warehouse(project, warehouse)
     summary = write_sample_data(target, rows, seed=seed)
