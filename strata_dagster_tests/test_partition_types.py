@@ -2,7 +2,9 @@
 
 import pytest
 
+from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
+from strata_dagster_tests.engine_support import execute
 from strata_dagster_tests.helpers import compile_text
 
 EVENTS = """
@@ -71,3 +73,18 @@ model by_day {
 """
     compiled = compile_text(module, schemas={"regions": (("signup", "DATE"),)}, with_sources=False)
     assert "by_day" in compiled.models
+
+
+def test_a_hive_folder_column_typed_varchar_is_e050_when_the_project_runs(tmp_path):
+    project = tmp_path / "project"
+    for region in ("EU", "US"):
+        folder = project / "events" / f"region={region}"
+        folder.mkdir(parents=True)
+        execute(
+            tmp_path / "scratch.duckdb",
+            f"COPY (SELECT 1 AS id) TO '{folder}/part-0.parquet' (FORMAT parquet)",
+        )
+    (project / "events.strata").write_text(EVENTS.replace("partitioned_by: dt", "partitioned_by: region"))
+    with pytest.raises(StrataError) as caught:
+        run_project(project, tmp_path / "w.duckdb")
+    assert caught.value.code == "E050" and "VARCHAR" in caught.value.message
