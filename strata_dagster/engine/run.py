@@ -55,7 +55,7 @@ from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
-from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
+from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
@@ -261,7 +261,9 @@ class _Run:
             business.describe_relation(reading),
             reading.fingerprint,
             reading.row_count,
-            None,
+            # The ledger's row count is the relation's: an append model's window gate subtracts
+            # from it instead of counting every consumed file again (no sum on a column basis).
+            EMPTY_FIGURE,
             reading.basis,
         )
 
