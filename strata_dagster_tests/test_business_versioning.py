@@ -266,3 +266,35 @@ def test_the_events_example_gets_its_daily_drops_from_sample_data_and_builds_one
     assert sorted(path.name for path in (project / "events").iterdir())[-1] == "dt=2026-01-04"
     assert result.outcome("events_log").path == "delta"
     assert result.outcome("daily_kinds").detail["partitions"] == ["2026-01-04"]
+
+
+def _expiring(tmp_path, retained: int):
+    project, warehouse = make_file_project(tmp_path)
+    module = project / "events.strata"
+    module.write_text(module.read_text().replace("append_only_partitions", f"partition_expiry({retained})"))
+    for index in range(4):
+        write_file_partition(project, index, 5)
+    run_project(project, warehouse)
+    return project, warehouse
+
+
+def test_partition_expiry_drops_the_expired_days_rows_from_every_model(tmp_path):
+    project, warehouse = _expiring(tmp_path, 2)
+    shutil.rmtree(project / "events" / f"dt={day(0).isoformat()}")  # the retention job
+    write_file_partition(project, 4, 3)
+    result = run_project(project, warehouse)
+    assert "expired" in result.outcome("events_log").detail["full_reason"]
+    assert result.outcome("daily_totals").detail["partitions"] == [day(0).isoformat(), day(4).isoformat()]
+    assert _versions(warehouse)["expired_partitions"] == [day(0).isoformat()]
+    _assert_equal_to_full(warehouse, _files(project))
+    write_file_partition(project, 5, 2)  # the expiry is recorded once: the next run is a delta again
+    assert run_project(project, warehouse).outcome("events_log").path == "delta"
+    _assert_equal_to_full(warehouse, _files(project))
+
+
+def test_partition_expiry_still_refuses_a_retained_partition_that_disappears(tmp_path):
+    project, warehouse = _expiring(tmp_path, 3)
+    shutil.rmtree(project / "events" / f"dt={day(2).isoformat()}")  # inside the newest 3
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert (caught.value.code, caught.value.subject) == ("E052", f"events/{day(2).isoformat()}")

@@ -55,6 +55,7 @@ class BusinessReading:
     deferred: tuple[str, ...]  # listed, not consumed yet (incomplete, or after an incomplete one)
     reset_reason: str | None  # this run starts a new ledger, and why
     violations: tuple[Violation, ...] = ()
+    expired: tuple[str, ...] = ()  # consumed partitions that left by `partition_expiry(N)`
     columns: tuple[tuple[str, str], ...] = field(default=())
 
     @property
@@ -69,6 +70,7 @@ class BusinessReading:
             "new_partitions": [item.key for item in self.new],
             "deferred_partitions": list(self.deferred),
             **({"ledger_reset": self.reset_reason} if self.reset_reason else {}),
+            **({"expired_partitions": list(self.expired)} if self.expired else {}),
         }
 
 
@@ -127,12 +129,32 @@ def _counted(session: Session, items: list[PartitionEvidence]) -> list[Partition
     return items
 
 
-def violations_of(listed: list[PartitionEvidence], consumed: dict[str, LedgerEntry]) -> list[Violation]:
-    """What the listing says about the declared assumptions, against the ledger."""
+def expired_of(
+    listed: list[PartitionEvidence], consumed: dict[str, LedgerEntry], retained: int | None
+) -> set[str]:
+    """Consumed partitions that left the source by `partition_expiry(N)`: gone, and older than the
+    newest N partitions (listed or consumed). None expire under other kinds."""
+    if retained is None:
+        return set()
+    keys = sorted(set(consumed) | {item.key for item in listed}, key=order_of)
+    newest = set(keys[-retained:]) if retained else set()
+    now = {item.key for item in listed}
+    return {key for key in consumed if key not in now and key not in newest}
+
+
+def violations_of(
+    listed: list[PartitionEvidence],
+    consumed: dict[str, LedgerEntry],
+    expired: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[Violation]:
+    """What the listing says about the declared assumptions, against the ledger (an expired
+    partition is not a violation)."""
     found: list[Violation] = []
     now = {item.key: item for item in listed}
     for key, entry in sorted(consumed.items(), key=lambda pair: order_of(pair[0])):
         item = now.get(key)
+        if key in expired:
+            continue
         if item is None:
             found.append(Violation(E_PARTITION_CHANGED, key, f"consumed partition `{key}` is gone"))
         elif item.evidence != entry.evidence:
@@ -194,7 +216,9 @@ def read_business_source(
     assert spec is not None
     listed = list_partitions(session, source, context)
     recorded = ledger.read_ledger(session.con, name)
-    violations = violations_of(listed, recorded or {})
+    retained = source.versioning.window if source.versioning.kind == "partition_expiry" else None
+    expired = expired_of(listed, recorded or {}, retained)
+    violations = violations_of(listed, recorded or {}, expired)
     reset_reason: str | None = None
     if recorded is None:
         reset_reason = "first read of the source"
@@ -246,6 +270,7 @@ def read_business_source(
         tuple(deferred),
         reset_reason,
         tuple(violations) if reset_reason is not None and recorded is not None else (),
+        tuple(sorted(expired, key=order_of)) if reset_reason is None else (),
         columns,
     )
 

@@ -475,6 +475,8 @@ class _Run:
             reading = self.business.get(ref)
             if reading is not None and reading.reset_reason is not None:
                 return f"source `{ref}` starts a new partition ledger ({reading.reset_reason})"
+            if reading is not None and reading.expired:
+                return f"partitions of `{ref}` expired ({', '.join(reading.expired)}): their rows leave the model"
         return None
 
     def _replaced_sources(self, name: str) -> list[str]:
@@ -792,7 +794,11 @@ class _Run:
         )
         for name, read in self.business.items():
             self.writer.add_ledger(
-                self.entry, name, read.consumed if read.reset_reason else read.new, read.reset_reason
+                self.entry,
+                name,
+                read.consumed if read.reset_reason else read.new,
+                read.reset_reason,
+                read.expired,
             )
         for read in self.sources.values():
             self.writer.add_source(

@@ -275,9 +275,14 @@ class HistoryWriter:
         )
 
     def add_ledger(
-        self, entry: int, source: str, partitions: Sequence[PartitionEvidence], reset_reason: str | None
+        self,
+        entry: int,
+        source: str,
+        partitions: Sequence[PartitionEvidence],
+        reset_reason: str | None,
+        expired: Sequence[str] = (),
     ) -> None:
-        write_ledger(self.con, entry, source, partitions, reset_reason)
+        write_ledger(self.con, entry, source, partitions, reset_reason, expired)
 
     def add_snapshot(self, record: SnapshotRecord) -> None:
         self.add_snapshots([record])

@@ -163,10 +163,13 @@ def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledge
     ).fetchone()
     if not started or not started[0]:
         return None
-    return {
-        str(key): LedgerEntry(str(key), int(count), str(evidence), int(entry), hash_sum)
-        for key, count, evidence, entry, hash_sum in rows
-    }
+    ledger: dict[str, LedgerEntry] = {}
+    for key, count, evidence, entry, hash_sum in rows:
+        if evidence is None:  # expired: left the source by its retention
+            ledger.pop(str(key), None)
+        else:
+            ledger[str(key)] = LedgerEntry(str(key), int(count), str(evidence), int(entry), hash_sum)
+    return ledger
 
 
 def write_ledger(
@@ -175,14 +178,17 @@ def write_ledger(
     source: str,
     partitions: Sequence[PartitionEvidence],
     reset_reason: str | None,
+    expired: Sequence[str] = (),
 ) -> None:
-    """Record the partitions a run consumed (after a reset row, when the ledger starts anew)."""
+    """Record the partitions a run consumed (after a reset row, when the ledger starts anew) and
+    those that expired (a row without evidence)."""
     rows: list[tuple[object, ...]] = []
     if reset_reason is not None:
         rows.append((entry, source, None, None, reset_reason, True, None))
     rows.extend(
         (entry, source, item.key, item.rows, item.evidence, False, item.row_hash_sum) for item in partitions
     )
+    rows.extend((entry, source, key, None, None, False, None) for key in expired)
     if rows:
         con.executemany("INSERT INTO strata.source_ledger VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
@@ -195,7 +201,7 @@ def ledger_history(con: duckdb.DuckDBPyConnection, entry: int) -> dict[str, tupl
                SELECT source, max(entry) AS entry FROM strata.source_ledger
                WHERE is_reset AND entry <= ? GROUP BY source
            )
-           SELECT l.source, list(l.partition_key) FILTER (WHERE NOT l.is_reset)
+           SELECT l.source, list(l.partition_key) FILTER (WHERE NOT l.is_reset AND l.evidence IS NOT NULL)
            FROM strata.source_ledger l JOIN starts s ON l.source = s.source AND l.entry >= s.entry
            WHERE l.entry <= ?
            GROUP BY l.source""",
