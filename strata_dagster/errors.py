@@ -51,6 +51,11 @@ E_RESOURCE_LIMIT: Final = "E033"
 E_GC: Final = "E034"
 E_VERIFY_PARTITIONS: Final = "E040"
 E_VERIFY_LIVE: Final = "E041"
+E_PARTITION_TYPE: Final = "E050"
+E_PARTITION_LAYOUT: Final = "E051"
+E_PARTITION_CHANGED: Final = "E052"
+E_PARTITION_BACKFILLED: Final = "E053"
+E_PARTITION_VERIFY: Final = "E054"
 E_TEST_TABLE: Final = "E060"
 E_TEST_DEFINITION: Final = "E061"
 E_TEST_MODEL: Final = "E062"
@@ -93,6 +98,15 @@ CATALOGUE: Final[dict[str, str]] = {
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day, month or range, or no partition of the selected "
     "models (wrong grain, before `start` or the data, in the future), or no partitioned model selected",
     E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
+    E_PARTITION_TYPE: "a partition column with no total order (not DATE, TIMESTAMP or an integer) on a "
+    "business-versioned source, or a non-time column on a time-partitioned model",
+    E_PARTITION_LAYOUT: "a business-versioned file source whose files sit in no `column=value/` folder of its "
+    "partition column",
+    E_PARTITION_CHANGED: "a consumed partition of a business-versioned source changed (a file added, removed, "
+    "rewritten or resized; a row count or range changed): immutability broken",
+    E_PARTITION_BACKFILLED: "a new partition of a business-versioned source at or before the last consumed one: "
+    "monotonic arrival broken",
+    E_PARTITION_VERIFY: "`strata verify --sources`: a consumed partition no longer holds what the ledger recorded",
     E_TEST_TABLE: "a test's fixture table is not a row of column names followed by rows of as many values",
     E_TEST_DEFINITION: "a test block without `expect`, with a repeated part, or `previous` on a model that is not incremental",
     E_TEST_MODEL: "a test names a model that does not exist, or reads a relation the model does not read",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import click
@@ -19,10 +20,12 @@ from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.language import load_project
+from strata_dagster.errors import StrataError
+from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
 from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
 from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
 
 
 @click.group()
@@ -108,9 +111,43 @@ def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ..
     help="Orders to write.",
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed and rows: identical data.")
+@click.option(
+    "--days",
+    type=click.IntRange(min=1, max=3650),
+    default=30,
+    show_default=True,
+    help="Daily drops to write for business-versioned Parquet sources; folders already there are kept, "
+    "so a larger number adds the next days' drops.",
+)
 @reports_errors
-def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int) -> None:
-    """Write deterministic sample orders and customers into the warehouse (tables raw.*)."""
+def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, days: int) -> None:
+    """Write deterministic sample orders and customers into the warehouse (tables raw.*), and daily
+    hive-partitioned Parquet drops (`dt=YYYY-MM-DD/part-0.parquet` + `_SUCCESS`) for the project's
+    business-versioned file sources."""
+    try:
+        loaded: Project | None = load_project(project)
+    except StrataError:
+        loaded = None  # not a project (yet): only the shop's tables are written
+    drops = [
+        source
+        for source in (loaded.sources.values() if loaded is not None else ())
+        if source.is_business_versioned and source.path is not None and source.partitioned_by is not None
+    ]
+    for source in drops:
+        assert source.partitioned_by is not None and source.path is not None
+        assert loaded is not None
+        folder = drop_folder(source.path, loaded.root)
+        written = write_sample_events(
+            folder,
+            source.partitioned_by.column,
+            days=days,
+            rows_per_day=max(rows // days, 1),
+            start=source.start or dt.date(2026, 1, 1),
+            seed=seed,
+        )
+        console.print(f"wrote {written} daily drop(s) of source {source.name} under {folder}", markup=False)
+    if drops and loaded is not None and all(source.path is not None for source in loaded.sources.values()):
+        return
     target = resolve_warehouse(project, warehouse)
     summary = write_sample_data(target, rows, seed=seed)
     console.print(f"wrote sample data to {target}: {summary}", markup=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -19,6 +20,7 @@ from strata_dagster.cli.options import (
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
+from strata_dagster.engine.business import SOURCE_VERSIONS
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
 from strata_dagster.engine.explain import history as read_history
 from strata_dagster.engine.partition_keys import describe_keys
@@ -174,6 +176,7 @@ def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
         if item.builds:
             console.print(f"#{item.entry.entry} {item.entry.kind} {item.entry.run_id[:12]}:", markup=False)
             print_builds(item.builds)
+            print_source_versions(item.entry.detail)
 
 
 def _entry_json(item: EntryBuilds) -> dict[str, object]:
@@ -189,9 +192,27 @@ def _entry_json(item: EntryBuilds) -> dict[str, object]:
         "reason": entry.reason,
         "overrides": entry.overrides,
         "partitions": entry.detail.get("partitions") or [],
+        "source_versions": entry.detail.get(SOURCE_VERSIONS) or {},
         "entry": entry.entry,
         "builds": [build.as_dict() for build in item.builds],
     }
+
+
+def print_source_versions(detail: dict[str, Any]) -> None:
+    """The version of each business-versioned source a run read: its last consumed partition."""
+    for source, version in sorted((detail.get(SOURCE_VERSIONS) or {}).items()):
+        parts = [f"{version.get('partitions', 0):,} partitions consumed"]
+        if version.get("new_partitions"):
+            parts.append("new: " + ", ".join(version["new_partitions"]))
+        if version.get("deferred_partitions"):
+            parts.append("waiting: " + ", ".join(version["deferred_partitions"]))
+        if version.get("ledger_reset"):
+            parts.append(f"ledger restarted: {version['ledger_reset']}")
+        console.print(
+            f"  source {source} at {version.get('last_partition') or '(none)'}: " + "; ".join(parts),
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def print_builds(builds: tuple[BuildExplanation, ...]) -> None:
@@ -237,6 +258,7 @@ def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) ->
             f"{source.row_count:,}",
         )
     console.print(sources)
+    print_source_versions(entry.detail)
     models = Table("model", "partition", "path", "snapshot", "rows", "seconds", title="models")
     for model in report.models:
         models.add_row(

@@ -18,6 +18,7 @@ from strata_dagster.cli.options import (
 )
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.cli.runs import branch_option, source_option
+from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
 from strata_dagster.language import load_project
 from strata_dagster.language.selection import split_selection
@@ -43,6 +44,13 @@ _LEGEND = (
     help="Comma-separated days (2025-02-01), months (2025-02) or ranges first..last: compare only "
     "these partitions of partitioned models (then, without --models, only partitioned models are verified).",
 )
+@click.option(
+    "--sources",
+    "deep_sources",
+    is_flag=True,
+    help="Instead of models: re-hash every consumed partition of the business-versioned sources and "
+    "compare it with their ledger (E054 on any difference).",
+)
 @warehouse_option
 @branch_option
 @source_option
@@ -51,6 +59,7 @@ def verify_command(
     project: Path,
     models: str,
     partitions: str,
+    deep_sources: bool,
     warehouse: Path | None,
     branch: str,
     sources: tuple[str, ...],
@@ -61,6 +70,9 @@ def verify_command(
     history are never touched. Rows are compared as multisets of row hashes, with the totals of
     every numeric column, per partition for partitioned models. Exits 1 on any difference.
     """
+    if deep_sources:
+        _verify_sources(project, resolve_warehouse(project, warehouse))
+        return
     overrides = parse_overrides(list(sources), load_project(project)) if sources else {}
     report = verify(
         project,
@@ -73,6 +85,23 @@ def verify_command(
     print_report(report)
     if not report.is_equal:
         raise SystemExit(1)
+
+
+def _verify_sources(project: Path, warehouse: Path) -> None:
+    checks = verify_sources(project, warehouse)
+    for check in checks:
+        bad = len(check.mismatched)
+        state = "equal to its ledger" if not bad else f"{bad} partition(s) DIFFER"
+        console.print(
+            f"{check.source}: {len(check.partitions):,} consumed partition(s), {state}", markup=False
+        )
+        for part in check.mismatched:
+            now = "gone" if part.now is None else f"{part.now[0]:,} rows now"
+            console.print(f"  {part.partition}: {part.recorded[0]:,} rows when consumed, {now}", markup=False)
+    error = mismatch_error(checks)
+    if error is not None:
+        raise error
+    console.print(f"verify --sources: {len(checks)} source(s) equal to their ledgers", markup=False)
 
 
 def print_report(report: VerifyReport) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from strata_dagster.compile.compiler import CompiledModel, RelationResolver, compile_model
 from strata_dagster.compile.determinism import make_windows_deterministic, volatile_warnings
+from strata_dagster.compile.partition_types import partition_type_errors
 from strata_dagster.compile.properties import partial_month_errors, property_errors
 from strata_dagster.compile.relations import DefaultRelations
 from strata_dagster.compile.scope import Columns
@@ -59,5 +60,6 @@ def compile_project(
         warnings.extend(volatile_warnings(model))
         compiled[name] = dataclasses.replace(result, statement=statement)
         known[name] = result.columns
+    errors.extend(partition_type_errors(project, compiled, source_schemas or {}))
     raise_collected(errors)
     return CompiledProject(project, compiled, tuple(warnings))

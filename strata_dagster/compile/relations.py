@@ -67,7 +67,12 @@ def source_relation(source: Source, project_root: str | None = None) -> exp.Tabl
         if project_root is not None and not PurePosixPath(path).is_absolute():
             path = str(PurePosixPath(project_root) / path)
         reader = _FILE_READERS[f".{file_format(source.path)}"]
-        return exp.Table(this=exp.func(reader, exp.Literal.string(path)))
+        arguments: list[exp.Expression] = [exp.Literal.string(path)]
+        if source.is_business_versioned and reader == "read_parquet":
+            # Its partitions are `col=value/` folders: a file outside them is an error, never a
+            # silent loss of the partition column.
+            arguments.append(exp.EQ(this=exp.column("hive_partitioning"), expression=exp.true()))
+        return exp.Table(this=exp.func(reader, *arguments))
     parts = source.table_name.split(".")
     table = exp.Table(this=exp.to_identifier(parts[-1]))
     if len(parts) >= 2:

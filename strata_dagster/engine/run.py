@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine import partitions
+from strata_dagster.engine import business, partitions
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.faults import checkpoint
@@ -56,7 +56,7 @@ from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
-from strata_dagster.warehouse.content import WHOLE_ROW, RowBasis
+from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
@@ -181,6 +181,7 @@ class _Run:
         self.partition_requests = parse_partitions(request.partitions)
         self.requested: dict[str, tuple[str, ...]] = {}  # model -> the partition keys to rebuild
         self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
+        self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -226,6 +227,9 @@ class _Run:
         needed = sorted(references & set(self.project.sources))
         states = {}
         for name in needed:
+            if self.project.sources[name].is_business_versioned and name not in self.context.overrides:
+                states[name] = self._read_business_source(name)
+                continue
             reader = self._partitioned_reader_of(name)
             if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
@@ -236,6 +240,33 @@ class _Run:
                 self.session, self.context, name, key
             )
         return states
+
+    def _read_business_source(self, name: str) -> SourceState:
+        """A business-versioned source: its ledger checked and advanced, its version its partitions'
+        evidence; a partitioned model cut like it compares that evidence, no row read."""
+        reading = business.read_business_source(
+            self.session, self.context, name, is_full_refresh=self.request.full_refresh
+        )
+        self.business[name] = reading
+        reader = self._partitioned_reader_of(name)
+        if reader is not None and business.is_cut_like_source(
+            self.project.models[reader[0]],
+            self.context.compiled.models[reader[0]],
+            self.project.sources[name],
+        ):
+            self.partition_groups[reader[0]] = business.partition_groups(
+                reading, partitions.partition_grain(self.project.models[reader[0]])
+            )
+        return SourceState(
+            name,
+            business.describe_relation(reading),
+            reading.fingerprint,
+            reading.row_count,
+            # The ledger's row count is the relation's: an append model's window gate subtracts
+            # from it instead of counting every consumed file again (no sum on a column basis).
+            EMPTY_FIGURE,
+            reading.basis,
+        )
 
     def _partitioned_reader_of(self, source: str) -> tuple[str, exp.Expression] | None:
         """A partitioned model in the selection that reads `source` as its `from` (itself, or
@@ -265,6 +296,8 @@ class _Run:
         return WHOLE_ROW if state is None else state.row_basis
 
     def _relation_for_build(self, name: str) -> exp.Table | exp.Query:
+        if name in self.business:
+            return self.business[name].relation
         if name in self.project.sources:
             return source_table(self.project.sources[name], self.project, self.context.overrides)
         record = self.chosen[name]
@@ -351,6 +384,9 @@ class _Run:
                 # Building on the new state with these same inputs gives that state again.
                 again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id, period=period).value
                 self.new_keys.append((again, chosen.snapshot_id))
+        versions = {ref: self.business[ref].version() for ref in model.references if ref in self.business}
+        if versions:
+            detail = {**detail, business.SOURCE_VERSIONS: versions}
         self.chosen[name] = chosen
         expected_tables = composite_tables(self._segments(chosen), merge_keys_of(chosen))
         is_published = (
@@ -463,6 +499,19 @@ class _Run:
             return "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
         if replaced or current.detail.get(REPLACED_SOURCES):
             return _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
+        return self._restarted_ledger(name)
+
+    def _restarted_ledger(self, name: str) -> str | None:
+        """Why a model reading a business-versioned source whose ledger starts anew rebuilds fully;
+        None for a partitioned model, whose changed partitions are found from the evidence."""
+        if self._is_partitioned(name):
+            return None
+        for ref in self.project.models[name].references:
+            reading = self.business.get(ref)
+            if reading is not None and reading.reset_reason is not None:
+                return f"source `{ref}` starts a new partition ledger ({reading.reset_reason})"
+            if reading is not None and reading.expired:
+                return f"partitions of `{ref}` expired ({', '.join(reading.expired)}): their rows leave the model"
         return None
 
     def _replaced_sources(self, name: str) -> list[str]:
@@ -771,8 +820,21 @@ class _Run:
                 "only_stale": self.request.only_stale,
                 "full_refresh": self.request.full_refresh,
                 **({"partitions": list(self.request.partitions)} if self.request.partitions else {}),
+                **(
+                    {business.SOURCE_VERSIONS: {name: read.version() for name, read in self.business.items()}}
+                    if self.business
+                    else {}
+                ),
             },
         )
+        for name, read in self.business.items():
+            self.writer.add_ledger(
+                self.entry,
+                name,
+                read.consumed if read.reset_reason else read.new,
+                read.reset_reason,
+                read.expired,
+            )
         for read in self.sources.values():
             self.writer.add_source(
                 self.entry,

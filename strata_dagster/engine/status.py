@@ -13,6 +13,7 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
+from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
@@ -149,6 +150,11 @@ def _reading(session: Session, context: ProjectContext, name: str) -> _Reading:
 
 def read_source_state(session: Session, context: ProjectContext, name: str) -> SourceState:
     source = context.project.sources[name]
+    if source.is_business_versioned and name not in context.overrides and source.partitioned_by is not None:
+        # Versioned by its partition ledger: what the next run would record, no row read.
+        fingerprint, rows = business.observed_version(session, context, name)
+        relation = source_table(source, context.project, {})
+        return SourceState(name, render(relation), fingerprint, rows, None, (source.partitioned_by.column,))
     reading = _reading(session, context, name)
     if reading.whole is not None and reading.basis == WHOLE_ROW:
         return _state(name, reading.relation, reading.whole, reading.is_replaced)

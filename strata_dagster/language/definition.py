@@ -25,9 +25,14 @@ JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
 VERSIONING_KINDS: tuple[str, ...] = get_args(VersioningKind)
+# Versioned by their partition structure (seed 004) rather than by their rows.
+BUSINESS_VERSIONINGS: tuple[str, ...] = ("append_only_partitions", "sliding_window", "partition_expiry")
 # How often a model whose rows depend on the clock (now(), random(), ...) is rebuilt.
 Refresh = Literal["always", "hourly", "daily"]
 REFRESHES: tuple[str, ...] = get_args(Refresh)
+# What a run does when a business-versioned source breaks an assumption it declared.
+OnViolation = Literal["error", "rebuild"]
+ON_VIOLATIONS: tuple[str, ...] = get_args(OnViolation)
 # Where a model's result lives: a snapshot table (default), or a view over its inputs that stores nothing.
 Materialize = Literal["table", "view"]
 MATERIALIZATIONS: tuple[str, ...] = get_args(Materialize)
@@ -174,7 +179,16 @@ class Source:
     versioning: Versioning = Versioning()
     is_immutable_partitions: bool = False
     is_monotonic_partitions: bool = False
+    # A file source's partition is complete once this file is in its folder (e.g. '_SUCCESS').
+    complete_when: str | None = None
+    # The newest N partitions are not consumed until later ones exist (still being written).
+    settle: int | None = None
+    on_violation: OnViolation = "error"
     description: str | None = None
+
+    @property
+    def is_business_versioned(self) -> bool:
+        return self.versioning.kind in BUSINESS_VERSIONINGS
 
     @property
     def table_name(self) -> str:

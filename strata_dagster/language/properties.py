@@ -21,6 +21,7 @@ from strata_dagster.errors import (
 from strata_dagster.language.definition import (
     MATERIALIZATIONS,
     MERGE_STRATEGIES,
+    ON_VIOLATIONS,
     REFRESHES,
     ContractColumn,
     Freshness,
@@ -229,6 +230,26 @@ def as_versioning(prop: RawProperty) -> Versioning:
     )
 
 
+def as_count(prop: RawProperty) -> int:
+    value = _needs_value(prop, "1")
+    if not value.text.isdigit():
+        raise _bad_value(prop, "a whole number of partitions", "1")
+    return int(value.text)
+
+
+def as_on_violation(prop: RawProperty) -> str:
+    value = _needs_value(prop, "error")
+    if value.text not in ON_VIOLATIONS:
+        raise StrataError(
+            E_PROPERTY_VALUE,
+            f"`on_violation` expects {' or '.join(ON_VIOLATIONS)}, got `{value.text}`",
+            value.location,
+            hint="write `on_violation: error` (stop and say what broke) or `on_violation: rebuild` "
+            "(rebuild from the source as it is now)" + _did_you_mean(value.text, ON_VIOLATIONS),
+        )
+    return value.text
+
+
 def as_interval(prop: RawProperty) -> str:
     text = as_string(prop)
     if not re.fullmatch(r"\s*\d+\s+(second|minute|hour|day)s?\s*", text, re.IGNORECASE):
@@ -338,6 +359,9 @@ _SOURCE_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "versioning": ("versioning", as_versioning),
     "immutable_partitions": ("is_immutable_partitions", as_bool),
     "monotonic_partitions": ("is_monotonic_partitions", as_bool),
+    "complete_when": ("complete_when", as_string),
+    "settle": ("settle", as_count),
+    "on_violation": ("on_violation", as_on_violation),
     "description": ("description", as_string),
 }
 
@@ -439,6 +463,7 @@ def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataErr
                 hint="add `partitioned_by: day(column)` or remove `start`",
             )
         )
+    errors.extend(_business_property_errors(source, where))
     kind = source.versioning.kind
     if kind in ("append_only_partitions", "sliding_window", "partition_expiry"):
         if source.partitioned_by is None:
@@ -470,4 +495,30 @@ def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataErr
                     + " if they hold, otherwise use `versioning: full`",
                 )
             )
+    return errors
+
+
+def _business_property_errors(source: Source, where: dict[str, Location]) -> list[StrataError]:
+    """`complete_when`, `settle` and `on_violation` belong to business-driven versioning only, and
+    a completeness marker to files only."""
+    errors = []
+    for name in ("complete_when", "settle", "on_violation"):
+        if name in where and not source.is_business_versioned:
+            errors.append(
+                StrataError(
+                    E_SOURCE,
+                    f"source `{source.name}` sets `{name}` but is not versioned by its partitions",
+                    where[name],
+                    hint="use it with `versioning: append_only_partitions` (or sliding_window / partition_expiry)",
+                )
+            )
+    if "complete_when" in where and source.path is None:
+        errors.append(
+            StrataError(
+                E_SOURCE,
+                f"source `{source.name}` sets `complete_when` but reads a table, not files",
+                where["complete_when"],
+                hint="a table's partition is complete when later ones exist: use `settle: N`",
+            )
+        )
     return errors

@@ -37,6 +37,7 @@ from strata_dagster.language.definition import Project
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.io_manager import _contract, _raw
 from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.source_checks import source_ledger_checks
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 from strata_dagster.orchestration.unit_test_checks import tested_models, unit_test_checks
 
@@ -87,12 +88,19 @@ def build_checks(
     verifiable = {
         translator.get_asset_key(nodes[name]): name for name in project.order if is_verifiable(project, name)
     }
-    if not verifiable:
+    ledgers = {
+        translator.get_asset_key(nodes[name]): name
+        for name, source in project.sources.items()
+        if source.is_business_versioned and name in nodes
+    }
+    if not verifiable and not ledgers:
         return StrataChecks(checks)
-    equivalence = equivalence_checks(verifiable)
+    deep = [equivalence_checks(verifiable)] if verifiable else []
+    if ledgers:
+        deep.append(source_ledger_checks(ledgers))
     job = dg.define_asset_job(
         VERIFY_JOB,
-        selection=dg.AssetSelection.checks(equivalence),
+        selection=dg.AssetSelection.checks(*deep),
         description=(
             "Compare every incremental or partitioned strata model's live view with a full rebuild "
             "(scratch space, rolled back): the strata_incremental_equals_full checks only."
@@ -109,7 +117,7 @@ def build_checks(
                 description="Periodic verification: incremental models against full rebuilds.",
             )
         )
-    return StrataChecks([*checks, equivalence], [job], schedules)
+    return StrataChecks([*checks, *deep], [job], schedules)
 
 
 def python_model_pins(assets: Sequence[dg.AssetsDefinition]) -> dict[dg.AssetKey, tuple[str, Pins]]:

@@ -71,6 +71,8 @@ WHY_KEY: Final = "strata/why"
 BACKFILL_OF_KEY: Final = "strata/backfill_of"
 OVERRIDES_KEY: Final = "strata/overrides"
 FULL_REFRESH_KEY: Final = "strata/full_refresh"
+# Business-versioned sources a build read: each one's last consumed partition (its version).
+SOURCE_VERSIONS_KEY: Final = "strata/source_versions"
 COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
 REFRESH_KEY: Final = "strata/refresh"

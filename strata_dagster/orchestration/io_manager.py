@@ -24,6 +24,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.business import SOURCE_VERSIONS
 from strata_dagster.engine.columns import live_columns
 from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
@@ -292,6 +293,11 @@ def _build_metadata(result: RunResult, outcome: ModelOutcome, build: StrataBuild
         c.SQL_KEY: dg.MetadataValue.md(f"```sql\n{build.sql}\n```"),
     }
     detail = getattr(outcome, "detail", None)
+    versions = (detail or {}).get(SOURCE_VERSIONS)
+    if versions:
+        metadata[c.SOURCE_VERSIONS_KEY] = dg.MetadataValue.json(
+            {source: version.get("last_partition") for source, version in versions.items()}
+        )
     if detail:
         metadata[c.DETAIL_KEY] = dg.MetadataValue.json(
             {key: value for key, value in detail.items() if key != "segment_sql"}

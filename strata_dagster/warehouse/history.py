@@ -10,6 +10,7 @@ from typing import Any
 
 import duckdb
 
+from strata_dagster.warehouse.ledger import PartitionEvidence, write_ledger
 from strata_dagster.warehouse.sql import ENGINE_VERSION
 
 
@@ -280,6 +281,16 @@ class HistoryWriter:
             "INSERT INTO strata.entry_sources VALUES (?, ?, ?, ?, ?, ?, ?)",
             [entry, source, partition_key, relation, fingerprint, rows, list(row_basis) or None],
         )
+
+    def add_ledger(
+        self,
+        entry: int,
+        source: str,
+        partitions: Sequence[PartitionEvidence],
+        reset_reason: str | None,
+        expired: Sequence[str] = (),
+    ) -> None:
+        write_ledger(self.con, entry, source, partitions, reset_reason, expired)
 
     def add_snapshot(self, record: SnapshotRecord) -> None:
         self.add_snapshots([record])

@@ -95,6 +95,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # What a source's rows were hashed over: NULL for whole rows, else the columns (its cdc column).
         "ALTER TABLE strata.entry_sources ADD COLUMN row_basis VARCHAR[]",
     ),
+    (
+        # Partition ledgers of business-versioned sources (warehouse.ledger): each consumed
+        # partition with the evidence of its content; a reset row (evidence: why) starts a new one.
+        """CREATE TABLE strata.source_ledger (
+            entry BIGINT NOT NULL,
+            source VARCHAR NOT NULL,
+            partition_key VARCHAR,
+            row_count BIGINT,
+            evidence VARCHAR,
+            is_reset BOOLEAN NOT NULL,
+            -- hash of the partition's rows when consumed, for `strata verify --sources`
+            row_hash_sum VARCHAR
+        )""",
+    ),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -85,6 +86,28 @@ def source_table(source: Source, project: Project, overrides: Mapping[str, str])
     return source_relation(source, str(project.root))
 
 
+def schema_relation(source: Source, project: Project, overrides: Mapping[str, str]) -> exp.Table:
+    """What to describe for a source's schema: its relation, or for a business-versioned Parquet
+    folder one of its files (read the same way, hive column included), which spares globbing and
+    sniffing thousands of partition folders on every run."""
+    relation = source_table(source, project, overrides)
+    if (
+        source.name in overrides
+        or not source.is_business_versioned
+        or not isinstance(relation.this, exp.Func)
+    ):
+        return relation
+    reader = relation.this
+    pattern = reader.expressions[0]
+    # Any one file: glob lazily, never listing every partition folder.
+    first = next(glob.iglob(pattern.this), None) if isinstance(pattern, exp.Literal) else None
+    if first is None:
+        return relation
+    one = reader.copy()
+    one.expressions[0].replace(exp.Literal.string(first))
+    return exp.Table(this=one)
+
+
 def check_overrides_exist(con: duckdb.DuckDBPyConnection, overrides: Mapping[str, str]) -> None:
     for name, target in overrides.items():
         if not relation_exists(con, parse_table_name(target)):
@@ -102,7 +125,7 @@ def source_schemas(
     schemas = {}
     for name, source in project.sources.items():
         try:
-            schemas[name] = describe(con, source_table(source, project, overrides))
+            schemas[name] = describe(con, schema_relation(source, project, overrides))
         except (
             duckdb.CatalogException,
             duckdb.IOException,

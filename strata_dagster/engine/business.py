@@ -1,0 +1,354 @@
+"""Business-driven versioning (seed 004): a source without change signals is versioned by the
+partitions it holds, under the assumptions its declaration states.
+
+Each run lists the source's partitions with cheap evidence (warehouse.ledger) and compares them
+with the ledger of consumed partitions: a consumed partition whose evidence changed or that
+disappeared breaks immutability; a new partition at or before the last consumed one breaks
+monotonic arrival. `on_violation: error` stops the run (E052 / E053, nothing published);
+`on_violation: rebuild` starts a new ledger and the models reading the source rebuild what the
+change touches. New partitions are consumed in order, up to the first one not yet complete
+(`complete_when` marker missing, or among the newest `settle` partitions): the models read the
+source only up to that frontier, so a partition being written is never half read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from sqlglot import exp
+
+from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.engine.context import ProjectContext
+from strata_dagster.errors import E_PARTITION_BACKFILLED, E_PARTITION_CHANGED, E_PARTITION_LAYOUT, StrataError
+from strata_dagster.fingerprint import digest
+from strata_dagster.language.definition import Model, Source
+from strata_dagster.warehouse import ledger
+from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence, order_of
+from strata_dagster.warehouse.partitions import partition_key
+from strata_dagster.warehouse.segments import typed_literal
+from strata_dagster.warehouse.session import Session, WarehouseError
+from strata_dagster.warehouse.sources import schema_relation, source_table
+from strata_dagster.warehouse.sql import render
+
+# A detail key on a run's entry and a model's outcome: the business-versioned sources read.
+SOURCE_VERSIONS = "source_versions"
+
+
+@dataclass(frozen=True)
+class Violation:
+    code: str
+    partition: str
+    what: str
+
+
+@dataclass(frozen=True)
+class BusinessReading:
+    """A business-versioned source as one run reads it."""
+
+    source: str
+    relation: exp.Query  # the source up to its frontier: what every model of the run reads
+    fingerprint: str
+    row_count: int
+    basis: tuple[str, ...]
+    consumed: tuple[PartitionEvidence, ...]  # the ledger after this run
+    new: tuple[PartitionEvidence, ...]  # consumed by this run
+    deferred: tuple[str, ...]  # listed, not consumed yet (incomplete, or after an incomplete one)
+    reset_reason: str | None  # this run starts a new ledger, and why
+    violations: tuple[Violation, ...] = ()
+    expired: tuple[str, ...] = ()  # consumed partitions that left by `partition_expiry(N)`
+    columns: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def last_partition(self) -> str | None:
+        return self.consumed[-1].key if self.consumed else None
+
+    def version(self) -> dict[str, object]:
+        """What history and Dagster show as the source's version."""
+        return {
+            "last_partition": self.last_partition,
+            "partitions": len(self.consumed),
+            "new_partitions": [item.key for item in self.new],
+            "deferred_partitions": list(self.deferred),
+            **({"ledger_reset": self.reset_reason} if self.reset_reason else {}),
+            **({"expired_partitions": list(self.expired)} if self.expired else {}),
+        }
+
+
+def _file_pattern(source: Source, context: ProjectContext) -> str:
+    relation = source_table(source, context.project, {})
+    pattern = relation.this.expressions[0] if isinstance(relation.this, exp.Func) else None
+    assert isinstance(pattern, exp.Literal)
+    return pattern.this
+
+
+def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
+    spec = source.partitioned_by
+    assert spec is not None
+    if spec.grain == "key" and not types.get(spec.column, "").upper().startswith(("DATE", "TIMESTAMP")):
+        return exp.column(spec.column)
+    return partition_key(spec.column, spec.grain)
+
+
+def list_partitions(session: Session, source: Source, context: ProjectContext) -> list[PartitionEvidence]:
+    """The source's partitions now, with their evidence and completeness."""
+    spec = source.partitioned_by
+    assert spec is not None
+    if source.path is not None:
+        found, stray = ledger.list_file_partitions(
+            session.con, _file_pattern(source, context), spec.column, source.complete_when
+        )
+        if stray:
+            raise StrataError(
+                E_PARTITION_LAYOUT,
+                f"source `{source.name}` is partitioned by `{spec.column}` but `{stray[0]}` sits in no "
+                f"`{spec.column}=value/` folder",
+                source.location,
+                hint=f"write the files under `{spec.column}=<value>/` folders, or fix `path:` so it matches only those",
+            )
+    else:
+        relation = source_table(source, context.project, context.overrides)
+        types = dict(session.describe(relation))
+        found = ledger.list_table_partitions(
+            session.con, relation, key_expression(source, types), spec.column
+        )
+    if source.settle:
+        settled = len(found) - source.settle
+        found = [
+            item
+            if index < settled
+            else PartitionEvidence(item.key, item.rows, item.evidence, item.files, False)
+            for index, item in enumerate(found)
+        ]
+    return found
+
+
+def _counted(session: Session, items: list[PartitionEvidence]) -> list[PartitionEvidence]:
+    """File partitions about to be consumed, with their footers' row counts."""
+    if any(item.rows == ledger.UNCOUNTED for item in items):
+        return ledger.with_footer_rows(session.con, items)
+    return items
+
+
+def expired_of(
+    listed: list[PartitionEvidence], consumed: dict[str, LedgerEntry], retained: int | None
+) -> set[str]:
+    """Consumed partitions that left the source by `partition_expiry(N)`: gone, and older than the
+    newest N partitions (listed or consumed). None expire under other kinds."""
+    if retained is None:
+        return set()
+    keys = sorted(set(consumed) | {item.key for item in listed}, key=order_of)
+    newest = set(keys[-retained:]) if retained else set()
+    now = {item.key for item in listed}
+    return {key for key in consumed if key not in now and key not in newest}
+
+
+def violations_of(
+    listed: list[PartitionEvidence],
+    consumed: dict[str, LedgerEntry],
+    expired: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[Violation]:
+    """What the listing says about the declared assumptions, against the ledger (an expired
+    partition is not a violation)."""
+    found: list[Violation] = []
+    now = {item.key: item for item in listed}
+    for key, entry in sorted(consumed.items(), key=lambda pair: order_of(pair[0])):
+        item = now.get(key)
+        if key in expired:
+            continue
+        if item is None:
+            found.append(Violation(E_PARTITION_CHANGED, key, f"consumed partition `{key}` is gone"))
+        elif item.evidence != entry.evidence:
+            found.append(
+                Violation(
+                    E_PARTITION_CHANGED,
+                    key,
+                    f"consumed partition `{key}` changed: recorded [{entry.evidence}], now [{item.evidence}]",
+                )
+            )
+    if consumed:
+        last = max(consumed, key=order_of)
+        for item in listed:
+            if item.key not in consumed and order_of(item.key) <= order_of(last):
+                found.append(
+                    Violation(
+                        E_PARTITION_BACKFILLED,
+                        item.key,
+                        f"new partition `{item.key}` arrived at or before the last consumed one (`{last}`)",
+                    )
+                )
+    return found
+
+
+def _violation_error(source: Source, violation: Violation) -> StrataError:
+    gate = "immutable_partitions" if violation.code == E_PARTITION_CHANGED else "monotonic_partitions"
+    return StrataError(
+        violation.code,
+        f"source `{source.name}` breaks `{gate}`: {violation.what}; nothing was published",
+        subject=f"{source.name}/{violation.partition}",
+        hint="fix the upstream writer, or run with `--full-refresh` to rebuild from the source as it is now "
+        "(or declare `on_violation: rebuild` to do so automatically)",
+    )
+
+
+def _frontier(
+    listed: list[PartitionEvidence], consumed: set[str]
+) -> tuple[list[PartitionEvidence], list[str]]:
+    """Partitions to consume now, in order, stopping at the first incomplete one; and the deferred."""
+    taken: list[PartitionEvidence] = []
+    deferred: list[str] = []
+    for item in listed:
+        if item.key in consumed:
+            continue
+        if deferred or not item.is_complete:
+            deferred.append(item.key)
+        else:
+            taken.append(item)
+    return taken, deferred
+
+
+def read_business_source(
+    session: Session, context: ProjectContext, name: str, *, is_full_refresh: bool, is_hashed: bool = True
+) -> BusinessReading:
+    """List, check and choose what this run consumes of a business-versioned source. Raises E052 /
+    E053 for a broken assumption under `on_violation: error`."""
+    source = context.project.sources[name]
+    spec = source.partitioned_by
+    assert spec is not None
+    listed = list_partitions(session, source, context)
+    recorded = ledger.read_ledger(session.con, name)
+    retained = source.versioning.window if source.versioning.kind == "partition_expiry" else None
+    expired = expired_of(listed, recorded or {}, retained)
+    violations = violations_of(listed, recorded or {}, expired)
+    reset_reason: str | None = None
+    if recorded is None:
+        reset_reason = "first read of the source"
+    elif is_full_refresh:
+        reset_reason = "full refresh requested"
+    elif violations:
+        if source.on_violation == "error":
+            raise _violation_error(source, violations[0])
+        reset_reason = "; ".join(violation.what for violation in violations)
+    if reset_reason is not None:
+        new, deferred = _frontier(listed, set())
+        new = _counted(session, new)
+        consumed = new
+    else:
+        assert recorded is not None
+        new, deferred = _frontier(listed, set(recorded))
+        new = _counted(session, new)
+        kept = [replace(item, rows=recorded[item.key].rows) for item in listed if item.key in recorded]
+        consumed = sorted([*kept, *new], key=lambda item: order_of(item.key))
+    relation = source_table(source, context.project, {})
+    try:
+        columns = session.describe(schema_relation(source, context.project, {}))
+    except WarehouseError:
+        columns = ()
+    types = dict(columns)
+    key = key_expression(source, types)
+    key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
+    reading = exp.select("*").from_(relation)
+    if consumed:
+        reading = reading.where(exp.LTE(this=key, expression=typed_literal(consumed[-1].key, key_type)))
+    else:
+        reading = reading.where(exp.false())
+    to_hash = consumed if reset_reason else new
+    hashed = _with_row_hashes(session, source, context, key, to_hash) if is_hashed else to_hash
+    new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
+    if reset_reason is not None:
+        consumed = hashed
+    fingerprint = digest(
+        "business", source.versioning.kind, columns, tuple((item.key, item.evidence) for item in consumed)
+    )
+    return BusinessReading(
+        name,
+        reading,
+        fingerprint,
+        sum(item.rows for item in consumed),
+        (spec.column,),
+        tuple(consumed),
+        tuple(new),
+        tuple(deferred),
+        reset_reason,
+        tuple(violations) if reset_reason is not None and recorded is not None else (),
+        tuple(sorted(expired, key=order_of)) if reset_reason is None else (),
+        columns,
+    )
+
+
+def observed_version(session: Session, context: ProjectContext, name: str) -> tuple[str, int]:
+    """The fingerprint and row count the next run would record for the source, read without
+    writing or hashing rows; a broken assumption is not raised here (the run reports it) but gives
+    a fingerprint of the listing, so an observer sees a change."""
+    try:
+        reading = read_business_source(session, context, name, is_full_refresh=False, is_hashed=False)
+    except StrataError as error:
+        if error.code not in (E_PARTITION_CHANGED, E_PARTITION_BACKFILLED):
+            raise
+        listed = list_partitions(session, context.project.sources[name], context)
+        evidence = tuple((item.key, item.evidence) for item in listed)
+        return digest("business-broken", evidence), sum(max(item.rows, 0) for item in listed)
+    return reading.fingerprint, reading.row_count
+
+
+def _with_row_hashes(
+    session: Session,
+    source: Source,
+    context: ProjectContext,
+    key: exp.Expression,
+    items: list[PartitionEvidence],
+) -> list[PartitionEvidence]:
+    """`items` with the hash of their rows, read from their own files (or partitions) only: what
+    `strata verify --sources` later compares the whole source with."""
+    if not items:
+        return items
+    relation: exp.Expression
+    if source.path is not None:
+        files = exp.Array(expressions=[exp.Literal.string(file) for item in items for file in item.files])
+        hive = exp.EQ(this=exp.column("hive_partitioning"), expression=exp.true())
+        relation = exp.Table(this=exp.func("read_parquet", files, hive))
+    else:
+        keys = [exp.Literal.string(item.key) for item in items]
+        text = exp.cast(key.copy(), "VARCHAR")
+        relation = (
+            exp.select("*")
+            .from_(source_table(source, context.project, context.overrides))
+            .where(exp.In(this=text, expressions=keys))
+        )
+    groups = session.content_by_group(relation, key)
+    return [replace(item, row_hash_sum=groups.get(item.key, (0, "0"))[1]) for item in items]
+
+
+def partition_groups(reading: BusinessReading, grain: str) -> dict[str | None, tuple[int, str]]:
+    """The consumed partitions' evidence as per-partition figures of a model partitioned like the
+    source (its day, or its month): what its partition-complete builds compare, no row read."""
+    groups: dict[str | None, list[PartitionEvidence]] = {}
+    for item in reading.consumed:
+        day = item.key[:10]
+        key = f"{day[:7]}-01" if grain == "month" else day
+        groups.setdefault(key, []).append(item)
+    return {
+        key: (sum(item.rows for item in items), digest(*[(item.key, item.evidence) for item in items]))
+        for key, items in groups.items()
+    }
+
+
+def describe_relation(reading: BusinessReading) -> str:
+    return render(reading.relation)
+
+
+def is_cut_like_source(model: Model, compiled: CompiledModel, source: Source) -> bool:
+    """Whether the model's partition column is the source's partition column carried unchanged,
+    at the source's grain or a coarser one: then each model partition is a union of source ones."""
+    spec = model.properties.partitioned_by
+    source_spec = source.partitioned_by
+    if spec is None or source_spec is None or compiled.base_relation != source.name:
+        return False
+    base = compiled.traced_column(spec.column)
+    if base is None:
+        return False
+    raw = compiled.base_expression(base)
+    if isinstance(raw, exp.Cast):
+        raw = raw.this
+    if not isinstance(raw, exp.Column) or raw.name != source_spec.column:
+        return False
+    return source_spec.grain in ("day", "key") or spec.grain == "month"
