@@ -258,6 +258,10 @@ class Session:
         with _as_warehouse_errors():
             return partitions_meeting(self.con, relation, partition, values, keys_table, keys)
 
+    def refresh_serving(self, path: Path) -> serving.ServingState | None:
+        """Bring the serving copy up to date now (every write session also does on closing)."""
+        return refresh_serving(self.con, path)
+
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""
         return current_version(self.con) > 0
