@@ -70,6 +70,18 @@ def is_served(warehouse: Path) -> bool:
     return live_path(warehouse).exists()
 
 
+def served_view_count(warehouse: Path) -> int:
+    """How many live views readers see now (0 when the serving copy does not exist)."""
+    if not is_served(warehouse):
+        return 0
+    with open_live(warehouse) as con:
+        row = con.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal AND schema_name <> ?",
+            [READER_CATALOG, STATE_SCHEMA],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 @dataclass(frozen=True)
 class ServingState:
     entry: int
