@@ -58,6 +58,11 @@ def warehouse_state(warehouse: Path) -> list[list]:
         con.close()
 
 
+def assert_served_as_published(warehouse: Path) -> None:
+    """A fresh reader of the serving copy sees every live view exactly as the warehouse holds it."""
+    assert served_state(warehouse) == warehouse_state(warehouse)
+
+
 def poll(warehouse: Path, out: Path, stop: Path) -> None:
     with out.open("w") as sink:
         while not stop.exists():
