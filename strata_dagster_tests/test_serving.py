@@ -206,3 +206,13 @@ def test_gc_removes_retired_serving_files_only_after_the_grace(shop):
     assert len(list(serving_dir(warehouse).glob("catalog-*.duckdb"))) == 1
     assert live_path(warehouse).exists()
     assert served_state(warehouse) == warehouse_state(warehouse)
+
+
+def test_a_grace_that_is_not_seconds_is_a_gc_error(shop, monkeypatch):
+    project, warehouse, _ = shop
+    monkeypatch.setenv("STRATA_SERVING_GRACE", "soon")
+    result = strata("gc", str(project), "--warehouse", str(warehouse), "--keep", "1")
+    assert result.returncode == 1
+    assert "error[E034]" in result.stderr and "STRATA_SERVING_GRACE" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sql(warehouse, "SELECT count(*) FROM strata.dropped_snapshots") == [(0,)]  # nothing done
