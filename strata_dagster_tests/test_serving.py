@@ -210,6 +210,8 @@ def test_gc_removes_retired_serving_files_only_after_the_grace(shop):
 
 def test_a_grace_that_is_not_seconds_is_a_gc_error(shop, monkeypatch):
     project, warehouse, _ = shop
+    execute(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 1")
+    run_project(project, warehouse)  # the first run's replaced snapshots are gc's to drop
     monkeypatch.setenv("STRATA_SERVING_GRACE", "soon")
     result = strata("gc", str(project), "--warehouse", str(warehouse), "--keep", "1")
     assert result.returncode == 1
