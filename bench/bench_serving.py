@@ -140,7 +140,8 @@ def main() -> None:
             polls = sum(count["ok"] for count in counts)
             errors = sum(count["errors"] for count in counts)
             print(
-                f"  with 4 readers  {total:7.2f} s ({delays[-1]:+.0%}); readers: {polls} polls, {errors} errors"
+                f"  with 4 readers  {total:7.2f} s ({delays[-1]:+.0%}; {cpu_seconds[-1]:.2f} s CPU, "
+                f"{cpu_seconds[-1] / cpu_alone - 1:+.0%}); readers: {polls} polls, {errors} errors"
             )
         print(
             f"median 1% run {statistics.median(alone):.2f} s alone, {statistics.median(busy):.2f} s with 4 "
