@@ -218,3 +218,15 @@ def test_a_grace_that_is_not_seconds_is_a_gc_error(shop, monkeypatch):
     assert "error[E034]" in result.stderr and "STRATA_SERVING_GRACE" in result.stderr
     assert "Traceback" not in result.stderr
     assert sql(warehouse, "SELECT count(*) FROM strata.dropped_snapshots") == [(0,)]  # nothing done
+
+
+def test_a_serving_copy_that_cannot_be_written_is_e035_and_the_next_run_repairs_it(tmp_path):
+    project, warehouse = make_shop(tmp_path, rows=300)
+    serving_dir(warehouse).write_text("not a folder")  # as a full disk or a bad permission would
+    failed = strata("run", str(project), "--warehouse", str(warehouse))
+    assert failed.returncode == 1
+    assert "error[E035]" in failed.stderr and "Traceback" not in failed.stderr
+    assert sql(warehouse, "SELECT count(*) FROM strata.entries") == [(1,)]  # the warehouse is published
+    serving_dir(warehouse).unlink()
+    assert run_project(project, warehouse, only_stale=True).run_id is None
+    assert served_state(warehouse) == warehouse_state(warehouse)
