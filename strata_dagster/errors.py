@@ -49,6 +49,8 @@ E_CONTRACT: Final = "E031"
 E_BUILD: Final = "E032"
 E_RESOURCE_LIMIT: Final = "E033"
 E_GC: Final = "E034"
+E_SERVING: Final = "E035"
+E_NOT_SERVED: Final = "E036"
 E_VERIFY_PARTITIONS: Final = "E040"
 E_VERIFY_LIVE: Final = "E041"
 E_PARTITION_TYPE: Final = "E050"
@@ -95,6 +97,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_BUILD: "DuckDB rejected a model's SQL while building it",
     E_RESOURCE_LIMIT: "a build exceeded the memory or spill-space limit, or a limit is not a size",
     E_GC: "a `strata gc` option that cannot be read, or a compaction that could not complete",
+    E_SERVING: "the writer published, but could not write the serving copy readers open",
+    E_NOT_SERVED: "`strata connect` on a warehouse where nothing is published yet",
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day, month or range, or no partition of the selected "
     "models (wrong grain, before `start` or the data, in the future), or no partitioned model selected",
     E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",

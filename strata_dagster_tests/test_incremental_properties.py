@@ -21,6 +21,7 @@ from strata_dagster_tests.incremental_support import (
     multiset,
     with_lateness,
 )
+from strata_dagster_tests.serving_support import assert_served_as_published
 
 T0 = dt.datetime(2025, 1, 1)
 STATUSES = ["open", "paid", "void"]
@@ -201,6 +202,7 @@ def test_random_histories(tmp_path_factory, history, versioning, has_lateness):
                 check_append(con, model, result.outcome(model), previous[model], lateness, is_late_below)
         finally:
             con.close()
+        assert_served_as_published(warehouse)  # readers see exactly these incremental states
 
 
 @settings(
@@ -235,3 +237,4 @@ def test_random_histories_through_a_view_model(tmp_path_factory, history, versio
             )
         finally:
             con.close()
+        assert_served_as_published(warehouse)

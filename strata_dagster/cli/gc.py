@@ -69,6 +69,12 @@ def gc_command(
         f"reclaimed {result.reclaimed_bytes:,} bytes ({where})",
         markup=False,
     )
+    if result.serving.files_removed or result.serving.catalogs_removed:
+        console.print(
+            f"serving copy: removed {result.serving.catalogs_removed} retired catalog(s) and "
+            f"{result.serving.files_removed} file(s), {result.serving.bytes_removed:,} bytes",
+            markup=False,
+        )
 
 
 def gc_report(result: GcResult) -> dict[str, object]:
@@ -87,4 +93,7 @@ def gc_report(result: GcResult) -> dict[str, object]:
         "compacted": result.is_compacted,
         "file_bytes_before": result.file_bytes_before,
         "file_bytes_after": result.file_bytes_after,
+        "serving_catalogs_removed": result.serving.catalogs_removed,
+        "serving_files_removed": result.serving.files_removed,
+        "serving_bytes_removed": result.serving.bytes_removed,
     }

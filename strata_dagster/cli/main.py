@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from strata_dagster.cli.connect import connect_command
 from strata_dagster.cli.gc import gc_command
 from strata_dagster.cli.options import (
     apply_resource_limits,
@@ -159,6 +160,7 @@ main.add_command(verify_command)
 main.add_command(test_command)
 main.add_command(gc_command)
 main.add_command(plan_command)
+main.add_command(connect_command)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from strata_dagster.warehouse.pins import (
     duplicate_keys,
     row_count,
 )
-from strata_dagster.warehouse.session import WarehouseError, open_session
+from strata_dagster.warehouse.session import WarehouseError, open_live_session, open_session
 from strata_dagster.warehouse.sql import render
 
 Contract = tuple[tuple[str, str, bool], ...]  # (column, type, is_not_null)
@@ -100,9 +100,10 @@ class LivePins:
 def check_live_pins(
     warehouse: Path | str, pins: Mapping[str, Pins], branch: str = DEFAULT_BRANCH, *, sample: int = 5
 ) -> dict[str, LivePins]:
-    """Measure each model's `pins` on its live view on `branch`, in one read-only session."""
+    """Measure each model's `pins` on its live view on `branch`, read through the serving copy
+    (never the writer's file: a check never holds up a run, nor waits for one)."""
     results = {}
-    with open_session(Path(warehouse), read_only=True) as session:
+    with open_live_session(Path(warehouse)) as session:
         for model, wanted in pins.items():
             view = model_view(model, branch)
             relation = render(view)

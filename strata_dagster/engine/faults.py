@@ -6,10 +6,9 @@ Set STRATA_KILL_AT to one of WRITE_STEPS; never set in production. The crash tes
 
 from __future__ import annotations
 
-import os
-import signal
+from strata_dagster.warehouse.faults import KILL_AT_ENV, checkpoint
 
-KILL_AT_ENV = "STRATA_KILL_AT"
+__all__ = ["COMPACT_STEPS", "KILL_AT_ENV", "WRITE_STEPS", "checkpoint"]
 WRITE_STEPS = (
     "migrated",
     "transaction_started",
@@ -22,8 +21,3 @@ WRITE_STEPS = (
 # The steps of `strata gc --compact` (warehouse/compaction.py), after each of which a crash
 # leaves a complete warehouse file: the old one, or the compacted one.
 COMPACT_STEPS = ("compact_copied", "compact_verified", "compact_replaced")
-
-
-def checkpoint(step: str) -> None:
-    if os.environ.get(KILL_AT_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)

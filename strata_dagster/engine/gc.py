@@ -20,6 +20,7 @@ from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
+from strata_dagster.warehouse.serving import ServingCollection, collect, grace_seconds
 from strata_dagster.warehouse.session import Session, open_session
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$", re.IGNORECASE)
@@ -48,6 +49,8 @@ class GcResult:
     file_bytes_before: int
     file_bytes_after: int
     is_compacted: bool
+    # The serving copy's retired catalogs and Parquet files removed (warehouse/serving.py).
+    serving: ServingCollection = ServingCollection(0, 0, 0)
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -70,6 +73,7 @@ def gc(
         )
     if keep is not None and keep < 0:
         raise StrataError(E_GC, f"--keep {keep} is negative", hint="give a number of runs, 0 or more")
+    grace = grace_seconds()  # read before anything is dropped: a bad value changes nothing
     moment = now if now is not None else _now()
     before = file_bytes(warehouse) if warehouse.exists() else 0
     with open_session(warehouse, must_exist=True) as session:
@@ -87,11 +91,20 @@ def gc(
             _drop(session, doomed, keep, older_than)
         session.checkpoint()
         reclaimed = session.free_bytes() - free_before
+        # Under the writer's lock, with the catalog current: no other writer is exporting files.
+        session.refresh_serving(warehouse)
+        collected = collect(warehouse, grace)
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
     return GcResult(
-        tuple(doomed), len(kept_entries), max(reclaimed, 0), before, file_bytes(warehouse), compact_file
+        tuple(doomed),
+        len(kept_entries),
+        max(reclaimed, 0),
+        before,
+        file_bytes(warehouse),
+        compact_file,
+        collected,
     )
 
 

@@ -28,7 +28,7 @@ from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.partitions import content_by_partition, read_rows
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.session import Session, WarehouseError, open_live_session, open_session
 from strata_dagster.warehouse.sources import source_table
 
 
@@ -158,10 +158,10 @@ def read_model(
     keys: Iterable[str] | None = None,
     branch: str = DEFAULT_BRANCH,
 ) -> pa.Table:
-    """The live rows of model `name` (those of partitions `keys` only, when given)."""
+    """The live rows of model `name` (those of partitions `keys` only, when given), as last published."""
     spec = project.models[name].properties.partitioned_by if name in project.models else None
-    with open_session(Path(warehouse)) as session:
-        session.attach_sources(project)  # a view model reads its sources' databases
+    # Through the serving copy: a consumer never holds the writer's file (nor waits for it).
+    with open_live_session(Path(warehouse)) as session:
         try:
             if spec is None or keys is None:
                 return read_rows(session, model_view(name, branch))

@@ -15,12 +15,14 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
+from strata_dagster.errors import E_SERVING, StrataError
 from strata_dagster.language.definition import Project
+from strata_dagster.warehouse import serving, tables
 from strata_dagster.warehouse import sources as source_reading
-from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
+from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
 from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
@@ -256,6 +258,10 @@ class Session:
         with _as_warehouse_errors():
             return partitions_meeting(self.con, relation, partition, values, keys_table, keys)
 
+    def refresh_serving(self, path: Path) -> serving.ServingState | None:
+        """Bring the serving copy up to date now (every write session also does on closing)."""
+        return refresh_serving(self.con, path)
+
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""
         return current_version(self.con) > 0
@@ -321,6 +327,36 @@ def open_session(
             yield Session(con)
         except duckdb.OutOfMemoryException as error:
             raise exceeded_error(error) from None
+        if not read_only:
+            refresh_serving(con, path)
+
+
+def refresh_serving(con: duckdb.DuckDBPyConnection, path: Path) -> serving.ServingState | None:
+    """Bring the serving copy readers open up to what this writer published (a no-op when it
+    already is). Every write session ends here, so a crash that skipped it is repaired by the next."""
+    try:
+        return serving.refresh(con, path, on_step=checkpoint)
+    except (duckdb.Error, OSError) as error:
+        raise StrataError(
+            E_SERVING,
+            f"the warehouse `{path}` is published, but its serving copy for readers could not be written: "
+            f"{_first_line(error)}",
+            hint=f"readers still see the previous state; free space or fix permissions in `{serving.serving_dir(path)}`, "
+            "then run any writing command again (e.g. `strata run PROJECT --only-stale`)",
+        ) from None
+
+
+@contextmanager
+def open_live_session(path: Path) -> Iterator[Session]:
+    """A session that reads the live views through the serving copy, never the writer's file.
+
+    A warehouse published before the serving copy existed gets one first (a short write session).
+    """
+    if not serving.is_served(path):
+        with open_session(path, must_exist=True):
+            pass
+    with serving.open_live(path) as con:
+        yield Session(con)
 
 
 def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -1,0 +1,30 @@
+"""What readers use: the statement that opens the live views of a warehouse's serving copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strata_dagster.errors import E_NOT_SERVED, E_WAREHOUSE, StrataError
+from strata_dagster.warehouse import serving
+from strata_dagster.warehouse.session import open_session
+
+
+def reader_statement_for(warehouse: Path) -> str:
+    """The SQL a fresh DuckDB connection runs to read `main.v_<model>` (and the branch schemas)
+    as last published. A warehouse written before the serving copy existed gets one first."""
+    if not warehouse.exists():
+        raise StrataError(
+            E_WAREHOUSE,
+            f"warehouse `{warehouse}` does not exist",
+            hint="check --warehouse (or STRATA_WAREHOUSE), or run `strata run PROJECT` first",
+        )
+    if not serving.is_served(warehouse):
+        with open_session(warehouse, must_exist=True):
+            pass  # closing a write session writes the serving copy
+    if serving.served_view_count(warehouse) == 0:
+        raise StrataError(
+            E_NOT_SERVED,
+            f"nothing is published in `{warehouse}` yet: readers would see no view",
+            hint="run `strata run PROJECT` first; its views are then readable while later runs write",
+        )
+    return serving.reader_statement(warehouse)

@@ -1,0 +1,40 @@
+"""A minimal SQL shell over the serving copy, for `strata connect` where no `duckdb` CLI is installed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from strata_dagster.warehouse.serving import reader_statement
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    error: str | None = None
+
+
+class ReaderShell:
+    """An in-memory DuckDB connection that ran `reader_statement`: the live views by their names."""
+
+    def __init__(self, warehouse: Path) -> None:
+        self.con = duckdb.connect()
+        self.con.execute(reader_statement(warehouse))
+
+    def execute(self, text: str, limit: int = 1_000) -> ShellResult:
+        try:
+            cursor = self.con.execute(text)
+            if cursor.description is None:
+                return ShellResult((), [])
+            return ShellResult(
+                tuple(str(column[0]) for column in cursor.description), cursor.fetchmany(limit)
+            )
+        except duckdb.Error as error:
+            return ShellResult((), [], str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+    def close(self) -> None:
+        self.con.close()

@@ -1,0 +1,439 @@
+"""The serving copy: what readers open, so that no reader ever holds the writer's file.
+
+DuckDB lets one process write a file and then no other process may open it, not even read-only;
+a reader's shared lock in turn blocks the writer. So readers never open the warehouse. After each
+write session the writer exports the snapshots its live views read to Parquet files (immutable,
+each once) and writes a small catalog file holding the same views, `<branch>.v_<model>`, over
+`read_parquet` of those files; then it switches a symlink to it with one rename. Readers ATTACH
+the symlink's path read-only (`reader_statement`): they see one whole published state, the one
+that was live when they attached, and never block or wait for the writer.
+
+    <warehouse>.serving/live.duckdb -> catalog-<digest>.duckdb   (switched by os.replace)
+    <warehouse>.serving/catalog-<digest>.duckdb, catalog-<digest>.json (the files it reads)
+    <warehouse>.serving/data/<snapshot table>.parquet
+
+Every step leaves the previous catalog live until the rename: a crash before it leaves readers at
+the previous whole state, and the next write session finds the catalog stale and writes it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from strata_dagster.compile.relations import VIEW_PREFIX
+from strata_dagster.errors import E_GC, StrataError
+from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.sql import DIALECT, data_type, render, run, table
+
+LIVE_NAME = "live.duckdb"
+READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
+STATE_SCHEMA = "strata_serving"
+STATE_TABLE = "publication"  # one row: the history entry and digest the catalog serves
+GRACE_ENV = "STRATA_SERVING_GRACE"
+DEFAULT_GRACE = 3600.0  # seconds a retired catalog stays readable before gc removes it
+# Steps after which a crash leaves the previous catalog live (crash tests, warehouse.faults).
+SERVING_STEPS = ("serving_exported", "serving_catalog_written", "serving_switched")
+_NEW_CATALOG = "__strata_serving_new"
+
+
+def serving_dir(warehouse: Path) -> Path:
+    return warehouse.with_name(warehouse.name + ".serving")
+
+
+def live_path(warehouse: Path) -> Path:
+    """The stable path readers attach: a symlink to the current catalog file."""
+    return serving_dir(warehouse) / LIVE_NAME
+
+
+def reader_statement(warehouse: Path) -> str:
+    """The SQL a fresh DuckDB connection runs to read the live views under their usual names."""
+    attach = exp.Attach(
+        this=exp.alias_(exp.Literal.string(str(live_path(warehouse).absolute())), READER_CATALOG),
+        expressions=[exp.AttachOption(this=exp.var("READ_ONLY"))],
+    )
+    use = exp.Use(this=exp.to_table(READER_CATALOG))
+    return f"{render(attach)}; {render(use)};"
+
+
+def is_served(warehouse: Path) -> bool:
+    return live_path(warehouse).exists()
+
+
+def served_view_count(warehouse: Path) -> int:
+    """How many live views readers see now (0 when the serving copy does not exist)."""
+    if not is_served(warehouse):
+        return 0
+    with open_live(warehouse) as con:
+        row = con.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal AND schema_name <> ?",
+            [READER_CATALOG, STATE_SCHEMA],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True)
+class ServingState:
+    entry: int
+    digest: str
+    catalog: Path
+    is_new: bool  # False: the live catalog already served this state
+    exported_files: int
+    exported_seconds: float
+
+
+@dataclass(frozen=True)
+class _ServedView:
+    schema: str
+    name: str
+    query: exp.Query  # over read_parquet of serving files
+
+
+def refresh(
+    con: duckdb.DuckDBPyConnection, warehouse: Path, on_step: Callable[[str], None] = lambda step: None
+) -> ServingState | None:
+    """Make the serving catalog show what the warehouse's live views show now (the writer's
+    connection, outside any transaction). None when nothing was ever published."""
+    if not _has_publications(con):
+        return None
+    folder = serving_dir(warehouse)
+    data = folder / "data"
+    entry = _latest_entry(con)
+    exports: dict[Path, exp.Query] = {}
+    kinds = _snapshot_kinds(con)
+    types = _column_types(con)
+    served = [
+        _served_view(kinds, types, data, entry, schema, name, sql, exports)
+        for schema, name, sql in _branch_views(con)
+    ]
+    digest = _digest(served)
+    catalog = folder / f"catalog-{digest}.duckdb"
+    live = live_path(warehouse)
+    if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
+        return ServingState(entry, digest, catalog, False, 0, 0.0)
+    data.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    written = sum(_export(con, path, query) for path, query in exports.items())
+    exported_seconds = time.perf_counter() - started
+    _fsync(data)
+    on_step("serving_exported")
+    # The manifest first: gc finds every catalog file through its manifest.
+    _write_manifest(catalog, sorted(path.name for path in exports))
+    _write_catalog(con, catalog, served, entry, digest)
+    on_step("serving_catalog_written")
+    previous = os.readlink(live) if live.is_symlink() else None
+    link = folder / f".{LIVE_NAME}.{os.getpid()}"
+    link.unlink(missing_ok=True)
+    link.symlink_to(catalog.name)
+    os.replace(link, live)
+    _fsync(folder)
+    if previous is not None and previous != catalog.name:
+        _retire(folder / previous)
+    on_step("serving_switched")
+    return ServingState(entry, digest, catalog, True, written, exported_seconds)
+
+
+def _has_publications(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = 'publications'",
+        [HISTORY_SCHEMA],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _latest_entry(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT coalesce(max(entry), 0) FROM strata.entries").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _branch_views(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
+    """(schema, view, stored SQL) of every live view of every branch, in a stable order."""
+    rows = con.execute(
+        "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
+        "AND NOT internal AND starts_with(view_name, ?) "
+        "AND schema_name IN (SELECT DISTINCT branch FROM strata.publications) ORDER BY 1, 2",
+        [VIEW_PREFIX],
+    ).fetchall()
+    return [(str(schema), str(name), str(sql)) for schema, name, sql in rows]
+
+
+def _snapshot_kinds(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    rows = con.execute(
+        "SELECT table_name, 'table' FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
+        "UNION ALL SELECT view_name, 'view' FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
+    ).fetchall()
+    return {str(name): str(kind) for name, kind in rows}
+
+
+def _column_types(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(schema, relation) -> its (column, type) list, for every relation of the warehouse."""
+    rows = con.execute(
+        "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = current_database() ORDER BY schema_name, table_name, column_index"
+    ).fetchall()
+    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for schema, relation, column, type_name in rows:
+        types.setdefault((str(schema), str(relation)), []).append((str(column), str(type_name)))
+    return types
+
+
+def _served_view(
+    kinds: dict[str, str],
+    types: dict[tuple[str, str], list[tuple[str, str]]],
+    data: Path,
+    entry: int,
+    schema: str,
+    name: str,
+    sql: str,
+    exports: dict[Path, exp.Query],
+) -> _ServedView:
+    """The view as readers get it, over Parquet files; the files it needs are added to `exports`.
+
+    A snapshot table is exported once (it never changes). A view snapshot (`materialize: view`)
+    reads its inputs live, sources included, so its rows are exported again at each history
+    entry. A view edited to read anything else is served as its rows at this entry.
+    """
+    query = _parse_view(sql)
+    if query is None or any(
+        node.db != SNAPSHOT_SCHEMA or node.name not in kinds for node in query.find_all(exp.Table)
+    ):
+        path = data / f"{schema}.{name}@{entry}.parquet"
+        columns = types.get((schema, name), [])
+        exports.setdefault(path, _export_query(table(name, schema), columns))
+        return _ServedView(schema, name, exp.select("*").from_(_read_parquet(path, name, columns)))
+    for node in list(query.find_all(exp.Table)):
+        snapshot = node.name
+        if kinds[snapshot] == "table":
+            path = data / f"{snapshot}.parquet"
+        else:
+            path = data / f"{snapshot}@{entry}.parquet"
+        columns = types.get((SNAPSHOT_SCHEMA, snapshot), [])
+        exports.setdefault(path, _export_query(table(snapshot, SNAPSHOT_SCHEMA), columns))
+        node.replace(_read_parquet(path, node.alias or snapshot, columns))
+    return _ServedView(schema, name, query)
+
+
+def _parse_view(sql: str) -> exp.Query | None:
+    try:
+        parsed = sqlglot.parse_one(sql, read=DIALECT)
+    except sqlglot.errors.ParseError:
+        return None
+    query = parsed.expression if isinstance(parsed, exp.Create) else parsed
+    return query if isinstance(query, exp.Query) else None
+
+
+# Parquet has no 128-bit integers (DuckDB would write doubles, losing digits): they travel as text.
+_AS_TEXT = ("HUGEINT", "UHUGEINT")
+# Types that come back from Parquet as another type (read back as written, then cast).
+_CHANGED = ("TIMESTAMP_S", "TIMESTAMP_MS", "BIT", "BIGNUM", "VARINT")
+
+
+def _travels_as_text(type_name: str) -> bool:
+    return any(name in type_name for name in _AS_TEXT)
+
+
+def _comes_back_changed(type_name: str) -> bool:
+    return (
+        _travels_as_text(type_name)
+        or type_name in _CHANGED
+        or type_name.startswith("ENUM(")
+        or re.search(r"\[\d+\]", type_name) is not None
+    )
+
+
+def _replaced(
+    columns: list[tuple[str, str]], keep: Callable[[str], bool], as_type: Callable[[str], str]
+) -> exp.Star:
+    return exp.Star(
+        replace=[
+            exp.cast(exp.column(column), data_type(as_type(type_name))).as_(column)
+            for column, type_name in columns
+            if keep(type_name)
+        ]
+        or None
+    )
+
+
+def _export_query(relation: exp.Table, columns: list[tuple[str, str]]) -> exp.Query:
+    return exp.select(_replaced(columns, _travels_as_text, lambda _: "VARCHAR")).from_(relation)
+
+
+def _read_parquet(path: Path, alias: str, columns: list[tuple[str, str]]) -> exp.Table | exp.Subquery:
+    """The file as a relation named `alias`, with the columns' warehouse types."""
+    files = exp.Table(this=exp.func("read_parquet", exp.Literal.string(str(path.absolute()))))
+    if not any(_comes_back_changed(type_name) for _, type_name in columns):
+        files.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        return files
+    typed = exp.select(_replaced(columns, _comes_back_changed, lambda type_name: type_name)).from_(files)
+    return typed.subquery(alias)
+
+
+def _digest(served: list[_ServedView]) -> str:
+    text = json.dumps([[view.schema, view.name, render(view.query)] for view in served])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _export(con: duckdb.DuckDBPyConnection, path: Path, query: exp.Query) -> int:
+    """Write `query`'s rows to `path` unless it exists; a crash leaves only a temporary name."""
+    if path.exists():
+        return 0
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    copy = exp.Copy(
+        this=query.subquery(),
+        kind=False,
+        files=[exp.Literal.string(str(staging))],
+        params=[exp.CopyParameter(this=exp.var("FORMAT"), expression=exp.var("parquet"))],
+    )
+    run(con, copy, consume=True)
+    _fsync(staging)
+    os.replace(staging, path)
+    return 1
+
+
+def _write_catalog(
+    con: duckdb.DuckDBPyConnection, catalog: Path, served: list[_ServedView], entry: int, digest: str
+) -> None:
+    staging = catalog.with_name(f".{catalog.name}.{os.getpid()}")
+    for leftover in (staging, staging.with_name(staging.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    attach = exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG))
+    run(con, attach)
+    try:
+        for schema in sorted({view.schema for view in served} | {STATE_SCHEMA}):
+            run(con, exp.Create(this=_in_new(schema), kind="SCHEMA", exists=True))
+        for view in served:
+            statement = exp.Create(this=_in_new(view.schema, view.name), kind="VIEW", expression=view.query)
+            run(con, statement)
+        state = _in_new(STATE_SCHEMA, STATE_TABLE)
+        run(
+            con,
+            exp.Create(
+                this=state,
+                kind="TABLE",
+                expression=exp.select(
+                    exp.cast(exp.Literal.number(entry), "BIGINT").as_("entry"),
+                    exp.Literal.string(digest).as_("digest"),
+                    exp.func("now").as_("published_at"),
+                ),
+            ),
+        )
+    finally:
+        run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
+    _fsync(staging)
+    os.replace(staging, catalog)
+
+
+def _in_new(schema: str, name: str | None = None) -> exp.Table:
+    if name is None:
+        return exp.Table(this=exp.to_identifier(schema), db=exp.to_identifier(_NEW_CATALOG))
+    node = table(name, schema)
+    node.set("catalog", exp.to_identifier(_NEW_CATALOG))
+    return node
+
+
+def _manifest(catalog: Path) -> Path:
+    return catalog.with_suffix(".json")
+
+
+def _write_manifest(catalog: Path, files: list[str]) -> None:
+    manifest = _manifest(catalog)
+    staging = manifest.with_name(f".{manifest.name}.{os.getpid()}")
+    staging.write_text(json.dumps({"files": files}))
+    os.replace(staging, manifest)
+
+
+def _retire(catalog: Path) -> None:
+    """Stamp when a catalog stopped being live: gc keeps it readable for the grace period."""
+    manifest = _manifest(catalog)
+    if manifest.exists():
+        os.utime(manifest)
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@dataclass(frozen=True)
+class ServingCollection:
+    catalogs_removed: int
+    files_removed: int
+    bytes_removed: int
+
+
+def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
+    """Remove the catalogs retired more than `grace` seconds ago and the files no kept catalog
+    reads. A reader attached to a removed catalog keeps its open file, but not the Parquet files."""
+    folder = serving_dir(warehouse)
+    if not folder.exists():
+        return ServingCollection(0, 0, 0)
+    wait = grace_seconds() if grace is None else grace
+    live = live_path(warehouse)
+    current = os.readlink(live) if live.is_symlink() else None
+    now = time.time()
+    kept: set[str] = set()
+    catalogs_removed = 0
+    for manifest in sorted(folder.glob("catalog-*.json")):
+        catalog = manifest.with_suffix(".duckdb")
+        if catalog.name == current or now - manifest.stat().st_mtime < wait:
+            kept.update(json.loads(manifest.read_text())["files"])
+            continue
+        catalog.unlink(missing_ok=True)
+        manifest.unlink()
+        catalogs_removed += 1
+    files_removed = bytes_removed = 0
+    for path in sorted((folder / "data").glob("*.parquet")):
+        if path.name not in kept:
+            bytes_removed += path.stat().st_size
+            path.unlink()
+            files_removed += 1
+    # Staging files of a write a crash cut short (never read: they have no final name).
+    for leftover in [*folder.glob(".*"), *(folder / "data").glob(".*")]:
+        if now - leftover.lstat().st_mtime >= wait:
+            leftover.unlink(missing_ok=True)
+    return ServingCollection(catalogs_removed, files_removed, bytes_removed)
+
+
+def grace_seconds() -> float:
+    raw = os.environ.get(GRACE_ENV)
+    if raw is None:
+        return DEFAULT_GRACE
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise StrataError(
+            E_GC,
+            f"{GRACE_ENV}={raw!r} is not a number of seconds (finite, 0 or more)",
+            hint=f"e.g. {GRACE_ENV}=3600, or unset it for {DEFAULT_GRACE:.0f}s",
+        )
+    return seconds
+
+
+@contextmanager
+def open_live(warehouse: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory connection reading the live views through the serving catalog."""
+    con = duckdb.connect()
+    try:
+        con.execute(reader_statement(warehouse))
+        yield con
+    finally:
+        con.close()
