@@ -1,10 +1,13 @@
 """Shared set-up for engine tests: a copy of the shop example with sample data in tmp_path."""
 
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from strata_dagster.engine.run import RunResult, run_project
 from strata_dagster.warehouse.sample_data import write_sample_data
 
 SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
@@ -91,3 +94,32 @@ def history_count(warehouse: Path) -> int:
 def row_multiset(warehouse: Path, relation: str) -> list:
     """Row-hash multiset of a relation (relation names here are test constants)."""
     return execute(warehouse, f"SELECT hash(r), count(*) FROM {relation} AS r GROUP BY 1 ORDER BY 1")
+
+
+def replay_history(
+    project: Path,
+    warehouse: Path,
+    history: Iterable[Any],
+    apply_step: Callable[[duckdb.DuckDBPyConnection, Any, int], None],
+    check: Callable[[duckdb.DuckDBPyConnection, Any, RunResult], None],
+    after_check: Callable[[], None] | None = None,
+    **run_options: Any,
+) -> None:
+    """Build `project` fully, then for each step of `history`: apply it to the sources (with its
+    clock, 1, 2, ...), build what is stale, and `check(con, step, result)` the live models against
+    full rebuilds, then `after_check()` with no connection open. `run_options` go to every run (e.g. `models`)."""
+    run_project(project, warehouse, **run_options)
+    for clock, step in enumerate(history, start=1):
+        con = duckdb.connect(str(warehouse))
+        try:
+            apply_step(con, step, clock)
+        finally:
+            con.close()
+        result = run_project(project, warehouse, only_stale=True, **run_options)
+        con = duckdb.connect(str(warehouse))
+        try:
+            check(con, step, result)
+        finally:
+            con.close()
+        if after_check is not None:
+            after_check()

@@ -1,5 +1,6 @@
 """A project with day- and month-partitioned models over one source of orders across many days."""
 
+import datetime as dt
 from pathlib import Path
 
 import duckdb
@@ -171,3 +172,48 @@ def compare_joined(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, obje
         f"SELECT (SELECT count(*) FROM ({live})) - (SELECT count(*) FROM ({full}))"
     ).fetchone()[0]
     return {"rows": rows, "groups": groups}
+
+
+# -- property tests: seeded sources, then a history of changes checked against full rebuilds -----
+
+START = dt.datetime(2026, 1, 1)
+EQUAL = {"rows": 0, "groups": 0, "totals": True}  # `compare` of a model equal to its full rebuild
+SEED_ORDERS = (
+    "INSERT INTO raw.orders SELECT range, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "
+    "CASE WHEN range % 7 = 0 THEN 'cancelled' ELSE 'paid' END, CASE WHEN range % 2 = 0 THEN 'web' ELSE 'shop' END, "
+    "range % 40 + 1 FROM range(300)"
+)
+SEED_CUSTOMERS = (
+    "INSERT INTO raw.customers SELECT range, 'c' || range, CASE WHEN range % 2 = 0 THEN 'n' ELSE 's' END, "
+    "CASE WHEN range % 3 = 0 THEN 'business' ELSE 'consumer' END FROM range(1, 26)"
+)
+SEED_JOINED_ORDERS = (
+    "INSERT INTO raw.orders SELECT range, range % 30 + 1, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "
+    "CASE WHEN range % 7 = 0 THEN 'cancelled' ELSE 'paid' END, range % 40 + 1 FROM range(300)"
+)
+
+
+def seed(warehouse: Path, *statements: str) -> None:
+    """Run `statements`, each `?` of them taking START (the first order's time)."""
+    con = duckdb.connect(str(warehouse))
+    try:
+        for statement in statements:
+            con.execute(statement, [START] * statement.count("?"))
+    finally:
+        con.close()
+
+
+def make_seeded_project(
+    root: Path, versioning: str = "cdc(updated_at)", module: str = MODULE
+) -> tuple[Path, Path]:
+    """`make_project` with 300 orders over 75 days."""
+    project, warehouse = make_project(root, versioning, module)
+    seed(warehouse, SEED_ORDERS)
+    return project, warehouse
+
+
+def make_seeded_joined_project(root: Path) -> tuple[Path, Path]:
+    """`make_joined_project` with 25 customers and 300 orders of 30 customer ids."""
+    project, warehouse = make_joined_project(root)
+    seed(warehouse, SEED_CUSTOMERS, SEED_JOINED_ORDERS)
+    return project, warehouse

@@ -75,25 +75,29 @@ def test_models_trim_the_selection(corrected):
 
 
 @pytest.mark.parametrize(
-    ("arguments", "needle"),
+    ("arguments", "code", "needle"),
     [
-        ({"run_id": "deadbeefdead"}, "no run"),
-        ({"models": ["nope"]}, "no model"),
-        ({"sources": ["customers"]}, "malformed"),
-        ({"sources": ["nope=fixes.customers"]}, "names no source"),
-        ({"sources": ["customers=fixes.absent"]}, "no table"),
-        ({"reason": None}, "needs a reason"),
-        ({"reason": "   "}, "needs a reason"),
+        ({"run_id": "deadbeefdead"}, "E023", "no run"),
+        ({"models": ["nope"]}, "E025", "no model"),
+        ({"models": [","]}, "E025", "names no model"),
+        ({"partitions": ["2025-13"]}, "E040", "neither a day"),
+        ({"sources": ["customers"]}, "E022", "malformed"),
+        ({"sources": ["nope=fixes.customers"]}, "E022", "names no source"),
+        ({"sources": ["customers=fixes.absent"]}, "E022", "no table"),
+        ({"reason": None}, "E085", "needs a reason"),
+        ({"reason": "   "}, "E085", "needs a reason"),
     ],
 )
-def test_every_mistake_is_e085_and_publishes_nothing(corrected, arguments, needle):
+def test_every_mistake_keeps_its_code_and_publishes_nothing(corrected, arguments, code, needle):
+    """A typo in what the backfill asks for is reported as itself, not wrapped in E085; E085 is
+    the missing reason (and a failure of the build, below)."""
     project, warehouse, first = corrected
     before = (history_count(warehouse), view_tables(warehouse))
     call = {"run_id": first.run_id, "reason": "why", "sources": ["customers=fixes.customers"], **arguments}
     with pytest.raises(StrataError) as caught:
         backfill(project, warehouse, call.pop("run_id"), call.pop("reason"), **call)
-    assert caught.value.code == "E085"
-    assert needle in caught.value.message
+    assert caught.value.code == code, caught.value
+    assert needle in caught.value.message and "backfill failed" not in caught.value.message
     assert (history_count(warehouse), view_tables(warehouse)) == before
 
 

@@ -162,8 +162,10 @@ def test_history_and_replay_of_a_warehouse_without_runs_only_read_it(shop):
 def test_a_wrapped_pin_error_says_nothing_was_published_once():
     pin = StrataError("E030", "duplicate keys", hint="fix the data or the model; nothing was published")
     assert _as_backfill_error(pin).render().count("nothing was published") == 1
-    bare = StrataError("E025", "no model named `x`")
+    bare = StrataError("E032", "DuckDB rejected model `x`")
     assert _as_backfill_error(bare).hint == "nothing was published"
+    typo = StrataError("E025", "no model named `x`")
+    assert _as_backfill_error(typo) is typo  # a user's mistake keeps its own code
 
 
 # -- 16.10 hostile names and values -------------------------------------------------------------

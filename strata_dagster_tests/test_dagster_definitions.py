@@ -1,6 +1,9 @@
 """build_definitions on the shop example: keys, groups, descriptions, code versions, partitions,
 pools, the resource's validation and the translator's override points."""
 
+import runpy
+import warnings
+
 import dagster as dg
 import pytest
 
@@ -8,7 +11,9 @@ from strata_dagster import StrataDagsterTranslator, StrataResource, build_defini
 from strata_dagster.engine.status import model_states
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration.backfill_guard import EXECUTOR_NAME
+from strata_dagster.orchestration.constants import COMPANION_KIND, COMPANION_TAG, PARTITIONS_COMPANION
 from strata_dagster_tests.dagster_support import SOURCES, day_keys, make_small_shop
+from strata_dagster_tests.engine_support import SHOP
 
 MODELS = {
     "stg_orders": "staging",
@@ -167,3 +172,19 @@ def test_importing_strata_dagster_does_not_import_dagster():
 
     code = "import sys, strata_dagster; assert 'dagster' not in sys.modules; strata_dagster.build_definitions"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_loading_the_shop_definitions_emits_no_beta_warning(shop, monkeypatch):
+    """Every load of a code location runs its definitions module: a BetaWarning there is noise in
+    every log. The automation condition selects the companions by their kind, a stable API."""
+    _, warehouse = shop
+    monkeypatch.setenv("STRATA_WAREHOUSE", str(warehouse))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        defs = runpy.run_path(str(SHOP / "definitions.py"))["defs"]
+        graph = defs.resolve_asset_graph()
+    beta = [str(warning.message) for warning in caught if issubclass(warning.category, dg.BetaWarning)]
+    assert beta == []
+    companions = dg.AssetSelection.kind(COMPANION_KIND, include_sources=True).resolve(graph)
+    assert companions == {dg.AssetKey("stg_orders__by_day")}
+    assert graph.get(dg.AssetKey("stg_orders__by_day")).tags[COMPANION_TAG] == PARTITIONS_COMPANION

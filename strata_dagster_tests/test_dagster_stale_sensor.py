@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 from strata_dagster import build_definitions
+from strata_dagster.engine import operations
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration import stale_sensor
 from strata_dagster.orchestration.stale_sensor import (
@@ -21,13 +22,21 @@ from strata_dagster.orchestration.stale_sensor import (
 )
 from strata_dagster_tests.dagster_support import (
     change_order,
+    day_keys,
+    execute_assets,
+    history_entries,
     launch_in_process,
     materialized_shop,
     order_day,
     stale_set,
 )
 from strata_dagster_tests.engine_support import edit_module, execute
-from strata_dagster_tests.test_dagster_staleness import events, paid_order  # noqa: F401 (events: a fixture)
+from strata_dagster_tests.test_dagster_staleness import (  # noqa: F401 (events: a fixture)
+    EVENTS_PROJECT,
+    events,
+    make_events_project,
+    paid_order,
+)
 
 
 @pytest.fixture
@@ -236,3 +245,43 @@ def test_a_first_reading_of_the_stale_status_is_spread_over_ticks_and_plans_when
         reading += 1
     assert reading >= 40  # a partition or more per tick: 40 days of daily_revenue alone
     assert requests(result) == expected
+
+
+SUMMARY_MODEL = """
+model event_summary {
+  from daily_events
+  group event_day >= DATE '2025-01-20' as is_late
+  aggregate total = sum(total)
+  description: 'Unpartitioned: reads every day of daily_events through daily_events__whole.'
+}
+"""
+
+
+def test_a_rollback_behind_dagsters_back_is_observed_through_the_whole_companion(tmp_path):
+    """`strata rollback` repoints daily_events without Dagster: the sensor sees from the history
+    that its live content is no longer the version `daily_events__whole` last recorded, observes
+    the companion, and the unpartitioned reader is then stale."""
+    project, warehouse = make_events_project(tmp_path, EVENTS_PROJECT + SUMMARY_MODEL)
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    keys = day_keys()
+    assert execute_assets(defs, instance, ["events"]).success
+    assert execute_assets(defs, instance, ["daily_events"], partitions=(keys[0], keys[-1])).success
+    first = history_entries(warehouse)[-1].run_id
+    assert execute_assets(defs, instance, ["event_summary"]).success
+    execute(warehouse, "UPDATE raw.events SET amount = amount + 1 WHERE event_day = DATE '2025-02-03'")
+    assert execute_assets(defs, instance, ["events"]).success
+    assert execute_assets(defs, instance, ["daily_events"], partitions="2025-02-03").success
+    assert execute_assets(defs, instance, ["event_summary"]).success
+    assert stale_set(defs, instance) <= {"monthly_events[2025-02-01]", "monthly_events[2025-01-01]"}
+    tick = Ticks(defs, instance)
+    idle = tick()
+    assert [name for names in selections(idle) for name in names if "__whole" in name] == []
+
+    operations.rollback(warehouse, first)  # behind Dagster's back
+    observe = tick()
+    assert selections(observe) == [["daily_events__whole"]]
+    assert "daily_events__whole: live content changed" in observe.run_requests[0].tags[c.WHY_TAG]
+    launch(defs, instance, observe.run_requests[0])
+    assert "event_summary" in stale_set(defs, instance)
+    assert "daily_events__whole" not in {n for names in selections(tick()) for n in names}

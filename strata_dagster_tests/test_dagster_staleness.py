@@ -2,6 +2,8 @@
 assets and partitions stale, wave by wave; materializing them leaves nothing stale; rematerializing
 unchanged assets reuses snapshots and keeps their downstream fresh."""
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -185,18 +187,24 @@ model event_kinds {
 """
 
 
-@pytest.fixture
-def events(tmp_path):
-    project = tmp_path / "events"
+def make_events_project(root: Path, module: str = EVENTS_PROJECT) -> tuple[Path, Path]:
+    """A project of `module` over 400 events across 40 days (2025-01-01 ..): (project, warehouse)."""
+    project = root / "events"
     project.mkdir()
-    (project / "events.strata").write_text(EVENTS_PROJECT)
-    warehouse = tmp_path / "events.duckdb"
+    (project / "events.strata").write_text(module)
+    warehouse = root / "events.duckdb"
     execute(
         warehouse,
         "CREATE SCHEMA raw",
         "CREATE TABLE raw.events AS SELECT DATE '2025-01-01' + CAST(i % 40 AS INTEGER) AS event_day, "
         "CASE WHEN i % 3 = 0 THEN 'a' ELSE 'b' END AS kind, CAST(i AS DECIMAL(12,2)) AS amount FROM range(400) t(i)",
     )
+    return project, warehouse
+
+
+@pytest.fixture
+def events(tmp_path):
+    project, warehouse = make_events_project(tmp_path)
     defs = build_definitions(project, warehouse=warehouse)
     instance = dg.DagsterInstance.ephemeral()
     keys = day_keys()

@@ -4,7 +4,11 @@ materializes the model and alone, against a real Dagster instance and DuckDB fil
 import dagster as dg
 
 from strata_dagster import build_definitions
-from strata_dagster.orchestration.unit_test_checks import UNIT_TEST_CHECK
+from strata_dagster.orchestration.unit_test_checks import (
+    TESTS_RAN_IN_KEY,
+    UNCHANGED_KEY,
+    UNIT_TEST_CHECK,
+)
 from strata_dagster_tests.dagster_support import (
     execute_assets,
     make_small_shop,
@@ -39,7 +43,24 @@ def test_the_check_runs_with_each_materialization_and_reports_a_failing_case(tmp
     found = evaluations(result)
     assert set(found) == {"stg_customers", "stg_orders"}
     assert found["stg_orders"].passed and found["stg_orders"].metadata["passed"].value == 2
-    assert found["stg_customers"].description == "1 unit test(s) pass"
+    assert found["stg_customers"].description == "1 unit test passes"
+    first = result.run_id
+    assert found["stg_customers"].metadata[TESTS_RAN_IN_KEY].value == first
+
+    # Unchanged code and tests: the next materialization passes the check without running them.
+    again = evaluations(execute_assets(defs, instance, ["stg_customers"]))["stg_customers"]
+    assert again.passed and again.metadata[UNCHANGED_KEY].value == first
+    assert again.description.startswith(f"unchanged since run {first[:8]}")
+    assert again.metadata[TESTS_RAN_IN_KEY].value == first
+
+    # A test's text changed: the tests run again (and pass).
+    tests = project / "tests.strata"
+    tests.write_text(tests.read_text().replace("date '2024-03-17'", "date '2024-03-18'"))
+    defs = build_definitions(project, warehouse=warehouse)
+    edited = execute_assets(defs, instance, ["stg_customers"])
+    rerun = evaluations(edited)["stg_customers"]
+    assert rerun.passed and UNCHANGED_KEY not in rerun.metadata
+    assert rerun.metadata[TESTS_RAN_IN_KEY].value == edited.run_id
 
     # Break the code: the model no longer does what its test says.
     module = project / "staging.strata"
@@ -52,7 +73,7 @@ def test_the_check_runs_with_each_materialization_and_reports_a_failing_case(tmp
     result = execute_assets(defs, instance, ["stg_customers"])
     assert result.success  # the check does not block: the run itself succeeds
     check = evaluations(result)["stg_customers"]
-    assert not check.passed
+    assert not check.passed and UNCHANGED_KEY not in check.metadata  # the code changed: run again
     assert "derives_columns" in check.description and "tests.strata:46" in check.description
     (failure,) = check.metadata["failures"].value
     assert [row["values"] for row in failure["missing"]] == [

@@ -125,7 +125,8 @@ def test_cli_prints_what_it_dropped_and_the_bytes_reclaimed(shop):
     assert dropped
     for snapshot_id, model in dropped:
         assert any(model in line and snapshot_id in line for line in text.output.splitlines())
-    assert f"dropped {len(dropped)} snapshot(s); kept the snapshots of 2 run(s); reclaimed" in text.output
+    snapshots = "1 snapshot" if len(dropped) == 1 else f"{len(dropped)} snapshots"
+    assert f"dropped {snapshots}; kept the snapshots of 2 runs; reclaimed" in text.output
     as_json = runner.invoke(
         main, ["gc", str(project), "--warehouse", str(warehouse), "--keep", "1", "--compact", "--json"]
     )

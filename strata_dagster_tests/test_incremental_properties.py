@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
+from strata_dagster_tests.engine_support import replay_history
 from strata_dagster_tests.incremental_support import (
     FULL_AN,
     FULL_AP,
@@ -219,22 +220,20 @@ def test_random_histories_through_a_view_model(tmp_path_factory, history, versio
     source = Source(con)
     source.apply(("insert", [("open", 1), ("paid", 2), ("void", 3), ("open", -2)]))
     con.close()
-    run_project(project, warehouse)
-    for step in history:
-        con = duckdb.connect(str(warehouse))
+
+    def apply(con, step, clock):
         source.con = con
         source.apply(step)
-        con.close()
-        result = run_project(project, warehouse, only_stale=True)
-        con = duckdb.connect(str(warehouse))
-        try:
-            assert multiset(con, "SELECT * FROM main.v_up_v") == multiset(con, FULL_UP_V), (
-                step,
-                result.outcome("up_v"),
-            )
-            assert multiset(con, "SELECT * FROM main.v_ev") == multiset(
-                con, "SELECT *, v * 2 AS v2 FROM raw.events WHERE v >= -1"
-            )
-        finally:
-            con.close()
-        assert_served_as_published(warehouse)
+
+    def check(con, step, result):
+        assert multiset(con, "SELECT * FROM main.v_up_v") == multiset(con, FULL_UP_V), (
+            step,
+            result.outcome("up_v"),
+        )
+        assert multiset(con, "SELECT * FROM main.v_ev") == multiset(
+            con, "SELECT *, v * 2 AS v2 FROM raw.events WHERE v >= -1"
+        )
+
+    replay_history(
+        project, warehouse, history, apply, check, after_check=lambda: assert_served_as_published(warehouse)
+    )

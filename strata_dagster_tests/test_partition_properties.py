@@ -3,21 +3,21 @@ run the day and month models equal a full rebuild (row counts, row-hash groups, 
 
 import datetime as dt
 
-import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata_dagster.engine.run import run_project
+from strata_dagster_tests.engine_support import replay_history
 from strata_dagster_tests.partition_support import (
+    EQUAL,
     MODULE,
+    START,
     VIEW_MODELS,
     compare,
     compare_joined,
-    make_joined_project,
-    make_project,
+    make_seeded_joined_project,
+    make_seeded_project,
 )
 
-START = dt.datetime(2026, 1, 1)
 DAYS = 75
 days = st.integers(min_value=0, max_value=DAYS - 1)
 ids = st.integers(min_value=0, max_value=299)
@@ -68,31 +68,13 @@ def apply(con, step, clock):
 @given(history=steps, versioning=st.sampled_from(["cdc(updated_at)", "full"]))
 def test_random_histories_equal_a_full_rebuild(tmp_path_factory, history, versioning):
     """Both source fingerprints: the change column alone (the cdc contract) and whole rows."""
-    project, warehouse = make_project(tmp_path_factory.mktemp("partitions"), versioning)
-    con = duckdb.connect(str(warehouse))
-    con.execute(
-        "INSERT INTO raw.orders SELECT range, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "
-        "CASE WHEN range % 7 = 0 THEN 'cancelled' ELSE 'paid' END, CASE WHEN range % 2 = 0 THEN 'web' ELSE 'shop' END, "
-        "range % 40 + 1 FROM range(300)",
-        [START, START],
-    )
-    con.close()
-    run_project(project, warehouse)
-    for clock, step in enumerate(history, start=1):
-        con = duckdb.connect(str(warehouse))
-        apply(con, step, clock)
-        con.close()
-        result = run_project(project, warehouse, only_stale=True)
-        con = duckdb.connect(str(warehouse))
-        try:
-            for model in ("daily", "monthly", "by_ts"):
-                assert compare(con, model) == {"rows": 0, "groups": 0, "totals": True}, (
-                    model,
-                    step,
-                    result.outcome(model),
-                )
-        finally:
-            con.close()
+    project, warehouse = make_seeded_project(tmp_path_factory.mktemp("partitions"), versioning)
+
+    def check(con, step, result):
+        for model in ("daily", "monthly", "by_ts"):
+            assert compare(con, model) == EQUAL, (model, step, result.outcome(model))
+
+    replay_history(project, warehouse, history, apply, check)
 
 
 # Histories of changes to both the fact source and the customer dimension it is joined to.
@@ -163,36 +145,19 @@ def apply_joined(con, step, clock):
 @given(history=joined_steps)
 def test_random_histories_of_facts_and_a_joined_dimension_equal_a_full_rebuild(tmp_path_factory, history):
     """Partitions reached by changed join keys (left `using`, inner `on`), cutoffs included."""
-    project, warehouse = make_joined_project(tmp_path_factory.mktemp("joined"))
-    con = duckdb.connect(str(warehouse))
-    con.execute(
-        "INSERT INTO raw.customers SELECT range, 'c' || range, CASE WHEN range % 2 = 0 THEN 'n' ELSE 's' END, "
-        "CASE WHEN range % 3 = 0 THEN 'business' ELSE 'consumer' END FROM range(1, 26)"
-    )
-    con.execute(
-        "INSERT INTO raw.orders SELECT range, range % 30 + 1, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "
-        "CASE WHEN range % 7 = 0 THEN 'cancelled' ELSE 'paid' END, range % 40 + 1 FROM range(300)",
-        [START, START],
-    )
-    con.close()
-    run_project(project, warehouse)
-    for clock, step in enumerate(history, start=1):
-        con = duckdb.connect(str(warehouse))
-        apply_joined(con, step, clock)
-        con.close()
-        result = run_project(project, warehouse, only_stale=True)
-        con = duckdb.connect(str(warehouse))
-        try:
-            for model in ("region_daily", "segment_orders"):
-                # Both joins are keyed: no change of either input rebuilds every partition.
-                assert result.outcome(model).path != "full", (model, step, result.outcome(model).detail)
-                assert compare_joined(con, model) == {"rows": 0, "groups": 0}, (
-                    model,
-                    step,
-                    result.outcome(model),
-                )
-        finally:
-            con.close()
+    project, warehouse = make_seeded_joined_project(tmp_path_factory.mktemp("joined"))
+
+    def check(con, step, result):
+        for model in ("region_daily", "segment_orders"):
+            # Both joins are keyed: no change of either input rebuilds every partition.
+            assert result.outcome(model).path != "full", (model, step, result.outcome(model).detail)
+            assert compare_joined(con, model) == {"rows": 0, "groups": 0}, (
+                model,
+                step,
+                result.outcome(model),
+            )
+
+    replay_history(project, warehouse, history, apply_joined, check)
 
 
 @settings(
@@ -204,31 +169,12 @@ def test_random_histories_of_facts_and_a_joined_dimension_equal_a_full_rebuild(t
 def test_random_histories_through_a_view_model_equal_a_full_rebuild(tmp_path_factory, history, versioning):
     """A day model over a `materialize: view` model: partitions found from the source's raw rows,
     the view never stored, the result equal to a full rebuild after every run."""
-    project, warehouse = make_project(
+    project, warehouse = make_seeded_project(
         tmp_path_factory.mktemp("view_partitions"), versioning, MODULE + VIEW_MODELS
     )
-    con = duckdb.connect(str(warehouse))
-    con.execute(
-        "INSERT INTO raw.orders SELECT range, ? + to_minutes(range * 360), ? + to_minutes(range * 360), "
-        "CASE WHEN range % 7 = 0 THEN 'cancelled' ELSE 'paid' END, CASE WHEN range % 2 = 0 THEN 'web' ELSE 'shop' END, "
-        "range % 40 + 1 FROM range(300)",
-        [START, START],
-    )
-    con.close()
-    run_project(project, warehouse, models=["daily_v"])
-    for clock, step in enumerate(history, start=1):
-        con = duckdb.connect(str(warehouse))
-        apply(con, step, clock)
-        con.close()
-        result = run_project(project, warehouse, models=["daily_v"], only_stale=True)
-        con = duckdb.connect(str(warehouse))
-        try:
-            assert compare(con, "daily_v") == {"rows": 0, "groups": 0, "totals": True}, (
-                step,
-                result.outcome("daily_v"),
-            )
-            assert result.outcome("daily_v").path in ("partitions", "cutoff", "reused"), result.outcome(
-                "daily_v"
-            )
-        finally:
-            con.close()
+
+    def check(con, step, result):
+        assert compare(con, "daily_v") == EQUAL, (step, result.outcome("daily_v"))
+        assert result.outcome("daily_v").path in ("partitions", "cutoff", "reused"), result.outcome("daily_v")
+
+    replay_history(project, warehouse, history, apply, check, models=["daily_v"])

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.context import select_models
+from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster.language.selection import select, split_selection
@@ -72,9 +73,23 @@ def test_every_selector_form_on_the_shop_example(shop, selection, expected):
     assert selected == tuple(name for name in shop.order if name in expected)  # dependency order
 
 
-def test_an_empty_selection_is_every_model(shop):
-    assert select_models(shop, []) == select_models(shop, None) == select_models(shop, [" , "]) == shop.order
+def test_no_selection_is_every_model(shop):
+    assert select_models(shop, []) == select_models(shop, None) == shop.order
     assert set(shop.order) == SHOP_MODELS
+
+
+@pytest.mark.parametrize("items", [[""], [" , "], [",", ""]])
+def test_a_selection_given_empty_is_e025_not_every_model(shop, items):
+    with pytest.raises(StrataError) as caught:
+        select_models(shop, items)
+    assert caught.value.code == "E025" and "names no model" in caught.value.message
+
+
+@pytest.mark.parametrize("values", [[""], [","], [" , ", ""]])
+def test_partitions_given_empty_are_e040(values):
+    with pytest.raises(StrataError) as caught:
+        parse_partitions(values)
+    assert caught.value.code == "E040" and "names no partition" in caught.value.message
 
 
 def test_selectors_on_a_small_project(small):

@@ -200,23 +200,41 @@ def test_partitioned_model_reports_the_partition(built):
     assert metadata["numeric_totals"]["revenue"]["is_equal"] is False
     json.dumps(metadata)  # plain values only: Dagster check metadata
 
-    # --partitions: days and months; without --models only partitioned models are verified.
+    # --partitions: days for day models, months for month models; without --models only the
+    # partitioned models the requests name are verified.
     only_day = verify(project, warehouse, partitions=[day.isoformat()])
-    assert {model.model for model in only_day.models} == {"daily_revenue", "monthly_revenue"}
+    assert {model.model for model in only_day.models} == {"daily_revenue"}
     assert [part.partition for part in only_day.model("daily_revenue").partitions] == [day.isoformat()]
     assert not only_day.model("daily_revenue").is_equal
-    assert [part.partition for part in only_day.model("monthly_revenue").partitions] == [
+    month = verify(project, warehouse, partitions=[f"{day:%Y-%m}"])
+    assert {model.model for model in month.models} == {"monthly_revenue"}
+    assert [part.partition for part in month.model("monthly_revenue").partitions] == [
         day.replace(day=1).isoformat()
     ]
-    month = verify(project, warehouse, models=["daily_revenue"], partitions=[f"{day:%Y-%m}"])
-    keys = [part.partition for part in month.model("daily_revenue").partitions]
-    assert keys and all(key.startswith(f"{day:%Y-%m}-") for key in keys)
-    assert month.model("daily_revenue").mismatched_partitions == (day.isoformat(),)
-    other = (day.replace(day=1) + dt.timedelta(days=40)).strftime("%Y-%m")
+    both = verify(project, warehouse, partitions=[day.isoformat(), f"{day:%Y-%m}"])
+    assert {model.model for model in both.models} == {"daily_revenue", "monthly_revenue"}
+    other = (day.replace(day=1) + dt.timedelta(days=40)).isoformat()
     assert verify(project, warehouse, models=["daily_revenue"], partitions=[other]).is_equal
-    # An unpartitioned model named with --partitions is compared whole.
-    both = verify(project, warehouse, models=["stg_customers"], partitions=[other])
-    assert both.model("stg_customers").partitions == () and both.is_equal
+    # An unpartitioned model named beside a partitioned one is compared whole.
+    mixed = verify(project, warehouse, models=["stg_customers", "daily_revenue"], partitions=[other])
+    assert mixed.model("stg_customers").partitions == () and mixed.is_equal
+
+
+def test_partitions_are_checked_as_run_checks_them(built):
+    """A future day, a day for a month model, a month for a day model, or only unpartitioned
+    models selected: E040, never "equal" over no partitions."""
+    project, warehouse = built
+    cases = [
+        ({"partitions": ["2099-01-01"]}, "in the future"),
+        ({"models": ["monthly_revenue"], "partitions": ["2025-02-03"]}, "names days"),
+        ({"models": ["daily_revenue"], "partitions": ["2025-02"]}, "names months"),
+        ({"models": ["stg_customers"], "partitions": ["2025-02-03"]}, "no selected model is partitioned"),
+        ({"partitions": ["2020-01-01"]}, "lies before"),
+    ]
+    for arguments, needle in cases:
+        with pytest.raises(StrataError) as caught:
+            verify(project, warehouse, **arguments)
+        assert caught.value.code == "E040" and needle in caught.value.message, (arguments, caught.value)
 
 
 def test_selection_errors(tmp_path, built):
@@ -282,7 +300,7 @@ def test_cli_prints_a_table_and_exits_by_result(built):
     args = ["verify", str(project), "--warehouse", str(warehouse)]
     equal = runner.invoke(main, args)
     assert equal.exit_code == 0, equal.output
-    assert "9 model(s) equal to a full rebuild" in equal.output
+    assert "9 models equal to a full rebuild" in equal.output
     assert "daily_revenue" in equal.output and "DIFFERS" not in equal.output
 
     order_id, _, _, day = paid_order(warehouse)
@@ -290,7 +308,7 @@ def test_cli_prints_a_table_and_exits_by_result(built):
     run_project(project, warehouse, only_stale=True)
     differs = runner.invoke(main, [*args, "--models", "stg_orders,daily_revenue"])
     assert differs.exit_code == 1
-    assert "2 of 2 model(s) differ" in differs.output
+    assert "2 of 2 models differ" in differs.output
     assert "DIFFERS" in differs.output and day.isoformat() in differs.output
     assert "`amount` totals" in differs.output and "(delta -10.00)" in differs.output
 

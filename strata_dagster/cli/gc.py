@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
-from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.output import reports_errors, say
 from strata_dagster.engine.gc import GcResult, gc, parse_age
+from strata_dagster.wording import counted
 
 
 @click.command("gc")
@@ -58,22 +59,20 @@ def gc_command(
         return
     for record in result.dropped_snapshots:
         partition = f" [{record.partition_key}]" if record.partition_key else ""
-        console.print(f"  dropped {record.model + partition:<40} {record.snapshot_id}", markup=False)
+        say(f"  dropped {record.model + partition:<40} {record.snapshot_id}")
     where = (
         f"the file shrank {result.file_bytes_before:,} -> {result.file_bytes_after:,} bytes"
         if result.is_compacted
         else "free inside the file; `--compact` gives it back to the disk"
     )
-    console.print(
-        f"dropped {len(result.dropped)} snapshot(s); kept the snapshots of {result.kept} run(s); "
-        f"reclaimed {result.reclaimed_bytes:,} bytes ({where})",
-        markup=False,
+    say(
+        f"dropped {counted(len(result.dropped), 'snapshot')}; kept the snapshots of "
+        f"{counted(result.kept, 'run')}; reclaimed {counted(result.reclaimed_bytes, 'byte')} ({where})"
     )
     if result.serving.files_removed or result.serving.catalogs_removed:
-        console.print(
-            f"serving copy: removed {result.serving.catalogs_removed} retired catalog(s) and "
-            f"{result.serving.files_removed} file(s), {result.serving.bytes_removed:,} bytes",
-            markup=False,
+        say(
+            f"serving copy: removed {counted(result.serving.catalogs_removed, 'retired catalog')} and "
+            f"{counted(result.serving.files_removed, 'file')}, {counted(result.serving.bytes_removed, 'byte')}"
         )
 
 

@@ -11,11 +11,12 @@ from strata_dagster.cli.connect import connect_command
 from strata_dagster.cli.gc import gc_command
 from strata_dagster.cli.options import (
     apply_resource_limits,
+    model_selection,
     project_argument,
     resolve_warehouse,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, print_warnings, reports_errors
+from strata_dagster.cli.output import console, print_warnings, reports_errors, say
 from strata_dagster.cli.plan import plan_command
 from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.unit_tests import test_command
@@ -27,6 +28,7 @@ from strata_dagster.language.selection import select
 from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
+from strata_dagster.wording import counted
 
 
 @click.group()
@@ -73,8 +75,9 @@ def check(project: Path, warehouse: Path | None) -> None:
     """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas)."""
     compiled = load_and_compile(project, resolve_warehouse(project, warehouse))
     loaded = compiled.project
-    console.print(
-        f"ok: {len(loaded.modules)} modules, {len(loaded.sources)} sources, {len(loaded.models)} models"
+    say(
+        f"ok: {counted(len(loaded.modules), 'module')}, {counted(len(loaded.sources), 'source')}, "
+        f"{counted(len(loaded.models), 'model')}"
     )
 
 
@@ -91,8 +94,9 @@ def check(project: Path, warehouse: Path | None) -> None:
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
     """Print the DuckDB SQL of each model of PROJECT, in dependency order."""
+    selection = tuple(selector for item in models for selector in model_selection(item, "--model"))
     compiled = load_and_compile(project, resolve_warehouse(project, warehouse))
-    names = select(compiled.project, models)
+    names = select(compiled.project, selection)
     for name in names:
         if len(names) > 1:
             console.print(f"-- model {name}", markup=False)
@@ -151,7 +155,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, day
         return
     target = resolve_warehouse(project, warehouse)
     summary = write_sample_data(target, rows, seed=seed)
-    console.print(f"wrote sample data to {target}: {summary}", markup=False)
+    say(f"wrote sample data to {target}: {summary}")
 
 
 for _command in COMMANDS:

@@ -9,6 +9,9 @@ from typing import Any, TypeVar
 
 import click
 
+from strata_dagster.errors import E_UNKNOWN_MODEL, E_VERIFY_PARTITIONS, StrataError
+from strata_dagster.language.selection import split_selection
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
@@ -35,10 +38,10 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
 
 def models_option(action: str) -> Callable[[F], F]:
     """`--models SELECTORS` for a command that does `action` to models; pass its value through
-    `strata_dagster.language.selection.split_selection` to the engine, which resolves it."""
+    `model_selection` to the engine, which resolves it."""
     return click.option(
         "--models",
-        default="",
+        default=None,
         metavar="SELECTORS",
         help=f"Models to {action} (default: all): names, globs (stg_*), tag:name, +model (and its "
         "upstream), model+ (and its downstream), separated by commas (a union).",
@@ -66,9 +69,36 @@ def apply_resource_limits(
 
 def partitions_option(help_text: str) -> Callable[[F], F]:
     """`--partitions DAYS_OR_MONTHS`; pass its value through `split_partitions` to the engine."""
-    return click.option("--partitions", default="", metavar="PARTITIONS", help=help_text)
+    return click.option("--partitions", default=None, metavar="PARTITIONS", help=help_text)
 
 
-def split_partitions(text: str) -> tuple[str, ...]:
-    """`2026-01-01..2026-01-31, 2026-02` -> its items; the engine parses and checks them (E040)."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def model_selection(text: str | None, option: str = "--models") -> tuple[str, ...]:
+    """The selectors of `--models` (none when it was not given: every model). E025 when it was
+    given but names nothing (`--models ''`, `--models ','`): that is no way to select all."""
+    if text is None:
+        return ()
+    selection = split_selection(text)
+    if not selection:
+        raise StrataError(
+            E_UNKNOWN_MODEL,
+            f"`{option} {text!r}` names no model",
+            hint=f"give model selectors (e.g. {option} daily_revenue,+orders_enriched), "
+            f"or leave {option} out to select every model",
+        )
+    return selection
+
+
+def split_partitions(text: str | None) -> tuple[str, ...]:
+    """`2026-01-01..2026-01-31, 2026-02` -> its items (none when `--partitions` was not given);
+    the engine parses and checks them (E040). E040 when it was given but names nothing."""
+    if text is None:
+        return ()
+    items = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not items:
+        raise StrataError(
+            E_VERIFY_PARTITIONS,
+            f"`--partitions {text!r}` names no partition",
+            hint="give days, months or ranges (e.g. --partitions 2026-01-01..2026-01-31,2026-02), "
+            "or leave --partitions out",
+        )
+    return items

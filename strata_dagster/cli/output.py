@@ -20,6 +20,11 @@ console = Console(highlight=False)
 error_console = Console(stderr=True, highlight=False)
 
 
+def say(text: str, style: str | None = None) -> None:
+    """A line of plain text, never wrapped: a summary piped to a file or grep stays one line."""
+    console.print(text, markup=False, soft_wrap=True, style=style)
+
+
 def print_warnings(warnings: tuple[StrataWarning, ...] | list[StrataWarning]) -> None:
     for warning in warnings:
         error_console.print(warning.render(), markup=False, style="yellow", soft_wrap=True)

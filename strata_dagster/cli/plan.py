@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from strata_dagster.cli.options import project_argument, resolve_warehouse, split_partitions, warehouse_option
+from strata_dagster.cli.options import (
+    model_selection,
+    project_argument,
+    resolve_warehouse,
+    split_partitions,
+    warehouse_option,
+)
 from strata_dagster.cli.output import console, reports_errors
 from strata_dagster.cli.runs import (
     branch_option,
@@ -20,7 +26,6 @@ from strata_dagster.cli.runs import (
 from strata_dagster.engine.plan import Plan, plan
 from strata_dagster.engine.run import RunRequest
 from strata_dagster.language import load_project
-from strata_dagster.language.selection import split_selection
 from strata_dagster.warehouse.sources import parse_overrides
 
 WOULD_RUN_EXIT = 1  # as `terraform plan -detailed-exitcode` says "changes present"
@@ -42,12 +47,12 @@ WOULD_RUN_EXIT = 1  # as `terraform plan -detailed-exitcode` says "changes prese
 def plan_command(
     project: Path,
     warehouse: Path | None,
-    models: str,
+    models: str | None,
     branch: str,
     sources: tuple[str, ...],
     only_stale: bool,
     full_refresh: bool,
-    partitions: str,
+    partitions: str | None,
     as_json: bool,
 ) -> None:
     """Show what `strata run` with the same arguments would do to each model, and why, without
@@ -60,7 +65,7 @@ def plan_command(
     request = RunRequest(
         project_dir=project,
         warehouse=resolve_warehouse(project, warehouse),
-        models=split_selection(models),
+        models=model_selection(models),
         branch=branch,
         overrides=parse_overrides(list(sources), loaded),
         only_stale=only_stale,

@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 
 from strata_dagster.cli.options import (
+    model_selection,
     models_option,
     partitions_option,
     project_argument,
@@ -17,10 +18,11 @@ from strata_dagster.cli.options import (
     split_partitions,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.output import console, reports_errors, say
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.business import SOURCE_VERSIONS
+from strata_dagster.engine.context import check_branch
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
 from strata_dagster.engine.explain import history as read_history
 from strata_dagster.engine.partition_keys import describe_keys
@@ -29,8 +31,8 @@ from strata_dagster.engine.replay import replay as replay_run
 from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, RunResult, run
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import Project
-from strata_dagster.language.selection import split_selection
 from strata_dagster.warehouse.sources import parse_overrides
+from strata_dagster.wording import counted
 
 build_models_option = models_option("build")
 branch_option = click.option(
@@ -54,7 +56,11 @@ rebuild_partitions_option = partitions_option(
 def print_outcome(outcome: ModelOutcome) -> None:
     # Nothing is published before the run's one commit: a progress line says what will be.
     marker = "to publish" if outcome.is_published else "unchanged"
-    rows = f"{'a view':>12}     " if outcome.is_view else f"{outcome.rows:>12,} rows"
+    rows = (
+        f"{'a view':>12}     "
+        if outcome.is_view
+        else f"{outcome.rows:>12,} {'row ' if outcome.rows == 1 else 'rows'}"
+    )
     console.print(
         f"  {outcome.model:<28} {outcome.path:<8} {rows}  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
         markup=False,
@@ -80,12 +86,12 @@ def print_outcome(outcome: ModelOutcome) -> None:
 def run_command(
     project: Path,
     warehouse: Path | None,
-    models: str,
+    models: str | None,
     branch: str,
     sources: tuple[str, ...],
     only_stale: bool,
     full_refresh: bool,
-    partitions: str,
+    partitions: str | None,
 ) -> None:
     """Build PROJECT's models into new immutable snapshots and publish them atomically.
 
@@ -93,19 +99,20 @@ def run_command(
     kept); with it, only models downstream of changed sources or changed code are. With
     --partitions, the selected partitioned models rebuild exactly those partitions.
     """
+    check_branch(branch)  # every mistake in the command line is refused before the banner
     loaded = load_project(project)
     overrides = parse_overrides(list(sources), loaded)
     request = RunRequest(
         project_dir=project,
         warehouse=resolve_warehouse(project, warehouse),
-        models=split_selection(models),
+        models=model_selection(models),
         branch=branch,
         overrides=overrides,
         only_stale=only_stale,
         full_refresh=full_refresh,
         partitions=split_partitions(partitions),
     )
-    console.print(f"strata run on branch {branch} ({request.warehouse})", markup=False)
+    say(f"strata run on branch {branch} ({request.warehouse})")
     result = run(request, print_outcome)
     if result.is_noop:
         console.print(NOTHING_TO_DO)
@@ -140,7 +147,7 @@ def print_partitions(result: RunResult, project: Project) -> None:
         else:
             how = f"rebuilt with the whole model ({outcome.detail.get('full_reason') or outcome.path})"
         console.print(
-            f"  {outcome.model}: {len(requested)} partition(s) {describe_keys(requested, spec.grain)} {how}",
+            f"  {outcome.model}: {counted(len(requested), 'partition')} {describe_keys(requested, spec.grain)} {how}",
             markup=False,
             soft_wrap=True,
         )
@@ -294,12 +301,12 @@ def rollback(project: Path, run_id: str, warehouse: Path | None) -> None:
 
 def print_pointer_result(result: operations.PointerResult, what: str) -> None:
     if not result.changes:
-        console.print(f"{what}: views already point there (nothing to do)", markup=False)
+        say(f"{what}: views already point there (nothing to do)")
         return
     for change in result.changes:
         before = ",".join(change.before) if change.before else "-"
         console.print(f"  {change.model:<28} {before} -> {','.join(change.after)}", markup=False)
-    console.print(f"{what}: {len(result.changes)} view(s) repointed (entry {result.entry})", markup=False)
+    say(f"{what}: {counted(len(result.changes), 'view')} repointed (entry {result.entry})")
 
 
 @click.group()
@@ -354,9 +361,9 @@ def backfill(
     warehouse: Path | None,
     reason: str | None,
     sources: tuple[str, ...],
-    models: str,
+    models: str | None,
     full_refresh: bool,
-    partitions: str,
+    partitions: str | None,
 ) -> None:
     """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason.
 
@@ -364,14 +371,14 @@ def backfill(
     from strata_dagster.engine.backfill import backfill as run_backfill
 
     target = resolve_warehouse(project, warehouse)
-    console.print(f"strata backfill of {run_id[:12]} ({target})", markup=False)
+    say(f"strata backfill of {run_id[:12]} ({target})")
     result = run_backfill(
         project,
         target,
         run_id,
         reason,
         sources=sources,
-        models=split_selection(models),
+        models=model_selection(models),
         full_refresh=full_refresh,
         progress=print_outcome,
         partitions=split_partitions(partitions),

@@ -9,10 +9,16 @@ import click
 from rich import box
 from rich.table import Table
 
-from strata_dagster.cli.options import models_option, project_argument, resolve_warehouse, warehouse_option
-from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.options import (
+    model_selection,
+    models_option,
+    project_argument,
+    resolve_warehouse,
+    warehouse_option,
+)
+from strata_dagster.cli.output import console, reports_errors, say
 from strata_dagster.engine.unit_tests import DiffRow, UnitTestReport, UnitTestResult, run_unit_tests
-from strata_dagster.language.selection import split_selection
+from strata_dagster.errors import E_WAREHOUSE, StrataError
 
 
 @click.command("test")
@@ -21,11 +27,19 @@ from strata_dagster.language.selection import split_selection
 @warehouse_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @reports_errors
-def test_command(project: Path, models: str, warehouse: Path | None, as_json: bool) -> None:
+def test_command(project: Path, models: str | None, warehouse: Path | None, as_json: bool) -> None:
     """Run the unit tests of PROJECT's models: each model over its fixture rows, in an in-memory
     DuckDB, against the expected rows. The warehouse is only read (for its sources' columns and
     types), never written. Exits 1 when a test fails."""
-    report = run_unit_tests(project, resolve_warehouse(project, warehouse), split_selection(models))
+    selection = model_selection(models)
+    if warehouse is not None and not warehouse.exists():
+        # Without a warehouse the tests run on declared columns alone; a typo must not go unnoticed.
+        raise StrataError(
+            E_WAREHOUSE,
+            f"warehouse `{warehouse}` does not exist",
+            hint="check --warehouse, or leave it out: the tests then run without a warehouse",
+        )
+    report = run_unit_tests(project, resolve_warehouse(project, warehouse), selection)
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
@@ -52,7 +66,7 @@ def print_report(report: UnitTestReport) -> None:
         _print_failure(result)
     passed = len(report.results) - len(report.failed)
     summary = f"test: {passed} passed, {len(report.failed)} failed"
-    console.print(summary, markup=False, style="red" if report.failed else None)
+    say(summary, style="red" if report.failed else None)
 
 
 def _print_failure(result: UnitTestResult) -> None:

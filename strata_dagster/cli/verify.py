@@ -10,20 +10,21 @@ from rich.table import Table
 from rich.text import Text
 
 from strata_dagster.cli.options import (
+    model_selection,
     models_option,
     project_argument,
     resolve_warehouse,
     split_partitions,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.output import console, reports_errors, say
 from strata_dagster.cli.runs import branch_option, source_option
 from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
 from strata_dagster.language import load_project
-from strata_dagster.language.selection import split_selection
 from strata_dagster.warehouse.compare import ColumnTotal, Figures
 from strata_dagster.warehouse.sources import parse_overrides
+from strata_dagster.wording import counted
 
 _HEADERS = ("rows\n(full)", "row\ndelta", "only\nfull", "only\nincr", "count\n≠", "rows\nin ≠", "totals")
 _LEGEND = (
@@ -40,7 +41,7 @@ _LEGEND = (
 @models_option("verify")
 @click.option(
     "--partitions",
-    default="",
+    default=None,
     help="Comma-separated days (2025-02-01), months (2025-02) or ranges first..last: compare only "
     "these partitions of partitioned models (then, without --models, only partitioned models are verified).",
 )
@@ -57,8 +58,8 @@ _LEGEND = (
 @reports_errors
 def verify_command(
     project: Path,
-    models: str,
-    partitions: str,
+    models: str | None,
+    partitions: str | None,
     deep_sources: bool,
     warehouse: Path | None,
     branch: str,
@@ -77,7 +78,7 @@ def verify_command(
     report = verify(
         project,
         resolve_warehouse(project, warehouse),
-        models=split_selection(models),
+        models=model_selection(models),
         partitions=split_partitions(partitions),
         branch=branch,
         overrides=overrides,
@@ -129,11 +130,11 @@ def print_report(report: VerifyReport) -> None:
         for difference in model.schema_differences:
             console.print(f"{model.model}: {difference}", markup=False, style="red", soft_wrap=True)
     if report.is_equal:
-        console.print(f"verify: {len(report.models)} model(s) equal to a full rebuild", markup=False)
+        say(f"verify: {counted(len(report.models), 'model')} equal to a full rebuild")
     else:
-        console.print(
-            f"verify: {len(report.mismatched)} of {len(report.models)} model(s) differ from a full rebuild",
-            markup=False,
+        say(
+            f"verify: {len(report.mismatched)} of {counted(len(report.models), 'model')} "
+            f"{'differs' if len(report.mismatched) == 1 else 'differ'} from a full rebuild",
             style="red",
         )
 
@@ -142,11 +143,11 @@ def _add_rows(table: Table, model: ModelVerification, *, show_all: bool) -> list
     """Add the model's row, then its partitions' (all when a selection was given, else the differing
     ones); return a line per numeric total that differs."""
     name = Text(model.model)
-    notes = [f"{len(model.partitions):,} partitions"] if model.partitioned_by else []
+    notes = [counted(len(model.partitions), "partition")] if model.partitioned_by else []
     if model.compared_columns:
         notes.append(f"keys: {', '.join(model.compared_columns)}")
     if model.is_history:
-        notes.append(f"history: {model.figures.history_rows:,} rows")
+        notes.append(f"history: {counted(model.figures.history_rows, 'row')}")
     for note in notes:
         name.append(f"\n  {note}", style="dim")
     table.add_row(name, *_cells(model.figures, is_equal=model.is_equal))

@@ -3,7 +3,8 @@
 A backfill starts from the run it corrects (its models, branch and source overrides), applies
 corrections (`--source s=t` wins over the run's own override; `--models` trims), and builds only
 what the corrections make stale. It records `backfill_of` and the reason, and never rewrites
-history: the corrected run stays intact for rollback, replay and verify. Every failure is E085.
+history: the corrected run stays intact for rollback, replay and verify. A missing reason and a
+failure of the build (pins, contracts) are E085; a mistake in what was asked keeps its own code.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from strata_dagster.engine.context import select_models
 from strata_dagster.engine.operations import find_entry
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.run import ProgressCallback, RunRequest, RunResult, run
-from strata_dagster.errors import E_BACKFILL, E_UNKNOWN_RUN, StrataError
+from strata_dagster.errors import (
+    E_BACKFILL,
+    E_BUILD,
+    E_CONTRACT,
+    E_RESOURCE_LIMIT,
+    E_UNIQUE,
+    E_UNKNOWN_RUN,
+    StrataError,
+)
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse.history import Entry
@@ -27,7 +36,15 @@ BACKFILL = "backfill"
 NOTHING_PUBLISHED = "nothing was published"
 
 
+# Failures of the build itself (a pin, a contract, DuckDB, a resource limit) are the backfill's
+# failure, E085 as seed 000 fixes; a user's mistake in what was asked (an unknown run, model or
+# source, a bad correction or partition) keeps its own code, message and hint.
+_BUILD_FAILURES = frozenset({E_UNIQUE, E_CONTRACT, E_BUILD, E_RESOURCE_LIMIT})
+
+
 def _as_backfill_error(error: StrataError) -> StrataError:
+    if error.code not in _BUILD_FAILURES:
+        return error
     hint = error.hint or ""
     if NOTHING_PUBLISHED not in hint:  # pin and contract errors say it already
         hint = (hint + "; " if hint else "") + NOTHING_PUBLISHED
@@ -83,10 +100,10 @@ def backfill_request(
     full_refresh: bool = False,
     partitions: Iterable[str] = (),
 ) -> RunRequest:
-    """The run a backfill makes, checked before anything is built: E085 for a missing reason, an
-    unknown run or model, a malformed or unknown source override, a correction table that does not
-    exist, or `partitions` that are no days, months or ranges of them (whether they are partitions
-    of the selected models is checked by the run). Without `run_id` it corrects no recorded run
+    """The run a backfill makes, checked before anything is built: E085 for a missing reason; an
+    unknown run (E023) or model (E025), a malformed or unknown source override or a correction
+    table that does not exist (E022), or `partitions` that are no days, months or ranges of them
+    (E040; whether they are partitions of the selected models is checked by the run). Without `run_id` it corrects no recorded run
     (the corrections alone apply). `branch`, when given, is the branch the caller builds: a
     corrected run of another branch is refused. Reads the warehouse read-only."""
     if reason is None or not reason.strip():
@@ -95,43 +112,38 @@ def backfill_request(
             "a backfill needs a reason",
             hint='say why, e.g. --reason "corrected upstream extract"; without one it is only a run',
         )
-    try:
-        project = load_project(Path(project_dir))
-        partitions = tuple(partitions)
-        parse_partitions(partitions)
-        corrections = parse_overrides(sources if isinstance(sources, Mapping) else list(sources), project)
-        selection = tuple(models)
-        requested = select_models(project, selection) if any(text.strip() for text in selection) else ()
-        corrected = _corrected_entry(Path(warehouse), run_id) if run_id is not None else None
-        overrides = {**(corrected.overrides if corrected else {}), **corrections}
-        if corrected is not None and branch is not None and corrected.branch != branch:
-            raise StrataError(
-                E_BACKFILL,
-                f"run `{corrected.run_id[:12]}` built branch `{corrected.branch}`, not `{branch}`",
-                hint=f"correct a run of branch `{branch}`, or build branch `{corrected.branch}`",
-            )
-        if overrides:
-            _check_override_tables(Path(warehouse), project, overrides)
-        trimmed = requested or (
-            [name for name in corrected.models if name in project.models] if corrected else []
+    project = load_project(Path(project_dir))
+    partitions = tuple(partitions)
+    parse_partitions(partitions)
+    corrections = parse_overrides(sources if isinstance(sources, Mapping) else list(sources), project)
+    selection = tuple(models)
+    requested = select_models(project, selection) if selection else ()
+    corrected = _corrected_entry(Path(warehouse), run_id) if run_id is not None else None
+    overrides = {**(corrected.overrides if corrected else {}), **corrections}
+    if corrected is not None and branch is not None and corrected.branch != branch:
+        raise StrataError(
+            E_BACKFILL,
+            f"run `{corrected.run_id[:12]}` built branch `{corrected.branch}`, not `{branch}`",
+            hint=f"correct a run of branch `{branch}`, or build branch `{corrected.branch}`",
         )
-        return RunRequest(
-            project_dir=Path(project_dir),
-            warehouse=Path(warehouse),
-            models=tuple(trimmed),
-            branch=corrected.branch if corrected is not None else (branch or DEFAULT_BRANCH),
-            overrides=overrides,
-            only_stale=True,
-            full_refresh=full_refresh,
-            partitions=tuple(partitions),
-            kind=BACKFILL,
-            backfill_of=corrected.run_id if corrected is not None else None,
-            reason=reason.strip(),
-        )
-    except StrataError as error:
-        if error.code == E_BACKFILL:
-            raise
-        raise _as_backfill_error(error) from None
+    if overrides:
+        _check_override_tables(Path(warehouse), project, overrides)
+    trimmed = requested or (
+        [name for name in corrected.models if name in project.models] if corrected else []
+    )
+    return RunRequest(
+        project_dir=Path(project_dir),
+        warehouse=Path(warehouse),
+        models=tuple(trimmed),
+        branch=corrected.branch if corrected is not None else (branch or DEFAULT_BRANCH),
+        overrides=overrides,
+        only_stale=True,
+        full_refresh=full_refresh,
+        partitions=tuple(partitions),
+        kind=BACKFILL,
+        backfill_of=corrected.run_id if corrected is not None else None,
+        reason=reason.strip(),
+    )
 
 
 def _corrected_entry(warehouse: Path, run_id: str) -> Entry:

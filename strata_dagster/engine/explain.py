@@ -72,7 +72,9 @@ class BuildExplanation:
             parts.append(f"window ({low or '-inf'}, {high or '-'}]{late}")
         if self.partitions:
             of = f" of {self.partitions_total:,}" if self.partitions_total is not None else ""
-            parts.append(f"{self.partitions_rebuilt:,}{of} partitions rebuilt: {', '.join(self.partitions)}")
+            total = self.partitions_total if self.partitions_total is not None else self.partitions_rebuilt
+            noun = "partition" if total == 1 else "partitions"
+            parts.append(f"{self.partitions_rebuilt:,}{of} {noun} rebuilt: {', '.join(self.partitions)}")
         figures = [
             f"{value:,} {label}"
             for value, label in (

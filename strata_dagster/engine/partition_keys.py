@@ -108,8 +108,17 @@ def parse_request(text: str) -> PartitionRequest:
 
 
 def parse_partitions(values: Iterable[str]) -> tuple[PartitionRequest, ...]:
-    """Every item of `values`, each itself possibly a comma-separated list; empty items are skipped."""
-    return tuple(parse_request(item) for value in values for item in value.split(",") if item.strip())
+    """Every item of `values`, each itself possibly a comma-separated list; empty items are
+    skipped, but values that hold no item at all are E040 (not a way to say "all")."""
+    given = tuple(values)
+    requests = tuple(parse_request(item) for value in given for item in value.split(",") if item.strip())
+    if given and not requests:
+        raise StrataError(
+            E_VERIFY_PARTITIONS,
+            f"the partition selection {', '.join(repr(value) for value in given)} names no partition",
+            hint=_FORMAT_HINT + "; or give no --partitions",
+        )
+    return requests
 
 
 def partition_of(day: dt.date, grain: str) -> dt.date:

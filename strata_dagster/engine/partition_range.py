@@ -43,8 +43,32 @@ def requested_partitions(
     today: dt.date,
 ) -> dict[str, tuple[str, ...]]:
     """The partition keys to rebuild of each selected partitioned model whose grain the requests
-    name (days: day models; months: month models). E040 when no selected model is partitioned,
-    when a request fits no selected model, or when a key is not a partition of its model."""
+    name (days: day models; months: month models). E040 as `partition_keys` says, and for a model
+    that builds by merge deltas (it cannot rebuild partition by partition)."""
+    by_model = partition_keys(session, context, selected, requests, today)
+    for name in by_model:
+        model = context.project.models[name]
+        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES:
+            raise StrataError(
+                E_VERIFY_PARTITIONS,
+                f"model `{name}` builds by `{model.properties.merge_strategy}` deltas, not partition by partition",
+                model.location,
+                hint=f"rebuild it whole with `strata run PROJECT --models {name} --full-refresh`",
+            )
+    return by_model
+
+
+def partition_keys(
+    session: Session,
+    context: ProjectContext,
+    selected: Iterable[str],
+    requests: tuple[PartitionRequest, ...],
+    today: dt.date,
+) -> dict[str, tuple[str, ...]]:
+    """The partition keys `requests` name of each selected partitioned model whose grain they
+    name (days: day models; months: month models), as `strata run` and `strata verify` take
+    them. E040 when no selected model is partitioned, when a request fits no selected model, or
+    when a key is not a partition of its model (before its first, in the future beyond its data)."""
     if not requests:
         return {}
     project = context.project
@@ -63,13 +87,6 @@ def requested_partitions(
         fitting = tuple(request for request in requests if request.grain == request_grain(spec.grain))
         if not fitting:
             continue
-        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES:
-            raise StrataError(
-                E_VERIFY_PARTITIONS,
-                f"model `{name}` builds by `{model.properties.merge_strategy}` deltas, not partition by partition",
-                model.location,
-                hint=f"rebuild it whole with `strata run PROJECT --models {name} --full-refresh`",
-            )
         start = _declared_start(context, name)
         bounds = model_bounds(session, context, name)
         first = start or (bounds.first if bounds else None)

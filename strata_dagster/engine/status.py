@@ -237,3 +237,25 @@ def model_states(
                 name, fingerprints[name].value, tuple(ids) if is_live else (), content, rows
             )
         return states
+
+
+def peek_live_contents(
+    warehouse: Path | str, models: list[str], branch: str = DEFAULT_BRANCH, *, timeout: float
+) -> dict[str, str | None]:
+    """The content identity of each model's live view on `branch`, from the history alone (no
+    row is read): the head snapshot's content hash when the view exposes it, else None (never
+    published, or a view the history does not explain). Read-only, waiting at most `timeout`
+    seconds for a writer's lock (E021): what a sensor compares with Dagster's data versions."""
+    with open_session(Path(warehouse), read_only=True, timeout=timeout) as session:
+        if not session.has_history():
+            return dict.fromkeys(models)
+        pointers = session.history.pointers(branch)
+        contents: dict[str, str | None] = {}
+        for name in models:
+            ids = pointers.get(name, ())
+            head = session.history.snapshot(ids[-1]) if ids else None
+            is_live = head is not None and session.view_tables(branch_schema(branch), name) == state_tables(
+                session.history, head
+            )
+            contents[name] = head.content_hash if is_live and head is not None else None
+        return contents

@@ -31,8 +31,10 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, mode
 from strata_dagster.engine.context import ProjectContext, load_context, select_models
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
-from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions
+from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
+from strata_dagster.engine.partition_range import partition_keys
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
+from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
 from strata_dagster.warehouse.segments import partition_key
@@ -144,8 +146,11 @@ def verify_context(
     context: ProjectContext,
     models: Iterable[str] | None,
     partitions: tuple[PartitionRequest, ...] = (),
+    today: dt.date | None = None,
 ) -> VerifyReport:
-    """`verify` on an open session and a loaded project (for callers that hold both already)."""
+    """`verify` on an open session and a loaded project (for callers that hold both already).
+    `partitions` are checked as `strata run --partitions` checks them (E040), against `today`
+    (default: today in UTC)."""
     project = context.project
     requested = tuple(models or ())
     selected = select_models(project, requested)
@@ -157,6 +162,20 @@ def verify_context(
                 "`--partitions` was given but no model of the project is partitioned",
                 hint="drop `--partitions` to verify whole models",
             )
+    by_grain: dict[str, tuple[PartitionRequest, ...]] = {}
+    if partitions:
+        # The checks `strata run --partitions` makes; a partitioned model the requests do not
+        # name (a month model for days) is not compared over no partitions: it is left out.
+        keys = partition_keys(session, context, selected, partitions, today or utc_now().date())
+        selected = tuple(
+            name
+            for name in selected
+            if name in keys or project.models[name].properties.partitioned_by is None
+        )
+        by_grain = {
+            grain: tuple(request for request in partitions if request.grain == grain)
+            for grain in ("day", "month")
+        }
     to_rebuild = _rebuild_order(context, selected)
     read_live = {ref for name in to_rebuild for ref in project.upstream_models(name)} - set(to_rebuild)
     _check_live(session, context, (*selected, *sorted(read_live)))
@@ -164,7 +183,10 @@ def verify_context(
     try:
         rebuilt = _rebuild(session, context, to_rebuild)
         checkpoint("verify_rebuilt")
-        results = tuple(_verify_model(session, context, name, rebuilt[name], partitions) for name in selected)
+        results = tuple(
+            _verify_model(session, context, name, rebuilt[name], _requests_of(context, name, by_grain))
+            for name in selected
+        )
     finally:
         session.rollback()  # scratch space never outlives the verification
     return VerifyReport(context.branch, results, tuple(request.text for request in partitions))
@@ -173,13 +195,21 @@ def verify_context(
 # -- partitions ---------------------------------------------------------------------------------
 
 
+def _requests_of(
+    context: ProjectContext, name: str, by_grain: Mapping[str, tuple[PartitionRequest, ...]]
+) -> tuple[PartitionRequest, ...]:
+    """The requests that name partitions of model `name` (days for a day model, months for a month one)."""
+    spec = context.project.models[name].properties.partitioned_by
+    return by_grain.get(request_grain(spec.grain), ()) if spec is not None else ()
+
+
 def partition_expression(spec: PartitionSpec) -> exp.Expression:
     """The partition a row belongs to: its day, the first day of its month, or the column itself."""
     return partition_key(exp.column(spec.column), spec.grain)
 
 
 def partition_predicate(spec: PartitionSpec, requests: tuple[PartitionRequest, ...]) -> exp.Expression:
-    """Rows in any of the requested partitions (a month request on a day model: all its days)."""
+    """Rows in any of the requested partitions (of the model's grain: `partition_keys` checked them)."""
     key = partition_expression(spec)
 
     def date(value: dt.date) -> exp.Expression:

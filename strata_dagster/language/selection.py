@@ -81,14 +81,22 @@ def _levels(plus: str | None, digits: str | None) -> int | None:
 
 
 def select(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]:
-    """The models a selection names, in dependency order; every model when it is empty.
+    """The models a selection names, in dependency order; every model when it is empty (E025
+    when it has items that hold no selector).
 
     Each item of `selection` may hold several selectors (`"stg_*,+daily_revenue"`). Selectors
     that are malformed or match no model are E025, all of them reported together, each with a
     did-you-mean where a close name or tag exists.
     """
-    texts = [part for item in selection or () for part in split_selection(item)]
+    items = tuple(selection or ())
+    texts = [part for item in items for part in split_selection(item)]
     if not texts:
+        if items:  # `--models ''` or `--models ','` is a slip, never a way to say "all"
+            raise StrataError(
+                E_UNKNOWN_MODEL,
+                f"the model selection {', '.join(repr(item) for item in items)} names no model",
+                hint=f"write one of: {_FORMS}; or select nothing to get every model",
+            )
         return project.order
     downstream = _downstream_map(project)
     chosen: set[str] = set()

@@ -61,7 +61,7 @@ def stale_condition() -> dg.AutomationCondition:
     stale = StaleAutomationCondition()
     waiting = stale | AC.in_progress()
     through_companions = AC.any_deps_match(AC.any_deps_match(waiting)).allow(
-        dg.AssetSelection.tag(c.COMPANION_TAG, c.PARTITIONS_COMPANION, include_sources=True)
+        dg.AssetSelection.kind(c.COMPANION_KIND, include_sources=True)
     )
     return (stale & ~AC.any_deps_match(waiting) & ~through_companions & ~AC.in_progress()).with_label(
         "strata: stale, inputs fresh"

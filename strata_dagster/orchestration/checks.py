@@ -79,7 +79,8 @@ def build_checks(
     checks = [pin_checks(pins)] if any(p.unique or p.contract for _, p in pins.values()) else []
     tested = {translator.get_asset_key(nodes[name]): name for name in tested_models(project)}
     if tested:
-        checks.append(unit_test_checks(tested, project))
+        code_versions = {name: nodes[name].code_version for name in tested.values()}
+        checks.append(unit_test_checks(tested, project, code_versions))
     # A model with a contract: Dagster's own check that its columns and types did not change
     # between its last two materializations (each carries the published `dagster/column_schema`).
     contracted = [key for key, (_, found) in pins.items() if found.contract]

@@ -171,7 +171,7 @@ def companion_spec(
             c.PARTITIONED_BY_KEY: f"{spec.grain}({spec.column})",
         },
         tags={c.COMPANION_TAG: c.PARTITIONS_COMPANION},
-        kinds={"duckdb"},
+        kinds={"duckdb", c.COMPANION_KIND},
     )
 
 

@@ -24,6 +24,9 @@ COMPANION_TAG: Final = "strata/companion"
 REFRESH_TAG: Final = "strata/refresh"
 VOLATILE_TAG: Final = "strata/volatile"
 PARTITIONS_COMPANION: Final = "partitions"
+# The kind every companion also has: `AssetSelection.kind` selects it, sources included, without
+# the beta `include_sources` of `AssetSelection.tag` (a BetaWarning on every load).
+COMPANION_KIND: Final = "strata_companion"
 
 # Run tags read by the Dagster layer. A backfill run needs a reason; it may correct a recorded
 # strata run and point sources at corrected tables (`strata/source/orders` = `fixes.orders`).

@@ -158,6 +158,9 @@ def _definitions(
                 {key: fingerprinted.get(key) for key in observable},
                 resource,
                 default_status=stale_sensor_status,
+                whole_models={
+                    key: name for name, key in whole_keys.items() if name in catalog.project.models
+                },
             ),
             automation_sensor(dg.AssetSelection.assets(*keys)),
         ],

@@ -336,12 +336,15 @@ def stale_partitions_sensor(
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     minimum_interval_seconds: int = 5,
     run_tags: Mapping[str, str] | None = None,
+    whole_models: Mapping[dg.AssetKey, str] | None = None,
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
     that materializes it). `observable`: the observable assets job `observe_job` observes, each
     with the source whose fingerprint is its data version (None: a companion its model's builds
-    observe; observed by the sensor only if never observed); `strata`: where the project and
-    warehouse are, for those fingerprints."""
+    observe; observed by the sensor only if never observed, or, for the `<model>__whole`
+    companions in `whole_models` (companion -> model), when the model's live content differs
+    from the companion's data version); `strata`: where the project and warehouse are, for
+    those fingerprints."""
     tags = {"strata/sensor": name, **(run_tags or {})}
 
     @dg.sensor(
@@ -360,7 +363,7 @@ def stale_partitions_sensor(
         state = _tick_state(instance, graph, job_of)  # before anything is read: later events count next tick
         busy = _assets_in_progress(instance, job_of)
         try:
-            sources = check_sources(instance, strata, observable, busy)
+            sources = check_sources(instance, strata, observable, busy, whole_models)
         except StrataError as error:
             context.log.warning(error.render())
             return dg.SensorResult(

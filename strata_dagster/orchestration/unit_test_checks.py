@@ -1,24 +1,34 @@
 """`strata_unit_tests`: an asset check running a model's unit tests (its `test` blocks).
 
-The tests run in an in-memory DuckDB and only read the warehouse for its sources' schemas, so the
-check is cheap (about 0.1 s a case): it runs in every run that materializes its model (Dagster
-runs an asset's checks with it), which is every run after the model's code changes, and whenever
-launched alone. It does not block: the snapshot is already published when it runs, and a failure
-says the model's code no longer does what its tests say.
+The tests run in an in-memory DuckDB and only read the warehouse for its sources' schemas. Dagster
+runs an asset's checks with every materialization of it, yet the tests' outcome depends only on
+the model's code (its code version, which covers its upstream code too) and its tests: each
+evaluation records a key of both, and while the key is the one of the last passing evaluation the
+check passes again at once, saying since which run the tests are unchanged, instead of running
+them (about a second a materialization saved). It does not block: the snapshot is already
+published when it runs, and a failure says the model's code no longer does what its tests say.
 """
 
-from collections.abc import Iterator, Mapping
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from strata_dagster.engine.unit_tests import UnitTestResult, run_unit_tests
 from strata_dagster.errors import StrataError
-from strata_dagster.language.definition import Project
+from strata_dagster.language.definition import ModelTest, Project
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.wording import counted
 
 UNIT_TEST_CHECK: Final = "strata_unit_tests"
+# Check metadata: the key of the model's code and tests, and the run whose evaluation ran them.
+TESTS_VERSION_KEY: Final = "strata/tests_version"
+TESTS_RAN_IN_KEY: Final = "strata/tests_ran_in"
+UNCHANGED_KEY: Final = "strata/unchanged_since"
+_COMPLETED = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
 
 
 def tested_models(project: Project) -> tuple[str, ...]:
@@ -27,15 +37,29 @@ def tested_models(project: Project) -> tuple[str, ...]:
     return tuple(name for name in project.order if name in tested)
 
 
-def unit_test_checks(models: Mapping[dg.AssetKey, str], project: Project) -> dg.AssetChecksDefinition:
+def tests_version(code_version: str | None, tests: Iterable[ModelTest]) -> str:
+    """The key of what a model's unit tests depend on: its code version and its tests' text."""
+    digest = hashlib.sha256((code_version or "").encode())
+    for test in tests:
+        digest.update(repr(test).encode())
+    return digest.hexdigest()[:16]
+
+
+def unit_test_checks(
+    models: Mapping[dg.AssetKey, str], project: Project, code_versions: Mapping[str, str | None]
+) -> dg.AssetChecksDefinition:
     """One op for the unit tests of `models` (asset key -> model): one in-memory database serves
-    all the cases of a run."""
+    all the cases of a run. `code_versions`: each model's code version (its asset's)."""
     counts = {name: sum(test.model == name for test in project.tests) for name in models.values()}
+    versions = {
+        name: tests_version(code_versions.get(name), tuple(t for t in project.tests if t.model == name))
+        for name in models.values()
+    }
     specs = [
         dg.AssetCheckSpec(
             UNIT_TEST_CHECK,
             asset=key,
-            description=f"`{model}`'s {counts[model]} unit test(s): the model over fixture rows gives the expected rows.",
+            description=f"`{model}`'s {counted(counts[model], 'unit test')}: the model over fixture rows gives the expected rows.",
             blocking=False,
             metadata={c.MODEL_KEY: model},
         )
@@ -53,6 +77,13 @@ def unit_test_checks(models: Mapping[dg.AssetKey, str], project: Project) -> dg.
     def _unit_tests(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         selected = {key.asset_key: models[key.asset_key] for key in context.selected_asset_check_keys}
+        for key, model in list(selected.items()):
+            unchanged = _unchanged(context.instance, key, versions[model])
+            if unchanged is not None:
+                del selected[key]
+                yield unchanged
+        if not selected:
+            return
         try:
             report = run_unit_tests(strata.project_path, strata.warehouse_path, tuple(selected.values()))
         except StrataError as error:
@@ -73,17 +104,53 @@ def unit_test_checks(models: Mapping[dg.AssetKey, str], project: Project) -> dg.
                 check_name=UNIT_TEST_CHECK,
                 passed=not failed,
                 description=_description(results, failed),
-                metadata=_metadata(results, failed),
+                metadata={
+                    **_metadata(results, failed),
+                    TESTS_VERSION_KEY: versions[model],
+                    TESTS_RAN_IN_KEY: context.run.run_id,
+                },
             )
 
     return _unit_tests
 
 
+def _unchanged(instance: dg.DagsterInstance, key: dg.AssetKey, version: str) -> dg.AssetCheckResult | None:
+    """A passing result when the last completed evaluation passed for the same code and tests;
+    None when the tests must run (never run, failed last, or the code or the tests changed)."""
+    check_key = dg.AssetCheckKey(key, UNIT_TEST_CHECK)
+    last = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=1, status=_COMPLETED)
+    if not last or last[0].status != AssetCheckExecutionRecordStatus.SUCCEEDED or last[0].event is None:
+        return None
+    event = last[0].event.dagster_event
+    evaluation = event.event_specific_data if event is not None else None
+    metadata = {
+        name: getattr(value, "value", value) for name, value in getattr(evaluation, "metadata", {}).items()
+    }
+    if metadata.get(TESTS_VERSION_KEY) != version:
+        return None
+    ran_in = str(metadata.get(TESTS_RAN_IN_KEY) or last[0].run_id)
+    passed = metadata.get("passed", 0)
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=UNIT_TEST_CHECK,
+        passed=True,
+        description=f"unchanged since run {ran_in[:8]}: the model's code and its "
+        f"{counted(int(passed), 'unit test')} are those that passed there",
+        metadata={
+            "passed": passed,
+            "failed": 0,
+            UNCHANGED_KEY: ran_in,
+            TESTS_VERSION_KEY: version,
+            TESTS_RAN_IN_KEY: ran_in,
+        },
+    )
+
+
 def _description(results: tuple[UnitTestResult, ...], failed: list[UnitTestResult]) -> str:
     if not failed:
-        return f"{len(results)} unit test(s) pass"
+        return f"{counted(len(results), 'unit test')} {'passes' if len(results) == 1 else 'pass'}"
     names = ", ".join(f"{result.name} ({result.location})" for result in failed)
-    return f"{len(failed)} of {len(results)} unit test(s) fail: {names}"
+    return f"{len(failed)} of {counted(len(results), 'unit test')} {'fails' if len(failed) == 1 else 'fail'}: {names}"
 
 
 def _metadata(results: tuple[UnitTestResult, ...], failed: list[UnitTestResult]) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def connect(
             break
         except duckdb.IOException as error:
             if not any(marker in str(error) for marker in _LOCK_MARKERS):
-                raise _unreadable(path, error) from None
+                raise _unreadable(path, error, creates=not (read_only or must_exist)) from None
             if time.monotonic() >= deadline:
                 raise StrataError(
                     E_WAREHOUSE_BUSY,
@@ -81,7 +81,7 @@ def connect(
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
         except duckdb.Error as error:
-            raise _unreadable(path, error) from None
+            raise _unreadable(path, error, creates=not (read_only or must_exist)) from None
     try:
         yield con
     except RuntimeError as error:
@@ -101,10 +101,13 @@ def is_interruption(error: BaseException) -> bool:
     )
 
 
-def _unreadable(path: Path, error: Exception) -> StrataError:
+def _unreadable(path: Path, error: Exception, *, creates: bool) -> StrataError:
+    """`creates`: whether this command would have made a new warehouse at a path that did not exist."""
     first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return StrataError(
-        E_WAREHOUSE,
-        f"cannot open warehouse `{path}`: {first_line}",
-        hint="pass a DuckDB file with --warehouse (or STRATA_WAREHOUSE); a new path creates an empty warehouse",
-    )
+    if creates:
+        hint = (
+            "pass a DuckDB file with --warehouse (or STRATA_WAREHOUSE); a new path creates an empty warehouse"
+        )
+    else:
+        hint = "pass the warehouse `strata run` built with --warehouse (or STRATA_WAREHOUSE); this command never creates one"
+    return StrataError(E_WAREHOUSE, f"cannot open warehouse `{path}`: {first_line}", hint=hint)

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.warehouse.connection import connect
+from strata_dagster.wording import counted
 
 DIALECT: Final = "duckdb"
 RAW_SCHEMA: Final = "raw"
@@ -160,7 +161,7 @@ class SampleSummary:
         }
 
     def __str__(self) -> str:
-        return ", ".join(f"{table}: {count} rows" for table, count in self.rows.items())
+        return ", ".join(f"{table}: {counted(count, 'row')}" for table, count in self.rows.items())
 
 
 def customer_count(rows: int) -> int:
