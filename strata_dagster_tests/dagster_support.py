@@ -233,10 +233,11 @@ REPOSITORY = {"repositoryLocationName": LOCATION, "repositoryName": "__repositor
 DONE = ("SUCCESS", "FAILURE", "CANCELED")
 
 
-def example_workspace(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """The example's definitions.py over a small warehouse (sources only), a workspace.yaml naming
-    it, and a DAGSTER_HOME with the repository's dagster.yaml. Returns (project, warehouse, home)."""
-    project, warehouse = make_small_shop(tmp_path)
+def example_workspace(tmp_path: Path, days: int = DAYS) -> tuple[Path, Path, Path]:
+    """The example's definitions.py over a small warehouse (sources only, `days` days of orders), a
+    workspace.yaml naming it, and a DAGSTER_HOME with the repository's dagster.yaml. Returns
+    (project, warehouse, home)."""
+    project, warehouse = make_small_shop(tmp_path, days=days)
     shutil.copy(SHOP / "definitions.py", project / "definitions.py")
     shutil.move(warehouse, project / "warehouse.duckdb")
     (tmp_path / "workspace.yaml").write_text(
