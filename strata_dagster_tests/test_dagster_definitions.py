@@ -188,3 +188,21 @@ def test_loading_the_shop_definitions_emits_no_beta_warning(shop, monkeypatch):
     companions = dg.AssetSelection.kind(COMPANION_KIND, include_sources=True).resolve(graph)
     assert companions == {dg.AssetKey("stg_orders__by_day")}
     assert graph.get(dg.AssetKey("stg_orders__by_day")).tags[COMPANION_TAG] == PARTITIONS_COMPANION
+
+
+def test_a_month_whose_data_ends_mid_month_reads_only_the_days_that_exist(defs):
+    """With data ending on 2025-02-09, the month 2025-02 exists but its days after the 9th do not:
+    Dagster must map it to the days that exist, or *Materialize all* refuses to launch ("depends on
+    non-existent partitions daily_revenue [2025-02-10...2025-02-28]")."""
+    graph = defs.resolve_asset_graph()
+    month, day = dg.AssetKey("monthly_revenue"), dg.AssetKey("daily_revenue")
+    months = graph.get(month).partitions_def
+    days = graph.get(day).partitions_def
+    last_month = months.get_last_partition_key()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no beta or deprecation warning on this path either
+        result = graph.get_partition_mapping(month, day).get_upstream_mapped_partitions_result_for_partitions(
+            months.subset_with_partition_keys([last_month]), months, days
+        )
+    assert result.required_but_nonexistent_subset.is_empty
+    assert sorted(result.partitions_subset.get_partition_keys())[-1] == days.get_last_partition_key()

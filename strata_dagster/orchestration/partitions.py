@@ -7,6 +7,7 @@ Dagster's daily and monthly partitions use, so keys pass between the two unchang
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 
 import dagster as dg
 
@@ -59,3 +60,14 @@ def time_partitions(
         end_date=None if is_open_ended or not bounds else (last_day + dt.timedelta(days=1)).isoformat(),
         end_offset=offset,
     )
+
+
+def coarser_time_mapping() -> dg.TimeWindowPartitionMapping:
+    """A month over days: the days that exist. The daily partitions end with the data (2025-02-09)
+    while the month 2025-02 exists as soon as one of its days does; Dagster's default mapping then
+    requires 2025-02-10..28 and refuses to launch any backfill that includes the month."""
+    with warnings.catch_warnings():
+        # The parameter is marked beta in Dagster 1.13; its behaviour is exactly what we need and the
+        # warning would otherwise show on every definitions load.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)

@@ -24,7 +24,7 @@ from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.automation import observation_condition, stale_condition
 from strata_dagster.orchestration.backfills import BACKFILL_TAGS_HELP
-from strata_dagster.orchestration.partitions import time_partitions
+from strata_dagster.orchestration.partitions import coarser_time_mapping, time_partitions
 
 NodeKind = Literal["source", "model"]
 _GROUP_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
@@ -121,9 +121,14 @@ class StrataDagsterTranslator:
     def get_partition_mapping(
         self, props: StrataAssetProps, upstream: StrataAssetProps
     ) -> dg.PartitionMapping | None:
-        """How `props`'s partitions map to `upstream`'s; None keeps Dagster's default (a day
-        reads the same day, a month reads its days)."""
-        return None
+        """How `props`'s partitions map to `upstream`'s: a day reads the same day (Dagster's default);
+        a month reads those of its days that exist, since the days end with the data and the last
+        month may be partial (see `coarser_time_mapping`)."""
+        if props.partitioned_by is None or upstream.partitioned_by is None:
+            return None
+        if props.partitioned_by.grain == upstream.partitioned_by.grain:
+            return None
+        return coarser_time_mapping()
 
     def get_automation_condition(self, props: StrataAssetProps) -> dg.AutomationCondition | None:
         """Sources are observed every minute; models are requested when an input's data version or
