@@ -36,6 +36,7 @@ from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.refresh import is_due, refresh_of
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.sensor_observation import check_sources
+from strata_dagster.orchestration.sensor_stale_partitions import read_engine_stale
 from strata_dagster.orchestration.stale_changes import may_have_changed, touched_since
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
@@ -95,6 +96,7 @@ def plan_stale_runs(
     known: Mapping[dg.AssetKey, list[str | None]] | None = None,
     since: int | None = None,
     pending: Mapping[dg.AssetKey, int] | None = None,
+    engine_stale: Mapping[dg.AssetKey, list[str | None]] | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
     for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
@@ -102,18 +104,24 @@ def plan_stale_runs(
     versions); only what may have changed since is asked again (see orchestration.stale_changes).
     `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
     of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
-    once it is complete."""
+    once it is complete. `engine_stale`: the stale partitions of the partitioned models the engine
+    told (engine.partition_staleness, one scan per model): Dagster is not asked about those."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
     busy = _assets_in_progress(instance, job_of)
     resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
     plan = StalePlan()
+    told = dict(engine_stale or {})
     scan = StaleScan(
         dict(known or {}), dict(pending or {}) if known is not None else dict.fromkeys(job_of, 0)
     )
     if known is not None and since is not None:
         changed = may_have_changed(asset_graph, touched_since(instance, asset_graph, since))
+        changed = {item for item in changed if item.asset_key not in told}
         scan.stale = _stale_since(asset_graph, resolver, job_of, scan.stale, changed)
+    for key, partitions in told.items():
+        scan.pending.pop(key, None)
+        scan.stale[key] = list(partitions)
     _continue_scan(instance, asset_graph, resolver, scan)
     plan.pending = scan.pending
     found = scan.stale
@@ -289,6 +297,8 @@ class _TickState:
     code: str
     stale: dict[dg.AssetKey, list[str | None]] | None = None
     pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # not read yet (see StaleScan)
+    # asset -> digest of the `strata_stale_partitions` result last reported: reported again on change only
+    reported: dict[str, str] = field(default_factory=dict)
 
     def dump(self) -> str:
         stale = (
@@ -296,7 +306,13 @@ class _TickState:
         )
         pending = {key.to_user_string(): index for key, index in self.pending.items()}
         return json.dumps(
-            {"last_event": self.last_event, "code": self.code, "stale": stale, "pending": pending}
+            {
+                "last_event": self.last_event,
+                "code": self.code,
+                "stale": stale,
+                "pending": pending,
+                "reported": self.reported,
+            }
         )
 
     @staticmethod
@@ -309,6 +325,7 @@ class _TickState:
                 data["code"],
                 None if stale is None else {dg.AssetKey.from_user_string(k): v for k, v in stale.items()},
                 {dg.AssetKey.from_user_string(k): v for k, v in data["pending"].items()},
+                dict(data.get("reported") or {}),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # no cursor yet, or one an older version wrote
@@ -331,12 +348,16 @@ def stale_partitions_sensor(
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     minimum_interval_seconds: int = 5,
     run_tags: Mapping[str, str] | None = None,
+    partitioned: Mapping[dg.AssetKey, tuple[str, str]] | None = None,
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
     that materializes it). `observable`: the observable assets job `observe_job` observes, each
     with the source whose fingerprint is its data version (None: a companion its model's builds
     observe; observed by the sensor only if never observed); `strata`: where the project and
-    warehouse are, for those fingerprints."""
+    warehouse are, for those fingerprints. `partitioned`: asset -> (model, grain) of the models
+    built partition by partition, whose stale partitions the engine tells in one scan each (instead
+    of Dagster, partition by partition) and which the tick reports as their `strata_stale_partitions`
+    check when the answer changed."""
     tags = {"strata/sensor": name, **(run_tags or {})}
 
     @dg.sensor(
@@ -391,13 +412,26 @@ def stale_partitions_sensor(
         known = None if previous is None else previous.stale
         since = None if previous is None else previous.last_event
         pending = None if previous is None else previous.pending
-        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending)
-        cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending).dump()
+        try:
+            told = read_engine_stale(strata, graph, partitioned or {}, instance)
+        except StrataError as error:
+            context.log.warning(error.render())
+            return dg.SensorResult(
+                skip_reason=f"Skipped: stale partitions not read, {error.render()} (the next tick tries again)",
+                cursor=context.cursor,
+            )
+        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending, told.stale)
+        loaded = _TickState.load(context.cursor)
+        reported = dict(loaded.reported) if loaded is not None else {}
+        events = told.changed_since(reported)
+        cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending, reported).dump()
         for request in plan.runs:
             context.log.info(describe_run(request))
         if plan.runs:
-            return dg.SensorResult(run_requests=plan.runs, cursor=cursor)
-        return dg.SensorResult(skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor)
+            return dg.SensorResult(run_requests=plan.runs, cursor=cursor, asset_events=events)
+        return dg.SensorResult(
+            skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor, asset_events=events
+        )
 
     return _sensor
 
