@@ -45,7 +45,8 @@ def stale_partitions(
 ) -> dict[str, StalePartitions]:
     """Each partitioned model built by partitions on `branch` and what is stale in it (an empty
     `keys`: nothing). Models never published, incremental, or whose partitions read other
-    partitions' rows (the engine rebuilds them whole) are left out: the caller asks elsewhere.
+    partitions' rows (the engine rebuilds them whole) or that read a view model are left out: the
+    caller asks elsewhere.
     Read-only; waits at most `timeout` seconds for a writer's lock (E021 after that)."""
     with open_session(Path(warehouse), read_only=True, timeout=timeout) as session:
         context = load_context(session, Path(project_dir), {}, branch)
@@ -61,6 +62,7 @@ def _read(session: Session, context: ProjectContext) -> dict[str, StalePartition
         and props.merge_strategy not in INCREMENTAL_STRATEGIES
         and not props.is_view
         and locality_problem_of(project.models[name], context.compiled.models[name]) is None
+        and not _reads_a_view(context, name)
     ]
     if not candidates:
         return {}
@@ -111,6 +113,14 @@ def _read(session: Session, context: ProjectContext) -> dict[str, StalePartition
         )
         found[name] = StalePartitions(name, tuple(differing), f"{base} has new rows in them")
     return found
+
+
+def _reads_a_view(context: ProjectContext, name: str) -> bool:
+    """Whether `name` reads a view model as `from`: its build may group the rows of the source
+    under the view or the view's own rows (engine.view_lineage), so its figures are left to the
+    orchestrator's own staleness."""
+    base = context.compiled.models[name].base_relation
+    return base in context.project.models and context.project.models[base].properties.is_view
 
 
 def _input_figures(session: Session, context: ProjectContext, name: str) -> dict[str, tuple[Any, ...]] | None:

@@ -12,17 +12,16 @@ with every materialization of its model and from its *Execute* button.
 """
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
 
 import dagster as dg
 
-from strata_dagster.engine.explain import partition_ranges
-from strata_dagster.engine.partition_staleness import StalePartitions, stale_partitions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.resources import StrataResource
-
-STALE_PARTITIONS_CHECK: Final = "strata_stale_partitions"
-_RANGES_SHOWN = 50  # ranges in the description and metadata; the count is always whole
+from strata_dagster.orchestration.stale_partitions_reading import (
+    STALE_PARTITIONS_CHECK,
+    dagster_is_stale,
+    read_engine_stale,
+)
 
 
 def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.AssetChecksDefinition:
@@ -52,57 +51,19 @@ def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.
     )
     def _stale(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
-        found = stale_partitions(strata.project_path, strata.warehouse_path, strata.branch)
+        # The job's asset graph holds every asset of the definitions (the upstream ones its staleness reads).
+        graph = context.job_def.asset_layer.asset_graph
+        is_stale = dagster_is_stale(context.instance, graph)
+        told = read_engine_stale(strata, graph, models, context.instance, is_stale, timeout=None)
         for check_key in context.selected_asset_check_keys:
-            model, grain = models[check_key.asset_key]
+            evaluation = told.evaluations[check_key.asset_key]
             yield dg.AssetCheckResult(
                 asset_key=check_key.asset_key,
                 check_name=STALE_PARTITIONS_CHECK,
-                **stale_result(model, grain, found.get(model)),
+                passed=evaluation.passed,
+                severity=evaluation.severity,
+                description=evaluation.description,
+                metadata=evaluation.metadata,
             )
 
     return _stale
-
-
-def stale_result(model: str, grain: str, found: StalePartitions | None) -> dict[str, Any]:
-    """passed, severity, description and metadata of a model's check, from the engine's reading
-    (None: not built by partitions yet, so nothing is stale by partition)."""
-    keys = () if found is None else found.keys
-    ranges = partition_ranges(keys, grain)
-    shown = ", ".join(ranges[:_RANGES_SHOWN]) + (" ..." if len(ranges) > _RANGES_SHOWN else "")
-    metadata: dict[str, Any] = {
-        c.STALE_PARTITIONS_TAG: len(keys),
-        "stale_partition_ranges": list(ranges[:_RANGES_SHOWN]),
-        c.MODEL_KEY: model,
-    }
-    if not keys:
-        description = f"no stale partition of `{model}`" + (
-            "" if found is not None else " (not built by partitions yet)"
-        )
-        return {"passed": True, "description": description, "metadata": metadata}
-    assert found is not None
-    metadata["reason"] = found.reason
-    return {
-        "passed": False,
-        "severity": dg.AssetCheckSeverity.WARN,
-        "description": f"{len(keys)} stale partition(s) of `{model}` ({found.reason}): {shown}",
-        "metadata": metadata,
-    }
-
-
-def stale_evaluations(
-    models: Mapping[dg.AssetKey, tuple[str, str]], found: Mapping[str, StalePartitions]
-) -> dict[dg.AssetKey, dg.AssetCheckEvaluation]:
-    """The check's evaluation for every model of `models`, as a sensor reports it."""
-    evaluations = {}
-    for key, (model, grain) in models.items():
-        fields = stale_result(model, grain, found.get(model))
-        evaluations[key] = dg.AssetCheckEvaluation(
-            asset_key=key,
-            check_name=STALE_PARTITIONS_CHECK,
-            passed=fields["passed"],
-            severity=fields.get("severity", dg.AssetCheckSeverity.ERROR),
-            description=fields["description"],
-            metadata=fields["metadata"],
-        )
-    return evaluations

@@ -28,7 +28,6 @@ from dagster._core.definitions.data_version import (
     StaleStatus,
 )
 from dagster._core.definitions.events import AssetKeyPartitionKey
-from dagster._core.loader import LoadingContext
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from strata_dagster.errors import StrataError
@@ -36,8 +35,12 @@ from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.refresh import is_due, refresh_of
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.sensor_observation import check_sources
-from strata_dagster.orchestration.sensor_stale_partitions import read_engine_stale
 from strata_dagster.orchestration.stale_changes import may_have_changed, touched_since
+from strata_dagster.orchestration.stale_partitions_reading import (
+    InstanceLoading,
+    dagster_is_stale,
+    read_engine_stale,
+)
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
 OBSERVE_JOB = "strata_observe_sources"
@@ -50,22 +53,6 @@ _CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
 SCAN_SECONDS = 3.0
 # ... but not before this many partitions: a small project is read in one tick, however busy the machine.
 SCAN_MIN_PARTITIONS = 100
-
-
-class _Loading(LoadingContext):
-    """The batch-loading scope one sensor tick reads the instance through."""
-
-    def __init__(self, instance: dg.DagsterInstance) -> None:
-        self._instance = instance
-        self._loaders: dict = {}  # type: ignore[type-arg]
-
-    @property
-    def instance(self) -> dg.DagsterInstance:
-        return self._instance
-
-    @property
-    def loaders(self) -> dict:  # type: ignore[type-arg]
-        return self._loaders
 
 
 @dataclass
@@ -109,7 +96,7 @@ def plan_stale_runs(
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
     busy = _assets_in_progress(instance, job_of)
-    resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
+    resolver = CachingStaleStatusResolver(instance, asset_graph, InstanceLoading(instance))
     plan = StalePlan()
     told = dict(engine_stale or {})
     scan = StaleScan(
@@ -413,7 +400,9 @@ def stale_partitions_sensor(
         since = None if previous is None else previous.last_event
         pending = None if previous is None else previous.pending
         try:
-            told = read_engine_stale(strata, graph, partitioned or {}, instance)
+            told = read_engine_stale(
+                strata, graph, partitioned or {}, instance, dagster_is_stale(instance, graph)
+            )
         except StrataError as error:
             context.log.warning(error.render())
             return dg.SensorResult(
