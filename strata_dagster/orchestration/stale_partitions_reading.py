@@ -107,7 +107,9 @@ def stale_result(model: str, grain: str, found: StalePartitions | None) -> dict[
     }
     if not keys:
         description = f"no stale partition of `{model}`" + (
-            "" if found is not None else " (not built by partitions yet)"
+            ""
+            if found is not None
+            else " known by partition (never built, or its builds are whole: Dagster's own stale status applies)"
         )
         return {"passed": True, "description": description, "metadata": metadata}
     assert found is not None
