@@ -12,6 +12,7 @@ Driven through GraphQL as the UI does it (strata_dagster_tests.dagster_support).
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.dagster_support import DONE, REPO, SHOP, GraphQL, dagster_dev, wait_for
 
+print = functools.partial(print, flush=True)  # noqa: A001 (progress shows while it runs)
+FINAL = ("COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED")
 REASON = {"strata/reason": "first load (bench)"}
 TRIVIAL = """
 import dagster as dg
@@ -104,7 +107,11 @@ def until_runs_done(
 def backfill_all(graphql: GraphQL, tags: dict[str, str]) -> str:
     """*Materialize all* with partitioned assets in the selection: a backfill of every partition."""
     nodes = graphql("{ assetNodes { assetKey { path } isObservable isExecutable } }")["assetNodes"]
-    keys = [node["assetKey"] for node in nodes if node["isExecutable"] and not node["isObservable"]]
+    keys = [
+        node["assetKey"]
+        for node in nodes
+        if node["isExecutable"] and not node["isObservable"] and node["assetKey"]["path"] != ["trivial"]
+    ]
     data = graphql(
         "mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) { "
         "__typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }",
@@ -123,11 +130,21 @@ def until_backfill_done(graphql: GraphQL, backfill_id: str, log: Path) -> float:
 
     def done() -> bool:
         found = graphql.backfill(backfill_id)
-        return found["status"] not in ("REQUESTED",) and all(run["status"] in DONE for run in found["runs"])
+        return found["status"] in FINAL and all(run["status"] in DONE for run in found["runs"])
 
     wait_for(done, 1800, "the backfill to finish", log, interval=0.5)
     found = graphql.backfill(backfill_id)
-    assert found["status"] == "COMPLETED_SUCCESS", found["status"]
+    if found["status"] != "COMPLETED_SUCCESS":
+        for run in found["runs"]:
+            if run["status"] != "SUCCESS":
+                messages = [event.get("message") for event in graphql.run_events(run["runId"])]
+                print(run["runId"], run["status"], run["tags"], *messages[-8:], sep="\n  ")
+        error = graphql(
+            "query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill "
+            "{ error { message } } } }",
+            id=backfill_id,
+        )["partitionBackfillOrError"]["error"]
+        raise SystemExit(f"the backfill ended {found['status']}: {error}")
     return time.perf_counter() - begin
 
 
@@ -140,6 +157,7 @@ def main() -> None:
         root = Path(folder)
         project, warehouse, home = workspace(root, args.rows, args.days)
         cli = strata_run(project, warehouse)
+        print(flush=True)
         print(f"strata run (CLI, process included): {cli:.1f}s")
         with dagster_dev(root, home) as (graphql, log):
             begin = time.perf_counter()
