@@ -1,5 +1,5 @@
 """The Dagster path's fixed cost that is ours: a run worker imports the definitions' modules, and
-those leave the frame libraries (pandas, polars) unloaded until a frame is read or written."""
+those leave the frame libraries (pandas, polars, pyarrow) unloaded until a frame is read or written."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import sys
 PROBE = """
 import sys
 import strata_dagster.orchestration
-print(sorted(name for name in ("pandas", "polars") if name in sys.modules))
+print(sorted(name for name in ("pandas", "polars", "pyarrow") if name in sys.modules))
 """
 
 

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pyarrow as pa
 from pydantic import Field
 
 from strata_dagster.compile.relations import model_view
@@ -45,10 +44,11 @@ from strata_dagster.orchestration.provenance import materialization_tags, refres
 from strata_dagster.orchestration.resources import StrataResource
 
 if TYPE_CHECKING:
-    # pandas and polars load when a frame is read or written, not in every run worker: importing
+    # pandas, polars and pyarrow load when a frame is read or written, not in every run worker: importing
     # them costs seconds of each run's start (see docs/dagster.md, the Dagster path's cost).
     import pandas as pd
     import polars as pl
+    import pyarrow as pa
 
 UNVERSIONED = "unversioned"
 
@@ -248,16 +248,19 @@ def _is_partitioned_step(context: dg.InputContext) -> bool:
         return False
 
 
+_FRAME_TYPES = {"polars": "DataFrame", "pandas": "DataFrame", "pyarrow": "Table"}
+
+
 def _loaded_frame_type(module: str) -> type | None:
-    """`module`'s DataFrame class if the module is loaded: an object or annotation of that type
+    """`module`'s frame class if the module is loaded: an object or annotation of that type
     implies the module is loaded, so an unloaded one is never imported just to be ruled out."""
     loaded = sys.modules.get(module)
-    return None if loaded is None else loaded.DataFrame
+    return None if loaded is None else getattr(loaded, _FRAME_TYPES[module])
 
 
 def _is_frame(obj: Any) -> bool:
-    types = [found for found in map(_loaded_frame_type, ("polars", "pandas")) if found is not None]
-    return isinstance(obj, (pa.Table, *types))
+    types = [found for found in map(_loaded_frame_type, _FRAME_TYPES) if found is not None]
+    return bool(types) and isinstance(obj, tuple(types))
 
 
 def _wants_pandas(context: dg.InputContext) -> bool:
@@ -277,6 +280,8 @@ def _raw(value: Any) -> Any:
 
 
 def _to_arrow(frame: pl.DataFrame | pd.DataFrame | pa.Table) -> pa.Table:
+    import pyarrow as pa
+
     if isinstance(frame, pa.Table):
         return frame
     polars = _loaded_frame_type("polars")
