@@ -84,6 +84,7 @@ def plan_stale_runs(
     since: int | None = None,
     pending: Mapping[dg.AssetKey, int] | None = None,
     engine_stale: Mapping[dg.AssetKey, list[str | None]] | None = None,
+    busy: set[dg.AssetKey] | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
     for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
@@ -92,10 +93,12 @@ def plan_stale_runs(
     `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
     of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
     once it is complete. `engine_stale`: the stale partitions of the partitioned models the engine
-    told (engine.partition_staleness, one scan per model): Dagster is not asked about those."""
+    told (engine.partition_staleness, one scan per model): Dagster is not asked about those.
+    `busy`: the assets of queued or running runs, read before `engine_stale` was (else now)."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
-    busy = _assets_in_progress(instance, job_of)
+    if busy is None:
+        busy = _assets_in_progress(instance, job_of)
     resolver = CachingStaleStatusResolver(instance, asset_graph, InstanceLoading(instance))
     plan = StalePlan()
     told = dict(engine_stale or {})
@@ -409,7 +412,8 @@ def stale_partitions_sensor(
                 skip_reason=f"Skipped: stale partitions not read, {error.render()} (the next tick tries again)",
                 cursor=context.cursor,
             )
-        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending, told.stale)
+        # `busy` was read before the engine's answer, as the plan reads runs before stale statuses.
+        plan = plan_stale_runs(instance, graph, job_of, tags, known, since, pending, told.stale, busy)
         loaded = _TickState.load(context.cursor)
         reported = dict(loaded.reported) if loaded is not None else {}
         events = told.changed_since(reported)
