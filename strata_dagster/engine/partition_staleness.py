@@ -64,8 +64,8 @@ def _read(session: Session, context: ProjectContext) -> dict[str, StalePartition
         and locality_problem_of(project.models[name], context.compiled.models[name]) is None
         and not _reads_a_view(context, name)
     ]
-    if not candidates:
-        return {}
+    if not candidates or not session.has_history():
+        return {}  # no partitioned model, or a warehouse nothing was ever built in
     fingerprints = fingerprint_models(context)
     pointers = session.history.pointers(context.branch)
     heads = {name: session.history.snapshot(ids[-1]) for name, ids in pointers.items() if ids}
