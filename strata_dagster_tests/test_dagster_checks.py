@@ -20,6 +20,7 @@ from strata_dagster.orchestration.checks import (
     VERIFY_SCHEDULE,
     VERIFY_TAG,
 )
+from strata_dagster.orchestration.stale_partitions_check import STALE_PARTITIONS_CHECK
 from strata_dagster.orchestration.unit_test_checks import UNIT_TEST_CHECK
 from strata_dagster_tests.dagster_support import (
     DAYS,
@@ -116,6 +117,7 @@ def test_definitions_carry_the_checks_a_verify_job_and_a_stopped_schedule(shop):
         | {(name, SCHEMA_CHANGE_CHECK) for name in CONTRACT}
         | {(name, EQUIVALENCE_CHECK) for name in VERIFIABLE}
         | {(name, UNIT_TEST_CHECK) for name in TESTED}
+        | {(name, STALE_PARTITIONS_CHECK) for name in ("daily_revenue", "monthly_revenue")}
     )
     layer = defs.resolve_job_def(VERIFY_JOB).asset_layer
     assert layer.selected_asset_keys == set()  # it materializes nothing

@@ -11,8 +11,8 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
@@ -26,6 +26,9 @@ from strata_dagster.warehouse.frames import registered_frame
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.tables import snapshot_table_name
+
+if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
+    import pyarrow as pa
 
 PYTHON_KIND = "python"
 

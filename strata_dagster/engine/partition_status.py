@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
@@ -30,6 +30,9 @@ from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.partitions import content_by_partition, read_rows
 from strata_dagster.warehouse.session import Session, WarehouseError, open_live_session, open_session
 from strata_dagster.warehouse.sources import source_table
+
+if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import dagster as dg
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.catalog import Catalog, read_catalog
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets import build_model_asset
 from strata_dagster.orchestration.automation import automation_sensor
@@ -26,6 +27,7 @@ from strata_dagster.orchestration.project_selection import selected_project
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
+from strata_dagster.orchestration.stale_partitions_check import stale_partitions_check
 from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
 
@@ -141,9 +143,11 @@ def _definitions(
     backfill_jobs = build_backfill_jobs(
         assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
     )
+    partitioned = partition_built_models(catalog, nodes, translator)
+    stale_checks = [stale_partitions_check(partitioned)] if partitioned else []
     return dg.Definitions(
         assets=[*assets, *observers],
-        asset_checks=checks.asset_checks,
+        asset_checks=[*checks.asset_checks, *stale_checks],
         jobs=[*jobs, observe_job, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,
         resources={
@@ -161,6 +165,7 @@ def _definitions(
                 whole_models={
                     key: name for name, key in whole_keys.items() if name in catalog.project.models
                 },
+                partitioned=partitioned,
             ),
             automation_sensor(dg.AssetSelection.assets(*keys)),
         ],
@@ -264,6 +269,20 @@ def _whole_keys(
             if nodes[ref].partitioned_by is not None:
                 keys[ref] = translator.get_whole_asset_key(nodes[ref])
     return keys
+
+
+def partition_built_models(
+    catalog: Catalog, nodes: dict[str, StrataAssetProps], translator: StrataDagsterTranslator
+) -> dict[dg.AssetKey, tuple[str, str]]:
+    """asset key -> (model, grain) of the partitioned SQL models whose builds go partition by
+    partition: those the engine tells the stale partitions of (engine.partition_staleness)."""
+    found = {}
+    for name in catalog.project.order:
+        props = catalog.project.models[name].properties
+        spec = props.partitioned_by
+        if spec is not None and props.merge_strategy not in INCREMENTAL_STRATEGIES and not props.is_view:
+            found[translator.get_asset_key(nodes[name])] = (name, spec.grain)
+    return found
 
 
 def _keys(item: dg.AssetsDefinition | dg.SourceAsset) -> list[dg.AssetKey]:

@@ -14,13 +14,13 @@
   `pd.DataFrame`) frames; a partitioned consumer gets only the rows of its partitions.
 """
 
+from __future__ import annotations
+
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pandas as pd
-import polars as pl
-import pyarrow as pa
 from pydantic import Field
 
 from strata_dagster.compile.relations import model_view
@@ -45,6 +45,13 @@ from strata_dagster.orchestration.companions import record_companion
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
 
+if TYPE_CHECKING:
+    # pandas, polars and pyarrow load when a frame is read or written, not in every run worker: importing
+    # them costs seconds of each run's start (see docs/dagster.md, the Dagster path's cost).
+    import pandas as pd
+    import polars as pl
+    import pyarrow as pa
+
 UNVERSIONED = "unversioned"
 
 
@@ -57,7 +64,7 @@ class StrataIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if isinstance(obj, StrataBuild):
             self._publish_build(context, obj)
-        elif isinstance(obj, (pl.DataFrame, pd.DataFrame, pa.Table)):
+        elif _is_frame(obj):
             self._publish_frame(context, obj)
         elif obj is None:
             return  # an asset that returned nothing: nothing to publish
@@ -231,6 +238,8 @@ class StrataIOManager(dg.ConfigurableIOManager):
         table = read_model(project, strata.warehouse_path, name, keys, strata.branch)
         if _wants_pandas(context):
             return table.to_pandas()
+        import polars as pl
+
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
         return frame
@@ -244,9 +253,25 @@ def _is_partitioned_step(context: dg.InputContext) -> bool:
         return False
 
 
+_FRAME_TYPES = {"polars": "DataFrame", "pandas": "DataFrame", "pyarrow": "Table"}
+
+
+def _loaded_frame_type(module: str) -> type | None:
+    """`module`'s frame class if the module is loaded: an object or annotation of that type
+    implies the module is loaded, so an unloaded one is never imported just to be ruled out."""
+    loaded = sys.modules.get(module)
+    return None if loaded is None else getattr(loaded, _FRAME_TYPES[module])
+
+
+def _is_frame(obj: Any) -> bool:
+    types = [found for found in map(_loaded_frame_type, _FRAME_TYPES) if found is not None]
+    return bool(types) and isinstance(obj, tuple(types))
+
+
 def _wants_pandas(context: dg.InputContext) -> bool:
     typing_type = context.dagster_type.typing_type
-    return isinstance(typing_type, type) and issubclass(typing_type, pd.DataFrame)
+    frame = _loaded_frame_type("pandas")
+    return frame is not None and isinstance(typing_type, type) and issubclass(typing_type, frame)
 
 
 def _model_name(metadata: Mapping[str, Any], key: dg.AssetKey) -> str:
@@ -260,11 +285,14 @@ def _raw(value: Any) -> Any:
 
 
 def _to_arrow(frame: pl.DataFrame | pd.DataFrame | pa.Table) -> pa.Table:
-    if isinstance(frame, pl.DataFrame):
+    import pyarrow as pa
+
+    if isinstance(frame, pa.Table):
+        return frame
+    polars = _loaded_frame_type("polars")
+    if polars is not None and isinstance(frame, polars):
         return frame.to_arrow()
-    if isinstance(frame, pd.DataFrame):
-        return pa.Table.from_pandas(frame, preserve_index=False)
-    return frame
+    return pa.Table.from_pandas(frame, preserve_index=False)
 
 
 def _contract(value: Any) -> tuple[tuple[str, str, bool], ...]:

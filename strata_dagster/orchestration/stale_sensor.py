@@ -28,7 +28,6 @@ from dagster._core.definitions.data_version import (
     StaleStatus,
 )
 from dagster._core.definitions.events import AssetKeyPartitionKey
-from dagster._core.loader import LoadingContext
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from strata_dagster.errors import StrataError
@@ -38,6 +37,11 @@ from strata_dagster.orchestration.refresh import is_due, refresh_of
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.sensor_observation import LOCK_WAIT_SECONDS, check_sources
 from strata_dagster.orchestration.stale_changes import may_have_changed, touched_since
+from strata_dagster.orchestration.stale_partitions_reading import (
+    InstanceLoading,
+    dagster_is_stale,
+    read_engine_stale,
+)
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
 OBSERVE_JOB = "strata_observe_sources"
@@ -50,22 +54,6 @@ _CAUSES_SAMPLED = 20  # stale partitions per asset whose causes name the why
 SCAN_SECONDS = 3.0
 # ... but not before this many partitions: a small project is read in one tick, however busy the machine.
 SCAN_MIN_PARTITIONS = 100
-
-
-class _Loading(LoadingContext):
-    """The batch-loading scope one sensor tick reads the instance through."""
-
-    def __init__(self, instance: dg.DagsterInstance) -> None:
-        self._instance = instance
-        self._loaders: dict = {}  # type: ignore[type-arg]
-
-    @property
-    def instance(self) -> dg.DagsterInstance:
-        return self._instance
-
-    @property
-    def loaders(self) -> dict:  # type: ignore[type-arg]
-        return self._loaders
 
 
 @dataclass
@@ -97,6 +85,8 @@ def plan_stale_runs(
     since: int | None = None,
     pending: Mapping[dg.AssetKey, int] | None = None,
     explain: Callable[[list[dg.AssetKey]], Mapping[dg.AssetKey, str]] | None = None,
+    engine_stale: Mapping[dg.AssetKey, list[str | None]] | None = None,
+    busy: set[dg.AssetKey] | None = None,
 ) -> StalePlan:
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
     for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
@@ -105,18 +95,27 @@ def plan_stale_runs(
     `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
     of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
     once it is complete. `explain`: the engine's words for why the ready assets are rebuilt (it
-    replaces Dagster's stale causes where it has a line)."""
+    replaces Dagster's stale causes where it has a line). `engine_stale`: the stale partitions of the
+    partitioned models the engine told (engine.partition_staleness, one scan per model): Dagster is
+    not asked about those. `busy`: the assets of queued or running runs, read before `engine_stale`
+    was (else now)."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets
     # wait a tick), never as stale-and-idle (which would launch it twice).
-    busy = _assets_in_progress(instance, job_of)
-    resolver = CachingStaleStatusResolver(instance, asset_graph, _Loading(instance))
+    if busy is None:
+        busy = _assets_in_progress(instance, job_of)
+    resolver = CachingStaleStatusResolver(instance, asset_graph, InstanceLoading(instance))
     plan = StalePlan()
+    told = dict(engine_stale or {})
     scan = StaleScan(
         dict(known or {}), dict(pending or {}) if known is not None else dict.fromkeys(job_of, 0)
     )
     if known is not None and since is not None:
         changed = may_have_changed(asset_graph, touched_since(instance, asset_graph, since))
+        changed = {item for item in changed if item.asset_key not in told}
         scan.stale = _stale_since(asset_graph, resolver, job_of, scan.stale, changed)
+    for key, partitions in told.items():
+        scan.pending.pop(key, None)
+        scan.stale[key] = list(partitions)
     _continue_scan(instance, asset_graph, resolver, scan)
     plan.pending = scan.pending
     found = scan.stale
@@ -294,6 +293,8 @@ class _TickState:
     code: str
     stale: dict[dg.AssetKey, list[str | None]] | None = None
     pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # not read yet (see StaleScan)
+    # asset -> digest of the `strata_stale_partitions` result last reported: reported again on change only
+    reported: dict[str, str] = field(default_factory=dict)
 
     def dump(self) -> str:
         stale = (
@@ -301,7 +302,13 @@ class _TickState:
         )
         pending = {key.to_user_string(): index for key, index in self.pending.items()}
         return json.dumps(
-            {"last_event": self.last_event, "code": self.code, "stale": stale, "pending": pending}
+            {
+                "last_event": self.last_event,
+                "code": self.code,
+                "stale": stale,
+                "pending": pending,
+                "reported": self.reported,
+            }
         )
 
     @staticmethod
@@ -314,6 +321,7 @@ class _TickState:
                 data["code"],
                 None if stale is None else {dg.AssetKey.from_user_string(k): v for k, v in stale.items()},
                 {dg.AssetKey.from_user_string(k): v for k, v in data["pending"].items()},
+                dict(data.get("reported") or {}),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None  # no cursor yet, or one an older version wrote
@@ -337,6 +345,7 @@ def stale_partitions_sensor(
     minimum_interval_seconds: int = 5,
     run_tags: Mapping[str, str] | None = None,
     whole_models: Mapping[dg.AssetKey, str] | None = None,
+    partitioned: Mapping[dg.AssetKey, tuple[str, str]] | None = None,
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
     that materializes it). `observable`: the observable assets job `observe_job` observes, each
@@ -344,7 +353,10 @@ def stale_partitions_sensor(
     observe; observed by the sensor only if never observed, or, for the `<model>__whole`
     companions in `whole_models` (companion -> model), when the model's live content differs
     from the companion's data version); `strata`: where the project and warehouse are, for
-    those fingerprints."""
+    those fingerprints. `partitioned`: asset -> (model, grain) of the models built partition by
+    partition, whose stale partitions the engine tells in one scan each (instead of Dagster,
+    partition by partition) and which the tick reports as their `strata_stale_partitions` check
+    when the answer changed."""
     tags = {"strata/sensor": name, **(run_tags or {})}
 
     @dg.sensor(
@@ -399,6 +411,17 @@ def stale_partitions_sensor(
         known = None if previous is None else previous.stale
         since = None if previous is None else previous.last_event
         pending = None if previous is None else previous.pending
+        try:
+            told = read_engine_stale(
+                strata, graph, partitioned or {}, instance, dagster_is_stale(instance, graph)
+            )
+        except StrataError as error:
+            context.log.warning(error.render())
+            return dg.SensorResult(
+                skip_reason=f"Skipped: stale partitions not read, {error.render()} (the next tick tries again)",
+                cursor=context.cursor,
+            )
+        # `busy` was read before the engine's answer, as the plan reads runs before stale statuses.
         plan = plan_stale_runs(
             instance,
             graph,
@@ -407,14 +430,21 @@ def stale_partitions_sensor(
             known,
             since,
             pending,
-            lambda keys: _engine_why(context, strata, graph, keys),
+            explain=lambda keys: _engine_why(context, strata, graph, keys),
+            engine_stale=told.stale,
+            busy=busy,
         )
-        cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending).dump()
+        loaded = _TickState.load(context.cursor)
+        reported = dict(loaded.reported) if loaded is not None else {}
+        events = told.changed_since(reported)
+        cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending, reported).dump()
         for request in plan.runs:
             context.log.info(describe_run(request))
         if plan.runs:
-            return dg.SensorResult(run_requests=plan.runs, cursor=cursor)
-        return dg.SensorResult(skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor)
+            return dg.SensorResult(run_requests=plan.runs, cursor=cursor, asset_events=events)
+        return dg.SensorResult(
+            skip_reason=_idle_reason(plan, busy, sources.unchanged), cursor=cursor, asset_events=events
+        )
 
     return _sensor
 

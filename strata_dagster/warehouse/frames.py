@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from sqlglot import exp
 
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import table
+
+if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
+    import pyarrow as pa
 
 _FRAME_PREFIX = "__strata_frame_"
 _counter = itertools.count()

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
 from sqlglot import exp
 
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group
 from strata_dagster.warehouse.session import Session, WarehouseError
 from strata_dagster.warehouse.sql import render, run
+
+if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
+    import pyarrow as pa
 
 _DATE = exp.DataType.build("DATE")
 _KEY_ALIAS = "__partition"

@@ -1,0 +1,140 @@
+"""Which partitions of each partitioned model a build would recompute now: the engine's own answer,
+read in one grouped scan per model instead of asking an orchestrator partition by partition.
+
+A partition-complete build (engine.partitions) compares its `from` input's rows per partition
+(row count and row-hash sum, before any filter) with the figures its last build recorded; a
+partition whose figures differ is recomputed. The same comparison, without building, is the
+model's stale partitions. Every partition is stale when the model's code changed or another input
+(a joined relation) holds other content than the last build read: the build then recomputes more
+than the changed days, and an orchestrator marks them all stale too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
+from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.engine.partitions import NULL_PARTITION, STRATEGY, locality_problem_of, raw_partition_of
+from strata_dagster.engine.status import fingerprint_models, read_source_state, source_basis
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
+from strata_dagster.warehouse.content import WHOLE_ROW
+from strata_dagster.warehouse.session import Session, WarehouseError, open_session
+from strata_dagster.warehouse.sources import source_table
+
+
+@dataclass(frozen=True)
+class StalePartitions:
+    """The partitions of `model` whose build is out of date, and why. `is_all`: every partition
+    (the keys are then those the last build knew)."""
+
+    model: str
+    keys: tuple[str, ...]
+    reason: str
+    is_all: bool = False
+
+
+def stale_partitions(
+    project_dir: Path | str,
+    warehouse: Path | str,
+    branch: str = DEFAULT_BRANCH,
+    *,
+    timeout: float | None = None,
+) -> dict[str, StalePartitions]:
+    """Each partitioned model built by partitions on `branch` and what is stale in it (an empty
+    `keys`: nothing). Models never published, incremental, or whose partitions read other
+    partitions' rows (the engine rebuilds them whole) or that read a view model are left out: the
+    caller asks elsewhere.
+    Read-only; waits at most `timeout` seconds for a writer's lock (E021 after that)."""
+    with open_session(Path(warehouse), read_only=True, timeout=timeout) as session:
+        context = load_context(session, Path(project_dir), {}, branch)
+        return _read(session, context)
+
+
+def _read(session: Session, context: ProjectContext) -> dict[str, StalePartitions]:
+    project = context.project
+    candidates = [
+        name
+        for name in project.order
+        if (props := project.models[name].properties).partitioned_by is not None
+        and props.merge_strategy not in INCREMENTAL_STRATEGIES
+        and not props.is_view
+        and locality_problem_of(project.models[name], context.compiled.models[name]) is None
+        and not _reads_a_view(context, name)
+    ]
+    if not candidates or not session.has_history():
+        return {}  # no partitioned model, or a warehouse nothing was ever built in
+    fingerprints = fingerprint_models(context)
+    pointers = session.history.pointers(context.branch)
+    heads = {name: session.history.snapshot(ids[-1]) for name, ids in pointers.items() if ids}
+    identities: dict[str, str] = {}
+
+    def identity(ref: str) -> str | None:
+        if ref not in identities:
+            if ref in project.sources:
+                identities[ref] = read_source_state(session, context, ref).fingerprint
+            else:
+                head = heads.get(ref)
+                identities[ref] = "" if head is None else head.content_hash
+        return identities[ref] or None
+
+    found: dict[str, StalePartitions] = {}
+    for name in candidates:
+        head = heads.get(name)
+        if head is None:
+            continue
+        detail: dict[str, Any] = head.detail or {}
+        recorded = detail.get("partition_fingerprints")
+        if detail.get("strategy") != STRATEGY or recorded is None:
+            continue
+        keys = tuple(sorted(key for key in recorded if key != NULL_PARTITION))
+        if head.model_fingerprint != fingerprints[name].value:
+            found[name] = StalePartitions(name, keys, "its code changed", is_all=True)
+            continue
+        compiled = context.compiled.models[name]
+        base = compiled.base_relation
+        others = detail.get("other_inputs", {})
+        changed = sorted(
+            ref for ref in project.models[name].references if ref != base and others.get(ref) != identity(ref)
+        )
+        if changed:
+            reason = ", ".join(f"{ref} has a new data version" for ref in changed)
+            found[name] = StalePartitions(name, keys, reason, is_all=True)
+            continue
+        now = _input_figures(session, context, name)
+        if now is None:
+            continue
+        differing = sorted(
+            key
+            for key in set(now) | set(recorded)
+            if key != NULL_PARTITION and now.get(key) != tuple(recorded.get(key) or ())
+        )
+        found[name] = StalePartitions(name, tuple(differing), f"{base} has new rows in them")
+    return found
+
+
+def _reads_a_view(context: ProjectContext, name: str) -> bool:
+    """Whether `name` reads a view model as `from`: its build may group the rows of the source
+    under the view or the view's own rows (engine.view_lineage), so its figures are left to the
+    orchestrator's own staleness."""
+    base = context.compiled.models[name].base_relation
+    return base in context.project.models and context.project.models[base].properties.is_view
+
+
+def _input_figures(session: Session, context: ProjectContext, name: str) -> dict[str, tuple[Any, ...]] | None:
+    """Row count and row-hash sum of `name`'s raw `from` rows per partition, as its build records them."""
+    project = context.project
+    compiled = context.compiled.models[name]
+    base = compiled.base_relation
+    source = project.sources.get(base)
+    relation = model_view(base, context.branch) if source is None else source_table(source, project, {})
+    basis = WHOLE_ROW if source is None else source_basis(source)
+    try:
+        groups = session.content_by_group(relation, raw_partition_of(project.models[name], compiled), basis)
+    except WarehouseError:
+        return None  # an input not readable now: the build will say why
+    return {
+        NULL_PARTITION if key is None else key: (count, hash_sum) for key, (count, hash_sum) in groups.items()
+    }

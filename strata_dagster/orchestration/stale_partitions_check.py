@@ -1,0 +1,69 @@
+"""`strata_stale_partitions`: an asset check per partitioned model that names its stale partitions.
+
+Dagster shows a partition's staleness only on that partition (the catalog, the asset's overview, the
+lineage node and the partition bar say nothing about stale partitions). A check result is shown in
+all of them: this one fails with severity WARN (a yellow badge) while some partitions are stale,
+with their count and ranges in its metadata (`strata/stale_partitions`), and passes when none is.
+
+The engine answers (engine.partition_staleness: its own per-partition input figures, one grouped
+scan per model), so a reading of 3,650 partitions costs a scan, not 3,650 event-log queries. The
+stale sensor reports the results each tick whose answer changed (no run needed), and the check runs
+with every materialization of its model and from its *Execute* button.
+"""
+
+from collections.abc import Iterator, Mapping
+
+import dagster as dg
+
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.stale_partitions_reading import (
+    STALE_PARTITIONS_CHECK,
+    dagster_is_stale,
+    read_engine_stale,
+)
+
+
+def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.AssetChecksDefinition:
+    """One op for the checks of `models` (asset key -> (model, partition grain)): one read-only
+    warehouse session answers them all."""
+    specs = [
+        dg.AssetCheckSpec(
+            STALE_PARTITIONS_CHECK,
+            asset=key,
+            description=(
+                f"No partition of `{model}` is stale: every partition was built from its input's rows as "
+                "they are now. Fails (WARN) with the stale partitions' count and ranges."
+            ),
+            blocking=False,
+            metadata={c.MODEL_KEY: model},
+        )
+        for key, (model, _) in models.items()
+    ]
+
+    @dg.multi_asset_check(
+        name=STALE_PARTITIONS_CHECK,
+        specs=specs,
+        can_subset=True,
+        required_resource_keys={c.STRATA_RESOURCE_KEY},
+        pool=c.DUCKDB_POOL,
+        description="The stale partitions of strata's partitioned models, as the engine would rebuild them.",
+    )
+    def _stale(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        # The job's asset graph holds every asset of the definitions (the upstream ones its staleness reads).
+        graph = context.job_def.asset_layer.asset_graph
+        is_stale = dagster_is_stale(context.instance, graph)
+        told = read_engine_stale(strata, graph, models, context.instance, is_stale, timeout=None)
+        for check_key in context.selected_asset_check_keys:
+            evaluation = told.evaluations[check_key.asset_key]
+            yield dg.AssetCheckResult(
+                asset_key=check_key.asset_key,
+                check_name=STALE_PARTITIONS_CHECK,
+                passed=evaluation.passed,
+                severity=evaluation.severity,
+                description=evaluation.description,
+                metadata=evaluation.metadata,
+            )
+
+    return _stale
