@@ -1,6 +1,8 @@
 """Plain row-wise models are maintained by the slices of their source whose rows changed; a plain
 model that does not qualify is built in full with the reason in history."""
 
+import duckdb
+
 from strata_dagster.engine.explain import history
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import execute, make_module_project
@@ -24,7 +26,7 @@ def test_an_update_recomputes_only_the_old_and_new_days_and_a_filter_move_leaves
     assert stg.detail["partitions"] == ["2026-01-01", "2027-03-01"]
     assert stg.detail["partitions_total"] > 40
     assert execute(warehouse, "SELECT order_id, amount FROM main.v_stg WHERE order_id IN (1, 2)") == [(2, 99)]
-    con = __import__("duckdb").connect(str(warehouse))
+    con = duckdb.connect(str(warehouse))
     try:
         for model in ("stg", "stg_region", "daily"):
             assert compare(con, model) == {"rows": 0, "groups": 0}, model
@@ -150,3 +152,24 @@ def test_a_declared_partitioning_or_strategy_is_left_as_declared(tmp_path):
     stg = run_project(project, warehouse, only_stale=True).outcome("stg")
     assert stg.path == "partitions" and "row_wise" not in stg.detail
     assert stg.detail["partitions"] == ["2026-01-03"]  # order 9's day of `order_day`, not of updated_at
+
+
+def test_segments_of_a_row_wise_model_are_compacted(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    run_project(project, warehouse, models=["stg"])
+    compacted = []
+    for step in range(9):
+        execute(
+            warehouse,
+            f"UPDATE raw.orders SET amount = amount + 1, updated_at = TIMESTAMP '2027-01-01' + INTERVAL {step} DAY "
+            f"WHERE order_id = {[1, 2, 3, 4, 5, 6, 8, 9, 10][step]}",
+        )
+        stg = run_project(project, warehouse, models=["stg"], only_stale=True).outcome("stg")
+        assert stg.path == "partitions"
+        compacted.append(bool(stg.detail.get("compacted")))
+    assert compacted == [False] * 7 + [True, False]  # a ninth segment is written as one new base
+    con = duckdb.connect(str(warehouse))
+    try:
+        assert compare(con, "stg") == {"rows": 0, "groups": 0}
+    finally:
+        con.close()
