@@ -189,6 +189,11 @@ class _Run:
             for name in self.closure
             if is_plain(self.project.models[name])
         }
+        self.as_built: dict[str, Model] = {
+            name: maintained.as_partitioned(self.project.models[name])
+            for name, maintained in self.row_wise.items()
+            if isinstance(maintained, RowWise)
+        }
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -238,9 +243,7 @@ class _Run:
 
     def _model(self, name: str) -> Model:
         """A model as it is built: a row-wise one as partitioned by its implicit slicing."""
-        maintained = self.row_wise.get(name)
-        model = self.project.models[name]
-        return maintained.as_partitioned(model) if isinstance(maintained, RowWise) else model
+        return self.as_built.get(name) or self.project.models[name]
 
     def _read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
