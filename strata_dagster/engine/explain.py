@@ -157,6 +157,8 @@ def _reason(path: str, detail: Mapping[str, Any], partitions: int) -> str:
         return "no row changed in the window: the live snapshot stays"
     if path == "partitions" and detail.get("requested_partitions"):
         return "partition-complete rebuild of the partitions requested with --partitions"
+    if path == "partitions" and detail.get("row_wise"):
+        return f"row-wise delta: the slices by `{detail['row_wise']}` whose source rows changed, recomputed"
     return _PATH_MEANING.get(path, path)
 
 

@@ -627,7 +627,7 @@ class DeltaBuilder:
             **{
                 key: value
                 for key, value in self.previous.detail.items()
-                if key in ("strategy", "merge_keys", "columns", "partition_grain")
+                if key in ("strategy", "merge_keys", "columns", "partition_grain", "row_wise")
             },
             **{key: facts.get(key) for key in FACTS_CARRIED if key in facts},
             "segments": segments,

@@ -44,6 +44,7 @@ from strata_dagster.engine.partition_range import (
     requested_partitions,
 )
 from strata_dagster.engine.partitions import PartitionBuilder
+from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
     SourceState,
@@ -55,7 +56,7 @@ from strata_dagster.engine.view_lineage import source_partition_through_views
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
-from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
@@ -182,6 +183,19 @@ class _Run:
         self.requested: dict[str, tuple[str, ...]] = {}  # model -> the partition keys to rebuild
         self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
         self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
+        # Plain models of the closure: how each is maintained row-wise, or why it is not.
+        self.row_wise: dict[str, RowWise | str] = {
+            name: row_wise(
+                self.project, context.compiled.models[name], self.project.models[name], self._types
+            )
+            for name in self.closure
+            if is_plain(self.project.models[name])
+        }
+        self.as_built: dict[str, Model] = {
+            name: maintained.as_partitioned(self.project.models[name])
+            for name, maintained in self.row_wise.items()
+            if isinstance(maintained, RowWise)
+        }
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -222,6 +236,17 @@ class _Run:
         return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
 
     # -- inputs -----------------------------------------------------------------------------------
+    def _types(self, source: str) -> dict[str, str]:
+        relation = source_table(self.project.sources[source], self.project, self.context.overrides)
+        try:
+            return dict(self.session.describe(relation))
+        except WarehouseError:
+            return {}  # an unreadable source fails the run where it is read, with its own error
+
+    def _model(self, name: str) -> Model:
+        """A model as it is built: a row-wise one as partitioned by its implicit slicing."""
+        return self.as_built.get(name) or self.project.models[name]
+
     def _read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
         needed = sorted(references & set(self.project.sources))
@@ -272,7 +297,7 @@ class _Run:
         """A partitioned model in the selection that reads `source` as its `from` (itself, or
         through view models), if any, and its partition expression over the source's rows."""
         for name in self.closure:
-            model = self.project.models[name]
+            model = self._model(name)
             compiled = self.context.compiled.models[name]
             if not self._is_partitioned(name):
                 continue
@@ -453,6 +478,7 @@ class _Run:
         if model.properties.is_view:
             record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
             return record, path, {}
+        maintained = self.row_wise.get(name)
         if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
             context = self._incremental_context(name, snapshot_id, table_name)
             replaced = self._replaced_sources(name)
@@ -461,21 +487,24 @@ class _Run:
             if current is not None and reason is None:
                 outcome = self._delta(context, current)
                 if isinstance(outcome, DeltaBuild):
-                    return self._accept_delta(
+                    record, path, detail = self._accept_delta(
                         name, key, outcome, PARTITIONS if self._is_partitioned(name) else DELTA
                     )
+                    return record, path, self._with_row_wise(name, detail)
                 reason = outcome.reason
             record, path = self._full(
                 name, key, snapshot_id, table_name, fingerprint, current, existing, context, replaced
             )
-            return record, path, {"full_reason": reason}
+            return record, path, self._with_row_wise(name, {"full_reason": reason})
         record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, existing, None)
+        if isinstance(maintained, str) and current is not None and path == FULL:
+            return record, path, {"full_reason": f"{NOT_ROW_WISE}: {maintained}"}
         return record, path, {}
 
     def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
         return IncrementalContext(
             self.session,
-            self.project.models[name],
+            self._model(name),
             self.context.compiled.models[name],
             self._relation_for_build,
             self.fingerprints[name].value,
@@ -499,6 +528,9 @@ class _Run:
             return "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
         if replaced or current.detail.get(REPLACED_SOURCES):
             return _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
+        maintained = self.row_wise.get(name)
+        if isinstance(maintained, RowWise) and current.detail.get(ROW_WISE) != maintained.text:
+            return f"the last build was not maintained row-wise by `{maintained.text}`"
         return self._restarted_ledger(name)
 
     def _restarted_ledger(self, name: str) -> str | None:
@@ -514,6 +546,11 @@ class _Run:
                 return f"partitions of `{ref}` expired ({', '.join(reading.expired)}): their rows leave the model"
         return None
 
+    def _with_row_wise(self, name: str, detail: dict[str, object]) -> dict[str, object]:
+        """A row-wise model's build detail names its slicing (what history explains it by)."""
+        maintained = self.row_wise.get(name)
+        return {**detail, ROW_WISE: maintained.text} if isinstance(maintained, RowWise) else detail
+
     def _replaced_sources(self, name: str) -> list[str]:
         """The sources upstream of `name` (transitively) that this run reads through an override
         replacing their rows."""
@@ -528,7 +565,7 @@ class _Run:
         )
 
     def _is_partitioned(self, name: str) -> bool:
-        props = self.project.models[name].properties
+        props = self._model(name).properties
         return props.partitioned_by is not None and props.merge_strategy not in INCREMENTAL_STRATEGIES
 
     def _identities(self, name: str) -> dict[str, str]:
@@ -632,6 +669,7 @@ class _Run:
             with self._as_build_error(name):
                 detail = partitions.full_detail(incremental, self._identities(name))
                 detail["columns"] = [list(column) for column in content.columns]
+            detail = self._with_row_wise(name, detail)
         elif incremental is not None:
             with self._as_build_error(name):
                 detail = full_detail(incremental)
