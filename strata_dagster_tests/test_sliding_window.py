@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.explain import build_why
-from strata_dagster.engine.run import run_project
 from strata_dagster.engine.gc import gc
+from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import sql
 from strata_dagster_tests.sliding_window_support import (
     assert_window_models_equal_full,
