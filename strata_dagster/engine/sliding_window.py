@@ -132,6 +132,44 @@ def shape_of(compiled: CompiledModel, source: str) -> WindowShape | str:
     return WindowShape(tuple(keys), tuple(columns), tuple(aggregates))
 
 
+INEXACT_TYPES = ("DOUBLE", "FLOAT", "REAL")
+
+
+def _argument_types(
+    session: Session,
+    compiled: CompiledModel,
+    shape: WindowShape,
+    relation: Callable[[str], exp.Table | exp.Query],
+) -> dict[str, str]:
+    """The type of each kept aggregate's argument (DuckDB binds the query, reads no row)."""
+    arguments = [
+        exp.alias_(item.argument.copy(), item.name) for item in shape.aggregates if item.argument is not None
+    ]
+    if not arguments:
+        return {}
+    statement = compiled.bound(relation).select(*arguments, append=False)
+    statement.set("group", None)
+    return dict(session.describe(statement))
+
+
+def exact_shape(
+    session: Session,
+    compiled: CompiledModel,
+    shape: WindowShape,
+    relation: Callable[[str], exp.Table | exp.Query],
+) -> WindowShape:
+    """`shape` with the sums and averages of floating-point arguments recomputed like min and max:
+    adding and taking back doubles drifts in the last bits, and the result must equal a full build."""
+    types = _argument_types(session, compiled, shape, relation)
+    aggregates = tuple(
+        Aggregate(item.name, RECOMPUTED, None)
+        if item.kind in ("sum", "avg") and types.get(item.name, "").upper().startswith(INEXACT_TYPES)
+        else item
+        for item in shape.aggregates
+    )
+    return WindowShape(shape.keys, shape.columns, aggregates)
+
+
 def _key_match(keys: Sequence[str], left: str, right: exp.Expression | str) -> exp.Expression:
     """Null-safe equality of the group keys of `left` and `right` (a table alias, or expressions)."""
     pairs = [
@@ -160,7 +198,7 @@ class WindowAggregate:
     ) -> None:
         self.session = session
         self.compiled = compiled
-        self.shape = shape
+        self.shape = exact_shape(session, compiled, shape, relation)
         self.relation = relation
         self.source = source
         self.window = window
