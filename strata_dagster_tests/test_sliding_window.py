@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from strata_dagster.cli.main import main
 from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.gc import gc
+from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import row_multiset, sql
 from strata_dagster_tests.sliding_window_support import (
@@ -64,8 +65,12 @@ def test_window_rows_and_history_say_how_each_model_was_built(tmp_path):
         ("b", 2, 23),
     ]
     write_drop(project, 3, [("c", 5)])
+    planned = plan_project(project, warehouse, only_stale=True)
     result = run_project(project, warehouse)
     totals, rows_model = result.outcome("window_totals"), result.outcome("window_rows")
+    assert (planned.model("window_totals").path, planned.model("window_rows").path) == ("delta", "full")
+    assert totals.path in planned.model("window_totals").allowed
+    assert rows_model.path in planned.model("window_rows").allowed
     assert totals.detail["partitions_entering"] == ["2026-03-04"]
     assert totals.detail["partitions_leaving"] == ["2026-03-02"]
     assert build_why("window_totals", totals.path, totals.detail, totals.rows).startswith(
