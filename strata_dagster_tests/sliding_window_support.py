@@ -21,7 +21,7 @@ source events {
 }
 model window_totals {
   from events
-  filter kind <> 'z'
+  filter coalesce(kind, '') <> 'z'
   group kind
   aggregate n = count(*), total = sum(amount), twice = sum(amount * 2 + 1), mean = avg(amount),
             amounts = count(amount), lo = min(amount), hi = max(amount), ids = count(distinct amount)
@@ -34,7 +34,7 @@ model window_rows {
 
 FULL_TOTALS = """SELECT kind, count(*) AS n, sum(amount) AS total, sum(amount * 2 + 1) AS twice,
   avg(amount) AS mean, count(amount) AS amounts, min(amount) AS lo, max(amount) AS hi,
-  count(DISTINCT amount) AS ids FROM {window} WHERE kind <> 'z' GROUP BY kind"""
+  count(DISTINCT amount) AS ids FROM {window} WHERE coalesce(kind, '') <> 'z' GROUP BY kind"""
 FULL_ROWS = "SELECT * FROM {window} WHERE amount > 2"
 
 

@@ -25,7 +25,7 @@ from strata_dagster_tests.sliding_window_support import (
 
 EVENTS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "events"
 rows = st.lists(
-    st.tuples(st.sampled_from(["a", "b", "c", "z"]), st.one_of(st.none(), st.integers(-3, 9))),
+    st.tuples(st.sampled_from(["a", "b", "c", "z", None]), st.one_of(st.none(), st.integers(-3, 9))),
     max_size=4,
 )
 # Each run: the drops arriving before it (1 to 3), each with 0 to 4 rows.
