@@ -13,12 +13,15 @@ source only up to that frontier, so a partition being written is never half read
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import ProjectContext
+from strata_dagster.engine.sliding_window import SLIDING_WINDOW
 from strata_dagster.errors import E_PARTITION_BACKFILLED, E_PARTITION_CHANGED, E_PARTITION_LAYOUT, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import Model, Source
@@ -57,6 +60,19 @@ class BusinessReading:
     violations: tuple[Violation, ...] = ()
     expired: tuple[str, ...] = ()  # consumed partitions that left by `partition_expiry(N)`
     columns: tuple[tuple[str, str], ...] = field(default=())
+    # `sliding_window(N)`: the partitions the models read, and how to read some of them alone.
+    window: tuple[str, ...] = ()
+    raw: exp.Expression | None = field(default=None, compare=False)
+    key: exp.Expression | None = field(default=None, compare=False)
+    key_type: str = "DATE"
+
+    @property
+    def is_sliding(self) -> bool:
+        return self.raw is not None
+
+    def partitions_relation(self, keys: Sequence[str]) -> exp.Query:
+        assert self.raw is not None and self.key is not None
+        return sliding_window.partitions_relation(self.raw, self.key, self.key_type, keys)
 
     @property
     def last_partition(self) -> str | None:
@@ -71,6 +87,11 @@ class BusinessReading:
             "deferred_partitions": list(self.deferred),
             **({"ledger_reset": self.reset_reason} if self.reset_reason else {}),
             **({"expired_partitions": list(self.expired)} if self.expired else {}),
+            **(
+                {"window": [self.window[0], self.window[-1]] if self.window else []}
+                if self.is_sliding
+                else {}
+            ),
         }
 
 
@@ -216,7 +237,10 @@ def read_business_source(
     assert spec is not None
     listed = list_partitions(session, source, context)
     recorded = ledger.read_ledger(session.con, name)
-    retained = source.versioning.window if source.versioning.kind == "partition_expiry" else None
+    # A sliding window's partitions older than the window may go like expired ones.
+    retained = (
+        source.versioning.window if source.versioning.kind in ("partition_expiry", SLIDING_WINDOW) else None
+    )
     expired = expired_of(listed, recorded or {}, retained)
     violations = violations_of(listed, recorded or {}, expired)
     reset_reason: str | None = None
@@ -251,6 +275,13 @@ def read_business_source(
         reading = reading.where(exp.LTE(this=key, expression=typed_literal(consumed[-1].key, key_type)))
     else:
         reading = reading.where(exp.false())
+    window: tuple[str, ...] = ()
+    is_sliding = source.versioning.kind == SLIDING_WINDOW and source.versioning.window is not None
+    if is_sliding and source.versioning.window is not None:
+        size = source.versioning.window
+        keys = [item.key for item in consumed]
+        reading = sliding_window.windowed(reading, key, key_type, keys, size)
+        window = tuple(keys[-size:]) if size else ()
     to_hash = consumed if reset_reason else new
     hashed = _with_row_hashes(session, source, context, key, to_hash) if is_hashed else to_hash
     new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
@@ -263,7 +294,7 @@ def read_business_source(
         name,
         reading,
         fingerprint,
-        sum(item.rows for item in consumed),
+        sum(item.rows for item in consumed if not is_sliding or item.key in window),
         (spec.column,),
         tuple(consumed),
         tuple(new),
@@ -272,6 +303,10 @@ def read_business_source(
         tuple(violations) if reset_reason is not None and recorded is not None else (),
         tuple(sorted(expired, key=order_of)) if reset_reason is None else (),
         columns,
+        window,
+        relation if is_sliding else None,
+        key if is_sliding else None,
+        key_type,
     )
 
 

@@ -153,6 +153,15 @@ def build_why(
 def _reason(path: str, detail: Mapping[str, Any], partitions: int) -> str:
     if path == "full" and "full_reason" in detail:
         return f"full: {detail['full_reason'] or 'no delta possible'}"
+    if path == "delta" and "partitions_entering" in detail:
+        moved = [
+            f"{sign}{', '.join(str(key) for key in detail[name])}"
+            for sign, name in (("+", "partitions_entering"), ("-", "partitions_leaving"))
+            if detail.get(name)
+        ]
+        return f"sliding window moved ({'; '.join(moved)}): aggregates kept from the weighted delta"
+    if path == "cutoff" and "partitions_entering" in detail:
+        return "the sliding window did not move: the live snapshot stays"
     if path == "cutoff" and partitions == 0 and ("window" in detail or "partitions" in detail):
         return "no row changed in the window: the live snapshot stays"
     if path == "partitions" and detail.get("requested_partitions"):

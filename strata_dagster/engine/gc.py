@@ -16,6 +16,7 @@ from pathlib import Path
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.joined_inputs import FIGURES
+from strata_dagster.engine.sliding_window import WINDOW_STATE
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
@@ -172,8 +173,9 @@ def _drop(
     with session.transaction():
         for record in doomed:
             session.drop_snapshot(record.table_name)
-            if record.detail.get("keys_table"):
-                session.drop_snapshot(record.detail["keys_table"])
+            for companion in ("keys_table", WINDOW_STATE):
+                if record.detail.get(companion):
+                    session.drop_snapshot(record.detail[companion])
             for table in set(_figures_tables(record)) - figures_kept:
                 session.drop_snapshot(table)
             writer.add_dropped(record.snapshot_id, entry)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.compile.determinism import volatile_calls
+from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.explain import partition_ranges
@@ -208,10 +209,25 @@ class _Planner(_Run):
             return self._forced_plan(name, choice, current)
         if model.properties.is_view:
             return ModelPlan(name, VIEW, (VIEW, CUTOFF), _why(current, changes, VIEW), changes)
+        window = self._sliding_source_of(name)
+        if window is not None:
+            return self._window_plan(name, window, current, changes)
         if not self._is_incremental(name):
             reason = _why(current, changes, FULL)
             return ModelPlan(name, FULL, (FULL, CUTOFF), reason, changes)
         return self._incremental_plan(name, current, changes)
+
+    def _window_plan(
+        self, name: str, source: str, current: SnapshotRecord | None, changes: tuple[InputChange, ...]
+    ) -> ModelPlan:
+        """A model over a sliding-window source (engine.sliding_window): the run decides the rest."""
+        shape = sliding_window.shape_of(self.context.compiled.models[name], source)
+        if isinstance(shape, str) or self._is_partitioned(name):
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: `{source}` is a sliding window", changes)
+        if current is None:
+            return ModelPlan(name, FULL, (FULL,), "full: first build", changes)
+        why = "sliding window: aggregates kept from the weighted delta of the partitions entering and leaving"
+        return ModelPlan(name, DELTA, (DELTA, CUTOFF, FULL), why, changes)
 
     def _forced_plan(self, name: str, choice: KeyChoice, current: SnapshotRecord | None) -> ModelPlan:
         """Inputs and code unchanged, rebuilt anyway: equal rows keep the live snapshot."""
@@ -226,7 +242,7 @@ class _Planner(_Run):
             why = "selected without --only-stale: recomputed"
         path = VIEW if model.properties.is_view else FULL
         allowed = (CUTOFF, path)
-        if self._is_incremental(name):
+        if self._is_incremental(name) or self._sliding_source_of(name):
             allowed = (CUTOFF, FULL, DELTA, PARTITIONS)
         return ModelPlan(
             name,

@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine import business, partitions
+from strata_dagster.engine import business, partitions, sliding_window
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.faults import checkpoint
@@ -273,7 +273,7 @@ class _Run:
             self.session, self.context, name, is_full_refresh=self.request.full_refresh
         )
         self.business[name] = reading
-        reader = self._partitioned_reader_of(name)
+        reader = None if reading.is_sliding else self._partitioned_reader_of(name)
         if reader is not None and business.is_cut_like_source(
             self.project.models[reader[0]],
             self.context.compiled.models[reader[0]],
@@ -478,6 +478,9 @@ class _Run:
         if model.properties.is_view:
             record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
             return record, path, {}
+        window = self._sliding_source_of(name)
+        if window is not None:
+            return self._build_over_window(name, key, window, snapshot_id, table_name, fingerprint, current)
         maintained = self.row_wise.get(name)
         if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
             context = self._incremental_context(name, snapshot_id, table_name)
@@ -500,6 +503,88 @@ class _Run:
         if isinstance(maintained, str) and current is not None and path == FULL:
             return record, path, {"full_reason": f"{NOT_ROW_WISE}: {maintained}"}
         return record, path, {}
+
+    # -- sliding_window(N) sources (engine.sliding_window) ------------------------------------------
+    def _sliding_source_of(self, name: str) -> str | None:
+        return next(
+            (
+                ref
+                for ref in self.project.models[name].references
+                if ref in self.business and self.business[ref].is_sliding
+            ),
+            None,
+        )
+
+    def _build_over_window(
+        self,
+        name: str,
+        key: str,
+        source: str,
+        snapshot_id: str,
+        table_name: str,
+        fingerprint: ModelFingerprint,
+        current: SnapshotRecord | None,
+    ) -> tuple[SnapshotRecord, str, dict[str, object]]:
+        """A model over a sliding-window source: an aggregate kept from the window's weighted delta,
+        any other shape built in full (and why)."""
+        compiled = self.context.compiled.models[name]
+        reading = self.business[source]
+        shape = sliding_window.shape_of(compiled, source)
+        if isinstance(shape, str) or self._is_partitioned(name):
+            reason = (
+                shape
+                if isinstance(shape, str)
+                else f"a partitioned model over `{source}` builds in full over the window"
+            )
+            reason = f"`{source}` is a sliding window: {reason}"
+            record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, None, None)
+            return record, path, {"full_reason": reason}
+        maintained = sliding_window.WindowAggregate(
+            self.session,
+            compiled,
+            shape,
+            self._relation_for_build,
+            source,
+            reading.window,
+            reading.columns,
+            reading.partitions_relation,
+        )
+        reason = "first build" if current is None else None
+        if self.request.full_refresh and name in self.selected:
+            reason = "full refresh requested"
+        elif reading.reset_reason is not None:
+            reason = f"source `{source}` starts a new partition ledger ({reading.reset_reason})"
+        elif current is not None:
+            consumed = {item.key for item in reading.consumed}
+            reason = maintained.precheck(current, fingerprint.value, consumed, self.catalog.snapshot_tables)
+        if reason is None:
+            assert current is not None
+            with self._as_build_error(name):
+                build = maintained.delta(current, snapshot_id, table_name, self.entry)
+            if isinstance(build, DeltaBuild):
+                return self._accept_delta(name, key, build, DELTA)
+            reason = build.reason
+        with self._as_build_error(name):
+            self.session.create_snapshot(table_name, compiled.bound(self._relation_for_build))
+            self._check_pins(name, table_name)
+            maintained.full(table_name)
+            content = self.session.content(snapshot_table(table_name))
+        record = SnapshotRecord(
+            snapshot_id=snapshot_id,
+            model=name,
+            table_name=table_name,
+            partition_key=UNPARTITIONED,
+            model_fingerprint=fingerprint.value,
+            content_hash=content.fingerprint,
+            row_count=content.row_count,
+            watermark=None,
+            created_entry=self.entry,
+            row_hash_sum=content.row_hash_sum,
+            detail=maintained.detail(table_name, content.columns),
+        )
+        self.new_snapshots.append(record)
+        self.new_keys.append((key, snapshot_id))
+        return record, FULL, {"full_reason": reason}
 
     def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
         return IncrementalContext(

@@ -28,6 +28,7 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
+from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import ProjectContext, load_context, select_models
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
@@ -276,8 +277,15 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
     project = context.project
     token = secrets.token_hex(4)  # two verifications in one process never share a scratch name
     tables: dict[str, exp.Table] = {}
+    windows = {
+        name: window
+        for name in project.sources
+        if (window := sliding_window.ledger_window(session, project, name, context.overrides)) is not None
+    }
 
-    def relation(name: str) -> exp.Table:
+    def relation(name: str) -> exp.Table | exp.Query:
+        if name in windows:
+            return windows[name]
         if name in project.sources:
             return source_table(project.sources[name], project, context.overrides)
         if _is_history(context, name):
