@@ -21,6 +21,7 @@ from sqlglot import exp
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import business, partitions
+from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.faults import checkpoint
@@ -459,7 +460,7 @@ class _Run:
             if current is not None:
                 reason = self._full_reason_before_delta(name, current, replaced)
             if current is not None and reason is None:
-                outcome = self._delta(context, current)
+                outcome = self._delta(self._narrowed(context, current), current)
                 if isinstance(outcome, DeltaBuild):
                     return self._accept_delta(
                         name, key, outcome, PARTITIONS if self._is_partitioned(name) else DELTA
@@ -487,6 +488,17 @@ class _Run:
             self._base_basis(name),
             self.window_stats_read,
         )
+
+    def _narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:
+        """The delta's context, reading a business-versioned folder's needed files by name."""
+        name = context.model.name
+        base = context.compiled.base_relation
+        reading = self.business.get(base)
+        if reading is None or name in self.requested:
+            return context
+        source = self.project.sources[base]
+        is_cut_like = business.is_cut_like_source(context.model, context.compiled, source)
+        return narrowed_context(context, reading, source, current.detail, current.watermark, is_cut_like)
 
     def _full_reason_before_delta(
         self, name: str, current: SnapshotRecord, replaced: list[str]
