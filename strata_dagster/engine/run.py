@@ -177,6 +177,7 @@ class _Run:
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
         self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
+        self.lazy_partition_groups: dict[str, Callable[[], dict[str | None, tuple[int, str]]]] = {}
         self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
         self.now = request.now or utc_now()
         self.partition_requests = parse_partitions(request.partitions)
@@ -255,9 +256,9 @@ class _Run:
             self.context.compiled.models[reader[0]],
             self.project.sources[name],
         ):
-            self.partition_groups[reader[0]] = business.partition_groups(
-                reading, partitions.partition_grain(self.project.models[reader[0]])
-            )
+            # Grouped only when the model builds: a run that reuses it never needs them.
+            grain = partitions.partition_grain(self.project.models[reader[0]])
+            self.lazy_partition_groups[reader[0]] = lambda: business.partition_groups(reading, grain)
         return SourceState(
             name,
             business.describe_relation(reading),
@@ -474,6 +475,8 @@ class _Run:
         return record, path, {}
 
     def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
+        if name in self.lazy_partition_groups and name not in self.partition_groups:
+            self.partition_groups[name] = self.lazy_partition_groups[name]()
         return IncrementalContext(
             self.session,
             self.project.models[name],
