@@ -98,6 +98,7 @@ def matching_files(pattern: str) -> list[str]:
     root, middle, name = pattern.rsplit("/", 2) if pattern.count("/") >= 2 else ("", "", "")
     if middle != "*" or not root or glob.has_magic(root) or name.startswith("."):
         return sorted(glob.glob(pattern))
+    is_match = re.compile(fnmatch.translate(name)).match
     files: list[str] = []
     try:
         folders = [entry for entry in os.scandir(root) if not entry.name.startswith(".") and entry.is_dir()]
@@ -107,9 +108,7 @@ def matching_files(pattern: str) -> list[str]:
         try:
             with os.scandir(folder.path) as entries:
                 files.extend(
-                    entry.path
-                    for entry in entries
-                    if not entry.name.startswith(".") and fnmatch.fnmatchcase(entry.name, name)
+                    entry.path for entry in entries if not entry.name.startswith(".") and is_match(entry.name)
                 )
         except OSError:
             continue
