@@ -223,7 +223,10 @@ def main() -> None:
             (root / "flat").mkdir()
             flat = scenario(root / "flat", args.flat_days, 100, args.repeat, with_full=False)
     m = main_figures
-    print(f"\n{m['days']} daily partitions, {m['rows']:,} rows, {os.cpu_count()} CPUs")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(
+        f"\n{m['days']} daily partitions, {m['rows']:,} rows, {os.cpu_count()} CPUs, load average now {load}"
+    )
     print(
         f"(a) no-change run (--only-stale, nothing new): {m['noop_run'] * 1000:.0f} ms; ledger check alone: {m['ledger_check'] * 1000:.0f} ms"
     )
