@@ -61,6 +61,10 @@ def test_a_new_folder_is_the_whole_delta_of_both_models(tmp_path):
     log, totals = result.outcome("events_log"), result.outcome("daily_totals")
     assert (log.path, log.detail["rows_read"]) == ("delta", 4)
     assert (totals.path, totals.detail["partitions"]) == ("partitions", [day(3).isoformat()])
+    new_file = str(project / "events" / f"dt={day(3).isoformat()}" / "part-0.parquet")
+    for outcome in (log, totals):  # the new folder's file by name, never a glob of every folder
+        assert new_file in outcome.detail["segment_sql"]
+        assert "*/*.parquet" not in outcome.detail["segment_sql"]
     assert _ledger(warehouse) == [day(index).isoformat() for index in range(4)]
     assert _versions(warehouse)["last_partition"] == day(3).isoformat()
     assert _versions(warehouse)["new_partitions"] == [day(3).isoformat()]

@@ -13,7 +13,7 @@ source only up to that frontier, so a partition being written is never half read
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
@@ -387,3 +387,29 @@ def is_cut_like_source(model: Model, compiled: CompiledModel, source: Source) ->
     if not isinstance(raw, exp.Column) or raw.name != source_spec.column:
         return False
     return source_spec.grain in ("day", "key") or spec.grain == "month"
+
+
+def files_relation(reading: BusinessReading, keep: Callable[[PartitionEvidence], bool]) -> exp.Query | None:
+    """The source as `reading.relation` reads it, restricted to the files of the consumed partitions
+    `keep` selects: a delta that needs only those rows names them instead of DuckDB globbing every
+    folder for each statement. None for a table source, or when the kept partitions hold no row
+    (a listing of no file cannot be read, and an empty delta reads as the full relation would)."""
+    items = [item for item in reading.consumed if keep(item)]
+    if not items or any(not item.files for item in items) or sum(item.rows for item in items) <= 0:
+        return None
+    relation = reading.relation.copy()
+    reader = relation.find(exp.Table)
+    if reader is None or not isinstance(reader.this, exp.Func) or not reader.this.expressions:
+        return None
+    files = exp.Array(expressions=[exp.Literal.string(file) for item in items for file in item.files])
+    reader.this.expressions[0].replace(files)
+    return relation
+
+
+def is_after(key: str, bound: str) -> bool | None:
+    """Whether partition `key` sorts after `bound` (a watermark's text); None when the two are not
+    of one kind (an integer and a date) and cannot be compared."""
+    left, right = order_of(key), order_of(bound)
+    if left[0] != right[0]:
+        return None
+    return left > right  # type: ignore[operator]

@@ -21,6 +21,7 @@ from sqlglot import exp
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import business, partitions, sliding_window
+from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.faults import checkpoint
@@ -177,6 +178,7 @@ class _Run:
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
         self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
+        self.lazy_partition_groups: dict[str, Callable[[], dict[str | None, tuple[int, str]]]] = {}
         self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
         self.now = request.now or utc_now()
         self.partition_requests = parse_partitions(request.partitions)
@@ -279,9 +281,9 @@ class _Run:
             self.context.compiled.models[reader[0]],
             self.project.sources[name],
         ):
-            self.partition_groups[reader[0]] = business.partition_groups(
-                reading, partitions.partition_grain(self.project.models[reader[0]])
-            )
+            # Grouped only when the model builds: a run that reuses it never needs them.
+            grain = partitions.partition_grain(self.project.models[reader[0]])
+            self.lazy_partition_groups[reader[0]] = lambda: business.partition_groups(reading, grain)
         return SourceState(
             name,
             business.describe_relation(reading),
@@ -488,7 +490,7 @@ class _Run:
             if current is not None:
                 reason = self._full_reason_before_delta(name, current, replaced)
             if current is not None and reason is None:
-                outcome = self._delta(context, current)
+                outcome = self._delta(self._narrowed(context, current), current)
                 if isinstance(outcome, DeltaBuild):
                     record, path, detail = self._accept_delta(
                         name, key, outcome, PARTITIONS if self._is_partitioned(name) else DELTA
@@ -587,6 +589,8 @@ class _Run:
         return record, FULL, {"full_reason": reason}
 
     def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
+        if name in self.lazy_partition_groups and name not in self.partition_groups:
+            self.partition_groups[name] = self.lazy_partition_groups[name]()
         return IncrementalContext(
             self.session,
             self._model(name),
@@ -601,6 +605,17 @@ class _Run:
             self._base_basis(name),
             self.window_stats_read,
         )
+
+    def _narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:
+        """The delta's context, reading a business-versioned folder's needed files by name."""
+        name = context.model.name
+        base = context.compiled.base_relation
+        reading = self.business.get(base)
+        if reading is None or name in self.requested:
+            return context
+        source = self.project.sources[base]
+        is_cut_like = business.is_cut_like_source(context.model, context.compiled, source)
+        return narrowed_context(context, reading, source, current.detail, current.watermark, is_cut_like)
 
     def _full_reason_before_delta(
         self, name: str, current: SnapshotRecord, replaced: list[str]

@@ -11,6 +11,8 @@ read, a full refresh, or a rebuild after a broken assumption).
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
+import functools
 import glob
 import os
 import re
@@ -39,6 +41,7 @@ class PartitionEvidence:
     row_hash_sum: str | None = None  # hash of its rows, computed once when it is consumed
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def order_of(key: str) -> tuple[int, object]:
     """A total order over partition keys: integers numerically, dates and timestamps in time."""
     if re.fullmatch(r"-?\d+", key):
@@ -64,8 +67,7 @@ def list_file_partitions(
     """The partitions of the Parquet files `pattern` matches, by their `column=value` folder, with
     each file's name and size (a stat, no file opened; row counts are UNCOUNTED until
     `with_footer_rows`); and the files that sit in no such folder."""
-    # Python's glob matches `*` within one folder level as DuckDB's does, and lists faster.
-    files = sorted(glob.glob(pattern))
+    files = matching_files(pattern)
     by_key: dict[str, list[str]] = defaultdict(list)
     stray: list[str] = []
     for file in files:
@@ -86,6 +88,31 @@ def list_file_partitions(
 
 
 UNCOUNTED = -1
+
+
+def matching_files(pattern: str) -> list[str]:
+    """The files `pattern` matches, sorted. Python's glob matches `*` within one folder level as
+    DuckDB's does; the usual `folder/*/*.parquet` is listed with one scandir per partition folder,
+    which spares glob's per-entry overhead on thousands of folders (same matches: names starting
+    with a dot are skipped, as glob skips them)."""
+    root, middle, name = pattern.rsplit("/", 2) if pattern.count("/") >= 2 else ("", "", "")
+    if middle != "*" or not root or glob.has_magic(root) or name.startswith("."):
+        return sorted(glob.glob(pattern))
+    is_match = re.compile(fnmatch.translate(name)).match
+    files: list[str] = []
+    try:
+        folders = [entry for entry in os.scandir(root) if not entry.name.startswith(".") and entry.is_dir()]
+    except OSError:  # glob lists nothing it cannot read
+        return []
+    for folder in folders:
+        try:
+            with os.scandir(folder.path) as entries:
+                files.extend(
+                    entry.path for entry in entries if not entry.name.startswith(".") and is_match(entry.name)
+                )
+        except OSError:
+            continue
+    return sorted(files)
 
 
 def with_footer_rows(
