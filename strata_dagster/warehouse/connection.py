@@ -21,9 +21,15 @@ _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
 
 
 def lock_timeout() -> float:
-    raw = os.environ.get(LOCK_TIMEOUT_ENV)
+    return seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, E_WAREHOUSE, example=120)
+
+
+def seconds_from_env(name: str, default: float, code: str, *, example: int) -> float:
+    """A duration in seconds from the environment variable `name` (`default` when unset); a value
+    that is not a finite number of seconds, 0 or more, is `code`."""
+    raw = os.environ.get(name)
     if raw is None:
-        return DEFAULT_LOCK_TIMEOUT
+        return default
     try:
         seconds = float(raw)
     except ValueError:
@@ -31,9 +37,9 @@ def lock_timeout() -> float:
     # nan never compares past a deadline and inf never reaches one: both would wait forever.
     if not math.isfinite(seconds) or seconds < 0:
         raise StrataError(
-            E_WAREHOUSE,
-            f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds (finite, 0 or more)",
-            hint=f"e.g. {LOCK_TIMEOUT_ENV}=120, or unset it for {DEFAULT_LOCK_TIMEOUT:.0f}s",
+            code,
+            f"{name}={raw!r} is not a number of seconds (finite, 0 or more)",
+            hint=f"e.g. {name}={example}, or unset it for {default:.0f}s",
         )
     return seconds
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import time
@@ -34,7 +33,8 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.compile.relations import VIEW_PREFIX
-from strata_dagster.errors import E_GC, StrataError
+from strata_dagster.errors import E_GC
+from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sql import DIALECT, data_type, render, run, table
 
@@ -412,20 +412,7 @@ def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
 
 
 def grace_seconds() -> float:
-    raw = os.environ.get(GRACE_ENV)
-    if raw is None:
-        return DEFAULT_GRACE
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise StrataError(
-            E_GC,
-            f"{GRACE_ENV}={raw!r} is not a number of seconds (finite, 0 or more)",
-            hint=f"e.g. {GRACE_ENV}=3600, or unset it for {DEFAULT_GRACE:.0f}s",
-        )
-    return seconds
+    return seconds_from_env(GRACE_ENV, DEFAULT_GRACE, E_GC, example=3600)
 
 
 @contextmanager
