@@ -58,7 +58,7 @@ from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
-from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
+from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
@@ -571,21 +571,15 @@ class _Run:
             self._check_pins(name, table_name)
             maintained.full(table_name)
             content = self.session.content(snapshot_table(table_name))
-        record = SnapshotRecord(
-            snapshot_id=snapshot_id,
-            model=name,
-            table_name=table_name,
-            partition_key=UNPARTITIONED,
-            model_fingerprint=fingerprint.value,
-            content_hash=content.fingerprint,
-            row_count=content.row_count,
-            watermark=None,
-            created_entry=self.entry,
-            row_hash_sum=content.row_hash_sum,
-            detail=maintained.detail(table_name, content.columns),
+        record = self._register_full(
+            name,
+            key,
+            snapshot_id,
+            table_name,
+            fingerprint,
+            content,
+            maintained.detail(table_name, content.columns),
         )
-        self.new_snapshots.append(record)
-        self.new_keys.append((key, snapshot_id))
         return record, FULL, {"full_reason": reason}
 
     def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
@@ -782,6 +776,23 @@ class _Run:
                     detail.update(full_output_facts(incremental, output, watermark, detail["cdc_type"]))
         if replaced:
             detail[REPLACED_SOURCES] = replaced
+        record = self._register_full(
+            name, key, snapshot_id, table_name, fingerprint, content, detail, watermark
+        )
+        return record, FULL
+
+    def _register_full(
+        self,
+        name: str,
+        key: str,
+        snapshot_id: str,
+        table_name: str,
+        fingerprint: ModelFingerprint,
+        content: Content,
+        detail: dict[str, object],
+        watermark: object | None = None,
+    ) -> SnapshotRecord:
+        """The record of a new whole snapshot of `name`, published by the run under `key`."""
         record = SnapshotRecord(
             snapshot_id=snapshot_id,
             model=name,
@@ -797,7 +808,7 @@ class _Run:
         )
         self.new_snapshots.append(record)
         self.new_keys.append((key, snapshot_id))
-        return record, FULL
+        return record
 
     def _partition_cutoff(
         self, name: str, fingerprint: ModelFingerprint, current: SnapshotRecord | None
