@@ -14,15 +14,8 @@ GATES = """  versioning: append_only_partitions
   immutable_partitions: true
   monotonic_partitions: true"""
 
-FILE_MODULE = """
-source events {
-  path: 'events/*/*.parquet'
-  partitioned_by: dt
-  start: 2026-03-01
-%(gates)s
-%(extra)s
-}
-model events_log {
+# The two models every business test project reads its source through.
+MODELS = """model events_log {
   from events
   incremental
   merge_strategy: append
@@ -36,7 +29,21 @@ model daily_totals {
 }
 """
 
-TABLE_MODULE = """
+FILE_MODULE = (
+    """
+source events {
+  path: 'events/*/*.parquet'
+  partitioned_by: dt
+  start: 2026-03-01
+%(gates)s
+%(extra)s
+}
+"""
+    + MODELS
+)
+
+TABLE_MODULE = (
+    """
 source events {
   table: raw.events
   partitioned_by: dt
@@ -44,19 +51,9 @@ source events {
 %(gates)s
 %(extra)s
 }
-model events_log {
-  from events
-  incremental
-  merge_strategy: append
-  cdc_column: dt
-}
-model daily_totals {
-  from events
-  group dt
-  aggregate n = count(*), total = sum(amount)
-  partitioned_by: day(dt)
-}
 """
+    + MODELS
+)
 
 
 def day(index: int) -> dt.date:

@@ -87,20 +87,27 @@ def make_project(root: Path, versioning: str = "cdc(updated_at)", module: str = 
     )
 
 
-def compare(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object]:
-    """Live view vs full rebuild: row counts, row-hash groups that differ, numeric totals."""
+def compare_with_full(con: duckdb.DuckDBPyConnection, model: str, full: str) -> dict[str, int]:
+    """Live view of `model` vs the full rebuild query `full`: the row count difference and the
+    row-hash groups whose counts differ."""
     live = f"SELECT * FROM main.v_{model}"
-    full = full_query(model)
     groups = con.execute(
         f"SELECT count(*) FROM (SELECT hash(l) h, count(*) c FROM ({live}) l GROUP BY 1) a "
         f"FULL JOIN (SELECT hash(f) h, count(*) c FROM ({full}) f GROUP BY 1) b USING (h) "
         "WHERE a.c IS DISTINCT FROM b.c"
-    ).fetchone()
+    ).fetchone()[0]
+    rows = con.execute(
+        f"SELECT (SELECT count(*) FROM ({live})) - (SELECT count(*) FROM ({full}))"
+    ).fetchone()[0]
+    return {"rows": rows, "groups": groups}
+
+
+def compare(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object]:
+    """Live view vs full rebuild: row counts, row-hash groups that differ, numeric totals."""
+    live = f"SELECT * FROM main.v_{model}"
+    full = full_query(model)
     return {
-        "rows": con.execute(
-            f"SELECT (SELECT count(*) FROM ({live})) - (SELECT count(*) FROM ({full}))"
-        ).fetchone()[0],
-        "groups": groups[0],
+        **compare_with_full(con, model, full),
         "totals": con.execute(
             f"SELECT (SELECT sum(revenue) FROM ({live})) IS NOT DISTINCT FROM (SELECT sum(revenue) FROM ({full}))"
         ).fetchone()[0]
@@ -161,17 +168,7 @@ def make_joined_project(root: Path) -> tuple[Path, Path]:
 
 def compare_joined(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object]:
     """Live view vs full rebuild of a model of JOINED_MODULE: row counts and row-hash groups."""
-    live = f"SELECT * FROM main.v_{model}"
-    full = JOINED_FULL[model]
-    groups = con.execute(
-        f"SELECT count(*) FROM (SELECT hash(l) h, count(*) c FROM ({live}) l GROUP BY 1) a "
-        f"FULL JOIN (SELECT hash(f) h, count(*) c FROM ({full}) f GROUP BY 1) b USING (h) "
-        "WHERE a.c IS DISTINCT FROM b.c"
-    ).fetchone()[0]
-    rows = con.execute(
-        f"SELECT (SELECT count(*) FROM ({live})) - (SELECT count(*) FROM ({full}))"
-    ).fetchone()[0]
-    return {"rows": rows, "groups": groups}
+    return compare_with_full(con, model, JOINED_FULL[model])
 
 
 # -- property tests: seeded sources, then a history of changes checked against full rebuilds -----

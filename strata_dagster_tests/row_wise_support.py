@@ -6,6 +6,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster_tests.engine_support import make_module_project
+from strata_dagster_tests.partition_support import compare_with_full
 
 START = dt.datetime(2026, 1, 1)
 
@@ -106,14 +107,4 @@ def make_project(root: Path, module: str = MODULE) -> tuple[Path, Path]:
 
 def compare(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, int]:
     """Live view vs full rebuild: row count difference and row-hash groups whose counts differ."""
-    live = f"SELECT * FROM main.v_{model}"
-    full = FULL[model]
-    groups = con.execute(
-        f"SELECT count(*) FROM (SELECT hash(l) h, count(*) c FROM ({live}) l GROUP BY 1) a "
-        f"FULL JOIN (SELECT hash(f) h, count(*) c FROM ({full}) f GROUP BY 1) b USING (h) "
-        "WHERE a.c IS DISTINCT FROM b.c"
-    ).fetchone()[0]
-    rows = con.execute(
-        f"SELECT (SELECT count(*) FROM ({live})) - (SELECT count(*) FROM ({full}))"
-    ).fetchone()[0]
-    return {"rows": rows, "groups": groups}
+    return compare_with_full(con, model, FULL[model])
