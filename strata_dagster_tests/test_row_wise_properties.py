@@ -45,9 +45,13 @@ def apply(con, step, clock):
             )
     elif kind == "late_row":
         ts = START + dt.timedelta(days=step[2], hours=clock % 24)
+        # On the cdc table the row is stamped below every stamp so far, so its fingerprint (count and
+        # range, the cdc contract) sees it: a stamp inside the range after a delete gives the source
+        # the fingerprint of an earlier state, which the contract cannot tell apart (`verify` can).
+        stamp = START - dt.timedelta(days=1, minutes=clock) if table == "orders" else ts
         con.execute(
             f"INSERT INTO raw.{table} SELECT coalesce(max(order_id), 0) + 1, 3, ?, ?, 'paid', 'shop', ? FROM raw.{table}",
-            [ts, ts, step[3]],
+            [ts, stamp, step[3]],
         )
     elif kind == "amount":
         con.execute(
