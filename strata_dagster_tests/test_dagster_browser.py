@@ -34,7 +34,8 @@ from strata_dagster_tests.dagster_support import (
 )
 from strata_dagster_tests.test_dagster_staleness import paid_order
 
-pytestmark = pytest.mark.browser
+# The journeys run in order against one webserver: one worker runs them all.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 DAYS = 31  # January: the daily and monthly partitions end together (see the report on 40 days)
 REASON = "strata/reason"
