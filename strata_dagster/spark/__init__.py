@@ -1,0 +1,1 @@
+"""The Spark engine: the only package that imports pyspark (ARCHITECTURE.md, Layering)."""
