@@ -66,6 +66,8 @@ E_TEST_RUN: Final = "E064"
 E_FRESHNESS: Final = "E065"
 E_GC_SCHEDULE: Final = "E066"
 E_COMPONENT: Final = "E067"
+E_ENGINE: Final = "E071"
+E_ENGINE_UNSUPPORTED: Final = "E072"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -94,7 +96,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_BRANCH: "a branch name that is invalid, missing or already taken",
     E_UNIQUE: "a `unique` pin failed: duplicate keys in the new snapshot",
     E_CONTRACT: "a `contract` pin failed: the new snapshot's schema differs",
-    E_BUILD: "DuckDB rejected a model's SQL while building it",
+    E_BUILD: "the engine (DuckDB or Spark) rejected a model's SQL while building it",
     E_RESOURCE_LIMIT: "a build exceeded the memory or spill-space limit, or a limit is not a size",
     E_GC: "a `strata gc` option that cannot be read, or a compaction that could not complete",
     E_SERVING: "the writer published, but could not write the serving copy readers open",
@@ -119,6 +121,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_FRESHNESS: "a `freshness` value that is not a duration of at least a minute (`1 day`, `12 hours`, `30 minutes`)",
     E_GC_SCHEDULE: "a gc schedule whose cron, `keep` or `older_than` cannot be read",
     E_COMPONENT: "a StrataProjectComponent attribute (defs.yaml) that names no project or cannot be read",
+    E_ENGINE: "an unknown engine, an engine that is not installed, or an engine setting that cannot be used",
+    E_ENGINE_UNSUPPORTED: "a project or command uses something the chosen engine does not offer",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -19,6 +19,7 @@ from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
+from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
     REREAD_ALIAS,
@@ -30,7 +31,7 @@ from strata_dagster.warehouse.segments import (
     window_predicate,
 )
 from strata_dagster.warehouse.session import Session
-from strata_dagster.warehouse.sql import ENGINE_VERSION, render, snapshot_table
+from strata_dagster.warehouse.sql import render, snapshot_table
 
 DELTA = "delta"
 MAX_SEGMENTS = 8  # more segments than this: the build writes one compacted base instead
@@ -69,7 +70,7 @@ class DeltaBuild:
 
 def content_hash(columns: list[list[str]] | tuple[tuple[str, str], ...], count: int, hash_sum: str) -> str:
     """The same identity warehouse.content.Content.fingerprint gives a table with these rows."""
-    return digest("content", ENGINE_VERSION, tuple(tuple(column) for column in columns), count, hash_sum)
+    return digest("content", engine_version(), tuple(tuple(column) for column in columns), count, hash_sum)
 
 
 def lateness_interval(model: Model) -> exp.Expression | None:

@@ -59,6 +59,7 @@ from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, shor
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
+from strata_dagster.warehouse.engines import engine_label
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
@@ -720,7 +721,7 @@ class _Run:
         except WarehouseError as error:
             raise StrataError(
                 E_BUILD,
-                f"DuckDB rejected model `{name}`: {error}",
+                f"{engine_label()} rejected model `{name}`: {error}",
                 self.project.models[name].location,
                 hint=f"run `strata compile PROJECT --model {name}` to see the SQL",
             ) from None

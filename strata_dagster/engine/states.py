@@ -1,37 +1,6 @@
-"""A model's state: the head snapshot record and the segments it stands for."""
+"""A model's state: the head snapshot record and the segments it stands for (warehouse.states,
+which every engine also uses to repoint views)."""
 
-from __future__ import annotations
+from strata_dagster.warehouse.states import grain_of, merge_keys_of, segments_of, state_query, state_tables
 
-from sqlglot import exp
-
-from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, composite_tables
-
-
-def segments_of(history: HistoryReader, record: SnapshotRecord) -> list[Segment]:
-    segments = []
-    for snapshot_id in record.segment_ids:
-        segment = record if snapshot_id == record.snapshot_id else history.snapshot(snapshot_id)
-        if segment is None:
-            raise AssertionError(f"history names segment {snapshot_id} but has no record of it")
-        segments.append(Segment(segment.table_name, segment.detail.get("keys_table")))
-    return segments
-
-
-def merge_keys_of(record: SnapshotRecord) -> list[str]:
-    return list(record.detail.get("merge_keys") or ())
-
-
-def state_tables(history: HistoryReader, record: SnapshotRecord) -> tuple[str, ...]:
-    """Every snapshot-schema table the state's view reads."""
-    return composite_tables(segments_of(history, record), merge_keys_of(record))
-
-
-def grain_of(record: SnapshotRecord) -> str | None:
-    """`day` / `month` / `key` for a partitioned state (its keys are partitions), else None."""
-    return record.detail.get("partition_grain")
-
-
-def state_query(history: HistoryReader, record: SnapshotRecord) -> exp.Query:
-    """The rows a state stands for: what its live view selects."""
-    return composite_query(segments_of(history, record), merge_keys_of(record), grain_of(record))
+__all__ = ["grain_of", "merge_keys_of", "segments_of", "state_query", "state_tables"]

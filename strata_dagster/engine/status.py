@@ -20,9 +20,10 @@ from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, is_summed
+from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
-from strata_dagster.warehouse.sql import ENGINE_VERSION, render
+from strata_dagster.warehouse.sql import render
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
     for name in project.order:
         upstream = {ref: fingerprints[ref].value for ref in project.upstream_models(name)}
         compiled = context.compiled.models[name]
-        fingerprints[name] = model_fingerprint(project.models[name], compiled, upstream, ENGINE_VERSION)
+        fingerprints[name] = model_fingerprint(project.models[name], compiled, upstream, engine_version())
     return fingerprints
 
 

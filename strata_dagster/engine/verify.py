@@ -38,6 +38,7 @@ from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, S
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
+from strata_dagster.warehouse.engines import engine_label
 from strata_dagster.warehouse.segments import partition_key
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
@@ -301,7 +302,7 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         except WarehouseError as error:
             raise StrataError(
                 E_BUILD,
-                f"DuckDB rejected model `{name}` while rebuilding it for verification: {error}",
+                f"{engine_label()} rejected model `{name}` while rebuilding it for verification: {error}",
                 project.models[name].location,
                 hint=f"run `strata compile PROJECT --model {name}` to see the SQL",
             ) from None

@@ -8,7 +8,8 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.fingerprint import digest
-from strata_dagster.warehouse.sql import ENGINE_VERSION, data_type, describe, run
+from strata_dagster.warehouse.engines import engine_version
+from strata_dagster.warehouse.sql import data_type, describe, run
 
 # The alias a row is hashed through: hash(<alias>) hashes the whole row as a struct.
 ROW_ALIAS = "__strata_row"
@@ -37,7 +38,7 @@ class Content:
         parts: tuple[object, ...] = (self.columns, self.row_count, self.row_hash_sum)
         if self.basis:
             parts += (("basis", self.basis),)
-        return digest("content", ENGINE_VERSION, *parts)
+        return digest("content", engine_version(), *parts)
 
     @classmethod
     def empty(cls, columns: tuple[tuple[str, str], ...], basis: RowBasis = WHOLE_ROW) -> Content:

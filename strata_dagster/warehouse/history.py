@@ -10,8 +10,8 @@ from typing import Any
 
 import duckdb
 
+from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.ledger import PartitionEvidence, write_ledger
-from strata_dagster.warehouse.sql import ENGINE_VERSION
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ class HistoryWriter:
                 backfill_of,
                 reason,
                 target_entry,
-                ENGINE_VERSION,
+                engine_version(),
                 json.dumps(detail or {}, sort_keys=True, default=str),
             ],
         )

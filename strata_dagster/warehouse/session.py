@@ -22,6 +22,7 @@ from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
+from strata_dagster.warehouse.engines import current_engine, engine_opener
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
@@ -74,8 +75,13 @@ def _as_warehouse_errors() -> Iterator[None]:
 
 
 class Session:
+    engine = "duckdb"
+
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+        # Where the history tables are: the warehouse itself here; an in-memory mirror of them on
+        # an engine without transactions (warehouse/history_mirror.py).
+        self.meta = con
         self.history = HistoryReader(con)
         self.writer = HistoryWriter(con)
 
@@ -319,7 +325,15 @@ def open_session(
     another process's lock), migrated unless read-only.
 
     With `must_exist`, a missing warehouse is an error (E020) instead of a new, empty one.
+    On another engine than DuckDB (warehouse/engines.py), `path` is that engine's warehouse and
+    the session is its own implementation of this interface.
     """
+    choice = current_engine()
+    if not choice.is_duckdb:
+        opener = engine_opener(choice)
+        with opener(path, choice, read_only=read_only, must_exist=must_exist, timeout=timeout) as session:  # type: ignore[operator]
+            yield session
+        return
     with connect(path, read_only=read_only, must_exist=must_exist, timeout=timeout) as con:
         try:
             if not read_only:
@@ -351,7 +365,12 @@ def open_live_session(path: Path) -> Iterator[Session]:
     """A session that reads the live views through the serving copy, never the writer's file.
 
     A warehouse published before the serving copy existed gets one first (a short write session).
+    Engines that never lock readers out (Spark) read their live views directly.
     """
+    if not current_engine().is_duckdb:
+        with open_session(path, read_only=True) as session:
+            yield session
+        return
     if not serving.is_served(path):
         with open_session(path, must_exist=True):
             pass
@@ -365,6 +384,11 @@ def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tu
     A warehouse that does not exist is not created: file sources are then described from an
     in-memory database, and table sources are simply not known yet.
     """
+    if not current_engine().is_duckdb and warehouse.exists():
+        with open_session(warehouse, read_only=True) as session:
+            return session.source_schemas(project, {})  # type: ignore[attr-defined]
+    if not current_engine().is_duckdb:
+        warehouse = warehouse / "__not_a_duckdb_file__"  # describe file sources in memory below
     if warehouse.exists():
         with connect(warehouse, read_only=True) as con:
             return source_reading.source_schemas_with_databases(con, project)

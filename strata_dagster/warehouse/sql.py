@@ -38,6 +38,9 @@ def run(
     *,
     consume: bool = False,
 ) -> Any:
+    runner = getattr(con, "run_statement", None)
+    if runner is not None:  # another engine's connection renders the tree in its own dialect
+        return runner(statement, params, consume=consume)
     return con.execute(render(statement, consume=consume), params or [])
 
 
@@ -76,4 +79,8 @@ def relation_exists(con: duckdb.DuckDBPyConnection, relation: exp.Table) -> bool
         describe(con, relation)
     except duckdb.CatalogException:
         return False
+    except Exception as error:
+        if getattr(error, "is_missing_relation", False):  # another engine's "no such table"
+            return False
+        raise
     return True

@@ -88,10 +88,10 @@ def view_sqls(con: duckdb.DuckDBPyConnection, branch_schema: str) -> dict[str, s
     return {row[0]: row[1] for row in rows}
 
 
-def tables_of_view(sql: str) -> tuple[str, ...]:
-    """The snapshot tables a view's stored SQL reads; () when it reads anything else."""
+def tables_of_view(sql: str, dialect: str = DIALECT) -> tuple[str, ...]:
+    """The snapshot tables a view's stored SQL (in `dialect`) reads; () when it reads anything else."""
     try:
-        parsed = sqlglot.parse_one(sql, read=DIALECT)
+        parsed = sqlglot.parse_one(sql, read=dialect)
     except sqlglot.errors.ParseError:
         return ()
     query = parsed.expression if isinstance(parsed, exp.Create) else parsed
@@ -157,6 +157,9 @@ def unique_violation(
 
 def canonical_type(con: duckdb.DuckDBPyConnection, type_text: str) -> str:
     """DuckDB's own spelling of a type (INT -> INTEGER); the text goes through sqlglot, never spliced."""
+    engines_own = getattr(con, "canonical_type", None)
+    if engines_own is not None:  # another engine spells the type its way, then as DuckDB would
+        return str(engines_own(type_text))
     data_type = exp.DataType.build(type_text, dialect=DIALECT)
     row = run(con, exp.select(exp.func("typeof", exp.cast(exp.null(), data_type)))).fetchone()
     return str(row[0]) if row else type_text

@@ -1,0 +1,61 @@
+"""What the Spark catalog holds: snapshot tables, live views and the SQL each view reads."""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+from strata_dagster.spark.connection import SparkConnection, SparkError
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+
+_VIEW_TEXT = re.compile(r"^View Original Text: (.*)$", re.MULTILINE)
+_TYPE = re.compile(r"^Type: (\w+)$", re.MULTILINE)
+
+
+def _identifier(name: str) -> str:
+    return exp.to_identifier(name).sql(dialect="spark")
+
+
+def _pattern(text: str) -> str:
+    return exp.Literal.string(text).sql(dialect="spark")
+
+
+def schema_exists(con: SparkConnection, schema: str) -> bool:
+    rows = con.sql("SHOW DATABASES LIKE " + _pattern(schema)).fetchall()
+    return any(str(row[0]).lower() == schema.lower() for row in rows)
+
+
+def ensure_schema(con: SparkConnection, schema: str) -> None:
+    con.sql("CREATE DATABASE IF NOT EXISTS " + _identifier(schema))
+
+
+def relations(con: SparkConnection, schema: str, like: str = "*") -> dict[str, tuple[str, str | None]]:
+    """Every table and view of `schema` (not the session's temporary views): name -> (type, the
+    SQL a view was created with, else None). One catalog call for the whole schema."""
+    if not schema_exists(con, schema):
+        return {}
+    try:
+        rows = con.sql(f"SHOW TABLE EXTENDED IN {_identifier(schema)} LIKE {_pattern(like)}").fetchall()
+    except SparkError as error:
+        if error.is_missing_relation:
+            return {}
+        raise
+    found: dict[str, tuple[str, str | None]] = {}
+    for _namespace, name, is_temporary, information in rows:
+        if is_temporary:
+            continue
+        kind = _TYPE.search(information or "")
+        text = _VIEW_TEXT.search(information or "")
+        found[str(name)] = (kind.group(1).upper() if kind else "MANAGED", text.group(1) if text else None)
+    return found
+
+
+def snapshot_names(con: SparkConnection) -> set[str]:
+    """Every snapshot: Parquet tables, and the views of `materialize: view` models."""
+    return set(relations(con, SNAPSHOT_SCHEMA))
+
+
+def view_texts(con: SparkConnection, schema: str) -> dict[str, str]:
+    """Every view of a branch schema: view name -> the SQL it was last pointed with."""
+    return {name: text for name, (kind, text) in relations(con, schema).items() if kind == "VIEW" and text}

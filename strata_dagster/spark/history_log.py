@@ -1,0 +1,108 @@
+"""The history on Spark: an append-only log of history rows, and a commit marker written last.
+
+Spark has no multi-statement transactions, so a write session publishes in steps: the rows it
+added to the history go to `strata.history_log` under a new commit id, the live views are
+repointed one by one (ALTER VIEW, one catalog call each), and only then is the commit marked in
+`strata.history_commits`. Readers load only marked commits. A session that died between the first
+step and the last leaves a log commit without its marker: `interrupted_commits` finds it, and the
+next writer repoints the views back to what the marked history says, then marks the commit
+abandoned, so it is reported once and never loaded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampNTZType
+
+from strata_dagster.spark.catalog import ensure_schema, relations
+from strata_dagster.spark.connection import SparkConnection, spark_errors
+from strata_dagster.warehouse.history_mirror import LogRow
+from strata_dagster.warehouse.migrations import HISTORY_SCHEMA
+
+LOG_TABLE = f"{HISTORY_SCHEMA}.history_log"
+COMMITS_TABLE = f"{HISTORY_SCHEMA}.history_commits"
+COMMITTED = "committed"
+ABANDONED = "abandoned"
+
+_LOG_SCHEMA = StructType(
+    [
+        StructField("commit_id", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("tbl", StringType(), False),
+        StructField("row", StringType(), False),
+    ]
+)
+_COMMITS_SCHEMA = StructType(
+    [
+        StructField("commit_id", StringType(), False),
+        StructField("row_count", LongType(), False),
+        StructField("state", StringType(), False),
+        StructField("marked_at", TimestampNTZType(), False),
+    ]
+)
+
+
+def has_log(con: SparkConnection) -> bool:
+    return "history_commits" in relations(con, HISTORY_SCHEMA, "history_*")
+
+
+def ensure_log(con: SparkConnection) -> None:
+    ensure_schema(con, HISTORY_SCHEMA)
+    con.sql(
+        f"CREATE TABLE IF NOT EXISTS {LOG_TABLE} (commit_id STRING, seq BIGINT, tbl STRING, row STRING) USING parquet"
+    )
+    con.sql(
+        f"CREATE TABLE IF NOT EXISTS {COMMITS_TABLE} "
+        "(commit_id STRING, row_count BIGINT, state STRING, marked_at TIMESTAMP_NTZ) USING parquet"
+    )
+
+
+def read_committed(con: SparkConnection) -> list[LogRow]:
+    """The rows of every committed commit, in the order they were written (one query)."""
+    rows = con.sql(
+        f"SELECT l.tbl, l.row FROM {LOG_TABLE} l JOIN "
+        f"(SELECT commit_id, max(row_count) AS row_count FROM {COMMITS_TABLE} WHERE state = '{COMMITTED}' "
+        "GROUP BY commit_id) c ON l.commit_id = c.commit_id ORDER BY l.commit_id, l.seq"
+    ).fetchall()
+    return [(str(table), str(row)) for table, row in rows]
+
+
+@dataclass(frozen=True)
+class InterruptedCommit:
+    commit_id: str
+    row_count: int  # the rows it logged before it died
+
+
+def interrupted_commits(con: SparkConnection) -> list[InterruptedCommit]:
+    """Log commits with no marker: write sessions that died while publishing."""
+    rows = con.sql(
+        f"SELECT l.commit_id, count(*) FROM {LOG_TABLE} l LEFT ANTI JOIN {COMMITS_TABLE} c "
+        "ON l.commit_id = c.commit_id GROUP BY l.commit_id ORDER BY l.commit_id"
+    ).fetchall()
+    return [InterruptedCommit(str(commit_id), int(count)) for commit_id, count in rows]
+
+
+def new_commit_id() -> str:
+    """Sortable by time (the log is read in commit order), unique across processes."""
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+
+
+def append_rows(con: SparkConnection, commit_id: str, rows: Sequence[LogRow]) -> None:
+    """The first step of a publication: every new history row, under `commit_id`, in one write."""
+    data = [(commit_id, seq, table, row) for seq, (table, row) in enumerate(rows)]
+    with spark_errors():
+        con.spark.createDataFrame(data, _LOG_SCHEMA).write.insertInto(LOG_TABLE)
+
+
+def mark(con: SparkConnection, commit_id: str, row_count: int, state: str = COMMITTED) -> None:
+    """The last step: the commit is history (or, for an interrupted one, abandoned)."""
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    with spark_errors():
+        con.spark.createDataFrame([(commit_id, row_count, state, now)], _COMMITS_SCHEMA).write.insertInto(
+            COMMITS_TABLE
+        )

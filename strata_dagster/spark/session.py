@@ -1,0 +1,378 @@
+"""The warehouse Session interface on Spark.
+
+What differs from DuckDB, and how the promises still hold:
+- **No transactions.** Snapshot tables are created as the run goes (immutable Parquet tables
+  nobody reads until a view points at them). The history is kept in memory (HistoryMirror) and
+  published at commit, in an order that keeps each view consistent: the new history rows are
+  logged, the live views are repointed one by one with ALTER VIEW (one catalog call, which readers
+  never see half done), and the commit marker is written last. A rollback drops what the
+  transaction created. A crash between the first and the last step is found by the next session
+  (a logged commit without its marker): a writer repoints every view to what the committed history
+  says and marks the commit abandoned (spark/repair.py); a reader reports it.
+- **Readers** query the live views in Spark itself: no lock keeps them out, and ALTER VIEW never
+  fails a concurrent read (SPARK_NOTES.md). Superseded snapshots are dropped only after a grace
+  period (`strata gc --grace`), so a running query never loses its files.
+- **Fingerprints** are Spark's own (spark/statements.py) and never compared with DuckDB's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlglot import exp
+
+from strata_dagster.compile.relations import view_name
+from strata_dagster.errors import E_ENGINE, E_ENGINE_UNSUPPORTED, E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
+from strata_dagster.language.definition import Project
+from strata_dagster.spark import catalog, history_log
+from strata_dagster.spark.connect import local_session, remote_session
+from strata_dagster.spark.connection import SparkConnection, SparkError
+from strata_dagster.warehouse import sources as source_reading
+from strata_dagster.warehouse import tables
+from strata_dagster.warehouse.engines import EngineChoice
+from strata_dagster.warehouse.faults import checkpoint
+from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.history_mirror import HistoryMirror
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.segments import Segment, composite_query
+from strata_dagster.warehouse.session import CatalogSnapshot, Session, WarehouseError
+from strata_dagster.warehouse.sql import describe, snapshot_table
+
+# The steps of a Spark publication, after each of which a crash test kills the driver.
+PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")
+
+
+class SparkWarehouseSession(Session):
+    """One open Spark warehouse, behind the same methods as DuckDB's Session."""
+
+    engine = "spark"
+
+    def __init__(self, con: SparkConnection, warehouse: Path, *, read_only: bool) -> None:
+        # Not Session.__init__: there is no DuckDB connection to the warehouse here.
+        self.con = con  # type: ignore[assignment]
+        self.warehouse = warehouse
+        self.read_only = read_only
+        self._has_log = history_log.has_log(con)
+        self.mirror = HistoryMirror(history_log.read_committed(con) if self._has_log else ())
+        self.meta = self.mirror.con
+        self.history = HistoryReader(self.meta)
+        self.writer = HistoryWriter(self.meta)
+        self.interrupted = history_log.interrupted_commits(con) if self._has_log else []
+        self._in_transaction = False
+        self._pending_views: dict[tuple[str, str], exp.Query] = {}
+        self._created: list[str] = []
+        self._snapshots: set[str] | None = None
+        self._views: dict[str, dict[str, str]] = {}
+
+    # -- transactions -----------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.begin()
+        try:
+            yield
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    def begin(self) -> None:
+        self.meta.execute("BEGIN TRANSACTION")
+        self._in_transaction = True
+        self._pending_views = {}
+        self._created = []
+
+    def commit(self) -> None:
+        self._publish(self.mirror.new_rows(), self._pending_views)
+        self.meta.execute("COMMIT")
+        self.mirror.mark_flushed()
+        self._in_transaction = False
+        self._pending_views = {}
+        self._created = []
+
+    def rollback(self) -> None:
+        if self._in_transaction:
+            try:
+                self.meta.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - nothing of it was published
+                pass
+        for name in reversed(self._created):
+            try:
+                self._drop(name)
+            except WarehouseError:
+                pass  # an unpublished table left behind is garbage for gc, never live
+        self._in_transaction = False
+        self._pending_views = {}
+        self._created = []
+
+    def flush(self) -> None:
+        """Publish what was written outside a transaction (history rows, views), at close."""
+        rows = self.mirror.new_rows()
+        if rows or self._pending_views:
+            self._publish(rows, self._pending_views)
+            self.mirror.mark_flushed()
+            self._pending_views = {}
+
+    def _publish(self, rows: list[tuple[str, str]], views: Mapping[tuple[str, str], exp.Query]) -> None:
+        if not rows and not views:
+            return
+        if self.read_only:
+            raise StrataError(E_WAREHOUSE, "a read-only Spark session tried to publish", hint="this is a bug")
+        history_log.ensure_log(self.con)
+        self._has_log = True
+        commit_id = history_log.new_commit_id()
+        history_log.append_rows(self.con, commit_id, rows)
+        checkpoint("spark_history_logged")
+        for (schema, model), query in views.items():
+            self._point(schema, model, query)
+            checkpoint("spark_view_published")
+        history_log.mark(self.con, commit_id, len(rows))
+        checkpoint("spark_committed")
+
+    def checkpoint(self) -> None:
+        """Nothing to fold into a file: Spark tables are their files."""
+
+    def free_bytes(self) -> int:
+        return 0
+
+    # -- sources ----------------------------------------------------------------------------------
+    def prepare_sources(
+        self, project: Project, overrides: Mapping[str, str]
+    ) -> dict[str, tuple[tuple[str, str], ...]]:
+        _refuse_attached_databases(project)
+        source_reading.check_overrides_exist(self.con, overrides)
+        return self.source_schemas(project, overrides)
+
+    def source_schemas(
+        self, project: Project, overrides: Mapping[str, str]
+    ) -> dict[str, tuple[tuple[str, str], ...]]:
+        schemas = {}
+        for name, source in project.sources.items():
+            try:
+                schemas[name] = describe(self.con, source_reading.schema_relation(source, project, overrides))
+            except WarehouseError:
+                continue
+        return schemas
+
+    def attach_sources(self, project: Project) -> None:
+        _refuse_attached_databases(project)
+
+    # -- snapshots and views ----------------------------------------------------------------------
+    def _known_snapshots(self) -> set[str]:
+        if self._snapshots is None:
+            self._snapshots = catalog.snapshot_names(self.con)
+        return self._snapshots
+
+    def create_snapshot(self, name: str, query: exp.Query) -> None:
+        catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
+        tables.create_snapshot(self.con, name, query)
+        self._created.append(name)
+        self._known_snapshots().add(name)
+
+    def create_view_snapshot(self, name: str, query: exp.Query) -> None:
+        catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
+        tables.create_view_snapshot(self.con, name, query)
+        self._created.append(name)
+        self._known_snapshots().add(name)
+
+    def _drop(self, name: str) -> None:
+        relations = catalog.relations(self.con, SNAPSHOT_SCHEMA, name)
+        kind = relations.get(name, ("MANAGED", None))[0]
+        statement = exp.Drop(
+            tables=[snapshot_table(name)], kind="VIEW" if kind == "VIEW" else "TABLE", exists=True
+        )
+        self.con.sql(statement.sql(dialect="spark"))
+        self._known_snapshots().discard(name)
+
+    def drop_snapshot(self, name: str) -> None:
+        self._drop(name)
+
+    def rename_snapshot(self, name: str, new_name: str) -> None:
+        tables.rename_snapshot(self.con, name, new_name)
+        self._created = [new_name if created == name else created for created in self._created]
+        known = self._known_snapshots()
+        known.discard(name)
+        known.add(new_name)
+
+    def snapshot_exists(self, name: str) -> bool:
+        return name in self._known_snapshots()
+
+    def _view_sqls(self, branch_schema: str) -> dict[str, str]:
+        if branch_schema not in self._views:
+            self._views[branch_schema] = catalog.view_texts(self.con, branch_schema)
+        return self._views[branch_schema]
+
+    def view_tables(self, branch_schema: str, model: str) -> tuple[str, ...] | None:
+        pending = self._pending_views.get((branch_schema, model))
+        if pending is not None:
+            return tables.tables_of_view(pending.sql(dialect="duckdb"))
+        sql = self._view_sqls(branch_schema).get(tables.view_table(branch_schema, model).name)
+        return None if sql is None else tables.tables_of_view(sql, dialect="spark")
+
+    def catalog(self, branch_schema: str) -> CatalogSnapshot:
+        return _SparkCatalog(frozenset(self._known_snapshots()), dict(self._view_sqls(branch_schema)))
+
+    def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
+        self.point_view_at(branch_schema, model, composite_query([Segment(name) for name in table_names]))
+
+    def point_view_at(self, branch_schema: str, model: str, query: exp.Query) -> None:
+        """Repoint at commit (in the order views were pointed), or now outside a transaction."""
+        if self._in_transaction:
+            self._pending_views[(branch_schema, model)] = query
+        else:
+            self._pending_views[(branch_schema, model)] = query
+            self.flush()
+
+    def _point(self, branch_schema: str, model: str, query: exp.Query) -> None:
+        catalog.ensure_schema(self.con, branch_schema)
+        view = tables.view_table(branch_schema, model)
+        existing = self._view_sqls(branch_schema)
+        # ALTER VIEW is one catalog call: a reader sees the old or the new query, never no view
+        # (CREATE OR REPLACE VIEW drops first; readers then fail).
+        if view.name in existing:
+            statement: exp.Expression = exp.Alter(this=view, kind="VIEW", actions=[query])
+        else:
+            statement = exp.Create(this=view, kind="VIEW", expression=query)
+        self.con.run_statement(statement)
+        existing[view.name] = self.con.render(query)
+
+    def refresh_serving(self, path: Path) -> None:
+        """No serving copy: readers query the live views in Spark, which never locks them out."""
+        return None
+
+    def has_history(self) -> bool:
+        return self._has_log
+
+    def database_name(self) -> str:
+        return "spark_catalog"
+
+    def schema_has_tables(self, schema: str) -> bool:
+        return bool(catalog.relations(self.con, schema))
+
+    def contract_violation(
+        self, name: str, contract: Sequence[tuple[str, str, bool]]
+    ) -> tables.PinViolation | None:
+        return tables.contract_violation(self.con, name, contract)
+
+    def close(self) -> None:
+        self.con.drop_file_views()
+        self.mirror.close()
+
+
+class _SparkCatalog(CatalogSnapshot):
+    """CatalogSnapshot whose view SQL is Spark's."""
+
+    def view_tables(self, model: str) -> tuple[str, ...] | None:
+        name = view_name(model)
+        if name not in self.views:
+            return None
+        if name not in self._parsed:
+            self._parsed[name] = tables.tables_of_view(self.views[name], dialect="spark")
+        return self._parsed[name]
+
+
+def _refuse_attached_databases(project: Project) -> None:
+    for source in project.sources.values():
+        if source.database is not None:
+            raise StrataError(
+                E_ENGINE_UNSUPPORTED,
+                f"source `{source.name}` reads a DuckDB database file (`database: {source.database}`), "
+                "which the Spark engine cannot attach",
+                source.location,
+                hint="load the table into the Spark catalog and name it with `table:`, or run on DuckDB",
+            )
+
+
+# -- opening ----------------------------------------------------------------------------------------
+_LOCK_NAME = ".strata-writer.lock"
+
+
+def _spark_for(warehouse: Path, choice: EngineChoice):  # -> pyspark SparkSession
+    if choice.spark_remote is not None:
+        return remote_session(choice.spark_remote)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        running = Path(active.conf.get("spark.sql.warehouse.dir").removeprefix("file:")).resolve()
+        if running != warehouse.resolve():
+            raise StrataError(
+                E_ENGINE,
+                f"this process already runs a Spark session over `{running}`, not `{warehouse}`",
+                hint="a process builds one Spark warehouse: pass the same --warehouse, or start another process",
+            )
+        return active
+    return local_session(warehouse)
+
+
+@contextmanager
+def _writer_lock(warehouse: Path, timeout: float | None) -> Iterator[None]:
+    """One writer per local warehouse directory at a time (a Spark Connect cluster: Dagster's
+    pool serializes writers instead)."""
+    warehouse.mkdir(parents=True, exist_ok=True)
+    handle = open(warehouse / _LOCK_NAME, "a+")  # noqa: SIM115 - held for the whole session
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if timeout == 0:
+                raise StrataError(
+                    E_WAREHOUSE_BUSY,
+                    f"Spark warehouse `{warehouse}` is being written by another process",
+                    hint="wait for the other run to finish",
+                ) from None
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()
+
+
+@contextmanager
+def open_spark_session(
+    path: Path,
+    choice: EngineChoice,
+    *,
+    read_only: bool = False,
+    must_exist: bool = False,
+    timeout: float | None = None,
+) -> Iterator[SparkWarehouseSession]:
+    """Open the Spark warehouse at `path` (a directory with its own catalog, or a Spark Connect
+    server's): history loaded, an interrupted publication repaired (writers) or reported."""
+    is_local = choice.spark_remote is None
+    if is_local and (read_only or must_exist) and not (path / "metastore_db").exists():
+        raise StrataError(
+            E_WAREHOUSE,
+            f"Spark warehouse `{path}` does not exist",
+            hint="check --warehouse (or STRATA_WAREHOUSE), or run `strata run PROJECT --engine spark` first",
+        )
+    lock = _writer_lock(path, timeout) if is_local and not read_only else _no_lock()
+    with lock:
+        spark = _spark_for(path, choice)
+        con = SparkConnection(spark)
+        try:
+            session = SparkWarehouseSession(con, path, read_only=read_only)
+        except SparkError as error:
+            raise StrataError(E_WAREHOUSE, f"cannot read Spark warehouse `{path}`: {error}") from None
+        try:
+            if must_exist and not session.has_history():
+                raise StrataError(
+                    E_WAREHOUSE,
+                    f"Spark warehouse `{path}` holds no strata history",
+                    hint="run `strata run PROJECT --engine spark` first",
+                )
+            if session.interrupted and not read_only:
+                from strata_dagster.spark.repair import repair_interrupted
+
+                repair_interrupted(session)
+            yield session
+            if not read_only:
+                session.flush()
+        finally:
+            session.close()
+
+
+@contextmanager
+def _no_lock() -> Iterator[None]:
+    yield

@@ -1,0 +1,141 @@
+"""The engine's statements, built with DuckDB semantics as sqlglot trees, as Spark SQL.
+
+The warehouse code builds every statement once, for DuckDB; these rules turn a copy of a tree into
+one Spark 4 runs with the same meaning (SPARK_NOTES.md): snapshots become Parquet tables, content
+hashes become 64-bit xxhash sums with NULL markers in DECIMAL(38,0) (never Spark's 32-bit `hash`,
+which also ignores NULL positions), and DuckDB-only spellings become Spark's. A model's own SQL
+goes through the language-level rewrites (compile.spark_dialect) as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from strata_dagster.warehouse.content import ROW_ALIAS
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+
+DIALECT = "spark"
+# Integer types wider than Spark's BIGINT hold sums of 64-bit hashes: DECIMAL(38,0) holds them
+# (a sum of 10^19 hashes would not overflow it) and compares exactly.
+_WIDE_INTEGERS = {exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.UBIGINT}
+_READERS = {"read_parquet": "parquet", "read_csv_auto": "csv", "read_csv": "csv", "read_json_auto": "json"}
+
+
+def _wide_integers(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.DataType) and node.this in _WIDE_INTEGERS:
+        return exp.DataType.build("DECIMAL(38,0)")
+    return node
+
+
+def _count_star(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "count_star":
+        return exp.Count(this=exp.Star())
+    return node
+
+
+def _is_whole_row(argument: exp.Expression) -> bool:
+    """`hash(__strata_row)`: DuckDB hashes the row alias as one struct."""
+    return isinstance(argument, exp.Column) and not argument.table and argument.name == ROW_ALIAS
+
+
+def _row_hash(node: exp.Expression) -> exp.Expression:
+    """DuckDB's `hash(...)` as Spark's xxhash64, which skips NULL arguments: each value goes with
+    an IS NULL marker so (NULL, 1) and (1, NULL) hash apart. A whole row is hashed through its JSON
+    text, whose field names play the markers' part (Spark drops NULL fields from it)."""
+    if not (isinstance(node, exp.Anonymous) and node.name.lower() == "hash"):
+        return node
+    arguments = list(node.expressions)
+    if len(arguments) == 1 and _is_whole_row(arguments[0]):
+        whole = exp.func("struct", exp.Column(this=exp.Star(), table=exp.to_identifier(ROW_ALIAS)))
+        return exp.func("xxhash64", exp.func("to_json", whole))
+    marked: list[exp.Expression] = []
+    for argument in arguments:
+        marked.append(exp.Is(this=argument.copy(), expression=exp.null()))
+        marked.append(argument.copy())
+    return exp.func("xxhash64", *marked)
+
+
+def _group_by_ordinals(node: exp.Expression) -> exp.Expression:
+    """GROUP BY 1 as GROUP BY <the first select expression>: Spark refuses ordinals in a query
+    whose select list has a star anywhere (the whole-row hash's `struct(__strata_row.*)`)."""
+    if not isinstance(node, exp.Select):
+        return node
+    group = node.args.get("group")
+    if group is None:
+        return node
+    projections = node.expressions
+    replaced = []
+    for item in group.expressions:
+        if isinstance(item, exp.Literal) and item.is_int and 0 < int(item.this) <= len(projections):
+            chosen = projections[int(item.this) - 1]
+            replaced.append((chosen.this if isinstance(chosen, exp.Alias) else chosen).copy())
+        else:
+            replaced.append(item)
+    group.set("expressions", replaced)
+    return node
+
+
+def _is_segment_read(query: exp.Expression) -> bool:
+    """`SELECT * FROM strata_snapshots.<table>` (with a WHERE, for an upsert's replaced keys)."""
+    if isinstance(query, exp.Union):
+        return _is_segment_read(query.this) and _is_segment_read(query.expression)
+    if not isinstance(query, exp.Select) or not query.is_star:
+        return False
+    source = query.args.get("from_") or query.args.get("from")
+    table = source.this if source is not None else None
+    return isinstance(table, exp.Table) and table.db == SNAPSHOT_SCHEMA
+
+
+def _segments_by_position(node: exp.Expression) -> exp.Expression:
+    """The segments of one state, UNION ALL BY NAME in DuckDB: Spark has no BY NAME, and the
+    segments of a state have one schema in one column order (a schema change builds in full)."""
+    if isinstance(node, exp.Union) and node.args.get("by_name") and _is_segment_read(node):
+        node.set("by_name", None)
+    return node
+
+
+def _file_reader_name(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
+        function = node.this
+        name = function.name.lower() if isinstance(function, exp.Anonymous) else function.sql_name().lower()
+        return _READERS.get(name)
+    return None
+
+
+RULES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
+    _wide_integers,
+    _count_star,
+    _row_hash,
+    _group_by_ordinals,
+    _segments_by_position,
+)
+
+
+def rewrite(
+    statement: exp.Expression, relations: Callable[[exp.Table, str], exp.Expression]
+) -> exp.Expression:
+    """A copy of `statement` for Spark. `relations` turns a DuckDB file read (`read_parquet(...)`
+    and friends, with the reader's format) into a relation Spark reads."""
+
+    def apply(node: exp.Expression) -> exp.Expression:
+        reader = _file_reader_name(node)
+        if reader is not None:
+            return relations(node, reader)
+        for rule in RULES:
+            node = rule(node)
+        return node
+
+    return statement.copy().transform(apply, copy=False)
+
+
+def snapshot_ddl(statement: exp.Expression) -> exp.Expression:
+    """CREATE TABLE ... AS as an immutable Parquet table (Spark has no CREATE OR REPLACE TABLE AS
+    on Parquet: the caller drops a leftover first)."""
+    if isinstance(statement, exp.Create) and statement.kind == "TABLE":
+        statement.set("replace", False)
+        statement.set(
+            "properties", exp.Properties(expressions=[exp.FileFormatProperty(this=exp.var("PARQUET"))])
+        )
+    return statement

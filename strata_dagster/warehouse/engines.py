@@ -1,0 +1,128 @@
+"""Which engine a process builds on: DuckDB (embedded, the default) or Spark.
+
+Every engine opens the same `Session` interface (warehouse/session.py); the engine code above it
+never knows which one it talks to. The choice is made once per process, by the CLI's `--engine`,
+`build_definitions(engine=...)`, or `STRATA_ENGINE`, the way a database driver is chosen. Engines
+other than DuckDB are found by module path, so this package never imports them (only
+`strata_dagster.spark` imports pyspark).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+from strata_dagster.errors import E_ENGINE, StrataError
+
+EngineName = Literal["duckdb", "spark"]
+ENGINE_NAMES: Final[tuple[str, ...]] = get_args(EngineName)
+ENGINE_ENV: Final = "STRATA_ENGINE"
+SPARK_REMOTE_ENV: Final = "STRATA_SPARK_REMOTE"
+DEFAULT_ENGINE: Final = "duckdb"
+
+# Engine -> "module:function" that opens its sessions, imported only when the engine is chosen.
+_OPENERS: Final[dict[str, str]] = {"spark": "strata_dagster.spark.session:open_spark_session"}
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine, and where a Spark engine finds its cluster (`sc://host:port`; None: a local
+    Spark over the warehouse directory)."""
+
+    name: str = DEFAULT_ENGINE
+    spark_remote: str | None = None
+
+    @property
+    def is_duckdb(self) -> bool:
+        return self.name == "duckdb"
+
+    @property
+    def default_warehouse_name(self) -> str:
+        """The warehouse a project uses when none is given: a DuckDB file, or a Spark warehouse folder."""
+        return "warehouse.duckdb" if self.is_duckdb else "spark-warehouse"
+
+
+def engine_choice(name: str | None = None, spark_remote: str | None = None) -> EngineChoice:
+    """An engine by name (default: $STRATA_ENGINE, else duckdb); E070-range error for an unknown one."""
+    chosen = (name or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE).strip().lower()
+    if chosen not in ENGINE_NAMES:
+        raise StrataError(
+            E_ENGINE,
+            f"`{chosen}` is not an engine strata runs on",
+            hint=f"use one of: {', '.join(ENGINE_NAMES)} (--engine or {ENGINE_ENV})",
+        )
+    remote = spark_remote or os.environ.get(SPARK_REMOTE_ENV) or None
+    if remote is not None and chosen != "spark":
+        remote = None  # a Spark Connect address set for other commands does not apply to DuckDB
+    if remote is not None and not remote.startswith("sc://"):
+        raise StrataError(
+            E_ENGINE,
+            f"`{remote}` is not a Spark Connect address",
+            hint=f"write it as sc://host:port (--spark-remote or {SPARK_REMOTE_ENV})",
+        )
+    return EngineChoice(chosen, remote)
+
+
+_chosen: EngineChoice | None = None
+
+
+def current_engine() -> EngineChoice:
+    """The engine this process builds on: the one chosen, else the environment's."""
+    return _chosen if _chosen is not None else engine_choice()
+
+
+def choose_engine(choice: EngineChoice | None) -> None:
+    """Make `choice` this process's engine (None: back to the environment's)."""
+    global _chosen
+    _chosen = choice
+
+
+@contextmanager
+def using_engine(choice: EngineChoice) -> Iterator[EngineChoice]:
+    """`choice` as the engine for the duration of the block (tests, tools)."""
+    before = _chosen
+    choose_engine(choice)
+    try:
+        yield choice
+    finally:
+        choose_engine(before)
+
+
+def engine_opener(choice: EngineChoice) -> Callable[..., object]:
+    """The function that opens sessions of a non-DuckDB engine."""
+    module_name, _, function = _OPENERS[choice.name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise StrataError(
+            E_ENGINE,
+            f"the {choice.name} engine is not installed ({error.name or error})",
+            hint="pip install 'strata_dagster[spark]' (pyspark) and make sure Java 17 is on the PATH",
+        ) from None
+    return getattr(module, function)
+
+
+@functools.lru_cache(maxsize=4)
+def _version_of(name: str) -> str:
+    package = "duckdb" if name == "duckdb" else "pyspark"
+    try:
+        return f"{name}-{importlib.metadata.version(package)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{name}-unknown"
+
+
+def engine_version(choice: EngineChoice | None = None) -> str:
+    """The engine and its version, part of every fingerprint: content hashes of two engines are
+    computed differently and are never compared (`duckdb-2.0.1`, `spark-4.3.0`)."""
+    return _version_of((choice or current_engine()).name)
+
+
+def engine_label(choice: EngineChoice | None = None) -> str:
+    """The engine's name as messages say it: DuckDB, Spark."""
+    return {"duckdb": "DuckDB", "spark": "Spark"}[(choice or current_engine()).name]

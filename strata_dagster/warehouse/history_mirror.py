@@ -1,0 +1,100 @@
+"""The history of an engine without transactions, read into an in-memory DuckDB of the same tables.
+
+An engine like Spark keeps the history as an append-only log of rows (table, row as JSON). A
+session reads the committed rows once into an in-memory DuckDB migrated like any warehouse, so the
+same HistoryReader and HistoryWriter (and the ledger) serve every engine, with transactions: what
+a run writes is visible to its own reads, and vanishes if it rolls back. At the engine's commit,
+the rows appended since the load are handed back (as JSON, in insertion order) for the engine to
+append to its log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, migrate
+from strata_dagster.warehouse.sql import DIALECT, render, table
+
+# (table name in the history schema, the row as a JSON object), in the order they were written.
+LogRow = tuple[str, str]
+
+
+class HistoryMirror:
+    """An in-memory copy of the history tables, loaded from log rows."""
+
+    def __init__(self, rows: Iterable[LogRow] = ()) -> None:
+        self.con = duckdb.connect()
+        migrate(self.con)
+        self._tables = self._history_tables()
+        self._load(rows)
+        self._loaded = self._counts()
+
+    def _history_tables(self) -> dict[str, dict[str, str]]:
+        """Each history table (not views, not the schema version) -> its columns and types."""
+        rows = self.con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE schema_name = ? AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = ?) "
+            "AND table_name <> 'schema_version' ORDER BY table_name, column_index",
+            [HISTORY_SCHEMA, HISTORY_SCHEMA],
+        ).fetchall()
+        tables: dict[str, dict[str, str]] = defaultdict(dict)
+        for name, column, data_type in rows:
+            tables[name][column] = data_type
+        return dict(tables)
+
+    def _load(self, rows: Iterable[LogRow]) -> None:
+        by_table: dict[str, list[str]] = defaultdict(list)
+        for name, row in rows:
+            if name in self._tables:  # a table a later version dropped is simply not read
+                by_table[name].append(row)
+        for name, payloads in by_table.items():
+            # Columns a row does not carry (added by a later migration) read as NULL.
+            self.con.execute(render(_on(_LOAD, name)), [json.dumps(self._tables[name]), payloads])
+
+    def _counts(self) -> dict[str, int]:
+        counts = {}
+        for name in self._tables:
+            row = self.con.execute(render(_on(_COUNT, name))).fetchone()
+            counts[name] = int(row[0]) if row else 0
+        return counts
+
+    def new_rows(self) -> list[LogRow]:
+        """The rows appended since the load (or the last `mark_flushed`), oldest first: history is
+        append-only, so they are the rows past the loaded count, in insertion (rowid) order."""
+        rows: list[LogRow] = []
+        for name, loaded in self._loaded.items():
+            found = self.con.execute(render(_on(_APPENDED, name)), [loaded]).fetchall()
+            rows.extend((name, row[0]) for row in found)
+        return rows
+
+    def mark_flushed(self) -> None:
+        """The rows returned by `new_rows` are now in the engine's log."""
+        self._loaded = self._counts()
+
+    def close(self) -> None:
+        self.con.close()
+
+
+# Statement templates over the table `__history`, which `_on` replaces by a history table.
+_LOAD = "INSERT INTO __history SELECT unnest(from_json(j, CAST(? AS JSON))) FROM (SELECT unnest(CAST(? AS VARCHAR[])) AS j)"
+_COUNT = "SELECT count(*) FROM __history"
+# A row's struct holds its columns only (rowid is virtual): new rows come back as they were written.
+_APPENDED = "SELECT to_json(t) FROM __history AS t WHERE t.rowid >= ? ORDER BY t.rowid"
+
+
+def _on(template: str, name: str) -> exp.Expression:
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.name == "__history":
+            target = table(name, HISTORY_SCHEMA)
+            if node.args.get("alias") is not None:
+                target.set("alias", node.args["alias"].copy())
+            return target
+        return node
+
+    return sqlglot.parse_one(template, read=DIALECT).transform(swap)
