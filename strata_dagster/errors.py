@@ -68,6 +68,7 @@ E_GC_SCHEDULE: Final = "E066"
 E_COMPONENT: Final = "E067"
 E_ENGINE: Final = "E071"
 E_ENGINE_UNSUPPORTED: Final = "E072"
+E_SHOW_OUTPUT: Final = "E073"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -103,7 +104,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_NOT_SERVED: "`strata connect` on a warehouse where nothing is published yet",
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day, month or range, or no partition of the selected "
     "models (wrong grain, before `start` or the data, in the future), or no partitioned model selected",
-    E_VERIFY_LIVE: "verify cannot read a model's live view on the branch (never published, or broken)",
+    E_VERIFY_LIVE: "verify or show cannot read a model's live view on the branch (never published, or broken)",
     E_PARTITION_TYPE: "a partition column with no total order (not DATE, TIMESTAMP or an integer) on a "
     "business-versioned source, or a non-time column on a time-partitioned model",
     E_PARTITION_LAYOUT: "a business-versioned file source whose files sit in no `column=value/` folder of its "
@@ -123,6 +124,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_COMPONENT: "a StrataProjectComponent attribute (defs.yaml) that names no project or cannot be read",
     E_ENGINE: "an unknown engine, an engine that is not installed, or an engine setting that cannot be used",
     E_ENGINE_UNSUPPORTED: "a project or command uses something the chosen engine does not offer",
+    E_SHOW_OUTPUT: "a `strata show --output` file that is not .parquet or .csv, or cannot be written",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -29,6 +29,13 @@ from strata_dagster.wording import counted
     help="Keep the snapshots of runs younger than AGE: 12h, 30d, 2w.",
 )
 @click.option(
+    "--grace",
+    default=None,
+    metavar="AGE",
+    help="Also keep every snapshot a branch showed less than AGE ago (30m, 1h; default: none on DuckDB, "
+    "1h on Spark, whose readers query snapshots directly).",
+)
+@click.option(
     "--compact", is_flag=True, help="Then rewrite the warehouse file without its free space (shrinks it)."
 )
 @click.option(
@@ -40,6 +47,7 @@ def gc_command(
     warehouse: Path | None,
     keep: int | None,
     older_than: str | None,
+    grace: str | None,
     compact: bool,
     as_json: bool,
 ) -> None:
@@ -53,6 +61,7 @@ def gc_command(
         keep,
         older_than=parse_age(older_than) if older_than is not None else None,
         compact_file=compact,
+        grace=parse_age(grace, "--grace") if grace is not None else None,
     )
     if as_json:
         click.echo(json.dumps(gc_report(result), indent=2))

@@ -19,6 +19,7 @@ from strata_dagster.cli.options import (
 from strata_dagster.cli.output import console, print_warnings, reports_errors, say
 from strata_dagster.cli.plan import plan_command
 from strata_dagster.cli.runs import COMMANDS
+from strata_dagster.cli.show import show_command
 from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
@@ -165,6 +166,7 @@ main.add_command(test_command)
 main.add_command(gc_command)
 main.add_command(plan_command)
 main.add_command(connect_command)
+main.add_command(show_command)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,17 @@ from typing import Any, TypeVar
 
 import click
 
+from strata_dagster.cli.output import error_console
 from strata_dagster.errors import E_UNKNOWN_MODEL, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.selection import split_selection
+from strata_dagster.warehouse.engines import (
+    ENGINE_ENV,
+    ENGINE_NAMES,
+    SPARK_REMOTE_ENV,
+    choose_engine,
+    current_engine,
+    engine_choice,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -18,12 +27,45 @@ DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 
 project_argument = click.argument("project", type=click.Path(path_type=Path))
-warehouse_option = click.option(
-    "--warehouse",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"DuckDB warehouse file (default: ${WAREHOUSE_ENV}, else {DEFAULT_WAREHOUSE_NAME} in the project folder).",
-)
+
+
+def _choose_engine(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """`--engine` and `--spark-remote` choose this process's engine (warehouse.engines) before the
+    command body runs; a bad value is the usual `error[E071]`, never a traceback."""
+    ctx.meta[f"strata_{param.name}"] = value
+    try:  # both options call this, in whichever order click reads them; the last call sees both
+        choose_engine(engine_choice(ctx.meta.get("strata_engine"), ctx.meta.get("strata_spark_remote")))
+    except StrataError as error:
+        error_console.print(error.render(), markup=False, style="red", soft_wrap=True)
+        ctx.exit(1)
+
+
+def warehouse_option(command: F) -> F:
+    """`--warehouse`, with the engine it is on: `--engine` and `--spark-remote`."""
+    command = click.option(
+        "--spark-remote",
+        default=None,
+        metavar="sc://HOST:PORT",
+        expose_value=False,
+        callback=_choose_engine,
+        help=f"With --engine spark: a Spark Connect server instead of a local Spark (default: ${SPARK_REMOTE_ENV}).",
+    )(command)
+    command = click.option(
+        "--engine",
+        type=click.Choice(ENGINE_NAMES),
+        default=None,
+        expose_value=False,
+        callback=_choose_engine,
+        help=f"The engine to build on (default: ${ENGINE_ENV}, else duckdb). On spark, --warehouse is the "
+        "Spark warehouse directory, with its catalog.",
+    )(command)
+    return click.option(
+        "--warehouse",
+        type=click.Path(path_type=Path),
+        default=None,
+        help=f"DuckDB warehouse file, or Spark warehouse directory (default: ${WAREHOUSE_ENV}, else "
+        f"{DEFAULT_WAREHOUSE_NAME} in the project folder; spark-warehouse/ on Spark).",
+    )(command)
 
 
 def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
@@ -33,7 +75,7 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
     if from_env:
         return Path(from_env)
     folder = project.parent if project.is_file() else project
-    return folder / DEFAULT_WAREHOUSE_NAME
+    return folder / current_engine().default_warehouse_name
 
 
 def models_option(action: str) -> Callable[[F], F]:

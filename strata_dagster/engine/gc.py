@@ -17,25 +17,33 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.sliding_window import WINDOW_STATE
-from strata_dagster.errors import E_GC, StrataError
+from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
+from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.serving import ServingCollection, collect, grace_seconds
 from strata_dagster.warehouse.session import Session, open_session
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$", re.IGNORECASE)
-_UNIT = {"h": dt.timedelta(hours=1), "d": dt.timedelta(days=1), "w": dt.timedelta(weeks=1)}
+# Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
+SPARK_GRACE = dt.timedelta(hours=1)
+_DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.IGNORECASE)
+_UNIT = {
+    "m": dt.timedelta(minutes=1),
+    "h": dt.timedelta(hours=1),
+    "d": dt.timedelta(days=1),
+    "w": dt.timedelta(weeks=1),
+}
 
 
-def parse_age(text: str) -> dt.timedelta:
-    """`12h`, `30d`, `2w` as a timedelta."""
+def parse_age(text: str, option: str = "--older-than") -> dt.timedelta:
+    """`30m`, `12h`, `30d`, `2w` as a timedelta."""
     match = _DURATION.match(text)
     if match is None:
         raise StrataError(
             E_GC,
-            f"`--older-than {text}` is not a duration",
-            hint="give a whole number and a unit: 12h (hours), 30d (days) or 2w (weeks)",
+            f"`{option} {text}` is not a duration",
+            hint="give a whole number and a unit: 30m (minutes), 12h (hours), 30d (days) or 2w (weeks)",
         )
     return int(match.group(1)) * _UNIT[match.group(2).lower()]
 
@@ -65,22 +73,33 @@ def gc(
     older_than: dt.timedelta | None = None,
     compact_file: bool = False,
     now: dt.datetime | None = None,
+    grace: dt.timedelta | None = None,
 ) -> GcResult:
     """Drop snapshot tables that no branch exposes and no kept run needs; `compact_file` then
-    rewrites the warehouse without its free space."""
+    rewrites the warehouse without its free space. A snapshot live on a branch less than `grace`
+    ago is kept too (default: none on DuckDB, whose readers read the serving copy; an hour on
+    Spark, where readers query the snapshots themselves and a dropped one fails their query)."""
     if keep is None and older_than is None:
         raise StrataError(
             E_GC, "gc needs to know which runs to keep", hint="give --keep N, --older-than 30d, or both"
         )
     if keep is not None and keep < 0:
         raise StrataError(E_GC, f"--keep {keep} is negative", hint="give a number of runs, 0 or more")
-    grace = grace_seconds()  # read before anything is dropped: a bad value changes nothing
+    is_duckdb = current_engine().is_duckdb
+    if compact_file and not is_duckdb:
+        raise StrataError(
+            E_ENGINE_UNSUPPORTED,
+            "`--compact` rewrites a DuckDB file; a Spark warehouse frees a snapshot's files when gc drops it",
+            hint="leave out --compact",
+        )
+    serving_grace = grace_seconds()  # read before anything is dropped: a bad value changes nothing
+    live_grace = grace if grace is not None else default_grace()
     moment = now if now is not None else _now()
-    before = file_bytes(warehouse) if warehouse.exists() else 0
+    before = file_bytes(warehouse) if is_duckdb and warehouse.exists() else 0
     with open_session(warehouse, must_exist=True) as session:
         reader = session.history
         kept_entries = _kept_runs(reader.entries(), keep, older_than, moment)
-        needed = _needed(reader, kept_entries)
+        needed = _needed(reader, kept_entries) | _recently_live(reader, moment - live_grace)
         doomed = [
             record
             for record in reader.snapshots()
@@ -94,7 +113,7 @@ def gc(
         reclaimed = session.free_bytes() - free_before
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
         session.refresh_serving(warehouse)
-        collected = collect(warehouse, grace)
+        collected = collect(warehouse, serving_grace) if is_duckdb else ServingCollection(0, 0, 0)
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
@@ -103,7 +122,7 @@ def gc(
         len(kept_entries),
         max(reclaimed, 0),
         before,
-        file_bytes(warehouse),
+        file_bytes(warehouse) if is_duckdb else 0,
         compact_file,
         collected,
     )
@@ -132,6 +151,27 @@ def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
         for model in reader.entry_models(entry.entry):
             head = reader.snapshot(model.snapshot_id)
             referenced.update(head.segment_ids if head is not None else (model.snapshot_id,))
+    return _with_reads(reader, referenced)
+
+
+def default_grace() -> dt.timedelta:
+    """How long a superseded snapshot outlives its last publication, by engine."""
+    return dt.timedelta(0) if current_engine().is_duckdb else SPARK_GRACE
+
+
+def _recently_live(reader: HistoryReader, since: dt.datetime) -> set[str]:
+    """Every snapshot a branch exposed at some moment after `since`: the pointers of each entry
+    finished since then, and those the first of them superseded (live until it finished)."""
+    entries = reader.entries()
+    recent = [entry for entry in entries if entry.finished_at >= since]
+    if not recent:
+        return set()
+    referenced: set[str] = set()
+    first = recent[0].entry
+    for branch in reader.branches():
+        for as_of in [first - 1, *(entry.entry for entry in recent)]:
+            for ids in reader.pointers(branch, as_of_entry=as_of).values():
+                referenced.update(ids)
     return _with_reads(reader, referenced)
 
 

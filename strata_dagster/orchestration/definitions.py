@@ -30,6 +30,7 @@ from strata_dagster.orchestration.sources import build_source_assets, build_whol
 from strata_dagster.orchestration.stale_partitions_check import stale_partitions_check
 from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
+from strata_dagster.warehouse.engines import choose_engine, engine_choice
 
 UNPARTITIONED_JOB = "strata_unpartitioned"
 
@@ -47,6 +48,8 @@ def build_definitions(
     gc: StrataGcPolicy | None = None,
     gc_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
     select: str | Sequence[str] | None = None,
+    engine: str | None = None,
+    spark_remote: str | None = None,
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
@@ -76,11 +79,20 @@ def build_definitions(
     `select`: only these models (selectors as `strata run --models` takes them: `daily_revenue`,
     `stg_*`, `tag:finance`, `+orders_enriched`) and the models they read become assets; E025 for a
     selector that matches nothing.
+
+    `engine`: `duckdb` (default: `$STRATA_ENGINE`, else duckdb) or `spark`, with `spark_remote` a
+    Spark Connect server (`sc://host:port`, default `$STRATA_SPARK_REMOTE`) or None for a local
+    Spark over `warehouse` (a directory; default `spark-warehouse/` in the project folder). The
+    assets, staleness, IO manager, checks and backfill guard are the same on both engines.
     """
+    choice = engine_choice(engine, spark_remote)
+    choose_engine(choice)  # this process reads the catalog below, and its sensors run here
     resource = StrataResource(
         project_dir=str(project_dir),
         warehouse=str(warehouse if warehouse is not None else default_warehouse(project_dir)),
         branch=branch,
+        engine=choice.name,
+        spark_remote=choice.spark_remote,
     )
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]

@@ -4,20 +4,22 @@ import os
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import check_branch
 from strata_dagster.errors import StrataError
+from strata_dagster.warehouse.engines import EngineChoice, choose_engine, current_engine, engine_choice
 
 DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 
 
 def default_warehouse(project_dir: Path | str) -> Path:
-    """`$STRATA_WAREHOUSE`, else `warehouse.duckdb` in the project folder (as the `strata` command)."""
+    """`$STRATA_WAREHOUSE`, else `warehouse.duckdb` in the project folder (`spark-warehouse/` on
+    Spark), as the `strata` command."""
     from_env = os.environ.get(WAREHOUSE_ENV)
-    return Path(from_env) if from_env else Path(project_dir) / DEFAULT_WAREHOUSE_NAME
+    return Path(from_env) if from_env else Path(project_dir) / current_engine().default_warehouse_name
 
 
 class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
@@ -39,6 +41,21 @@ class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "to (e.g. `examples/shop/warehouse.duckdb`). One writer at a time: strata assets share "
             "the `duckdb` pool."
         )
+    )
+    engine: str = Field(
+        default="duckdb",
+        description=(
+            "The engine the models build on: `duckdb` (embedded, the default) or `spark`, where "
+            "`warehouse` is the Spark warehouse directory with its catalog (or the catalog of "
+            "`spark_remote`)."
+        ),
+    )
+    spark_remote: str | None = Field(
+        default=None,
+        description=(
+            "With engine `spark`: a Spark Connect server (`sc://host:port`) whose catalog every run "
+            "worker shares, instead of a local Spark per process."
+        ),
     )
     branch: str = Field(
         default=DEFAULT_BRANCH,
@@ -71,11 +88,28 @@ class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             raise ValueError(
                 "warehouse is empty: set it to a DuckDB file, e.g. examples/shop/warehouse.duckdb"
             )
-        if Path(value).is_dir():
-            raise ValueError(
-                f"warehouse `{value}` is a folder: set it to a DuckDB file inside it, e.g. {Path(value) / DEFAULT_WAREHOUSE_NAME}"
-            )
         return value
+
+    @model_validator(mode="after")
+    def _warehouse_fits_the_engine(self) -> "StrataResource":
+        try:
+            choice = engine_choice(self.engine, self.spark_remote)
+        except StrataError as error:
+            raise ValueError(f"{error.message}: {error.hint}") from None
+        if choice.is_duckdb and Path(self.warehouse).is_dir():
+            raise ValueError(
+                f"warehouse `{self.warehouse}` is a folder: set it to a DuckDB file inside it, e.g. "
+                f"{Path(self.warehouse) / DEFAULT_WAREHOUSE_NAME} (or engine='spark' for a Spark warehouse)"
+            )
+        return self
+
+    @property
+    def engine_choice(self) -> EngineChoice:
+        return engine_choice(self.engine, self.spark_remote)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Every engine call of a run worker goes to the engine the resource names.
+        choose_engine(self.engine_choice)
 
     @field_validator("branch")
     @classmethod

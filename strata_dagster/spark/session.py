@@ -29,7 +29,7 @@ from strata_dagster.errors import E_ENGINE, E_ENGINE_UNSUPPORTED, E_WAREHOUSE, E
 from strata_dagster.language.definition import Project
 from strata_dagster.spark import catalog, history_log
 from strata_dagster.spark.connect import local_session, remote_session
-from strata_dagster.spark.connection import SparkConnection, SparkError
+from strata_dagster.spark.connection import SparkConnection, SparkError, spark_errors
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
 from strata_dagster.warehouse.engines import EngineChoice
@@ -255,6 +255,33 @@ class SparkWarehouseSession(Session):
         self, name: str, contract: Sequence[tuple[str, str, bool]]
     ) -> tables.PinViolation | None:
         return tables.contract_violation(self.con, name, contract)
+
+    def read_arrow(self, query: exp.Query):  # -> pyarrow.Table
+        with spark_errors():
+            return self.con.spark.sql(self.con.render(query)).toArrow()
+
+    def register_frame(self, name: str, frame) -> None:  # frame: pyarrow.Table
+        with spark_errors():
+            self.con.spark.createDataFrame(frame).createOrReplaceTempView(name)
+
+    def unregister_frame(self, name: str) -> None:
+        with spark_errors():
+            self.con.spark.catalog.dropTempView(name)
+
+    def export_rows(self, relation: exp.Table | exp.Query, path: Path, file_format: str) -> int:
+        """Every row, through Arrow, into one local Parquet or CSV file (Spark's own writers
+        would give a folder of part files)."""
+        import pyarrow.csv
+        import pyarrow.parquet
+
+        source = relation.subquery("__exported") if isinstance(relation, exp.Query) else relation.copy()
+        with spark_errors():
+            table = self.con.spark.sql(self.con.render(exp.select("*").from_(source))).toArrow()
+        if file_format == "csv":
+            pyarrow.csv.write_csv(table, str(path))
+        else:
+            pyarrow.parquet.write_table(table, str(path))
+        return table.num_rows
 
     def close(self) -> None:
         self.con.drop_file_views()

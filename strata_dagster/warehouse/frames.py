@@ -23,11 +23,8 @@ _counter = itertools.count()
 def registered_frame(session: Session, frame: pa.Table) -> Iterator[exp.Table]:
     """`frame` as a relation of this connection for the duration of the block (zero-copy)."""
     name = f"{_FRAME_PREFIX}{next(_counter)}"
-    # DuckDB 2 refuses to (un)register while an earlier statement's result is still open.
-    session.con.complete()
-    session.con.register(name, frame)
+    session.register_frame(name, frame)
     try:
         yield table(name)
     finally:
-        session.con.complete()
-        session.con.unregister(name)
+        session.unregister_frame(name)

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group
 from strata_dagster.warehouse.session import Session, WarehouseError
-from strata_dagster.warehouse.sql import render, run
+from strata_dagster.warehouse.sql import run
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa
@@ -88,8 +88,4 @@ def read_rows(
     query = exp.select("*").from_(relation.copy())
     if keys is not None and column is not None and grain is not None:
         query = query.where(_key_condition(column, grain, keys))
-    try:
-        session.con.complete()  # DuckDB 2 runs no relation query while a result is still open
-        return session.con.sql(render(query)).to_arrow_table()
-    except duckdb.Error as error:
-        raise WarehouseError(str(error).splitlines()[0]) from None
+    return session.read_arrow(query)

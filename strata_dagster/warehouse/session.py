@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 from sqlglot import exp
@@ -42,7 +43,10 @@ from strata_dagster.warehouse.segments import (
     max_value,
     window_stats,
 )
-from strata_dagster.warehouse.sql import describe
+from strata_dagster.warehouse.sql import describe, render, run
+
+if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
+    import pyarrow as pa
 
 
 class WarehouseError(Exception):
@@ -284,6 +288,51 @@ class Session:
             [schema],
         ).fetchone()
         return bool(row and row[0])
+
+    # -- reading rows out ---------------------------------------------------------------------------
+    def read_rows(
+        self, relation: exp.Table | exp.Query, limit: int | None = None
+    ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
+        """A relation's columns and its rows (the first `limit` of them), as Python values."""
+        columns = self.describe(relation)
+        source = relation.subquery("__shown") if isinstance(relation, exp.Query) else relation.copy()
+        query = exp.select("*").from_(source)
+        if limit is not None:
+            query = query.limit(limit)
+        with _as_warehouse_errors():
+            rows = [tuple(row) for row in run(self.con, query).fetchall()]
+        return columns, rows
+
+    def read_arrow(self, query: exp.Query) -> pa.Table:
+        """A query's rows as an Arrow table (for frames handed to Python code)."""
+        with _as_warehouse_errors():
+            self.con.complete()  # DuckDB 2 runs no relation query while a result is still open
+            return self.con.sql(render(query)).to_arrow_table()
+
+    def register_frame(self, name: str, frame: pa.Table) -> None:
+        """An Arrow table readable as relation `name` until `unregister_frame` (zero-copy)."""
+        # DuckDB 2 refuses to (un)register while an earlier statement's result is still open.
+        self.con.complete()
+        self.con.register(name, frame)
+
+    def unregister_frame(self, name: str) -> None:
+        self.con.complete()
+        self.con.unregister(name)
+
+    def export_rows(self, relation: exp.Table | exp.Query, path: Path, file_format: str) -> int:
+        """Write every row of a relation to a Parquet or CSV file (with a header); the row count."""
+        source = relation.subquery("__exported") if isinstance(relation, exp.Query) else relation.copy()
+        query = exp.select("*").from_(source)
+        parameters = [exp.CopyParameter(this=exp.var("FORMAT"), expression=exp.var(file_format.upper()))]
+        if file_format == "csv":
+            parameters.append(exp.CopyParameter(this=exp.var("HEADER"), expression=exp.true()))
+        statement = exp.Copy(
+            this=query.subquery(), kind=False, files=[exp.Literal.string(str(path))], params=parameters
+        )
+        with _as_warehouse_errors():
+            run(self.con, statement)
+            row = run(self.con, exp.select(exp.func("count_star")).from_(source.copy())).fetchone()
+        return int(row[0]) if row else 0
 
     def unique_violation(
         self, relation: str | exp.Query, columns: Sequence[str]

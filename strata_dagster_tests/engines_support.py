@@ -1,0 +1,194 @@
+"""One acceptance suite, two engines: the same project, sources and checks on DuckDB and on Spark.
+
+`EngineUnderTest` writes source tables, runs the engine and reads relations through the same
+Session interface the engine uses, so a test says what it checks once. The Spark side shares one
+local Spark per test process (a JVM start costs seconds) over a per-process warehouse directory;
+each test starts from an empty catalog.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.run import RunResult, run_project
+from strata_dagster.warehouse.engines import EngineChoice, engine_choice, using_engine
+from strata_dagster.warehouse.session import open_session
+
+ENGINES = ("duckdb", "spark")
+SKIP_SPARK_ENV = "STRATA_SKIP_SPARK"
+VENV_BIN = Path(sys.executable).parent
+
+
+def spark_params() -> list:
+    """`engine` parameters: duckdb, and spark (marked, so `-m spark` runs the Spark tier alone)."""
+    return ["duckdb", pytest.param("spark", marks=pytest.mark.spark)]
+
+
+def require_spark() -> None:
+    if os.environ.get(SKIP_SPARK_ENV) == "1":
+        pytest.skip(f"{SKIP_SPARK_ENV}=1: the Spark tier is skipped on request")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail(
+            "the Spark tier needs Java 17: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"
+        )
+
+
+def shared_spark():
+    """This process's Spark: the one running, else a new local one over a temporary warehouse."""
+    from pyspark.sql import SparkSession
+
+    from strata_dagster.spark.connect import local_session
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    root = Path(tempfile.mkdtemp(prefix="strata-spark-"))
+    session = local_session(root / "warehouse")
+    session.sparkContext.setLogLevel("OFF")
+    return session
+
+
+def spark_warehouse(spark) -> Path:
+    return Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+
+
+def empty_spark_catalog(spark) -> None:
+    for row in spark.sql("SHOW DATABASES").collect():
+        if row[0] != "default":
+            spark.sql(f"DROP DATABASE IF EXISTS `{row[0]}` CASCADE")
+    for table in spark.catalog.listTables("default"):
+        spark.sql(f"DROP TABLE IF EXISTS default.`{table.name}`")
+
+
+def spark_type(duckdb_type: str) -> str:
+    return exp.DataType.build(duckdb_type, dialect="duckdb").sql(dialect="spark")
+
+
+@dataclass
+class EngineUnderTest:
+    name: str
+    warehouse: Path
+    root: Path  # a folder of the test's own (projects, files)
+    spark: Any = None
+
+    @property
+    def choice(self) -> EngineChoice:
+        return engine_choice(self.name)
+
+    @contextmanager
+    def chosen(self) -> Iterator[None]:
+        with using_engine(self.choice):
+            yield
+
+    # -- sources ----------------------------------------------------------------------------------
+    def write_table(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Replace `schema.table` (created when missing) by exactly `rows`."""
+        schema = table.split(".")[0]
+        if self.name == "spark":
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{schema}`")
+            ddl = ", ".join(f"`{name}` {spark_type(kind)}" for name, kind in columns)
+            frame = self.spark.createDataFrame([tuple(row) for row in rows], ddl)
+            frame.write.mode("overwrite").format("parquet").saveAsTable(table)
+            return
+        con = duckdb.connect(str(self.warehouse))
+        try:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            ddl = ", ".join(f'"{name}" {kind}' for name, kind in columns)
+            con.execute(f"CREATE OR REPLACE TABLE {table} ({ddl})")
+            if rows:
+                marks = ", ".join("?" for _ in columns)
+                con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(row) for row in rows])
+        finally:
+            con.close()
+
+    # -- the engine -------------------------------------------------------------------------------
+    def run(self, project: Path, **options: Any) -> RunResult:
+        with self.chosen():
+            return run_project(project, self.warehouse, **options)
+
+    def read(self, relation: exp.Table | exp.Query | str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Column names and every row of a relation (a query in DuckDB SQL is rendered for the engine)."""
+        if isinstance(relation, str):
+            relation = sqlglot.parse_one(relation, read="duckdb")
+        with self.chosen(), open_session(self.warehouse, read_only=True) as session:
+            columns, rows = session.read_rows(relation)
+        return [name for name, _ in columns], rows
+
+    def rows(self, relation: exp.Table | exp.Query | str) -> list[tuple[Any, ...]]:
+        return self.read(relation)[1]
+
+    def live(self, model: str, branch: str = "main") -> list[tuple[Any, ...]]:
+        return self.rows(model_view(model, branch))
+
+    def strata(
+        self, *arguments: str, env: dict[str, str] | None = None, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        """The `strata` CLI of this venv in a subprocess, on this engine and warehouse."""
+        command = [
+            str(VENV_BIN / "strata"),
+            *arguments,
+            "--engine",
+            self.name,
+            "--warehouse",
+            str(self.warehouse),
+        ]
+        result = subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
+        return result
+
+
+def normalised(rows: Sequence[Sequence[Any]]) -> Counter:
+    """Rows as a multiset, with values both engines give alike (decimals by value)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Decimal):
+            return value.normalize()
+        if isinstance(value, list):
+            return tuple(plain(item) for item in value)
+        return value
+
+    return Counter(tuple(plain(value) for value in row) for row in rows)
+
+
+@contextmanager
+def engine_under_test(name: str, tmp_path: Path) -> Iterator[EngineUnderTest]:
+    if name == "duckdb":
+        yield EngineUnderTest("duckdb", tmp_path / "w.duckdb", tmp_path)
+        return
+    require_spark()
+    spark = shared_spark()
+    empty_spark_catalog(spark)
+    warehouse = spark_warehouse(spark)
+    try:
+        yield EngineUnderTest("spark", warehouse, tmp_path, spark)
+    finally:
+        empty_spark_catalog(spark)
+
+
+def separate_spark_warehouse(tmp_path: Path) -> EngineUnderTest:
+    """A Spark warehouse of its own for CLI subprocesses (each its own JVM; this process's Spark
+    holds its own catalog, which embedded Derby lets one JVM open)."""
+    require_spark()
+    return EngineUnderTest("spark", tmp_path / "spark-warehouse", tmp_path)
