@@ -3,18 +3,23 @@
 the source rows to write first (if any), then what to do:
 
 - `run`: build the project (a `STRATA_KILL_AT` step in the environment kills this process there);
-- `inspect`: print, as one JSON line, the interrupted publications a reader finds and every live
-  view's rows (as text, sorted), without writing anything;
+- `inspect`: print, as one JSON line, the interrupted publications a reader finds, every live
+  view's rows and every model's full rebuild (as text, sorted), without writing anything;
 - `open`: open the warehouse for writing and close it (a writer repairs what a crash left).
+
+`actions` lists several, done in order in the same process.
 
 One JVM per process on Spark: the tests keep these few.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from pathlib import Path
+
+import sqlglot
 
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import run_project
@@ -35,29 +40,47 @@ def main(spec_path: str) -> None:
         spark.sparkContext.setLogLevel("OFF")
     engine = EngineUnderTest(name, warehouse, warehouse.parent, spark)
     for table, (columns, rows) in spec.get("tables", {}).items():
-        engine.write_table(table, [tuple(column) for column in columns], [tuple(row) for row in rows])
-    action = spec["action"]
-    if action == "run":
-        run_project(spec["project"], warehouse)
-    elif action == "open":
-        with open_session(warehouse):
-            pass
-    elif action == "inspect":
-        print(json.dumps(inspect(warehouse, spec["models"])))
+        kinds = [kind for _, kind in columns]
+        typed = [tuple(_typed(value, kind) for value, kind in zip(row, kinds, strict=True)) for row in rows]
+        engine.write_table(table, [tuple(column) for column in columns], typed)
+    for action in spec["actions"]:
+        if action == "run":
+            run_project(spec["project"], warehouse)
+        elif action == "open":
+            with open_session(warehouse):
+                pass
+        elif action == "inspect":
+            print(json.dumps(inspect(warehouse, spec["full"])), flush=True)
 
 
-def inspect(warehouse: Path, models: list[str]) -> dict[str, object]:
+def _typed(text: str, kind: str) -> object:
+    """A value the spec carries as text, as the Python value of its column type."""
+    if text == "None":
+        return None
+    if kind in ("BIGINT", "INTEGER"):
+        return int(text)
+    if kind == "TIMESTAMP":
+        return dt.datetime.fromisoformat(text)
+    return text
+
+
+def _text(rows: list[tuple]) -> list[str]:
+    return sorted(json.dumps([str(value) for value in row]) for row in rows)
+
+
+def inspect(warehouse: Path, full: dict[str, str]) -> dict[str, object]:
+    """What readers see now, and what a full rebuild of each model over the sources gives."""
     with open_session(warehouse, read_only=True) as session:
-        interrupted = [commit.commit_id for commit in getattr(session, "interrupted", [])]
-        views = {}
-        for model in models:
+        interrupted = [commit.commit_id for commit in session.interrupted]
+        views: dict[str, list[str] | None] = {}
+        rebuilt: dict[str, list[str]] = {}
+        for model, query in full.items():
             try:
-                rows = session.read_rows(model_view(model))[1]
+                views[model] = _text(session.read_rows(model_view(model))[1])
             except WarehouseError:
                 views[model] = None
-                continue
-            views[model] = sorted(json.dumps([str(value) for value in row]) for row in rows)
-    return {"interrupted": interrupted, "views": views}
+            rebuilt[model] = _text(session.read_rows(sqlglot.parse_one(query, read="duckdb"))[1])
+    return {"interrupted": interrupted, "views": views, "full": rebuilt}
 
 
 if __name__ == "__main__":

@@ -18,13 +18,12 @@ from strata_dagster.cli.options import (
     split_partitions,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, reports_errors, say
+from strata_dagster.cli.output import console, error_console, reports_errors, say
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.business import SOURCE_VERSIONS
 from strata_dagster.engine.context import check_branch
-from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
-from strata_dagster.engine.explain import history as read_history
+from strata_dagster.engine.explain import BuildExplanation, EntryBuilds, history_and_interruptions
 from strata_dagster.engine.partition_keys import describe_keys
 from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
 from strata_dagster.engine.replay import replay as replay_run
@@ -161,10 +160,18 @@ def print_partitions(result: RunResult, project: Project) -> None:
 def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
     """List runs, backfills, rollbacks, branches and promotions, oldest first, and how and why each
     run built each model (path, the reason a delta was not trusted, window, partitions rebuilt)."""
-    entries = read_history(resolve_warehouse(project, warehouse))
+    entries, interrupted = history_and_interruptions(resolve_warehouse(project, warehouse))
     if as_json:
         click.echo(json.dumps([_entry_json(item) for item in entries], indent=2))
         return
+    for commit_id in interrupted:
+        error_console.print(
+            f"warning: a publication was interrupted (commit {commit_id}): some live views may show "
+            "snapshots no entry records; the next writing command (`strata run PROJECT`, or `strata "
+            "rollback PROJECT RUN_ID`) repoints every view to the history below",
+            markup=False,
+            style="yellow",
+        )
     table = Table("#", "run id", "kind", "branch", "started", "models", "backfill of", "reason")
     for item in entries:
         entry = item.entry

@@ -100,11 +100,21 @@ class EntryBuilds:
 
 def history(warehouse: Path) -> list[EntryBuilds]:
     """The whole history, oldest first, with each entry's builds explained."""
+    return history_and_interruptions(warehouse)[0]
+
+
+def history_and_interruptions(warehouse: Path) -> tuple[list[EntryBuilds], tuple[str, ...]]:
+    """The history, and the publications a crash cut short since (their commit ids): on an engine
+    without transactions (Spark), some live views may then show what no entry records, until the
+    next writing command repoints them."""
     with open_session(warehouse, read_only=True) as session:
+        interrupted = tuple(commit.commit_id for commit in session.interrupted)
         if not session.has_history():
-            return []  # sample data but no run yet
+            return [], interrupted  # sample data but no run yet
         reader = session.history
-        return [EntryBuilds(entry, explain_entry(reader, entry.entry)) for entry in reader.entries()]
+        return [
+            EntryBuilds(entry, explain_entry(reader, entry.entry)) for entry in reader.entries()
+        ], interrupted
 
 
 def explain_entry(reader: HistoryReader, entry: int) -> tuple[BuildExplanation, ...]:

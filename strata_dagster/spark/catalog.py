@@ -22,12 +22,18 @@ def _pattern(text: str) -> str:
 
 
 def schema_exists(con: SparkConnection, schema: str) -> bool:
-    rows = con.sql("SHOW DATABASES LIKE " + _pattern(schema)).fetchall()
-    return any(str(row[0]).lower() == schema.lower() for row in rows)
+    if schema in con.schemas:
+        return True
+    if not con.schemas_listed:  # every schema in one call, once per connection
+        con.schemas.update(str(row[0]) for row in con.sql("SHOW DATABASES").fetchall())
+        con.schemas_listed = True
+    return schema in con.schemas
 
 
 def ensure_schema(con: SparkConnection, schema: str) -> None:
-    con.sql("CREATE DATABASE IF NOT EXISTS " + _identifier(schema))
+    if schema not in con.schemas:
+        con.sql("CREATE DATABASE IF NOT EXISTS " + _identifier(schema))
+        con.schemas.add(schema)
 
 
 def relations(con: SparkConnection, schema: str, like: str = "*") -> dict[str, tuple[str, str | None]]:
@@ -52,8 +58,11 @@ def relations(con: SparkConnection, schema: str, like: str = "*") -> dict[str, t
 
 
 def snapshot_names(con: SparkConnection) -> set[str]:
-    """Every snapshot: Parquet tables, and the views of `materialize: view` models."""
-    return set(relations(con, SNAPSHOT_SCHEMA))
+    """Every snapshot: Parquet tables, and the views of `materialize: view` models (read once per
+    connection, then kept up to date by the connection as it creates and drops them)."""
+    if con.snapshots is None:
+        con.snapshots = set(relations(con, SNAPSHOT_SCHEMA))
+    return con.snapshots
 
 
 def view_texts(con: SparkConnection, schema: str) -> dict[str, str]:

@@ -114,6 +114,11 @@ class SparkConnection:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
+        # Schemas known to exist, and the snapshot schema's tables (spark.catalog), read once.
+        self.schemas: set[str] = set()
+        self.schemas_listed = False
+        self.snapshots: set[str] | None = None
+        self._columns: dict[str, list[str]] = {}
         self._file_views: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], str] = {}
 
     # -- statements -------------------------------------------------------------------------------
@@ -121,8 +126,20 @@ class SparkConnection:
         tree = statement
         if _language_rewrites is not None:
             tree = _language_rewrites(tree)
-        tree = statements.rewrite(tree, self._file_relation)
+        tree = statements.rewrite(tree, self._file_relation, self._row_columns)
         return tree.sql(dialect=statements.DIALECT)
+
+    def _row_columns(self, select: exp.Select) -> list[str]:
+        """The columns of the relation `select` reads as `__strata_row` (asked once per relation)."""
+        source = statements.row_source(select)
+        assert source is not None, "a whole-row hash over no `__strata_row` relation"
+        relation = source.copy()
+        relation.set("alias", exp.TableAlias(this=exp.to_identifier("__described")))
+        probe = exp.Describe(this=exp.select("*").from_(relation))
+        key = probe.sql(dialect="duckdb")
+        if key not in self._columns:
+            self._columns[key] = [str(row[0]) for row in self.run_statement(probe).fetchall()]
+        return self._columns[key]
 
     def run_statement(
         self, statement: exp.Expression, params: Sequence[Any] | None = None, *, consume: bool = False

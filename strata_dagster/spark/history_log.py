@@ -62,29 +62,28 @@ def ensure_log(con: SparkConnection) -> None:
     )
 
 
-def read_committed(con: SparkConnection) -> list[LogRow]:
-    """The rows of every committed commit, in the order they were written (one query)."""
-    rows = con.sql(
-        f"SELECT l.tbl, l.row FROM {LOG_TABLE} l JOIN "
-        f"(SELECT commit_id, max(row_count) AS row_count FROM {COMMITS_TABLE} WHERE state = '{COMMITTED}' "
-        "GROUP BY commit_id) c ON l.commit_id = c.commit_id ORDER BY l.commit_id, l.seq"
-    ).fetchall()
-    return [(str(table), str(row)) for table, row in rows]
-
-
 @dataclass(frozen=True)
 class InterruptedCommit:
     commit_id: str
     row_count: int  # the rows it logged before it died
 
 
-def interrupted_commits(con: SparkConnection) -> list[InterruptedCommit]:
-    """Log commits with no marker: write sessions that died while publishing."""
+def read_log(con: SparkConnection) -> tuple[list[LogRow], list[InterruptedCommit]]:
+    """The rows of every committed commit, in the order they were written, and the commits with
+    no marker at all (write sessions that died while publishing), in one query."""
     rows = con.sql(
-        f"SELECT l.commit_id, count(*) FROM {LOG_TABLE} l LEFT ANTI JOIN {COMMITS_TABLE} c "
-        "ON l.commit_id = c.commit_id GROUP BY l.commit_id ORDER BY l.commit_id"
+        f"SELECT l.tbl, l.row, l.commit_id, c.state FROM {LOG_TABLE} l LEFT JOIN "
+        f"(SELECT commit_id, max(state) AS state FROM {COMMITS_TABLE} GROUP BY commit_id) c "
+        "ON l.commit_id = c.commit_id ORDER BY l.commit_id, l.seq"
     ).fetchall()
-    return [InterruptedCommit(str(commit_id), int(count)) for commit_id, count in rows]
+    committed: list[LogRow] = []
+    unmarked: dict[str, int] = {}
+    for table, row, commit_id, state in rows:
+        if state == COMMITTED:
+            committed.append((str(table), str(row)))
+        elif state is None:
+            unmarked[str(commit_id)] = unmarked.get(str(commit_id), 0) + 1
+    return committed, [InterruptedCommit(commit_id, count) for commit_id, count in unmarked.items()]
 
 
 def new_commit_id() -> str:

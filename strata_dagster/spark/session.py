@@ -56,15 +56,14 @@ class SparkWarehouseSession(Session):
         self.warehouse = warehouse
         self.read_only = read_only
         self._has_log = history_log.has_log(con)
-        self.mirror = HistoryMirror(history_log.read_committed(con) if self._has_log else ())
+        committed, self.interrupted = history_log.read_log(con) if self._has_log else ([], [])
+        self.mirror = HistoryMirror(committed)
         self.meta = self.mirror.con
         self.history = HistoryReader(self.meta)
         self.writer = HistoryWriter(self.meta)
-        self.interrupted = history_log.interrupted_commits(con) if self._has_log else []
         self._in_transaction = False
         self._pending_views: dict[tuple[str, str], exp.Query] = {}
         self._created: list[str] = []
-        self._snapshots: set[str] | None = None
         self._views: dict[str, dict[str, str]] = {}
 
     # -- transactions -----------------------------------------------------------------------------
@@ -161,9 +160,7 @@ class SparkWarehouseSession(Session):
 
     # -- snapshots and views ----------------------------------------------------------------------
     def _known_snapshots(self) -> set[str]:
-        if self._snapshots is None:
-            self._snapshots = catalog.snapshot_names(self.con)
-        return self._snapshots
+        return catalog.snapshot_names(self.con)
 
     def create_snapshot(self, name: str, query: exp.Query) -> None:
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)

@@ -40,21 +40,27 @@ def _is_whole_row(argument: exp.Expression) -> bool:
     return isinstance(argument, exp.Column) and not argument.table and argument.name == ROW_ALIAS
 
 
-def _row_hash(node: exp.Expression) -> exp.Expression:
-    """DuckDB's `hash(...)` as Spark's xxhash64, which skips NULL arguments: each value goes with
-    an IS NULL marker so (NULL, 1) and (1, NULL) hash apart. A whole row is hashed through its JSON
-    text, whose field names play the markers' part (Spark drops NULL fields from it)."""
-    if not (isinstance(node, exp.Anonymous) and node.name.lower() == "hash"):
-        return node
-    arguments = list(node.expressions)
-    if len(arguments) == 1 and _is_whole_row(arguments[0]):
-        whole = exp.func("struct", exp.Column(this=exp.Star(), table=exp.to_identifier(ROW_ALIAS)))
-        return exp.func("xxhash64", exp.func("to_json", whole))
+def _marked(arguments: list[exp.Expression]) -> exp.Expression:
+    """Spark's xxhash64 skips NULL arguments: each value goes with an IS NULL marker, so (NULL, 1)
+    and (1, NULL) hash apart (never Spark's 32-bit `hash`)."""
     marked: list[exp.Expression] = []
     for argument in arguments:
         marked.append(exp.Is(this=argument.copy(), expression=exp.null()))
         marked.append(argument.copy())
     return exp.func("xxhash64", *marked)
+
+
+def _row_hash(node: exp.Expression, row_columns: Callable[[exp.Select], list[str]]) -> exp.Expression:
+    """DuckDB's `hash(...)` as Spark's xxhash64 with NULL markers; a whole row (`hash(__strata_row)`)
+    as every column of the row, named (Spark refuses `*` in an aggregate query)."""
+    if not (isinstance(node, exp.Anonymous) and node.name.lower() == "hash"):
+        return node
+    arguments = list(node.expressions)
+    if len(arguments) == 1 and _is_whole_row(arguments[0]):
+        select = node.find_ancestor(exp.Select)
+        assert select is not None, "a whole-row hash outside a SELECT"
+        arguments = [exp.column(name, table=ROW_ALIAS) for name in row_columns(select)]
+    return _marked(arguments)
 
 
 def _group_by_ordinals(node: exp.Expression) -> exp.Expression:
@@ -107,22 +113,32 @@ def _file_reader_name(node: exp.Expression) -> str | None:
 RULES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
     _wide_integers,
     _count_star,
-    _row_hash,
     _group_by_ordinals,
     _segments_by_position,
 )
 
 
+def row_source(select: exp.Select) -> exp.Expression | None:
+    """The relation a SELECT reads as `__strata_row` (whose columns a whole-row hash covers)."""
+    source = select.args.get("from_") or select.args.get("from")
+    relation = source.this if source is not None else None
+    return relation if relation is not None and relation.alias_or_name == ROW_ALIAS else None
+
+
 def rewrite(
-    statement: exp.Expression, relations: Callable[[exp.Table, str], exp.Expression]
+    statement: exp.Expression,
+    relations: Callable[[exp.Table, str], exp.Expression],
+    row_columns: Callable[[exp.Select], list[str]],
 ) -> exp.Expression:
     """A copy of `statement` for Spark. `relations` turns a DuckDB file read (`read_parquet(...)`
-    and friends, with the reader's format) into a relation Spark reads."""
+    and friends, with the reader's format) into a relation Spark reads; `row_columns` names the
+    columns of a SELECT's `__strata_row` relation, for whole-row hashes."""
 
     def apply(node: exp.Expression) -> exp.Expression:
         reader = _file_reader_name(node)
         if reader is not None:
             return relations(node, reader)
+        node = _row_hash(node, row_columns)
         for rule in RULES:
             node = rule(node)
         return node

@@ -80,6 +80,9 @@ def _as_warehouse_errors() -> Iterator[None]:
 
 class Session:
     engine = "duckdb"
+    # Publications a crash cut short, found when the session opened: never on DuckDB, whose one
+    # transaction publishes all or nothing (spark/history_log.py on Spark).
+    interrupted: list[Any] = []
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
