@@ -26,6 +26,21 @@ warehouse_option = click.option(
 )
 
 
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(["duckdb", "spark"]),
+    default=None,
+    help="The engine the models are checked for: duckdb, or spark (Spark SQL, constructs it would compute "
+    "differently refused with E070). Default: $STRATA_ENGINE, else duckdb.",
+)
+
+
+def resolve_engine(engine: str | None) -> str:
+    from strata_dagster.compile.engine_check import default_engine
+
+    return engine if engine is not None else default_engine()
+
+
 def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
     if warehouse is not None:
         return warehouse

@@ -33,7 +33,7 @@ from strata_dagster.compile.spark_functions import SPARK_CALL_KEYWORDS, SPARK_FU
 from strata_dagster.compile.spark_rules import rewrite
 from strata_dagster.compile.spark_support import SOURCE_DIALECT, EngineDialectError, refuse
 
-__all__ = ["EngineDialectError", "SparkSchema", "to_spark"]
+__all__ = ["EngineDialectError", "SparkSchema", "statement_columns", "to_spark"]
 
 # Relation name (`table`, `db.table` or `catalog.db.table`) -> column -> DuckDB type.
 SparkSchema = Mapping[str, Mapping[str, str]]
@@ -64,6 +64,25 @@ def to_spark(statement: exp.Expression, schema: SparkSchema | None = None) -> ex
     return tree
 
 
+def statement_columns(statement: exp.Expression, schema: SparkSchema | None = None) -> dict[str, str] | None:
+    """The output columns of `statement` with their DuckDB types (UNKNOWN where sqlglot cannot
+    tell), or None when the schema does not cover it: what a model downstream is checked against."""
+    tree = _prepared(statement.copy())
+    mapping = _mapping_schema(schema)
+    if not _qualify(tree, mapping):
+        return None
+    annotate_types(tree, schema=mapping, dialect=SOURCE_DIALECT)
+    query = tree
+    while isinstance(query, exp.SetOperation):
+        query = query.this
+    if not isinstance(query, exp.Select):
+        return None
+    return {
+        item.alias_or_name: (item.type or exp.DataType.build("UNKNOWN")).sql(SOURCE_DIALECT)
+        for item in query.expressions
+    }
+
+
 def check_spark_sql(tree: exp.Expression) -> None:
     """Refuse what sqlglot's Spark generator marks unsupported, and every call of a function Spark
     does not have (a DuckDB function passed through under its own name)."""
@@ -74,7 +93,6 @@ def check_spark_sql(tree: exp.Expression) -> None:
             "a construct",
             f"sqlglot cannot write it for Spark ({error})",
             "rewrite the expression with functions both engines share",
-            tree,
         ) from None
     for name in _CALL.findall(_STRING_OR_QUOTED.sub("''", text)):
         word = name.lower()
@@ -86,7 +104,7 @@ def check_spark_sql(tree: exp.Expression) -> None:
                 for found in tree.find_all(exp.Func)
                 if isinstance(found, exp.Anonymous) and found.name.lower() == word
             ),
-            tree,
+            None,
         )
         raise refuse(
             f"{word}(...)",
