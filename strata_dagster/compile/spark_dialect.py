@@ -129,6 +129,7 @@ def _prepared(tree: exp.Expression) -> exp.Expression:
                 name = alias.this if isinstance(alias, exp.TableAlias) else alias
                 explode = exp.Explode(this=item.expressions[0])
                 item.replace(exp.alias_(explode, name) if name is not None else explode)
+    _rename_nested_ctes(tree)
     for node in list(tree.find_all(exp.Distinct)):
         if node.args.get("on") is not None:
             raise refuse(
@@ -138,6 +139,35 @@ def _prepared(tree: exp.Expression) -> exp.Expression:
                 node,
             )
     return tree
+
+
+def _rename_nested_ctes(tree: exp.Expression) -> None:
+    """Give the CTEs of a nested query (an upstream model bound as a subquery) names of their own:
+    Spark's generator lifts every CTE to the top, where two `__base` would collide."""
+    nested = [node for node in tree.find_all(exp.Query) if node is not tree and node.args.get("with_")]
+    if not nested:
+        return
+    # Each table reads the CTE of its nearest enclosing query that defines the name.
+    readers: list[tuple[exp.Table, exp.Expression]] = []
+    for table in tree.find_all(exp.Table):
+        if table.args.get("db"):
+            continue
+        scope = table.parent
+        while scope is not None:
+            with_ = scope.args.get("with_") if isinstance(scope, exp.Query) else None
+            if with_ is not None and any(cte.alias == table.name for cte in with_.expressions):
+                readers.append((table, scope))
+                break
+            scope = scope.parent
+    for number, query in enumerate(nested, start=1):
+        names = {cte.alias: f"{cte.alias}_{number}" for cte in query.args["with_"].expressions}
+        for cte in query.args["with_"].expressions:
+            cte.set("alias", exp.TableAlias(this=exp.to_identifier(names[cte.alias])))
+        for table, scope in readers:
+            if scope is query and table.name in names:
+                if table.args.get("alias") is None:
+                    table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+                table.set("this", exp.to_identifier(names[table.name]))
 
 
 def _mapping_schema(schema: SparkSchema | None) -> MappingSchema:
