@@ -217,11 +217,12 @@ def _display(node: exp.Expression, dialect: str) -> str:
 
 
 def _fragment(statement: exp.Expression, probe: str | None) -> exp.Expression:
-    if probe is not None:
-        for alias in statement.find_all(exp.Alias):
-            if alias.alias == probe:
-                return alias.this
-    return statement
+    """The expression computing `probe` (not a later stage passing it on), else the statement."""
+    if probe is None:
+        return statement
+    found = [alias.this for alias in statement.find_all(exp.Alias) if alias.alias == probe]
+    computed = [node for node in found if not isinstance(node, exp.Column)]
+    return (computed or found or [statement])[0]
 
 
 def _cell(text: str) -> str:
