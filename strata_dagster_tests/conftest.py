@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from strata_dagster_tests.spark_support import clean_spark, spark  # noqa: F401  (the Spark tier's fixtures)
+
 # Nothing phones home: Dagster telemetry off for every test process.
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
@@ -36,3 +38,10 @@ source customers {
 @pytest.fixture
 def schemas():
     return {"orders": ORDERS_COLUMNS, "customers": CUSTOMERS_COLUMNS}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses the Spark session is in the `spark` tier (`-m "not spark"` leaves it out)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import click
+from sqlglot import exp
 
 from strata_dagster.cli.connect import connect_command
 from strata_dagster.cli.gc import gc_command
@@ -26,6 +27,7 @@ from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.errors import StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
+from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
@@ -58,14 +60,20 @@ def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Pa
     apply_resource_limits(memory_limit, max_temp_size, temp_directory)
 
 
-def load_and_compile(project: Path, warehouse: Path) -> CompiledProject:
+def load_and_compile(
+    project: Path, warehouse: Path, engine: str = "duckdb", *, strict: bool = False
+) -> tuple[CompiledProject, dict[str, exp.Expression | None]]:
+    """The compiled project, and each model's statement as `engine` runs it (E070 for what the
+    engine would compute differently)."""
+    from strata_dagster.compile.engine_check import check_engine
     from strata_dagster.warehouse.session import read_source_schemas
 
     loaded = load_project(project)
     schemas = read_source_schemas(warehouse, loaded)
     compiled = compile_project(loaded, schemas)
+    statements = check_engine(compiled, engine, schemas, strict=strict)
     print_warnings(compiled.warnings)
-    return compiled
+    return compiled, statements
 
 
 @main.command()
@@ -73,8 +81,9 @@ def load_and_compile(project: Path, warehouse: Path) -> CompiledProject:
 @warehouse_option
 @reports_errors
 def check(project: Path, warehouse: Path | None) -> None:
-    """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas)."""
-    compiled = load_and_compile(project, resolve_warehouse(project, warehouse))
+    """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas;
+    with --engine spark, also every construct against Spark)."""
+    compiled, _ = load_and_compile(project, resolve_warehouse(project, warehouse), current_engine().name)
     loaded = compiled.project
     say(
         f"ok: {counted(len(loaded.modules), 'module')}, {counted(len(loaded.sources), 'source')}, "
@@ -94,16 +103,33 @@ def check(project: Path, warehouse: Path | None) -> None:
 )
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
-    """Print the DuckDB SQL of each model of PROJECT, in dependency order."""
+    """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --engine spark), in dependency order."""
     selection = tuple(selector for item in models for selector in model_selection(item, "--model"))
-    compiled = load_and_compile(project, resolve_warehouse(project, warehouse))
+    engine = current_engine().name
+    compiled, statements = load_and_compile(
+        project, resolve_warehouse(project, warehouse), engine, strict=engine != "duckdb"
+    )
     names = select(compiled.project, selection)
     for name in names:
         if len(names) > 1:
             console.print(f"-- model {name}", markup=False)
-        console.print(compiled.sql(name) + ";", markup=False, soft_wrap=True)
+        console.print(_statement_sql(compiled, statements, name, engine) + ";", markup=False, soft_wrap=True)
         if len(names) > 1:
             console.print()
+
+
+def _statement_sql(
+    compiled: CompiledProject, statements: dict[str, exp.Expression | None], name: str, engine: str
+) -> str:
+    if engine == "duckdb":
+        return compiled.sql(name)
+    from strata_dagster.compile.engine_check import spark_relation
+    from strata_dagster.compile.relations import bind
+
+    statement = statements[name]
+    assert statement is not None  # strict: a model without its Spark statement raised E070
+    bound = bind(statement, lambda relation: spark_relation(compiled.project, relation))
+    return bound.sql(dialect=engine, pretty=True)
 
 
 @main.command("sample-data")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.compile import CompiledProject, compile_project
+from strata_dagster.compile.engine_check import for_engine
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
@@ -68,7 +69,10 @@ def load_context(
 ) -> ProjectContext:
     project = load_project(project_dir)
     check_branch_in(session, branch)
-    compiled = compile_project(project, session.prepare_sources(project, overrides))
+    schemas = session.prepare_sources(project, overrides)
+    compiled = compile_project(project, schemas)
+    if session.engine != "duckdb":  # every statement as that engine computes DuckDB's rows
+        compiled = for_engine(compiled, session.engine, schemas)
     return ProjectContext(project, compiled, dict(overrides), branch)
 
 

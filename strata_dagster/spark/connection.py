@@ -2,7 +2,8 @@
 
 `warehouse.sql.run(con, statement)` hands a tree to `run_statement` when the connection has one:
 here the tree is rewritten for Spark (spark.statements, and the language-level rewrites of
-compile.spark_dialect when a model's SQL is in it), rendered, and run. Results come back as
+compile.spark_dialect rewrote the models' own statements when the project was compiled for
+Spark: engine.context), rendered, and run. Results come back as
 tuples, like DuckDB's; column types as DuckDB spells them, so the engine's decisions (is this a
 DATE? a TIMESTAMP?) read the same on both engines. Spark's errors become WarehouseError with their
 first line, never a JVM stack trace.
@@ -26,11 +27,6 @@ from sqlglot import exp
 from strata_dagster.spark import statements
 from strata_dagster.spark.types import duckdb_type_name
 from strata_dagster.warehouse.session import WarehouseError
-
-try:  # the language-level rewrites, when the compile layer has them
-    from strata_dagster.compile.spark_dialect import to_spark as _language_rewrites
-except ImportError:  # pragma: no cover - the dialect module lands separately
-    _language_rewrites = None
 
 # Set to print every statement sent to Spark (on stderr): what `strata compile` cannot show.
 ECHO_ENV = "STRATA_SPARK_ECHO"
@@ -123,10 +119,7 @@ class SparkConnection:
 
     # -- statements -------------------------------------------------------------------------------
     def render(self, statement: exp.Expression) -> str:
-        tree = statement
-        if _language_rewrites is not None:
-            tree = _language_rewrites(tree)
-        tree = statements.rewrite(tree, self._file_relation, self._row_columns)
+        tree = statements.rewrite(statement, self._file_relation, self._row_columns)
         return tree.sql(dialect=statements.DIALECT)
 
     def _row_columns(self, select: exp.Select) -> list[str]:

@@ -1,0 +1,207 @@
+"""Compile-time check of a project for an engine (`strata check/compile --engine spark`).
+
+Every model's statement is rewritten for the engine as a run would (`to_spark`); a construct the
+engine would compute differently and that cannot be rewritten is E070, named with the model's
+file:line:col of the construct itself. A refusal that only the input's columns could lift (a
+`* REPLACE` over a source whose table is not loaded yet) is reported by `strict` checks only: the
+engine knows the columns at run time.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+from typing import Final, Literal, get_args
+
+from sqlglot import exp
+
+from strata_dagster.compile.compiler import compile_model
+from strata_dagster.compile.determinism import make_windows_deterministic
+from strata_dagster.compile.project import CompiledProject, SourceSchemas
+from strata_dagster.compile.relations import ROLE_SCHEMA, file_format, model_view, source_relation
+from strata_dagster.compile.spark_dialect import EngineDialectError, statement_columns, to_spark
+from strata_dagster.errors import E_ENGINE_DIALECT, Location, StrataError, raise_collected
+from strata_dagster.language.definition import (
+    AggregateStep,
+    DeriveStep,
+    ExpandStep,
+    Expr,
+    FilterStep,
+    GroupStep,
+    JoinStep,
+    LetStep,
+    Model,
+    Project,
+    SelectStep,
+)
+from strata_dagster.language.expressions import PREFIX_LENGTH, shift
+
+Engine = Literal["duckdb", "spark"]
+ENGINES: Final[tuple[str, ...]] = get_args(Engine)
+ENGINE_ENV: Final = "STRATA_ENGINE"
+DEFAULT_ENGINE: Final = "duckdb"
+# The meta key that ties a node of a compiled statement to the step expression it came from.
+_ORIGIN = "strata_expr"
+
+
+def default_engine() -> str:
+    """`$STRATA_ENGINE`, else duckdb. E070 when the variable names no engine."""
+    engine = os.environ.get(ENGINE_ENV, "").strip().lower() or DEFAULT_ENGINE
+    if engine not in ENGINES:
+        raise StrataError(
+            E_ENGINE_DIALECT,
+            f"${ENGINE_ENV}={engine!r} names no engine",
+            hint=f"set {ENGINE_ENV} to one of {', '.join(ENGINES)}, or unset it for {DEFAULT_ENGINE}",
+        )
+    return engine
+
+
+def check_engine(
+    compiled: CompiledProject,
+    engine: str,
+    source_schemas: SourceSchemas | None = None,
+    *,
+    strict: bool = False,
+) -> dict[str, exp.Expression | None]:
+    """Each model's statement as `engine` runs it (relations still named by role, for binding), in
+    dependency order; None for a model whose rewrite needs columns that are not known (only when
+    not `strict`). Raises the E070 refusals found, all of them."""
+    if engine not in ENGINES:
+        raise StrataError(
+            E_ENGINE_DIALECT, f"no engine named `{engine}`", hint=f"use one of {', '.join(ENGINES)}"
+        )
+    if engine == "duckdb":
+        return {name: model.statement for name, model in compiled.models.items()}
+    schema: dict[str, dict[str, str]] = {
+        _role(name): {column: kind for column, kind in _typed(columns)}
+        for name, columns in (source_schemas or {}).items()
+    }
+    statements: dict[str, exp.Expression | None] = {}
+    errors: list[StrataError] = []
+    project = compiled.project
+    for name in project.order:
+        if name not in compiled.models:
+            continue
+        model, expressions = _tagged(project.models[name])
+        statement = _statement(model, compiled, schema)
+        try:
+            statements[name] = to_spark(statement, schema)
+        except EngineDialectError as refusal:
+            statements[name] = None
+            if strict or not refusal.needs_schema:
+                errors.append(refusal.located(name, _location(refusal.node, expressions, model)))
+        columns = statement_columns(statement, schema)
+        if columns is not None:
+            schema[_role(name)] = columns
+    raise_collected(errors)
+    return statements
+
+
+def _role(name: str) -> str:
+    return f"{ROLE_SCHEMA}.{name}"
+
+
+def _typed(columns: object) -> Iterator[tuple[str, str]]:
+    for column in columns:  # type: ignore[attr-defined]
+        if isinstance(column, str):
+            yield column, "UNKNOWN"
+        else:
+            yield column[0], column[1]
+
+
+def _statement(model: Model, compiled: CompiledProject, schema: dict[str, dict[str, str]]) -> exp.Expression:
+    """The model compiled again from its tagged copy, as compile_project compiles it."""
+
+    def columns_of(relation: str) -> tuple[str, ...] | None:
+        if relation in compiled.models:
+            return compiled.models[relation].columns
+        known = schema.get(_role(relation))
+        return tuple(known) if known is not None else None
+
+    result = compile_model(model, columns_of)
+    statement, _ = make_windows_deterministic(model, result.statement)
+    return statement
+
+
+def _tagged(model: Model) -> tuple[Model, list[Expr]]:
+    """A copy of `model` whose every expression node carries the index of its step expression."""
+    tagged = copy.deepcopy(model)
+    expressions = list(_expressions(tagged))
+    for index, expression in enumerate(expressions):
+        for node in expression.node.walk():
+            node.meta[_ORIGIN] = index
+    return tagged, expressions
+
+
+def _expressions(model: Model) -> Iterator[Expr]:
+    for step in model.steps:
+        if isinstance(step, JoinStep) and step.on is not None:
+            yield step.on
+        elif isinstance(step, FilterStep):
+            yield step.condition
+        elif isinstance(step, LetStep):
+            yield step.assignment.expr
+        elif isinstance(step, (DeriveStep, AggregateStep)):
+            yield from (assignment.expr for assignment in step.assignments)
+        elif isinstance(step, GroupStep):
+            yield from step.keys
+        elif isinstance(step, SelectStep):
+            yield from step.items
+        elif isinstance(step, ExpandStep):
+            yield step.item
+
+
+def _location(node: exp.Expression | None, expressions: list[Expr], model: Model) -> Location:
+    """Where the refused construct is written: its own position when sqlglot kept one, else the
+    first position inside it, else the start of its expression, else the model."""
+    if node is None:
+        return model.location
+    for candidate in (node, *node.walk()):
+        index = candidate.meta.get(_ORIGIN)
+        if not isinstance(index, int) or index >= len(expressions):
+            continue
+        expression = expressions[index]
+        starts = [
+            found.meta["start"]
+            for found in (candidate, *candidate.walk())
+            if found.meta.get(_ORIGIN) == index and isinstance(found.meta.get("start"), int)
+        ]
+        if not starts:
+            return expression.location
+        offset = min(max(min(starts) - PREFIX_LENGTH, 0), len(expression.text))
+        return shift(expression.location, expression.text, offset)
+    return model.location
+
+
+def spark_relation(project: Project, name: str) -> exp.Table:
+    """How `strata compile --engine spark` shows a relation: a table source as declared, a file
+    source as Spark's `format.\\`path\\`` reader, a model as its live view."""
+    source = project.sources.get(name)
+    if source is None:
+        return model_view(name)
+    if source.path is None:
+        return source_relation(source, str(project.root))
+    path = source.path
+    if not PurePosixPath(path).is_absolute():
+        path = str(PurePosixPath(str(project.root)) / path)
+    return exp.Table(
+        this=exp.to_identifier(path, quoted=True), db=exp.to_identifier(file_format(source.path))
+    )
+
+
+def for_engine(
+    compiled: CompiledProject, engine: str, source_schemas: SourceSchemas | None
+) -> CompiledProject:
+    """The compiled project with every model's statement as `engine` runs it (strict: a run knows
+    its sources' columns). The engine binds and rewrites these statements like DuckDB's."""
+    if engine == DEFAULT_ENGINE:
+        return compiled
+    statements = check_engine(compiled, engine, source_schemas, strict=True)
+    models = {
+        name: dataclasses.replace(model, statement=statements[name] or model.statement)
+        for name, model in compiled.models.items()
+    }
+    return dataclasses.replace(compiled, models=models)

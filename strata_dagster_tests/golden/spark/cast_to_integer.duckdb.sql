@@ -1,0 +1,1 @@
+SELECT CAST(amount AS INT) AS a, CAST(CAST(amount AS DOUBLE) AS BIGINT) AS b FROM raw.orders

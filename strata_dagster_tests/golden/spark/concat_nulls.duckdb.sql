@@ -1,0 +1,1 @@
+SELECT concat(status, order_id) AS c FROM raw.orders

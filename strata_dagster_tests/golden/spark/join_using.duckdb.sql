@@ -1,0 +1,1 @@
+SELECT * FROM raw.orders FULL JOIN raw.customers USING (customer_id)

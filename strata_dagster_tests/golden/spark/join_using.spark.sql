@@ -1,0 +1,16 @@
+SELECT
+  `orders`.`order_id` AS `order_id`,
+  COALESCE(`orders`.`customer_id`, `customers`.`customer_id`) AS `customer_id`,
+  `orders`.`order_ts` AS `order_ts`,
+  `orders`.`updated_at` AS `updated_at`,
+  `orders`.`status` AS `status`,
+  `orders`.`amount` AS `amount`,
+  `orders`.`channel` AS `channel`,
+  `orders`.`tags` AS `tags`,
+  `customers`.`name` AS `name`,
+  `customers`.`region` AS `region`,
+  `customers`.`segment` AS `segment`,
+  `customers`.`signup_date` AS `signup_date`
+FROM `raw`.`orders` AS `orders`
+FULL JOIN `raw`.`customers` AS `customers`
+  ON `orders`.`customer_id` = `customers`.`customer_id`;

@@ -1,0 +1,1 @@
+SELECT len(tags) AS n, len(status) AS chars, list_count(tags) AS non_null FROM raw.orders

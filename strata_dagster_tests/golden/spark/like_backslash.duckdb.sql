@@ -1,0 +1,1 @@
+SELECT status LIKE 'a\_%' AS l FROM raw.orders

@@ -1,0 +1,3 @@
+SELECT
+  `orders`.`status` LIKE 'a\\_%' ESCAPE '!' AS `l`
+FROM `raw`.`orders` AS `orders`;

@@ -1,0 +1,36 @@
+-- model m
+WITH `__base` AS (
+  SELECT
+    `orders`.`order_id` AS `order_id`,
+    `orders`.`customer_id` AS `customer_id`,
+    `orders`.`order_ts` AS `order_ts`,
+    `orders`.`updated_at` AS `updated_at`,
+    `orders`.`status` AS `status`,
+    `orders`.`amount` AS `amount`,
+    `orders`.`channel` AS `channel`,
+    `orders`.`tags` AS `tags`
+  FROM raw.orders AS `orders`
+), `__s1` AS (
+  SELECT
+    `orders`.`order_id` AS `order_id`,
+    `orders`.`customer_id` AS `customer_id`,
+    `orders`.`order_ts` AS `order_ts`,
+    `orders`.`updated_at` AS `updated_at`,
+    `orders`.`status` AS `status`,
+    `orders`.`amount` AS `amount`,
+    `orders`.`channel` AS `channel`,
+    EXPLODE(`orders`.`tags`) AS `tag`
+  FROM `__base` AS `orders`
+)
+SELECT
+  `orders`.`order_id` AS `order_id`,
+  `orders`.`customer_id` AS `customer_id`,
+  `orders`.`order_ts` AS `order_ts`,
+  `orders`.`updated_at` AS `updated_at`,
+  `orders`.`status` AS `status`,
+  `orders`.`amount` AS `amount`,
+  `orders`.`channel` AS `channel`,
+  `orders`.`tag` AS `tag`
+FROM `__s1` AS `orders`
+WHERE
+  `orders`.`tag` <> 'gift';

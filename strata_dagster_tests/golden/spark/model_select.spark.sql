@@ -1,0 +1,18 @@
+-- model m
+WITH `__base` AS (
+  SELECT
+    `orders`.`order_id` AS `order_id`,
+    `orders`.`customer_id` AS `customer_id`,
+    `orders`.`order_ts` AS `order_ts`,
+    `orders`.`updated_at` AS `updated_at`,
+    `orders`.`status` AS `status`,
+    `orders`.`amount` AS `amount`,
+    `orders`.`channel` AS `channel`,
+    `orders`.`tags` AS `tags`
+  FROM raw.orders AS `orders`
+)
+SELECT
+  `orders`.`order_id` AS `order_id`,
+  `orders`.`amount` * 2 AS `double_amount`,
+  `orders`.`status` AS `status`
+FROM `__base` AS `orders`;

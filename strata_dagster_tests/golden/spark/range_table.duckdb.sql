@@ -1,0 +1,1 @@
+SELECT i FROM range(3) t(i)

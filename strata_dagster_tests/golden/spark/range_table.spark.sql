@@ -1,0 +1,3 @@
+SELECT
+  `t`.`i` AS `i`
+FROM RANGE(CAST(0 AS BIGINT), CAST(3 AS BIGINT), 1) AS `t`(`i`);
