@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from strata_dagster.errors import E_NOT_SERVED, E_WAREHOUSE, StrataError
+from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_NOT_SERVED, E_WAREHOUSE, StrataError
 from strata_dagster.warehouse import serving
+from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.session import open_session
 
 
 def reader_statement_for(warehouse: Path) -> str:
     """The SQL a fresh DuckDB connection runs to read `main.v_<model>` (and the branch schemas)
     as last published. A warehouse written before the serving copy existed gets one first."""
+    if not current_engine().is_duckdb:
+        raise StrataError(
+            E_ENGINE_UNSUPPORTED,
+            "`strata connect` opens DuckDB's serving copy; on Spark, readers query the live views "
+            "(`main.v_<model>`) in Spark itself, which never locks them out",
+            hint="use a Spark Connect session (`--spark-remote`), or `strata show PROJECT MODEL --engine spark`",
+        )
     if not warehouse.exists():
         raise StrataError(
             E_WAREHOUSE,

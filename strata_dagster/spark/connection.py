@@ -24,6 +24,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Row, SparkSession
 from sqlglot import exp
 
+from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError
 from strata_dagster.spark import statements
 from strata_dagster.spark.types import duckdb_type_name
 from strata_dagster.warehouse.session import WarehouseError
@@ -115,6 +116,7 @@ class SparkConnection:
         self.schemas_listed = False
         self.snapshots: set[str] | None = None
         self._columns: dict[str, list[str]] = {}
+        self._is_permanent = False
         self._file_views: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], str] = {}
 
     # -- statements -------------------------------------------------------------------------------
@@ -189,6 +191,8 @@ class SparkConnection:
             elif isinstance(argument, exp.EQ | exp.PropertyEQ):
                 key = argument.this.name.lower()
                 options[key] = argument.expression.sql().strip("'").lower()
+        if self._is_permanent:
+            return _native_file_relation(node, reader, paths, options)
         view = self._register(reader, tuple(paths), tuple(sorted(options.items())))
         relation = exp.Table(this=exp.to_identifier(view))
         alias = node.args.get("alias")
@@ -218,6 +222,26 @@ class SparkConnection:
             except Exception:  # noqa: BLE001 - a session that is gone took its views with it
                 pass
         self._file_views.clear()
+
+
+def _native_file_relation(
+    node: exp.Table, reader: str, paths: list[str], options: dict[str, str]
+) -> exp.Expression:
+    """Plain Parquet files as Spark SQL's own `parquet.\`path\`` (what a permanent view may read);
+    anything that needs reader options cannot be read from a permanent view (E072)."""
+    if reader != "parquet" or len(paths) != 1 or options.get("hive_partitioning") == "true":
+        raise StrataError(
+            E_ENGINE_UNSUPPORTED,
+            f"a view over {reader} files ({', '.join(paths)}) cannot be created on Spark: a permanent "
+            "view reads files only as plain Parquet",
+            hint="drop `materialize: view` from the model reading them (build it as a table), or load the "
+            "files into a table of the Spark catalog and read that",
+        )
+    relation = exp.Table(this=exp.to_identifier(paths[0], quoted=True), db=exp.to_identifier("parquet"))
+    alias = node.args.get("alias")
+    if alias is not None:
+        relation.set("alias", alias.copy())
+    return relation
 
 
 _WILDCARD = re.compile(r"[*?\[{]")
