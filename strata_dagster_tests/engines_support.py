@@ -9,10 +9,8 @@ each test starts from an empty catalog.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,9 +28,9 @@ from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import RunResult, run_project
 from strata_dagster.warehouse.engines import EngineChoice, engine_choice, using_engine
 from strata_dagster.warehouse.session import open_session
+from strata_dagster_tests.spark_support import drop_databases, spark_session
 
 ENGINES = ("duckdb", "spark")
-SKIP_SPARK_ENV = "STRATA_SKIP_SPARK"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -41,40 +39,8 @@ def spark_params() -> list:
     return ["duckdb", pytest.param("spark", marks=pytest.mark.spark)]
 
 
-def require_spark() -> None:
-    if os.environ.get(SKIP_SPARK_ENV) == "1":
-        pytest.skip(f"{SKIP_SPARK_ENV}=1: the Spark tier is skipped on request")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail(
-            "the Spark tier needs Java 17: apt-get install -y openjdk-17-jre-headless (or set JAVA_HOME)"
-        )
-
-
-def shared_spark():
-    """This process's Spark: the one running, else a new local one over a temporary warehouse."""
-    from pyspark.sql import SparkSession
-
-    from strata_dagster.spark.connect import local_session
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    root = Path(tempfile.mkdtemp(prefix="strata-spark-"))
-    session = local_session(root / "warehouse")
-    session.sparkContext.setLogLevel("OFF")
-    return session
-
-
 def spark_warehouse(spark) -> Path:
     return Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
-
-
-def empty_spark_catalog(spark) -> None:
-    for row in spark.sql("SHOW DATABASES").collect():
-        if row[0] != "default":
-            spark.sql(f"DROP DATABASE IF EXISTS `{row[0]}` CASCADE")
-    for table in spark.catalog.listTables("default"):
-        spark.sql(f"DROP TABLE IF EXISTS default.`{table.name}`")
 
 
 def spark_type(duckdb_type: str) -> str:
@@ -177,18 +143,9 @@ def engine_under_test(name: str, tmp_path: Path) -> Iterator[EngineUnderTest]:
     if name == "duckdb":
         yield EngineUnderTest("duckdb", tmp_path / "w.duckdb", tmp_path)
         return
-    require_spark()
-    spark = shared_spark()
-    empty_spark_catalog(spark)
-    warehouse = spark_warehouse(spark)
+    spark = spark_session()
+    drop_databases(spark)
     try:
-        yield EngineUnderTest("spark", warehouse, tmp_path, spark)
+        yield EngineUnderTest("spark", spark_warehouse(spark), tmp_path, spark)
     finally:
-        empty_spark_catalog(spark)
-
-
-def separate_spark_warehouse(tmp_path: Path) -> EngineUnderTest:
-    """A Spark warehouse of its own for CLI subprocesses (each its own JVM; this process's Spark
-    holds its own catalog, which embedded Derby lets one JVM open)."""
-    require_spark()
-    return EngineUnderTest("spark", tmp_path / "spark-warehouse", tmp_path)
+        drop_databases(spark)

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from strata_dagster_tests.acceptance_support import CUSTOMERS, EVENTS, FULL, Sources, make_project
-from strata_dagster_tests.engines_support import require_spark, spark_params
+from strata_dagster_tests.engines_support import spark_params
+from strata_dagster_tests.spark_support import require_spark
 
 STEPS = {
     "duckdb": ("snapshot_created", "views_pointed", "history_written"),

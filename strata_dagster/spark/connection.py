@@ -227,7 +227,7 @@ class SparkConnection:
 def _native_file_relation(
     node: exp.Table, reader: str, paths: list[str], options: dict[str, str]
 ) -> exp.Expression:
-    """Plain Parquet files as Spark SQL's own `parquet.\`path\`` (what a permanent view may read);
+    r"""Plain Parquet files as Spark SQL's own `parquet.\`path\`` (what a permanent view may read);
     anything that needs reader options cannot be read from a permanent view (E072)."""
     if reader != "parquet" or len(paths) != 1 or options.get("hive_partitioning") == "true":
         raise StrataError(

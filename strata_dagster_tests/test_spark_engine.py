@@ -1,0 +1,157 @@
+"""The Spark engine's edges: a project of `path:` sources runs unchanged on both engines; what
+Spark cannot do is refused with a code before anything is written (E070 for a construct, E072
+for a feature, E071 for an engine setting); the CLI reaches Spark with `--engine spark`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from strata_dagster.engine.gc import gc
+from strata_dagster.engine.readers import reader_statement_for
+from strata_dagster.errors import StrataError
+from strata_dagster.warehouse.engines import current_engine, engine_choice, using_engine
+from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params
+
+FILES_MODULE = """
+source events {
+  path: 'files/events/*.parquet'
+}
+
+source customers {
+  path: 'files/customers.csv'
+}
+
+source tags {
+  path: 'files/tags.json'
+}
+
+model joined {
+  from events
+  join left customers on events.cust = customers.cust
+  filter events.v > 0
+  select events.id, events.v, customers.region
+}
+
+model tagged {
+  from events
+  join tags on events.id = tags.id
+  select events.id, tags.tag
+}
+
+model regions {
+  from joined
+  group region
+  aggregate n = count(*), total = sum(v)
+}
+"""
+
+
+def files_project(root: Path) -> Path:
+    project = root / "files_project"
+    (project / "files" / "events").mkdir(parents=True)
+    (project / "models.strata").write_text(FILES_MODULE)
+    for part, ids in enumerate(((1, 2, 3), (4, 5))):
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "cust": pa.array([i % 3 for i in ids], pa.int64()),
+                "v": pa.array([i * 2 - 3 for i in ids], pa.int64()),
+            }
+        )
+        pq.write_table(table, project / "files" / "events" / f"part-{part}.parquet")
+    (project / "files" / "customers.csv").write_text("cust,region\n0,north\n1,south\n")
+    (project / "files" / "tags.json").write_text(
+        "\n".join(json.dumps({"id": i, "tag": tag}) for i, tag in ((1, "a"), (1, "b"), (4, "c"))) + "\n"
+    )
+    return project
+
+
+@pytest.mark.spark
+def test_a_project_of_file_sources_gives_the_same_rows_on_both_engines(tmp_path):
+    project = files_project(tmp_path)
+    rows = {}
+    for name in ("duckdb", "spark"):
+        with engine_under_test(name, tmp_path / name) as engine:
+            (tmp_path / name).mkdir(exist_ok=True)
+            result = engine.run(project)
+            assert {outcome.path for outcome in result.outcomes} == {"full"}
+            rows[name] = {model: normalised(engine.live(model)) for model in ("joined", "tagged", "regions")}
+            assert engine.run(project, only_stale=True).is_noop  # unchanged files: nothing to do
+    assert rows["duckdb"] == rows["spark"]
+    assert sum(rows["spark"]["tagged"].values()) == 3
+
+
+@pytest.mark.parametrize("engine_name", spark_params())
+def test_what_spark_cannot_do_is_refused_before_anything_is_written(engine_name, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "m.strata").write_text(
+        "source other {\n  table: raw.t\n  database: 'other.duckdb'\n}\nmodel copy {\n  from other\n}\n"
+    )
+    import duckdb
+
+    con = duckdb.connect(str(project / "other.duckdb"))
+    con.execute("CREATE SCHEMA raw; CREATE TABLE raw.t AS SELECT 1 AS a")
+    con.close()
+    with engine_under_test(engine_name, tmp_path) as engine:
+        if engine_name == "duckdb":
+            assert engine.run(project).outcome("copy").rows == 1  # DuckDB attaches the file
+            return
+        with pytest.raises(StrataError) as attached:
+            engine.run(project)
+        assert attached.value.code == "E072" and "database" in attached.value.message
+        # A construct Spark would compute differently, refused at its place.
+        (project / "m.strata").write_text(
+            "source t {\n  table: raw.t\n}\nmodel h {\n  from t\n  derive x = hash(a)\n}\n"
+        )
+        engine.write_table("raw.t", (("a", "INTEGER"),), [(1,)])
+        with pytest.raises(StrataError) as construct:
+            engine.run(project)
+        assert construct.value.code == "E070" and construct.value.location.line == 6
+        with engine.chosen():
+            with pytest.raises(StrataError) as compacting:
+                gc(engine.warehouse, keep=1, compact_file=True)
+            assert compacting.value.code == "E072"
+            with pytest.raises(StrataError) as reading:
+                reader_statement_for(engine.warehouse)
+            assert reading.value.code == "E072"
+        # Neither refusal wrote a snapshot or a history.
+        databases = {row[0] for row in engine.spark.sql("SHOW DATABASES").collect()}
+        assert not databases & {"strata_snapshots", "strata", "main"}, databases
+
+
+@pytest.mark.spark
+def test_a_view_model_over_csv_files_is_refused_on_spark_and_over_parquet_reads_them(tmp_path):
+    project = files_project(tmp_path)
+    (project / "models.strata").write_text(
+        FILES_MODULE
+        + "model v_events {\n  from events\n  materialize: view\n}\n"
+        + "model v_customers {\n  from customers\n  materialize: view\n}\n"
+    )
+    with engine_under_test("spark", tmp_path) as engine:
+        with pytest.raises(StrataError) as refused:
+            engine.run(project, models=["v_customers"])
+        assert refused.value.code == "E072"
+        engine.run(project, models=["v_events"])
+        assert sum(normalised(engine.live("v_events")).values()) == 5
+
+
+def test_engine_settings_that_cannot_be_used_are_e071(monkeypatch):
+    for name, remote in (("bogus", None), ("spark", "http://host:1")):
+        with pytest.raises(StrataError) as error:
+            engine_choice(name, remote)
+        assert error.value.code == "E071"
+    monkeypatch.setenv("STRATA_ENGINE", "nope")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "strata"), "check", "examples/shop"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and "error[E071]" in result.stderr and "Traceback" not in result.stderr
+    with using_engine(engine_choice("spark")):
+        assert current_engine().name == "spark"  # a chosen engine wins over the environment
