@@ -66,6 +66,7 @@ E_TEST_RUN: Final = "E064"
 E_FRESHNESS: Final = "E065"
 E_GC_SCHEDULE: Final = "E066"
 E_COMPONENT: Final = "E067"
+E_RANGE_RUN: Final = "E068"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -119,6 +120,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_FRESHNESS: "a `freshness` value that is not a duration of at least a minute (`1 day`, `12 hours`, `30 minutes`)",
     E_GC_SCHEDULE: "a gc schedule whose cron, `keep` or `older_than` cannot be read",
     E_COMPONENT: "a StrataProjectComponent attribute (defs.yaml) that names no project or cannot be read",
+    E_RANGE_RUN: "a strata_backfill_range run's assets or partition range that the project does not have",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

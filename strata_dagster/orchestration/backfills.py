@@ -173,8 +173,9 @@ def _check_tags(strata: StrataResource, backfill: StrataBackfill) -> None:
 
 def build_backfill_jobs(
     assets: Sequence[dg.AssetsDefinition | dg.SourceAsset], model_keys: Sequence[dg.AssetKey]
-) -> list[dg.UnresolvedAssetJobDefinition]:
-    """One backfill job per partitions definition of the strata models (a run cannot mix them)."""
+) -> tuple[list[dg.UnresolvedAssetJobDefinition], dict[dg.AssetKey, str]]:
+    """One backfill job per partitions definition of the strata models (a run cannot mix them),
+    and the backfill job of every model."""
     wanted = set(model_keys)
     groups: dict[str, list[dg.AssetKey]] = {}
     names: dict[str, str] = {}
@@ -189,7 +190,7 @@ def build_backfill_jobs(
             names.setdefault(
                 identity, f"{c.BACKFILL_JOB}_{key.path[-1]}_partitions" if identity else c.BACKFILL_JOB
             )
-    return [
+    jobs = [
         dg.define_asset_job(
             names[identity],
             selection=dg.AssetSelection.assets(*keys),
@@ -197,3 +198,4 @@ def build_backfill_jobs(
         )
         for identity, keys in groups.items()
     ]
+    return jobs, {key: names[identity] for identity, keys in groups.items() for key in keys}
