@@ -52,6 +52,16 @@ BACKFILL_TAGS_HELP = (
     "all input."
 )
 
+# The fast ways, named where the slow ones are: a Dagster backfill waits for the backfill daemon's
+# 30 s iterations (orchestration.one_run says why).
+FAST_PATHS_HELP = (
+    f"Fast paths: the first load of everything is the job `{c.MATERIALIZE_ALL_JOB}` (Jobs, Launch run: "
+    "one run, about the time of `strata run` plus one run's start; 'Materialize all' launches a Dagster "
+    "backfill whose levels wait for Dagster's backfill daemon, 30 s each). A backfill of a range of "
+    f"partitions in one run is the job `{c.BACKFILL_RANGE_JOB}` (Launchpad config `assets`, `first`, "
+    f"`last`, and the tag `{c.REASON_TAG}`)."
+)
+
 
 @dataclass(frozen=True)
 class StrataBackfill:

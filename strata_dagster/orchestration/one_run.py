@@ -30,25 +30,13 @@ from strata_dagster.errors import E_RANGE_RUN, StrataError
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.stale_sensor import RANGE_END_TAG, RANGE_START_TAG
 
-MATERIALIZE_ALL_JOB = "strata_materialize_all"
-BACKFILL_RANGE_JOB = f"{c.BACKFILL_JOB}_range"
-LAUNCHED_BY_TAG = "strata/launched_by"
+MATERIALIZE_ALL_JOB = c.MATERIALIZE_ALL_JOB
+BACKFILL_RANGE_JOB = c.BACKFILL_RANGE_JOB
+LAUNCHED_BY_TAG = c.LAUNCHED_BY_TAG
 MATERIALIZE_ALL_OP = "materialize_all"
 BACKFILL_RANGE_OP = "backfill_range"  # its run config: ops: {backfill_range: {config: ...}}
 PURPOSE_MATERIALIZE_ALL = "materialize_all"
 PURPOSE_BACKFILL = "backfill"
-
-MATERIALIZE_ALL_HELP = (
-    f"The first load, fast: `{MATERIALIZE_ALL_JOB}` (Jobs, Launch run) observes the sources and "
-    "materializes every strata asset and partition in one run, in about the time of `strata run` "
-    "plus one run's start. 'Materialize all' in the asset graph does the same as a Dagster backfill, "
-    "whose levels wait for Dagster's backfill daemon (30 s each)."
-)
-BACKFILL_RANGE_HELP = (
-    f"A fast backfill of a range of partitions: `{BACKFILL_RANGE_JOB}` (Launchpad: config `assets`, "
-    f"`first`, `last`; tag `{c.REASON_TAG}`) rebuilds them in one run, without waiting for Dagster's "
-    "backfill daemon (30 s) as a partition dialog's backfill does."
-)
 
 
 @dataclass(frozen=True)
@@ -271,9 +259,12 @@ def build_one_run_jobs(
     @dg.job(
         name=MATERIALIZE_ALL_JOB,
         description=(
-            f"{MATERIALIZE_ALL_HELP} Runs `{observe_job}`, then the asset job of each partitioning "
-            "upstream first, each over all its partitions, as runs inside this one (tagged "
-            f"`{LAUNCHED_BY_TAG}`). Needs no tag; a `{c.REASON_TAG}` is recorded."
+            "The first load, fast: observes the sources and materializes every strata asset and "
+            "partition in one run, in about the time of `strata run` plus one run's start. It runs "
+            f"`{observe_job}`, then the asset job of each partitioning upstream first, each over all "
+            f"its partitions, as runs inside this one (tagged `{LAUNCHED_BY_TAG}`). 'Materialize all' "
+            "in the asset graph does the same as a Dagster backfill, whose levels wait for Dagster's "
+            f"backfill daemon (30 s each). Needs no tag; a `{c.REASON_TAG}` is recorded."
         ),
         tags={c.PURPOSE_TAG: PURPOSE_MATERIALIZE_ALL},
     )
@@ -283,7 +274,9 @@ def build_one_run_jobs(
     @dg.job(
         name=BACKFILL_RANGE_JOB,
         description=(
-            f"{BACKFILL_RANGE_HELP} Each partitioning's backfill job runs inside this run over "
+            "A fast backfill of a range of partitions: config `assets`, `first`, `last` (Launchpad); "
+            "no wait for Dagster's backfill daemon (30 s) as a partition dialog's backfill has. "
+            "Each partitioning's backfill job runs inside this run over "
             f"`first`..`last` (tagged `{LAUNCHED_BY_TAG}`), rebuilding exactly those partitions "
             f"as `strata backfill --partitions` does. Needs the run tag `{c.REASON_TAG}` (E085 "
             "otherwise, refused before any step); the other backfill tags apply too."
