@@ -5,6 +5,8 @@ rebuilds exactly its partitions, recorded with its reason; without a reason it i
 any step (E085, canceled, nothing written); a range the asset does not have is E068; a failed wave
 stops the later ones."""
 
+import os
+
 import dagster as dg
 import pytest
 from dagster._core.definitions.job_base import InMemoryJob
@@ -17,6 +19,7 @@ from strata_dagster.orchestration.one_run import (
     BACKFILL_RANGE_OP,
     LAUNCHED_BY_TAG,
     MATERIALIZE_ALL_JOB,
+    PLANNED_SUBSET_ENV,
     wave_plan,
 )
 from strata_dagster_tests.dagster_support import (
@@ -103,6 +106,13 @@ def test_materialize_all_leaves_everything_fresh_with_the_versions_of_the_waves_
         days[0],
         days[-1],
     )
+    # One planned materialization for the wave's range, not one per day (Dagster writes each event
+    # in its own transaction); the switch is set only while a wave is created and run.
+    (planned,) = run_events(instance, inner[2].run_id, dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+    data = planned.dagster_event.event_specific_data
+    assert (data.asset_key, data.partition) == (dg.AssetKey("daily_revenue"), None)
+    assert sorted(data.partitions_subset.get_partition_keys()) == days
+    assert PLANNED_SUBSET_ENV not in os.environ
     assert stale_set(defs, instance) == set()
     entries = history_entries(warehouse)
     assert {model for entry in entries for model in entry.models} == SHOP_MODELS
