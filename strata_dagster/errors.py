@@ -66,6 +66,7 @@ E_TEST_RUN: Final = "E064"
 E_FRESHNESS: Final = "E065"
 E_GC_SCHEDULE: Final = "E066"
 E_COMPONENT: Final = "E067"
+E_RANGE_RUN: Final = "E068"
 E_ENGINE_DIALECT: Final = "E070"
 E_ENGINE: Final = "E071"
 E_ENGINE_UNSUPPORTED: Final = "E072"
@@ -123,6 +124,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_FRESHNESS: "a `freshness` value that is not a duration of at least a minute (`1 day`, `12 hours`, `30 minutes`)",
     E_GC_SCHEDULE: "a gc schedule whose cron, `keep` or `older_than` cannot be read",
     E_COMPONENT: "a StrataProjectComponent attribute (defs.yaml) that names no project or cannot be read",
+    E_RANGE_RUN: "a strata_backfill_range run's assets or partition range that the project does not have",
     E_ENGINE_DIALECT: "a construct the chosen engine (spark) would compute differently from DuckDB, or cannot "
     "compute, and strata cannot rewrite: refused at compile time",
     E_ENGINE: "an unknown engine, an engine that is not installed, or an engine setting that cannot be used",

@@ -299,6 +299,37 @@ class GraphQL:
         assert data["__typename"] == "LaunchRunSuccess", data
         return data["run"]["runId"]
 
+    def launch_job(self, job: str, tags: dict[str, str] | None = None, config: dict | None = None) -> str:
+        """A run of a job as its Launchpad launches it: its tags and run config, no asset selection."""
+        params: dict = {
+            "selector": {**REPOSITORY, "jobName": job},
+            "executionMetadata": {
+                "tags": [{"key": key, "value": value} for key, value in (tags or {}).items()]
+            },
+        }
+        if config is not None:
+            params["runConfigData"] = config
+        data = self(
+            "mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename "
+            "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } "
+            "... on RunConfigValidationInvalid { errors { message } } } }",
+            p=params,
+        )["launchRun"]
+        assert data["__typename"] == "LaunchRunSuccess", data
+        return data["run"]["runId"]
+
+    def run_times(self) -> dict[str, dict]:
+        """Every run's job, status, tags and its creation, start and end (epoch seconds)."""
+        data = self(
+            "{ runsOrError { ... on Runs { results { runId jobName status creationTime startTime "
+            "endTime tags { key value } } } } }"
+        )
+        runs = {}
+        for run in data["runsOrError"]["results"]:
+            run["tags"] = {tag["key"]: tag["value"] for tag in run["tags"]}
+            runs[run["runId"]] = run
+        return runs
+
     def launch_backfill(self, name: str, partitions: list[str], tags: dict[str, str] | None = None) -> str:
         """A backfill of `partitions` of asset `name`, as the UI's partition dialog launches it."""
         data = self(

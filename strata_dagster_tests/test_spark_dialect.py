@@ -186,7 +186,7 @@ def test_cli_compile_engine_spark_prints_spark_sql(tmp_path):
     assert "TRY_DIVIDE" in spark.output and "csv.`" in spark.output
 
 
-def test_cli_bad_engine_environment_is_e070(tmp_path):
+def test_cli_bad_engine_environment_is_e071(tmp_path):
     project = _project(tmp_path, "1")
     result = CliRunner().invoke(main, ["check", str(project)], env={"STRATA_ENGINE": "oracle"})
-    assert result.exit_code == 1 and "error[E070]" in result.output
+    assert result.exit_code == 1 and "error[E071]" in result.output

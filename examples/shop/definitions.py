@@ -7,8 +7,6 @@ snapshot of its own, behind `main.v_region_summary`, with a `unique` pin.
 
 from pathlib import Path
 
-import polars as pl
-
 from strata_dagster import build_definitions, strata_python_model
 
 PROJECT = Path(__file__).resolve().parent
@@ -20,7 +18,11 @@ PROJECT = Path(__file__).resolve().parent
     group_name="python",
     description="Orders and revenue per customer region, computed in polars from orders_enriched.",
 )
-def region_summary(orders_enriched: pl.DataFrame) -> pl.DataFrame:
+def region_summary(orders_enriched):  # a polars DataFrame (annotate `pd.DataFrame` for pandas)
+    # Imported here, not at the top: every run's process loads this module, and polars takes
+    # a second or so to import on a busy machine; only the run that computes this model needs it.
+    import polars as pl
+
     return (
         orders_enriched.filter(pl.col("status").is_in(["paid", "shipped"]))
         .group_by("region")

@@ -17,6 +17,7 @@ from strata_dagster.warehouse.engines import (
     ENGINE_NAMES,
     SPARK_REMOTE_ENV,
     choose_engine,
+    chosen_engine,
     current_engine,
     engine_choice,
 )
@@ -33,6 +34,10 @@ def _choose_engine(ctx: click.Context, param: click.Parameter, value: str | None
     """`--engine` and `--spark-remote` choose this process's engine (warehouse.engines) before the
     command body runs; a bad value is the usual `error[E071]`, never a traceback."""
     ctx.meta[f"strata_{param.name}"] = value
+    if "strata_engine_before" not in ctx.meta:
+        # The choice lasts for this command: a command invoked in-process (tests) leaves none behind.
+        ctx.meta["strata_engine_before"] = chosen_engine()
+        ctx.call_on_close(lambda: choose_engine(ctx.meta["strata_engine_before"]))
     try:  # both options call this, in whichever order click reads them; the last call sees both
         choose_engine(engine_choice(ctx.meta.get("strata_engine"), ctx.meta.get("strata_spark_remote")))
     except StrataError as error:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Final, Literal, get_args
@@ -45,18 +44,6 @@ ENGINE_ENV: Final = "STRATA_ENGINE"
 DEFAULT_ENGINE: Final = "duckdb"
 # The meta key that ties a node of a compiled statement to the step expression it came from.
 _ORIGIN = "strata_expr"
-
-
-def default_engine() -> str:
-    """`$STRATA_ENGINE`, else duckdb. E070 when the variable names no engine."""
-    engine = os.environ.get(ENGINE_ENV, "").strip().lower() or DEFAULT_ENGINE
-    if engine not in ENGINES:
-        raise StrataError(
-            E_ENGINE_DIALECT,
-            f"${ENGINE_ENV}={engine!r} names no engine",
-            hint=f"set {ENGINE_ENV} to one of {', '.join(ENGINES)}, or unset it for {DEFAULT_ENGINE}",
-        )
-    return engine
 
 
 def check_engine(

@@ -52,6 +52,16 @@ BACKFILL_TAGS_HELP = (
     "all input."
 )
 
+# The fast ways, named where the slow ones are: a Dagster backfill waits for the backfill daemon's
+# 30 s iterations (orchestration.one_run says why).
+FAST_PATHS_HELP = (
+    f"Fast paths: the first load of everything is the job `{c.MATERIALIZE_ALL_JOB}` (Jobs, Launch run: "
+    "one run, about the time of `strata run` plus one run's start; 'Materialize all' launches a Dagster "
+    "backfill whose levels wait for Dagster's backfill daemon, 30 s each). A backfill of a range of "
+    f"partitions in one run is the job `{c.BACKFILL_RANGE_JOB}` (Launchpad config `assets`, `first`, "
+    f"`last`, and the tag `{c.REASON_TAG}`)."
+)
+
 
 @dataclass(frozen=True)
 class StrataBackfill:
@@ -173,8 +183,9 @@ def _check_tags(strata: StrataResource, backfill: StrataBackfill) -> None:
 
 def build_backfill_jobs(
     assets: Sequence[dg.AssetsDefinition | dg.SourceAsset], model_keys: Sequence[dg.AssetKey]
-) -> list[dg.UnresolvedAssetJobDefinition]:
-    """One backfill job per partitions definition of the strata models (a run cannot mix them)."""
+) -> tuple[list[dg.UnresolvedAssetJobDefinition], dict[dg.AssetKey, str]]:
+    """One backfill job per partitions definition of the strata models (a run cannot mix them),
+    and the backfill job of every model."""
     wanted = set(model_keys)
     groups: dict[str, list[dg.AssetKey]] = {}
     names: dict[str, str] = {}
@@ -189,7 +200,7 @@ def build_backfill_jobs(
             names.setdefault(
                 identity, f"{c.BACKFILL_JOB}_{key.path[-1]}_partitions" if identity else c.BACKFILL_JOB
             )
-    return [
+    jobs = [
         dg.define_asset_job(
             names[identity],
             selection=dg.AssetSelection.assets(*keys),
@@ -197,3 +208,4 @@ def build_backfill_jobs(
         )
         for identity, keys in groups.items()
     ]
+    return jobs, {key: names[identity] for identity, keys in groups.items() for key in keys}

@@ -48,6 +48,11 @@ STALE_PARTITIONS_TAG: Final = "strata/stale_partitions"
 # The jobs whose every run is a backfill: `strata_backfill` (unpartitioned models) and
 # `strata_backfill_<asset>_partitions` (one per partitioning).
 BACKFILL_JOB: Final = "strata_backfill"
+# The jobs that run a Dagster backfill's waves inside one run (orchestration.one_run), and the tag
+# on each wave's run naming the run that launched it.
+MATERIALIZE_ALL_JOB: Final = "strata_materialize_all"
+BACKFILL_RANGE_JOB: Final = f"{BACKFILL_JOB}_range"
+LAUNCHED_BY_TAG: Final = "strata/launched_by"
 
 # Metadata keys on definitions and materializations.
 MODEL_KEY: Final = "strata/model"

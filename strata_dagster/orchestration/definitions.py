@@ -23,6 +23,7 @@ from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, S
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
 from strata_dagster.orchestration.gc_job import StrataGcPolicy, build_gc_job
 from strata_dagster.orchestration.io_manager import StrataIOManager
+from strata_dagster.orchestration.one_run import DefinitionsRef, build_one_run_jobs
 from strata_dagster.orchestration.project_selection import selected_project
 from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
@@ -152,15 +153,17 @@ def _definitions(
         selection=dg.AssetSelection.assets(*observable),
         description="Observes the strata sources; strata_materialize_stale launches it when a source changed.",
     )
-    backfill_jobs = build_backfill_jobs(
+    backfill_jobs, backfill_job_of = build_backfill_jobs(
         assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
     )
+    ref = DefinitionsRef()
+    one_run_jobs = build_one_run_jobs(ref, job_of, OBSERVE_JOB, observable, backfill_job_of)
     partitioned = partition_built_models(catalog, nodes, translator)
     stale_checks = [stale_partitions_check(partitioned)] if partitioned else []
-    return dg.Definitions(
+    defs = dg.Definitions(
         assets=[*assets, *observers],
         asset_checks=[*checks.asset_checks, *stale_checks],
-        jobs=[*jobs, observe_job, *checks.jobs, *backfill_jobs],
+        jobs=[*one_run_jobs, *jobs, observe_job, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,
         resources={
             c.STRATA_RESOURCE_KEY: resource,
@@ -182,6 +185,8 @@ def _definitions(
             automation_sensor(dg.AssetSelection.assets(*keys)),
         ],
     )
+    ref.set(defs)
+    return defs
 
 
 def _jobs(

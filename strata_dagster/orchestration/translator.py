@@ -23,7 +23,7 @@ from strata_dagster.errors import Location
 from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.automation import observation_condition, stale_condition
-from strata_dagster.orchestration.backfills import BACKFILL_TAGS_HELP
+from strata_dagster.orchestration.backfills import BACKFILL_TAGS_HELP, FAST_PATHS_HELP
 from strata_dagster.orchestration.partitions import coarser_time_mapping, time_partitions
 
 NodeKind = Literal["source", "model"]
@@ -93,7 +93,8 @@ class StrataDagsterTranslator:
 
     def get_description(self, props: StrataAssetProps) -> str | None:
         """The model's `description:`, then notes: its refresh period, and for a partitioned model
-        the run tags a backfill needs (`strata/reason`, ...)."""
+        the run tags a backfill needs (`strata/reason`, ...) and the jobs that do a first load or a
+        range backfill in one run."""
         notes = [props.description] if props.description else []
         if props.refresh is not None:
             why = f"it calls {', '.join(props.volatile_calls)}" if props.volatile_calls else "declared"
@@ -101,7 +102,7 @@ class StrataDagsterTranslator:
                 f"Refresh: {props.refresh} ({why}); the stale sensor rebuilds it once its period has passed."
             )
         if props.kind == "model" and props.partitioned_by is not None:
-            notes.append(BACKFILL_TAGS_HELP)
+            notes.extend((BACKFILL_TAGS_HELP, FAST_PATHS_HELP))
         return "\n\n".join(notes) or None
 
     def get_freshness_policy(self, props: StrataAssetProps) -> dg.FreshnessPolicy | None:

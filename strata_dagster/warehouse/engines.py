@@ -77,6 +77,11 @@ def current_engine() -> EngineChoice:
     return _chosen if _chosen is not None else engine_choice()
 
 
+def chosen_engine() -> EngineChoice | None:
+    """The engine chosen for this process, None when the environment decides."""
+    return _chosen
+
+
 def choose_engine(choice: EngineChoice | None) -> None:
     """Make `choice` this process's engine (None: back to the environment's)."""
     global _chosen
