@@ -3,10 +3,12 @@ Spark cannot do is refused with a code before anything is written (E070 for a co
 for a feature, E071 for an engine setting); the CLI reaches Spark with `--engine spark`."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +17,8 @@ from strata_dagster.engine.gc import gc
 from strata_dagster.engine.readers import reader_statement_for
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.engines import current_engine, engine_choice, using_engine
+from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, SHOP
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params
 
 FILES_MODULE = """
@@ -93,8 +97,6 @@ def test_what_spark_cannot_do_is_refused_before_anything_is_written(engine_name,
     (project / "m.strata").write_text(
         "source other {\n  table: raw.t\n  database: 'other.duckdb'\n}\nmodel copy {\n  from other\n}\n"
     )
-    import duckdb
-
     con = duckdb.connect(str(project / "other.duckdb"))
     con.execute("CREATE SCHEMA raw; CREATE TABLE raw.t AS SELECT 1 AS a")
     con.close()
@@ -155,3 +157,65 @@ def test_engine_settings_that_cannot_be_used_are_e071(monkeypatch):
     assert result.returncode == 1 and "error[E071]" in result.stderr and "Traceback" not in result.stderr
     with using_engine(engine_choice("spark")):
         assert current_engine().name == "spark"  # a chosen engine wins over the environment
+
+
+SHOP_MODELS = (
+    "first_seen_orders",
+    "order_status_log",
+    "stg_customers",
+    "stg_orders",
+    "daily_revenue",
+    "order_tags",
+    "order_timeline",
+    "orders_enriched",
+    "monthly_revenue",
+)
+
+
+@pytest.mark.spark
+def test_the_shop_example_gives_the_same_rows_on_both_engines_before_and_after_a_change(tmp_path):
+    project = tmp_path / "shop"
+    shutil.copytree(SHOP, project, ignore=shutil.ignore_patterns("*.duckdb*", "*.py", "*.md", "__pycache__"))
+    rows: dict[str, list] = {}
+    for name in ("duckdb", "spark"):
+        folder = tmp_path / name
+        folder.mkdir()
+        raw = folder / "raw.duckdb"  # the same deterministic sample data for both engines
+        write_sample_data(raw, 1500)
+        with engine_under_test(name, folder) as engine:
+            _copy_shop_sources(raw, engine)
+            engine.run(project)
+            states = [{model: normalised(engine.live(model)) for model in SHOP_MODELS}]
+            # Some orders change (shipped, amounts), stamped as the cdc contract says.
+            con = duckdb.connect(str(raw))
+            con.execute(
+                f"UPDATE raw.orders SET status = 'shipped', amount = amount + 1, {ADVANCE_UPDATED_AT} "
+                "WHERE order_id % 97 = 0"
+            )
+            con.close()
+            _copy_shop_sources(raw, engine)
+            assert engine.run(project, only_stale=True).outcome("stg_orders").path == "delta", name
+            states.append({model: normalised(engine.live(model)) for model in SHOP_MODELS})
+            rows[name] = states
+    assert rows["duckdb"] == rows["spark"]
+
+
+def _copy_shop_sources(raw: Path, engine) -> None:
+    """The sample data's tables into the engine: the warehouse file itself on DuckDB (the shop
+    reads `raw.*` there), tables of the catalog on Spark."""
+    if engine.name == "duckdb":
+        if not engine.warehouse.exists():
+            shutil.copy(raw, engine.warehouse)
+            return
+        con = duckdb.connect(str(engine.warehouse))
+        con.execute("ATTACH ? AS fresh (READ_ONLY)", [str(raw)])
+        for table in ("orders", "customers"):
+            con.execute(f"CREATE OR REPLACE TABLE raw.{table} AS SELECT * FROM fresh.raw.{table}")
+        con.close()
+        return
+    con = duckdb.connect(str(raw), read_only=True)
+    engine.spark.sql("CREATE DATABASE IF NOT EXISTS raw")
+    for table in ("orders", "customers"):
+        frame = engine.spark.createDataFrame(con.sql(f"SELECT * FROM raw.{table}").to_arrow_table())
+        frame.write.mode("overwrite").format("parquet").saveAsTable(f"raw.{table}")
+    con.close()

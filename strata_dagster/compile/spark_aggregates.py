@@ -229,6 +229,22 @@ def _average(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
+def _sum(node: exp.Expression) -> exp.Expression | None:
+    """DuckDB's sum of a DECIMAL(p, s) is a DECIMAL(38, s); Spark's a DECIMAL(p + 10, s): the same
+    value, another type (which a contract, or a schema comparison, would see)."""
+    value = node.this
+    kind = known_type(value)
+    if kind is None or not kind.is_type(exp.DataType.Type.DECIMAL):
+        return None
+    params = kind.expressions
+    scale = params[1].copy() if len(params) > 1 else exp.DataTypeParam(this=exp.Literal.number(0))
+    target = exp.DataType(
+        this=exp.DataType.Type.DECIMAL, expressions=[exp.DataTypeParam(this=exp.Literal.number(38)), scale]
+    )
+    _replace_call(node, lambda wrap: exp.Cast(this=wrap(exp.Sum(this=value.copy())), to=target))
+    return None
+
+
 def _arg_extreme(node: exp.Expression) -> exp.Expression | None:
     """DuckDB's arg_max(a, b) skips rows whose `a` is NULL; Spark's max_by does not."""
     value, by = node.this, node.expression
@@ -293,6 +309,7 @@ AGGREGATE_RULES: dict[type[exp.Expression], Callable[[exp.Expression], exp.Expre
     exp.PercentileDisc: _quantile_disc,
     exp.Quantile: _quantile_disc,
     exp.Avg: _average,
+    exp.Sum: _sum,
     exp.ArgMax: _arg_extreme,
     exp.ArgMin: _arg_extreme,
     exp.Window: _window,

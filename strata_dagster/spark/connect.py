@@ -14,6 +14,9 @@ SESSION_SETTINGS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.enabled": "false",
     "spark.sql.ansi.enabled": "true",
+    # DuckDB's TIMESTAMP has no time zone: Spark's TIMESTAMP_NTZ is the same, for casts and for
+    # Arrow or Parquet data without a zone alike.
+    "spark.sql.timestampType": "TIMESTAMP_NTZ",
     "spark.ui.showConsoleProgress": "false",
 }
 
