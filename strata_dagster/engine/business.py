@@ -146,7 +146,7 @@ def list_partitions(session: Session, source: Source, context: ProjectContext) -
 def _counted(session: Session, items: list[PartitionEvidence]) -> list[PartitionEvidence]:
     """File partitions about to be consumed, with their footers' row counts."""
     if any(item.rows == ledger.UNCOUNTED for item in items):
-        return ledger.with_footer_rows(session.con, items)
+        return ledger.with_footer_rows(session.meta, items)
     return items
 
 
@@ -236,7 +236,7 @@ def read_business_source(
     spec = source.partitioned_by
     assert spec is not None
     listed = list_partitions(session, source, context)
-    recorded = ledger.read_ledger(session.con, name)
+    recorded = ledger.read_ledger(session.meta, name)
     # A sliding window's partitions older than the window may go like expired ones.
     retained = (
         source.versioning.window if source.versioning.kind in ("partition_expiry", SLIDING_WINDOW) else None

@@ -417,7 +417,7 @@ def ledger_window(
 
     spec = source.partitioned_by
     assert spec is not None
-    recorded = ledger.read_ledger(session.con, name) or {}
+    recorded = ledger.read_ledger(session.meta, name) or {}
     keys = sorted(recorded, key=ledger.order_of)[-size:] if size else []
     types = dict(session.describe(schema_relation(source, project, {})))
     key = key_expression(source, types)

@@ -44,7 +44,7 @@ def verify_sources(project_dir: Path, warehouse: Path, names: list[str] | None =
         for name, source in sorted(context.project.sources.items()):
             if not source.is_business_versioned or (names and name not in names):
                 continue
-            recorded = ledger.read_ledger(session.con, name) or {}
+            recorded = ledger.read_ledger(session.meta, name) or {}
             relation = source_table(source, context.project, {})
             try:
                 types = dict(session.describe(relation))
