@@ -13,8 +13,12 @@ import atexit
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,13 +78,15 @@ def drop_databases(spark) -> None:
     tables and this session's temporary views dropped too."""
     for database in spark.catalog.listDatabases():
         if database.name != "default":
-            drop = exp.Drop(kind="DATABASE", this=exp.to_identifier(database.name), exists=True, cascade=True)
+            drop = exp.Drop(
+                kind="DATABASE", tables=[exp.to_identifier(database.name)], exists=True, cascade=True
+            )
             spark.sql(drop.sql(dialect="spark"))
     for table in spark.catalog.listTables("default"):
         if table.isTemporary:
             spark.catalog.dropTempView(table.name)
         else:
-            drop = exp.Drop(kind="TABLE", this=exp.table_(table.name, db="default"), exists=True)
+            drop = exp.Drop(kind="TABLE", tables=[exp.table_(table.name, db="default")], exists=True)
             spark.sql(drop.sql(dialect="spark"))
 
 
@@ -96,3 +102,62 @@ def clean_spark(spark):
     drop_databases(spark)
     yield spark
     drop_databases(spark)
+
+
+@contextmanager
+def spark_connect_server(folder: Path) -> Iterator[str]:
+    """A Spark Connect server on 127.0.0.1 (pyspark's own start script), its catalog in `folder`;
+    yields its `sc://` address and stops it afterwards."""
+    require_spark()
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    port = _free_port()
+    warehouse = folder / "connect-warehouse"
+    warehouse.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_PID_DIR": str(folder / "pids"),
+        "SPARK_LOG_DIR": str(folder / "logs"),
+        "SPARK_IDENT_STRING": f"strata-{port}",
+    }
+    settings = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.sql.warehouse.dir": str(warehouse),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={warehouse / 'metastore_db'};create=true",
+        "spark.sql.catalogImplementation": "hive",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.master": "local[2]",
+    }
+    arguments = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
+    subprocess.run(
+        [str(home / "sbin" / "start-connect-server.sh"), *arguments], env=env, check=True, capture_output=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _is_listening(port):
+            if time.monotonic() > deadline:
+                logs = "\n".join(path.read_text()[-2000:] for path in (folder / "logs").glob("*.out"))
+                raise AssertionError(f"the Spark Connect server did not listen on {port}:\n{logs}")
+            time.sleep(1)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        subprocess.run(
+            [str(home / "sbin" / "stop-connect-server.sh")], env=env, check=False, capture_output=True
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _is_listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0

@@ -48,7 +48,7 @@ def _load(raw, spark) -> None:
 def test_the_shop_materializes_goes_stale_and_loads_frames_on_spark(tmp_path):
     project = tmp_path / "shop"
     shutil.copytree(SHOP, project, ignore=shutil.ignore_patterns("*.duckdb*", "*.md", "*.py", "__pycache__"))
-    raw = tmp_path / "raw.duckdb"
+    raw = tmp_path / "sample.duckdb"
     write_sample_data(raw, 800, days=DAYS, start=START)
     with engine_under_test("spark", tmp_path) as engine, using_engine(engine_choice("spark")):
         _load(raw, engine.spark)

@@ -180,7 +180,7 @@ def test_the_shop_example_gives_the_same_rows_on_both_engines_before_and_after_a
     for name in ("duckdb", "spark"):
         folder = tmp_path / name
         folder.mkdir()
-        raw = folder / "raw.duckdb"  # the same deterministic sample data for both engines
+        raw = folder / "sample.duckdb"  # the same deterministic sample data for both engines
         write_sample_data(raw, 1500)
         with engine_under_test(name, folder) as engine:
             _copy_shop_sources(raw, engine)
@@ -219,3 +219,51 @@ def _copy_shop_sources(raw: Path, engine) -> None:
         frame = engine.spark.createDataFrame(con.sql(f"SELECT * FROM raw.{table}").to_arrow_table())
         frame.write.mode("overwrite").format("parquet").saveAsTable(f"raw.{table}")
     con.close()
+
+
+@pytest.mark.spark
+def test_separate_cli_processes_share_one_catalog_through_spark_connect(tmp_path):
+    """`--spark-remote`: every command is a client of one Spark Connect server, so processes that
+    a local embedded catalog would shut out of each other (Dagster steps, readers) share it."""
+    from pyspark.sql import SparkSession
+
+    from strata_dagster_tests.spark_support import spark_connect_server
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "m.strata").write_text(
+        "source orders {\n  table: raw.orders\n  versioning: cdc(updated_at)\n}\n"
+        "model totals {\n  from orders\n  group status\n  aggregate n = count(*)\n}\n"
+    )
+    with spark_connect_server(tmp_path / "connect") as url:
+        client = SparkSession.builder.remote(url).getOrCreate()
+        try:
+            client.sql("CREATE DATABASE IF NOT EXISTS raw")
+            client.sql(
+                "CREATE TABLE raw.orders USING parquet AS SELECT id AS order_id, "
+                "IF(id % 3 = 0, 'paid', 'open') AS status, TIMESTAMP_NTZ'2025-01-01 00:00:00' + "
+                "make_interval(0, 0, 0, 0, 0, 0, id) AS updated_at FROM range(30)"
+            )
+        finally:
+            client.stop()
+        strata = [str(Path(sys.executable).parent / "strata")]
+        common = ["--engine", "spark", "--spark-remote", url, "--warehouse", str(tmp_path / "unused")]
+        built = subprocess.run(
+            [*strata, "run", str(project), *common], capture_output=True, text=True, timeout=600
+        )
+        assert built.returncode == 0, built.stderr
+        again = subprocess.run(
+            [*strata, "run", str(project), *common, "--only-stale"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert "nothing to do" in again.stdout, again.stdout + again.stderr
+        shown = subprocess.run(
+            [*strata, "show", str(project), "totals", *common, "--output", str(tmp_path / "t.csv")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert sorted((tmp_path / "t.csv").read_text().splitlines()[1:]) == ['"open",20', '"paid",10']

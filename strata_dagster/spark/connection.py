@@ -27,6 +27,7 @@ from sqlglot import exp
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError
 from strata_dagster.spark import statements
 from strata_dagster.spark.types import duckdb_type_name
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.session import WarehouseError
 
 # Set to print every statement sent to Spark (on stderr): what `strata compile` cannot show.
@@ -141,13 +142,27 @@ class SparkConnection:
     ) -> SparkResult:
         del consume  # the rewrite always works on a copy
         if isinstance(statement, exp.Create) and statement.kind == "TABLE":
-            if statement.args.get("replace"):
+            target = statement.this
+            is_snapshot = isinstance(target, exp.Table) and target.db == SNAPSHOT_SCHEMA
+            if statement.args.get("replace") and (not is_snapshot or target.name in self._snapshot_names()):
                 # A leftover of an unpublished build may hold the name (tables.create_snapshot).
-                self.sql(
-                    exp.Drop(tables=[statement.this.copy()], kind="TABLE", exists=True).sql(dialect="spark")
-                )
-            statement = statements.snapshot_ddl(statement.copy())
+                self.sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True).sql(dialect="spark"))
+            result = self.sql(self.render(statements.snapshot_ddl(statement.copy())), params)
+            if is_snapshot:
+                self._snapshot_names().add(target.name)
+            return result
+        if isinstance(statement, exp.Create) and statement.kind == "VIEW":
+            self._is_permanent = True  # a permanent view cannot read a session's temporary view
+            try:
+                return self.sql(self.render(statement), params)
+            finally:
+                self._is_permanent = False
         return self.sql(self.render(statement), params, is_description=isinstance(statement, exp.Describe))
+
+    def _snapshot_names(self) -> set[str]:
+        from strata_dagster.spark.catalog import snapshot_names  # catalog builds on this module
+
+        return snapshot_names(self)
 
     def sql(
         self, text: str, params: Sequence[Any] | None = None, *, is_description: bool = False
