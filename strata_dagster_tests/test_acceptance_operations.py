@@ -9,7 +9,7 @@ import pytest
 
 from strata_dagster.engine.backfill import backfill
 from strata_dagster.engine.gc import gc
-from strata_dagster.engine.operations import rollback
+from strata_dagster.engine.operations import create_branch, promote, rollback
 from strata_dagster.engine.show import export_rows, show_rows
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
@@ -90,6 +90,20 @@ def test_verify_backfill_rollback_and_show(engine_name, tmp_path):
                 "order 1 was void",
             )
             assert all(row[0] != 1 for row in engine.live("up"))
+
+            # Branches: a zero-copy branch, a run on it, and its promotion to main.
+            after_backfill = {model: normalised(engine.live(model)) for model in MODELS}
+            create_branch(engine.warehouse, "dev")
+            assert {model: normalised(engine.live(model, "dev")) for model in MODELS} == after_backfill
+            sources.apply(("insert", [(0, "paid", 8, 2)]))
+            sources.write(engine)
+            engine.run(project, branch="dev", only_stale=True)
+            assert {
+                model: normalised(engine.live(model)) for model in MODELS
+            } == after_backfill  # main untouched
+            on_dev = {model: normalised(engine.live(model, "dev")) for model in MODELS}
+            promote(engine.warehouse, "dev", "main")
+            assert {model: normalised(engine.live(model)) for model in MODELS} == on_dev
 
             # Rollback: every view shows what the first run published again.
             rollback(engine.warehouse, first.run_id)
