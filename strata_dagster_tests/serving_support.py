@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA, reader_statement
+from strata_dagster.warehouse.snapshot_files import file_of, folder_of
 
 POLL_SECONDS = 0.05
 
@@ -56,6 +57,20 @@ def warehouse_state(warehouse: Path) -> list[list]:
         )
     finally:
         con.close()
+
+
+def unread_snapshot_files(warehouse: Path) -> set[str]:
+    """Files in the warehouse's snapshot folder that no snapshot view reads (garbage)."""
+    folder = folder_of(warehouse)
+    if not folder.exists():
+        return set()
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        sqls = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'strata_snapshots'").fetchall()
+    finally:
+        con.close()
+    read = {Path(path).name for (sql,) in sqls if (path := file_of(sql)) is not None}
+    return {path.name for path in folder.iterdir()} - read
 
 
 def assert_served_as_published(warehouse: Path) -> None:

@@ -21,7 +21,7 @@ from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.serving import ServingCollection, collect, grace_seconds
+from strata_dagster.warehouse.serving import ServingCollection, grace_seconds
 from strata_dagster.warehouse.session import Session, open_session
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([hdw])\s*$", re.IGNORECASE)
@@ -94,10 +94,12 @@ def gc(
         reclaimed = session.free_bytes() - free_before
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
         session.refresh_serving(warehouse)
-        collected = collect(warehouse, grace)
+        collected = session.collect_files(warehouse, grace)
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
+    # Snapshots stored as files free their bytes when gc removes the files (warehouse/snapshot_files.py).
+    reclaimed += collected.snapshot_bytes_removed
     return GcResult(
         tuple(doomed),
         len(kept_entries),

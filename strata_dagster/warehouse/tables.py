@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,7 +11,9 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
+from strata_dagster.warehouse import snapshot_files
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.snapshot_files import SnapshotFiles
 from strata_dagster.warehouse.sql import DIALECT, describe, run, snapshot_table, table
 
 
@@ -18,18 +21,84 @@ def snapshot_table_name(snapshot_id: str, model: str) -> str:
     return f"snap_{snapshot_id}_{model}"
 
 
-def create_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
-    """Write a new immutable snapshot table. A leftover table of that name is never published
-    (names come from build keys registered only at publication), so it may be replaced.
-    `query` is consumed (see sql.render): pass a tree built for this call."""
-    statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True)
-    run(con, statement, consume=True)
+_PENDING = table("__strata_pending_snapshot")  # a temporary view: the query, bound once
+
+
+def create_snapshot(
+    con: duckdb.DuckDBPyConnection, name: str, query: exp.Query, files: SnapshotFiles | None = None
+) -> None:
+    """Write a new immutable snapshot: a Parquet file and a view over it (snapshot_files.py), or a
+    table when `files` has no folder or the file would not give the columns back exactly. A
+    leftover of that name is never published (names come from build keys registered only at
+    publication), so it may be replaced. `query` is consumed (see sql.render): pass a tree built
+    for this call."""
+    kind = _kind(con, name)
+    if files is None or files.folder is None:
+        if kind == "view":
+            drop_table(con, name)
+        run(
+            con,
+            exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True),
+            consume=True,
+        )
+        return
+    temporary = exp.Properties(expressions=[exp.TemporaryProperty()])
+    run(
+        con,
+        exp.Create(this=_PENDING, kind="VIEW", expression=query, properties=temporary, replace=True),
+        consume=True,
+    )
+    try:
+        if kind is not None:
+            drop_table(con, name)
+        columns = list(describe(con, _PENDING))
+        if not (snapshot_files.is_storable(columns) and _write_file(con, name, columns, files)):
+            rows = exp.select("*").from_(_PENDING)
+            run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=rows))
+    except BaseException:
+        # The failed statement may have aborted the transaction (the view goes with it).
+        with contextlib.suppress(duckdb.Error):
+            run(con, exp.Drop(tables=[_PENDING], kind="VIEW", exists=True))
+        raise
+    run(con, exp.Drop(tables=[_PENDING], kind="VIEW", exists=True))
+
+
+def _write_file(
+    con: duckdb.DuckDBPyConnection, name: str, columns: list[tuple[str, str]], files: SnapshotFiles
+) -> bool:
+    """The pending rows as a file and the snapshot as a view over it; False (nothing left but an
+    unreferenced file) when the view would not give back exactly the columns' types."""
+    assert files.folder is not None
+    files.folder.mkdir(exist_ok=True)
+    path = snapshot_files.new_file(files.folder, name)
+    files.written.append(path)
+    snapshot_files.copy_to_file(con, path, snapshot_files.write_query(_PENDING, columns))
+    view = exp.Create(
+        this=snapshot_table(name), kind="VIEW", expression=snapshot_files.read_query(path, columns)
+    )
+    run(con, view, consume=True)
+    if list(describe(con, snapshot_table(name))) == columns:
+        return True
+    drop_table(con, name)
+    return False
+
+
+def _kind(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """'table' or 'view' for a snapshot of that name, None when there is none."""
+    row = con.execute(
+        "SELECT 'table' FROM duckdb_tables() WHERE schema_name = ? AND table_name = ? AND database_name = current_database() "
+        "UNION ALL SELECT 'view' FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
+        [SNAPSHOT_SCHEMA, name, SNAPSHOT_SCHEMA, name],
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def rename_snapshot(con: duckdb.DuckDBPyConnection, name: str, new_name: str) -> None:
-    """Give a snapshot table a build is still writing (never a published one) another name."""
+    """Give a snapshot a build is still writing (never a published one) another name (a snapshot
+    file keeps its own name: only the view over it is renamed)."""
     rename = exp.AlterRename(this=exp.to_table(new_name))
-    run(con, exp.Alter(this=snapshot_table(name), kind="TABLE", actions=[rename]))
+    kind = "VIEW" if _kind(con, name) == "view" else "TABLE"
+    run(con, exp.Alter(this=snapshot_table(name), kind=kind, actions=[rename]))
 
 
 def create_view_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
