@@ -1,7 +1,8 @@
 """Readers of the serving copy for the tests: a whole-state fingerprint, and a polling process.
 
-Run as a module, it polls: `python -m strata_dagster_tests.serving_support WAREHOUSE OUT STOP`
-writes one JSON line per poll to OUT (the state it saw, or the error) every 50 ms until STOP exists.
+Run as a module, it polls: `python -m strata_dagster_tests.serving_support WAREHOUSE OUT STOP [PAUSE]`
+writes one JSON line per poll to OUT (the state it saw, or the error) every PAUSE seconds (50 ms
+by default; 0 polls in a loop) until STOP exists.
 """
 
 import json
@@ -78,7 +79,7 @@ def assert_served_as_published(warehouse: Path) -> None:
     assert served_state(warehouse) == warehouse_state(warehouse)
 
 
-def poll(warehouse: Path, out: Path, stop: Path) -> None:
+def poll(warehouse: Path, out: Path, stop: Path, pause: float = POLL_SECONDS) -> None:
     with out.open("w") as sink:
         while not stop.exists():
             try:
@@ -87,8 +88,8 @@ def poll(warehouse: Path, out: Path, stop: Path) -> None:
                 record = {"error": str(error).splitlines()[0]}
             sink.write(json.dumps(record) + "\n")
             sink.flush()
-            time.sleep(POLL_SECONDS)
+            time.sleep(pause)
 
 
 if __name__ == "__main__":
-    poll(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    poll(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), *map(float, sys.argv[4:5]))

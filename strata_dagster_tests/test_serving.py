@@ -184,6 +184,48 @@ def test_readers_holding_the_serving_copy_never_hold_up_a_run(shop, tmp_path):
     assert moved_region(warehouse) == [("moved",)]
 
 
+def test_four_looping_readers_never_make_a_run_wait(shop, tmp_path):
+    """Four processes polling every view of every branch through the serving copy, as fast as they
+    can, during a full and an incremental run that may not wait a moment for any lock
+    (STRATA_LOCK_TIMEOUT=0: a wait would be E021). How long the runs take is the benchmark's
+    business (bench/bench_serving.py), not this test's."""
+    project, warehouse, _ = shop
+    stop = tmp_path / "stop"
+    outs = [tmp_path / f"polls-{index}.jsonl" for index in range(4)]
+    readers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "strata_dagster_tests.serving_support",
+                str(warehouse),
+                str(out),
+                str(stop),
+                "0",
+            ]
+        )
+        for out in outs
+    ]
+    try:
+        while not all(out.exists() and out.read_text() for out in outs):
+            time.sleep(0.05)  # every reader has polled before the runs start
+        no_wait = {"STRATA_LOCK_TIMEOUT": "0"}
+        full = strata("run", str(project), "--warehouse", str(warehouse), "--full-refresh", env=no_wait)
+        execute(
+            warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id = 5"
+        )
+        incremental = strata("run", str(project), "--warehouse", str(warehouse), env=no_wait)
+    finally:
+        stop.touch()
+        for reader in readers:
+            reader.wait(timeout=60)
+    assert full.returncode == 0, full.stderr
+    assert incremental.returncode == 0, incremental.stderr
+    polls = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+    assert [poll["error"] for poll in polls if "error" in poll] == []
+    assert served_state(warehouse) == warehouse_state(warehouse)
+
+
 @pytest.mark.parametrize("step", SERVING_STEPS)
 def test_a_kill_while_serving_leaves_readers_at_a_whole_state_and_the_next_run_repairs(shop, step):
     project, warehouse, _ = shop

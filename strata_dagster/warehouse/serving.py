@@ -124,11 +124,14 @@ def refresh(
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
-    data.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(exist_ok=True)
     started = time.perf_counter()
-    written = sum(_export(con, path, query) for path, query in exports.items())
+    written = 0
+    if exports:
+        data.mkdir(exist_ok=True)
+        written = sum(_export(con, path, query) for path, query in exports.items())
+        fsync(data)
     exported_seconds = time.perf_counter() - started
-    fsync(data)
     on_step("serving_exported")
     # The manifest first: gc finds every catalog file through its manifest.
     _write_manifest(catalog, sorted(path.name for path in exports), sorted(path.name for path in read_files))

@@ -100,12 +100,15 @@ class Session:
         except BaseException:
             self.rollback()
             raise
-        self.con.execute("COMMIT")
+        self.commit()
 
     def begin(self) -> None:
         self.con.execute("BEGIN TRANSACTION")
 
     def commit(self) -> None:
+        """Commit; the snapshot files the transaction's views read are made durable first."""
+        if self._files is not None:
+            self._files.sync()
         self.con.execute("COMMIT")
 
     def checkpoint(self) -> None:

@@ -72,12 +72,13 @@ def _write_file(
     files.folder.mkdir(exist_ok=True)
     path = snapshot_files.new_file(files.folder, name)
     files.written.append(path)
-    snapshot_files.copy_to_file(con, path, snapshot_files.write_query(_PENDING, columns))
+    snapshot_files.copy_to_file(con, path, snapshot_files.write_query(_PENDING, columns), sync=False)
+    files.unsynced.append(path)
     view = exp.Create(
         this=snapshot_table(name), kind="VIEW", expression=snapshot_files.read_query(path, columns)
     )
     run(con, view, consume=True)
-    if list(describe(con, snapshot_table(name))) == columns:
+    if snapshot_files.is_known_exact(columns) or list(describe(con, snapshot_table(name))) == columns:
         return True
     drop_table(con, name)
     return False
