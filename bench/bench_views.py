@@ -155,9 +155,10 @@ def bench(rows: int, repeat: int, work: Path, versioning: str) -> dict[str, obje
         def call() -> None:
             result = run_project(projects[variant], live[variant], only_stale=True)
             paths = paths_of(result)
-            assert paths == {"stg_orders": "view" if variant == "view" else "full", "daily": "partitions"}, (
-                paths
-            )
+            # A plain staging table over a cdc source is maintained row-wise (engine/row_wise.py):
+            # its changed days are rebuilt as partitions.
+            staging = ("view",) if variant == "view" else ("full", "partitions")
+            assert paths["stg_orders"] in staging and paths["daily"] == "partitions", paths
             assert result.outcome("daily").detail["partitions"] == days
             staging_ms[variant].append(result.outcome("stg_orders").duration_ms)
 

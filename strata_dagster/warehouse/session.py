@@ -119,6 +119,8 @@ class Session:
         return free_bytes(self.con)
 
     def rollback(self) -> None:
+        if self._files is not None:
+            self._files.kinds = None  # what the transaction did to the snapshot schema is undone
         try:
             self.con.execute("ROLLBACK")
         except duckdb.Error:
@@ -157,14 +159,14 @@ class Session:
 
     def create_view_snapshot(self, name: str, query: exp.Query) -> None:
         with _as_warehouse_errors():
-            tables.create_view_snapshot(self.con, name, query)
+            tables.create_view_snapshot(self.con, name, query, self.files)
 
     def drop_snapshot(self, name: str) -> None:
-        tables.drop_table(self.con, name)
+        tables.drop_table(self.con, name, self.files)
 
     def rename_snapshot(self, name: str, new_name: str) -> None:
         with _as_warehouse_errors():
-            tables.rename_snapshot(self.con, name, new_name)
+            tables.rename_snapshot(self.con, name, new_name, self.files)
 
     def snapshot_exists(self, name: str) -> bool:
         return tables.table_exists(self.con, name)

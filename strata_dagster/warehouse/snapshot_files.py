@@ -211,6 +211,27 @@ class SnapshotFiles:
     folder: Path | None  # None: snapshots are tables (an in-memory database, or storage `table`)
     written: list[Path] = field(default_factory=list)
     unsynced: list[Path] = field(default_factory=list)
+    # Snapshot name -> 'table' or 'view', read once and kept up to date by this session's own
+    # writes (only the writer changes the snapshot schema); forgotten when a transaction rolls back.
+    # Asking DuckDB each time lists every view of the catalog: tens of ms with thousands.
+    kinds: dict[str, str] | None = None
+
+    def kind_of(self, con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+        if self.kinds is None:
+            rows = con.execute(
+                "SELECT table_name, 'table' FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
+                "UNION ALL SELECT view_name, 'view' FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
+                [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
+            ).fetchall()
+            self.kinds = {str(row[0]): str(row[1]) for row in rows}
+        return self.kinds.get(name)
+
+    def set_kind(self, name: str, kind: str | None) -> None:
+        if self.kinds is not None:
+            if kind is None:
+                self.kinds.pop(name, None)
+            else:
+                self.kinds[name] = kind
 
     def sync(self) -> None:
         """Make the files written since the last call durable, and their names (before a COMMIT

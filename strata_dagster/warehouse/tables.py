@@ -32,29 +32,27 @@ def create_snapshot(
     leftover of that name is never published (names come from build keys registered only at
     publication), so it may be replaced. `query` is consumed (see sql.render): pass a tree built
     for this call."""
-    kind = _kind(con, name)
+    kind = _kind(con, name, files)
     if files is None or files.folder is None:
         if kind == "view":
-            drop_table(con, name)
-        run(
-            con,
-            exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True),
-            consume=True,
-        )
+            drop_table(con, name, files)
+        statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True)
+        run(con, statement, consume=True)
+        _set_kind(files, name, "table")
         return
     temporary = exp.Properties(expressions=[exp.TemporaryProperty()])
-    run(
-        con,
-        exp.Create(this=_PENDING, kind="VIEW", expression=query, properties=temporary, replace=True),
-        consume=True,
-    )
+    pending = exp.Create(this=_PENDING, kind="VIEW", expression=query, properties=temporary, replace=True)
+    run(con, pending, consume=True)
     try:
         if kind is not None:
-            drop_table(con, name)
+            drop_table(con, name, files)
         columns = list(describe(con, _PENDING))
-        if not (snapshot_files.is_storable(columns) and _write_file(con, name, columns, files)):
+        if snapshot_files.is_storable(columns) and _write_file(con, name, columns, files):
+            _set_kind(files, name, "view")
+        else:
             rows = exp.select("*").from_(_PENDING)
             run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=rows))
+            _set_kind(files, name, "table")
     except BaseException:
         # The failed statement may have aborted the transaction (the view goes with it).
         with contextlib.suppress(duckdb.Error):
@@ -80,39 +78,56 @@ def _write_file(
     run(con, view, consume=True)
     if snapshot_files.is_known_exact(columns) or list(describe(con, snapshot_table(name))) == columns:
         return True
-    drop_table(con, name)
+    run(con, exp.Drop(tables=[snapshot_table(name)], kind="VIEW", exists=True))
     return False
 
 
-def _kind(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+def _kind(con: duckdb.DuckDBPyConnection, name: str, files: SnapshotFiles | None) -> str | None:
     """'table' or 'view' for a snapshot of that name, None when there is none."""
-    row = con.execute(
-        "SELECT 'table' FROM duckdb_tables() WHERE schema_name = ? AND table_name = ? AND database_name = current_database() "
-        "UNION ALL SELECT 'view' FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
-        [SNAPSHOT_SCHEMA, name, SNAPSHOT_SCHEMA, name],
-    ).fetchone()
-    return None if row is None else str(row[0])
+    if files is not None:
+        return files.kind_of(con, name)
+    if _is_view(con, name):
+        return "view"
+    return "table" if table_exists(con, name) else None
 
 
-def rename_snapshot(con: duckdb.DuckDBPyConnection, name: str, new_name: str) -> None:
+def _set_kind(files: SnapshotFiles | None, name: str, kind: str | None) -> None:
+    if files is not None:
+        files.set_kind(name, kind)
+
+
+def rename_snapshot(
+    con: duckdb.DuckDBPyConnection, name: str, new_name: str, files: SnapshotFiles | None = None
+) -> None:
     """Give a snapshot a build is still writing (never a published one) another name (a snapshot
     file keeps its own name: only the view over it is renamed)."""
     rename = exp.AlterRename(this=exp.to_table(new_name))
-    kind = "VIEW" if _kind(con, name) == "view" else "TABLE"
-    run(con, exp.Alter(this=snapshot_table(name), kind=kind, actions=[rename]))
+    kind = _kind(con, name, files) or "table"
+    run(con, exp.Alter(this=snapshot_table(name), kind=kind.upper(), actions=[rename]))
+    _set_kind(files, name, None)
+    _set_kind(files, new_name, kind)
 
 
-def create_view_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
+def create_view_snapshot(
+    con: duckdb.DuckDBPyConnection, name: str, query: exp.Query, files: SnapshotFiles | None = None
+) -> None:
     """A `materialize: view` model's snapshot: an immutable view over its inputs, named like a
     snapshot table so live views, rollback, branches and gc treat it alike. `query` is consumed."""
+    if _kind(con, name, files) == "table":
+        drop_table(con, name, files)
     statement = exp.Create(this=snapshot_table(name), kind="VIEW", expression=query, replace=True)
     run(con, statement, consume=True)
+    _set_kind(files, name, "view")
 
 
-def drop_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Drop a snapshot, a table or a view snapshot (DuckDB refuses DROP TABLE on a view)."""
-    kind = "VIEW" if _is_view(con, name) else "TABLE"
-    run(con, exp.Drop(tables=[snapshot_table(name)], kind=kind, exists=True))
+def drop_table(con: duckdb.DuckDBPyConnection, name: str, files: SnapshotFiles | None = None) -> None:
+    """Drop a snapshot, a table or a view (over its file, or a view model's): DuckDB refuses DROP
+    TABLE on a view. A snapshot's file stays until nothing reads it (snapshot_files.py)."""
+    kind = _kind(con, name, files)
+    if kind is None:
+        return
+    run(con, exp.Drop(tables=[snapshot_table(name)], kind=kind.upper(), exists=True))
+    _set_kind(files, name, None)
 
 
 def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
