@@ -36,7 +36,7 @@ from strata_dagster.errors import E_GC
 from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.snapshot_files import copy_to_file, file_of, fsync, read_relation, write_query
-from strata_dagster.warehouse.sql import DIALECT, render, run, table
+from strata_dagster.warehouse.sql import DIALECT, describe, render, run, table
 
 LIVE_NAME = "live.duckdb"
 READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
@@ -111,19 +111,20 @@ def refresh(
     folder = serving_dir(warehouse)
     data = folder / "data"
     entry = _latest_entry(con)
-    exports: dict[Path, exp.Query] = {}
-    read_files: set[Path] = set()
     kinds = _snapshot_kinds(con)
-    types = _column_types(con)
-    served = [
-        _served_view(kinds, types, data, entry, schema, name, sql, exports, read_files)
-        for schema, name, sql in _branch_views(con)
-    ]
-    digest = _digest(served)
+    views = [(schema, name, sql, _parse_view(sql)) for schema, name, sql in _branch_views(con)]
+    digest = _digest(folder, views, kinds, entry)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
+    exports: dict[Path, exp.Query] = {}
+    read_files: set[Path] = set()
+    types = _Types(con)
+    served = [
+        _served_view(kinds, types, data, entry, schema, name, query, exports, read_files)
+        for schema, name, _, query in views
+    ]
     folder.mkdir(exist_ok=True)
     started = time.perf_counter()
     written = 0
@@ -174,43 +175,64 @@ def _branch_views(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
     return [(str(schema), str(name), str(sql)) for schema, name, sql in rows]
 
 
-def _snapshot_kinds(con: duckdb.DuckDBPyConnection) -> dict[str, str | Path]:
-    """Snapshot name -> 'table', 'view' (a `materialize: view` model's), or the file it reads."""
+@dataclass(frozen=True)
+class _Kind:
+    """What a snapshot is: 'table', 'view' (a `materialize: view` model's) or 'file' (a view over
+    its Parquet file, whose stored SQL is `sql`)."""
+
+    kind: str
+    sql: str = ""
+    path: Path | None = None
+
+
+def _snapshot_kinds(con: duckdb.DuckDBPyConnection) -> dict[str, _Kind]:
     rows = con.execute(
         "SELECT table_name, NULL FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
         "UNION ALL SELECT view_name, sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
         [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
     ).fetchall()
-    kinds: dict[str, str | Path] = {}
+    kinds: dict[str, _Kind] = {}
     for name, sql in rows:
         if sql is None:
-            kinds[str(name)] = "table"
+            kinds[str(name)] = _Kind("table")
             continue
         path = file_of(str(sql))
-        kinds[str(name)] = Path(path) if path is not None else "view"
+        kinds[str(name)] = _Kind("file", str(sql), Path(path)) if path is not None else _Kind("view")
     return kinds
 
 
-def _column_types(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(schema, relation) -> its (column, type) list, for every relation of the warehouse."""
-    rows = con.execute(
-        "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
-        "WHERE database_name = current_database() ORDER BY schema_name, table_name, column_index"
-    ).fetchall()
-    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for schema, relation, column, type_name in rows:
-        types.setdefault((str(schema), str(relation)), []).append((str(column), str(type_name)))
-    return types
+class _Types:
+    """(column, type) of a relation, described when first asked (one relation at a time:
+    duckdb_columns() binds every view of the warehouse, each view over a file reading its footer)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.known: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+    def of(self, schema: str, name: str) -> list[tuple[str, str]]:
+        if (schema, name) not in self.known:
+            self.known[schema, name] = list(describe(self.con, table(name, schema)))
+        return self.known[schema, name]
+
+
+def _file_relation(kind: _Kind, alias: str) -> exp.Expression:
+    """The relation a file snapshot's view reads (its file, with the casts back to its types)."""
+    assert kind.path is not None
+    if "REPLACE" not in kind.sql:  # no cast: the file itself
+        return read_relation(kind.path, alias, [])
+    query = _parse_view(kind.sql)
+    assert query is not None, kind.sql
+    return query.subquery(alias)
 
 
 def _served_view(
-    kinds: dict[str, str | Path],
-    types: dict[tuple[str, str], list[tuple[str, str]]],
+    kinds: dict[str, _Kind],
+    types: _Types,
     data: Path,
     entry: int,
     schema: str,
     name: str,
-    sql: str,
+    query: exp.Query | None,
     exports: dict[Path, exp.Query],
     read_files: set[Path],
 ) -> _ServedView:
@@ -222,26 +244,33 @@ def _served_view(
     sources included, so its rows are exported again at each history entry. A view edited to read
     anything else is served as its rows at this entry.
     """
-    query = _parse_view(sql)
-    if query is None or any(
-        node.db != SNAPSHOT_SCHEMA or node.name not in kinds for node in query.find_all(exp.Table)
-    ):
+    if _is_edited(query, kinds):
         path = data / f"{schema}.{name}@{entry}.parquet"
-        columns = types.get((schema, name), [])
+        columns = types.of(schema, name)
         exports.setdefault(path, _export_query(table(name, schema), columns))
         return _ServedView(schema, name, exp.select("*").from_(read_relation(path, name, columns)))
+    assert query is not None
+    query = query.copy()
     for node in list(query.find_all(exp.Table)):
         snapshot = node.name
         kind = kinds[snapshot]
-        columns = types.get((SNAPSHOT_SCHEMA, snapshot), [])
-        if isinstance(kind, Path):
-            read_files.add(kind)
-            node.replace(read_relation(kind, node.alias or snapshot, columns))
+        if kind.kind == "file":
+            assert kind.path is not None
+            read_files.add(kind.path)
+            node.replace(_file_relation(kind, node.alias or snapshot))
             continue
-        path = data / (f"{snapshot}.parquet" if kind == "table" else f"{snapshot}@{entry}.parquet")
+        columns = types.of(SNAPSHOT_SCHEMA, snapshot)
+        path = data / (f"{snapshot}.parquet" if kind.kind == "table" else f"{snapshot}@{entry}.parquet")
         exports.setdefault(path, _export_query(table(snapshot, SNAPSHOT_SCHEMA), columns))
         node.replace(read_relation(path, node.alias or snapshot, columns))
     return _ServedView(schema, name, query)
+
+
+def _is_edited(query: exp.Query | None, kinds: dict[str, _Kind]) -> bool:
+    """A live view that reads anything but snapshots (edited by hand): served as its rows."""
+    return query is None or any(
+        node.db != SNAPSHOT_SCHEMA or node.name not in kinds for node in query.find_all(exp.Table)
+    )
 
 
 def _parse_view(sql: str) -> exp.Query | None:
@@ -257,8 +286,33 @@ def _export_query(relation: exp.Table, columns: list[tuple[str, str]]) -> exp.Qu
     return write_query(relation, columns)
 
 
-def _digest(served: list[_ServedView]) -> str:
-    text = json.dumps([[view.schema, view.name, render(view.query)] for view in served])
+def _digest(
+    folder: Path, views: list[tuple[str, str, str, exp.Query | None]], kinds: dict[str, _Kind], entry: int
+) -> str:
+    """Names the catalog by what it serves, from the warehouse's catalog alone (nothing rendered
+    or described: a session that changed nothing finds its catalog current in a few ms). What is
+    read live (a view snapshot, an edited view) is served as its rows at this entry."""
+    described = []
+    for schema, name, sql, query in views:
+        if _is_edited(query, kinds):
+            described.append([schema, name, f"rows@{entry}"])
+            continue
+        assert query is not None
+        reads = sorted({node.name for node in query.find_all(exp.Table)})
+        of = {snapshot: kinds[snapshot] for snapshot in reads}
+        described.append(
+            [
+                schema,
+                name,
+                sql,
+                [
+                    [snapshot, kind.kind, kind.sql if kind.kind == "file" else ""]
+                    for snapshot, kind in of.items()
+                ],
+                entry if any(kind.kind == "view" for kind in of.values()) else None,
+            ]
+        )
+    text = json.dumps([str(folder.absolute()), described])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
