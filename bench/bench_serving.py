@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a commit exported there wins
 
 from strata_dagster.engine.run import run_project  # noqa: E402
 from strata_dagster.warehouse import serving  # noqa: E402
@@ -120,7 +120,7 @@ def with_readers(mode: str, warehouse: Path, folder: Path, pause: float, nicenes
     except Exception as error:  # noqa: BLE001 - the old design's failure is the figure
         result = f"failed: {str(error).splitlines()[0]}"
     stop.touch()
-    counts = [json.loads(reader.communicate()[0]) for reader in readers]
+    counts = [json.loads(reader.communicate()[0].strip().splitlines()[-1]) for reader in readers]
     return result, sum(count["ok"] for count in counts), sum(count["errors"] for count in counts)
 
 

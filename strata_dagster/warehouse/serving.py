@@ -111,19 +111,19 @@ def refresh(
     folder = serving_dir(warehouse)
     data = folder / "data"
     entry = _latest_entry(con)
-    kinds = _snapshot_kinds(con)
-    views = [(schema, name, sql, _parse_view(sql)) for schema, name, sql in _branch_views(con)]
-    digest = _digest(folder, views, kinds, entry)
+    digest = _digest(folder, entry)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
+    kinds = _snapshot_kinds(con)
+    views = [(schema, name, _parse_view(sql)) for schema, name, sql in _branch_views(con)]
     exports: dict[Path, exp.Query] = {}
     read_files: set[Path] = set()
     types = _Types(con)
     served = [
         _served_view(kinds, types, data, entry, schema, name, query, exports, read_files)
-        for schema, name, _, query in views
+        for schema, name, query in views
     ]
     folder.mkdir(exist_ok=True)
     started = time.perf_counter()
@@ -286,33 +286,14 @@ def _export_query(relation: exp.Table, columns: list[tuple[str, str]]) -> exp.Qu
     return write_query(relation, columns)
 
 
-def _digest(
-    folder: Path, views: list[tuple[str, str, str, exp.Query | None]], kinds: dict[str, _Kind], entry: int
-) -> str:
-    """Names the catalog by what it serves, from the warehouse's catalog alone (nothing rendered
-    or described: a session that changed nothing finds its catalog current in a few ms). What is
-    read live (a view snapshot, an edited view) is served as its rows at this entry."""
-    described = []
-    for schema, name, sql, query in views:
-        if _is_edited(query, kinds):
-            described.append([schema, name, f"rows@{entry}"])
-            continue
-        assert query is not None
-        reads = sorted({node.name for node in query.find_all(exp.Table)})
-        of = {snapshot: kinds[snapshot] for snapshot in reads}
-        described.append(
-            [
-                schema,
-                name,
-                sql,
-                [
-                    [snapshot, kind.kind, kind.sql if kind.kind == "file" else ""]
-                    for snapshot, kind in of.items()
-                ],
-                entry if any(kind.kind == "view" for kind in of.values()) else None,
-            ]
-        )
-    text = json.dumps([str(folder.absolute()), described])
+def _digest(folder: Path, entry: int) -> str:
+    """Names the catalog by the history entry it serves: every change of a live view (a run, a
+    rollback, a branch, a promotion, gc) is published together with a history entry, in one
+    transaction, so the catalog is current exactly when it was written for the latest entry (of
+    this warehouse's folder: a copied warehouse gets its own). A session that published nothing
+    finds it current from two small queries; what is read live (a view model, an edited view) is
+    served as its rows at that entry."""
+    text = json.dumps([str(folder.absolute()), entry])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
