@@ -2,15 +2,16 @@
 
 DuckDB lets one process write a file and then no other process may open it, not even read-only;
 a reader's shared lock in turn blocks the writer. So readers never open the warehouse. After each
-write session the writer exports the snapshots its live views read to Parquet files (immutable,
-each once) and writes a small catalog file holding the same views, `<branch>.v_<model>`, over
-`read_parquet` of those files; then it switches a symlink to it with one rename. Readers ATTACH
-the symlink's path read-only (`reader_statement`): they see one whole published state, the one
-that was live when they attached, and never block or wait for the writer.
+write session that published a history entry, the writer writes a small catalog file holding the
+same views, `<branch>.v_<model>`, over `read_parquet` of the snapshots' own files
+(snapshot_files.py; a snapshot still stored as a table, or a view model's rows, is exported to
+Parquet once), then switches a symlink to it with one rename. Readers ATTACH the symlink's path
+read-only (`reader_statement`): they see one whole published state, the one that was live when
+they attached, and never block or wait for the writer.
 
     <warehouse>.serving/live.duckdb -> catalog-<digest>.duckdb   (switched by os.replace)
     <warehouse>.serving/catalog-<digest>.duckdb, catalog-<digest>.json (the files it reads)
-    <warehouse>.serving/data/<snapshot table>.parquet
+    <warehouse>.serving/data/<snapshot table>.parquet              (exports of tables and view models)
 
 Every step leaves the previous catalog live until the rename: a crash before it leaves readers at
 the previous whole state, and the next write session finds the catalog stale and writes it again.
