@@ -107,8 +107,11 @@ def check(engine: Path, relation: str, is_view: bool) -> None:
         assert mismatched == 0 and left == right, (
             f"{relation}: {left} vs {right} rows, {mismatched} mismatched"
         )
+        # A view model's snapshot is a view over its inputs; a stored snapshot is a table or a view
+        # over its Parquet file (warehouse/snapshot_files.py).
         stored = con.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'strata_snapshots' AND view_name LIKE '%_stg_orders'"
+            "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'strata_snapshots' AND view_name LIKE '%_stg_orders' "
+            "AND NOT contains(sql, 'read_parquet(')"
         ).fetchone()[0]
         assert (stored > 0) == is_view, f"staging stored as a view: {stored > 0}, expected {is_view}"
     finally:
@@ -155,9 +158,10 @@ def bench(rows: int, repeat: int, work: Path, versioning: str) -> dict[str, obje
         def call() -> None:
             result = run_project(projects[variant], live[variant], only_stale=True)
             paths = paths_of(result)
-            assert paths == {"stg_orders": "view" if variant == "view" else "full", "daily": "partitions"}, (
-                paths
-            )
+            # A plain staging table over a cdc source is maintained row-wise (engine/row_wise.py):
+            # its changed days are rebuilt as partitions.
+            staging = ("view",) if variant == "view" else ("full", "partitions")
+            assert paths["stg_orders"] in staging and paths["daily"] == "partitions", paths
             assert result.outcome("daily").detail["partitions"] == days
             staging_ms[variant].append(result.outcome("stg_orders").duration_ms)
 

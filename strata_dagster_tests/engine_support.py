@@ -87,6 +87,21 @@ def view_tables(warehouse: Path, schema: str = "main") -> dict[str, str]:
     return dict(rows)
 
 
+# Every snapshot relation: a table, or a view (over its Parquet file, warehouse/snapshot_files.py,
+# or a `materialize: view` model's own view).
+SNAPSHOT_RELATIONS = (
+    "(SELECT table_name AS name, 'table' AS kind FROM duckdb_tables() WHERE schema_name = 'strata_snapshots' "
+    "UNION ALL SELECT view_name, CASE WHEN contains(sql, 'read_parquet(') THEN 'file' ELSE 'view' END "
+    "FROM duckdb_views() WHERE schema_name = 'strata_snapshots')"
+)
+
+
+def snapshot_relations(warehouse: Path, kinds: tuple[str, ...] = ("table", "file", "view")) -> list[str]:
+    """Names of the snapshot relations of the given kinds ('table', 'file', 'view'), sorted."""
+    rows = execute(warehouse, f"SELECT name, kind FROM {SNAPSHOT_RELATIONS} ORDER BY 1")
+    return [name for name, kind in rows if kind in kinds]
+
+
 def history_count(warehouse: Path) -> int:
     return execute(warehouse, "SELECT count(*) FROM strata.entries")[0][0]
 

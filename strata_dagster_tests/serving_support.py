@@ -1,7 +1,8 @@
 """Readers of the serving copy for the tests: a whole-state fingerprint, and a polling process.
 
-Run as a module, it polls: `python -m strata_dagster_tests.serving_support WAREHOUSE OUT STOP`
-writes one JSON line per poll to OUT (the state it saw, or the error) every 50 ms until STOP exists.
+Run as a module, it polls: `python -m strata_dagster_tests.serving_support WAREHOUSE OUT STOP [PAUSE]`
+writes one JSON line per poll to OUT (the state it saw, or the error) every PAUSE seconds (50 ms
+by default; 0 polls in a loop) until STOP exists.
 """
 
 import json
@@ -12,6 +13,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA, reader_statement
+from strata_dagster.warehouse.snapshot_files import file_of, folder_of
 
 POLL_SECONDS = 0.05
 
@@ -58,12 +60,26 @@ def warehouse_state(warehouse: Path) -> list[list]:
         con.close()
 
 
+def unread_snapshot_files(warehouse: Path) -> set[str]:
+    """Files in the warehouse's snapshot folder that no snapshot view reads (garbage)."""
+    folder = folder_of(warehouse)
+    if not folder.exists():
+        return set()
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        sqls = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'strata_snapshots'").fetchall()
+    finally:
+        con.close()
+    read = {Path(path).name for (sql,) in sqls if (path := file_of(sql)) is not None}
+    return {path.name for path in folder.iterdir()} - read
+
+
 def assert_served_as_published(warehouse: Path) -> None:
     """A fresh reader of the serving copy sees every live view exactly as the warehouse holds it."""
     assert served_state(warehouse) == warehouse_state(warehouse)
 
 
-def poll(warehouse: Path, out: Path, stop: Path) -> None:
+def poll(warehouse: Path, out: Path, stop: Path, pause: float = POLL_SECONDS) -> None:
     with out.open("w") as sink:
         while not stop.exists():
             try:
@@ -72,8 +88,8 @@ def poll(warehouse: Path, out: Path, stop: Path) -> None:
                 record = {"error": str(error).splitlines()[0]}
             sink.write(json.dumps(record) + "\n")
             sink.flush()
-            time.sleep(POLL_SECONDS)
+            time.sleep(pause)
 
 
 if __name__ == "__main__":
-    poll(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    poll(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), *map(float, sys.argv[4:5]))

@@ -14,7 +14,7 @@ from strata_dagster_tests.dagster_support import (
     order_day,
     stale_set,
 )
-from strata_dagster_tests.engine_support import edit_module, execute
+from strata_dagster_tests.engine_support import edit_module, execute, snapshot_relations
 
 STAGED = """  incremental
   merge_strategy: upsert
@@ -41,8 +41,8 @@ def test_a_view_model_is_an_asset_that_goes_stale_with_its_source(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     materialize_everything(defs, instance)
     assert stale_set(defs, instance) == set()
-    views = execute(warehouse, "SELECT view_name FROM duckdb_views() WHERE schema_name = 'strata_snapshots'")
-    assert [row[0] for row in views] == [views[0][0]] and views[0][0].endswith("_stg_orders")
+    views = snapshot_relations(warehouse, ("view",))
+    assert len(views) == 1 and views[0].endswith("_stg_orders")
     version = data_version(instance, "stg_orders")
     change_order(warehouse, 7)
     observe_sources(defs, instance)

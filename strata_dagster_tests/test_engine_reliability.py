@@ -13,6 +13,7 @@ from strata_dagster.engine.faults import KILL_AT_ENV, WRITE_STEPS
 from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import execute, history_count, make_shop
+from strata_dagster_tests.serving_support import served_state, unread_snapshot_files, warehouse_state
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]
 
@@ -35,10 +36,13 @@ def assert_consistent(warehouse):
         )
     )
     registered = dict(execute(warehouse, "SELECT snapshot_id, table_name FROM strata.snapshots"))
+    # A snapshot is a table, or a view (over its Parquet file, or a `materialize: view` model's).
     tables = {
         row[0]
         for row in execute(
-            warehouse, "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'strata_snapshots'"
+            warehouse,
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'strata_snapshots' "
+            "UNION ALL SELECT view_name FROM duckdb_views() WHERE schema_name = 'strata_snapshots'",
         )
     }
     assert {name for name, _ in views} == set(published)
@@ -47,7 +51,7 @@ def assert_consistent(warehouse):
         assert all(table in tables for table in expected), name
         assert all(f"strata_snapshots.{table}" in sql for table in expected), (name, sql)
         execute(warehouse, f"SELECT count(*) FROM main.{name}")
-    # No table in the snapshot schema that the history does not know (no half-written snapshot).
+    # No snapshot in the snapshot schema that the history does not know (no half-written snapshot).
     # Besides the snapshots themselves, a record may carry its keys table and the per-key figures
     # tables of its joined inputs (engine.joined_inputs).
     details = [
@@ -97,6 +101,11 @@ def test_kill_at_every_write_step(built_shop, step):
     assert execute(warehouse, "SELECT region FROM main.v_stg_customers WHERE customer_id = 1") == [("moved",)]
     latest = execute(warehouse, "SELECT run_id FROM strata.entries ORDER BY entry DESC LIMIT 1")[0][0]
     assert replay(warehouse, latest, execute=True).is_reproduced
+    # A file the killed run wrote but never published is garbage: gc removes it, and only it.
+    before = served_state(warehouse)
+    assert strata("gc", str(project), "--warehouse", str(warehouse), "--keep", "100").returncode == 0
+    assert unread_snapshot_files(warehouse) == set()
+    assert served_state(warehouse) == before == warehouse_state(warehouse)
 
 
 @pytest.mark.parametrize("delay", [0.3, 0.6, 0.9, 1.2])

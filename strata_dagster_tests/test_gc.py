@@ -1,5 +1,10 @@
 """`strata gc`: by count and by age, never what a branch or a kept run needs; `--compact` shrinks the
-file, kill-safe at every step."""
+file, kill-safe at every step.
+
+These tests count the bytes freed inside the warehouse file and copy the file alone for each test,
+so they store snapshots as tables (`STRATA_SNAPSHOT_STORAGE=table`): which snapshots gc drops does
+not depend on the storage. Snapshots stored as Parquet files are collected in test_snapshot_files.py.
+"""
 
 import datetime as dt
 import json
@@ -22,14 +27,22 @@ from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.warehouse.compaction import STAGING_SUFFIX
+from strata_dagster.warehouse.snapshot_files import STORAGE_ENV
 from strata_dagster_tests.engine_support import execute, make_shop
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]
 HISTORY_TABLES = ("entries", "entry_models", "publications", "snapshots")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def table_storage():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(STORAGE_ENV, "table")  # for this process and the CLI processes it starts
+        yield
+
+
 @pytest.fixture(scope="module")
-def four_runs(tmp_path_factory):
+def four_runs(tmp_path_factory, table_storage):
     """A shop warehouse after four runs, a branch made after the second; ids of the runs."""
     root = tmp_path_factory.mktemp("gc")
     project, warehouse = make_shop(root, rows=2_000)

@@ -10,7 +10,7 @@ import pytest
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.session import open_session
-from strata_dagster_tests.engine_support import edit_module, sql, view_tables
+from strata_dagster_tests.engine_support import edit_module, snapshot_relations, sql, view_tables
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare_joined, make_joined_project
 
@@ -183,11 +183,8 @@ def test_gc_keeps_the_figures_a_compacted_state_carries(joined):
             if not record.is_dropped
             for figures in record.detail.get("join_figures", {}).values()
         }
-    present = sql(
-        warehouse,
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'strata_snapshots' AND table_name LIKE '%\\_\\_by\\_%' ESCAPE '\\'",
-    )
-    assert {row[0] for row in present} == named
+    present = {name for name in snapshot_relations(warehouse) if "__by_" in name}
+    assert present == named
     sql(warehouse, "UPDATE raw.customers SET region = 'back' WHERE customer_id = 4")
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("region_daily").path == "partitions", result.outcome("region_daily").detail

@@ -11,7 +11,7 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_RESOURCE_LIMIT, StrataError
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.limits import MAX_TEMP_SIZE_ENV, MEMORY_LIMIT_ENV, TEMP_DIRECTORY_ENV
-from strata_dagster_tests.engine_support import execute, make_module_project
+from strata_dagster_tests.engine_support import execute, make_module_project, snapshot_relations
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]
 SPILLING = """
@@ -45,8 +45,7 @@ def published(warehouse):
     views = execute(
         warehouse, "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal"
     )
-    tables = execute(warehouse, "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'strata_snapshots'")
-    return views[0][0] + tables[0][0]
+    return views[0][0] + len(snapshot_relations(warehouse))
 
 
 def test_defaults_bound_memory_and_spill(tmp_path, monkeypatch):

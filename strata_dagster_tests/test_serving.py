@@ -16,7 +16,9 @@ from strata_dagster.engine.readers import reader_statement_for
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.faults import KILL_AT_ENV
-from strata_dagster.warehouse.serving import SERVING_STEPS, collect, live_path, serving_dir
+from strata_dagster.warehouse.serving import GRACE_ENV, READER_CATALOG, SERVING_STEPS, serving_dir
+from strata_dagster.warehouse.snapshot_files import STORAGE_ENV, STORAGES
+from strata_dagster.warehouse.snapshot_files import folder_of as snapshot_folder
 from strata_dagster_tests.engine_support import (
     ADVANCE_UPDATED_AT,
     execute,
@@ -24,7 +26,13 @@ from strata_dagster_tests.engine_support import (
     make_shop,
     sql,
 )
-from strata_dagster_tests.serving_support import served_state, warehouse_state
+from strata_dagster_tests.serving_support import (
+    _fingerprint,
+    _views,
+    served_state,
+    unread_snapshot_files,
+    warehouse_state,
+)
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]
 
@@ -176,6 +184,48 @@ def test_readers_holding_the_serving_copy_never_hold_up_a_run(shop, tmp_path):
     assert moved_region(warehouse) == [("moved",)]
 
 
+def test_four_looping_readers_never_make_a_run_wait(shop, tmp_path):
+    """Four processes polling every view of every branch through the serving copy, as fast as they
+    can, during a full and an incremental run that may not wait a moment for any lock
+    (STRATA_LOCK_TIMEOUT=0: a wait would be E021). How long the runs take is the benchmark's
+    business (bench/bench_serving.py), not this test's."""
+    project, warehouse, _ = shop
+    stop = tmp_path / "stop"
+    outs = [tmp_path / f"polls-{index}.jsonl" for index in range(4)]
+    readers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "strata_dagster_tests.serving_support",
+                str(warehouse),
+                str(out),
+                str(stop),
+                "0",
+            ]
+        )
+        for out in outs
+    ]
+    try:
+        while not all(out.exists() and out.read_text() for out in outs):
+            time.sleep(0.05)  # every reader has polled before the runs start
+        no_wait = {"STRATA_LOCK_TIMEOUT": "0"}
+        full = strata("run", str(project), "--warehouse", str(warehouse), "--full-refresh", env=no_wait)
+        execute(
+            warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id = 5"
+        )
+        incremental = strata("run", str(project), "--warehouse", str(warehouse), env=no_wait)
+    finally:
+        stop.touch()
+        for reader in readers:
+            reader.wait(timeout=60)
+    assert full.returncode == 0, full.stderr
+    assert incremental.returncode == 0, incremental.stderr
+    polls = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+    assert [poll["error"] for poll in polls if "error" in poll] == []
+    assert served_state(warehouse) == warehouse_state(warehouse)
+
+
 @pytest.mark.parametrize("step", SERVING_STEPS)
 def test_a_kill_while_serving_leaves_readers_at_a_whole_state_and_the_next_run_repairs(shop, step):
     project, warehouse, _ = shop
@@ -194,18 +244,34 @@ def test_a_kill_while_serving_leaves_readers_at_a_whole_state_and_the_next_run_r
     assert moved_region(warehouse) == [("moved",)]
 
 
-def test_gc_removes_retired_serving_files_only_after_the_grace(shop):
-    project, warehouse, _ = shop
+@pytest.mark.parametrize("storage", STORAGES)
+def test_gc_removes_what_a_retired_catalog_reads_only_after_the_grace(tmp_path, monkeypatch, storage):
+    """A reader attached to a retired catalog keeps reading it through gc for the grace period:
+    the snapshot files (or, with table storage, the exports) it reads are removed only after."""
+    monkeypatch.setenv(STORAGE_ENV, storage)
+    project, warehouse = make_shop(tmp_path, rows=2_000)
+    run_project(project, warehouse)
+    first = served_state(warehouse)
+    reader = duckdb.connect()
+    reader.execute(reader_statement_for(warehouse))
     execute(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 1")
     run_project(project, warehouse)
-    files = set((serving_dir(warehouse) / "data").glob("*.parquet"))
-    assert collect(warehouse) == collect(warehouse, grace=3600)  # nothing retired long enough yet
-    assert set((serving_dir(warehouse) / "data").glob("*.parquet")) == files
-    removed = collect(warehouse, grace=0)
-    assert removed.catalogs_removed == 1 and removed.files_removed >= 1
+    kept = gc(warehouse, keep=1)  # drops the first run's replaced snapshots, keeps what readers read
+    assert kept.dropped and kept.serving.catalogs_removed == 0
+    assert kept.serving.files_removed == kept.serving.snapshot_files_removed == 0
+    assert _fingerprint(reader, _views(reader, READER_CATALOG)) == first
+    monkeypatch.setenv(GRACE_ENV, "0")
+    removed = gc(warehouse, keep=1)
+    # The first run's catalog, and the one the first gc wrote for its own history entry.
+    assert removed.serving.catalogs_removed == 2
+    if storage == "parquet":
+        assert removed.serving.snapshot_files_removed >= 1 and removed.reclaimed_bytes > 0
+        assert removed.serving.files_removed == 0  # nothing was exported for readers
+    else:
+        assert removed.serving.files_removed >= 1 and not snapshot_folder(warehouse).exists()
     assert len(list(serving_dir(warehouse).glob("catalog-*.duckdb"))) == 1
-    assert live_path(warehouse).exists()
     assert served_state(warehouse) == warehouse_state(warehouse)
+    assert unread_snapshot_files(warehouse) == set()
 
 
 def test_a_grace_that_is_not_seconds_is_a_gc_error(shop, monkeypatch):

@@ -19,7 +19,13 @@ from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.session import open_session
-from strata_dagster_tests.engine_support import edit_module, execute, make_module_project, row_multiset
+from strata_dagster_tests.engine_support import (
+    edit_module,
+    execute,
+    make_module_project,
+    row_multiset,
+    snapshot_relations,
+)
 
 MODULE = """
 source orders { table: raw.orders }
@@ -50,12 +56,8 @@ def make_views(root: Path, module: str = MODULE) -> tuple[Path, Path]:
 
 
 def snapshot_objects(warehouse: Path, kind: str) -> list[str]:
-    catalog = "duckdb_views()" if kind == "view" else "duckdb_tables()"
-    column = "view_name" if kind == "view" else "table_name"
-    rows = execute(
-        warehouse, f"SELECT {column} FROM {catalog} WHERE schema_name = 'strata_snapshots' ORDER BY 1"
-    )
-    return [row[0] for row in rows]
+    """'view': the view models' snapshots; 'table': the snapshots that store rows (table or file)."""
+    return snapshot_relations(warehouse, ("view",) if kind == "view" else ("table", "file"))
 
 
 def paths(result) -> dict[str, str]:
@@ -296,11 +298,7 @@ def test_gc_keeps_the_snapshot_a_live_view_reads(tmp_path):
     second = run_project(project, warehouse, models=["paid"])
     assert second.outcome("paid").snapshot_id != first.outcome("paid").snapshot_id
     gc(warehouse, keep=0)
-    assert execute(
-        warehouse,
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ?",
-        params=[first.outcome("paid").table_name],
-    ) == [(1,)]
+    assert first.outcome("paid").table_name in snapshot_objects(warehouse, "table")
     assert row_multiset(warehouse, "main.v_paid_eur") == before
 
 

@@ -22,7 +22,7 @@ from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.serving import ServingCollection, collect, grace_seconds
+from strata_dagster.warehouse.serving import ServingCollection, grace_seconds
 from strata_dagster.warehouse.session import Session, open_session
 
 # Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
@@ -113,10 +113,14 @@ def gc(
         reclaimed = session.free_bytes() - free_before
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
         session.refresh_serving(warehouse)
-        collected = collect(warehouse, serving_grace) if is_duckdb else ServingCollection(0, 0, 0)
+        collected = (
+            session.collect_files(warehouse, serving_grace) if is_duckdb else ServingCollection(0, 0, 0)
+        )
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
+    # Snapshots stored as files free their bytes when gc removes the files (warehouse/snapshot_files.py).
+    reclaimed += collected.snapshot_bytes_removed
     return GcResult(
         tuple(doomed),
         len(kept_entries),

@@ -39,7 +39,8 @@ from strata_dagster.warehouse.history_mirror import HistoryMirror
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.segments import Segment, composite_query
 from strata_dagster.warehouse.session import CatalogSnapshot, Session, WarehouseError
-from strata_dagster.warehouse.sql import describe, snapshot_table
+from strata_dagster.warehouse.snapshot_files import SnapshotFiles
+from strata_dagster.warehouse.sql import describe
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
 PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")
@@ -65,6 +66,7 @@ class SparkWarehouseSession(Session):
         self._pending_views: dict[tuple[str, str], exp.Query] = {}
         self._created: list[str] = []
         self._views: dict[str, dict[str, str]] = {}
+        self._files: SnapshotFiles | None = None
 
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
@@ -159,35 +161,42 @@ class SparkWarehouseSession(Session):
         _refuse_attached_databases(project)
 
     # -- snapshots and views ----------------------------------------------------------------------
+    @property
+    def files(self) -> SnapshotFiles:
+        """No snapshot files of strata's own: a Spark snapshot is a Parquet table (its files are
+        Spark's). What each snapshot name is (table or view) is read from the catalog once."""
+        if self._files is None:
+            kinds = {
+                name: "view" if kind == "VIEW" else "table"
+                for name, (kind, _) in catalog.relations(self.con, SNAPSHOT_SCHEMA).items()
+            }
+            self._files = SnapshotFiles(folder=None, kinds=kinds)
+        return self._files
+
     def _known_snapshots(self) -> set[str]:
         return catalog.snapshot_names(self.con)
 
     def create_snapshot(self, name: str, query: exp.Query) -> None:
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
-        tables.create_snapshot(self.con, name, query)
+        tables.create_snapshot(self.con, name, query, self.files)
         self._created.append(name)
         self._known_snapshots().add(name)
 
     def create_view_snapshot(self, name: str, query: exp.Query) -> None:
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
-        tables.create_view_snapshot(self.con, name, query)
+        tables.create_view_snapshot(self.con, name, query, self.files)
         self._created.append(name)
         self._known_snapshots().add(name)
 
     def _drop(self, name: str) -> None:
-        relations = catalog.relations(self.con, SNAPSHOT_SCHEMA, name)
-        kind = relations.get(name, ("MANAGED", None))[0]
-        statement = exp.Drop(
-            tables=[snapshot_table(name)], kind="VIEW" if kind == "VIEW" else "TABLE", exists=True
-        )
-        self.con.sql(statement.sql(dialect="spark"))
+        tables.drop_table(self.con, name, self.files)
         self._known_snapshots().discard(name)
 
     def drop_snapshot(self, name: str) -> None:
         self._drop(name)
 
     def rename_snapshot(self, name: str, new_name: str) -> None:
-        tables.rename_snapshot(self.con, name, new_name)
+        tables.rename_snapshot(self.con, name, new_name, self.files)
         self._created = [new_name if created == name else created for created in self._created]
         known = self._known_snapshots()
         known.discard(name)

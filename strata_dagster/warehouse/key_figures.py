@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from strata_dagster.warehouse.content import ROW_ALIAS, as_rows, row_hash_aggregates
 from strata_dagster.warehouse.segments import keyed_rows
+from strata_dagster.warehouse.snapshot_files import SnapshotFiles
 from strata_dagster.warehouse.sql import run, snapshot_table
 from strata_dagster.warehouse.tables import create_snapshot
 
@@ -24,7 +25,11 @@ _BEFORE, _AFTER = "__before", "__after"
 
 
 def create_key_figures(
-    con: duckdb.DuckDBPyConnection, name: str, relation: exp.Table | exp.Query, keys: Sequence[str]
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    relation: exp.Table | exp.Query,
+    keys: Sequence[str],
+    files: SnapshotFiles | None = None,
 ) -> None:
     """A table of `relation`'s row count and row-hash sum per value of `keys` (none NULL)."""
     columns = [exp.column(key, table=ROW_ALIAS) for key in keys]
@@ -36,11 +41,16 @@ def create_key_figures(
         .where(exp.and_(*(exp.not_(exp.Is(this=column, expression=exp.null())) for column in columns)))
         .group_by(*(exp.Literal.number(index + 1) for index in range(len(keys))))
     )
-    create_snapshot(con, name, query)
+    create_snapshot(con, name, query, files)
 
 
 def create_changed_keys(
-    con: duckdb.DuckDBPyConnection, name: str, before: str, after: str, keys: Sequence[str]
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    before: str,
+    after: str,
+    keys: Sequence[str],
+    files: SnapshotFiles | None = None,
 ) -> int:
     """A table of the keys whose figures differ between figures tables `before` and `after` (a key
     in one of them only, or with other figures). Returns how many."""
@@ -69,7 +79,7 @@ def create_changed_keys(
         .join(snapshot_table(after).as_(_AFTER), on=match, join_type="full")
         .where(differs)
     )
-    create_snapshot(con, name, query)
+    create_snapshot(con, name, query, files)
     return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
 
 

@@ -24,6 +24,7 @@ from strata_dagster.warehouse.content import (
     is_summed,
     row_hash_aggregates,
 )
+from strata_dagster.warehouse.snapshot_files import SnapshotFiles
 from strata_dagster.warehouse.sql import data_type, run, snapshot_table
 from strata_dagster.warehouse.tables import create_snapshot
 
@@ -225,6 +226,7 @@ def create_keys_table(
     deleted_from: exp.Query | None,
     merge_keys: Sequence[str],
     reread: tuple[exp.Query, exp.Expression] | None = None,
+    files: SnapshotFiles | None = None,
 ) -> int:
     """Keys of the raw source rows in the window (before any filter), plus keys no longer in the
     source at all when `deleted_from` (the previous state) is given, plus the keys of the previous
@@ -262,7 +264,7 @@ def create_keys_table(
         )
         query = exp.union(query, gone, distinct=False)
     distinct = exp.select("*").distinct().from_(query.subquery("__changed"))
-    create_snapshot(con, name, distinct)
+    create_snapshot(con, name, distinct, files)
     return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
 
 
@@ -383,14 +385,18 @@ def key_sum(
 
 
 def create_values_table(
-    con: duckdb.DuckDBPyConnection, name: str, column: str, values: Sequence[exp.Expression]
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    column: str,
+    values: Sequence[exp.Expression],
+    files: SnapshotFiles | None = None,
 ) -> None:
     """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
     rows = exp.values(
         [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
     )
     query = exp.select(exp.column(column)).from_(rows)
-    create_snapshot(con, name, query)
+    create_snapshot(con, name, query, files)
 
 
 def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:

@@ -2,15 +2,16 @@
 
 DuckDB lets one process write a file and then no other process may open it, not even read-only;
 a reader's shared lock in turn blocks the writer. So readers never open the warehouse. After each
-write session the writer exports the snapshots its live views read to Parquet files (immutable,
-each once) and writes a small catalog file holding the same views, `<branch>.v_<model>`, over
-`read_parquet` of those files; then it switches a symlink to it with one rename. Readers ATTACH
-the symlink's path read-only (`reader_statement`): they see one whole published state, the one
-that was live when they attached, and never block or wait for the writer.
+write session that published a history entry, the writer writes a small catalog file holding the
+same views, `<branch>.v_<model>`, over `read_parquet` of the snapshots' own files
+(snapshot_files.py; a snapshot still stored as a table, or a view model's rows, is exported to
+Parquet once), then switches a symlink to it with one rename. Readers ATTACH the symlink's path
+read-only (`reader_statement`): they see one whole published state, the one that was live when
+they attached, and never block or wait for the writer.
 
     <warehouse>.serving/live.duckdb -> catalog-<digest>.duckdb   (switched by os.replace)
     <warehouse>.serving/catalog-<digest>.duckdb, catalog-<digest>.json (the files it reads)
-    <warehouse>.serving/data/<snapshot table>.parquet
+    <warehouse>.serving/data/<snapshot table>.parquet              (exports of tables and view models)
 
 Every step leaves the previous catalog live until the rename: a crash before it leaves readers at
 the previous whole state, and the next write session finds the catalog stale and writes it again.
@@ -21,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +36,8 @@ from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.errors import E_GC
 from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.sql import DIALECT, data_type, render, run, table
+from strata_dagster.warehouse.snapshot_files import copy_to_file, file_of, fsync, read_relation, write_query
+from strata_dagster.warehouse.sql import DIALECT, describe, render, run, table
 
 LIVE_NAME = "live.duckdb"
 READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
@@ -111,26 +112,31 @@ def refresh(
     folder = serving_dir(warehouse)
     data = folder / "data"
     entry = _latest_entry(con)
-    exports: dict[Path, exp.Query] = {}
-    kinds = _snapshot_kinds(con)
-    types = _column_types(con)
-    served = [
-        _served_view(kinds, types, data, entry, schema, name, sql, exports)
-        for schema, name, sql in _branch_views(con)
-    ]
-    digest = _digest(served)
+    digest = _digest(folder, entry)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
-    data.mkdir(parents=True, exist_ok=True)
+    kinds = _snapshot_kinds(con)
+    views = [(schema, name, _parse_view(sql)) for schema, name, sql in _branch_views(con)]
+    exports: dict[Path, exp.Query] = {}
+    read_files: set[Path] = set()
+    types = _Types(con)
+    served = [
+        _served_view(kinds, types, data, entry, schema, name, query, exports, read_files)
+        for schema, name, query in views
+    ]
+    folder.mkdir(exist_ok=True)
     started = time.perf_counter()
-    written = sum(_export(con, path, query) for path, query in exports.items())
+    written = 0
+    if exports:
+        data.mkdir(exist_ok=True)
+        written = sum(_export(con, path, query) for path, query in exports.items())
+        fsync(data)
     exported_seconds = time.perf_counter() - started
-    _fsync(data)
     on_step("serving_exported")
     # The manifest first: gc finds every catalog file through its manifest.
-    _write_manifest(catalog, sorted(path.name for path in exports))
+    _write_manifest(catalog, sorted(path.name for path in exports), sorted(path.name for path in read_files))
     _write_catalog(con, catalog, served, entry, digest)
     on_step("serving_catalog_written")
     previous = os.readlink(live) if live.is_symlink() else None
@@ -138,7 +144,7 @@ def refresh(
     link.unlink(missing_ok=True)
     link.symlink_to(catalog.name)
     os.replace(link, live)
-    _fsync(folder)
+    fsync(folder)
     if previous is not None and previous != catalog.name:
         _retire(folder / previous)
     on_step("serving_switched")
@@ -170,61 +176,102 @@ def _branch_views(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
     return [(str(schema), str(name), str(sql)) for schema, name, sql in rows]
 
 
-def _snapshot_kinds(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+@dataclass(frozen=True)
+class _Kind:
+    """What a snapshot is: 'table', 'view' (a `materialize: view` model's) or 'file' (a view over
+    its Parquet file, whose stored SQL is `sql`)."""
+
+    kind: str
+    sql: str = ""
+    path: Path | None = None
+
+
+def _snapshot_kinds(con: duckdb.DuckDBPyConnection) -> dict[str, _Kind]:
     rows = con.execute(
-        "SELECT table_name, 'table' FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
-        "UNION ALL SELECT view_name, 'view' FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
+        "SELECT table_name, NULL FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
+        "UNION ALL SELECT view_name, sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
         [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
     ).fetchall()
-    return {str(name): str(kind) for name, kind in rows}
+    kinds: dict[str, _Kind] = {}
+    for name, sql in rows:
+        if sql is None:
+            kinds[str(name)] = _Kind("table")
+            continue
+        path = file_of(str(sql))
+        kinds[str(name)] = _Kind("file", str(sql), Path(path)) if path is not None else _Kind("view")
+    return kinds
 
 
-def _column_types(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(schema, relation) -> its (column, type) list, for every relation of the warehouse."""
-    rows = con.execute(
-        "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
-        "WHERE database_name = current_database() ORDER BY schema_name, table_name, column_index"
-    ).fetchall()
-    types: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for schema, relation, column, type_name in rows:
-        types.setdefault((str(schema), str(relation)), []).append((str(column), str(type_name)))
-    return types
+class _Types:
+    """(column, type) of a relation, described when first asked (one relation at a time:
+    duckdb_columns() binds every view of the warehouse, each view over a file reading its footer)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.known: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+    def of(self, schema: str, name: str) -> list[tuple[str, str]]:
+        if (schema, name) not in self.known:
+            self.known[schema, name] = list(describe(self.con, table(name, schema)))
+        return self.known[schema, name]
+
+
+def _file_relation(kind: _Kind, alias: str) -> exp.Expression:
+    """The relation a file snapshot's view reads (its file, with the casts back to its types)."""
+    assert kind.path is not None
+    if "REPLACE" not in kind.sql:  # no cast: the file itself
+        return read_relation(kind.path, alias, [])
+    query = _parse_view(kind.sql)
+    assert query is not None, kind.sql
+    return query.subquery(alias)
 
 
 def _served_view(
-    kinds: dict[str, str],
-    types: dict[tuple[str, str], list[tuple[str, str]]],
+    kinds: dict[str, _Kind],
+    types: _Types,
     data: Path,
     entry: int,
     schema: str,
     name: str,
-    sql: str,
+    query: exp.Query | None,
     exports: dict[Path, exp.Query],
+    read_files: set[Path],
 ) -> _ServedView:
-    """The view as readers get it, over Parquet files; the files it needs are added to `exports`.
+    """The view as readers get it, over Parquet files; the files it needs are added to `exports`
+    (to write) or `read_files` (snapshot files, read where they are).
 
-    A snapshot table is exported once (it never changes). A view snapshot (`materialize: view`)
-    reads its inputs live, sources included, so its rows are exported again at each history
-    entry. A view edited to read anything else is served as its rows at this entry.
+    A snapshot stored as a file is read from that file: nothing is copied. A snapshot table is
+    exported once (it never changes). A view snapshot (`materialize: view`) reads its inputs live,
+    sources included, so its rows are exported again at each history entry. A view edited to read
+    anything else is served as its rows at this entry.
     """
-    query = _parse_view(sql)
-    if query is None or any(
-        node.db != SNAPSHOT_SCHEMA or node.name not in kinds for node in query.find_all(exp.Table)
-    ):
+    if _is_edited(query, kinds):
         path = data / f"{schema}.{name}@{entry}.parquet"
-        columns = types.get((schema, name), [])
+        columns = types.of(schema, name)
         exports.setdefault(path, _export_query(table(name, schema), columns))
-        return _ServedView(schema, name, exp.select("*").from_(_read_parquet(path, name, columns)))
+        return _ServedView(schema, name, exp.select("*").from_(read_relation(path, name, columns)))
+    assert query is not None
+    query = query.copy()
     for node in list(query.find_all(exp.Table)):
         snapshot = node.name
-        if kinds[snapshot] == "table":
-            path = data / f"{snapshot}.parquet"
-        else:
-            path = data / f"{snapshot}@{entry}.parquet"
-        columns = types.get((SNAPSHOT_SCHEMA, snapshot), [])
+        kind = kinds[snapshot]
+        if kind.kind == "file":
+            assert kind.path is not None
+            read_files.add(kind.path)
+            node.replace(_file_relation(kind, node.alias or snapshot))
+            continue
+        columns = types.of(SNAPSHOT_SCHEMA, snapshot)
+        path = data / (f"{snapshot}.parquet" if kind.kind == "table" else f"{snapshot}@{entry}.parquet")
         exports.setdefault(path, _export_query(table(snapshot, SNAPSHOT_SCHEMA), columns))
-        node.replace(_read_parquet(path, node.alias or snapshot, columns))
+        node.replace(read_relation(path, node.alias or snapshot, columns))
     return _ServedView(schema, name, query)
+
+
+def _is_edited(query: exp.Query | None, kinds: dict[str, _Kind]) -> bool:
+    """A live view that reads anything but snapshots (edited by hand): served as its rows."""
+    return query is None or any(
+        node.db != SNAPSHOT_SCHEMA or node.name not in kinds for node in query.find_all(exp.Table)
+    )
 
 
 def _parse_view(sql: str) -> exp.Query | None:
@@ -236,54 +283,18 @@ def _parse_view(sql: str) -> exp.Query | None:
     return query if isinstance(query, exp.Query) else None
 
 
-# Parquet has no 128-bit integers (DuckDB would write doubles, losing digits): they travel as text.
-_AS_TEXT = ("HUGEINT", "UHUGEINT")
-# Types that come back from Parquet as another type (read back as written, then cast).
-_CHANGED = ("TIMESTAMP_S", "TIMESTAMP_MS", "BIT", "BIGNUM", "VARINT")
-
-
-def _travels_as_text(type_name: str) -> bool:
-    return any(name in type_name for name in _AS_TEXT)
-
-
-def _comes_back_changed(type_name: str) -> bool:
-    return (
-        _travels_as_text(type_name)
-        or type_name in _CHANGED
-        or type_name.startswith("ENUM(")
-        or re.search(r"\[\d+\]", type_name) is not None
-    )
-
-
-def _replaced(
-    columns: list[tuple[str, str]], keep: Callable[[str], bool], as_type: Callable[[str], str]
-) -> exp.Star:
-    return exp.Star(
-        replace=[
-            exp.cast(exp.column(column), data_type(as_type(type_name))).as_(column)
-            for column, type_name in columns
-            if keep(type_name)
-        ]
-        or None
-    )
-
-
 def _export_query(relation: exp.Table, columns: list[tuple[str, str]]) -> exp.Query:
-    return exp.select(_replaced(columns, _travels_as_text, lambda _: "VARCHAR")).from_(relation)
+    return write_query(relation, columns)
 
 
-def _read_parquet(path: Path, alias: str, columns: list[tuple[str, str]]) -> exp.Table | exp.Subquery:
-    """The file as a relation named `alias`, with the columns' warehouse types."""
-    files = exp.Table(this=exp.func("read_parquet", exp.Literal.string(str(path.absolute()))))
-    if not any(_comes_back_changed(type_name) for _, type_name in columns):
-        files.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
-        return files
-    typed = exp.select(_replaced(columns, _comes_back_changed, lambda type_name: type_name)).from_(files)
-    return typed.subquery(alias)
-
-
-def _digest(served: list[_ServedView]) -> str:
-    text = json.dumps([[view.schema, view.name, render(view.query)] for view in served])
+def _digest(folder: Path, entry: int) -> str:
+    """Names the catalog by the history entry it serves: every change of a live view (a run, a
+    rollback, a branch, a promotion, gc) is published together with a history entry, in one
+    transaction, so the catalog is current exactly when it was written for the latest entry (of
+    this warehouse's folder: a copied warehouse gets its own). A session that published nothing
+    finds it current from two small queries; what is read live (a view model, an edited view) is
+    served as its rows at that entry."""
+    text = json.dumps([str(folder.absolute()), entry])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -291,16 +302,7 @@ def _export(con: duckdb.DuckDBPyConnection, path: Path, query: exp.Query) -> int
     """Write `query`'s rows to `path` unless it exists; a crash leaves only a temporary name."""
     if path.exists():
         return 0
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
-    copy = exp.Copy(
-        this=query.subquery(),
-        kind=False,
-        files=[exp.Literal.string(str(staging))],
-        params=[exp.CopyParameter(this=exp.var("FORMAT"), expression=exp.var("parquet"))],
-    )
-    run(con, copy, consume=True)
-    _fsync(staging)
-    os.replace(staging, path)
+    copy_to_file(con, path, query)
     return 1
 
 
@@ -333,7 +335,7 @@ def _write_catalog(
         )
     finally:
         run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
-    _fsync(staging)
+    fsync(staging)
     os.replace(staging, catalog)
 
 
@@ -349,10 +351,11 @@ def _manifest(catalog: Path) -> Path:
     return catalog.with_suffix(".json")
 
 
-def _write_manifest(catalog: Path, files: list[str]) -> None:
+def _write_manifest(catalog: Path, files: list[str], snapshot_files: list[str]) -> None:
+    """`files`: the exports in data/ the catalog reads; `snapshot_files`: the snapshots' own files."""
     manifest = _manifest(catalog)
     staging = manifest.with_name(f".{manifest.name}.{os.getpid()}")
-    staging.write_text(json.dumps({"files": files}))
+    staging.write_text(json.dumps({"files": files, "snapshot_files": snapshot_files}))
     os.replace(staging, manifest)
 
 
@@ -363,37 +366,37 @@ def _retire(catalog: Path) -> None:
         os.utime(manifest)
 
 
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 @dataclass(frozen=True)
 class ServingCollection:
     catalogs_removed: int
     files_removed: int
     bytes_removed: int
+    # The snapshot files (snapshot_files.py) the kept catalogs read: gc keeps them for the readers.
+    kept_snapshot_files: frozenset[str] = frozenset()
+    # Filled in by Session.collect_files: the snapshot files nothing read any more, removed.
+    snapshot_files_removed: int = 0
+    snapshot_bytes_removed: int = 0
 
 
 def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
     """Remove the catalogs retired more than `grace` seconds ago and the files no kept catalog
     reads. A reader attached to a removed catalog keeps its open file, but not the Parquet files."""
     folder = serving_dir(warehouse)
-    if not folder.exists():
+    if not folder.is_dir():
         return ServingCollection(0, 0, 0)
     wait = grace_seconds() if grace is None else grace
     live = live_path(warehouse)
     current = os.readlink(live) if live.is_symlink() else None
     now = time.time()
     kept: set[str] = set()
+    kept_snapshot_files: set[str] = set()
     catalogs_removed = 0
     for manifest in sorted(folder.glob("catalog-*.json")):
         catalog = manifest.with_suffix(".duckdb")
         if catalog.name == current or now - manifest.stat().st_mtime < wait:
-            kept.update(json.loads(manifest.read_text())["files"])
+            listed = json.loads(manifest.read_text())
+            kept.update(listed["files"])
+            kept_snapshot_files.update(listed.get("snapshot_files", ()))
             continue
         catalog.unlink(missing_ok=True)
         manifest.unlink()
@@ -408,7 +411,20 @@ def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
     for leftover in [*folder.glob(".*"), *(folder / "data").glob(".*")]:
         if now - leftover.lstat().st_mtime >= wait:
             leftover.unlink(missing_ok=True)
-    return ServingCollection(catalogs_removed, files_removed, bytes_removed)
+    return ServingCollection(catalogs_removed, files_removed, bytes_removed, frozenset(kept_snapshot_files))
+
+
+def snapshot_files_read_since(warehouse: Path, since: float) -> set[str]:
+    """The snapshot files read by the catalogs written or retired at or after `since` (epoch
+    seconds): those a session that started then may have made readers depend on."""
+    names: set[str] = set()
+    folder = serving_dir(warehouse)
+    if not folder.is_dir():
+        return names
+    for manifest in folder.glob("catalog-*.json"):
+        if manifest.stat().st_mtime >= since:
+            names.update(json.loads(manifest.read_text()).get("snapshot_files", ()))
+    return names
 
 
 def grace_seconds() -> float:

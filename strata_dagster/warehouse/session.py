@@ -6,6 +6,8 @@ as WarehouseError, which carries DuckDB's first message line and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from sqlglot import exp
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_SERVING, StrataError
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse import serving, tables
+from strata_dagster.warehouse import serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
@@ -43,6 +45,7 @@ from strata_dagster.warehouse.segments import (
     max_value,
     window_stats,
 )
+from strata_dagster.warehouse.snapshot_files import SnapshotFiles
 from strata_dagster.warehouse.sql import describe, render, run
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
@@ -91,6 +94,14 @@ class Session:
         self.meta = con
         self.history = HistoryReader(con)
         self.writer = HistoryWriter(con)
+        self._files: SnapshotFiles | None = None
+
+    @property
+    def files(self) -> SnapshotFiles:
+        """Where this session writes snapshot files, and those it wrote (read on first use)."""
+        if self._files is None:
+            self._files = SnapshotFiles.of(self.con)
+        return self._files
 
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
@@ -102,12 +113,15 @@ class Session:
         except BaseException:
             self.rollback()
             raise
-        self.con.execute("COMMIT")
+        self.commit()
 
     def begin(self) -> None:
         self.con.execute("BEGIN TRANSACTION")
 
     def commit(self) -> None:
+        """Commit; the snapshot files the transaction's views read are made durable first."""
+        if self._files is not None:
+            self._files.sync()
         self.con.execute("COMMIT")
 
     def checkpoint(self) -> None:
@@ -118,6 +132,8 @@ class Session:
         return free_bytes(self.con)
 
     def rollback(self) -> None:
+        if self._files is not None:
+            self._files.kinds = None  # what the transaction did to the snapshot schema is undone
         try:
             self.con.execute("ROLLBACK")
         except duckdb.Error:
@@ -152,18 +168,18 @@ class Session:
     # -- snapshots and views ----------------------------------------------------------------------
     def create_snapshot(self, name: str, query: exp.Query) -> None:
         with _as_warehouse_errors():
-            tables.create_snapshot(self.con, name, query)
+            tables.create_snapshot(self.con, name, query, self.files)
 
     def create_view_snapshot(self, name: str, query: exp.Query) -> None:
         with _as_warehouse_errors():
-            tables.create_view_snapshot(self.con, name, query)
+            tables.create_view_snapshot(self.con, name, query, self.files)
 
     def drop_snapshot(self, name: str) -> None:
-        tables.drop_table(self.con, name)
+        tables.drop_table(self.con, name, self.files)
 
     def rename_snapshot(self, name: str, new_name: str) -> None:
         with _as_warehouse_errors():
-            tables.rename_snapshot(self.con, name, new_name)
+            tables.rename_snapshot(self.con, name, new_name, self.files)
 
     def snapshot_exists(self, name: str) -> bool:
         return tables.table_exists(self.con, name)
@@ -209,7 +225,9 @@ class Session:
         reread: tuple[exp.Query, exp.Expression] | None = None,
     ) -> int:
         with _as_warehouse_errors():
-            return create_keys_table(self.con, name, relation, keys, window, deleted_from, merge_keys, reread)
+            return create_keys_table(
+                self.con, name, relation, keys, window, deleted_from, merge_keys, reread, self.files
+            )
 
     def content_by_group(
         self, relation: exp.Table | exp.Query, key: exp.Expression, basis: RowBasis = WHOLE_ROW
@@ -219,7 +237,7 @@ class Session:
 
     def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
         with _as_warehouse_errors():
-            create_values_table(self.con, name, column, values)
+            create_values_table(self.con, name, column, values, self.files)
 
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
         with _as_warehouse_errors():
@@ -254,11 +272,11 @@ class Session:
     # -- joined inputs ----------------------------------------------------------------------------
     def create_key_figures(self, name: str, relation: exp.Table | exp.Query, keys: Sequence[str]) -> None:
         with _as_warehouse_errors():
-            create_key_figures(self.con, name, relation, keys)
+            create_key_figures(self.con, name, relation, keys, self.files)
 
     def create_changed_keys(self, name: str, before: str, after: str, keys: Sequence[str]) -> int:
         with _as_warehouse_errors():
-            return create_changed_keys(self.con, name, before, after, keys)
+            return create_changed_keys(self.con, name, before, after, keys, self.files)
 
     def partitions_meeting(
         self,
@@ -274,6 +292,19 @@ class Session:
     def refresh_serving(self, path: Path) -> serving.ServingState | None:
         """Bring the serving copy up to date now (every write session also does on closing)."""
         return refresh_serving(self.con, path)
+
+    def collect_files(self, path: Path, grace: float) -> serving.ServingCollection:
+        """Remove the serving catalogs retired more than `grace` seconds ago, then every file
+        (serving export or snapshot file) that neither a snapshot view nor a kept catalog reads.
+        Only a write session may: it holds the lock, so no other process is writing files."""
+        collected = serving.collect(path, grace)
+        with _as_warehouse_errors():
+            removed = snapshot_files.remove_unreferenced(
+                self.con, snapshot_files.folder_of(path.absolute()), kept=set(collected.kept_snapshot_files)
+            )
+        return dataclasses.replace(
+            collected, snapshot_files_removed=removed.files, snapshot_bytes_removed=removed.bytes
+        )
 
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""
@@ -386,15 +417,42 @@ def open_session(
         with opener(path, choice, read_only=read_only, must_exist=must_exist, timeout=timeout) as session:  # type: ignore[operator]
             yield session
         return
+    if not read_only:
+        snapshot_files.storage()  # a bad setting is E037 before anything is opened or written
     with connect(path, read_only=read_only, must_exist=must_exist, timeout=timeout) as con:
+        opened = time.time()
+        session: Session | None = None
         try:
             if not read_only:
                 migrate(con)
-            yield Session(con)
-        except duckdb.OutOfMemoryException as error:
-            raise exceeded_error(error) from None
+            session = Session(con)
+            yield session
+        except BaseException as error:
+            if session is not None:
+                session.rollback()
+                _remove_unpublished_files(session, path, opened)
+            if isinstance(error, duckdb.OutOfMemoryException):
+                raise exceeded_error(error) from None
+            raise
         if not read_only:
-            refresh_serving(con, path)
+            try:
+                refresh_serving(con, path)
+            finally:
+                _remove_unpublished_files(session, path, opened)
+
+
+def _remove_unpublished_files(session: Session | None, path: Path, opened: float) -> None:
+    """Remove the snapshot files this session wrote that no committed view reads (a failed or
+    rolled-back build, a scratch table, a segment replaced before publication). A failure here
+    only leaves garbage for `strata gc`."""
+    files = session._files if session is not None else None
+    if files is None or files.folder is None or not files.written:
+        return
+    try:
+        kept = serving.snapshot_files_read_since(path, opened)
+        snapshot_files.remove_unreferenced(session.con, files.folder, kept, candidates=files.written)
+    except (duckdb.Error, OSError):
+        pass
 
 
 def refresh_serving(con: duckdb.DuckDBPyConnection, path: Path) -> serving.ServingState | None:

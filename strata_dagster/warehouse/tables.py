@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,7 +11,9 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
+from strata_dagster.warehouse import snapshot_files
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.snapshot_files import SnapshotFiles
 from strata_dagster.warehouse.sql import DIALECT, describe, run, snapshot_table, table
 
 
@@ -18,31 +21,113 @@ def snapshot_table_name(snapshot_id: str, model: str) -> str:
     return f"snap_{snapshot_id}_{model}"
 
 
-def create_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
-    """Write a new immutable snapshot table. A leftover table of that name is never published
-    (names come from build keys registered only at publication), so it may be replaced.
-    `query` is consumed (see sql.render): pass a tree built for this call."""
-    statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True)
-    run(con, statement, consume=True)
+_PENDING = table("__strata_pending_snapshot")  # a temporary view: the query, bound once
 
 
-def rename_snapshot(con: duckdb.DuckDBPyConnection, name: str, new_name: str) -> None:
-    """Give a snapshot table a build is still writing (never a published one) another name."""
+def create_snapshot(
+    con: duckdb.DuckDBPyConnection, name: str, query: exp.Query, files: SnapshotFiles | None = None
+) -> None:
+    """Write a new immutable snapshot: a Parquet file and a view over it (snapshot_files.py), or a
+    table when `files` has no folder or the file would not give the columns back exactly. A
+    leftover of that name is never published (names come from build keys registered only at
+    publication), so it may be replaced. `query` is consumed (see sql.render): pass a tree built
+    for this call."""
+    kind = _kind(con, name, files)
+    if files is None or files.folder is None:
+        if kind == "view":
+            drop_table(con, name, files)
+        statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True)
+        run(con, statement, consume=True)
+        _set_kind(files, name, "table")
+        return
+    temporary = exp.Properties(expressions=[exp.TemporaryProperty()])
+    pending = exp.Create(this=_PENDING, kind="VIEW", expression=query, properties=temporary, replace=True)
+    run(con, pending, consume=True)
+    try:
+        if kind is not None:
+            drop_table(con, name, files)
+        columns = list(describe(con, _PENDING))
+        if snapshot_files.is_storable(columns) and _write_file(con, name, columns, files):
+            _set_kind(files, name, "view")
+        else:
+            rows = exp.select("*").from_(_PENDING)
+            run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=rows))
+            _set_kind(files, name, "table")
+    except BaseException:
+        # The failed statement may have aborted the transaction (the view goes with it).
+        with contextlib.suppress(duckdb.Error):
+            run(con, exp.Drop(tables=[_PENDING], kind="VIEW", exists=True))
+        raise
+    run(con, exp.Drop(tables=[_PENDING], kind="VIEW", exists=True))
+
+
+def _write_file(
+    con: duckdb.DuckDBPyConnection, name: str, columns: list[tuple[str, str]], files: SnapshotFiles
+) -> bool:
+    """The pending rows as a file and the snapshot as a view over it; False (nothing left but an
+    unreferenced file) when the view would not give back exactly the columns' types."""
+    assert files.folder is not None
+    files.folder.mkdir(exist_ok=True)
+    path = snapshot_files.new_file(files.folder, name)
+    files.written.append(path)
+    snapshot_files.copy_to_file(con, path, snapshot_files.write_query(_PENDING, columns), sync=False)
+    files.unsynced.append(path)
+    view = exp.Create(
+        this=snapshot_table(name), kind="VIEW", expression=snapshot_files.read_query(path, columns)
+    )
+    run(con, view, consume=True)
+    if snapshot_files.is_known_exact(columns) or list(describe(con, snapshot_table(name))) == columns:
+        return True
+    run(con, exp.Drop(tables=[snapshot_table(name)], kind="VIEW", exists=True))
+    return False
+
+
+def _kind(con: duckdb.DuckDBPyConnection, name: str, files: SnapshotFiles | None) -> str | None:
+    """'table' or 'view' for a snapshot of that name, None when there is none."""
+    if files is not None:
+        return files.kind_of(con, name)
+    if _is_view(con, name):
+        return "view"
+    return "table" if table_exists(con, name) else None
+
+
+def _set_kind(files: SnapshotFiles | None, name: str, kind: str | None) -> None:
+    if files is not None:
+        files.set_kind(name, kind)
+
+
+def rename_snapshot(
+    con: duckdb.DuckDBPyConnection, name: str, new_name: str, files: SnapshotFiles | None = None
+) -> None:
+    """Give a snapshot a build is still writing (never a published one) another name (a snapshot
+    file keeps its own name: only the view over it is renamed)."""
     rename = exp.AlterRename(this=exp.to_table(new_name))
-    run(con, exp.Alter(this=snapshot_table(name), kind="TABLE", actions=[rename]))
+    kind = _kind(con, name, files) or "table"
+    run(con, exp.Alter(this=snapshot_table(name), kind=kind.upper(), actions=[rename]))
+    _set_kind(files, name, None)
+    _set_kind(files, new_name, kind)
 
 
-def create_view_snapshot(con: duckdb.DuckDBPyConnection, name: str, query: exp.Query) -> None:
+def create_view_snapshot(
+    con: duckdb.DuckDBPyConnection, name: str, query: exp.Query, files: SnapshotFiles | None = None
+) -> None:
     """A `materialize: view` model's snapshot: an immutable view over its inputs, named like a
     snapshot table so live views, rollback, branches and gc treat it alike. `query` is consumed."""
+    if _kind(con, name, files) == "table":
+        drop_table(con, name, files)
     statement = exp.Create(this=snapshot_table(name), kind="VIEW", expression=query, replace=True)
     run(con, statement, consume=True)
+    _set_kind(files, name, "view")
 
 
-def drop_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Drop a snapshot, a table or a view snapshot (DuckDB refuses DROP TABLE on a view)."""
-    kind = "VIEW" if _is_view(con, name) else "TABLE"
-    run(con, exp.Drop(tables=[snapshot_table(name)], kind=kind, exists=True))
+def drop_table(con: duckdb.DuckDBPyConnection, name: str, files: SnapshotFiles | None = None) -> None:
+    """Drop a snapshot, a table or a view (over its file, or a view model's): DuckDB refuses DROP
+    TABLE on a view. A snapshot's file stays until nothing reads it (snapshot_files.py)."""
+    kind = _kind(con, name, files)
+    if kind is None:
+        return
+    run(con, exp.Drop(tables=[snapshot_table(name)], kind=kind.upper(), exists=True))
+    _set_kind(files, name, None)
 
 
 def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -1,0 +1,302 @@
+"""Snapshots stored as Parquet files: written once beside the warehouse, read through a view.
+
+A snapshot `strata_snapshots.<name>` is a view over one immutable file,
+`<warehouse>.snapshots/<name>.<token>.parquet`. The file is written before the view: `COPY (query)
+TO` a temporary name, fsync, rename, fsync of the folder. The view is created in the writer's
+transaction, so the file is published when that transaction commits and never otherwise; a file
+no committed view reads is garbage (the session that wrote it removes it on closing, `strata gc`
+removes what a crash left). A file is never rewritten: a rebuild under the same name gets a new
+token. The serving copy (serving.py) reads the same files, so nothing is copied for readers.
+
+Parquet does not keep every DuckDB type. Scalars it would change travel as text or are cast back
+on reading (`write_query`, `read_relation`); a snapshot with a nested column of such a type, or
+whose view does not give back exactly the query's types, is stored as a table instead.
+
+`STRATA_SNAPSHOT_STORAGE=table` stores every new snapshot as a table in the warehouse file, as
+before issue 19's second part: a warehouse that stays one file, for the price of the serving copy
+exporting each snapshot once more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.errors import E_SNAPSHOT_STORAGE, StrataError
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.sql import data_type, run
+
+FOLDER_SUFFIX = ".snapshots"
+STORAGE_ENV = "STRATA_SNAPSHOT_STORAGE"
+STORAGES = ("parquet", "table")
+# Types Parquet would change in value (128-bit integers become doubles, an INTERVAL loses its
+# microseconds, a TIME WITH TIME ZONE its offset) or cannot hold: exact as text, cast back.
+_AS_TEXT = ("HUGEINT", "UHUGEINT", "INTERVAL", "TIME WITH TIME ZONE", "BIT", "BIGNUM", "VARINT")
+# Types that come back from Parquet as another type with the same values (read back, then cast).
+_CAST_BACK = ("TIMESTAMP_S", "TIMESTAMP_MS")
+_FILE_IN_VIEW = re.compile(r"read_parquet\('((?:[^']|'')*)'\)")
+
+
+def folder_of(warehouse: Path) -> Path:
+    return warehouse.with_name(warehouse.name + FOLDER_SUFFIX)
+
+
+def storage() -> str:
+    raw = os.environ.get(STORAGE_ENV, "parquet")
+    if raw not in STORAGES:
+        raise StrataError(
+            E_SNAPSHOT_STORAGE,
+            f"{STORAGE_ENV}={raw!r} is not a snapshot storage",
+            hint=f"use {STORAGE_ENV}=parquet (the default: files beside the warehouse) or "
+            f"{STORAGE_ENV}=table (tables inside the warehouse file)",
+        )
+    return raw
+
+
+# -- types ----------------------------------------------------------------------------------------
+def travels_as_text(type_name: str) -> bool:
+    return any(name in type_name for name in _AS_TEXT)
+
+
+def comes_back_changed(type_name: str) -> bool:
+    return (
+        travels_as_text(type_name)
+        or type_name in _CAST_BACK
+        or any(name in type_name for name in _CAST_BACK)
+        or "ENUM(" in type_name
+        or "UNION(" in type_name  # comes back as a STRUCT of its tag and members
+        or re.search(r"\[\d+\]", type_name) is not None
+    )
+
+
+# Types a file gives back exactly as they are (checked by test_snapshot_files): a snapshot of only
+# these needs no check that its view gives the columns back.
+_KNOWN_EXACT = frozenset(
+    {
+        "BOOLEAN",
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "FLOAT",
+        "DOUBLE",
+        "VARCHAR",
+        "BLOB",
+        "DATE",
+        "TIME",
+        "TIMESTAMP",
+        "TIMESTAMP_NS",
+        "TIMESTAMP WITH TIME ZONE",
+        "UUID",
+        "JSON",
+        "HUGEINT",
+        "UHUGEINT",
+        "INTERVAL",
+        "TIME WITH TIME ZONE",
+        "TIMESTAMP_S",
+        "TIMESTAMP_MS",
+    }
+)
+
+
+def is_known_exact(columns: Iterable[tuple[str, str]]) -> bool:
+    return all(type_name in _KNOWN_EXACT or type_name.startswith("DECIMAL(") for _, type_name in columns)
+
+
+def _is_nested(type_name: str) -> bool:
+    return "(" in type_name and not type_name.startswith(("DECIMAL(", "ENUM(")) or "[" in type_name
+
+
+def is_storable(columns: Iterable[tuple[str, str]]) -> bool:
+    """Whether a file keeps every column exactly: a nested type holding one of the types that
+    travel as text would come back through a text cast of the whole value (quoting included), so
+    such a snapshot stays a table; so does a UNION (Parquet gives back a STRUCT)."""
+    return not any(
+        (_is_nested(type_name) and travels_as_text(type_name)) or "UNION(" in type_name
+        for _, type_name in columns
+    )
+
+
+def _replaced(
+    columns: Iterable[tuple[str, str]], keep: Callable[[str], bool], as_type: Callable[[str], str]
+) -> exp.Star:
+    return exp.Star(
+        replace=[
+            exp.cast(exp.column(column), data_type(as_type(type_name))).as_(column)
+            for column, type_name in columns
+            if keep(type_name)
+        ]
+        or None
+    )
+
+
+def write_query(relation: exp.Table | exp.Query, columns: list[tuple[str, str]]) -> exp.Query:
+    """`relation`'s rows as a file should hold them (the types that travel as text, as text)."""
+    if not any(travels_as_text(type_name) for _, type_name in columns):
+        return relation if isinstance(relation, exp.Query) else exp.select("*").from_(relation)
+    source = relation.subquery("__rows") if isinstance(relation, exp.Query) else relation
+    return exp.select(_replaced(columns, travels_as_text, lambda _: "VARCHAR")).from_(source)
+
+
+def read_relation(path: Path, alias: str, columns: list[tuple[str, str]]) -> exp.Table | exp.Subquery:
+    """A file written by `write_query` as a relation named `alias`, with the columns' own types."""
+    files = exp.Table(this=exp.func("read_parquet", exp.Literal.string(str(path.absolute()))))
+    if not any(comes_back_changed(type_name) for _, type_name in columns):
+        files.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        return files
+    typed = exp.select(_replaced(columns, comes_back_changed, lambda type_name: type_name)).from_(files)
+    return typed.subquery(alias)
+
+
+def read_query(path: Path, columns: list[tuple[str, str]]) -> exp.Query:
+    """The query of a snapshot's view over its file."""
+    return exp.select("*").from_(read_relation(path, "__file", columns))
+
+
+# -- files ----------------------------------------------------------------------------------------
+def copy_to_file(con: duckdb.DuckDBPyConnection, path: Path, query: exp.Query, *, sync: bool = True) -> None:
+    """Write `query`'s rows to `path` (consumed); a crash leaves only a temporary name behind.
+    Without `sync` the file is not yet durable: SnapshotFiles.sync must run before anything that
+    reads it is committed."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    copy = exp.Copy(
+        this=query.subquery(),
+        kind=False,
+        files=[exp.Literal.string(str(staging))],
+        params=[exp.CopyParameter(this=exp.var("FORMAT"), expression=exp.var("parquet"))],
+    )
+    run(con, copy, consume=True)
+    if sync:
+        fsync(staging)
+    os.replace(staging, path)
+    if sync:
+        fsync(path.parent)
+
+
+def new_file(folder: Path, name: str) -> Path:
+    """A name no file ever had: a file is written once and never replaced."""
+    return folder / f"{name}.{secrets.token_hex(6)}.parquet"
+
+
+def file_of(view_sql: str) -> str | None:
+    """The file a snapshot view reads (its path as written), or None for a view over tables."""
+    match = _FILE_IN_VIEW.search(view_sql)
+    return match.group(1).replace("''", "'") if match else None
+
+
+def fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+@dataclass
+class SnapshotFiles:
+    """Where one session writes snapshot files, and the files it wrote (to remove the unpublished)."""
+
+    folder: Path | None  # None: snapshots are tables (an in-memory database, or storage `table`)
+    written: list[Path] = field(default_factory=list)
+    unsynced: list[Path] = field(default_factory=list)
+    # Snapshot name -> 'table' or 'view', read once and kept up to date by this session's own
+    # writes (only the writer changes the snapshot schema); forgotten when a transaction rolls back.
+    # Asking DuckDB each time lists every view of the catalog: tens of ms with thousands.
+    kinds: dict[str, str] | None = None
+
+    def kind_of(self, con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+        if self.kinds is None:
+            rows = con.execute(
+                "SELECT table_name, 'table' FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
+                "UNION ALL SELECT view_name, 'view' FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
+                [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
+            ).fetchall()
+            self.kinds = {str(row[0]): str(row[1]) for row in rows}
+        return self.kinds.get(name)
+
+    def set_kind(self, name: str, kind: str | None) -> None:
+        if self.kinds is not None:
+            if kind is None:
+                self.kinds.pop(name, None)
+            else:
+                self.kinds[name] = kind
+
+    def sync(self) -> None:
+        """Make the files written since the last call durable, and their names (before a COMMIT
+        publishes a view over them: the transaction's own fsync does not cover them). The
+        fsyncs run side by side, so a build of many small partition files waits for the disk
+        about once rather than once per file."""
+        if not self.unsynced or self.folder is None:
+            return
+        paths, self.unsynced = self.unsynced, []
+        if len(paths) == 1:
+            fsync(paths[0])
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+                list(pool.map(fsync, paths))
+        fsync(self.folder)
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection) -> SnapshotFiles:
+        row = con.execute(
+            "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()
+        if storage() == "table" or row is None or not row[0]:
+            return cls(None)
+        return cls(folder_of(Path(str(row[0])).absolute()))
+
+
+def referenced_files(con: duckdb.DuckDBPyConnection, folder: Path) -> set[str]:
+    """Names of the files in `folder` that a committed-or-pending snapshot view reads."""
+    rows = con.execute(
+        "SELECT sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database() "
+        "AND contains(sql, 'read_parquet(')",
+        [SNAPSHOT_SCHEMA],
+    ).fetchall()
+    names = set()
+    for (sql,) in rows:
+        path = file_of(str(sql))
+        if path is not None and Path(path).parent == folder:
+            names.add(Path(path).name)
+    return names
+
+
+@dataclass(frozen=True)
+class FilesRemoved:
+    files: int
+    bytes: int
+
+
+def remove_unreferenced(
+    con: duckdb.DuckDBPyConnection, folder: Path, kept: set[str], candidates: Iterable[Path] | None = None
+) -> FilesRemoved:
+    """Remove the files of `folder` no snapshot view reads and `kept` (names) does not list: the
+    `candidates` only, or, with None, every file there and the staging files of cut-short writes.
+    Only the warehouse's writer may call this (it holds the lock: no other process writes files)."""
+    if not folder.is_dir():
+        return FilesRemoved(0, 0)
+    referenced = referenced_files(con, folder) | kept
+    if candidates is None:
+        paths = [Path(entry.path) for entry in os.scandir(folder) if entry.is_file()]
+    else:
+        paths = [path for path in candidates if path.exists()]
+    count = size = 0
+    for path in paths:
+        if path.name in referenced:
+            continue
+        size += path.stat().st_size
+        path.unlink()
+        count += 1
+    return FilesRemoved(count, size)
