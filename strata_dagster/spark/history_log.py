@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampNTZType
+import pyarrow as pa
 
 from strata_dagster.spark.catalog import ensure_schema, relations
 from strata_dagster.spark.connection import SparkConnection, spark_errors
@@ -28,23 +28,6 @@ LOG_TABLE = f"{HISTORY_SCHEMA}.history_log"
 COMMITS_TABLE = f"{HISTORY_SCHEMA}.history_commits"
 COMMITTED = "committed"
 ABANDONED = "abandoned"
-
-_LOG_SCHEMA = StructType(
-    [
-        StructField("commit_id", StringType(), False),
-        StructField("seq", LongType(), False),
-        StructField("tbl", StringType(), False),
-        StructField("row", StringType(), False),
-    ]
-)
-_COMMITS_SCHEMA = StructType(
-    [
-        StructField("commit_id", StringType(), False),
-        StructField("row_count", LongType(), False),
-        StructField("state", StringType(), False),
-        StructField("marked_at", TimestampNTZType(), False),
-    ]
-)
 
 
 def has_log(con: SparkConnection) -> bool:
@@ -93,15 +76,29 @@ def new_commit_id() -> str:
 
 def append_rows(con: SparkConnection, commit_id: str, rows: Sequence[LogRow]) -> None:
     """The first step of a publication: every new history row, under `commit_id`, in one write."""
-    data = [(commit_id, seq, table, row) for seq, (table, row) in enumerate(rows)]
+    # Through Arrow: a local relation, with no Python worker to start on the executors.
+    data = pa.table(
+        {
+            "commit_id": pa.array([commit_id] * len(rows), pa.string()),
+            "seq": pa.array(range(len(rows)), pa.int64()),
+            "tbl": pa.array([table for table, _ in rows], pa.string()),
+            "row": pa.array([row for _, row in rows], pa.string()),
+        }
+    )
     with spark_errors():
-        con.spark.createDataFrame(data, _LOG_SCHEMA).write.insertInto(LOG_TABLE)
+        con.spark.createDataFrame(data).write.insertInto(LOG_TABLE)
 
 
 def mark(con: SparkConnection, commit_id: str, row_count: int, state: str = COMMITTED) -> None:
     """The last step: the commit is history (or, for an interrupted one, abandoned)."""
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    data = pa.table(
+        {
+            "commit_id": pa.array([commit_id], pa.string()),
+            "row_count": pa.array([row_count], pa.int64()),
+            "state": pa.array([state], pa.string()),
+            "marked_at": pa.array([now], pa.timestamp("us")),
+        }
+    )
     with spark_errors():
-        con.spark.createDataFrame([(commit_id, row_count, state, now)], _COMMITS_SCHEMA).write.insertInto(
-            COMMITS_TABLE
-        )
+        con.spark.createDataFrame(data).write.insertInto(COMMITS_TABLE)
