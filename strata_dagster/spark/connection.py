@@ -142,14 +142,15 @@ class SparkConnection:
     ) -> SparkResult:
         del consume  # the rewrite always works on a copy
         if isinstance(statement, exp.Create) and statement.kind == "TABLE":
-            target = statement.this
-            is_snapshot = isinstance(target, exp.Table) and target.db == SNAPSHOT_SCHEMA
-            if statement.args.get("replace") and (not is_snapshot or target.name in self._snapshot_names()):
-                # A leftover of an unpublished build may hold the name (tables.create_snapshot).
-                self.sql(exp.Drop(tables=[target.copy()], kind="TABLE", exists=True).sql(dialect="spark"))
+            if statement.args.get("replace"):
+                # No CREATE OR REPLACE TABLE AS on Parquet: what replaces a table drops it first.
+                self.sql(
+                    exp.Drop(tables=[statement.this.copy()], kind="TABLE", exists=True).sql(dialect="spark")
+                )
             result = self.sql(self.render(statements.snapshot_ddl(statement.copy())), params)
-            if is_snapshot:
-                self._snapshot_names().add(target.name)
+            target = statement.this
+            if isinstance(target, exp.Table) and target.db == SNAPSHOT_SCHEMA and self.snapshots is not None:
+                self.snapshots.add(target.name)
             return result
         if isinstance(statement, exp.Create) and statement.kind == "VIEW":
             self._is_permanent = True  # a permanent view cannot read a session's temporary view
@@ -158,11 +159,6 @@ class SparkConnection:
             finally:
                 self._is_permanent = False
         return self.sql(self.render(statement), params, is_description=isinstance(statement, exp.Describe))
-
-    def _snapshot_names(self) -> set[str]:
-        from strata_dagster.spark.catalog import snapshot_names  # catalog builds on this module
-
-        return snapshot_names(self)
 
     def sql(
         self, text: str, params: Sequence[Any] | None = None, *, is_description: bool = False

@@ -27,7 +27,7 @@ SPARK_REMOTE_ENV: Final = "STRATA_SPARK_REMOTE"
 DEFAULT_ENGINE: Final = "duckdb"
 
 # Engine -> "module:function" that opens its sessions, imported only when the engine is chosen.
-_OPENERS: Final[dict[str, str]] = {"spark": "strata_dagster.spark.session:open_spark_session"}
+_OPENERS: Final[dict[str, str]] = {"spark": "strata_dagster.spark.opening:open_spark_session"}
 
 
 @dataclass(frozen=True)

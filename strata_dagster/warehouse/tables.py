@@ -34,9 +34,10 @@ def create_snapshot(
     for this call."""
     kind = _kind(con, name, files)
     if files is None or files.folder is None:
-        if kind == "view":
+        if kind is not None:
+            # Dropped rather than replaced: an engine without CREATE OR REPLACE TABLE AS (Spark).
             drop_table(con, name, files)
-        statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query, replace=True)
+        statement = exp.Create(this=snapshot_table(name), kind="TABLE", expression=query)
         run(con, statement, consume=True)
         _set_kind(files, name, "table")
         return
