@@ -28,6 +28,7 @@ from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import RunResult, run_project
 from strata_dagster.warehouse.engines import EngineChoice, engine_choice, using_engine
 from strata_dagster.warehouse.session import open_session
+from strata_dagster.warehouse.sql import describe, run
 from strata_dagster_tests.spark_support import drop_databases, spark_session
 
 ENGINES = ("duckdb", "spark")
@@ -95,6 +96,18 @@ class EngineUnderTest:
         """Column names and every row of a relation (a query in DuckDB SQL is rendered for the engine)."""
         if isinstance(relation, str):
             relation = sqlglot.parse_one(relation, read="duckdb")
+        if self.name == "spark":
+            # Straight to Spark: a session would load the whole history for one query.
+            from strata_dagster.spark.connection import SparkConnection
+
+            con = SparkConnection(self.spark)
+            try:
+                columns = describe(con, relation)
+                source = relation.subquery("__read") if isinstance(relation, exp.Query) else relation
+                rows = run(con, exp.select("*").from_(source)).fetchall()
+            finally:
+                con.drop_file_views()
+            return [name for name, _ in columns], rows
         with self.chosen(), open_session(self.warehouse, read_only=True) as session:
             columns, rows = session.read_rows(relation)
         return [name for name, _ in columns], rows

@@ -228,8 +228,6 @@ def _copy_shop_sources(raw: Path, engine) -> None:
 def test_separate_cli_processes_share_one_catalog_through_spark_connect(tmp_path):
     """`--spark-remote`: every command is a client of one Spark Connect server, so processes that
     a local embedded catalog would shut out of each other (Dagster steps, readers) share it."""
-    from pyspark.sql import SparkSession
-
     from strata_dagster_tests.spark_support import spark_connect_server
 
     project = tmp_path / "project"
@@ -239,16 +237,20 @@ def test_separate_cli_processes_share_one_catalog_through_spark_connect(tmp_path
         "model totals {\n  from orders\n  group status\n  aggregate n = count(*)\n}\n"
     )
     with spark_connect_server(tmp_path / "connect") as url:
-        client = SparkSession.builder.remote(url).getOrCreate()
-        try:
-            client.sql("CREATE DATABASE IF NOT EXISTS raw")
-            client.sql(
-                "CREATE TABLE raw.orders USING parquet AS SELECT id AS order_id, "
-                "IF(id % 3 = 0, 'paid', 'open') AS status, TIMESTAMP_NTZ'2025-01-01 00:00:00' + "
-                "make_interval(0, 0, 0, 0, 0, 0, id) AS updated_at FROM range(30)"
-            )
-        finally:
-            client.stop()
+        # The source, written by a client process of its own (this process runs a local Spark,
+        # and one process holds one kind of session).
+        load = (
+            "import sys; from pyspark.sql import SparkSession; "
+            "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate(); "
+            "s.sql('CREATE DATABASE IF NOT EXISTS raw'); "
+            's.sql("CREATE TABLE raw.orders USING parquet AS SELECT id AS order_id, '
+            "IF(id % 3 = 0, 'paid', 'open') AS status, TIMESTAMP_NTZ'2025-01-01 00:00:00' + "
+            'make_interval(0, 0, 0, 0, 0, 0, id) AS updated_at FROM range(30)")'
+        )
+        loaded = subprocess.run(
+            [sys.executable, "-c", load, url], capture_output=True, text=True, timeout=600
+        )
+        assert loaded.returncode == 0, loaded.stderr[-2000:]
         strata = [str(Path(sys.executable).parent / "strata")]
         common = ["--engine", "spark", "--spark-remote", url, "--warehouse", str(tmp_path / "unused")]
         built = subprocess.run(

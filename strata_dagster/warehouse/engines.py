@@ -104,7 +104,9 @@ def engine_opener(choice: EngineChoice) -> Callable[..., object]:
     module_name, _, function = _OPENERS[choice.name].partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith(("pyspark", "py4j", "grpc", "google")):
+            raise  # a module of strata's own: a bug to show, not an installation to ask for
         raise StrataError(
             E_ENGINE,
             f"the {choice.name} engine is not installed ({error.name or error})",
