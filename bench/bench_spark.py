@@ -112,10 +112,10 @@ def update(spark) -> None:
     replace_orders(
         spark,
         "SELECT o.order_id, o.customer_id, o.order_ts, CASE WHEN o.order_id % 1000 = 7 THEN "
-        "m.max_updated + make_interval(0, 0, 0, 0, 0, 0, o.order_id DIV 1000 + 1) ELSE o.updated_at END, "
+        "m.max_updated + make_interval(0, 0, 0, 0, 0, 0, o.order_id DIV 1000 + 1) ELSE o.updated_at END AS updated_at, "
         "CASE WHEN o.order_id % 1000 <> 7 THEN o.status WHEN (o.order_id DIV 1000) % 4 = 0 THEN 'cancelled' "
-        "WHEN o.status = 'cancelled' THEN 'paid' ELSE 'returned' END, CASE WHEN o.order_id % 1000 = 7 "
-        "THEN o.amount + 1 ELSE o.amount END FROM raw.orders o CROSS JOIN (SELECT max(updated_at) AS "
+        "WHEN o.status = 'cancelled' THEN 'paid' ELSE 'returned' END AS status, CASE WHEN o.order_id % 1000 = 7 "
+        "THEN CAST(o.amount + 1 AS DECIMAL(12, 2)) ELSE o.amount END AS amount FROM raw.orders o CROSS JOIN (SELECT max(updated_at) AS "
         "max_updated FROM raw.orders) m",
     )
 
