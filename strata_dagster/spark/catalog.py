@@ -21,15 +21,6 @@ def _pattern(text: str) -> str:
     return exp.Literal.string(text).sql(dialect="spark")
 
 
-def schema_exists(con: SparkConnection, schema: str) -> bool:
-    if schema in con.schemas:
-        return True
-    if not con.schemas_listed:  # every schema in one call, once per connection
-        con.schemas.update(str(row[0]) for row in con.sql("SHOW DATABASES").fetchall())
-        con.schemas_listed = True
-    return schema in con.schemas
-
-
 def ensure_schema(con: SparkConnection, schema: str) -> None:
     if schema not in con.schemas:
         con.sql("CREATE DATABASE IF NOT EXISTS " + _identifier(schema))
@@ -38,9 +29,8 @@ def ensure_schema(con: SparkConnection, schema: str) -> None:
 
 def relations(con: SparkConnection, schema: str, like: str = "*") -> dict[str, tuple[str, str | None]]:
     """Every table and view of `schema` (not the session's temporary views): name -> (type, the
-    SQL a view was created with, else None). One catalog call for the whole schema."""
-    if not schema_exists(con, schema):
-        return {}
+    SQL a view was created with, else None). One catalog call for the whole schema (a schema that
+    does not exist answers SCHEMA_NOT_FOUND: no call to ask first)."""
     try:
         rows = con.sql(f"SHOW TABLE EXTENDED IN {_identifier(schema)} LIKE {_pattern(like)}").fetchall()
     except SparkError as error:

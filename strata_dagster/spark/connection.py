@@ -105,6 +105,13 @@ class SparkResult:
         return rows[0] if rows else None
 
 
+class _Rows(SparkResult):
+    """Rows already read."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = list(rows)
+
+
 class SparkConnection:
     """What `warehouse.sql.run` talks to on Spark."""
 
@@ -112,12 +119,12 @@ class SparkConnection:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        # Schemas known to exist, and the snapshot schema's tables (spark.catalog), read once.
+        # Schemas this connection created (or found), and the snapshot schema's tables, read once.
         self.schemas: set[str] = set()
-        self.schemas_listed = False
         self.snapshots: set[str] | None = None
         self._columns: dict[str, list[str]] = {}
         self._is_permanent = False
+        self._described: dict[str, list[tuple[Any, ...]]] = {}
         self._file_views: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], str] = {}
 
     # -- statements -------------------------------------------------------------------------------
@@ -158,7 +165,16 @@ class SparkConnection:
                 return self.sql(self.render(statement), params)
             finally:
                 self._is_permanent = False
-        return self.sql(self.render(statement), params, is_description=isinstance(statement, exp.Describe))
+        if isinstance(statement, exp.Describe):
+            # A relation's columns, asked for several times a run (its schema, its types, a
+            # whole-row hash): once per connection, until a view is repointed or dropped.
+            text = self.render(statement)
+            if text not in self._described:
+                self._described[text] = self.sql(text, params, is_description=True).fetchall()
+            return _Rows(self._described[text])
+        if isinstance(statement, exp.Alter | exp.Drop):
+            self._described.clear()
+        return self.sql(self.render(statement), params)
 
     def sql(
         self, text: str, params: Sequence[Any] | None = None, *, is_description: bool = False

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from strata_dagster.spark.catalog import ensure_schema, relations
-from strata_dagster.spark.connection import SparkConnection, spark_errors
+from strata_dagster.spark.catalog import ensure_schema
+from strata_dagster.spark.connection import SparkConnection, SparkError, spark_errors
 from strata_dagster.warehouse.history_mirror import LogRow
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA
 
@@ -28,10 +28,6 @@ LOG_TABLE = f"{HISTORY_SCHEMA}.history_log"
 COMMITS_TABLE = f"{HISTORY_SCHEMA}.history_commits"
 COMMITTED = "committed"
 ABANDONED = "abandoned"
-
-
-def has_log(con: SparkConnection) -> bool:
-    return "history_commits" in relations(con, HISTORY_SCHEMA, "history_*")
 
 
 def ensure_log(con: SparkConnection) -> None:
@@ -51,14 +47,20 @@ class InterruptedCommit:
     row_count: int  # the rows it logged before it died
 
 
-def read_log(con: SparkConnection) -> tuple[list[LogRow], list[InterruptedCommit]]:
+def read_log(con: SparkConnection) -> tuple[list[LogRow], list[InterruptedCommit]] | None:
     """The rows of every committed commit, in the order they were written, and the commits with
-    no marker at all (write sessions that died while publishing), in one query."""
-    rows = con.sql(
-        f"SELECT l.tbl, l.row, l.commit_id, c.state FROM {LOG_TABLE} l LEFT JOIN "
-        f"(SELECT commit_id, max(state) AS state FROM {COMMITS_TABLE} GROUP BY commit_id) c "
-        "ON l.commit_id = c.commit_id ORDER BY l.commit_id, l.seq"
-    ).fetchall()
+    no marker at all (write sessions that died while publishing), in one query; None when the
+    warehouse has no history log yet."""
+    try:
+        rows = con.sql(
+            f"SELECT l.tbl, l.row, l.commit_id, c.state FROM {LOG_TABLE} l LEFT JOIN "
+            f"(SELECT commit_id, max(state) AS state FROM {COMMITS_TABLE} GROUP BY commit_id) c "
+            "ON l.commit_id = c.commit_id ORDER BY l.commit_id, l.seq"
+        ).fetchall()
+    except SparkError as error:
+        if error.is_missing_relation:
+            return None
+        raise
     committed: list[LogRow] = []
     unmarked: dict[str, int] = {}
     for table, row, commit_id, state in rows:

@@ -53,8 +53,9 @@ class SparkWarehouseSession(Session):
         self.con = con  # type: ignore[assignment]
         self.warehouse = warehouse
         self.read_only = read_only
-        self._has_log = history_log.has_log(con)
-        committed, self.interrupted = history_log.read_log(con) if self._has_log else ([], [])
+        log = history_log.read_log(con)
+        self._has_log = log is not None
+        committed, self.interrupted = log if log is not None else ([], [])
         self.mirror = HistoryMirror(committed)
         self.meta = self.mirror.con
         self.history = HistoryReader(self.meta)
