@@ -3,11 +3,13 @@ embedded catalog, or a Spark Connect server (`sc://host:port`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 # Settings every strata Spark session has: UTC (strata's timestamps are UTC-naive, like DuckDB's),
 # no web UI (nothing listens on a port it does not need), ANSI arithmetic (errors, not NULLs).
 SESSION_SETTINGS: dict[str, str] = {
@@ -19,6 +21,15 @@ SESSION_SETTINGS: dict[str, str] = {
     "spark.sql.timestampType": "TIMESTAMP_NTZ",
     "spark.ui.showConsoleProgress": "false",
 }
+
+
+def _quiet_query_errors() -> None:
+    """pyspark logs every failed query's JVM stack trace as JSON on stderr; strata reports each
+    failure itself, as a coded error with Spark's first message line."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def local_session(warehouse: Path, *, cores: int = 2, shuffle_partitions: int = 2) -> SparkSession:
@@ -36,16 +47,21 @@ def local_session(warehouse: Path, *, cores: int = 2, shuffle_partitions: int = 
             "spark.hadoop.javax.jdo.option.ConnectionURL",
             f"jdbc:derby:;databaseName={warehouse / 'metastore_db'};create=true",
         )
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dderby.system.home={warehouse} -Dlog4j2.configurationFile=file:{LOG_CONFIG}",
+        )
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     )
     for key, value in SESSION_SETTINGS.items():
         builder = builder.config(key, value)
+    _quiet_query_errors()
     return builder.enableHiveSupport().getOrCreate()
 
 
 def remote_session(url: str) -> SparkSession:
     """A Spark Connect client of the server at `url` (`sc://host:port`)."""
+    _quiet_query_errors()
     session = SparkSession.builder.remote(url).getOrCreate()
     for key, value in SESSION_SETTINGS.items():
         if key.startswith("spark.sql."):
