@@ -117,8 +117,10 @@ class SparkConnection:
 
     dialect = statements.DIALECT
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, *, is_local: bool = False) -> None:
         self.spark = spark
+        # A local Spark over a warehouse directory on this machine (not a Spark Connect client).
+        self.is_local = is_local
         # Schemas this connection created (or found), and the snapshot schema's tables, read once.
         self.schemas: set[str] = set()
         self.snapshots: set[str] | None = None

@@ -16,12 +16,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
 from strata_dagster.spark.catalog import ensure_schema
 from strata_dagster.spark.connection import SparkConnection, SparkError, spark_errors
-from strata_dagster.warehouse.history_mirror import LogRow
+from strata_dagster.warehouse.history_mirror import LogRow, read_log_files
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA
 
 LOG_TABLE = f"{HISTORY_SCHEMA}.history_log"
@@ -47,10 +48,27 @@ class InterruptedCommit:
     row_count: int  # the rows it logged before it died
 
 
-def read_log(con: SparkConnection) -> tuple[list[LogRow], list[InterruptedCommit]] | None:
+def _local_files(folder: Path, table: str) -> list[str] | None:
+    """The Parquet files of one of the log's tables in a local warehouse directory, None when the
+    table has no folder there (never written, or the catalog keeps it elsewhere)."""
+    location = folder / f"{HISTORY_SCHEMA}.db" / table
+    if not location.is_dir():
+        return None
+    return sorted(str(path) for path in location.glob("*.parquet"))
+
+
+def read_log(
+    con: SparkConnection, local_folder: Path | None = None
+) -> tuple[list[LogRow], list[InterruptedCommit]] | None:
     """The rows of every committed commit, in the order they were written, and the commits with
     no marker at all (write sessions that died while publishing), in one query; None when the
     warehouse has no history log yet."""
+    log_files = _local_files(local_folder, "history_log") if local_folder is not None else None
+    if log_files is not None:
+        # A local warehouse: the log's own files, read without a Spark job (the table is append-
+        # only, and a file Spark has not committed is not in the folder, as for Spark itself).
+        rows = read_log_files(log_files, _local_files(local_folder, "history_commits") or [])
+        return _split(rows)
     try:
         rows = con.sql(
             f"SELECT l.tbl, l.row, l.commit_id, c.state FROM {LOG_TABLE} l LEFT JOIN "
@@ -61,6 +79,10 @@ def read_log(con: SparkConnection) -> tuple[list[LogRow], list[InterruptedCommit
         if error.is_missing_relation:
             return None
         raise
+    return _split(rows)
+
+
+def _split(rows) -> tuple[list[LogRow], list[InterruptedCommit]]:
     committed: list[LogRow] = []
     unmarked: dict[str, int] = {}
     for table, row, commit_id, state in rows:

@@ -80,7 +80,7 @@ def open_spark_session(
     lock = _writer_lock(path, timeout) if is_local and not read_only else _no_lock()
     with lock:
         spark = _spark_for(path, choice)
-        con = SparkConnection(spark)
+        con = SparkConnection(spark, is_local=is_local)
         try:
             session = SparkWarehouseSession(con, path, read_only=read_only)
         except SparkError as error:

@@ -53,7 +53,7 @@ class SparkWarehouseSession(Session):
         self.con = con  # type: ignore[assignment]
         self.warehouse = warehouse
         self.read_only = read_only
-        log = history_log.read_log(con)
+        log = history_log.read_log(con, warehouse if con.is_local else None)
         self._has_log = log is not None
         committed, self.interrupted = log if log is not None else ([], [])
         self.mirror = HistoryMirror(committed)

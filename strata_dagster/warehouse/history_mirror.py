@@ -32,8 +32,8 @@ class HistoryMirror:
         self.con = duckdb.connect()
         migrate(self.con)
         self._tables = self._history_tables()
-        self._load(rows)
-        self._loaded = self._counts()
+        # The tables start empty: what was loaded is what each holds.
+        self._loaded = self._load(rows)
 
     def _history_tables(self) -> dict[str, dict[str, str]]:
         """Each history table (not views, not the schema version) -> its columns and types."""
@@ -48,7 +48,7 @@ class HistoryMirror:
             tables[name][column] = data_type
         return dict(tables)
 
-    def _load(self, rows: Iterable[LogRow]) -> None:
+    def _load(self, rows: Iterable[LogRow]) -> dict[str, int]:
         by_table: dict[str, list[str]] = defaultdict(list)
         for name, row in rows:
             if name in self._tables:  # a table a later version dropped is simply not read
@@ -56,6 +56,7 @@ class HistoryMirror:
         for name, payloads in by_table.items():
             # Columns a row does not carry (added by a later migration) read as NULL.
             self.con.execute(render(_on(_LOAD, name)), [json.dumps(self._tables[name]), payloads])
+        return {name: len(by_table.get(name, ())) for name in self._tables}
 
     def _counts(self) -> dict[str, int]:
         counts = {}
@@ -98,3 +99,36 @@ def _on(template: str, name: str) -> exp.Expression:
         return node
 
     return sqlglot.parse_one(template, read=DIALECT).transform(swap)
+
+
+_LOCAL_LOG = """
+SELECT l.tbl, l.row, l.commit_id, c.state
+FROM read_parquet(?) AS l
+LEFT JOIN (SELECT commit_id, max(state) AS state FROM read_parquet(?) GROUP BY commit_id) AS c USING (commit_id)
+ORDER BY l.commit_id, l.seq
+"""
+
+
+def read_log_files(log_files: list[str], commit_files: list[str]) -> list[tuple[str, str, str, str | None]]:
+    """The rows of a history log kept as Parquet files on a local disk (an engine's own table of
+    them, read here without that engine: DuckDB reads a few small files in milliseconds, where a
+    Spark query costs a job): (table, row, commit id, commit state or None), in log order."""
+    if not log_files:
+        return []
+    con = duckdb.connect()
+    try:
+        if not commit_files:
+            rows = con.execute(render(_ALL_UNMARKED), [log_files]).fetchall()
+        else:
+            rows = con.execute(
+                render(sqlglot.parse_one(_LOCAL_LOG, read=DIALECT)), [log_files, commit_files]
+            ).fetchall()
+    finally:
+        con.close()
+    return [(str(table), str(row), str(commit), state) for table, row, commit, state in rows]
+
+
+_ALL_UNMARKED = sqlglot.parse_one(
+    "SELECT tbl, row, commit_id, CAST(NULL AS VARCHAR) FROM read_parquet(?) ORDER BY commit_id, seq",
+    read=DIALECT,
+)
