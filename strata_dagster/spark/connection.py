@@ -30,6 +30,8 @@ from strata_dagster.spark.types import duckdb_type_name
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.session import WarehouseError
 
+# Answers of at most this many rows are remembered for the connection's later identical questions.
+_REMEMBERED_ROWS = 1000
 # Set to print every statement sent to Spark (on stderr): what `strata compile` cannot show.
 ECHO_ENV = "STRATA_SPARK_ECHO"
 _MISSING = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "PATH_NOT_FOUND", "UNRESOLVED_ROUTINE")
@@ -127,6 +129,7 @@ class SparkConnection:
         self._columns: dict[str, list[str]] = {}
         self._is_permanent = False
         self._described: dict[str, list[tuple[Any, ...]]] = {}
+        self._answers: dict[str, list[tuple[Any, ...]]] = {}
         self._file_views: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], str] = {}
 
     # -- statements -------------------------------------------------------------------------------
@@ -162,6 +165,7 @@ class SparkConnection:
                 self.snapshots.add(target.name)
             return result
         if isinstance(statement, exp.Create) and statement.kind == "VIEW":
+            self.forget_answers()
             self._is_permanent = True  # a permanent view cannot read a session's temporary view
             try:
                 return self.sql(self.render(statement), params)
@@ -175,8 +179,25 @@ class SparkConnection:
                 self._described[text] = self.sql(text, params, is_description=True).fetchall()
             return _Rows(self._described[text])
         if isinstance(statement, exp.Alter | exp.Drop):
-            self._described.clear()
+            self.forget_answers()
+        if isinstance(statement, exp.Query) and not params:
+            # The same question twice in a run (a source's figures: its fingerprint, then a
+            # reader's window) gets the first answer, as inside a DuckDB transaction: snapshots
+            # never change, and a run reads its sources as they were when it asked first.
+            text = self.render(statement)
+            if text in self._answers:
+                return _Rows(self._answers[text])
+            result = self.sql(text)
+            rows = result.fetchall()
+            if len(rows) <= _REMEMBERED_ROWS:
+                self._answers[text] = rows
+            return _Rows(rows)
         return self.sql(self.render(statement), params)
+
+    def forget_answers(self) -> None:
+        """Views were repointed, dropped or created: what was read through them may differ now."""
+        self._described.clear()
+        self._answers.clear()
 
     def sql(
         self, text: str, params: Sequence[Any] | None = None, *, is_description: bool = False

@@ -30,6 +30,7 @@ from strata_dagster.spark import catalog, history_log
 from strata_dagster.spark.connection import SparkConnection, spark_errors
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse import tables
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.history_mirror import HistoryMirror
@@ -65,6 +66,7 @@ class SparkWarehouseSession(Session):
         self._created: list[str] = []
         self._views: dict[str, dict[str, str]] = {}
         self._files: SnapshotFiles | None = None
+        self._contents: dict[tuple[str, RowBasis], Content] = {}
 
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
@@ -129,6 +131,8 @@ class SparkWarehouseSession(Session):
             checkpoint("spark_view_published")
         history_log.mark(self.con, commit_id, len(rows))
         checkpoint("spark_committed")
+        self._contents.clear()  # live views now read other snapshots
+        self.con.forget_answers()
 
     def checkpoint(self) -> None:
         """Nothing to fold into a file: Spark tables are their files."""
@@ -157,6 +161,23 @@ class SparkWarehouseSession(Session):
 
     def attach_sources(self, project: Project) -> None:
         _refuse_attached_databases(project)
+
+    def content(
+        self,
+        relation: exp.Table | exp.Query,
+        basis: RowBasis = WHOLE_ROW,
+        columns: tuple[tuple[str, str], ...] | None = None,
+    ) -> Content:
+        """A relation's content figures, asked once per session: a run asks for a source's
+        several times (its fingerprint, each reader's window), and each answer is a Spark job over
+        every row. One answer per run is also what a DuckDB transaction gives."""
+        key = (
+            self.con.render(relation if isinstance(relation, exp.Query) else exp.select("*").from_(relation)),
+            basis,
+        )
+        if key not in self._contents:
+            self._contents[key] = super().content(relation, basis, columns)
+        return self._contents[key]
 
     # -- snapshots and views ----------------------------------------------------------------------
     @property
