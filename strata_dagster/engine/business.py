@@ -150,6 +150,14 @@ def _counted(session: Session, items: list[PartitionEvidence]) -> list[Partition
     return items
 
 
+def retained_of(source: Source) -> int | None:
+    """How many newest partitions the source keeps (`partition_expiry(N)`; a sliding window's
+    partitions older than the window may go like expired ones); None: every partition stays."""
+    return (
+        source.versioning.window if source.versioning.kind in ("partition_expiry", SLIDING_WINDOW) else None
+    )
+
+
 def expired_of(
     listed: list[PartitionEvidence], consumed: dict[str, LedgerEntry], retained: int | None
 ) -> set[str]:
@@ -237,11 +245,7 @@ def read_business_source(
     assert spec is not None
     listed = list_partitions(session, source, context)
     recorded = ledger.read_ledger(session.con, name)
-    # A sliding window's partitions older than the window may go like expired ones.
-    retained = (
-        source.versioning.window if source.versioning.kind in ("partition_expiry", SLIDING_WINDOW) else None
-    )
-    expired = expired_of(listed, recorded or {}, retained)
+    expired = expired_of(listed, recorded or {}, retained_of(source))
     violations = violations_of(listed, recorded or {}, expired)
     reset_reason: str | None = None
     if recorded is None:
