@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.compile import CompiledProject, compile_project
@@ -58,6 +58,8 @@ class ProjectContext:
     compiled: CompiledProject
     overrides: dict[str, str]
     branch: str = DEFAULT_BRANCH
+    # (column, type) of every source readable when the project was compiled (overrides applied)
+    source_schemas: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 def load_context(
@@ -68,8 +70,9 @@ def load_context(
 ) -> ProjectContext:
     project = load_project(project_dir)
     check_branch_in(session, branch)
-    compiled = compile_project(project, session.prepare_sources(project, overrides))
-    return ProjectContext(project, compiled, dict(overrides), branch)
+    schemas = session.prepare_sources(project, overrides)
+    compiled = compile_project(project, schemas)
+    return ProjectContext(project, compiled, dict(overrides), branch, schemas)
 
 
 def select_models(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]:
