@@ -116,6 +116,13 @@ def _source_version(instance, name: str, partition: str) -> str | None:
     return None if record is None else record.event_log_entry.tags.get(c.DATA_VERSION_TAG)
 
 
+def _instance(tmp_path) -> dg.DagsterInstance:
+    """A Dagster instance on disk (SQLite event log and run storage) in the test's folder."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    return dg.DagsterInstance.local_temp(str(home))
+
+
 def _today_minus(days: int) -> dt.date:
     return dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=days)
 
@@ -134,7 +141,7 @@ def test_a_complete_folder_is_picked_up_in_one_tick_and_only_its_partition_is_bu
     keys = graph.get(dg.AssetKey("daily_totals")).partitions_def.get_partition_keys()
     assert keys == graph.get(dg.AssetKey("events")).partitions_def.get_partition_keys()
     assert keys[0] == day(0, start).isoformat() and day(3, start).isoformat() in keys
-    instance = dg.DagsterInstance.ephemeral()
+    instance = _instance(tmp_path)
     tick = DaemonTicks(defs, instance)
 
     first = tick()  # never observed: every complete partition is new
@@ -208,7 +215,7 @@ def test_an_integer_keyed_source_gets_dynamic_partitions_added_by_the_sensor(tmp
     defs = build_definitions(project, warehouse=warehouse)
     partitions_def = defs.resolve_asset_graph().get(dg.AssetKey("batches")).partitions_def
     assert isinstance(partitions_def, dg.DynamicPartitionsDefinition)
-    instance = dg.DagsterInstance.ephemeral()
+    instance = _instance(tmp_path)
     tick = DaemonTicks(defs, instance)
     tick()
     assert instance.get_dynamic_partitions(partitions_def.name) == ["1", "2", "10"]
@@ -266,7 +273,7 @@ def test_observing_a_business_source_gives_each_complete_partition_its_evidence_
     with open_session(warehouse):
         pass
     defs = build_definitions(project, warehouse=warehouse)
-    instance = dg.DagsterInstance.ephemeral()
+    instance = _instance(tmp_path)
     assert execute_assets(defs, instance, ["events"]).success
 
     def versions() -> dict[str, str]:
