@@ -6,11 +6,15 @@ versions from the evidence), new keys for an integer-keyed source, exactly the n
 materialized; an incomplete folder waits, and a broken assumption is a failed check with no run."""
 
 import datetime as dt
+import shutil
+from pathlib import Path
 
 import dagster as dg
 import duckdb
+from click.testing import CliRunner
 
 from strata_dagster import build_definitions
+from strata_dagster.cli.main import main
 from strata_dagster.engine.arrivals import partition_versions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.checks import VERIFY_JOB
@@ -26,6 +30,8 @@ from strata_dagster_tests.business_support import (
 )
 from strata_dagster_tests.dagster_support import execute_assets, launch_in_process, run_events
 from strata_dagster_tests.engine_support import sql
+
+EVENTS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "events"
 
 
 def _ledger_check(defs, instance) -> dg.AssetCheckEvaluation:
@@ -292,3 +298,38 @@ def test_observing_a_business_source_gives_each_complete_partition_its_evidence_
     after = versions()
     assert after[day(0, start).isoformat()] == before[day(0, start).isoformat()]
     assert after[day(1, start).isoformat()] != before[day(1, start).isoformat()]
+
+
+def test_the_events_example_next_drop_is_one_tick_for_both_of_its_sources(tmp_path):
+    """`examples/events` declares one folder twice: `events` (append_only_partitions) and
+    `events_last_week` (sliding_window(7)). The next day's drop, from `strata sample-data`, is one
+    tick: that day of `daily_kinds`, and one run of `events_log` and `kinds_last_week` (whose window
+    moves: a delta of the weighted partitions)."""
+    project = tmp_path / "events"
+    shutil.copytree(EVENTS_EXAMPLE, project, ignore=shutil.ignore_patterns("events", "*.duckdb*"))
+    warehouse = tmp_path / "w.duckdb"
+
+    def sample(days: int) -> None:
+        written = CliRunner().invoke(
+            main, ["sample-data", str(project), "--days", str(days), "--rows", "300"]
+        )
+        assert written.exit_code == 0, written.output
+
+    sample(8)
+    with open_session(warehouse):
+        pass
+    defs = build_definitions(project, warehouse=warehouse)
+    tick = DaemonTicks(defs, _instance(tmp_path))
+    tick()
+    assert sorted(run.job_name for run in tick.launched) == [
+        "strata_daily_kinds_partitions",
+        "strata_unpartitioned",
+    ]
+    assert not tick().run_requests
+    sample(9)
+    tick()
+    assert [_materialized(tick.instance, run) for run in tick.launched] == [
+        [("daily_kinds", "2026-01-09", "partitions")],
+        [("events_log", None, "delta"), ("kinds_last_week", None, "delta")],
+    ]
+    assert not tick().run_requests

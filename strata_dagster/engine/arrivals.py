@@ -48,7 +48,8 @@ class SourceArrivals:
     violations: tuple[Violation, ...] = ()
     is_blocked: bool = False  # a violation under `on_violation: error`: the next run fails with it
     # Partitioned models cut like the source -> the partitions a build recomputes now (engine-told),
-    # None when the model was never built by partitions.
+    # None when the model was never built by partitions; a model left out is not answered by
+    # partition (over a sliding window), or the source's version was the one known.
     stale: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
 
     def describe(self) -> str:

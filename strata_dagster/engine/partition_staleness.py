@@ -69,6 +69,8 @@ def cut_like_stale(
     and the partitions a build of each recomputes now, from `reading`'s evidence (None: a model
     never built by partitions)."""
     project = context.project
+    if reading.is_sliding:
+        return {}  # the window's models are built in full or from the weighted delta, not by partition
     names = [
         name
         for name in project.order

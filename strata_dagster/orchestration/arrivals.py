@@ -10,7 +10,7 @@ the source was never observed) the same tick:
 - adds the new keys of an integer-keyed source to its dynamic partitions;
 - requests exactly the new partitions of the models cut like the source (the partitions a build
   recomputes, as the engine tells them; all complete ones for a model never built by partitions),
-  as ranged runs, and one run of the unpartitioned models that read the source.
+  as ranged runs, and one run (per job) of the unpartitioned models that read the sources.
 
 A folder without its `complete_when` marker has no version yet, so nothing changes until it is
 complete. A listing that breaks an assumption under `on_violation: error` is reported as a failed
@@ -60,6 +60,7 @@ class ArrivalStep:
     blocked: set[dg.AssetKey] = field(default_factory=set)  # downstream of a source failing its check
     reported: dict[str, str] = field(default_factory=dict)  # the check results now reported
     lines: list[str] = field(default_factory=list)
+    readers: dict[dg.AssetKey, list[str]] = field(default_factory=dict)  # unpartitioned readers to run, why
 
     @property
     def has_arrivals(self) -> bool:
@@ -106,6 +107,7 @@ def arrival_step(
             continue
         _observe(step, instance, asset_graph, source, arrivals, recorded[source.name] is None)
         _launch(step, asset_graph, source, arrivals, job_of, run_tags)
+    _launch_readers(step, job_of, run_tags)
     return step
 
 
@@ -182,9 +184,9 @@ def _launch(
     why = f"{source.name} has new partitions: " + _named(arrivals.new or tuple(arrivals.versions))
     tags = {**run_tags, c.PURPOSE_TAG: c.PURPOSE_REBUILD, c.WHY_TAG: why}
     for key, (model, grain) in sorted(source.cut_like.items(), key=lambda item: str(item[0])):
-        if key not in job_of:
-            continue
-        stale = arrivals.stale.get(model)
+        if key not in job_of or model not in arrivals.stale:
+            continue  # not answered by partition (a sliding window's model): Dagster's staleness applies
+        stale = arrivals.stale[model]
         wanted = {
             _at_grain(partition, grain) for partition in (arrivals.versions if stale is None else stale)
         }
@@ -202,10 +204,25 @@ def _launch(
                 "dagster/asset_partition_range_end": key_range.end,
             }
             step.runs.append(dg.RunRequest(job_name=job_of[key], asset_selection=[key], tags=range_tags))
-    readers = sorted((key for key in source.readers if key in job_of), key=str)
+    for key in source.readers:
+        if key in job_of:
+            step.readers.setdefault(key, []).append(why)
+
+
+def _launch_readers(
+    step: ArrivalStep, job_of: Mapping[dg.AssetKey, str], run_tags: Mapping[str, str]
+) -> None:
+    """One run per job of the unpartitioned readers of every source that got new partitions."""
+    readers = sorted(step.readers, key=str)
     for job in sorted({job_of[key] for key in readers}):
         selection = [key for key in readers if job_of[key] == job]
+        why = "; ".join(dict.fromkeys(line for key in selection for line in step.readers[key]))
+        tags = {**run_tags, c.PURPOSE_TAG: c.PURPOSE_REBUILD, c.WHY_TAG: _short(why)}
         step.runs.append(dg.RunRequest(job_name=job, asset_selection=selection, tags=tags))
+
+
+def _short(text: str, length: int = 250) -> str:
+    return text if len(text) <= length else text[: length - 3] + "..."
 
 
 def _at_grain(partition: str, grain: str) -> str:
