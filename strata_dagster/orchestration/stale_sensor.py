@@ -1,6 +1,7 @@
 """`strata_materialize_stale`: a sensor that materializes exactly the stale asset partitions.
 
-Each tick first compares the sources' content fingerprints (read by the sensor, read-only) with the
+Business-versioned sources come first: new complete partitions are observed and their models
+launched within the tick that lists them (orchestration.arrivals). Each tick then compares the sources' content fingerprints (read by the sensor, read-only) with the
 data versions Dagster recorded for them: a source that changed is observed by a run of
 `strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
 no source changed, it reads Dagster's own stale status (what the UI shows), takes the stale asset
