@@ -7,7 +7,7 @@ versioned `append_only_partitions`, read by an append model and a day-partitione
 It reports, in one run:
 (a) the no-change decision (`strata run --only-stale` with nothing new: listing, footers, ledger
     check, project load included), and the ledger check alone, at `--days` partitions and (with
-    `--flat-days`) at that many small partitions;
+    `--flat-days`) at that many small partitions, the two interleaved run by run;
 (b) one new daily folder arriving: strata's run against a floor that reads only the new folder and
     appends and aggregates it by hand into copies of the two models;
 (c) the same change with `versioning: full` on the same files (a whole-row hash of every file).
@@ -23,10 +23,12 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
+import strata_dagster
 from strata_dagster.engine import business
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
@@ -175,7 +177,19 @@ def make_floor(floor_db: Path, warehouse: Path) -> None:
         con.close()
 
 
-def scenario(root: Path, days: int, rows_per_day: int, repeat: int, with_full: bool) -> dict[str, object]:
+@dataclass
+class Side:
+    """One hive folder and its strata project, built and up to date."""
+
+    root: Path
+    days: int
+    rows_per_day: int
+    events: Path
+    project: Path
+    warehouse: Path
+
+
+def prepare(root: Path, days: int, rows_per_day: int) -> Side:
     events = root / "events"
     started = time.perf_counter()
     write_days(events, 0, days, rows_per_day)
@@ -188,31 +202,50 @@ def scenario(root: Path, days: int, rows_per_day: int, repeat: int, with_full: b
     print(f"first build: {seconds:.1f}s", flush=True)
     # The listing cache trusts a folder once it is older than the racy window: wait that out, as
     # three years of daily drops are, and let one run list and cache every folder settled.
-    import strata_dagster
-
-    print(f"engine: {Path(strata_dagster.__file__).parent}", flush=True)
     time.sleep(max(0.0, RACY_SECONDS + 0.5 - (time.perf_counter() - started)))
     run_project(project, warehouse, only_stale=True)
-    noop, noop_cpu = [], []
-    for _ in range(repeat):
-        cpu = time.process_time()
-        seconds, result = timed(lambda: run_project(project, warehouse, only_stale=True))
-        noop_cpu.append(time.process_time() - cpu)
-        assert result.is_noop
-        noop.append(seconds)
-    ledger = [ledger_check_seconds(project, warehouse) for _ in range(repeat)]
-    connect = [connect_seconds(warehouse) for _ in range(repeat)]
-    figures: dict[str, object] = {
-        "days": days,
-        "rows": days * rows_per_day,
-        "noop_run": statistics.median(noop),
-        "noop_best": min(noop),
-        "noop_cpu": statistics.median(noop_cpu),
-        "ledger_check": statistics.median(ledger),
-        "connect": statistics.median(connect),
-    }
-    if not with_full:
-        return figures
+    return Side(root, days, rows_per_day, events, project, warehouse)
+
+
+def no_change(sides: list[Side], repeat: int) -> list[dict[str, object]]:
+    """(a) on every side, the sides interleaved (the one that goes first rotates), so a ratio between
+    them compares runs made in the same minutes."""
+    noop: list[list[float]] = [[] for _ in sides]
+    cpu: list[list[float]] = [[] for _ in sides]
+    ledger: list[list[float]] = [[] for _ in sides]
+    connect: list[list[float]] = [[] for _ in sides]
+    for step in range(repeat):
+        order = list(range(len(sides)))
+        order = order[step % len(order) :] + order[: step % len(order)]
+        for index in order:
+            side = sides[index]
+            started_cpu = time.process_time()
+            seconds, result = timed(
+                lambda side=side: run_project(side.project, side.warehouse, only_stale=True)
+            )
+            cpu[index].append(time.process_time() - started_cpu)
+            assert result.is_noop
+            noop[index].append(seconds)
+            ledger[index].append(ledger_check_seconds(side.project, side.warehouse))
+            connect[index].append(connect_seconds(side.warehouse))
+    return [
+        {
+            "days": side.days,
+            "rows": side.days * side.rows_per_day,
+            "noop_run": statistics.median(noop[index]),
+            "noop_best": min(noop[index]),
+            "noop_cpu": statistics.median(cpu[index]),
+            "ledger_check": statistics.median(ledger[index]),
+            "connect": statistics.median(connect[index]),
+        }
+        for index, side in enumerate(sides)
+    ]
+
+
+def arrival(side: Side, repeat: int) -> dict[str, object]:
+    """(b) and (c): one new daily folder, strata against the floor and against `versioning: full`."""
+    root, days, rows_per_day, events = side.root, side.days, side.rows_per_day, side.events
+    project, warehouse = side.project, side.warehouse
     full_project, full_warehouse = make_project(root / "full", events, "  versioning: full")
     run_project(full_project, full_warehouse)
     floor_db = root / "floor.duckdb"
@@ -231,15 +264,14 @@ def scenario(root: Path, days: int, rows_per_day: int, repeat: int, with_full: b
         seconds, _ = timed(lambda: run_project(full_project, full_warehouse, only_stale=True))
         full.append(seconds)
         check(full_warehouse, events)
-    figures.update(
-        new_partition=statistics.median(strata),
-        new_partition_best=min(strata),
-        floor=statistics.median(floor),
-        floor_best=min(floor),
-        full_versioning=statistics.median(full),
-        hash_rate=hash_rate(events),
-    )
-    return figures
+    return {
+        "new_partition": statistics.median(strata),
+        "new_partition_best": min(strata),
+        "floor": statistics.median(floor),
+        "floor_best": min(floor),
+        "full_versioning": statistics.median(full),
+        "hash_rate": hash_rate(events),
+    }
 
 
 def main() -> None:
@@ -259,14 +291,17 @@ def main() -> None:
     if args.full:
         args.days, args.rows_per_day, args.flat_days = 365, 140_000, 3_650
     load_before = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"engine: {Path(strata_dagster.__file__).parent}", flush=True)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as folder:
         root = Path(folder)
         (root / "main").mkdir()
-        main_figures = scenario(root / "main", args.days, args.rows_per_day, args.repeat, with_full=True)
-        flat = None
+        sides = [prepare(root / "main", args.days, args.rows_per_day)]
         if args.flat_days:
             (root / "flat").mkdir()
-            flat = scenario(root / "flat", args.flat_days, 100, args.repeat, with_full=False)
+            sides.append(prepare(root / "flat", args.flat_days, 100))
+        figures = no_change(sides, args.repeat)
+        main_figures = {**figures[0], **arrival(sides[0], args.repeat)}
+        flat = figures[1] if args.flat_days else None
     m = main_figures
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(
