@@ -56,14 +56,15 @@ source events {
 )
 
 
-def day(index: int) -> dt.date:
-    return START + dt.timedelta(days=index)
+def day(index: int, start: dt.date = START) -> dt.date:
+    return start + dt.timedelta(days=index)
 
 
-def make_file_project(root: Path, extra: str = "") -> tuple[Path, Path]:
+def make_file_project(root: Path, extra: str = "", start: dt.date = START) -> tuple[Path, Path]:
     project = root / "project"
     (project / "events").mkdir(parents=True, exist_ok=True)
-    (project / "events.strata").write_text(FILE_MODULE % {"gates": GATES, "extra": extra})
+    module = FILE_MODULE.replace(f"start: {START.isoformat()}", f"start: {start.isoformat()}")
+    (project / "events.strata").write_text(module % {"gates": GATES, "extra": extra})
     return project, root / "w.duckdb"
 
 
@@ -81,10 +82,17 @@ def make_table_project(root: Path, extra: str = "") -> tuple[Path, Path]:
 
 
 def write_file_partition(
-    project: Path, index: int, rows: int, *, seed: int = 0, part: int = 0, marker: str | None = None
+    project: Path,
+    index: int,
+    rows: int,
+    *,
+    seed: int = 0,
+    part: int = 0,
+    marker: str | None = None,
+    start: dt.date = START,
 ) -> Path:
     """`events/dt=<day>/part-<part>.parquet` with `rows` rows (ids and amounts from `seed`)."""
-    folder = project / "events" / f"dt={day(index).isoformat()}"
+    folder = project / "events" / f"dt={day(index, start).isoformat()}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"part-{part}.parquet"
     con = duckdb.connect()

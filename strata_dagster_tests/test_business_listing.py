@@ -1,12 +1,20 @@
 """The partition listing of a business-versioned Parquet folder (warehouse.ledger) finds exactly
-what Python's glob (and so DuckDB's) finds for the same pattern, on the scandir fast path and off it."""
+what Python's glob (and so DuckDB's) finds for the same pattern, on the scandir fast path and off it;
+with its cache of folder names (warehouse.listing) it still sees every change a listing shows."""
 
 import glob
+import marshal
 import os
+import time
+from pathlib import Path
 
 import pytest
 
+from strata_dagster.engine.run import run_project
+from strata_dagster.errors import StrataError
+from strata_dagster.warehouse import listing
 from strata_dagster.warehouse.ledger import matching_files, order_of
+from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 
 
 def _layout(root):
@@ -44,3 +52,127 @@ def test_partition_keys_order_in_time_and_numerically():
     keys = ["2026-03-10", "2026-03-02", "2026-03-02 10:00:00"]
     assert sorted(keys, key=order_of) == ["2026-03-02", "2026-03-02 10:00:00", "2026-03-10"]
     assert sorted(["10", "9", "-1"], key=order_of) == ["-1", "9", "10"]
+
+
+# -- the listing cache (warehouse.listing) ------------------------------------------------------------
+
+
+def _aged(seconds: float = listing.RACY_SECONDS + 0.2) -> None:
+    """Let every folder written so far become older than the racy window, so the cache trusts it."""
+    time.sleep(seconds)
+
+
+def _days(project) -> list[str]:
+    return sorted(path.name for path in (project / "events").iterdir())
+
+
+def test_a_cached_listing_still_sees_every_change_to_a_consumed_folder(tmp_path):
+    """With the cache trusted (folders older than the racy window), each mutation of a consumed
+    folder still fails the next run with E052 naming that day: an in-place rewrite (the folder's
+    stat unchanged), and a file added or removed with the folder's mtime set back (its ctime moves)."""
+    project, warehouse = make_file_project(tmp_path)
+    for index in range(4):
+        write_file_partition(project, index, 5)
+    run_project(project, warehouse)
+    _aged()
+    run_project(project, warehouse, only_stale=True)  # lists every folder again and caches them settled
+    (cache,) = (tmp_path / ("w.duckdb" + listing.CACHE_SUFFIX)).iterdir()
+    written = cache.stat().st_mtime_ns
+    assert run_project(project, warehouse, only_stale=True).is_noop
+    assert cache.stat().st_mtime_ns == written  # every folder trusted: nothing listed anew
+
+    def folder(index: int) -> Path:
+        return project / "events" / f"dt={day(index).isoformat()}"
+
+    def expect_e052(index: int) -> None:
+        with pytest.raises(StrataError) as caught:
+            run_project(project, warehouse, only_stale=True)
+        assert caught.value.code == "E052"
+        assert caught.value.subject == f"events/{day(index).isoformat()}"
+
+    # 1. Rewritten in place with another size: the folder's own stat does not change.
+    before = os.stat(folder(0))
+    with open(folder(0) / "part-0.parquet", "ab") as file:
+        file.write(b"tail")
+    assert (os.stat(folder(0)).st_mtime_ns, os.stat(folder(0)).st_ctime_ns) == (
+        before.st_mtime_ns,
+        before.st_ctime_ns,
+    )
+    expect_e052(0)
+    write_file_partition(project, 0, 5)  # put the day back as consumed (same rows, same size)
+    assert run_project(project, warehouse, only_stale=True).is_noop
+
+    # 2. A file added, the folder's mtime set back as `rsync -t` would: its ctime still moves.
+    before = os.stat(folder(1))
+    (folder(1) / "part-1.parquet").write_bytes((folder(1) / "part-0.parquet").read_bytes())
+    os.utime(folder(1), ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(folder(1)).st_mtime_ns == before.st_mtime_ns
+    expect_e052(1)
+    (folder(1) / "part-1.parquet").unlink()
+    os.utime(folder(1), ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert run_project(project, warehouse, only_stale=True).is_noop
+
+    # 3. The only file removed, mtime set back again.
+    before = os.stat(folder(2))
+    saved = (folder(2) / "part-0.parquet").read_bytes()
+    (folder(2) / "part-0.parquet").unlink()
+    os.utime(folder(2), ns=(before.st_atime_ns, before.st_mtime_ns))
+    expect_e052(2)
+    (folder(2) / "part-0.parquet").write_bytes(saved)
+    assert run_project(project, warehouse, only_stale=True).is_noop
+
+
+def test_a_folder_changed_within_the_racy_window_is_listed_again(tmp_path):
+    """A folder whose names changed but whose stat did not (two changes within one clock tick) is
+    told apart by age: a cache entry listed less than RACY_SECONDS after the folder's last change is
+    not trusted. Stood for here by a cache claiming other names under the folder's real stat."""
+    root = tmp_path / "events"
+    (root / "dt=2026-03-01").mkdir(parents=True)
+    (root / "dt=2026-03-01" / "part-0.parquet").write_bytes(b"x" * 10)
+    cache_dir = tmp_path / "cache"
+    assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {"part-0.parquet": 10}
+    (cache,) = cache_dir.iterdir()
+    version, rows = marshal.loads(cache.read_bytes())
+
+    def with_names(listed_at: int) -> None:
+        forged = [
+            (key, sig, listed_at, ("part-9.parquet",) if key else names, mark)
+            for key, sig, _, names, mark in rows
+        ]
+        cache.write_bytes(marshal.dumps((version, forged)))
+
+    recent = os.stat(root / "dt=2026-03-01").st_ctime_ns  # listed in the same instant as the change
+    with_names(recent)
+    assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {"part-0.parquet": 10}
+    # Listed long after the folder's last change: the cache is the folder (a missing name is skipped).
+    with_names(recent + 10 * 10**9)
+    assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {}
+
+
+def _sizes(folders) -> dict[str, int]:
+    return {name: size for folder in folders for name, size in folder.files}
+
+
+@pytest.mark.parametrize(
+    "tail", ["*/*.parquet", "*/part-0.parquet", "*/part-[01].parquet", "*/*", "dt=*/*.parquet", "*.parquet"]
+)
+def test_a_cached_listing_matches_glob_before_and_after_changes(tmp_path, tail):
+    _layout(tmp_path / "data")
+    pattern = f"{tmp_path}/data/{tail}"
+    cache = tmp_path / "cache"
+    first = listing.split_pattern(pattern)
+    for change in (None, "add", "remove", "rename"):
+        if change == "add":
+            (tmp_path / "data" / "dt=2026-03-02" / "part-1.parquet").write_text("yy")
+        elif change == "remove":
+            (tmp_path / "data" / "dt=2026-03-01" / "part-0.parquet").unlink()
+        elif change == "rename":
+            os.rename(tmp_path / "data" / "dt=2026-03-04", tmp_path / "data" / "dt=2026-03-06")
+        expected = sorted(glob.glob(pattern))
+        if first is None:
+            assert matching_files(pattern) == expected
+            continue
+        listed = listing.list_folders(*first, "_SUCCESS", cache)
+        assert sorted(f"{folder.path}/{name}" for folder in listed for name, _ in folder.files) == expected
+        sizes = {f"{folder.path}/{name}": size for folder in listed for name, size in folder.files}
+        assert sizes == {path: os.stat(path).st_size for path in expected}

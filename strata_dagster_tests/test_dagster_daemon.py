@@ -1,8 +1,9 @@
 """Production operation under a real `dagster-daemon` process (not in-process, no webserver): with
 the `strata_materialize_stale` sensor running from the definitions, a source row changed by its
 writer is picked up by the sensor and exactly the stale partition of a daily model is materialized
-with no human action."""
+with no human action; so is a new daily drop of a business-versioned folder."""
 
+import datetime as dt
 import os
 import shutil
 import signal
@@ -14,9 +15,12 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
+from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from strata_dagster import build_definitions
 from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.warehouse.session import open_session
+from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 from strata_dagster_tests.dagster_support import (
     REPO,
     START,
@@ -172,3 +176,84 @@ def _stop(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def test_the_daemon_picks_up_a_new_daily_drop_and_builds_only_its_partition(tmp_path):
+    """A business-versioned folder of daily drops under a real daemon: the first tick builds what is
+    there; a new folder with its `_SUCCESS` is observed by the sensor's tick itself (no observation
+    run) and exactly that day of `daily_totals` is materialized, with `events_log` appended."""
+    start = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=10)
+    project, warehouse = make_file_project(tmp_path, "  complete_when: '_SUCCESS'", start=start)
+    for index in range(2):
+        write_file_partition(project, index, 5, marker="_SUCCESS", start=start)
+    with open_session(warehouse):
+        pass
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text() + DAEMON_YAML)
+    (tmp_path / "definitions.py").write_text(
+        "import dagster as dg\nfrom strata_dagster import build_definitions\n"
+        f"defs = build_definitions({str(project)!r}, warehouse={str(warehouse)!r}, "
+        "stale_sensor_status=dg.DefaultSensorStatus.RUNNING)\n"
+    )
+    (tmp_path / "workspace.yaml").write_text(
+        "load_from:\n  - python_file:\n      relative_path: definitions.py\n      location_name: drops\n"
+    )
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    log = tmp_path / "daemon.log"
+    first_days = {day(index, start).isoformat() for index in range(2)}
+    with dg.DagsterInstance.from_config(str(home)) as instance, log.open("w") as output:
+        daemon = subprocess.Popen(
+            [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
+            cwd=tmp_path,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            built = _wait(
+                lambda: (
+                    _materialized_partitions(instance, "daily_totals", 0) == first_days
+                    and _materialized_partitions(instance, "events_log", 0) == {None}
+                    and not _unfinished(instance)
+                ),
+                300,
+                "the first build of what is there",
+                log,
+            )
+            assert built
+            mark = instance.event_log_storage.get_maximum_record_id() or 0
+            new_day = day(2, start).isoformat()
+            write_file_partition(project, 2, 4, marker="_SUCCESS", start=start)
+            _wait(
+                lambda: (
+                    _materialized_partitions(instance, "events_log", mark)
+                    and _materialized_partitions(instance, "daily_totals", mark)
+                    and not _unfinished(instance)
+                ),
+                300,
+                f"daily_totals[{new_day}] and events_log",
+                log,
+            )
+            assert _materialized_partitions(instance, "daily_totals", mark) == {new_day}
+            launched = [run for run in instance.get_runs() if run.tags.get("dagster/sensor_name") == SENSOR]
+            assert {run.tags.get("strata/purpose") for run in launched} == {"rebuild"}  # no observation run
+            assert not [run.run_id for run in launched if run.status == dg.DagsterRunStatus.FAILURE]
+            assert len(launched) == 4  # two for what was there, two for the new day
+        finally:
+            _stop(daemon)
+    rows = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        assert rows.execute("SELECT count(*) FROM main.v_events_log").fetchone() == (14,)
+    finally:
+        rows.close()
+
+
+def _unfinished(instance: dg.DagsterInstance) -> bool:
+    return bool(instance.get_runs(filters=dg.RunsFilter(statuses=NOT_FINISHED_STATUSES)))

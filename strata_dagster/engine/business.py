@@ -14,7 +14,7 @@ source only up to that frontier, so a partition being written is never half read
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -116,7 +116,11 @@ def list_partitions(session: Session, source: Source, context: ProjectContext) -
     assert spec is not None
     if source.path is not None:
         found, stray = ledger.list_file_partitions(
-            session.con, _file_pattern(source, context), spec.column, source.complete_when
+            session.con,
+            _file_pattern(source, context),
+            spec.column,
+            source.complete_when,
+            ledger.listing_cache_dir(session.meta),
         )
         if stray:
             raise StrataError(
@@ -150,6 +154,14 @@ def _counted(session: Session, items: list[PartitionEvidence]) -> list[Partition
     return items
 
 
+def retained_of(source: Source) -> int | None:
+    """How many newest partitions the source keeps (`partition_expiry(N)`; a sliding window's
+    partitions older than the window may go like expired ones); None: every partition stays."""
+    return (
+        source.versioning.window if source.versioning.kind in ("partition_expiry", SLIDING_WINDOW) else None
+    )
+
+
 def expired_of(
     listed: list[PartitionEvidence], consumed: dict[str, LedgerEntry], retained: int | None
 ) -> set[str]:
@@ -172,8 +184,10 @@ def violations_of(
     partition is not a violation)."""
     found: list[Violation] = []
     now = {item.key: item for item in listed}
-    for key, entry in sorted(consumed.items(), key=lambda pair: order_of(pair[0])):
+    for key, entry in consumed.items():
         item = now.get(key)
+        if item is not None and item.evidence == entry.evidence:
+            continue
         if key in expired:
             continue
         if item is None:
@@ -186,6 +200,7 @@ def violations_of(
                     f"consumed partition `{key}` changed: recorded [{entry.evidence}], now [{item.evidence}]",
                 )
             )
+    found.sort(key=lambda violation: order_of(violation.partition))
     if consumed:
         last = max(consumed, key=order_of)
         for item in listed:
@@ -237,11 +252,7 @@ def read_business_source(
     assert spec is not None
     listed = list_partitions(session, source, context)
     recorded = ledger.read_ledger(session.meta, name)
-    # A sliding window's partitions older than the window may go like expired ones.
-    retained = (
-        source.versioning.window if source.versioning.kind in ("partition_expiry", SLIDING_WINDOW) else None
-    )
-    expired = expired_of(listed, recorded or {}, retained)
+    expired = expired_of(listed, recorded or {}, retained_of(source))
     violations = violations_of(listed, recorded or {}, expired)
     reset_reason: str | None = None
     if recorded is None:
@@ -260,13 +271,17 @@ def read_business_source(
         assert recorded is not None
         new, deferred = _frontier(listed, set(recorded))
         new = _counted(session, new)
-        kept = [replace(item, rows=recorded[item.key].rows) for item in listed if item.key in recorded]
-        consumed = sorted([*kept, *new], key=lambda item: order_of(item.key))
+        kept = [
+            PartitionEvidence(item.key, recorded[item.key].rows, item.evidence, item.files, item.is_complete)
+            for item in listed
+            if item.key in recorded
+        ]
+        # Listed in order, and new partitions come after every kept one (or are a violation).
+        consumed = (
+            [*kept, *new] if not new or not kept or _is_before(kept[-1], new[0]) else _sorted([*kept, *new])
+        )
     relation = source_table(source, context.project, {})
-    try:
-        columns = session.describe(schema_relation(source, context.project, {}))
-    except WarehouseError:
-        columns = ()
+    columns = _columns(session, context, source)
     types = dict(columns)
     key = key_expression(source, types)
     key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
@@ -310,6 +325,26 @@ def read_business_source(
     )
 
 
+def _is_before(left: PartitionEvidence, right: PartitionEvidence) -> bool:
+    return order_of(left.key) < order_of(right.key)  # type: ignore[operator]
+
+
+def _sorted(items: list[PartitionEvidence]) -> list[PartitionEvidence]:
+    return sorted(items, key=lambda item: order_of(item.key))
+
+
+def _columns(session: Session, context: ProjectContext, source: Source) -> tuple[tuple[str, str], ...]:
+    """The source's columns: as the run's compilation read them (one file of the folder), else
+    described now; none when it cannot be read."""
+    known = context.source_schemas.get(source.name)
+    if known is not None and source.name not in context.overrides:
+        return tuple(known)
+    try:
+        return session.describe(schema_relation(source, context.project, {}))
+    except WarehouseError:
+        return ()
+
+
 def observed_version(session: Session, context: ProjectContext, name: str) -> tuple[str, int]:
     """The fingerprint and row count the next run would record for the source, read without
     writing or hashing rows; a broken assumption is not raised here (the run reports it) but gives
@@ -350,7 +385,7 @@ def _with_row_hashes(
             .where(exp.In(this=text, expressions=keys))
         )
     groups = session.content_by_group(relation, key)
-    return [replace(item, row_hash_sum=groups.get(item.key, (0, "0"))[1]) for item in items]
+    return [item._replace(row_hash_sum=groups.get(item.key, (0, "0"))[1]) for item in items]
 
 
 def partition_groups(reading: BusinessReading, grain: str) -> dict[str | None, tuple[int, str]]:

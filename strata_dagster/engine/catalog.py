@@ -17,6 +17,7 @@ from sqlglot import exp
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.lineage import ColumnDeps
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
+from strata_dagster.engine.business import is_cut_like_source
 from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
@@ -64,6 +65,9 @@ class Catalog:
     columns: dict[str, RelationColumns] = field(default_factory=dict)
     # model -> output column -> the (source or model, column) pairs it derives from
     lineage: dict[str, dict[str, ColumnDeps]] = field(default_factory=dict)
+    # partitioned source or model -> the business-versioned source whose arriving partitions its
+    # own partitions follow (the source itself, and the models cut like it)
+    arrivals: dict[str, str] = field(default_factory=dict)
 
     def partition_spec(self, name: str) -> PartitionSpec | None:
         if name in self.project.sources:
@@ -86,7 +90,8 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         fingerprints = {name: fp.value for name, fp in fingerprint_models(context).items()}
         relations = DefaultRelations(context.project, branch)
         sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
-        bounds = _bounds(session, context)
+        arrivals = _arrivals(context)
+        bounds = _bounds(session, context, arrivals)
         columns = read_columns(session, context, lambda name: inlined_query(context, name))
     inputs = {
         name: found
@@ -94,7 +99,22 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         if (found := partition_input(context.project, name, context.compiled.models[name])) is not None
     }
     lineage = read_lineage(context, columns)
-    return Catalog(context.project, branch, fingerprints, sql, bounds, inputs, columns, lineage)
+    return Catalog(context.project, branch, fingerprints, sql, bounds, inputs, columns, lineage, arrivals)
+
+
+def _arrivals(context: ProjectContext) -> dict[str, str]:
+    project = context.project
+    found = {
+        name: name
+        for name, source in project.sources.items()
+        if source.is_business_versioned and source.partitioned_by is not None
+    }
+    for name in project.order:
+        compiled = context.compiled.models[name]
+        base = compiled.base_relation
+        if base in found and is_cut_like_source(project.models[name], compiled, project.sources[base]):
+            found[name] = base
+    return found
 
 
 def partition_input(project: Project, name: str, compiled: CompiledModel) -> PartitionInput | None:
@@ -121,7 +141,9 @@ def partition_input(project: Project, name: str, compiled: CompiledModel) -> Par
     return PartitionInput(name, upstream, spec.grain, grouping)
 
 
-def _bounds(session: Session, context: ProjectContext) -> dict[str, PartitionBounds | None]:
+def _bounds(
+    session: Session, context: ProjectContext, arrivals: dict[str, str]
+) -> dict[str, PartitionBounds | None]:
     project = context.project
     bounds: dict[str, PartitionBounds | None] = {}
     for name, source in project.sources.items():
@@ -134,7 +156,11 @@ def _bounds(session: Session, context: ProjectContext) -> dict[str, PartitionBou
             bounds[name] = PartitionBounds(first, max(first, last)) if first and last else None
     for name in project.order:
         spec = project.models[name].properties.partitioned_by
-        if spec is not None:
+        if spec is not None and name in arrivals:
+            bounds[name] = bounds[
+                arrivals[name]
+            ]  # cut like the source: its partitions, no query over its rows
+        elif spec is not None:
             bounds[name] = _query_bounds(session, inlined_query(context, name), spec)
     return bounds
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.compile import CompiledProject, compile_project
@@ -59,6 +59,8 @@ class ProjectContext:
     compiled: CompiledProject
     overrides: dict[str, str]
     branch: str = DEFAULT_BRANCH
+    # (column, type) of every source readable when the project was compiled (overrides applied)
+    source_schemas: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 def load_context(
@@ -73,7 +75,7 @@ def load_context(
     compiled = compile_project(project, schemas)
     if session.engine != "duckdb":  # every statement as that engine computes DuckDB's rows
         compiled = for_engine(compiled, session.engine, schemas)
-    return ProjectContext(project, compiled, dict(overrides), branch)
+    return ProjectContext(project, compiled, dict(overrides), branch, schemas)
 
 
 def select_models(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]:

@@ -16,9 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
+from strata_dagster.engine import business
+from strata_dagster.engine.business import BusinessReading
 from strata_dagster.engine.context import ProjectContext, load_context
-from strata_dagster.engine.partitions import NULL_PARTITION, STRATEGY, locality_problem_of, raw_partition_of
+from strata_dagster.engine.partitions import (
+    NULL_PARTITION,
+    STRATEGY,
+    locality_problem_of,
+    partition_grain,
+    raw_partition_of,
+)
 from strata_dagster.engine.status import fingerprint_models, read_source_state, source_basis
+from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.content import WHOLE_ROW
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
@@ -53,11 +62,38 @@ def stale_partitions(
         return _read(session, context)
 
 
-def _read(session: Session, context: ProjectContext) -> dict[str, StalePartitions]:
+def cut_like_stale(
+    session: Session, context: ProjectContext, source: str, reading: BusinessReading
+) -> dict[str, tuple[str, ...] | None]:
+    """The partitioned models cut like business-versioned `source` (engine.business.is_cut_like_source)
+    and the partitions a build of each recomputes now, from `reading`'s evidence (None: a model
+    never built by partitions)."""
     project = context.project
-    candidates = [
+    if reading.is_sliding:
+        return {}  # the window's models are built in full or from the weighted delta, not by partition
+    names = [
         name
         for name in project.order
+        if context.compiled.models[name].base_relation == source
+        and business.is_cut_like_source(
+            project.models[name], context.compiled.models[name], project.sources[source]
+        )
+    ]
+    found = _read(session, context, names, {source: reading})
+    return {name: found[name].keys if name in found else None for name in names}
+
+
+def _read(
+    session: Session,
+    context: ProjectContext,
+    names: list[str] | None = None,
+    readings: dict[str, BusinessReading] | None = None,
+) -> dict[str, StalePartitions]:
+    project = context.project
+    readings = {} if readings is None else readings
+    candidates = [
+        name
+        for name in (project.order if names is None else names)
         if (props := project.models[name].properties).partitioned_by is not None
         and props.merge_strategy not in INCREMENTAL_STRATEGIES
         and not props.is_view
@@ -103,7 +139,7 @@ def _read(session: Session, context: ProjectContext) -> dict[str, StalePartition
             reason = ", ".join(f"{ref} has a new data version" for ref in changed)
             found[name] = StalePartitions(name, keys, reason, is_all=True)
             continue
-        now = _input_figures(session, context, name)
+        now = _input_figures(session, context, name, readings)
         if now is None:
             continue
         differing = sorted(
@@ -115,6 +151,33 @@ def _read(session: Session, context: ProjectContext) -> dict[str, StalePartition
     return found
 
 
+def _evidence_figures(
+    session: Session, context: ProjectContext, name: str, readings: dict[str, BusinessReading]
+) -> dict[str, tuple[Any, ...]] | None:
+    """A model cut like its business-versioned `from`: the per-partition evidence its build
+    compares (engine.business.partition_groups), from the listing and the ledger, no row read.
+    Other models over such a source are not answered here (their figures would need a scan)."""
+    project = context.project
+    compiled = context.compiled.models[name]
+    base = compiled.base_relation
+    model, source = project.models[name], project.sources[base]
+    if not business.is_cut_like_source(model, compiled, source):
+        return None
+    reading = readings.get(base)
+    if reading is None:
+        try:
+            reading = business.read_business_source(
+                session, context, base, is_full_refresh=False, is_hashed=False
+            )
+        except StrataError:
+            return None  # a broken assumption: the build says which
+        readings[base] = reading
+    if reading.is_sliding:
+        return None
+    groups = business.partition_groups(reading, partition_grain(model))
+    return {key: (count, evidence) for key, (count, evidence) in groups.items() if key is not None}
+
+
 def _reads_a_view(context: ProjectContext, name: str) -> bool:
     """Whether `name` reads a view model as `from`: its build may group the rows of the source
     under the view or the view's own rows (engine.view_lineage), so its figures are left to the
@@ -123,12 +186,16 @@ def _reads_a_view(context: ProjectContext, name: str) -> bool:
     return base in context.project.models and context.project.models[base].properties.is_view
 
 
-def _input_figures(session: Session, context: ProjectContext, name: str) -> dict[str, tuple[Any, ...]] | None:
+def _input_figures(
+    session: Session, context: ProjectContext, name: str, readings: dict[str, BusinessReading]
+) -> dict[str, tuple[Any, ...]] | None:
     """Row count and row-hash sum of `name`'s raw `from` rows per partition, as its build records them."""
     project = context.project
     compiled = context.compiled.models[name]
     base = compiled.base_relation
     source = project.sources.get(base)
+    if source is not None and source.is_business_versioned:
+        return _evidence_figures(session, context, name, readings)
     relation = model_view(base, context.branch) if source is None else source_table(source, project, {})
     basis = WHOLE_ROW if source is None else source_basis(source)
     try:

@@ -13,7 +13,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlglot import exp
@@ -227,6 +227,7 @@ class _Run:
             if is_noop:
                 self.session.rollback()
                 return RunResult(None, None, tuple(self.outcomes), self.context.branch)
+            self._render_reused_sql()
             run_id = self._run_id(pointers)
             self._publish(run_id, started)
             self.session.commit()
@@ -237,6 +238,17 @@ class _Run:
             self.reader.remember_snapshots(False)
         checkpoint("committed")
         return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
+
+    def _render_reused_sql(self) -> None:
+        """The SQL of the models this run reused, for its history entry."""
+        for index, item in enumerate(self.entry_models):
+            if item.path == REUSED and not item.sql:
+                sql = self.context.compiled.models[item.model].sql(self._relation_for_build)
+                self.entry_models[index] = replace(item, sql=sql)
+                self.outcomes = [
+                    replace(outcome, sql=sql) if outcome.model == item.model else outcome
+                    for outcome in self.outcomes
+                ]
 
     # -- inputs -----------------------------------------------------------------------------------
     def _types(self, source: str) -> dict[str, str]:
@@ -427,7 +439,12 @@ class _Run:
         duration = (time.perf_counter() - started) * 1000
         # What history shows as the build's SQL: a delta's own statement, else the model's.
         segment_sql = detail.get("segment_sql") if path in (DELTA, PARTITIONS) else None
-        sql = str(segment_sql) if segment_sql is not None else compiled.sql(self._relation_for_build)
+        if segment_sql is not None:
+            sql = str(segment_sql)
+        elif path == REUSED:
+            sql = ""  # rendered only when the run records history (a no-op run records nothing)
+        else:
+            sql = compiled.sql(self._relation_for_build)
         self.entry_models.append(
             EntryModel(
                 name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, detail

@@ -37,7 +37,7 @@ from strata_dagster.language.definition import Project
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.io_manager import _contract, _raw
 from strata_dagster.orchestration.resources import StrataResource
-from strata_dagster.orchestration.source_checks import source_ledger_checks
+from strata_dagster.orchestration.source_checks import source_assumption_checks, source_ledger_checks
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 from strata_dagster.orchestration.unit_test_checks import tested_models, unit_test_checks
 
@@ -94,6 +94,8 @@ def build_checks(
         for name, source in project.sources.items()
         if source.is_business_versioned and name in nodes
     }
+    if ledgers:
+        checks.append(source_assumption_checks(ledgers))
     if not verifiable and not ledgers:
         return StrataChecks(checks)
     deep = [equivalence_checks(verifiable)] if verifiable else []

@@ -11,10 +11,12 @@ from typing import Any
 import dagster as dg
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
+from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.arrivals import ArrivingSource
 from strata_dagster.orchestration.assets import build_model_asset
 from strata_dagster.orchestration.automation import automation_sensor
 from strata_dagster.orchestration.backfill_guard import strata_executor
@@ -181,6 +183,7 @@ def _definitions(
                     key: name for name, key in whole_keys.items() if name in catalog.project.models
                 },
                 partitioned=partitioned,
+                arriving=arriving_sources(catalog, nodes, translator),
             ),
             automation_sensor(dg.AssetSelection.assets(*keys)),
         ],
@@ -241,6 +244,8 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             location=source.location,
             columns=catalog.columns.get(name),
             path=source.path,
+            arrives_from=catalog.arrivals.get(name),
+            is_integer_keyed=_is_integer_keyed(catalog, name),
         )
     for name in project.order:
         model = project.models[name]
@@ -265,8 +270,19 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             freshness_seconds=None
             if model.properties.freshness is None
             else model.properties.freshness.seconds,
+            arrives_from=catalog.arrivals.get(name),
         )
     return nodes
+
+
+def _is_integer_keyed(catalog: Catalog, name: str) -> bool:
+    """Whether a business-versioned source's partition column holds integers (not a calendar)."""
+    spec = catalog.project.sources[name].partitioned_by
+    if name not in catalog.arrivals or spec is None or spec.grain != "key":
+        return False
+    columns = catalog.columns.get(name)
+    types = {column.name: column.type or "" for column in columns.columns} if columns else {}
+    return is_ordered_type(types.get(spec.column, "")) and not is_time_type(types.get(spec.column, ""))
 
 
 def _whole_keys(
@@ -299,6 +315,42 @@ def partition_built_models(
         spec = props.partitioned_by
         if spec is not None and props.merge_strategy not in INCREMENTAL_STRATEGIES and not props.is_view:
             found[translator.get_asset_key(nodes[name])] = (name, spec.grain)
+    return found
+
+
+def arriving_sources(
+    catalog: Catalog, nodes: dict[str, StrataAssetProps], translator: StrataDagsterTranslator
+) -> list[ArrivingSource]:
+    """The business-versioned sources the stale sensor watches for new partitions, with the models
+    cut like each (their partitions follow the source's) and the unpartitioned models reading it."""
+    project = catalog.project
+    found = []
+    for name in sorted(project.sources):
+        if catalog.arrivals.get(name) != name:
+            continue
+        cut_like = {
+            translator.get_asset_key(nodes[model]): (model, spec.grain)
+            for model in project.order
+            if catalog.arrivals.get(model) == name
+            and (spec := project.models[model].properties.partitioned_by) is not None
+            and project.models[model].properties.merge_strategy not in INCREMENTAL_STRATEGIES
+            and not project.models[model].properties.is_view
+        }
+        readers = tuple(
+            translator.get_asset_key(nodes[model])
+            for model in project.order
+            if name in project.models[model].references
+            and project.models[model].properties.partitioned_by is None
+        )
+        found.append(
+            ArrivingSource(
+                name,
+                translator.get_asset_key(nodes[name]),
+                translator.get_whole_asset_key(nodes[name]),
+                cut_like,
+                readers,
+            )
+        )
     return found
 
 

@@ -71,3 +71,26 @@ def coarser_time_mapping() -> dg.TimeWindowPartitionMapping:
         # warning would otherwise show on every definitions load.
         warnings.simplefilter("ignore", dg.BetaWarning)
         return dg.TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+
+
+def arrival_partitions_name(source: str) -> str:
+    """The dynamic partitions of an integer-keyed business-versioned source, in the instance."""
+    return f"strata_{source}"
+
+
+def arriving_partitions(
+    spec: PartitionSpec, bounds: PartitionBounds | None, source: str, *, is_integer_keyed: bool
+) -> dg.PartitionsDefinition:
+    """The partitions of a business-versioned source (and of the models cut like it), which follow
+    the data without reloading the definitions.
+
+    Dates: daily (monthly) partitions from the source's `start:` on to the last complete day (month)
+    by the clock, and at least to the last partition the data held when the definitions loaded:
+    the usual Dagster partitions of a daily drop, so the drop of a day that has ended lands on a
+    key that already exists. A key whose drop has not arrived (or is not complete) is one nothing
+    materializes yet. Integers (`batch=17/`): dynamic partitions named `strata_<source>`, to which
+    the stale sensor (and an observation of the source) adds each complete partition it lists.
+    """
+    if is_integer_keyed:
+        return dg.DynamicPartitionsDefinition(name=arrival_partitions_name(source))
+    return time_partitions(spec, bounds, is_open_ended=True)

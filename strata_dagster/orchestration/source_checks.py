@@ -1,17 +1,97 @@
-"""`strata_source_ledger`: the deep check of a business-versioned source (`strata verify
---sources`) as a Dagster asset check on the source's asset. It re-hashes every consumed partition,
-so it runs in the `strata_verify` job (and its schedule) or alone, never with materializations."""
+"""Asset checks on a business-versioned source's asset.
+
+`strata_source_ledger`: the deep check (`strata verify --sources`). It re-hashes every consumed
+partition, so it runs in the `strata_verify` job (and its schedule) or alone, never with
+materializations.
+
+`strata_partition_assumptions`: the check every run makes, from the listing and the ledger (no
+row read): no consumed partition changed or disappeared (E052), no new partition arrived at or
+before the last consumed one (E053). The stale sensor reports it in its tick whenever its result
+changes, and launches nothing from a source that fails it under `on_violation: error`."""
 
 from collections.abc import Iterator, Mapping
 from typing import Final
 
 import dagster as dg
 
+from strata_dagster.engine.arrivals import SourceArrivals, peek_arrivals
 from strata_dagster.engine.source_verify import verify_sources
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.resources import StrataResource
 
 LEDGER_CHECK: Final = "strata_source_ledger"
+ASSUMPTIONS_CHECK: Final = "strata_partition_assumptions"
+ASSUMPTIONS_DESCRIPTION = (
+    "No consumed partition changed or disappeared (E052) and no partition arrived at or before the "
+    "last consumed one (E053), from the listing and the ledger."
+)
+
+
+def assumption_result(arrivals: SourceArrivals) -> dict[str, object]:
+    """passed, severity, description and metadata of a source's `strata_partition_assumptions`."""
+    metadata: dict[str, object] = {
+        c.SOURCE_KEY: arrivals.source,
+        "last_partition": arrivals.last_partition or "",
+        "new_partitions": list(arrivals.new),
+        "waiting_partitions": list(arrivals.deferred),
+    }
+    if not arrivals.violations:
+        return {
+            "passed": True,
+            "severity": dg.AssetCheckSeverity.ERROR,
+            "description": f"assumptions hold: {arrivals.describe()}",
+            "metadata": metadata,
+        }
+    first = arrivals.violations[0]
+    metadata["code"] = first.code
+    metadata["partitions"] = [violation.partition for violation in arrivals.violations]
+    outcome = (
+        "runs fail with it until it is fixed or rebuilt with `--full-refresh`"
+        if arrivals.is_blocked
+        else "the next run rebuilds (`on_violation: rebuild`)"
+    )
+    return {
+        "passed": False,
+        "severity": dg.AssetCheckSeverity.ERROR,
+        "description": f"{first.code}: {first.what} ({len(arrivals.violations)} violation(s); {outcome})",
+        "metadata": metadata,
+    }
+
+
+def assumption_evaluation(key: dg.AssetKey, arrivals: SourceArrivals) -> dg.AssetCheckEvaluation:
+    """The check's evaluation, as the stale sensor reports it (no run)."""
+    fields = assumption_result(arrivals)
+    return dg.AssetCheckEvaluation(asset_key=key, check_name=ASSUMPTIONS_CHECK, **fields)  # type: ignore[arg-type]
+
+
+def source_assumption_checks(sources: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefinition:
+    """`strata_partition_assumptions` of each business-versioned source (asset key -> source), in
+    one op, read-only."""
+    specs = [
+        dg.AssetCheckSpec(
+            ASSUMPTIONS_CHECK, asset=key, description=ASSUMPTIONS_DESCRIPTION, metadata={c.SOURCE_KEY: name}
+        )
+        for key, name in sources.items()
+    ]
+
+    @dg.multi_asset_check(
+        name="strata_partition_assumptions",
+        specs=specs,
+        can_subset=True,
+        required_resource_keys={c.STRATA_RESOURCE_KEY},
+        pool=c.DUCKDB_POOL,
+        description="Business-versioned sources' listings against their partition ledgers (no row read).",
+    )
+    def _assumptions(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())
+        names = [sources[key.asset_key] for key in selected]
+        found = peek_arrivals(strata.project_path, strata.warehouse_path, names, branch=strata.branch)
+        for key in selected:
+            fields = assumption_result(found[sources[key.asset_key]])
+            yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, **fields)  # type: ignore[arg-type]
+
+    return _assumptions
 
 
 def source_ledger_checks(sources: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefinition:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.arrivals import partition_versions as partition_versions_of
 from strata_dagster.engine.partition_status import source_partitions, whole_content
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.orchestration import constants as c
@@ -93,6 +94,8 @@ def _partitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -
 
     def partition_versions(context: dg.OpExecutionContext) -> dict[str, dg.DataVersion]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+        if props.arrives_from is not None:
+            return arrival_versions(context.instance, partitions_def, strata, name)
         keys = partitions_def.get_partition_keys()
         contents = source_partitions(strata.project_path, strata.warehouse_path, name, keys)
         return {key: dg.DataVersion(content.fingerprint) for key, content in contents.items()}
@@ -131,6 +134,24 @@ def _partitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -
         return _observe_whole(context, name)
 
     return [_observe, _observe_all]
+
+
+def arrival_versions(
+    instance: dg.DagsterInstance, partitions_def: dg.PartitionsDefinition, strata: StrataResource, name: str
+) -> dict[str, dg.DataVersion]:
+    """A business-versioned source's per-partition versions from its evidence (no row read): its
+    complete partitions up to the frontier. Dynamic partitions get the keys they lack; a date
+    after the time partitions' end (a drop dated after the last complete day) waits for its key."""
+    versions = partition_versions_of(strata.project_path, strata.warehouse_path, name).versions
+    if isinstance(partitions_def, dg.DynamicPartitionsDefinition):
+        assert partitions_def.name is not None
+        known = set(instance.get_dynamic_partitions(partitions_def.name))
+        missing = [key for key in versions if key not in known]
+        if missing:
+            instance.add_dynamic_partitions(partitions_def.name, missing)
+        return {key: dg.DataVersion(version) for key, version in versions.items()}
+    known = set(partitions_def.get_partition_keys())
+    return {key: dg.DataVersion(version) for key, version in versions.items() if key in known}
 
 
 def build_whole_model_asset(props: StrataAssetProps, translator: StrataDagsterTranslator) -> dg.SourceAsset:

@@ -1,6 +1,7 @@
 """`strata_materialize_stale`: a sensor that materializes exactly the stale asset partitions.
 
-Each tick first compares the sources' content fingerprints (read by the sensor, read-only) with the
+Business-versioned sources come first: new complete partitions are observed and their models
+launched within the tick that lists them (orchestration.arrivals). Each tick then compares the sources' content fingerprints (read by the sensor, read-only) with the
 data versions Dagster recorded for them: a source that changed is observed by a run of
 `strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
 no source changed, it reads Dagster's own stale status (what the UI shows), takes the stale asset
@@ -32,6 +33,7 @@ from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.arrivals import REPORTED_PREFIX, ArrivingSource, arrival_step
 from strata_dagster.orchestration.plan_wording import engine_why
 from strata_dagster.orchestration.refresh import is_due, refresh_of
 from strata_dagster.orchestration.resources import StrataResource
@@ -327,6 +329,19 @@ class _TickState:
             return None  # no cursor yet, or one an older version wrote
 
 
+def _skip_text(result: dg.SensorResult) -> str:
+    reason = result.skip_reason
+    return "" if reason is None else reason.skip_message or ""
+
+
+def _with_reported(cursor: str | None, code: str, reported: dict[str, str]) -> str:
+    """`cursor` with the check results the arrival step reported (a fresh state when there is none)."""
+    loaded = _TickState.load(cursor) or _TickState(None, code)
+    merged = {key: value for key, value in loaded.reported.items() if not key.startswith(REPORTED_PREFIX)}
+    merged.update((key, value) for key, value in reported.items() if key.startswith(REPORTED_PREFIX))
+    return _TickState(loaded.last_event, loaded.code, loaded.stale, loaded.pending, merged).dump()
+
+
 def _tick_state(instance: dg.DagsterInstance, asset_graph, job_of: Mapping[dg.AssetKey, str]) -> _TickState:  # type: ignore[no-untyped-def]
     versions = sorted((str(key), asset_graph.get(key).code_version or "") for key in job_of)
     code = hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:16]
@@ -346,6 +361,7 @@ def stale_partitions_sensor(
     run_tags: Mapping[str, str] | None = None,
     whole_models: Mapping[dg.AssetKey, str] | None = None,
     partitioned: Mapping[dg.AssetKey, tuple[str, str]] | None = None,
+    arriving: Sequence[ArrivingSource] = (),
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
     that materializes it). `observable`: the observable assets job `observe_job` observes, each
@@ -374,6 +390,59 @@ def stale_partitions_sensor(
         graph = context.repository_def.asset_graph  # type: ignore[union-attr]
         state = _tick_state(instance, graph, job_of)  # before anything is read: later events count next tick
         busy = _assets_in_progress(instance, job_of)
+        loaded = _TickState.load(context.cursor)
+        try:
+            step = arrival_step(
+                instance, strata, graph, arriving, job_of, busy, loaded.reported if loaded else {}, tags
+            )
+        except StrataError as error:
+            context.log.warning(error.render())
+            return dg.SensorResult(
+                skip_reason=f"Skipped: sources not listed, {error.render()} (the next tick tries again)",
+                cursor=context.cursor,
+            )
+        if step.has_arrivals:
+            for request in step.runs:
+                context.log.info(describe_run(request))
+            return dg.SensorResult(
+                run_requests=step.runs,
+                asset_events=step.events,
+                dynamic_partitions_requests=step.partitions,
+                cursor=_with_reported(context.cursor, state.code, step.reported),
+            )
+        watched = {source.whole_key for source in arriving}
+        result = _tick(
+            context,
+            graph,
+            state,
+            busy,
+            {key: job for key, job in job_of.items() if key not in step.blocked},
+            {key: name for key, name in observable.items() if key not in watched and key not in step.blocked},
+            {key: found for key, found in (partitioned or {}).items() if key not in step.blocked},
+        )
+        if not step.events and not step.lines and step.reported == (loaded.reported if loaded else {}):
+            return result
+        for event in step.events:
+            context.log.info(f"{event.asset_key.to_user_string()}: {getattr(event, 'description', '')}")
+        return dg.SensorResult(
+            run_requests=result.run_requests,
+            skip_reason=" ".join([*(f"{line}." for line in step.lines), _skip_text(result)]).strip()
+            if not result.run_requests
+            else None,
+            asset_events=[*step.events, *result.asset_events],
+            cursor=_with_reported(result.cursor, state.code, step.reported),
+        )
+
+    def _tick(
+        context: dg.SensorEvaluationContext,
+        graph,  # type: ignore[no-untyped-def]
+        state: _TickState,
+        busy: set[dg.AssetKey],
+        job_of: Mapping[dg.AssetKey, str],
+        observable: Mapping[dg.AssetKey, str | None],
+        partitioned: Mapping[dg.AssetKey, tuple[str, str]],
+    ) -> dg.SensorResult:
+        instance = context.instance
         try:
             sources = check_sources(instance, strata, observable, busy, whole_models)
         except StrataError as error:

@@ -24,7 +24,7 @@ from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.automation import observation_condition, stale_condition
 from strata_dagster.orchestration.backfills import BACKFILL_TAGS_HELP, FAST_PATHS_HELP
-from strata_dagster.orchestration.partitions import coarser_time_mapping, time_partitions
+from strata_dagster.orchestration.partitions import arriving_partitions, coarser_time_mapping, time_partitions
 
 NodeKind = Literal["source", "model"]
 _GROUP_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
@@ -53,6 +53,10 @@ class StrataAssetProps:
     lineage: tuple[tuple[str, ColumnDeps], ...] = ()  # models: output column -> what it derives from
     path: str | None = None  # sources: the files DuckDB reads (`path:`), if not a table
     freshness_seconds: int | None = None  # models: `freshness:`, how old its last build may be
+    # The business-versioned source whose arriving partitions this node's partitions follow (the
+    # source itself, or a model cut like it), and whether its keys are integers (`batch=17/`).
+    arrives_from: str | None = None
+    is_integer_keyed: bool = False
 
 
 class StrataDagsterTranslator:
@@ -113,8 +117,18 @@ class StrataDagsterTranslator:
         return dg.FreshnessPolicy.time_window(fail_window=dt.timedelta(seconds=props.freshness_seconds))
 
     def get_partitions_def(self, props: StrataAssetProps) -> dg.PartitionsDefinition | None:
+        """Daily or monthly partitions over the data's days (see `is_open_ended_partitions`); for a
+        business-versioned source and the models cut like it, partitions that follow its arriving
+        partitions (orchestration.partitions.arriving_partitions)."""
         if props.partitioned_by is None:
             return None
+        if props.arrives_from is not None:
+            return arriving_partitions(
+                props.partitioned_by,
+                props.bounds,
+                props.arrives_from,
+                is_integer_keyed=props.is_integer_keyed,
+            )
         return time_partitions(
             props.partitioned_by, props.bounds, is_open_ended=self.is_open_ended_partitions
         )

@@ -18,20 +18,22 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NamedTuple
 
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.warehouse import listing
 from strata_dagster.warehouse.sql import data_type, run
 
 LEDGER_TABLE = "strata.source_ledger"
 
 
-@dataclass(frozen=True)
-class PartitionEvidence:
+class PartitionEvidence(NamedTuple):
     """One partition of a source as listed now: its key (the partition value as text), its row
-    count, the evidence of its content, its files (file sources) and whether it may be consumed."""
+    count, the evidence of its content, its files (file sources) and whether it may be consumed.
+    A named tuple: a run lists thousands of them."""
 
     key: str
     rows: int
@@ -62,32 +64,107 @@ def hive_value(path: str, column: str) -> str | None:
 
 
 def list_file_partitions(
-    con: duckdb.DuckDBPyConnection, pattern: str, column: str, marker: str | None
+    con: duckdb.DuckDBPyConnection,
+    pattern: str,
+    column: str,
+    marker: str | None,
+    cache_dir: Path | None = None,
 ) -> tuple[list[PartitionEvidence], list[str]]:
     """The partitions of the Parquet files `pattern` matches, by their `column=value` folder, with
     each file's name and size (a stat, no file opened; row counts are UNCOUNTED until
-    `with_footer_rows`); and the files that sit in no such folder."""
-    files = matching_files(pattern)
-    by_key: dict[str, list[str]] = defaultdict(list)
+    `with_footer_rows`); and the files that sit in no such folder. `cache_dir`: where the names in
+    each folder are cached by the folder's stat (warehouse.listing; every file is stat'ed anyway)."""
+    by_key: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)
     stray: list[str] = []
-    for file in files:
-        value = hive_value(file, column)
-        if value is None:
-            stray.append(file)
-        else:
-            by_key[value].append(file)
     partitions = []
+    prefix = f"{column}="
+    skip = len(prefix)
+    for path, folder_files, has_marker in _listed(pattern, marker, cache_dir):
+        name = path.rpartition("/")[2]
+        if name.startswith(prefix) and folder_files:
+            # One partition folder under the root: its files' names and sizes are the evidence.
+            if len(folder_files) == 1:
+                file, size = folder_files[0]
+                files: tuple[str, ...] = (f"{path}/{file}",)
+                evidence = f"{file}:{size}"
+            else:
+                files = tuple([f"{path}/{file}" for file, _ in folder_files])
+                evidence = ";".join([f"{file}:{size}" for file, size in folder_files])
+            partitions.append(
+                PartitionEvidence(name[skip:], UNCOUNTED, evidence, files, marker is None or has_marker)
+            )
+            continue
+        for file, size in folder_files:
+            file_path = f"{path}/{file}" if path else file
+            value = hive_value(file_path, column)
+            if value is None:
+                stray.append(file_path)
+            else:
+                by_key[value].append((file_path, size, has_marker))
     for key, members in by_key.items():
         members.sort()
-        evidence = ";".join(f"{os.path.basename(file)}:{os.stat(file).st_size}" for file in members)
-        folder = os.path.dirname(members[0])
-        is_complete = marker is None or os.path.exists(os.path.join(folder, marker))
-        partitions.append(PartitionEvidence(key, UNCOUNTED, evidence, tuple(members), is_complete))
+        evidence = ";".join(f"{path.rpartition('/')[2]}:{size}" for path, size, _ in members)
+        is_complete = marker is None or members[0][2]
+        files = tuple(path for path, _, _ in members)
+        partitions.append(PartitionEvidence(key, UNCOUNTED, evidence, files, is_complete))
     partitions.sort(key=lambda item: order_of(item.key))
+    stray.sort()
     return partitions, stray
 
 
 UNCOUNTED = -1
+
+
+def _listed(
+    pattern: str, marker: str | None, cache_dir: Path | None
+) -> list[tuple[str, tuple[tuple[str, int], ...], bool]]:
+    """(folder, its matching files with their sizes, whether it holds `marker`) for the files
+    `pattern` matches; a folder of "" holds files of other layouts, named by their whole path."""
+    parts = listing.split_pattern(pattern)
+    if parts is not None:
+        return [
+            (item.path, item.files, item.has_marker)
+            for item in listing.list_folders(*parts, marker, cache_dir)
+        ]
+    found = []
+    for path in matching_files(pattern):
+        folder = os.path.dirname(path)
+        has_marker = marker is not None and os.path.exists(os.path.join(folder, marker))
+        found.append(("", ((path, os.stat(path).st_size),), has_marker))
+    return found
+
+
+def listing_cache_dir(con: duckdb.DuckDBPyConnection) -> Path | None:
+    """Where the listings of a warehouse's sources are cached: `<warehouse file>.listing/` (None
+    for an in-memory database)."""
+    row = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    if not row or not row[0]:
+        return None
+    return Path(str(row[0]) + listing.CACHE_SUFFIX)
+
+
+def first_matching_file(pattern: str) -> str | None:
+    """Any one file `pattern` matches, found without listing every partition folder (a schema is
+    read from one file)."""
+    parts = listing.split_pattern(pattern)
+    if parts is None:
+        return next(glob.iglob(pattern), None)
+    root, name = parts
+    is_match = re.compile(fnmatch.translate(name)).match
+    try:
+        with os.scandir(root) as folders:
+            for folder in folders:
+                if folder.name.startswith(".") or not folder.is_dir():
+                    continue
+                with os.scandir(folder.path) as entries:
+                    for entry in entries:
+                        if not entry.name.startswith(".") and is_match(entry.name):
+                            return entry.path
+    except OSError:
+        return None
+    return None
 
 
 def matching_files(pattern: str) -> list[str]:
@@ -95,24 +172,12 @@ def matching_files(pattern: str) -> list[str]:
     DuckDB's does; the usual `folder/*/*.parquet` is listed with one scandir per partition folder,
     which spares glob's per-entry overhead on thousands of folders (same matches: names starting
     with a dot are skipped, as glob skips them)."""
-    root, middle, name = pattern.rsplit("/", 2) if pattern.count("/") >= 2 else ("", "", "")
-    if middle != "*" or not root or glob.has_magic(root) or name.startswith("."):
+    parts = listing.split_pattern(pattern)
+    if parts is None:
         return sorted(glob.glob(pattern))
-    is_match = re.compile(fnmatch.translate(name)).match
-    files: list[str] = []
-    try:
-        folders = [entry for entry in os.scandir(root) if not entry.name.startswith(".") and entry.is_dir()]
-    except OSError:  # glob lists nothing it cannot read
-        return []
-    for folder in folders:
-        try:
-            with os.scandir(folder.path) as entries:
-                files.extend(
-                    entry.path for entry in entries if not entry.name.startswith(".") and is_match(entry.name)
-                )
-        except OSError:
-            continue
-    return sorted(files)
+    return sorted(
+        f"{item.path}/{file}" for item in listing.list_folders(*parts, None) for file, _ in item.files
+    )
 
 
 def with_footer_rows(
@@ -122,13 +187,13 @@ def with_footer_rows(
     partitions a run consumes; a consumed one keeps the count the ledger recorded."""
     files = [file for item in partitions for file in item.files]
     if not files:
-        return [replace(item, rows=0) for item in partitions]
+        return [item._replace(rows=0) for item in partitions]
     listing = exp.Array(expressions=[exp.Literal.string(file) for file in files])
     query = exp.select("file_name", "num_rows").from_(
         exp.Anonymous(this="parquet_file_metadata", expressions=[listing])
     )
     rows = {str(name): int(count) for name, count in run(con, query).fetchall()}
-    return [replace(item, rows=sum(rows.get(file, 0) for file in item.files)) for item in partitions]
+    return [item._replace(rows=sum(rows.get(file, 0) for file in item.files)) for item in partitions]
 
 
 def list_table_partitions(
@@ -155,9 +220,8 @@ def list_table_partitions(
     return partitions
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    """A consumed partition as the ledger records it."""
+class LedgerEntry(NamedTuple):
+    """A consumed partition as the ledger records it (a named tuple: thousands are read per run)."""
 
     key: str
     rows: int
@@ -175,27 +239,27 @@ def read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledger
 
 
 def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, LedgerEntry] | None:
+    # One statement: the rows since the latest reset row (a never-started ledger has none at all).
     rows = con.execute(
         """WITH start AS (
                SELECT max(entry) AS entry FROM strata.source_ledger WHERE source = ? AND is_reset
            )
-           SELECT partition_key, row_count, evidence, l.entry, row_hash_sum
+           SELECT partition_key, row_count, evidence, l.entry, row_hash_sum, is_reset
            FROM strata.source_ledger l, start
-           WHERE l.source = ? AND NOT l.is_reset AND l.entry >= start.entry
-           ORDER BY l.entry""",
+           WHERE l.source = ? AND l.entry >= start.entry
+           ORDER BY l.entry, NOT is_reset""",
         [source, source],
     ).fetchall()
-    started = con.execute(
-        "SELECT count(*) FROM strata.source_ledger WHERE source = ? AND is_reset", [source]
-    ).fetchone()
-    if not started or not started[0]:
+    if not rows:
         return None
     ledger: dict[str, LedgerEntry] = {}
-    for key, count, evidence, entry, hash_sum in rows:
+    for key, count, evidence, entry, hash_sum, is_reset in rows:
+        if is_reset:
+            continue
         if evidence is None:  # expired: left the source by its retention
-            ledger.pop(str(key), None)
+            ledger.pop(key, None)
         else:
-            ledger[str(key)] = LedgerEntry(str(key), int(count), str(evidence), int(entry), hash_sum)
+            ledger[key] = LedgerEntry(key, count, evidence, entry, hash_sum)
     return ledger
 
 

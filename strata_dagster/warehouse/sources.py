@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from sqlglot import exp
 from strata_dagster.compile.relations import attached_catalog, source_relation
 from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError
 from strata_dagster.language.definition import Project, Source
+from strata_dagster.warehouse.ledger import first_matching_file
 from strata_dagster.warehouse.sql import describe, parse_table_name, relation_exists, run
 
 
@@ -100,7 +100,7 @@ def schema_relation(source: Source, project: Project, overrides: Mapping[str, st
     reader = relation.this
     pattern = reader.expressions[0]
     # Any one file: glob lazily, never listing every partition folder.
-    first = next(glob.iglob(pattern.this), None) if isinstance(pattern, exp.Literal) else None
+    first = first_matching_file(pattern.this) if isinstance(pattern, exp.Literal) else None
     if first is None:
         return relation
     one = reader.copy()

@@ -1,0 +1,181 @@
+"""The listing of a partitioned Parquet folder (`root/*/<name>`), cached by the folders' stat.
+
+A business-versioned source is listed on every run: every partition folder and every file in it,
+with each file's size. Reading thousands of folders is most of that cost, so the names found in
+each folder are kept in a cache file next to the warehouse (`<warehouse>.listing/`), with the
+folder's inode, mtime and ctime. A folder's mtime and ctime change whenever an entry is added to it,
+removed or renamed (POSIX), and its ctime cannot be set back by a writer (`touch -d` and `rsync -t`
+set the mtime, which moves the ctime to now), so a folder whose stat is the cached one holds the
+cached names. Every file is still stat'ed on every run: a file rewritten in place keeps its
+folder's stat but shows its new size, exactly as an uncached listing shows it. What a run compares
+with the ledger is therefore what an uncached listing gives.
+
+Timestamps are coarse (a clock tick, a few milliseconds): a folder changed within the same tick
+as it was listed could keep the same mtime. So a cached folder is trusted only when its mtime and
+ctime are older than its last listing by `RACY_SECONDS`; a recent one is listed again, as git
+re-reads an index entry as new as the index. Any error reading the cache lists everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import marshal
+import os
+import re
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+CACHE_SUFFIX = ".listing"
+RACY_SECONDS = 2.0
+_RACY_NS = int(RACY_SECONDS * 1e9)
+_FORMAT = 1
+
+Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
+
+
+class ListedFolder(NamedTuple):
+    """One folder under the root: its name and path, its matching files with their sizes (sorted
+    by name), and whether it holds the completeness marker."""
+
+    name: str
+    path: str
+    files: tuple[tuple[str, int], ...]
+    has_marker: bool
+
+
+def split_pattern(pattern: str) -> tuple[str, str] | None:
+    """(root, file name pattern) of `root/*/<name>` with no wildcard in root and a name not starting
+    with a dot: the layout the folder-by-folder listing handles (None: glob it)."""
+    if pattern.count("/") < 2:
+        return None
+    root, middle, name = pattern.rsplit("/", 2)
+    if middle != "*" or not root or _has_magic(root) or name.startswith("."):
+        return None
+    return root, name
+
+
+def _has_magic(text: str) -> bool:
+    return re.search(r"[*?[]", text) is not None
+
+
+def _signature(stat: os.stat_result) -> Signature:
+    return (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def _is_settled(signature: Signature, listed_at: int) -> bool:
+    return max(signature[2], signature[3]) < listed_at - _RACY_NS
+
+
+def list_folders(
+    root: str, name: str, marker: str | None, cache_dir: Path | None = None
+) -> list[ListedFolder]:
+    """Every folder of `root` holding files `<name>` matches (hidden folders and files left out:
+    Python's glob and DuckDB's match the same), sorted by name, with each file's size now. A root
+    that cannot be read lists nothing, as glob does."""
+    is_match = re.compile(fnmatch.translate(name)).match
+    cache_file = None if cache_dir is None else cache_dir / _cache_name(root, name, marker)
+    cached = _load(cache_file)
+    now = time.time_ns()
+    try:
+        root_stat = _signature(os.stat(root))
+    except OSError:
+        return []
+    is_changed = False
+    previous_root = cached.get("")
+    if (
+        previous_root is not None
+        and previous_root[0] == root_stat
+        and _is_settled(root_stat, previous_root[1])
+    ):
+        folder_names = previous_root[2]
+    else:
+        try:
+            with os.scandir(root) as entries:
+                folder_names = tuple(
+                    sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+                )
+        except OSError:
+            return []
+        cached[""] = (root_stat, now, folder_names, False)
+        is_changed = True
+    found: list[ListedFolder] = []
+    stat = os.stat
+    for folder_name in folder_names:
+        folder = f"{root}/{folder_name}"
+        try:
+            info = stat(folder)
+        except OSError:
+            continue  # gone since the root was read
+        signature = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        entry = cached.get(folder_name)
+        if (
+            entry is None
+            or entry[0] != signature
+            or max(info.st_mtime_ns, info.st_ctime_ns) >= entry[1] - _RACY_NS
+        ):
+            entry = _scan(folder, signature, now, is_match, marker)
+            if entry is None:
+                continue
+            cached[folder_name] = entry
+            is_changed = True
+        files = []
+        for file_name in entry[2]:
+            try:
+                files.append((file_name, stat(f"{folder}/{file_name}").st_size))
+            except OSError:
+                continue  # removed after its folder was read: the next run lists its folder anew
+        if files:
+            found.append(ListedFolder(folder_name, folder, tuple(files), entry[3]))
+    if is_changed and cache_file is not None:
+        _store(cache_file, {key: cached[key] for key in ("", *folder_names) if key in cached})
+    return found
+
+
+# A folder as cached: its signature, when it was listed (ns), its matching names, its marker.
+_Folder = tuple[Signature, int, tuple[str, ...], bool]
+
+
+def _scan(folder: str, signature: Signature, now: int, is_match, marker: str | None) -> _Folder | None:  # type: ignore[no-untyped-def]
+    try:
+        with os.scandir(folder) as entries:
+            names = [entry.name for entry in entries]
+    except OSError:
+        return None
+    matching = tuple(sorted(n for n in names if not n.startswith(".") and is_match(n)))
+    return (signature, now, matching, marker is not None and marker in names)
+
+
+def _cache_name(root: str, name: str, marker: str | None) -> str:
+    key = hashlib.sha256(repr((_FORMAT, root, name, marker)).encode()).hexdigest()[:24]
+    return f"{key}.marshal"
+
+
+def _load(cache_file: Path | None) -> dict[str, _Folder]:
+    if cache_file is None:
+        return {}
+    try:
+        data = marshal.loads(cache_file.read_bytes())
+        if data[0] != _FORMAT:
+            return {}
+        return {
+            key: (tuple(sig), int(listed), tuple(names), bool(mark))  # type: ignore[misc]
+            for key, sig, listed, names, mark in data[1]
+        }
+    except (OSError, EOFError, ValueError, TypeError, IndexError):
+        return {}
+
+
+def _store(cache_file: Path, folders: dict[str, _Folder]) -> None:
+    """Write the cache under a temporary name, then rename it over the old one (readers see either)."""
+    rows = [(key, *entry) for key, entry in folders.items()]
+    temporary = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(marshal.dumps((_FORMAT, rows)))
+        os.replace(temporary, cache_file)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()  # a cache that cannot be written: the next run lists everything again
