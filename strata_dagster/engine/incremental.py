@@ -48,6 +48,7 @@ FACTS_CARRIED = (
     "partition_fingerprints",
     "other_inputs",
     "join_figures",
+    "upstream_segments",
     OUTPUT_NEXT_COUNT,
 )
 FULL_SUFFIX = "__full"
