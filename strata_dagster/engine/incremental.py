@@ -612,11 +612,15 @@ class DeltaBuilder:
                     self.previous.detail.get("partition_grain"),
                 ),
             )
-            session.drop_snapshot(name)
-            if keys_table:
-                session.drop_snapshot(keys_table)
+            # The delta's own segment stays beside the base: what a model reading this one follows
+            # (engine.model_slices) to learn which rows changed across the compaction.
+            detail.update(
+                compacted=True,
+                compacted_after=list(self.previous.segment_ids),
+                compacted_delta=name,
+                compacted_delta_keys=keys_table,
+            )
             name, keys_table, segments = compacted, None, [self.ctx.snapshot_id]
-            detail.update(compacted=True)
         detail.update(
             rows_merged=segment.row_count,
             rows_replaced=removed[0],

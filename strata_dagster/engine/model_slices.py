@@ -28,7 +28,7 @@ compacted or rolled back), nothing says what changed: the model is built in full
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -216,21 +216,44 @@ def partitioned_over_model(
 
 
 # -- what changed in the inputs -------------------------------------------------------------------
+MAX_EXPANSIONS = 4  # compactions of an input looked through to find the segments a build read
+
+
 def upstream_change(
-    reader: HistoryReader, name: str, read: list[str] | None, now: SnapshotRecord
+    reader: HistoryReader,
+    name: str,
+    read: list[str] | None,
+    now: SnapshotRecord,
+    exists: Callable[[str], bool],
 ) -> UpstreamChange | str:
     """What input model `name` gained since the segments `read` (recorded by the last build), or why
-    that cannot be told."""
+    that cannot be told. A compaction since then is looked through: it keeps the segments it merged
+    and its own delta's segment."""
     if read is None:
         return f"the last build recorded no segments of `{name}`"
     ids = list(now.segment_ids)
-    if ids[: len(read)] != read:
-        return (
-            f"`{name}` was rebuilt, compacted or rolled back since the last build: its change is not a list "
-            "of new segments"
-        )
     # The input's state is present: reused only when its tables are, else built in this run.
-    segments = segments_of(reader, now)
+    entries = list(zip(ids, segments_of(reader, now), strict=True))
+    is_expanded = False
+    for _ in range(MAX_EXPANSIONS + 1):
+        if [entry_id for entry_id, _ in entries[: len(read)]] == read:
+            break
+        head = now if entries[0][0] == now.snapshot_id else reader.snapshot(entries[0][0])
+        merged = _merged_segments(reader, head) if head is not None else None
+        if merged is None:
+            return (
+                f"`{name}` was rebuilt, compacted or rolled back since the last build: its change is not a list "
+                "of new segments"
+            )
+        entries = merged + entries[1:]
+        is_expanded = True
+    else:
+        return f"`{name}` was compacted more than {MAX_EXPANSIONS} times since the last build"
+    segments = [segment for _, segment in entries]
+    if is_expanded and not all(
+        exists(table) for segment in segments for table in (segment.table, segment.keys_table) if table
+    ):
+        return f"`{name}` was compacted since the last build, and the segments it merged are gone"
     return UpstreamChange(
         name,
         tuple(segments[: len(read)]),
@@ -239,6 +262,21 @@ def upstream_change(
         grain_of(now),
         tuple(ids),
     )
+
+
+def _merged_segments(reader: HistoryReader, head: SnapshotRecord) -> list[tuple[str, Segment]] | None:
+    """The segments a compacted base stands for: those it merged and its own delta's segment."""
+    after, delta = head.detail.get("compacted_after"), head.detail.get("compacted_delta")
+    if not after or not delta:
+        return None
+    entries = []
+    for segment_id in after:
+        record = reader.snapshot(segment_id)
+        if record is None:
+            return None
+        entries.append((segment_id, Segment(record.table_name, record.detail.get("keys_table"))))
+    delta_segment = Segment(delta, head.detail.get("compacted_delta_keys"))
+    return [*entries, (f"{head.snapshot_id}:delta", delta_segment)]
 
 
 def _union(tables: list[str]) -> exp.Query:

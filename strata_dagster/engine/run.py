@@ -731,7 +731,9 @@ class _Run:
         recorded = current.detail.get(UPSTREAM_SEGMENTS) or {}
         changes = []
         for ref in self.followed[name].inputs:
-            change = upstream_change(self.reader, ref, recorded.get(ref), self.chosen[ref])
+            change = upstream_change(
+                self.reader, ref, recorded.get(ref), self.chosen[ref], self.session.snapshot_exists
+            )
             if isinstance(change, str):
                 return change
             changes.append(change)

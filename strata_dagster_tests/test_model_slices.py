@@ -1,0 +1,143 @@
+"""Models over other models maintained from their inputs' new segments (engine.model_slices): what
+history says, a compaction of the input looked through, an input rebuilt in full, and the models
+that cannot be sliced saying why."""
+
+import datetime as dt
+
+import duckdb
+
+from strata_dagster.engine.gc import gc
+from strata_dagster.engine.plan import plan_project
+from strata_dagster.engine.run import run_project
+from strata_dagster_tests.engine_support import execute
+from strata_dagster_tests.model_slices_support import MODULE, SLICED_MODELS, START, compare, make_project
+
+SLICED = {"tags", "numbered", "ranked", "rw_large", "daily"}
+
+
+def _update(warehouse, ids, minute):
+    execute(
+        warehouse,
+        f"UPDATE raw.orders SET amount = amount + 1, customer_id = (customer_id + 1) % 12, "
+        f"updated_at = TIMESTAMP '2027-06-01' + to_minutes({minute}) WHERE list_contains({list(ids)}, order_id)",
+    )
+
+
+def _assert_equal(warehouse):
+    con = duckdb.connect(str(warehouse))
+    try:
+        for model in SLICED_MODELS:
+            assert compare(con, model) == {"rows": 0, "groups": 0}, model
+    finally:
+        con.close()
+
+
+def test_models_over_models_rebuild_only_the_slices_their_inputs_changed(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    first = run_project(project, warehouse)
+    assert {first.outcome(name).path for name in SLICED_MODELS} == {"full"}
+    _update(warehouse, [25, 26], 1)
+    result = run_project(project, warehouse, only_stale=True)
+    paths = {outcome.model: outcome.path for outcome in result.outcomes}
+    assert {name: paths[name] for name in SLICED} == dict.fromkeys(SLICED, "partitions")
+    numbered = result.outcome("numbered").detail
+    # Orders 25 and 26 moved from customers 1 and 2 to 2 and 3: three window partitions recomputed.
+    assert sorted(numbered["partitions"]) == ["1", "2", "3"]
+    assert numbered["row_wise"] == "customer_id (the window key)"
+    assert sorted(result.outcome("tags").detail["partitions"]) == ["25", "26"]
+    assert result.outcome("timeline").path == "delta"
+    _assert_equal(warehouse)
+
+
+def test_a_compaction_of_the_input_is_looked_through(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    run_project(project, warehouse)
+    compacted = False
+    for round_ in range(1, 12):
+        _update(warehouse, [round_, round_ + 40], round_)
+        result = run_project(project, warehouse, only_stale=True)
+        compacted = compacted or bool(result.outcome("stg").detail.get("compacted"))
+        for name in SLICED:
+            path = result.outcome(name).path
+            assert path in ("partitions", "cutoff", "reused"), (round_, name, result.outcome(name).detail)
+        _assert_equal(warehouse)
+    assert compacted
+
+
+def test_gc_drops_the_delta_segment_a_compaction_keeps(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    run_project(project, warehouse)
+    for round_ in range(1, 10):
+        _update(warehouse, [round_], round_)
+        run_project(project, warehouse, only_stale=True)
+    (delta,) = execute(
+        warehouse,
+        "SELECT json_extract_string(detail, '$.compacted_delta') FROM strata.snapshots "
+        "WHERE model = 'stg' AND json_extract_string(detail, '$.compacted_delta') IS NOT NULL",
+    )[0]
+    tables = {row[0] for row in execute(warehouse, "SELECT table_name FROM duckdb_tables()")}
+    assert delta in tables
+    for round_ in range(10, 20):  # compacted again: the first compacted state is no one's any more
+        _update(warehouse, [round_], round_)
+        run_project(project, warehouse, only_stale=True)
+    gc(warehouse, keep=1)
+    tables = {row[0] for row in execute(warehouse, "SELECT table_name FROM duckdb_tables()")}
+    assert delta not in tables
+    _assert_equal(warehouse)
+
+
+def test_an_input_rebuilt_in_full_makes_the_model_full_and_says_why(tmp_path):
+    project, warehouse = make_project(tmp_path)
+    run_project(project, warehouse)
+    # A row stamped below the watermark: the upsert input cannot trust a delta and rebuilds in full.
+    late = START - dt.timedelta(days=3)
+    execute(
+        warehouse,
+        f"INSERT INTO raw.orders VALUES (500, 2, TIMESTAMP '{START}', TIMESTAMP '{late}', 'paid', 'web', 7)",
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("stg").path == "full"
+    # A partitioned model that recorded its partitions' fingerprints compares them instead.
+    assert result.outcome("daily").path == "partitions"
+    for name in ("tags", "numbered"):
+        outcome = result.outcome(name)
+        assert outcome.path == "full"
+        assert "`stg` was rebuilt, compacted or rolled back since the last build" in outcome.detail["full_reason"]
+    _assert_equal(warehouse)
+    # The next change is sliced again, from the segments of the input's new state.
+    _update(warehouse, [9], 1)
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("numbered").path == "partitions"
+    _assert_equal(warehouse)
+
+
+UNSLICEABLE = {
+    "whole_window": (
+        "from stg\n  derive nth = row_number() over (order by order_id)",
+        "a window function reads other rows, and no column of its PARTITION BY",
+    ),
+    "by_status": ("from stg\n  group status\n  aggregate n = count(*)", "it groups rows"),
+    "mixed": ("from log_short\n  union first_short", "a set operation other than one `union all`"),
+    "first_short": ("from first_seen\n  select order_id, 'x' as what, amount", None),
+    "over_full": ("from cust\n  filter region = 'n'", "`cust` is rebuilt in full on every change"),
+    "untracked": ("from stg\n  select order_day, amount", "does not carry `order_id` of `stg` unchanged"),
+}
+
+
+def test_models_that_cannot_be_sliced_are_built_in_full_and_say_why(tmp_path):
+    extra = "".join(f"\nmodel {name} {{\n  {body}\n}}\n" for name, (body, _) in UNSLICEABLE.items())
+    project, warehouse = make_project(tmp_path, MODULE + extra)
+    run_project(project, warehouse)
+    _update(warehouse, [3], 1)
+    execute(warehouse, "UPDATE raw.orders SET status = 'returned' WHERE order_id = 3")
+    execute(warehouse, "UPDATE raw.customers SET region = 'e' WHERE customer_id = 2")
+    planned = plan_project(project, warehouse, only_stale=True)
+    result = run_project(project, warehouse, only_stale=True)
+    for name, (_, reason) in UNSLICEABLE.items():
+        if reason is None:
+            continue
+        outcome = result.outcome(name)
+        assert outcome.path == "full", name
+        assert outcome.detail["full_reason"].startswith("not maintained row-wise: "), (name, outcome.detail)
+        assert reason in outcome.detail["full_reason"], (name, outcome.detail)
+        assert outcome.path in planned.model(name).allowed
