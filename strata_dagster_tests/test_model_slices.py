@@ -6,6 +6,7 @@ import datetime as dt
 
 import duckdb
 
+from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
@@ -46,6 +47,15 @@ def test_models_over_models_rebuild_only_the_slices_their_inputs_changed(tmp_pat
     assert numbered["row_wise"] == "customer_id (the window key)"
     assert sorted(result.outcome("tags").detail["partitions"]) == ["25", "26"]
     assert result.outcome("timeline").path == "delta"
+    # What history says of each.
+    why = {
+        name: build_why(name, paths[name], result.outcome(name).detail, 0)
+        for name in ("numbered", "timeline")
+    }
+    assert why["numbered"].startswith("row-wise delta: the slices by `customer_id (the window key)`")
+    assert why["timeline"].startswith(
+        "appended delta: what the pipeline gives for the new rows of first_seen, log_short"
+    )
     _assert_equal(warehouse)
 
 
@@ -102,7 +112,10 @@ def test_an_input_rebuilt_in_full_makes_the_model_full_and_says_why(tmp_path):
     for name in ("tags", "numbered"):
         outcome = result.outcome(name)
         assert outcome.path == "full"
-        assert "`stg` was rebuilt, compacted or rolled back since the last build" in outcome.detail["full_reason"]
+        assert (
+            "`stg` was rebuilt, compacted or rolled back since the last build"
+            in outcome.detail["full_reason"]
+        )
     _assert_equal(warehouse)
     # The next change is sliced again, from the segments of the input's new state.
     _update(warehouse, [9], 1)

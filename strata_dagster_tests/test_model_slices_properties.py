@@ -19,14 +19,22 @@ days = st.integers(min_value=0, max_value=DAYS - 1)
 ids = st.integers(min_value=0, max_value=119)
 customers = st.integers(min_value=0, max_value=13)  # 10..13 have no customer row
 
-append = st.tuples(st.just("append"), st.lists(st.tuples(days, customers, st.integers(1, 60)), min_size=1, max_size=4))
+append = st.tuples(
+    st.just("append"), st.lists(st.tuples(days, customers, st.integers(1, 60)), min_size=1, max_size=4)
+)
 late_row = st.tuples(st.just("late_row"), days, st.integers(1, 60))  # stamped below every stamp so far
 amount = st.tuples(st.just("amount"), st.lists(ids, min_size=1, max_size=5), st.integers(-20, 20))
-status = st.tuples(st.just("status"), st.lists(ids, min_size=1, max_size=4), st.sampled_from(["paid", "cancelled"]))
-customer = st.tuples(st.just("customer"), st.lists(ids, min_size=1, max_size=3), customers)  # window key moves
+status = st.tuples(
+    st.just("status"), st.lists(ids, min_size=1, max_size=4), st.sampled_from(["paid", "cancelled"])
+)
+customer = st.tuples(
+    st.just("customer"), st.lists(ids, min_size=1, max_size=3), customers
+)  # window key moves
 move = st.tuples(st.just("move"), ids, days)
 delete = st.tuples(st.just("delete"), st.lists(ids, min_size=1, max_size=4))
-region = st.tuples(st.just("region"), st.lists(st.integers(0, 9), min_size=1, max_size=3), st.sampled_from(["n", "e"]))
+region = st.tuples(
+    st.just("region"), st.lists(st.integers(0, 9), min_size=1, max_size=3), st.sampled_from(["n", "e"])
+)
 steps = st.lists(
     st.one_of(append, late_row, amount, status, customer, move, delete, region), min_size=1, max_size=6
 )
@@ -102,6 +110,10 @@ def test_random_histories_of_models_over_models_equal_a_full_rebuild(tmp_path_fa
                 outcome = built.get(model)
                 assert compare(con, model) == {"rows": 0, "groups": 0}, (model, step, outcome)
                 if outcome is not None and outcome.path == "full":
-                    assert CHAIN_BROKEN in str(outcome.detail.get("full_reason")), (model, step, outcome.detail)
+                    assert CHAIN_BROKEN in str(outcome.detail.get("full_reason")), (
+                        model,
+                        step,
+                        outcome.detail,
+                    )
         finally:
             con.close()

@@ -56,7 +56,7 @@ from strata_dagster.language.definition import (
     Project,
     SetOperationStep,
 )
-from strata_dagster.warehouse.content import ROW_ALIAS
+from strata_dagster.warehouse.content import ROW_ALIAS, as_rows
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, keyed_rows, partition_key
 from strata_dagster.warehouse.session import Session
@@ -370,12 +370,41 @@ class SlicedBuilder(PartitionBuilder):
         assert not isinstance(self.changes, str)
         reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
         affected = sorted(changed_slices(self.ctx, self.changes) | reached)
-        facts = {
+        facts: dict[str, Any] = {
             UPSTREAM_SEGMENTS: recorded_segments(self.changes),
             "other_inputs": partitions.other_inputs(self.ctx, self.identities),
             joined_inputs.FIGURES: joined.figures,
         }
-        return affected, facts, self._partition_count()
+        before = self.previous.detail.get("partition_fingerprints")
+        if before is None:
+            return affected, facts, self._partition_count()
+        # A declared partitioned model keeps its per-partition input figures exact (what its stale
+        # partitions are read from, engine.partition_staleness): those of the recomputed partitions
+        # are read again, from their input rows alone.
+        recorded = {key: value for key, value in before.items() if key not in affected}
+        recorded.update(self._fingerprints_of(affected))
+        facts["partition_fingerprints"] = recorded
+        return affected, facts, len(recorded)
+
+    def _fingerprints_of(self, keys: list[str]) -> dict[str, list[Any]]:
+        if not keys:
+            return {}
+        ctx = self.ctx
+        partition = raw_partition(ctx, qualifier=ROW_ALIAS)
+        values = [key for key in keys if key != NULL_PARTITION]
+        wanted: list[exp.Expression] = []
+        if values:
+            wanted.append(exp.In(this=partition.copy(), expressions=[self._literal(key) for key in values]))
+        if NULL_PARTITION in keys:
+            wanted.append(exp.Is(this=partition.copy(), expression=exp.null()))
+        rows = (
+            exp.select("*").from_(as_rows(ctx.relation(ctx.compiled.base_relation))).where(exp.or_(*wanted))
+        )
+        groups = ctx.session.content_by_group(rows, partition, ctx.base_basis)
+        return {
+            NULL_PARTITION if key is None else key: [count, hash_sum]
+            for key, (count, hash_sum) in groups.items()
+        }
 
     def _partition_count(self) -> int | None:
         """How many day or month partitions the input's rows fall in now (one cheap grouped scan of a
