@@ -5,13 +5,16 @@ that cannot be sliced saying why."""
 import datetime as dt
 
 import duckdb
+import pytest
 
 from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
+from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import execute
 from strata_dagster_tests.model_slices_support import MODULE, SLICED_MODELS, START, compare, make_project
+from strata_dagster_tests.partition_support import compare_with_full
 
 SLICED = {"tags", "numbered", "ranked", "rw_large", "daily"}
 
@@ -154,3 +157,63 @@ def test_models_that_cannot_be_sliced_are_built_in_full_and_say_why(tmp_path):
         assert outcome.detail["full_reason"].startswith("not maintained row-wise: "), (name, outcome.detail)
         assert reason in outcome.detail["full_reason"], (name, outcome.detail)
         assert outcome.path in planned.model(name).allowed
+
+
+def test_a_delta_breaking_the_unique_pin_with_a_kept_row_fails_and_publishes_nothing(tmp_path):
+    pinned = "\nmodel log_once {\n  from log\n  select order_id, status\n  unique: [order_id]\n}\n"
+    project, warehouse = make_project(tmp_path, MODULE + pinned)
+    run_project(project, warehouse)
+    _update(warehouse, [7], 1)  # a second version of order 7 in the append log: a duplicate order_id
+    entries = execute(warehouse, "SELECT count(*) FROM strata.entries")[0][0]
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse, only_stale=True)
+    assert caught.value.code == "E030" and "order_id=7" in caught.value.message
+    assert execute(warehouse, "SELECT count(*) FROM strata.entries")[0][0] == entries
+
+
+def test_a_delta_keeping_the_unique_pin_records_the_pin_it_was_checked_by(tmp_path):
+    module = MODULE.replace(
+        "sum(stg.amount) over (partition by stg.customer_id) as customer_total\n",
+        "sum(stg.amount) over (partition by stg.customer_id) as customer_total\n  unique: [order_id]\n",
+    )
+    assert module != MODULE
+    project, warehouse = make_project(tmp_path, module)
+    run_project(project, warehouse)
+    _update(warehouse, [30, 31], 1)
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("numbered").path == "partitions"
+    (checked,) = execute(
+        warehouse,
+        "SELECT json_extract_string(detail, '$.unique_checked') FROM strata.snapshots WHERE snapshot_id = ?",
+        params=[result.outcome("numbered").snapshot_id],
+    )[0]
+    assert checked == '["order_id"]'
+    _assert_equal(warehouse)
+
+
+def test_a_union_over_an_input_that_replaced_rows_is_built_in_full_and_says_why(tmp_path):
+    union = "\nmodel up_union {\n  from stg\n  select order_id, status, amount\n  union all log_short\n}\n"
+    project, warehouse = make_project(tmp_path, MODULE + union)
+    full = (
+        "SELECT order_id, status, amount FROM raw.orders WHERE status <> 'cancelled' "
+        "UNION ALL SELECT order_id, status, amount FROM main.v_log"
+    )
+    run_project(project, warehouse)
+    # New orders only: the upsert input gains rows and replaces none, so the union gains their rows.
+    execute(
+        warehouse,
+        "INSERT INTO raw.orders VALUES (901, 2, TIMESTAMP '2026-01-05', TIMESTAMP '2027-05-01', 'paid', 'web', 9)",
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    assert result.outcome("up_union").path == "delta"
+    con = duckdb.connect(str(warehouse))
+    assert compare_with_full(con, "up_union", full) == {"rows": 0, "groups": 0}
+    con.close()
+    _update(warehouse, [5], 1)
+    result = run_project(project, warehouse, only_stale=True)
+    outcome = result.outcome("up_union")
+    assert outcome.path == "full"
+    assert outcome.detail["full_reason"].startswith("`stg` replaced rows it held")
+    con = duckdb.connect(str(warehouse))
+    assert compare_with_full(con, "up_union", full) == {"rows": 0, "groups": 0}
+    con.close()

@@ -13,7 +13,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlglot import exp
@@ -72,7 +72,7 @@ from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
+from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables, keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
@@ -91,6 +91,8 @@ VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no row
 
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
+# A state's detail key: the `unique` columns its rows were checked to be unique by.
+UNIQUE_CHECKED = "unique_checked"
 
 
 def _replaced_reason(now: list[str], before: list[str]) -> str:
@@ -757,6 +759,7 @@ class _Run:
         checkpoint("snapshot_created")
         self._check_delta_pins(name, record)
         checkpoint("pins_checked")
+        record = replace(record, detail={**record.detail, **self._unique_checked(name)})
         self.new_snapshots.append(record)
         if not is_partial:
             self.new_keys.append((key, record.snapshot_id))
@@ -837,6 +840,7 @@ class _Run:
                     detail.update(full_output_facts(incremental, output, watermark, detail["cdc_type"]))
         if replaced:
             detail[REPLACED_SOURCES] = replaced
+        detail.update(self._unique_checked(name))
         record = self._register_full(
             name, key, snapshot_id, table_name, fingerprint, content, detail, watermark
         )
@@ -952,10 +956,32 @@ class _Run:
             )
             if not (is_disjoint and replaced <= set(props.unique)):
                 self._raise_unique(
-                    name, self.session.unique_violation(state_query(self.reader, record), props.unique)
+                    name, self.session.unique_violation(self._pinned_rows(record), props.unique)
                 )
         # Columns and types equal the previous state's (checked by the delta): not-null is per row.
         self._check_contract(name, record.table_name)
+
+    def _unique_checked(self, name: str) -> dict[str, object]:
+        unique = self.project.models[name].properties.unique
+        return {UNIQUE_CHECKED: sorted(unique)} if unique else {}
+
+    def _pinned_rows(self, record: SnapshotRecord) -> exp.Query:
+        """The rows of a delta's state a duplicate of the `unique` pin can be among: all of them,
+        or, when the state it builds on was checked by the same pin (so the rows it keeps are
+        unique among themselves), only those sharing a pinned value with the new segment."""
+        state = state_query(self.reader, record)
+        unique = sorted(self.project.models[record.model].properties.unique or ())
+        ids = record.segment_ids
+        previous = self.reader.snapshot(ids[-2]) if len(ids) > 1 and ids[-1] == record.snapshot_id else None
+        if previous is None or previous.detail.get(UNIQUE_CHECKED) != unique:
+            return state
+        values = [exp.column(column, table="__state") for column in unique]
+        segment = exp.select(*(exp.column(column) for column in unique)).from_(
+            snapshot_table(record.table_name)
+        )
+        return (
+            exp.select("*").from_(state.subquery("__state")).where(keyed_rows(unique, values, source=segment))
+        )
 
     def _raise_unique(self, name: str, violation: PinViolation | None) -> None:
         if violation is None:
