@@ -110,8 +110,15 @@ def test_an_input_rebuilt_in_full_makes_the_model_full_and_says_why(tmp_path):
     )
     result = run_project(project, warehouse, only_stale=True)
     assert result.outcome("stg").path == "full"
-    # A partitioned model that recorded its partitions' fingerprints compares them instead.
+    # A partitioned model that recorded its partitions' fingerprints compares them instead, and
+    # records the input's segments now, so that its next build follows them again.
     assert result.outcome("daily").path == "partitions"
+    (followed,) = execute(
+        warehouse,
+        "SELECT json_extract(detail, '$.upstream_segments.stg') FROM strata.snapshots WHERE snapshot_id = ?",
+        params=[result.outcome("daily").snapshot_id],
+    )[0]
+    assert followed == f'["{result.outcome("stg").snapshot_id}"]'
     for name in ("tags", "numbered"):
         outcome = result.outcome(name)
         assert outcome.path == "full"
@@ -217,3 +224,54 @@ def test_a_union_over_an_input_that_replaced_rows_is_built_in_full_and_says_why(
     con = duckdb.connect(str(warehouse))
     assert compare_with_full(con, "up_union", full) == {"rows": 0, "groups": 0}
     con.close()
+
+
+REFUNDS = """
+source refunds {
+  table: raw.refunds
+  versioning: cdc(updated_at)
+}
+
+model refund_log {
+  from refunds
+  select order_id, amount, updated_at
+  incremental
+  merge_strategy: append
+  cdc_column: updated_at
+}
+
+model money {
+  from log
+  select order_id, amount
+  union all refund_amounts
+}
+
+model refund_amounts {
+  from refund_log
+  select order_id, 0 - amount as amount
+}
+"""
+
+
+def test_a_union_side_whose_input_did_not_change_reads_nothing(tmp_path):
+    project, warehouse = make_project(tmp_path, MODULE + REFUNDS)
+    execute(
+        warehouse,
+        "CREATE TABLE raw.refunds (order_id BIGINT, amount DECIMAL(12, 2), updated_at TIMESTAMP)",
+        "INSERT INTO raw.refunds VALUES (1, 5, TIMESTAMP '2026-02-01'), (2, 3, TIMESTAMP '2026-02-02')",
+    )
+    full = "SELECT order_id, amount FROM main.v_log UNION ALL SELECT order_id, 0 - amount FROM raw.refunds"
+    run_project(project, warehouse)
+    changes = [
+        "INSERT INTO raw.refunds VALUES (3, 4, TIMESTAMP '2026-03-01')",  # only the refunds side
+        "UPDATE raw.orders SET amount = amount + 2, updated_at = TIMESTAMP '2027-08-01' WHERE order_id = 8",
+    ]
+    for change in changes:
+        execute(warehouse, change)
+        result = run_project(project, warehouse, only_stale=True)
+        assert result.outcome("money").path == "delta", result.outcome("money").detail
+        con = duckdb.connect(str(warehouse))
+        try:
+            assert compare_with_full(con, "money", full) == {"rows": 0, "groups": 0}, change
+        finally:
+            con.close()

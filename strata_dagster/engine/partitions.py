@@ -129,6 +129,9 @@ class PartitionBuilder(DeltaBuilder):
     ) -> None:
         super().__init__(ctx, previous, segments)
         self.identities = identities
+        # The input model's segment ids now, for a model over a model that follows them
+        # (engine.model_slices): recorded so that its next build follows them again.
+        self.upstream_segments: dict[str, list[str]] | None = None
 
     def precheck(self) -> Fallback | None:
         previous = self.previous.detail
@@ -237,6 +240,8 @@ class PartitionBuilder(DeltaBuilder):
             "other_inputs": other_inputs(self.ctx, self.identities),
             joined_inputs.FIGURES: joined.figures,
         }
+        if self.upstream_segments is not None:
+            facts[UPSTREAM_SEGMENTS] = self.upstream_segments
         return affected, facts, len(now)
 
     def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:

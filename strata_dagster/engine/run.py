@@ -724,6 +724,10 @@ class _Run:
             has_fingerprints = "partition_fingerprints" in current.detail
             if not (isinstance(changes, str) and has_fingerprints):
                 return SlicedBuilder(context, current, segments, identities, changes)
+            # The input's change is not a list of segments: its fingerprints per partition tell.
+            compared = PartitionBuilder(context, current, segments, identities)
+            compared.upstream_segments = self._upstream_segments(name)
+            return compared
         if self._is_partitioned(name):
             return PartitionBuilder(context, current, segments, identities)
         return DeltaBuilder(context, current, segments)
