@@ -56,7 +56,7 @@ from strata_dagster.language.definition import (
     Project,
     SetOperationStep,
 )
-from strata_dagster.warehouse.content import ROW_ALIAS, as_rows
+from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, keyed_rows, partition_key
 from strata_dagster.warehouse.session import Session
@@ -315,17 +315,41 @@ def replaced_rows(session: Session, change: UpstreamChange) -> exp.Query | None:
     )
 
 
-def changed_slices(ctx: IncrementalContext, changes: list[UpstreamChange]) -> set[str]:
-    """The slices (as text, NULL_PARTITION for NULL) holding a row an input's new segments added
-    or replaced: each input's rows are rows of the model's `from`, or of a union's branch."""
-    found: set[str] = set()
+Figures = dict[str, tuple[int, int]]  # slice -> row count and row-hash sum
+
+
+def _figures(ctx: IncrementalContext, rows: exp.Query) -> Figures:
+    groups = ctx.session.content_by_group(rows, raw_partition(ctx, qualifier=ROW_ALIAS))
+    return {
+        NULL_PARTITION if key is None else key: (count, int(hash_sum))
+        for key, (count, hash_sum) in groups.items()
+    }
+
+
+def slice_figures(ctx: IncrementalContext, changes: list[UpstreamChange]) -> tuple[Figures, Figures]:
+    """Row count and row-hash sum per slice (as text, NULL_PARTITION for NULL) of the rows the
+    inputs' new segments add, as the inputs hold them now, and of the earlier rows they replace:
+    each input row is a row of the model's `from`."""
+    added: Figures = {}
+    replaced: Figures = {}
     for change in changes:
-        for rows in (added_rows(change), replaced_rows(ctx.session, change)):
-            if rows is None:
-                continue
-            groups = ctx.session.content_by_group(rows, raw_partition(ctx, qualifier=ROW_ALIAS))
-            found |= {NULL_PARTITION if key is None else key for key in groups}
-    return found
+        found = []
+        if change.added:
+            found.append((added, composite_query(change.added, change.merge_keys, change.grain)))
+        gone = replaced_rows(ctx.session, change)
+        if gone is not None:
+            found.append((replaced, gone))
+        for into, rows in found:
+            for key, (count, hash_sum) in _figures(ctx, rows).items():
+                before = into.get(key, (0, 0))
+                into[key] = (before[0] + count, before[1] + hash_sum)
+    return added, replaced
+
+
+def changed_slices(ctx: IncrementalContext, changes: list[UpstreamChange]) -> set[str]:
+    """The slices holding a row an input's new segments added or replaced."""
+    added, replaced = slice_figures(ctx, changes)
+    return set(added) | set(replaced)
 
 
 def recorded_segments(changes: list[UpstreamChange]) -> dict[str, list[str]]:
@@ -369,7 +393,8 @@ class SlicedBuilder(PartitionBuilder):
     ) -> tuple[list[str], dict[str, Any], int | None]:
         assert not isinstance(self.changes, str)
         reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
-        affected = sorted(changed_slices(self.ctx, self.changes) | reached)
+        added, replaced = slice_figures(self.ctx, self.changes)
+        affected = sorted(set(added) | set(replaced) | reached)
         facts: dict[str, Any] = {
             UPSTREAM_SEGMENTS: recorded_segments(self.changes),
             "other_inputs": partitions.other_inputs(self.ctx, self.identities),
@@ -378,33 +403,20 @@ class SlicedBuilder(PartitionBuilder):
         before = self.previous.detail.get("partition_fingerprints")
         if before is None:
             return affected, facts, self._partition_count()
-        # A declared partitioned model keeps its per-partition input figures exact (what its stale
-        # partitions are read from, engine.partition_staleness): those of the recomputed partitions
-        # are read again, from their input rows alone.
-        recorded = {key: value for key, value in before.items() if key not in affected}
-        recorded.update(self._fingerprints_of(affected))
+        # A declared partitioned model keeps its per-partition input figures exact (its stale
+        # partitions are read from them, engine.partition_staleness): a partition's rows now are
+        # its rows then, less those replaced, plus those added (row-hash sums add and subtract).
+        recorded = dict(before)
+        for key in set(added) | set(replaced):
+            count, hash_sum = before.get(key) or (0, "0")
+            count = int(count) - replaced.get(key, (0, 0))[0] + added.get(key, (0, 0))[0]
+            total = int(hash_sum) - replaced.get(key, (0, 0))[1] + added.get(key, (0, 0))[1]
+            if count:
+                recorded[key] = [count, str(total)]
+            else:
+                recorded.pop(key, None)
         facts["partition_fingerprints"] = recorded
         return affected, facts, len(recorded)
-
-    def _fingerprints_of(self, keys: list[str]) -> dict[str, list[Any]]:
-        if not keys:
-            return {}
-        ctx = self.ctx
-        partition = raw_partition(ctx, qualifier=ROW_ALIAS)
-        values = [key for key in keys if key != NULL_PARTITION]
-        wanted: list[exp.Expression] = []
-        if values:
-            wanted.append(exp.In(this=partition.copy(), expressions=[self._literal(key) for key in values]))
-        if NULL_PARTITION in keys:
-            wanted.append(exp.Is(this=partition.copy(), expression=exp.null()))
-        rows = (
-            exp.select("*").from_(as_rows(ctx.relation(ctx.compiled.base_relation))).where(exp.or_(*wanted))
-        )
-        groups = ctx.session.content_by_group(rows, partition, ctx.base_basis)
-        return {
-            NULL_PARTITION if key is None else key: [count, hash_sum]
-            for key, (count, hash_sum) in groups.items()
-        }
 
     def _partition_count(self) -> int | None:
         """How many day or month partitions the input's rows fall in now (one cheap grouped scan of a

@@ -24,7 +24,7 @@ from strata_dagster.engine.catalog import model_bounds
 from strata_dagster.engine.context import ProjectContext, with_upstream
 from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
 from strata_dagster.engine.partition_keys import PartitionRequest, keys_for_model, request_grain
-from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
+from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.history import SnapshotRecord
@@ -148,20 +148,6 @@ class PartitionRangeBuilder(PartitionBuilder):
 
     def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
         return list(self.keys)
-
-    def has_recorded_figures(self) -> bool:
-        # A state built from its input model's new segments records no fingerprints: the requested
-        # partitions record theirs, and the segments it read stay recorded, so the next build still
-        # recomputes every partition their input changed since.
-        return super().has_recorded_figures() or UPSTREAM_SEGMENTS in self.previous.detail
-
-    def changed_slices(
-        self, joined: joined_inputs.JoinedChange
-    ) -> tuple[list[str], dict[str, Any], int | None]:
-        affected, facts, total = super().changed_slices(joined)
-        if UPSTREAM_SEGMENTS in self.previous.detail:
-            facts[UPSTREAM_SEGMENTS] = self.previous.detail[UPSTREAM_SEGMENTS]
-        return affected, facts, total
 
     def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
         """A changed joined input reaches partitions beyond the requested ones, and its new figures
