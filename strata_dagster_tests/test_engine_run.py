@@ -182,10 +182,11 @@ def test_unique_pin_failure_publishes_nothing(shop):
     project, warehouse = shop
     run_project(project, warehouse)
     count_tables = f"SELECT count(*) FROM {SNAPSHOT_RELATIONS}"
-    # One snapshot per view, and daily_revenue's figures of its joined stg_customers per key.
+    # One snapshot per view, and the figures per key of their joined stg_customers that
+    # daily_revenue (by partitions) and orders_enriched (by its window key) record.
     tables = execute(warehouse, count_tables)[0][0]
     views, entries = view_tables(warehouse), history_count(warehouse)
-    assert tables == len(views) + 1
+    assert tables == len(views) + 2
     execute(warehouse, "INSERT INTO raw.customers SELECT * FROM raw.customers WHERE customer_id = 3")
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse, only_stale=True)

@@ -38,6 +38,29 @@ model busiest {
   group status
   aggregate days = count(*), total = sum(total)
 }
+
+-- Maintained from their input models' new segments (engine.model_slices): row-wise by the upsert's
+-- key, a window by its PARTITION BY, a union all of two models that only gain rows.
+model up_rows {
+  from up
+  derive v2 = v * 2
+}
+
+model up_ranked {
+  from up
+  derive nth = row_number() over (partition by status order by id)
+}
+
+model ap_short {
+  from ap
+  select id, v
+}
+
+model gained {
+  from an
+  select id, v
+  union all ap_short
+}
 """
 )
 

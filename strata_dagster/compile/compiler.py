@@ -90,6 +90,11 @@ class CompiledModel:
     has_window: bool = False
     has_set_operation: bool = False
     joins: tuple[JoinKeys, ...] = ()
+    # The base-scope columns in the PARTITION BY of every window function (each traced to a
+    # column of `from` carried unchanged to where the window is computed); () when some window
+    # has none, None when the model has no window. Rows with other values of these columns never
+    # meet in a window, so the model can be recomputed for some of their values alone.
+    window_keys: tuple[str, ...] | None = None
 
     def base_column(self, output: str) -> str | None:
         """The base-scope name an output column passes through unchanged, in a model that only
@@ -195,6 +200,7 @@ class _PipelineCompiler:
         self.has_window = False
         self.has_set_operation = False
         self.joins: list[JoinKeys] = []
+        self.window_keys: set[str] | None = None
 
     # -- errors -------------------------------------------------------------------------------
     def error(self, code: str, message: str, location: Location, hint: str | None = None) -> StrataError:
@@ -308,6 +314,7 @@ class _PipelineCompiler:
             # The window sees the rows the base WHERE keeps: later filters must come after it.
             self.is_pushdown_open = False
             self.has_window = True
+            self._note_windows(self.lets[assignment.name], in_base=True)
         if self.stage is not None:
             # A let after a join: the outer stage reads the base CTE, which now has one more column.
             self.stage.scope.columns = _extended(self.stage.scope.columns, assignment.name)
@@ -429,6 +436,7 @@ class _PipelineCompiler:
             stage.extra.append(value)
             stage.output = _extended(stage.output, assignment.name)
         stage.derived.add(assignment.name)
+        self._note_windows(node)
         stage.has_window = stage.has_window or has_window(node)
         self.has_window = self.has_window or stage.has_window
 
@@ -468,6 +476,8 @@ class _PipelineCompiler:
         self.has_window = self.has_window or any(
             has_window(a.expr.node) for a in (aggregates.assignments if aggregates else ())
         )
+        for assignment in aggregates.assignments if aggregates else ():
+            self._note_windows(assignment.expr.node, is_traceable=False)
         stage.projection = projection
         stage.group_by = group_by
         stage.output = tuple(name for name, _ in names)
@@ -493,6 +503,8 @@ class _PipelineCompiler:
             if output is not None:
                 output.append(name)
         self._check_unique_names(names)
+        for item in step.items:
+            self._note_windows(item.node)
         self.lineage = self._lineage_after_select(step, stage)
         self.has_window = self.has_window or any(has_window(item.node) for item in step.items)
         stage.projection = [item.node.copy() for item in step.items]
@@ -636,13 +648,41 @@ class _PipelineCompiler:
                 continue
             inner = item.node.unalias() if isinstance(item.node, exp.Alias) else item.node
             name = item.output_name
-            if (
-                isinstance(inner, exp.Column)
-                and inner.table in ("", self.base_alias)
-                and inner.name in self.lineage
-            ):
-                lineage[name or inner.name] = self.lineage[inner.name]
+            if isinstance(inner, exp.Column):
+                base = self._base_of(inner)
+                if base is not None:
+                    lineage[name or inner.name] = base
         return lineage
+
+    def _base_of(self, column: exp.Column) -> str | None:
+        """The base-scope column a column reference of the current stage carries unchanged: by the
+        lineage, or, qualified with `from`'s name in the first stage (which reads the base CTE
+        itself), that base column even when a joined relation has a column of the same name."""
+        if column.table not in ("", self.base_alias):
+            return None
+        if column.table and not self.ctes and column.name in (self.base_columns or ()):
+            return column.name
+        return self.lineage.get(column.name)
+
+    def _note_windows(
+        self, node: exp.Expression, *, in_base: bool = False, is_traceable: bool = True
+    ) -> None:
+        """Narrow `window_keys` to the base columns in the PARTITION BY of each window in `node`."""
+        for window in node.find_all(exp.Window):
+            keys: set[str] = set()
+            for part in window.args.get("partition_by") or () if is_traceable else ():
+                if not isinstance(part, exp.Column):
+                    continue
+                if in_base:
+                    is_base = part.table in ("", self.base_alias) and part.name in (
+                        self.base_source_columns or ()
+                    )
+                    base = part.name if is_base else None
+                else:
+                    base = self._base_of(part)
+                if base is not None:
+                    keys.add(base)
+            self.window_keys = keys if self.window_keys is None else self.window_keys & keys
 
     # -- helpers ------------------------------------------------------------------------------
     def _name_of(self, item: Expr, step: str) -> str:
@@ -699,6 +739,7 @@ class _PipelineCompiler:
             has_window=self.has_window,
             has_set_operation=self.has_set_operation,
             joins=tuple(self.joins),
+            window_keys=tuple(sorted(self.window_keys)) if self.window_keys is not None else None,
             lets=tuple((name, node.copy()) for name, node in self.lets.items()),
         )
 

@@ -178,6 +178,8 @@ def _reason(path: str, detail: Mapping[str, Any], partitions: int) -> str:
         return "partition-complete rebuild of the partitions requested with --partitions"
     if path == "partitions" and detail.get("row_wise"):
         return f"row-wise delta: the slices by `{detail['row_wise']}` whose source rows changed, recomputed"
+    if path == "delta" and detail.get("row_wise"):
+        return f"appended delta: what the pipeline gives for {detail['row_wise']}"
     return _PATH_MEANING.get(path, path)
 
 

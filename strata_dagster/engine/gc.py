@@ -217,7 +217,7 @@ def _drop(
     with session.transaction():
         for record in doomed:
             session.drop_snapshot(record.table_name)
-            for companion in ("keys_table", WINDOW_STATE):
+            for companion in ("keys_table", WINDOW_STATE, "compacted_delta", "compacted_delta_keys"):
                 if record.detail.get(companion):
                     session.drop_snapshot(record.detail[companion])
             for table in set(_figures_tables(record)) - figures_kept:

@@ -49,6 +49,7 @@ FACTS_CARRIED = (
     "partition_fingerprints",
     "other_inputs",
     "join_figures",
+    "upstream_segments",
     OUTPUT_NEXT_COUNT,
 )
 FULL_SUFFIX = "__full"
@@ -525,7 +526,18 @@ class DeltaBuilder:
         detail.update(pushdown=is_pushdown, notes=self._edits_below(facts))
         if self.props.merge_strategy == "append_new":
             delta_keys = [exp.column(key, table="__delta") for key in self.merge_keys]
-            new_only = exp.not_(keyed_rows(self.merge_keys, delta_keys, source=self.previous_query))
+            # Only the previous rows with a key of the window can match: found by a semi-join whose
+            # hash side is the window's few keys, not a hash of every previous key.
+            window_keys = exp.select(*(exp.column(key) for key in self.merge_keys)).from_(
+                delta_query.copy().subquery("__window")
+            )
+            previous_keys = [exp.column(key, table="__prev") for key in self.merge_keys]
+            candidates = (
+                exp.select("*")
+                .from_(self.previous_query.subquery("__prev"))
+                .where(keyed_rows(self.merge_keys, previous_keys, source=window_keys))
+            )
+            new_only = exp.not_(keyed_rows(self.merge_keys, delta_keys, source=candidates))
             delta_query = exp.select("*").from_(delta_query.subquery("__delta")).where(new_only)
         elif lateness is not None:
             # Rows re-read because of lateness were appended last time: append each once.
@@ -612,11 +624,15 @@ class DeltaBuilder:
                     self.previous.detail.get("partition_grain"),
                 ),
             )
-            session.drop_snapshot(name)
-            if keys_table:
-                session.drop_snapshot(keys_table)
+            # The delta's own segment stays beside the base: what a model reading this one follows
+            # (engine.model_slices) to learn which rows changed across the compaction.
+            detail.update(
+                compacted=True,
+                compacted_after=list(self.previous.segment_ids),
+                compacted_delta=name,
+                compacted_delta_keys=keys_table,
+            )
             name, keys_table, segments = compacted, None, [self.ctx.snapshot_id]
-            detail.update(compacted=True)
         detail.update(
             rows_merged=segment.row_count,
             rows_replaced=removed[0],

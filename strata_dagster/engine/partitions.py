@@ -41,6 +41,8 @@ from strata_dagster.warehouse.sql import snapshot_table
 
 STRATEGY = "partitions"
 NULL_PARTITION = "\x00null"
+# Detail key: input model -> the segment ids a state was built from (engine.model_slices).
+UPSTREAM_SEGMENTS = "upstream_segments"
 
 
 def partition_column(ctx: IncrementalContext | Model) -> str:
@@ -127,6 +129,9 @@ class PartitionBuilder(DeltaBuilder):
     ) -> None:
         super().__init__(ctx, previous, segments)
         self.identities = identities
+        # The input model's segment ids now, for a model over a model that follows them
+        # (engine.model_slices): recorded so that its next build follows them again.
+        self.upstream_segments: dict[str, list[str]] | None = None
 
     def precheck(self) -> Fallback | None:
         previous = self.previous.detail
@@ -139,9 +144,12 @@ class PartitionBuilder(DeltaBuilder):
         problem = locality_problem(self.ctx)
         if problem is not None:
             return Fallback(problem)
-        if "partition_fingerprints" not in previous:
+        if not self.has_recorded_figures():
             return Fallback("the previous build recorded no partition fingerprints")
         return None
+
+    def has_recorded_figures(self) -> bool:
+        return "partition_fingerprints" in self.previous.detail
 
     def changed_inputs(self) -> list[str]:
         """The inputs other than the `from` relation whose identity changed since the last build."""
@@ -159,7 +167,6 @@ class PartitionBuilder(DeltaBuilder):
         )
 
     def build(self) -> DeltaBuild | Fallback:
-        previous = self.previous.detail
         fallback = self.precheck()
         if fallback is not None:
             return fallback
@@ -167,18 +174,10 @@ class PartitionBuilder(DeltaBuilder):
         joined = self._joined_change(changed_inputs)
         if isinstance(joined, Fallback):
             return joined
-        now = partition_fingerprints(self.ctx)
-        before = previous["partition_fingerprints"]
-        reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
-        affected = sorted(set(self.affected(now, before)) | reached_keys)
-        facts = {
-            "partition_fingerprints": self.recorded_fingerprints(now, before),
-            "other_inputs": other_inputs(self.ctx, self.identities),
-            joined_inputs.FIGURES: joined.figures,
-        }
-        detail: dict[str, Any] = {"partitions": affected, "partitions_total": len(now)}
+        affected, facts, total = self.changed_slices(joined)
+        detail: dict[str, Any] = {"partitions": affected, "partitions_total": total}
         if changed_inputs:
-            detail["partitions_reached_by_joins"] = len(reached_keys)
+            detail["partitions_reached_by_joins"] = len(joined.partitions)
         if not affected:
             self._drop(joined.tables)
             return DeltaBuild(self.previous, True, detail)
@@ -226,6 +225,24 @@ class PartitionBuilder(DeltaBuilder):
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
+
+    def changed_slices(
+        self, joined: joined_inputs.JoinedChange
+    ) -> tuple[list[str], dict[str, Any], int | None]:
+        """The partitions to recompute (whose raw input rows changed, or that the changed joined
+        inputs reach), the figures the new state records, and how many partitions there are."""
+        now = partition_fingerprints(self.ctx)
+        before = self.previous.detail.get("partition_fingerprints") or {}
+        reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
+        affected = sorted(set(self.affected(now, before)) | reached_keys)
+        facts = {
+            "partition_fingerprints": self.recorded_fingerprints(now, before),
+            "other_inputs": other_inputs(self.ctx, self.identities),
+            joined_inputs.FIGURES: joined.figures,
+        }
+        if self.upstream_segments is not None:
+            facts[UPSTREAM_SEGMENTS] = self.upstream_segments
+        return affected, facts, len(now)
 
     def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
         """The partitions the changed joined inputs reach (none when none changed)."""

@@ -22,6 +22,7 @@ from strata_dagster.engine.context import load_context
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
+from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
 from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
 from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run
@@ -261,6 +262,10 @@ class _Planner(_Run):
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         ctx = self._incremental_context(name, "plan", "plan")
         segments = self._segments(current)
+        if name not in self.requested:
+            maintained = self._builder(name, ctx, current)
+            if isinstance(maintained, (SlicedBuilder, AppendedBuilder)):
+                return self._sliced_plan(name, maintained, changes)
         if self._is_partitioned(name):
             identities = self._identities(name)
             builder: PartitionBuilder = (
@@ -343,6 +348,48 @@ class _Planner(_Run):
             is_exact=not joined,
             rows_to_read=rows,
             notes=notes,
+        )
+
+    def _sliced_plan(
+        self, name: str, builder: SlicedBuilder | AppendedBuilder, changes: tuple[InputChange, ...]
+    ) -> ModelPlan:
+        """A model maintained from its input models' new segments (engine.model_slices)."""
+        fallback = builder.precheck()
+        if fallback is not None:
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {fallback.reason}", changes)
+        if isinstance(builder, AppendedBuilder):
+            why = "delta: the rows its pipeline gives for its inputs' new rows, appended"
+            return ModelPlan(name, DELTA, (DELTA, CUTOFF), why, changes)
+        joined = builder.changed_inputs()
+        keys = builder.upstream_slices()
+        grain = partition_grain(builder.ctx)
+        reason = "slice-complete rebuild of the slices its input models' new segments reach"
+        if joined:
+            names = ", ".join(f"`{ref}`" for ref in joined)
+            notes = (
+                f"{names} changed: the slices it reaches are found while building (or it is rebuilt in full)",
+            )
+            return ModelPlan(
+                name,
+                PARTITIONS,
+                (PARTITIONS, CUTOFF, FULL),
+                reason,
+                changes,
+                partition_keys=tuple(keys),
+                notes=notes,
+            )
+        if not keys:
+            why = "no slice's input rows changed: the live snapshot stays"
+            return ModelPlan(name, CUTOFF_CANDIDATE, (CUTOFF,), why, changes, is_exact=True)
+        return ModelPlan(
+            name,
+            PARTITIONS,
+            (PARTITIONS, CUTOFF),
+            reason,
+            changes,
+            partition_keys=tuple(keys),
+            partitions=partition_ranges(keys, grain),
+            is_exact=True,
         )
 
     # -- a model reading an upstream rebuilt first --------------------------------------------------

@@ -38,13 +38,25 @@ from strata_dagster.engine.incremental import (
     output_watermark,
 )
 from strata_dagster.engine.limits import limit_error, limits_as_errors
+from strata_dagster.engine.model_slices import (
+    AppendedBuilder,
+    Maintained,
+    ModelSlices,
+    SlicedBuilder,
+    UpstreamChange,
+    appended_detail,
+    partitioned_over_model,
+    sliced_detail,
+    slicing,
+    upstream_change,
+)
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.partition_range import (
     REQUESTED_PARTITIONS,
     PartitionRangeBuilder,
     requested_partitions,
 )
-from strata_dagster.engine.partitions import PartitionBuilder
+from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
@@ -61,7 +73,7 @@ from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import engine_label
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables
+from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables, keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
@@ -80,6 +92,8 @@ VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no row
 
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
+# A state's detail key: the `unique` columns its rows were checked to be unique by.
+UNIQUE_CHECKED = "unique_checked"
 
 
 def _replaced_reason(now: list[str], before: list[str]) -> str:
@@ -186,18 +200,25 @@ class _Run:
         self.requested: dict[str, tuple[str, ...]] = {}  # model -> the partition keys to rebuild
         self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
         self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
-        # Plain models of the closure: how each is maintained row-wise, or why it is not.
-        self.row_wise: dict[str, RowWise | str] = {
-            name: row_wise(
-                self.project, context.compiled.models[name], self.project.models[name], self._types
+        # Plain models of the closure: how each is maintained row-wise, or why it is not; and
+        # every model maintained from its input models' new segments (engine.model_slices).
+        self.row_wise: dict[str, Maintained] = {}
+        self.followed: dict[str, ModelSlices] = {}
+        for name in self.closure:
+            model, compiled = self.project.models[name], context.compiled.models[name]
+            if is_plain(model) and compiled.base_relation in self.project.models:
+                self.row_wise[name] = slicing(self.project, compiled, model, self.row_wise)
+            elif is_plain(model):
+                self.row_wise[name] = row_wise(self.project, compiled, model, self._types)
+            over_model = self.row_wise.get(name) or partitioned_over_model(
+                self.project, compiled, model, self.row_wise
             )
-            for name in self.closure
-            if is_plain(self.project.models[name])
-        }
+            if isinstance(over_model, ModelSlices):
+                self.followed[name] = over_model
         self.as_built: dict[str, Model] = {
             name: maintained.as_partitioned(self.project.models[name])
             for name, maintained in self.row_wise.items()
-            if isinstance(maintained, RowWise)
+            if isinstance(maintained, (RowWise, ModelSlices)) and maintained.spec is not None
         }
 
     def execute(self) -> RunResult:
@@ -363,7 +384,11 @@ class _Run:
 
     def _is_incremental(self, name: str) -> bool:
         model = self.project.models[name]
-        return model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name)
+        return (
+            model.properties.merge_strategy in INCREMENTAL_STRATEGIES
+            or self._is_partitioned(name)
+            or name in self.followed
+        )
 
     def _key_choice(
         self, name: str, current: SnapshotRecord | None, upstream: Mapping[str, str]
@@ -502,7 +527,7 @@ class _Run:
         if window is not None:
             return self._build_over_window(name, key, window, snapshot_id, table_name, fingerprint, current)
         maintained = self.row_wise.get(name)
-        if model.properties.merge_strategy in INCREMENTAL_STRATEGIES or self._is_partitioned(name):
+        if self._is_incremental(name):
             context = self._incremental_context(name, snapshot_id, table_name)
             replaced = self._replaced_sources(name)
             if current is not None:
@@ -641,7 +666,7 @@ class _Run:
         if replaced or current.detail.get(REPLACED_SOURCES):
             return _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
         maintained = self.row_wise.get(name)
-        if isinstance(maintained, RowWise) and current.detail.get(ROW_WISE) != maintained.text:
+        if isinstance(maintained, (RowWise, ModelSlices)) and current.detail.get(ROW_WISE) != maintained.text:
             return f"the last build was not maintained row-wise by `{maintained.text}`"
         return self._restarted_ledger(name)
 
@@ -661,7 +686,8 @@ class _Run:
     def _with_row_wise(self, name: str, detail: dict[str, object]) -> dict[str, object]:
         """A row-wise model's build detail names its slicing (what history explains it by)."""
         maintained = self.row_wise.get(name)
-        return {**detail, ROW_WISE: maintained.text} if isinstance(maintained, RowWise) else detail
+        is_row_wise = isinstance(maintained, (RowWise, ModelSlices))
+        return {**detail, ROW_WISE: maintained.text} if is_row_wise else detail
 
     def _replaced_sources(self, name: str) -> list[str]:
         """The sources upstream of `name` (transitively) that this run reads through an override
@@ -699,15 +725,46 @@ class _Run:
                         self._identities(name),
                         self.requested[name],
                     )
-                elif self._is_partitioned(name):
-                    builder = PartitionBuilder(
-                        context, current, self._segments(current), self._identities(name)
-                    )
                 else:
-                    builder = DeltaBuilder(context, current, self._segments(current))
+                    builder = self._builder(name, context, current)
                 return builder.build()
         except SchemaChanged:
             return Fallback("the delta's columns differ from the previous state's")
+
+    def _builder(self, name: str, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuilder:
+        """How the delta of an incremental model is built on its live state (what `plan` asks too)."""
+        segments, identities = self._segments(current), self._identities(name)
+        followed = self.followed.get(name)
+        if followed is not None:
+            changes = self._upstream_changes(name, current)
+            if followed.spec is None:
+                return AppendedBuilder(context, current, segments, identities, changes)
+            has_fingerprints = "partition_fingerprints" in current.detail
+            if not (isinstance(changes, str) and has_fingerprints):
+                return SlicedBuilder(context, current, segments, identities, changes)
+            # The input's change is not a list of segments: its fingerprints per partition tell.
+            compared = PartitionBuilder(context, current, segments, identities)
+            compared.upstream_segments = self._upstream_segments(name)
+            return compared
+        if self._is_partitioned(name):
+            return PartitionBuilder(context, current, segments, identities)
+        return DeltaBuilder(context, current, segments)
+
+    def _upstream_changes(self, name: str, current: SnapshotRecord) -> list[UpstreamChange] | str:
+        """What each input model `name` follows gained since its live state was built."""
+        recorded = current.detail.get(UPSTREAM_SEGMENTS) or {}
+        changes = []
+        for ref in self.followed[name].inputs:
+            change = upstream_change(
+                self.reader, ref, recorded.get(ref), self.chosen[ref], self.session.snapshot_exists
+            )
+            if isinstance(change, str):
+                return change
+            changes.append(change)
+        return changes
+
+    def _upstream_segments(self, name: str) -> dict[str, list[str]]:
+        return {ref: list(self.chosen[ref].segment_ids) for ref in self.followed[name].inputs}
 
     def _accept_delta(
         self, name: str, key: str, build: DeltaBuild, path: str
@@ -724,6 +781,7 @@ class _Run:
         checkpoint("snapshot_created")
         self._check_delta_pins(name, record)
         checkpoint("pins_checked")
+        record = replace(record, detail={**record.detail, **self._unique_checked(name)})
         self.new_snapshots.append(record)
         if not is_partial:
             self.new_keys.append((key, record.snapshot_id))
@@ -777,9 +835,19 @@ class _Run:
                 return same, CUTOFF
         detail: dict[str, object] = {}
         watermark = None
-        if incremental is not None and self._is_partitioned(name):
+        followed = self.followed.get(name)
+        if incremental is not None and followed is not None and followed.spec is None:
+            detail = appended_detail(self._identities(name), followed.inputs, self._upstream_segments(name))
+            detail["columns"] = [list(column) for column in content.columns]
+            detail = self._with_row_wise(name, detail)
+        elif incremental is not None and self._is_partitioned(name):
             with self._as_build_error(name):
-                detail = partitions.full_detail(incremental, self._identities(name))
+                if followed is not None and name in self.row_wise:
+                    detail = sliced_detail(incremental, self._identities(name), self._upstream_segments(name))
+                else:
+                    detail = partitions.full_detail(incremental, self._identities(name))
+                if followed is not None:
+                    detail[UPSTREAM_SEGMENTS] = self._upstream_segments(name)
                 detail["columns"] = [list(column) for column in content.columns]
             detail = self._with_row_wise(name, detail)
         elif incremental is not None:
@@ -794,6 +862,7 @@ class _Run:
                     detail.update(full_output_facts(incremental, output, watermark, detail["cdc_type"]))
         if replaced:
             detail[REPLACED_SOURCES] = replaced
+        detail.update(self._unique_checked(name))
         record = self._register_full(
             name, key, snapshot_id, table_name, fingerprint, content, detail, watermark
         )
@@ -909,10 +978,32 @@ class _Run:
             )
             if not (is_disjoint and replaced <= set(props.unique)):
                 self._raise_unique(
-                    name, self.session.unique_violation(state_query(self.reader, record), props.unique)
+                    name, self.session.unique_violation(self._pinned_rows(record), props.unique)
                 )
         # Columns and types equal the previous state's (checked by the delta): not-null is per row.
         self._check_contract(name, record.table_name)
+
+    def _unique_checked(self, name: str) -> dict[str, object]:
+        unique = self.project.models[name].properties.unique
+        return {UNIQUE_CHECKED: sorted(unique)} if unique else {}
+
+    def _pinned_rows(self, record: SnapshotRecord) -> exp.Query:
+        """The rows of a delta's state a duplicate of the `unique` pin can be among: all of them,
+        or, when the state it builds on was checked by the same pin (so the rows it keeps are
+        unique among themselves), only those sharing a pinned value with the new segment."""
+        state = state_query(self.reader, record)
+        unique = sorted(self.project.models[record.model].properties.unique or ())
+        ids = record.segment_ids
+        previous = self.reader.snapshot(ids[-2]) if len(ids) > 1 and ids[-1] == record.snapshot_id else None
+        if previous is None or previous.detail.get(UNIQUE_CHECKED) != unique:
+            return state
+        values = [exp.column(column, table="__state") for column in unique]
+        segment = exp.select(*(exp.column(column) for column in unique)).from_(
+            snapshot_table(record.table_name)
+        )
+        return (
+            exp.select("*").from_(state.subquery("__state")).where(keyed_rows(unique, values, source=segment))
+        )
 
     def _raise_unique(self, name: str, violation: PinViolation | None) -> None:
         if violation is None:

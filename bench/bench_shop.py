@@ -1,0 +1,139 @@
+"""Shop benchmark: the example project (examples/shop) at N orders, its first build against an
+incremental run after 1,000 changed orders, and the per-model seconds of each.
+
+    .venv/bin/python bench/bench_shop.py [--rows 5000000] [--changed 1000] [--dir PATH]
+
+In a temp dir: a copy of the shop's `.strata` files, `strata sample-data` at N orders, one first
+build (`run_project`, timed), then 1,000 orders spread over the whole table are changed the way
+the shop's writers change them (a quarter of them cancelled, the others moved on to `shipped`
+with a new amount, `updated_at` advanced past every earlier stamp) and 100 new orders arrive, and
+`run_project(only_stale=True)` is timed. The floor is plain DuckDB doing the first build's work
+(`CREATE TABLE AS` of every model's compiled query, in dependency order, one connection). After
+the incremental run every model is compared with a full recomputation (`strata verify`'s engine
+call); a difference fails the bench. The load average is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+from bench_engine import execute, floor_statements
+
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.run import run_project
+from strata_dagster.engine.verify import verify
+from strata_dagster.language import load_project
+from strata_dagster.warehouse.sample_data import write_sample_data
+
+SHOP = Path(__file__).resolve().parent.parent / "examples" / "shop"
+STRATA_FILES = ("sources.strata", "staging.strata", "marts.strata")
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def change_orders(warehouse: Path, changed: int, new: int) -> None:
+    """`changed` orders spread evenly over the table move on (a quarter cancelled, the rest shipped
+    with a new amount), and `new` orders arrive; every stamp is after the last one."""
+    con = duckdb.connect(str(warehouse))
+    try:
+        total, high = con.execute("SELECT count(*), max(updated_at) FROM raw.orders").fetchone()
+        step = max(1, total // changed)
+        con.execute(
+            "UPDATE raw.orders SET status = CASE WHEN order_id % 4 = 0 THEN 'cancelled' ELSE 'shipped' END, "
+            "amount = amount + 1, updated_at = ?::TIMESTAMP + to_seconds(order_id % 3600) "
+            "WHERE order_id % ? = 1 AND order_id <= ?",
+            [high, step, step * changed],
+        )
+        con.execute(
+            "INSERT INTO raw.orders SELECT order_id + ?, customer_id, order_ts + INTERVAL 1 DAY, "
+            "?::TIMESTAMP + INTERVAL 2 HOUR, 'paid', amount, channel, tags FROM raw.orders "
+            "ORDER BY order_id DESC LIMIT ?",
+            [total, high, new],
+        )
+    finally:
+        con.close()
+
+
+def floor_build(project_dir: Path, source: Path, target: Path) -> float:
+    """Plain DuckDB CTAS of every model's compiled SQL, in build order, on a copy of the sources."""
+    shutil.copyfile(source, target)
+    statements = floor_statements(project_dir, target, tuple(load_project(project_dir).order))
+    os.sync()
+    started = time.perf_counter()
+    execute(target, statements)
+    return time.perf_counter() - started
+
+
+def per_model(result) -> dict[str, tuple[str, float]]:
+    return {o.model: (o.path, o.duration_ms / 1000) for o in result.outcomes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--changed", type=int, default=1000)
+    parser.add_argument("--new", type=int, default=100)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--no-verify", action="store_true")
+    args = parser.parse_args()
+    print(f"load average before: {load()}  (nproc {os.cpu_count()}, duckdb {duckdb.__version__})")
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        work = Path(tmp)
+        project = work / "shop"
+        project.mkdir()
+        for name in STRATA_FILES:
+            shutil.copyfile(SHOP / name, project / name)
+        sources = work / "sources.duckdb"
+        started = time.perf_counter()
+        write_sample_data(sources, args.rows)
+        print(f"sample data: {args.rows:,} orders in {time.perf_counter() - started:.1f} s")
+        floor = floor_build(project, sources, work / "floor.duckdb")
+        warehouse = work / "shop.duckdb"
+        shutil.copyfile(sources, warehouse)
+        os.sync()
+        started = time.perf_counter()
+        first = run_project(project, warehouse)
+        first_s = time.perf_counter() - started
+        change_orders(warehouse, args.changed, args.new)
+        os.sync()
+        started = time.perf_counter()
+        incremental = run_project(project, warehouse, only_stale=True)
+        incremental_s = time.perf_counter() - started
+        load_after = load()
+        firsts, increments = per_model(first), per_model(incremental)
+        print(f"\n{'model':20} {'first s':>9} {'incremental s':>14}  path (incremental)")
+        for name, (path, seconds) in increments.items():
+            print(f"{name:20} {firsts.get(name, ('', 0.0))[1]:9.2f} {seconds:14.2f}  {path}")
+        for name in increments:
+            reason = incremental.outcome(name).detail.get("full_reason")
+            if reason:
+                print(f"  {name}: full_reason: {reason}")
+        print(
+            f"\nfirst build {first_s:.2f} s (floor CTAS {floor:.2f} s, {first_s / floor:.2f}x); "
+            f"incremental after {args.changed:,} changed + {args.new} new orders {incremental_s:.2f} s: "
+            f"{incremental_s / first_s:.3f} of the first build (target <= 0.20)"
+        )
+        print(f"load average after: {load_after}")
+        if not args.no_verify:
+            report = verify(project, warehouse, branch=DEFAULT_BRANCH)
+            bad = [m.model for m in report.models if not m.is_equal]
+            print("verify:", "all equal" if not bad else f"DIFFERENT: {bad}")
+            if bad:
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
