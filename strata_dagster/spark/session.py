@@ -287,7 +287,7 @@ class SparkWarehouseSession(Session):
 
     def register_frame(self, name: str, frame) -> None:  # frame: pyarrow.Table
         with spark_errors():
-            self.con.spark.createDataFrame(frame).createOrReplaceTempView(name)
+            self.con.spark.createDataFrame(_signed(frame)).createOrReplaceTempView(name)
 
     def unregister_frame(self, name: str) -> None:
         with spark_errors():
@@ -335,3 +335,18 @@ def _refuse_attached_databases(project: Project) -> None:
                 source.location,
                 hint="load the table into the Spark catalog and name it with `table:`, or run on DuckDB",
             )
+
+
+def _signed(frame):  # pyarrow.Table -> pyarrow.Table
+    """Spark has no unsigned integers (polars counts are UInt32): each becomes the signed type that
+    holds every value of it, the way DuckDB reads them into its own columns."""
+    import pyarrow as pa
+
+    wider = {
+        pa.uint8(): pa.int16(),
+        pa.uint16(): pa.int32(),
+        pa.uint32(): pa.int64(),
+        pa.uint64(): pa.decimal128(20, 0),
+    }
+    fields = [field.with_type(wider[field.type]) if field.type in wider else field for field in frame.schema]
+    return frame.cast(pa.schema(fields)) if fields != list(frame.schema) else frame
