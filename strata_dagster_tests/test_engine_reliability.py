@@ -209,8 +209,8 @@ def test_cli_errors_never_show_a_traceback(built_shop, tmp_path):
         assert result.returncode != 0, args
         assert "error[E0" in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr, (args, result.stderr)
-    folder = strata("run", str(project), "--warehouse", str(tmp_path))  # a folder, not a file
-    assert folder.returncode == 2 and "is a directory" in folder.stderr and "Traceback" not in folder.stderr
+    folder = strata("run", str(project), "--warehouse", str(tmp_path))  # a folder, not a file (DuckDB)
+    assert folder.returncode == 1 and "error[E020]" in folder.stderr and "Traceback" not in folder.stderr
     garbage = tmp_path / "garbage.duckdb"
     garbage.write_text("not a database")
     result = strata("run", str(project), "--warehouse", str(garbage))

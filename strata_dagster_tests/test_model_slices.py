@@ -12,7 +12,7 @@ from strata_dagster.engine.gc import gc
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster_tests.engine_support import execute
+from strata_dagster_tests.engine_support import SNAPSHOT_RELATIONS, execute
 from strata_dagster_tests.model_slices_support import MODULE, SLICED_MODELS, START, compare, make_project
 from strata_dagster_tests.partition_support import compare_with_full
 
@@ -88,13 +88,13 @@ def test_gc_drops_the_delta_segment_a_compaction_keeps(tmp_path):
         "SELECT json_extract_string(detail, '$.compacted_delta') FROM strata.snapshots "
         "WHERE model = 'stg' AND json_extract_string(detail, '$.compacted_delta') IS NOT NULL",
     )[0]
-    tables = {row[0] for row in execute(warehouse, "SELECT table_name FROM duckdb_tables()")}
+    tables = {row[0] for row in execute(warehouse, f"SELECT name FROM {SNAPSHOT_RELATIONS}")}
     assert delta in tables
     for round_ in range(10, 20):  # compacted again: the first compacted state is no one's any more
         _update(warehouse, [round_], round_)
         run_project(project, warehouse, only_stale=True)
     gc(warehouse, keep=1)
-    tables = {row[0] for row in execute(warehouse, "SELECT table_name FROM duckdb_tables()")}
+    tables = {row[0] for row in execute(warehouse, f"SELECT name FROM {SNAPSHOT_RELATIONS}")}
     assert delta not in tables
     _assert_equal(warehouse)
 
