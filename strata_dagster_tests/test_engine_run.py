@@ -4,6 +4,7 @@ import pytest
 
 from strata_dagster.engine import operations
 from strata_dagster.engine.gc import gc
+from strata_dagster.engine.partition_staleness import stale_partitions
 from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
@@ -93,6 +94,10 @@ def test_early_cutoff_keeps_snapshots_when_rows_do_not_change(shop):
     assert after["v_orders_enriched"] == views["v_orders_enriched"]
     assert after["v_monthly_revenue"] == views["v_monthly_revenue"]
     assert after["v_stg_customers"] != views["v_stg_customers"]
+    # The state stayed but its input figures moved, and the entry kept them: nothing is stale
+    # now, and the next run does not recompute those days again.
+    assert stale_partitions(project, warehouse)["daily_revenue"].keys == ()
+    assert run_project(project, warehouse, only_stale=True).is_noop
 
 
 def test_run_id_is_a_content_id(shop):

@@ -6,13 +6,14 @@ and a joined dimension's changes; none is built in full unless an input's segmen
 changed (it was rebuilt in full itself), and then history says so."""
 
 import datetime as dt
-import json
 
 import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.run import run_project
+from strata_dagster.warehouse.history import HistoryReader
 from strata_dagster_tests.model_slices_support import SLICED_MODELS, START, compare, make_project
 
 DAYS = 30
@@ -46,15 +47,11 @@ CHAIN_BROKEN = "was rebuilt, compacted or rolled back since the last build"
 
 
 def recorded_fingerprints(con, model):
-    (detail,) = con.execute(
-        "SELECT detail FROM strata.snapshots WHERE snapshot_id = (SELECT snapshot_ids[-1] FROM strata.publications "
-        "WHERE model = ? ORDER BY entry DESC LIMIT 1)",
-        [model],
-    ).fetchone()
-    return {
-        key: (count, str(total))
-        for key, (count, total) in json.loads(detail)["partition_fingerprints"].items()
-    }
+    """The figures the model's live state answers with: its own, or those an early cutoff kept."""
+    reader = HistoryReader(con)
+    head = reader.snapshot(reader.pointers(DEFAULT_BRANCH)[model][-1])
+    recorded = reader.with_kept_facts(head, DEFAULT_BRANCH).detail["partition_fingerprints"]
+    return {key: (count, str(total)) for key, (count, total) in recorded.items()}
 
 
 def input_fingerprints(con):

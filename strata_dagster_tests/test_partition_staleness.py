@@ -1,8 +1,7 @@
 """The engine's stale partitions (engine.partition_staleness) are exactly the partitions its next
 build recomputes: random histories of appends, late updates, status changes, moves and deletes,
 with the source fingerprinted by its change column or by whole rows. (A partition whose rebuild gave
-its live rows again keeps the live state and its older figures, so it stays in the answer and is
-recomputed by the next build too; the Dagster layer confirms such partitions with Dagster's status.)"""
+its live rows again keeps the live state, and the entry keeps the new figures: it leaves the answer.)"""
 
 import duckdb
 from hypothesis import HealthCheck, given, settings

@@ -129,7 +129,7 @@ def _prepared(tree: exp.Expression) -> exp.Expression:
                 name = alias.this if isinstance(alias, exp.TableAlias) else alias
                 explode = exp.Explode(this=item.expressions[0])
                 item.replace(exp.alias_(explode, name) if name is not None else explode)
-    _rename_nested_ctes(tree)
+    rename_nested_ctes(tree)
     for node in list(tree.find_all(exp.Distinct)):
         if node.args.get("on") is not None:
             raise refuse(
@@ -141,9 +141,9 @@ def _prepared(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _rename_nested_ctes(tree: exp.Expression) -> None:
-    """Give the CTEs of a nested query (an upstream model bound as a subquery) names of their own:
-    Spark's generator lifts every CTE to the top, where two `__base` would collide."""
+def rename_nested_ctes(tree: exp.Expression) -> None:
+    """Give the CTEs of a nested query (an upstream model bound as a subquery) names of their own,
+    in place: Spark's generator lifts every CTE to the top, where two `__base` would collide."""
     nested = [node for node in tree.find_all(exp.Query) if node is not tree and node.args.get("with_")]
     if not nested:
         return

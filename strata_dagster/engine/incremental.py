@@ -9,6 +9,7 @@ falls back to a full build, with the reason.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.warehouse.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
 from strata_dagster.warehouse.segments import (
     REREAD_ALIAS,
     Segment,
@@ -568,6 +569,17 @@ class DeltaBuilder:
             "rows_read": facts.get("window_rows"),
         }
 
+    def kept(self, detail: dict[str, Any], facts: Mapping[str, Any]) -> DeltaBuild:
+        """The live state stays (its rows are this build's rows), with the facts that moved."""
+        moved = {
+            key: facts[key]
+            for key in MOVING_FACTS
+            if key in facts and _as_recorded(facts[key]) != _as_recorded(self.previous.detail.get(key))
+        }
+        if moved:
+            detail[KEPT_FACTS] = {key: facts[key] for key in MOVING_FACTS if key in facts}
+        return DeltaBuild(self.previous, True, detail)
+
     def _finish(
         self,
         delta_query: exp.Query,
@@ -595,7 +607,7 @@ class DeltaBuilder:
             if keys_table:
                 session.drop_snapshot(keys_table)
             detail.update(rows_merged=0)
-            return DeltaBuild(self.previous, True, detail)
+            return self.kept(detail, facts)
         count = self.previous.row_count - removed[0] + segment.row_count
         hash_sum = str(int(self.previous.row_hash_sum) - int(removed[1]) + int(segment.row_hash_sum))
         columns = self.previous.detail.get("columns")
@@ -665,6 +677,11 @@ class DeltaBuilder:
             detail=record_detail,
         )
         return DeltaBuild(record, False, detail)
+
+
+def _as_recorded(value: Any) -> str:
+    """`value` as history stores it (JSON: tuples are lists, keys sorted)."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 class SchemaChanged(Exception):

@@ -348,8 +348,14 @@ def slice_figures(ctx: IncrementalContext, changes: list[UpstreamChange]) -> tup
 
 def changed_slices(ctx: IncrementalContext, changes: list[UpstreamChange]) -> set[str]:
     """The slices holding a row an input's new segments added or replaced."""
-    added, replaced = slice_figures(ctx, changes)
-    return set(added) | set(replaced)
+    return _differing(*slice_figures(ctx, changes))
+
+
+def _differing(added: Figures, replaced: Figures) -> set[str]:
+    """The slices whose rows the new segments changed: a slice whose replaced rows come back
+    equal (a `lateness` re-read of unchanged rows, an update back to the same values) holds the
+    rows it held, by the row-hash figures every partition comparison trusts."""
+    return {key for key in set(added) | set(replaced) if added.get(key) != replaced.get(key)}
 
 
 def recorded_segments(changes: list[UpstreamChange]) -> dict[str, list[str]]:
@@ -394,7 +400,7 @@ class SlicedBuilder(PartitionBuilder):
         assert not isinstance(self.changes, str)
         reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
         added, replaced = slice_figures(self.ctx, self.changes)
-        affected = sorted(set(added) | set(replaced) | reached)
+        affected = sorted(_differing(added, replaced) | reached)
         facts: dict[str, Any] = {
             UPSTREAM_SEGMENTS: recorded_segments(self.changes),
             "other_inputs": partitions.other_inputs(self.ctx, self.identities),

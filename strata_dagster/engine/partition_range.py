@@ -178,4 +178,4 @@ class PartitionRangeBuilder(PartitionBuilder):
         replaced = build.record.detail.get("keys_table")
         if replaced:
             self.ctx.session.drop_snapshot(str(replaced))
-        return DeltaBuild(self.previous, True, {**build.detail, "rows_equal": True})
+        return self.kept({**build.detail, "rows_equal": True}, facts)

@@ -104,7 +104,11 @@ def _read(
         return {}  # no partitioned model, or a warehouse nothing was ever built in
     fingerprints = fingerprint_models(context)
     pointers = session.history.pointers(context.branch)
-    heads = {name: session.history.snapshot(ids[-1]) for name, ids in pointers.items() if ids}
+    heads = {
+        name: session.history.with_kept_facts(head, context.branch)
+        for name, ids in pointers.items()
+        if ids and (head := session.history.snapshot(ids[-1])) is not None
+    }
     identities: dict[str, str] = {}
 
     def identity(ref: str) -> str | None:

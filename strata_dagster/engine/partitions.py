@@ -180,7 +180,7 @@ class PartitionBuilder(DeltaBuilder):
             detail["partitions_reached_by_joins"] = len(joined.partitions)
         if not affected:
             self._drop(joined.tables)
-            return DeltaBuild(self.previous, True, detail)
+            return self.kept(detail, facts)
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
         self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
@@ -224,7 +224,7 @@ class PartitionBuilder(DeltaBuilder):
             return self._keep_equal_partitions(build, affected, replaced)
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
-        return DeltaBuild(self.previous, True, {**detail, "partitions_unchanged": len(affected)})
+        return self.kept({**detail, "partitions_unchanged": len(affected)}, facts)
 
     def changed_slices(
         self, joined: joined_inputs.JoinedChange

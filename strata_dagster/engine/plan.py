@@ -82,9 +82,8 @@ class ModelPlan:
             parts.append(f"window ({low or '-inf'}, {high or '-'}]{late}")
         if self.partitions:
             of = f" of {self.partitions_total:,}" if self.partitions_total is not None else ""
-            parts.append(
-                f"{len(self.partition_keys):,}{of} partitions to rebuild: {', '.join(self.partitions)}"
-            )
+            noun = "partition" if len(self.partition_keys) == 1 and not of else "partitions"
+            parts.append(f"{len(self.partition_keys):,}{of} {noun} to rebuild: {', '.join(self.partitions)}")
         if self.rows_to_read is not None:
             parts.append(f"about {self.rows_to_read:,} rows to read")
         parts.extend(f"note: {note}" for note in self.notes)

@@ -380,7 +380,7 @@ class _Run:
         current = self.reader.snapshot(current_ids[-1]) if current_ids else None
         if current is not None and not self._is_state_present(current):
             return None  # a table of the live state is gone: nothing to build on
-        return current
+        return None if current is None else self.reader.with_kept_facts(current, self.context.branch)
 
     def _is_incremental(self, name: str) -> bool:
         model = self.project.models[name]

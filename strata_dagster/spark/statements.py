@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from strata_dagster.compile.spark_dialect import rename_nested_ctes
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 
@@ -143,7 +144,10 @@ def rewrite(
             node = rule(node)
         return node
 
-    return statement.copy().transform(apply, copy=False)
+    tree = statement.copy().transform(apply, copy=False)
+    # Models inlined into one query at run time (a catalog's partition bounds) nest their CTEs.
+    rename_nested_ctes(tree)
+    return tree
 
 
 def snapshot_ddl(statement: exp.Expression) -> exp.Expression:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
@@ -34,6 +34,14 @@ class Entry:
 # A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
 MATERIALIZE_KEY = "materialize"
 READS_KEY = "reads"
+# The input figures a later build, and Dagster's stale partitions, compare with. When a build's
+# rows come out equal its live state stays (early cutoff) though these moved: the entry records
+# them under KEPT_FACTS, and HistoryReader.with_kept_facts reads them over the state's own, else
+# the next build recomputes the same partitions again and Dagster shows them stale for ever. The
+# joined inputs' figures are left out: their tables belong to the build that made them, and older
+# figures only make a later build reach more partitions, never fewer.
+MOVING_FACTS = ("partition_fingerprints", "other_inputs", "upstream_segments")
+KEPT_FACTS = "kept_facts"
 
 
 @dataclass(frozen=True)
@@ -218,6 +226,23 @@ class HistoryReader:
             [model, snapshot_id],
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else None
+
+    def with_kept_facts(self, record: SnapshotRecord, branch: str) -> SnapshotRecord:
+        """`record` with the input figures the latest early cutoff of it on `branch` kept (the
+        state stayed, its figures moved: engine.incremental.MOVING_FACTS)."""
+        if not any(key in record.detail for key in MOVING_FACTS):
+            return record
+        rows = self.con.execute(
+            "SELECT m.detail FROM strata.entry_models AS m JOIN strata.entries AS e ON e.entry = m.entry "
+            "WHERE m.model = ? AND m.snapshot_id = ? AND m.path = 'cutoff' AND e.branch = ? "
+            "AND m.entry > ? ORDER BY m.entry DESC",
+            [record.model, record.snapshot_id, branch, record.created_entry],
+        ).fetchall()
+        for (text,) in rows:
+            kept = json.loads(text).get(KEPT_FACTS) if text else None
+            if kept:
+                return replace(record, detail={**record.detail, **kept})
+        return record
 
     def entry_sources(self, entry: int) -> list[EntrySource]:
         rows = self.con.execute(

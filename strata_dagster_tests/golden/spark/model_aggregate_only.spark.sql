@@ -12,6 +12,6 @@ WITH `__base` AS (
   FROM raw.orders AS `orders`
 )
 SELECT
-  SUM(`orders`.`amount`) AS `total`,
+  CAST(SUM(`orders`.`amount`) AS DECIMAL(38, 2)) AS `total`,
   COUNT(*) AS `n`
 FROM `__base` AS `orders`;

@@ -13,7 +13,7 @@ WITH `__base` AS (
 ), `__s1` AS (
   SELECT
     `orders`.`customer_id` AS `customer_id`,
-    SUM(`orders`.`amount`) AS `revenue`
+    CAST(SUM(`orders`.`amount`) AS DECIMAL(38, 2)) AS `revenue`
   FROM `__base` AS `orders`
   GROUP BY
     `orders`.`customer_id`

@@ -15,7 +15,7 @@ WITH `__base` AS (
 SELECT
   `orders`.`order_day` AS `order_day`,
   UPPER(`orders`.`channel`) AS `channel`,
-  SUM(`orders`.`amount`) AS `revenue`,
+  CAST(SUM(`orders`.`amount`) AS DECIMAL(38, 2)) AS `revenue`,
   COUNT(*) AS `orders`
 FROM `__base` AS `orders`
 GROUP BY

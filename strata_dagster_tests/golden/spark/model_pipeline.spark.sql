@@ -56,7 +56,7 @@ WITH `__base` AS (
   SELECT
     `orders`.`order_day` AS `order_day`,
     `orders`.`region` AS `region`,
-    SUM(`orders`.`net`) AS `revenue`,
+    CAST(SUM(`orders`.`net`) AS DECIMAL(38, 2)) AS `revenue`,
     COUNT(*) AS `orders`
   FROM `__s1` AS `orders`
   GROUP BY

@@ -24,10 +24,10 @@ WITH `__base` AS (
     `customers`.`region` AS `region`,
     `customers`.`segment` AS `segment`,
     `customers`.`signup_date` AS `signup_date`,
-    SUM(`orders`.`amount`) OVER (
+    CAST(SUM(`orders`.`amount`) OVER (
       PARTITION BY COALESCE(`orders`.`customer_id`, `customers`.`customer_id`)
       ORDER BY `orders`.`order_id` NULLS LAST
-    ) AS `running`
+    ) AS DECIMAL(38, 2)) AS `running`
   FROM `__base` AS `orders`
   LEFT JOIN raw.customers AS `customers`
     ON `orders`.`customer_id` = `customers`.`customer_id`
