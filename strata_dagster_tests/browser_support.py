@@ -123,7 +123,17 @@ class Page:
         their value on blur need."""
         from selenium.webdriver.common.keys import Keys
 
-        self.see(xpath).send_keys(text, *((Keys.TAB,) if leave else ()))
+        def typed(page: "Page") -> bool:
+            # A dialog still loading can drop the keys (or re-render the field): type them again.
+            field = page.see(xpath)
+            if field.get_attribute("value") != text:
+                field.clear()
+                field.send_keys(text)
+            return field.get_attribute("value") == text
+
+        self.until(typed, f"`{text}` typed into {xpath}")
+        if leave:
+            self.see(xpath).send_keys(Keys.TAB)
 
     def until(self, predicate, what: str, timeout: float = WAIT):
         """Wait for `predicate(page)` to be true (a condition on what the page shows)."""

@@ -1,6 +1,7 @@
 """Shared set-up for engine tests: a copy of the shop example with sample data in tmp_path."""
 
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,17 @@ def make_shop(tmp_path: Path, rows: int = 3_000) -> tuple[Path, Path]:
 
 
 def execute(warehouse: Path, *statements: str, params=None) -> list:
-    con = duckdb.connect(str(warehouse))
+    """Statements as an upstream writer runs them: while a Dagster process (a sensor's tick, a
+    run) holds the warehouse's lock, it waits, as such a writer would, for up to a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            con = duckdb.connect(str(warehouse))
+            break
+        except duckdb.IOException as error:
+            if "lock" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     try:
         result = []
         for statement in statements:

@@ -70,8 +70,13 @@ class Journey:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory) -> Iterator[Journey]:
+def ui(request, tmp_path_factory) -> Iterator[Journey]:
     require_browser()
+    # Under xdist the journeys share this worker's webserver only when loadgroup grouped them.
+    journeys = [item for item in request.session.items if item.path == request.node.path]
+    assert not os.environ.get("PYTEST_XDIST_WORKER") or all(
+        item.nodeid.endswith("@browser") for item in journeys
+    ), "pytest-xdist did not group the browser journeys on one worker (see pyproject's pytest pin)"
     root = tmp_path_factory.mktemp("browser")
     shots = Path(os.environ.get("STRATA_BROWSER_ARTIFACTS") or root / "screenshots")
     _, warehouse, home = example_workspace(root, days=DAYS)
@@ -127,7 +132,8 @@ def test_1_a_backfill_without_a_reason_is_refused_visibly_and_marks_no_partition
 def _created_backfill(page: Page) -> str:
     """The id in the UI's "Created backfill <id>" toast."""
     toast = page.see("//*[starts-with(normalize-space(), 'Created backfill')]")
-    found = re.search(r"Created backfill (\w+)", toast.text)
+    # The id may follow a non-breaking or zero-width space, or sit in an element of its own.
+    found = re.search(r"Created backfill\W+(\w+)", toast.text)
     assert found, toast.text
     return found.group(1)
 
