@@ -164,7 +164,8 @@ def _is_volatile(node: exp.Expression) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.lower() in VOLATILE_NAMES
 
 
-def _expressions(model: Model) -> Iterator[Expr]:
+def step_expressions(model: Model) -> Iterator[Expr]:
+    """Every expression the model's steps write, in step order."""
     for step in model.steps:
         if isinstance(step, JoinStep) and step.on is not None:
             yield step.on
@@ -198,7 +199,7 @@ def _call_location(expr: Expr, occurrence: int) -> Location:
 def volatile_calls(model: Model) -> tuple[VolatileCall, ...]:
     """Every volatile function call in the model's pipeline, in the order written."""
     calls: list[VolatileCall] = []
-    for expr in _expressions(model):
+    for expr in step_expressions(model):
         found = [node for node in expr.node.walk(bfs=False) if _is_volatile(node)]
         for occurrence, node in enumerate(found):
             calls.append(VolatileCall(node.sql(dialect="duckdb"), _call_location(expr, occurrence)))

@@ -18,23 +18,15 @@ from typing import Final, Literal, get_args
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import compile_model
-from strata_dagster.compile.determinism import make_windows_deterministic
+from strata_dagster.compile.determinism import make_windows_deterministic, step_expressions
 from strata_dagster.compile.project import CompiledProject, SourceSchemas
 from strata_dagster.compile.relations import ROLE_SCHEMA, file_format, model_view, source_relation
 from strata_dagster.compile.spark_dialect import EngineDialectError, statement_columns, to_spark
 from strata_dagster.errors import E_ENGINE_DIALECT, Location, StrataError, raise_collected
 from strata_dagster.language.definition import (
-    AggregateStep,
-    DeriveStep,
-    ExpandStep,
     Expr,
-    FilterStep,
-    GroupStep,
-    JoinStep,
-    LetStep,
     Model,
     Project,
-    SelectStep,
 )
 from strata_dagster.language.expressions import PREFIX_LENGTH, shift
 
@@ -116,29 +108,11 @@ def _statement(model: Model, compiled: CompiledProject, schema: dict[str, dict[s
 def _tagged(model: Model) -> tuple[Model, list[Expr]]:
     """A copy of `model` whose every expression node carries the index of its step expression."""
     tagged = copy.deepcopy(model)
-    expressions = list(_expressions(tagged))
+    expressions = list(step_expressions(tagged))
     for index, expression in enumerate(expressions):
         for node in expression.node.walk():
             node.meta[_ORIGIN] = index
     return tagged, expressions
-
-
-def _expressions(model: Model) -> Iterator[Expr]:
-    for step in model.steps:
-        if isinstance(step, JoinStep) and step.on is not None:
-            yield step.on
-        elif isinstance(step, FilterStep):
-            yield step.condition
-        elif isinstance(step, LetStep):
-            yield step.assignment.expr
-        elif isinstance(step, (DeriveStep, AggregateStep)):
-            yield from (assignment.expr for assignment in step.assignments)
-        elif isinstance(step, GroupStep):
-            yield from step.keys
-        elif isinstance(step, SelectStep):
-            yield from step.items
-        elif isinstance(step, ExpandStep):
-            yield step.item
 
 
 def _location(node: exp.Expression | None, expressions: list[Expr], model: Model) -> Location:
