@@ -28,20 +28,21 @@ RULE_CASES = sorted(path.name.removesuffix(".duckdb.sql") for path in RULES.glob
 MODEL_CASES = sorted(path.stem for path in GOLDEN.glob("*.strata"))
 
 
-def _golden(path: Path, actual: str) -> None:
+def _golden(path: Path, actual: str) -> str:
+    """The golden text stored at `path` (first rewritten from `actual` under STRATA_UPDATE_GOLDEN=1,
+    whose diff is then the review)."""
     if os.environ.get("STRATA_UPDATE_GOLDEN"):
         path.write_text(actual)
     assert path.exists(), f"missing {path.name}: run with STRATA_UPDATE_GOLDEN=1"
-    assert actual == path.read_text()
+    return path.read_text()
 
 
 @pytest.mark.parametrize("stem", RULE_CASES)
 def test_spark_rule_golden(stem):
     """Each rule: a DuckDB statement over raw.orders / raw.customers and the Spark SQL it becomes."""
     statement = sqlglot.parse_one((RULES / f"{stem}.duckdb.sql").read_text(), read="duckdb")
-    _golden(
-        RULES / f"{stem}.spark.sql", to_spark(statement, SCHEMA).sql(dialect="spark", pretty=True) + ";\n"
-    )
+    spark_sql = to_spark(statement, SCHEMA).sql(dialect="spark", pretty=True) + ";\n"
+    assert spark_sql == _golden(RULES / f"{stem}.spark.sql", spark_sql)
 
 
 @pytest.mark.parametrize("stem", MODEL_CASES)
@@ -56,7 +57,8 @@ def test_golden_models_as_spark_sql(stem):
     for name in local:
         bound = bind(statements[name], lambda relation: spark_relation(compiled.project, relation))
         parts.append(f"-- model {name}\n{bound.sql(dialect='spark', pretty=True)};\n")
-    _golden(RULES / f"model_{stem}.spark.sql", "\n".join(parts))
+    spark_sql = "\n".join(parts)
+    assert spark_sql == _golden(RULES / f"model_{stem}.spark.sql", spark_sql)
 
 
 # Each refused construct, written in a model, and the column its E070 must point at: line 3 is
