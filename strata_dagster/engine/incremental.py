@@ -571,12 +571,10 @@ class DeltaBuilder:
 
     def kept(self, detail: dict[str, Any], facts: Mapping[str, Any]) -> DeltaBuild:
         """The live state stays (its rows are this build's rows), with the facts that moved."""
-        moved = {
-            key: facts[key]
+        if any(
+            key in facts and _as_recorded(facts[key]) != _as_recorded(self.previous.detail.get(key))
             for key in MOVING_FACTS
-            if key in facts and _as_recorded(facts[key]) != _as_recorded(self.previous.detail.get(key))
-        }
-        if moved:
+        ):
             detail[KEPT_FACTS] = {key: facts[key] for key in MOVING_FACTS if key in facts}
         return DeltaBuild(self.previous, True, detail)
 

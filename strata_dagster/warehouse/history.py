@@ -229,7 +229,7 @@ class HistoryReader:
 
     def with_kept_facts(self, record: SnapshotRecord, branch: str) -> SnapshotRecord:
         """`record` with the input figures the latest early cutoff of it on `branch` kept (the
-        state stayed, its figures moved: engine.incremental.MOVING_FACTS)."""
+        state stayed, its figures moved: MOVING_FACTS)."""
         if not any(key in record.detail for key in MOVING_FACTS):
             return record
         rows = self.con.execute(
