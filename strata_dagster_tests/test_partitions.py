@@ -4,6 +4,8 @@ import datetime as dt
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
@@ -66,8 +68,8 @@ def test_late_updates_to_old_days_rebuild_exactly_those_partitions(orders):
 
 def test_the_recompute_reads_the_affected_days_as_ranges_of_the_raw_column(orders):
     """Days cut from a TIMESTAMP (directly, or through `let d = cast(ts as date)`) are also read as
-    ranges of that column, consecutive days as one range, so DuckDB skips other row groups. The
-    exact partition match stays beside them."""
+    ranges of that column, consecutive days as one range, so DuckDB skips other row groups. A few
+    ranges select exactly the days' rows: no key match beside them."""
     project, warehouse = orders
     run_project(project, warehouse)
     sql(
@@ -86,8 +88,35 @@ def test_the_recompute_reads_the_affected_days_as_ranges_of_the_raw_column(order
             "orders.order_ts >= CAST('2026-03-10' AS TIMESTAMP) AND orders.order_ts < CAST('2026-03-11' AS TIMESTAMP)"
             in segment_sql
         ), name
-        assert "IN (SELECT" in segment_sql, name  # the exact match
+        assert "IN (SELECT" not in segment_sql, name
     assert "CAST('2026-02-01' AS TIMESTAMP)" not in result.outcome("monthly").detail["segment_sql"]
+    assert equal_to_full(warehouse) == ALL_EQUAL
+
+
+def test_many_scattered_days_are_read_as_one_span_and_matched_by_key(orders):
+    """Past MAX_EXACT_RANGES runs of days, the recompute reads one span of the raw column (for
+    pruning) and matches the days' keys beside it: a per-row OR of many ranges costs more."""
+    from strata_dagster.warehouse.segments import MAX_EXACT_RANGES
+
+    project, warehouse = orders
+    run_project(project, warehouse)
+    days = MAX_EXACT_RANGES + 2  # every third day from 2026-01-05: as many runs
+    sql(
+        warehouse,
+        f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} "
+        f"WHERE order_ts >= '2026-01-05' AND (order_ts::DATE - DATE '2026-01-05') % 3 = 0 "
+        f"AND order_ts < DATE '2026-01-05' + INTERVAL {3 * days} DAY",
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    for name in ("daily", "by_ts"):
+        assert len(result.outcome(name).detail["partitions"]) == days, name
+        segment_sql = result.outcome(name).detail["segment_sql"]
+        last = dt.date(2026, 1, 5) + dt.timedelta(days=3 * (days - 1) + 1)
+        assert (
+            "orders.order_ts >= CAST('2026-01-05' AS TIMESTAMP) AND "
+            f"orders.order_ts < CAST('{last.isoformat()}' AS TIMESTAMP)"
+        ) in segment_sql, name
+        assert "IN (SELECT" in segment_sql, name  # the exact match
     assert equal_to_full(warehouse) == ALL_EQUAL
 
 
@@ -230,11 +259,57 @@ def test_partition_ranges_merge_consecutive_months_across_a_year_and_keep_the_nu
     from strata_dagster.warehouse.segments import partition_ranges
 
     keys = ["2025-11-01", "2025-12-01", "2026-01-01", "2026-03-01"]
-    predicate = partition_ranges(exp.column("d"), "DATE", "month", keys, has_null=True)
-    assert predicate.sql(dialect="duckdb") == (
+    ranges = partition_ranges(exp.column("d"), "DATE", "month", keys, has_null=True)
+    assert ranges.is_exact
+    assert ranges.predicate.sql(dialect="duckdb") == (
         "(d >= CAST('2025-11-01' AS DATE) AND d < CAST('2026-02-01' AS DATE)) "
         "OR (d >= CAST('2026-03-01' AS DATE) AND d < CAST('2026-04-01' AS DATE)) OR d IS NULL"
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    days=st.sets(st.integers(0, 59), min_size=1, max_size=40),
+    grain=st.sampled_from(["day", "month"]),
+    type_name=st.sampled_from(["DATE", "TIMESTAMP"]),
+    has_null=st.booleans(),
+)
+def test_partition_ranges_select_exactly_the_partitions_rows_or_say_they_only_prune(
+    days, grain, type_name, has_null
+):
+    """Over rows every few hours of 60 days (and NULLs), an exact predicate selects exactly the
+    rows whose day or month is asked for; past MAX_EXACT_RANGES runs it is a span that keeps
+    every such row (the build then matches the keys too)."""
+    from sqlglot import exp
+
+    from strata_dagster.warehouse.segments import MAX_EXACT_RANGES, partition_ranges
+
+    start = dt.date(2025, 11, 20)
+    asked = {start + dt.timedelta(days=day) for day in days}
+    if grain == "month":
+        asked = {day.replace(day=1) for day in asked}
+    keys = sorted(day.isoformat() for day in asked)
+    ranges = partition_ranges(exp.column("t"), type_name, grain, keys, has_null=has_null)
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TABLE r AS SELECT CAST(TIMESTAMP '2025-11-15' + to_hours(h * 5) AS {type_name}) AS t "
+        "FROM range(0, 350) AS s(h) UNION ALL SELECT NULL"
+    )
+    trunc = "CAST(t AS DATE)" if grain == "day" else "CAST(date_trunc('month', t) AS DATE)"
+    key_list = ", ".join(f"DATE '{key}'" for key in keys)
+    wanted = f"({trunc} IN ({key_list}){' OR t IS NULL' if has_null else ''})"
+    picked = ranges.predicate.sql(dialect="duckdb")
+    missed, extra = con.execute(
+        f"SELECT count(*) FILTER (WHERE {wanted} AND NOT coalesce({picked}, false)), "
+        f"count(*) FILTER (WHERE coalesce({picked}, false) AND NOT {wanted}) FROM r"
+    ).fetchone()
+    assert missed == 0
+    runs = len(list(ranges.predicate.flatten())) if isinstance(ranges.predicate, exp.Or) else 1
+    if ranges.is_exact:
+        assert extra == 0
+        assert runs - int(has_null) <= MAX_EXACT_RANGES
+    else:
+        assert runs == 1 + int(has_null)
 
 
 def compiled_sql(project, warehouse) -> dict[str, str]:

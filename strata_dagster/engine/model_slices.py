@@ -292,11 +292,18 @@ def added_rows(change: UpstreamChange) -> exp.Query | None:
     return _union([segment.table for segment in change.added]) if change.added else None
 
 
-def replaced_rows(session: Session, change: UpstreamChange) -> exp.Query | None:
-    """The rows of the state the last build read whose keys a new segment replaces."""
+def replaced_rows(session: Session, change: UpstreamChange) -> exp.Table | exp.Query | None:
+    """The rows of the state the last build read whose keys a new segment replaces: found once
+    per session (a scan of that whole state) for every model following the same change."""
     keys_tables = [segment.keys_table for segment in change.added if segment.keys_table]
     if not keys_tables or not change.merge_keys or not change.before:
         return None
+    # Segments are immutable: their tables name the rows.
+    held = (change.model, tuple(s.table for s in change.before), tuple(s.table for s in change.added))
+    return session.held_rows(held, lambda: _replaced_rows(session, change, keys_tables))
+
+
+def _replaced_rows(session: Session, change: UpstreamChange, keys_tables: list[str]) -> exp.Query:
     keys = list(change.merge_keys)
     is_null_free = all(session.count_null_keys(table, keys) == 0 for table in keys_tables)
     source = exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(keys_tables[0]))
@@ -318,7 +325,7 @@ def replaced_rows(session: Session, change: UpstreamChange) -> exp.Query | None:
 Figures = dict[str, tuple[int, int]]  # slice -> row count and row-hash sum
 
 
-def _figures(ctx: IncrementalContext, rows: exp.Query) -> Figures:
+def _figures(ctx: IncrementalContext, rows: exp.Table | exp.Query) -> Figures:
     groups = ctx.session.content_by_group(rows, raw_partition(ctx, qualifier=ROW_ALIAS))
     return {
         NULL_PARTITION if key is None else key: (count, int(hash_sum))

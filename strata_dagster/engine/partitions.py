@@ -30,6 +30,7 @@ from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
     RANGE_TYPES,
+    PartitionRanges,
     Segment,
     keyed_rows,
     partition_key,
@@ -185,15 +186,20 @@ class PartitionBuilder(DeltaBuilder):
         keys_table = f"{self.ctx.table_name}__partitions"
         self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
         alias = self.ctx.compiled.base_relation
-        predicate = keyed_rows(
-            [column],
-            [raw_partition(self.ctx, qualifier=alias)],
-            keys_table=keys_table,
-            is_null_free_filter=NULL_PARTITION not in affected,
-        )
-        pruning = self._ranges(affected, alias)
-        if pruning is not None:
-            predicate = exp.and_(pruning, predicate, copy=False)
+        ranges = self._ranges(affected, alias)
+        if ranges is not None and ranges.is_exact:
+            # The ranges select exactly these partitions' rows; a key match beside them only
+            # misleads DuckDB's estimates (a year of days: 1.2 s against 0.7 s over 5M rows).
+            predicate = ranges.predicate
+        else:
+            predicate = keyed_rows(
+                [column],
+                [raw_partition(self.ctx, qualifier=alias)],
+                keys_table=keys_table,
+                is_null_free_filter=NULL_PARTITION not in affected,
+            )
+            if ranges is not None:
+                predicate = exp.and_(ranges.predicate, predicate, copy=False)
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
         grain = partition_grain(self.ctx)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
@@ -319,7 +325,7 @@ class PartitionBuilder(DeltaBuilder):
         """The input fingerprints the new state records for its next build to compare with."""
         return now
 
-    def _ranges(self, affected: list[str], alias: str) -> exp.Expression | None:
+    def _ranges(self, affected: list[str], alias: str) -> PartitionRanges | None:
         """The affected day or month partitions as ranges of the raw column they are cut from, when
         the partition expression is that column (or its cast to DATE or TIMESTAMP) and the column
         is a DATE or TIMESTAMP: then row groups outside every range are never read."""

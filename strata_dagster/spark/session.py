@@ -17,7 +17,7 @@ What differs from DuckDB, and how the promises still hold:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -280,6 +280,10 @@ class SparkWarehouseSession(Session):
         self, name: str, contract: Sequence[tuple[str, str, bool]]
     ) -> tables.PinViolation | None:
         return tables.contract_violation(self.con, name, contract)
+
+    def held_rows(self, key: Hashable, query: Callable[[], exp.Query]) -> exp.Table | exp.Query:
+        """Not kept here: each statement reads the query again (Spark plans it lazily anyway)."""
+        return query()
 
     def read_arrow(self, query: exp.Query):  # -> pyarrow.Table
         with spark_errors():

@@ -66,13 +66,27 @@ def _next_partition(start: date, grain: str) -> date:
     return date(start.year + start.month // 12, start.month % 12 + 1, 1)
 
 
+# Up to this many runs of consecutive partitions, their ranges alone select the partitions' rows;
+# past it a per-row OR of ranges costs more than a hash semi-join on the keys (at 50 runs over 5M
+# rows: 0.53 s against 0.36 s for one span and the semi-join; 10 runs: the same).
+MAX_EXACT_RANGES = 8
+
+
+@dataclass(frozen=True)
+class PartitionRanges:
+    predicate: exp.Expression
+    is_exact: bool  # the predicate holds for exactly the partitions' rows: no key match is needed
+
+
 def partition_ranges(
     column: exp.Expression, type_name: str, grain: str, keys: Sequence[str], has_null: bool
-) -> exp.Expression:
+) -> PartitionRanges:
     """Rows of day or month partitions `keys` (ISO dates) as ranges of the raw `column` they come
-    from: `column >= first AND column < after_last` per run of consecutive partitions (and `column
-    IS NULL` for the NULL partition). Beside the exact partition match it lets DuckDB skip the row
-    groups whose min/max miss every range."""
+    from, the partition being `column`'s day or month: `column >= first AND column < after_last`
+    per run of consecutive partitions (and `column IS NULL` for the NULL partition). Every
+    partition of a run is in `keys`, so a row is in a range exactly when its partition is in
+    `keys`. Past MAX_EXACT_RANGES runs it is one span from the first to the last partition, which
+    only lets DuckDB skip the row groups outside it: the caller matches the keys as well."""
     starts = sorted(date.fromisoformat(key) for key in keys)
     runs: list[list[date]] = []
     for start in starts:
@@ -80,6 +94,9 @@ def partition_ranges(
             runs[-1][1] = max(runs[-1][1], start)
         else:
             runs.append([start, start])
+    is_exact = len(runs) <= MAX_EXACT_RANGES
+    if not is_exact:
+        runs = [[runs[0][0], runs[-1][1]]]
     kind = data_type(type_name)
 
     def bound(day: date) -> exp.Expression:
@@ -95,7 +112,9 @@ def partition_ranges(
     ]
     if has_null:
         ranges.append(exp.Is(this=column.copy(), expression=exp.null()))
-    return exp.or_(*ranges, copy=False)
+    if not ranges:  # only the NULL partition asked and none: no row is in it
+        return PartitionRanges(exp.false(), is_exact=True)
+    return PartitionRanges(exp.or_(*ranges, copy=False), is_exact)
 
 
 def _not_replaced(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +95,8 @@ class Session:
         self.history = HistoryReader(con)
         self.writer = HistoryWriter(con)
         self._files: SnapshotFiles | None = None
+        self._held: dict[Hashable, exp.Table] = {}
+        self._held_made = 0  # never reused: a rollback forgets names whose tables may live on
 
     @property
     def files(self) -> SnapshotFiles:
@@ -134,6 +136,7 @@ class Session:
     def rollback(self) -> None:
         if self._files is not None:
             self._files.kinds = None  # what the transaction did to the snapshot schema is undone
+        self._held.clear()  # temporary tables made in the transaction are gone with it
         try:
             self.con.execute("ROLLBACK")
         except duckdb.Error:
@@ -238,6 +241,26 @@ class Session:
     def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
         with _as_warehouse_errors():
             create_values_table(self.con, name, column, values, self.files)
+
+    def held_rows(self, key: Hashable, query: Callable[[], exp.Query]) -> exp.Table | exp.Query:
+        """The rows of `query()`, kept in a temporary table for the rest of the session the first
+        time `key` is asked for: for a few rows that are costly to find and that several statements
+        read (the rows of an input's earlier state that its new segments replace, read by each
+        model following it). `key` must name everything the rows depend on."""
+        held = self._held.get(key)
+        if held is None:
+            self._held_made += 1
+            held = exp.table_(f"__strata_held_{self._held_made}", db="main", catalog="temp")
+            create = exp.Create(
+                this=held.copy(),
+                kind="TABLE",
+                expression=query(),
+                properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+            )
+            with _as_warehouse_errors():
+                run(self.con, create, consume=True)
+            self._held[key] = held
+        return held.copy()
 
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
         with _as_warehouse_errors():
