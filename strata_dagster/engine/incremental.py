@@ -28,6 +28,8 @@ from strata_dagster.warehouse.segments import (
     WindowStats,
     composite_query,
     keyed_rows,
+    replaced_rows,
+    replaced_rows_key,
     typed_literal,
     window_predicate,
 )
@@ -374,6 +376,7 @@ class DeltaBuilder:
             # Rows left the source other than by an update in the window: find the keys that left.
             is_anti_joined = True
             window_keys = changed_keys
+            session.forget_held(self._replaced_rows_key(keys_table))  # the keys table is made again
             changed_keys = session.create_keys_table(
                 keys_table, relation, keys, window, self.previous_query, self.merge_keys, reread
             )
@@ -412,18 +415,41 @@ class DeltaBuilder:
 
     def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
         """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
-        and row-hash sum, and their key-and-cdc hash sum ("0" when the state records none)."""
-        is_null_free = self.ctx.session.count_null_keys(keys_table, self.merge_keys) == 0
-        previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
-        condition = keyed_rows(
-            self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
-        )
+        and row-hash sum, and their key-and-cdc hash sum ("0" when the state records none). The
+        rows are held for the session: the models following this one read them again
+        (engine.model_slices), and only a scan of the whole previous state finds them."""
+        session = self.ctx.session
+        is_null_free = session.count_null_keys(keys_table, self.merge_keys) == 0
+        if self._is_keyed_like_now():
+            held = session.held_rows(
+                self._replaced_rows_key(keys_table),
+                lambda: replaced_rows(
+                    self.segments, self.merge_keys, None, [keys_table], is_null_free=is_null_free
+                ),
+            )
+            relation: exp.Table | exp.Query = held
+            condition: exp.Expression = exp.true()
+        else:
+            relation = self.previous_query
+            previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
+            condition = keyed_rows(
+                self.merge_keys, previous_keys, keys_table=keys_table, is_null_free_filter=is_null_free
+            )
         if self.key_columns is None:
-            return is_null_free, self.ctx.session.content_where(self.previous_query, condition), "0"
-        count, hash_sum, key_hash_sum = self.ctx.session.content_and_key_sum_where(
-            self.previous_query, condition, self.key_columns
-        )
+            return is_null_free, session.content_where(relation, condition), "0"
+        query = relation if isinstance(relation, exp.Query) else exp.select("*").from_(relation)
+        count, hash_sum, key_hash_sum = session.content_and_key_sum_where(query, condition, self.key_columns)
         return is_null_free, (count, hash_sum), key_hash_sum
+
+    def _is_keyed_like_now(self) -> bool:
+        """Whether the previous state's segments replace rows by this build's merge keys."""
+        detail = self.previous.detail
+        return tuple(detail.get("merge_keys") or ()) == tuple(self.merge_keys) and not detail.get(
+            "partition_grain"
+        )
+
+    def _replaced_rows_key(self, keys_table: str) -> tuple[object, ...]:
+        return replaced_rows_key(self.segments, self.merge_keys, None, [keys_table])
 
     def _kept_key_sum(self, removed: tuple[int, str], removed_key: str) -> tuple[int, int]:
         """The key-and-cdc figures of the previous rows the delta keeps."""

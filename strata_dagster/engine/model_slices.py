@@ -58,7 +58,8 @@ from strata_dagster.language.definition import (
 )
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, keyed_rows, partition_key
+from strata_dagster.warehouse.segments import Segment, composite_query, replaced_rows_key
+from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
 
@@ -294,32 +295,20 @@ def added_rows(change: UpstreamChange) -> exp.Query | None:
 
 def replaced_rows(session: Session, change: UpstreamChange) -> exp.Table | exp.Query | None:
     """The rows of the state the last build read whose keys a new segment replaces: found once
-    per session (a scan of that whole state) for every model following the same change."""
+    per session (a scan of that whole state) for every model following the same change, and for
+    the upsert that made it."""
     keys_tables = [segment.keys_table for segment in change.added if segment.keys_table]
     if not keys_tables or not change.merge_keys or not change.before:
         return None
-    # Segments are immutable: their tables name the rows.
-    held = (change.model, tuple(s.table for s in change.before), tuple(s.table for s in change.added))
-    return session.held_rows(held, lambda: _replaced_rows(session, change, keys_tables))
+    keys = change.merge_keys
 
-
-def _replaced_rows(session: Session, change: UpstreamChange, keys_tables: list[str]) -> exp.Query:
-    keys = list(change.merge_keys)
-    is_null_free = all(session.count_null_keys(table, keys) == 0 for table in keys_tables)
-    source = exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(keys_tables[0]))
-    for table in keys_tables[1:]:
-        source = exp.union(
-            source,
-            exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(table)),
-            distinct=False,
+    def rows() -> exp.Query:
+        is_null_free = all(session.count_null_keys(table, keys) == 0 for table in keys_tables)
+        return segments_replaced_rows(
+            change.before, keys, change.grain, keys_tables, is_null_free=is_null_free
         )
-    before = composite_query(change.before, keys, change.grain).subquery("__before")
-    values = [partition_key(exp.column(key, table="__before"), change.grain) for key in keys]
-    return (
-        exp.select("*")
-        .from_(before)
-        .where(keyed_rows(keys, values, source=source, is_null_free_filter=is_null_free))
-    )
+
+    return session.held_rows(replaced_rows_key(change.before, keys, change.grain, keys_tables), rows)
 
 
 Figures = dict[str, tuple[int, int]]  # slice -> row count and row-hash sum

@@ -285,6 +285,9 @@ class SparkWarehouseSession(Session):
         """Not kept here: each statement reads the query again (Spark plans it lazily anyway)."""
         return query()
 
+    def forget_held(self, key: Hashable) -> None:
+        pass  # nothing is held
+
     def read_arrow(self, query: exp.Query):  # -> pyarrow.Table
         with spark_errors():
             return self.con.spark.sql(self.con.render(query)).toArrow()

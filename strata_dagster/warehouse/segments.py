@@ -151,6 +151,40 @@ def composite_query(
     return query
 
 
+def replaced_rows(
+    segments: Sequence[Segment],
+    merge_keys: Sequence[str],
+    grain: str | None,
+    keys_tables: Sequence[str],
+    *,
+    is_null_free: bool,
+) -> exp.Query:
+    """The rows of the state `segments` stand for whose keys (partitions, with a `grain`) the keys
+    tables hold: what a new segment with those keys replaces."""
+    keys = list(merge_keys)
+    source: exp.Query = exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(keys_tables[0]))
+    for table in keys_tables[1:]:
+        source = exp.union(
+            source,
+            exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(table)),
+            distinct=False,
+        )
+    before = composite_query(segments, keys, grain).subquery("__before")
+    values = [partition_key(exp.column(key, table="__before"), grain) for key in keys]
+    return (
+        exp.select("*")
+        .from_(before)
+        .where(keyed_rows(keys, values, source=source, is_null_free_filter=is_null_free))
+    )
+
+
+def replaced_rows_key(
+    segments: Sequence[Segment], merge_keys: Sequence[str], grain: str | None, keys_tables: Sequence[str]
+) -> tuple[object, ...]:
+    """What `replaced_rows` depends on (segments and keys tables are immutable once published)."""
+    return ("replaced", tuple(segments), tuple(merge_keys), grain, tuple(keys_tables))
+
+
 def composite_tables(segments: Sequence[Segment], merge_keys: Sequence[str] = ()) -> tuple[str, ...]:
     """Every snapshot-schema table the composite query reads, sorted (what its view should read)."""
     names = {segment.table for segment in segments}

@@ -262,6 +262,13 @@ class Session:
             self._held[key] = held
         return held.copy()
 
+    def forget_held(self, key: Hashable) -> None:
+        """Drop the rows held for `key` (what they were read from is about to change)."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            with _as_warehouse_errors():
+                run(self.con, exp.Drop(tables=[held], kind="TABLE", exists=True))
+
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
         with _as_warehouse_errors():
             return count_null_keys(self.con, name, keys)
