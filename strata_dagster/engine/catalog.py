@@ -22,7 +22,7 @@ from strata_dagster.engine.columns import RelationColumns, read_columns, read_li
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
 from strata_dagster.engine.status import fingerprint_models
-from strata_dagster.errors import E_WAREHOUSE, StrataError
+from strata_dagster.errors import E_WAREHOUSE, W_BOUNDS_UNREAD, Location, StrataError, StrataWarning
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, PartitionSpec, Project
 from strata_dagster.language.expressions import DIALECT
 from strata_dagster.warehouse.partitions import partition_bounds
@@ -68,6 +68,8 @@ class Catalog:
     # partitioned source or model -> the business-versioned source whose arriving partitions its
     # own partitions follow (the source itself, and the models cut like it)
     arrivals: dict[str, str] = field(default_factory=dict)
+    # what could not be read while reading the catalog (the orchestrator shows defaults instead)
+    warnings: tuple[StrataWarning, ...] = ()
 
     def partition_spec(self, name: str) -> PartitionSpec | None:
         if name in self.project.sources:
@@ -91,7 +93,8 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         relations = DefaultRelations(context.project, branch)
         sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
         arrivals = _arrivals(context)
-        bounds = _bounds(session, context, arrivals)
+        unread: list[StrataWarning] = []
+        bounds = _bounds(session, context, arrivals, unread)
         columns = read_columns(session, context, lambda name: inlined_query(context, name))
     inputs = {
         name: found
@@ -99,7 +102,9 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         if (found := partition_input(context.project, name, context.compiled.models[name])) is not None
     }
     lineage = read_lineage(context, columns)
-    return Catalog(context.project, branch, fingerprints, sql, bounds, inputs, columns, lineage, arrivals)
+    return Catalog(
+        context.project, branch, fingerprints, sql, bounds, inputs, columns, lineage, arrivals, tuple(unread)
+    )
 
 
 def _arrivals(context: ProjectContext) -> dict[str, str]:
@@ -142,14 +147,17 @@ def partition_input(project: Project, name: str, compiled: CompiledModel) -> Par
 
 
 def _bounds(
-    session: Session, context: ProjectContext, arrivals: dict[str, str]
+    session: Session, context: ProjectContext, arrivals: dict[str, str], unread: list[StrataWarning]
 ) -> dict[str, PartitionBounds | None]:
     project = context.project
     bounds: dict[str, PartitionBounds | None] = {}
     for name, source in project.sources.items():
         if source.partitioned_by is not None:
             found = _query_bounds(
-                session, exp.select("*").from_(_source(context, name)), source.partitioned_by
+                session,
+                exp.select("*").from_(_source(context, name)),
+                source.partitioned_by,
+                Unread(f"source `{name}`", source.location, unread),
             )
             first = source.start or (found.first if found else None)
             last = found.last if found else first
@@ -161,7 +169,10 @@ def _bounds(
                 arrivals[name]
             ]  # cut like the source: its partitions, no query over its rows
         elif spec is not None:
-            bounds[name] = _query_bounds(session, inlined_query(context, name), spec)
+            model = project.models[name]
+            bounds[name] = _query_bounds(
+                session, inlined_query(context, name), spec, Unread(f"model `{name}`", model.location, unread)
+            )
     return bounds
 
 
@@ -176,7 +187,7 @@ def model_bounds(session: Session, context: ProjectContext, name: str) -> Partit
     assert spec is not None
     base = compiled.base_relation
     if spec.grain == "key" or locality_problem_of(model, compiled) is not None:
-        return _query_bounds(session, inlined_query(context, name), spec)
+        return _query_bounds(session, inlined_query(context, name), spec, None)
     # A model's live rows stand for it (a model never built yet: the rows a build would give).
     relations: list[exp.Table | exp.Subquery] = (
         [_source(context, base)]
@@ -193,11 +204,35 @@ def model_bounds(session: Session, context: ProjectContext, name: str) -> Partit
     return None
 
 
-def _query_bounds(session: Session, query: exp.Query, spec: PartitionSpec) -> PartitionBounds | None:
+@dataclass(frozen=True)
+class Unread:
+    """Where a partition-bounds query that fails is told: what it read, and the list to add to."""
+
+    what: str
+    location: Location | None
+    into: list[StrataWarning]
+
+
+def _query_bounds(
+    session: Session, query: exp.Query, spec: PartitionSpec, unread: Unread | None
+) -> PartitionBounds | None:
+    """The first and last partition of `query`'s rows; None when none or when they cannot be read
+    (the orchestrator falls back to a default). A relation not there yet is expected (a source
+    not loaded, a model not built) and quiet; any other refusal is a warning for `unread`."""
     try:
         found = partition_bounds(session, query, spec.column, spec.grain)
-    except WarehouseError:
-        return None  # a source that cannot be read yet: the orchestrator falls back to a default
+    except WarehouseError as error:
+        if unread is not None and not error.is_missing_relation:
+            unread.into.append(
+                StrataWarning(
+                    W_BOUNDS_UNREAD,
+                    f"the partitions of {unread.what} could not be read ({error}); "
+                    "its partitions start at the default until they can",
+                    unread.location,
+                    hint="run `strata run PROJECT` to see the same query fail with its full error",
+                )
+            )
+        return None
     return PartitionBounds(*found) if found else None
 
 

@@ -100,6 +100,8 @@ def build_definitions(
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
+    for unread in catalog.warnings:  # shown where the code location loads (`dagster dev`'s output)
+        warnings.warn(unread.render(), UserWarning, stacklevel=2)
     if select:
         catalog = replace(catalog, project=selected_project(catalog.project, select))
     with warnings.catch_warnings():

@@ -11,11 +11,10 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import duckdb
 from sqlglot import exp
 
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group
-from strata_dagster.warehouse.session import Session, WarehouseError
+from strata_dagster.warehouse.session import Session, warehouse_errors
 from strata_dagster.warehouse.sql import run
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
@@ -50,10 +49,8 @@ def content_by_partition(
 
     Rows whose partition column is NULL belong to no partition and are left out.
     """
-    try:
+    with warehouse_errors():
         groups = content_by_group(session.con, relation, partition_key(column, grain), basis)
-    except duckdb.Error as error:
-        raise WarehouseError(str(error).splitlines()[0]) from None
     return {
         key: Content(columns, rows, hash_sum, basis)
         for key, (rows, hash_sum) in groups.items()
@@ -67,10 +64,8 @@ def partition_bounds(
     """The first and last partition the rows of `query` fall in; None when it has no dated row."""
     key = partition_key(column, grain, qualifier=_KEY_ALIAS)
     bounds = exp.select(exp.func("min", key), exp.func("max", key)).from_(query.subquery(_KEY_ALIAS))
-    try:
+    with warehouse_errors():
         row = run(session.con, bounds).fetchone()
-    except duckdb.Error as error:
-        raise WarehouseError(str(error).splitlines()[0]) from None
     if row is None or row[0] is None:
         return None
     return row[0], row[1]

@@ -55,6 +55,15 @@ if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
 class WarehouseError(Exception):
     """DuckDB refused a statement; `str()` is its first message line."""
 
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self._missing = missing
+
+    @property
+    def is_missing_relation(self) -> bool:
+        """A table, view or file it reads does not exist (yet), as opposed to a statement refused."""
+        return self._missing
+
 
 class ResourceLimitExceeded(WarehouseError):
     """DuckDB ran out of its memory limit or its spill space; `setting` names the one to raise."""
@@ -78,7 +87,16 @@ def _as_warehouse_errors() -> Iterator[None]:
     except duckdb.Error as error:
         if is_interruption(error):
             raise KeyboardInterrupt from None
-        raise WarehouseError(_first_line(error)) from None
+        raise WarehouseError(_first_line(error), missing=_is_missing(error)) from None
+
+
+warehouse_errors = _as_warehouse_errors  # for the warehouse modules that run statements themselves
+
+
+def _is_missing(error: duckdb.Error) -> bool:
+    if isinstance(error, duckdb.CatalogException):
+        return True
+    return isinstance(error, duckdb.IOException) and "No files found" in str(error)
 
 
 class Session:

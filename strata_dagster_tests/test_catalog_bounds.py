@@ -1,0 +1,52 @@
+"""W003: the partitions of a model whose rows cannot be read are a warning where the Dagster
+code location loads, not a silent fallback to today's partition."""
+
+import warnings
+
+from strata_dagster.engine.catalog import read_catalog
+from strata_dagster.errors import W_BOUNDS_UNREAD
+from strata_dagster.orchestration import build_definitions
+from strata_dagster_tests.engine_support import make_module_project, sql
+
+MODULE = """
+source orders {
+  table: raw.orders
+}
+model daily {
+  from orders
+  let day = cast(day_text as date)
+  group day
+  aggregate n = count(*)
+  partitioned_by: day(day)
+}
+"""
+
+
+def project_with(tmp_path, *values: str):
+    rows = ", ".join(f"('{value}')" for value in values)
+    return make_module_project(
+        tmp_path, "m.strata", MODULE, f"CREATE TABLE raw.orders AS SELECT * FROM (VALUES {rows}) AS t(day_text)"
+    )
+
+
+def test_readable_partitions_give_bounds_and_no_warning(tmp_path):
+    project, warehouse = project_with(tmp_path, "2026-01-02", "2026-01-05")
+    catalog = read_catalog(project, warehouse)
+    assert str(catalog.bounds["daily"].first) == "2026-01-02"
+    assert catalog.warnings == ()
+
+
+def test_rows_that_cannot_be_read_are_w003_naming_the_model_and_the_error(tmp_path):
+    project, warehouse = project_with(tmp_path, "2026-01-02", "not a date")
+    catalog = read_catalog(project, warehouse)
+    assert catalog.bounds["daily"] is None
+    [warning] = catalog.warnings
+    assert warning.code == W_BOUNDS_UNREAD
+    assert "model `daily`" in warning.message and "not a date" in warning.message
+    assert warning.location is not None and warning.location.line == 5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_definitions(project, warehouse=warehouse)
+    assert any("warning[W003]" in str(item.message) for item in caught)
+    sql(warehouse, "UPDATE raw.orders SET day_text = '2026-01-03' WHERE day_text = 'not a date'")
+    assert read_catalog(project, warehouse).warnings == ()
