@@ -41,18 +41,25 @@ def load() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def change_orders(warehouse: Path, changed: int, new: int) -> None:
-    """`changed` orders spread evenly over the table move on (a quarter cancelled, the rest shipped
-    with a new amount), and `new` orders arrive; every stamp is after the last one."""
+def change_orders(warehouse: Path, changed: int, new: int, recent_days: int | None = None) -> None:
+    """`changed` orders spread evenly over the table (or over the orders of its last
+    `recent_days` days) move on (a quarter cancelled, the rest shipped with a new amount), and
+    `new` orders arrive; every stamp is after the last one."""
     con = duckdb.connect(str(warehouse))
     try:
-        total, high = con.execute("SELECT count(*), max(updated_at) FROM raw.orders").fetchone()
-        step = max(1, total // changed)
+        total, high, last_day = con.execute(
+            "SELECT count(*), max(updated_at), max(order_ts)::DATE FROM raw.orders"
+        ).fetchone()
+        among, candidates = "TRUE", total
+        if recent_days is not None:
+            among = f"order_ts >= DATE '{last_day}' - INTERVAL {recent_days - 1} DAY"
+            candidates = con.execute(f"SELECT count(*) FROM raw.orders WHERE {among}").fetchone()[0]
         con.execute(
             "UPDATE raw.orders SET status = CASE WHEN order_id % 4 = 0 THEN 'cancelled' ELSE 'shipped' END, "
             "amount = amount + 1, updated_at = ?::TIMESTAMP + to_seconds(order_id % 3600) "
-            "WHERE order_id % ? = 1 AND order_id <= ?",
-            [high, step, step * changed],
+            f"WHERE order_id IN (SELECT order_id FROM (SELECT order_id, row_number() OVER (ORDER BY order_id) AS n "
+            f"FROM raw.orders WHERE {among}) WHERE n % ? = 1 LIMIT ?)",
+            [high, max(1, candidates // changed), changed],
         )
         con.execute(
             "INSERT INTO raw.orders SELECT order_id + ?, customer_id, order_ts + INTERVAL 1 DAY, "
@@ -87,6 +94,12 @@ def main() -> int:
     parser.add_argument("--new", type=int, default=100)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--no-verify", action="store_true")
+    parser.add_argument(
+        "--recent-days",
+        type=int,
+        default=None,
+        help="change orders of the last N days only (default: spread over the whole table)",
+    )
     args = parser.parse_args()
     print(f"load average before: {load()}  (nproc {os.cpu_count()}, duckdb {duckdb.__version__})")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -106,7 +119,7 @@ def main() -> int:
         started = time.perf_counter()
         first = run_project(project, warehouse)
         first_s = time.perf_counter() - started
-        change_orders(warehouse, args.changed, args.new)
+        change_orders(warehouse, args.changed, args.new, args.recent_days)
         os.sync()
         started = time.perf_counter()
         incremental = run_project(project, warehouse, only_stale=True)
@@ -122,7 +135,9 @@ def main() -> int:
                 print(f"  {name}: full_reason: {reason}")
         print(
             f"\nfirst build {first_s:.2f} s (floor CTAS {floor:.2f} s, {first_s / floor:.2f}x); "
-            f"incremental after {args.changed:,} changed + {args.new} new orders {incremental_s:.2f} s: "
+            f"incremental after {args.changed:,} changed "
+            f"({'over the last ' + str(args.recent_days) + ' days' if args.recent_days else 'spread over every day'}) "
+            f"+ {args.new} new orders {incremental_s:.2f} s: "
             f"{incremental_s / first_s:.3f} of the first build (target <= 0.20)"
         )
         print(f"load average after: {load_after}")
