@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 
 from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.ledger import PartitionEvidence, write_ledger
+from strata_dagster.warehouse.ledger import LedgerDigest, PartitionEvidence, write_ledger
 
 
 @dataclass(frozen=True)
@@ -314,8 +314,9 @@ class HistoryWriter:
         partitions: Sequence[PartitionEvidence],
         reset_reason: str | None,
         expired: Sequence[str] = (),
+        digest: LedgerDigest | None = None,
     ) -> None:
-        write_ledger(self.con, entry, source, partitions, reset_reason, expired)
+        write_ledger(self.con, entry, source, partitions, reset_reason, expired, digest)
 
     def add_snapshot(self, record: SnapshotRecord) -> None:
         self.add_snapshots([record])

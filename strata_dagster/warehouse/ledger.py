@@ -263,6 +263,30 @@ def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledge
     return ledger
 
 
+class LedgerDigest(NamedTuple):
+    """The ledger as a whole, as the run that last advanced it left it: one digest of its
+    partitions' keys and evidence in order (engine.business.evidence_digest) and their row
+    counts in that order."""
+
+    digest: str
+    row_counts: tuple[int, ...]
+
+
+def read_ledger_digest(con: duckdb.DuckDBPyConnection, source: str) -> LedgerDigest | None:
+    """The digest of the source's current ledger; None when there is none, or when the ledger
+    was advanced after it (then only its rows say what it holds)."""
+    try:
+        row = con.execute(
+            """SELECT digest, row_counts FROM strata.source_ledger_digest
+               WHERE source = ? AND entry >= (SELECT max(entry) FROM strata.source_ledger WHERE source = ?)
+               ORDER BY entry DESC LIMIT 1""",
+            [source, source],
+        ).fetchone()
+    except duckdb.CatalogException:
+        return None
+    return None if row is None else LedgerDigest(str(row[0]), tuple(row[1]))
+
+
 def write_ledger(
     con: duckdb.DuckDBPyConnection,
     entry: int,
@@ -270,9 +294,15 @@ def write_ledger(
     partitions: Sequence[PartitionEvidence],
     reset_reason: str | None,
     expired: Sequence[str] = (),
+    digest: LedgerDigest | None = None,
 ) -> None:
     """Record the partitions a run consumed (after a reset row, when the ledger starts anew) and
-    those that expired (a row without evidence)."""
+    those that expired (a row without evidence); and `digest`, the ledger after them."""
+    if digest is not None:
+        con.execute(
+            "INSERT INTO strata.source_ledger_digest VALUES (?, ?, ?, ?)",
+            [entry, source, digest.digest, list(digest.row_counts)],
+        )
     rows: list[tuple[object, ...]] = []
     if reset_reason is not None:
         rows.append((entry, source, None, None, reset_reason, True, None))

@@ -109,6 +109,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             row_hash_sum VARCHAR
         )""",
     ),
+    (
+        # The whole of a ledger in one row (warehouse.ledger.LedgerDigest): one digest of the
+        # partitions it holds and their row counts in order, so a run whose listing starts with
+        # exactly those partitions compares one digest instead of every partition's row.
+        """CREATE TABLE strata.source_ledger_digest (
+            entry BIGINT NOT NULL,
+            source VARCHAR NOT NULL,
+            digest VARCHAR NOT NULL,
+            row_counts BIGINT[] NOT NULL
+        )""",
+    ),
 )
 
 
