@@ -132,13 +132,13 @@ def test_a_folder_changed_within_the_racy_window_is_listed_again(tmp_path):
     cache_dir = tmp_path / "cache"
     assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {"part-0.parquet": 10}
     (cache,) = cache_dir.iterdir()
-    version, rows = marshal.loads(cache.read_bytes())
+    version, folders = marshal.loads(cache.read_bytes())
 
     def with_names(listed_at: int) -> None:
-        forged = [
-            (key, sig, listed_at, ("part-9.parquet",) if key else names, mark)
-            for key, sig, _, names, mark in rows
-        ]
+        forged = {
+            key: (sig, listed_at, ("part-9.parquet",) if key else names, mark)
+            for key, (sig, _, names, mark) in folders.items()
+        }
         cache.write_bytes(marshal.dumps((version, forged)))
 
     recent = os.stat(root / "dt=2026-03-01").st_ctime_ns  # listed in the same instant as the change

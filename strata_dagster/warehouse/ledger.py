@@ -79,16 +79,14 @@ def list_file_partitions(
     partitions = []
     prefix = f"{column}="
     skip = len(prefix)
-    for path, folder_files, has_marker in _listed(pattern, marker, cache_dir):
+    for path, folder_files, has_marker, files in _listed(pattern, marker, cache_dir):
         name = path.rpartition("/")[2]
         if name.startswith(prefix) and folder_files:
             # One partition folder under the root: its files' names and sizes are the evidence.
             if len(folder_files) == 1:
                 file, size = folder_files[0]
-                files: tuple[str, ...] = (f"{path}/{file}",)
                 evidence = f"{file}:{size}"
             else:
-                files = tuple([f"{path}/{file}" for file, _ in folder_files])
                 evidence = ";".join([f"{file}:{size}" for file, size in folder_files])
             partitions.append(
                 PartitionEvidence(name[skip:], UNCOUNTED, evidence, files, marker is None or has_marker)
@@ -117,20 +115,21 @@ UNCOUNTED = -1
 
 def _listed(
     pattern: str, marker: str | None, cache_dir: Path | None
-) -> list[tuple[str, tuple[tuple[str, int], ...], bool]]:
-    """(folder, its matching files with their sizes, whether it holds `marker`) for the files
-    `pattern` matches; a folder of "" holds files of other layouts, named by their whole path."""
+) -> list[tuple[str, tuple[tuple[str, int], ...], bool, tuple[str, ...]]]:
+    """(folder, its matching files with their sizes, whether it holds `marker`, the files' paths)
+    for the files `pattern` matches; a folder of "" holds files of other layouts, named by their
+    whole path."""
     parts = listing.split_pattern(pattern)
     if parts is not None:
         return [
-            (item.path, item.files, item.has_marker)
+            (item.path, item.files, item.has_marker, item.paths)
             for item in listing.list_folders(*parts, marker, cache_dir)
         ]
     found = []
     for path in matching_files(pattern):
         folder = os.path.dirname(path)
         has_marker = marker is not None and os.path.exists(os.path.join(folder, marker))
-        found.append(("", ((path, os.stat(path).st_size),), has_marker))
+        found.append(("", ((path, os.stat(path).st_size),), has_marker, (path,)))
     return found
 
 

@@ -31,7 +31,7 @@ from typing import NamedTuple
 CACHE_SUFFIX = ".listing"
 RACY_SECONDS = 2.0
 _RACY_NS = int(RACY_SECONDS * 1e9)
-_FORMAT = 1
+_FORMAT = 2
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
 
@@ -44,6 +44,7 @@ class ListedFolder(NamedTuple):
     path: str
     files: tuple[tuple[str, int], ...]
     has_marker: bool
+    paths: tuple[str, ...] = ()  # each file's path, in the order of `files`
 
 
 def split_pattern(pattern: str) -> tuple[str, str] | None:
@@ -122,13 +123,16 @@ def list_folders(
             cached[folder_name] = entry
             is_changed = True
         files = []
+        paths = []
         for file_name in entry[2]:
+            path = f"{folder}/{file_name}"
             try:
-                files.append((file_name, stat(f"{folder}/{file_name}").st_size))
+                files.append((file_name, stat(path).st_size))
             except OSError:
                 continue  # removed after its folder was read: the next run lists its folder anew
+            paths.append(path)
         if files:
-            found.append(ListedFolder(folder_name, folder, tuple(files), entry[3]))
+            found.append(ListedFolder(folder_name, folder, tuple(files), entry[3], tuple(paths)))
     if is_changed and cache_file is not None:
         _store(cache_file, {key: cached[key] for key in ("", *folder_names) if key in cached})
     return found
@@ -158,23 +162,23 @@ def _load(cache_file: Path | None) -> dict[str, _Folder]:
         return {}
     try:
         data = marshal.loads(cache_file.read_bytes())
-        if data[0] != _FORMAT:
-            return {}
-        return {
-            key: (tuple(sig), int(listed), tuple(names), bool(mark))  # type: ignore[misc]
-            for key, sig, listed, names, mark in data[1]
-        }
-    except (OSError, EOFError, ValueError, TypeError, IndexError):
+    except (OSError, EOFError, ValueError, TypeError):
         return {}
+    # Stored as the dict itself (marshal keeps tuples): loading it builds nothing per folder.
+    if not isinstance(data, tuple) or len(data) != 2 or data[0] != _FORMAT or not isinstance(data[1], dict):
+        return {}
+    folders = data[1]
+    if not all(type(entry) is tuple and len(entry) == 4 for entry in folders.values()):
+        return {}
+    return folders
 
 
 def _store(cache_file: Path, folders: dict[str, _Folder]) -> None:
     """Write the cache under a temporary name, then rename it over the old one (readers see either)."""
-    rows = [(key, *entry) for key, entry in folders.items()]
     temporary = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(marshal.dumps((_FORMAT, rows)))
+        temporary.write_bytes(marshal.dumps((_FORMAT, folders)))
         os.replace(temporary, cache_file)
     except OSError:
         with contextlib.suppress(OSError):
