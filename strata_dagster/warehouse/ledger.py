@@ -79,8 +79,7 @@ def list_file_partitions(
     partitions = []
     prefix = f"{column}="
     skip = len(prefix)
-    for path, folder_files, has_marker, files in _listed(pattern, marker, cache_dir):
-        name = path.rpartition("/")[2]
+    for path, name, folder_files, has_marker, files in _listed(pattern, marker, cache_dir):
         if name.startswith(prefix) and folder_files:
             # One partition folder under the root: its files' names and sizes are the evidence.
             if len(folder_files) == 1:
@@ -115,21 +114,21 @@ UNCOUNTED = -1
 
 def _listed(
     pattern: str, marker: str | None, cache_dir: Path | None
-) -> list[tuple[str, tuple[tuple[str, int], ...], bool, tuple[str, ...]]]:
-    """(folder, its matching files with their sizes, whether it holds `marker`, the files' paths)
-    for the files `pattern` matches; a folder of "" holds files of other layouts, named by their
-    whole path."""
+) -> list[tuple[str, str, tuple[tuple[str, int], ...], bool, tuple[str, ...]]]:
+    """(folder, its name, its matching files with their sizes, whether it holds `marker`, the
+    files' paths) for the files `pattern` matches; a folder of "" holds files of other layouts,
+    named by their whole path."""
     parts = listing.split_pattern(pattern)
     if parts is not None:
         return [
-            (item.path, item.files, item.has_marker, item.paths)
+            (item.path, item.name, item.files, item.has_marker, item.paths)
             for item in listing.list_folders(*parts, marker, cache_dir)
         ]
     found = []
     for path in matching_files(pattern):
         folder = os.path.dirname(path)
         has_marker = marker is not None and os.path.exists(os.path.join(folder, marker))
-        found.append(("", ((path, os.stat(path).st_size),), has_marker, (path,)))
+        found.append(("", "", ((path, os.stat(path).st_size),), has_marker, (path,)))
     return found
 
 

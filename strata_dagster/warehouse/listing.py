@@ -122,9 +122,18 @@ def list_folders(
                 continue
             cached[folder_name] = entry
             is_changed = True
+        names = entry[2]
+        if len(names) == 1:  # the usual folder of one file, without the lists below
+            path = f"{folder}/{names[0]}"
+            try:
+                size = stat(path).st_size
+            except OSError:
+                continue  # removed after its folder was read: the next run lists its folder anew
+            found.append(ListedFolder(folder_name, folder, ((names[0], size),), entry[3], (path,)))
+            continue
         files = []
         paths = []
-        for file_name in entry[2]:
+        for file_name in names:
             path = f"{folder}/{file_name}"
             try:
                 files.append((file_name, stat(path).st_size))
