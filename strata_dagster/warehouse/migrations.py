@@ -125,8 +125,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     """The schema version; safe inside a transaction (a failed statement would abort it)."""
+    # duckdb_tables() over information_schema: the same answer, without the views of every catalog.
     exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'strata' AND table_name = 'schema_version'"
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'strata' AND table_name = 'schema_version'"
     ).fetchone()
     if not exists or not exists[0]:
         return 0
