@@ -5,11 +5,13 @@ with its cache of folder names (warehouse.listing) it still sees every change a 
 import glob
 import marshal
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse import listing
@@ -132,14 +134,14 @@ def test_a_folder_changed_within_the_racy_window_is_listed_again(tmp_path):
     cache_dir = tmp_path / "cache"
     assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {"part-0.parquet": 10}
     (cache,) = cache_dir.iterdir()
-    version, rows = marshal.loads(cache.read_bytes())
+    version, listed_root, folders = marshal.loads(cache.read_bytes())
 
     def with_names(listed_at: int) -> None:
-        forged = [
-            (key, sig, listed_at, ("part-9.parquet",) if key else names, mark)
-            for key, sig, _, names, mark in rows
-        ]
-        cache.write_bytes(marshal.dumps((version, forged)))
+        forged = {
+            key: (sig, listed_at, ("part-9.parquet",) if key else names, mark)
+            for key, (sig, _, names, mark) in folders.items()
+        }
+        cache.write_bytes(marshal.dumps((version, listed_root, forged)))
 
     recent = os.stat(root / "dt=2026-03-01").st_ctime_ns  # listed in the same instant as the change
     with_names(recent)
@@ -176,3 +178,37 @@ def test_a_cached_listing_matches_glob_before_and_after_changes(tmp_path, tail):
         assert sorted(f"{folder.path}/{name}" for folder in listed for name, _ in folder.files) == expected
         sizes = {f"{folder.path}/{name}": size for folder in listed for name, size in folder.files}
         assert sizes == {path: os.stat(path).st_size for path in expected}
+
+
+def test_gc_removes_the_listing_caches_of_roots_that_are_gone_and_keeps_the_live_ones(tmp_path):
+    """`strata gc` keeps the cache of a folder a source still lists (the next run trusts it and
+    rewrites nothing), and removes the caches of roots that no longer exist, temporary files a
+    writer left, unreadable files; the cache folder goes once nothing is left in it."""
+    project, warehouse = make_file_project(tmp_path)
+    for index in range(3):
+        write_file_partition(project, index, 5)
+    run_project(project, warehouse)
+    _aged()
+    run_project(project, warehouse, only_stale=True)  # caches every folder settled
+    cache_dir = tmp_path / ("w.duckdb" + listing.CACHE_SUFFIX)
+    (live,) = cache_dir.iterdir()
+    # A root listed once and since deleted (a source whose folder moved), and leftovers.
+    gone = tmp_path / "old_events"
+    (gone / "dt=2026-03-01").mkdir(parents=True)
+    (gone / "dt=2026-03-01" / "part-0.parquet").write_bytes(b"x")
+    listing.list_folders(str(gone), "*.parquet", None, cache_dir)
+    shutil.rmtree(gone)
+    (cache_dir / "abc.marshal.123.tmp").write_bytes(b"partial")
+    (cache_dir / "def.marshal").write_bytes(b"not marshal")
+    assert len(list(cache_dir.iterdir())) == 4
+
+    result = gc(warehouse, keep=1)
+    assert result.listings_removed == 3
+    assert list(cache_dir.iterdir()) == [live]
+    written = live.stat().st_mtime_ns
+    assert run_project(project, warehouse, only_stale=True).is_noop
+    assert live.stat().st_mtime_ns == written  # still trusted: nothing listed anew
+
+    shutil.rmtree(project / "events")
+    assert gc(warehouse, keep=1).listings_removed == 1
+    assert not cache_dir.exists()

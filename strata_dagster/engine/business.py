@@ -13,6 +13,7 @@ source only up to that frontier, so a partition being written is never half read
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -65,6 +66,8 @@ class BusinessReading:
     raw: exp.Expression | None = field(default=None, compare=False)
     key: exp.Expression | None = field(default=None, compare=False)
     key_type: str = "DATE"
+    # The ledger holds exactly what it held (told by its digest): nothing to record for it.
+    is_ledger_unchanged: bool = False
 
     @property
     def is_sliding(self) -> bool:
@@ -77,6 +80,12 @@ class BusinessReading:
     @property
     def last_partition(self) -> str | None:
         return self.consumed[-1].key if self.consumed else None
+
+    def ledger_digest(self) -> ledger.LedgerDigest | None:
+        """What the ledger's digest records after this run (None: the one it has is current)."""
+        if self.is_ledger_unchanged:
+            return None
+        return ledger.LedgerDigest(evidence_digest(self.consumed), tuple(item.rows for item in self.consumed))
 
     def version(self) -> dict[str, object]:
         """What history and Dagster show as the source's version."""
@@ -251,11 +260,18 @@ def read_business_source(
     spec = source.partitioned_by
     assert spec is not None
     listed = list_partitions(session, source, context)
-    recorded = ledger.read_ledger(session.meta, name)
-    expired = expired_of(listed, recorded or {}, retained_of(source))
-    violations = violations_of(listed, recorded or {}, expired)
+    unchanged = None if is_full_refresh else _unchanged_prefix(session, source, listed)
+    recorded: dict[str, LedgerEntry] | None = None
+    expired: set[str] = set()
+    violations: list[Violation] = []
+    if unchanged is None:
+        recorded = ledger.read_ledger(session.meta, name)
+        expired = expired_of(listed, recorded or {}, retained_of(source))
+        violations = violations_of(listed, recorded or {}, expired)
     reset_reason: str | None = None
-    if recorded is None:
+    if unchanged is not None:
+        pass  # the ledger's digest: nothing consumed changed or went, nothing new sorts before it
+    elif recorded is None:
         reset_reason = "first read of the source"
     elif is_full_refresh:
         reset_reason = "full refresh requested"
@@ -263,7 +279,12 @@ def read_business_source(
         if source.on_violation == "error":
             raise _violation_error(source, violations[0])
         reset_reason = "; ".join(violation.what for violation in violations)
-    if reset_reason is not None:
+    if unchanged is not None:
+        kept = unchanged
+        new, deferred = _frontier(listed[len(kept) :], set())
+        new = _counted(session, new)
+        consumed = [*kept, *new]  # every partition after the kept ones sorts after them (checked)
+    elif reset_reason is not None:
         new, deferred = _frontier(listed, set())
         new = _counted(session, new)
         consumed = new
@@ -322,7 +343,40 @@ def read_business_source(
         relation if is_sliding else None,
         key if is_sliding else None,
         key_type,
+        unchanged is not None and not new,
     )
+
+
+def evidence_digest(consumed: Sequence[PartitionEvidence]) -> str:
+    """One digest over consumed partitions' keys and evidence, in order: what the ledger's digest
+    records. Joined by NUL, which neither holds (keys and evidence are file names, sizes and the
+    text of dates and integers), so two sequences that differ give different text."""
+    parts = [part for item in consumed for part in (item.key, item.evidence)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _unchanged_prefix(
+    session: Session, source: Source, listed: list[PartitionEvidence]
+) -> list[PartitionEvidence] | None:
+    """When the listing starts with exactly the partitions of the ledger's digest (same keys and
+    evidence, in order) and every other listed partition sorts after them: those partitions, with
+    their recorded row counts. None: compare partition by partition (no digest, or anything
+    differs: the comparison then names the partition and the evidence)."""
+    recorded = ledger.read_ledger_digest(session.meta, source.name)
+    if recorded is None:
+        return None
+    count = len(recorded.row_counts)
+    if len(listed) < count:
+        return None
+    if 0 < count < len(listed) and not _is_before(listed[count - 1], listed[count]):
+        return None  # a new partition in the last consumed one's slot (a backfill, E053)
+    head = listed if count == len(listed) else listed[:count]
+    if evidence_digest(head) != recorded.digest:
+        return None
+    return [
+        PartitionEvidence(item.key, rows, item.evidence, item.files, item.is_complete)
+        for item, rows in zip(head, recorded.row_counts, strict=True)
+    ]
 
 
 def _is_before(left: PartitionEvidence, right: PartitionEvidence) -> bool:

@@ -19,6 +19,7 @@ from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.sliding_window import WINDOW_STATE
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.fingerprint import digest
+from strata_dagster.warehouse import ledger, listing
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
@@ -60,6 +61,8 @@ class GcResult:
     is_compacted: bool
     # The serving copy's retired catalogs and Parquet files removed (warehouse/serving.py).
     serving: ServingCollection = ServingCollection(0, 0, 0)
+    # Listing cache files of business-versioned sources whose folder is gone (warehouse/listing.py).
+    listings_removed: int = 0
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -116,6 +119,8 @@ def gc(
         collected = (
             session.collect_files(warehouse, serving_grace) if is_duckdb else ServingCollection(0, 0, 0)
         )
+        cache_dir = ledger.listing_cache_dir(session.meta)
+        listings_removed = listing.prune_cache(cache_dir) if cache_dir is not None else 0
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
@@ -129,6 +134,7 @@ def gc(
         file_bytes(warehouse) if is_duckdb else 0,
         compact_file,
         collected,
+        listings_removed,
     )
 
 

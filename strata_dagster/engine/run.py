@@ -1092,6 +1092,7 @@ class _Run:
                 read.consumed if read.reset_reason else read.new,
                 read.reset_reason,
                 read.expired,
+                read.ledger_digest(),
             )
         for read in self.sources.values():
             self.writer.add_source(

@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 
 from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.ledger import PartitionEvidence, write_ledger
+from strata_dagster.warehouse.ledger import LedgerDigest, PartitionEvidence, write_ledger
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,15 @@ class HistoryReader:
         return [_snapshot(row) for row in rows]
 
     def snapshot_for_build_key(self, build_key: str) -> SnapshotRecord | None:
+        if self._remembered is not None:
+            # While a run reads them the record is usually prefetched already: ask for its id only
+            # (a partitioned model's detail holds every partition's figures, read and parsed once).
+            found = self.con.execute(
+                "SELECT s.snapshot_id FROM strata.snapshot_states s JOIN strata.build_keys k USING (snapshot_id) "
+                "WHERE k.build_key = ? AND NOT s.is_dropped ORDER BY k.entry DESC LIMIT 1",
+                [build_key],
+            ).fetchone()
+            return self.snapshot(found[0]) if found else None
         row = self.con.execute(
             "SELECT s.* FROM strata.snapshot_states s JOIN strata.build_keys k USING (snapshot_id) "
             "WHERE k.build_key = ? AND NOT s.is_dropped ORDER BY k.entry DESC LIMIT 1",
@@ -314,8 +323,9 @@ class HistoryWriter:
         partitions: Sequence[PartitionEvidence],
         reset_reason: str | None,
         expired: Sequence[str] = (),
+        digest: LedgerDigest | None = None,
     ) -> None:
-        write_ledger(self.con, entry, source, partitions, reset_reason, expired)
+        write_ledger(self.con, entry, source, partitions, reset_reason, expired, digest)
 
     def add_snapshot(self, record: SnapshotRecord) -> None:
         self.add_snapshots([record])

@@ -79,16 +79,13 @@ def list_file_partitions(
     partitions = []
     prefix = f"{column}="
     skip = len(prefix)
-    for path, folder_files, has_marker in _listed(pattern, marker, cache_dir):
-        name = path.rpartition("/")[2]
+    for path, name, folder_files, has_marker, files in _listed(pattern, marker, cache_dir):
         if name.startswith(prefix) and folder_files:
             # One partition folder under the root: its files' names and sizes are the evidence.
             if len(folder_files) == 1:
                 file, size = folder_files[0]
-                files: tuple[str, ...] = (f"{path}/{file}",)
                 evidence = f"{file}:{size}"
             else:
-                files = tuple([f"{path}/{file}" for file, _ in folder_files])
                 evidence = ";".join([f"{file}:{size}" for file, size in folder_files])
             partitions.append(
                 PartitionEvidence(name[skip:], UNCOUNTED, evidence, files, marker is None or has_marker)
@@ -117,20 +114,21 @@ UNCOUNTED = -1
 
 def _listed(
     pattern: str, marker: str | None, cache_dir: Path | None
-) -> list[tuple[str, tuple[tuple[str, int], ...], bool]]:
-    """(folder, its matching files with their sizes, whether it holds `marker`) for the files
-    `pattern` matches; a folder of "" holds files of other layouts, named by their whole path."""
+) -> list[tuple[str, str, tuple[tuple[str, int], ...], bool, tuple[str, ...]]]:
+    """(folder, its name, its matching files with their sizes, whether it holds `marker`, the
+    files' paths) for the files `pattern` matches; a folder of "" holds files of other layouts,
+    named by their whole path."""
     parts = listing.split_pattern(pattern)
     if parts is not None:
         return [
-            (item.path, item.files, item.has_marker)
+            (item.path, item.name, item.files, item.has_marker, item.paths)
             for item in listing.list_folders(*parts, marker, cache_dir)
         ]
     found = []
     for path in matching_files(pattern):
         folder = os.path.dirname(path)
         has_marker = marker is not None and os.path.exists(os.path.join(folder, marker))
-        found.append(("", ((path, os.stat(path).st_size),), has_marker))
+        found.append(("", "", ((path, os.stat(path).st_size),), has_marker, (path,)))
     return found
 
 
@@ -263,6 +261,30 @@ def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledge
     return ledger
 
 
+class LedgerDigest(NamedTuple):
+    """The ledger as a whole, as the run that last advanced it left it: one digest of its
+    partitions' keys and evidence in order (engine.business.evidence_digest) and their row
+    counts in that order."""
+
+    digest: str
+    row_counts: tuple[int, ...]
+
+
+def read_ledger_digest(con: duckdb.DuckDBPyConnection, source: str) -> LedgerDigest | None:
+    """The digest of the source's current ledger; None when there is none, or when the ledger
+    was advanced after it (then only its rows say what it holds)."""
+    try:
+        row = con.execute(
+            """SELECT digest, row_counts FROM strata.source_ledger_digest
+               WHERE source = ? AND entry >= (SELECT max(entry) FROM strata.source_ledger WHERE source = ?)
+               ORDER BY entry DESC LIMIT 1""",
+            [source, source],
+        ).fetchone()
+    except duckdb.CatalogException:
+        return None
+    return None if row is None else LedgerDigest(str(row[0]), tuple(row[1]))
+
+
 def write_ledger(
     con: duckdb.DuckDBPyConnection,
     entry: int,
@@ -270,9 +292,15 @@ def write_ledger(
     partitions: Sequence[PartitionEvidence],
     reset_reason: str | None,
     expired: Sequence[str] = (),
+    digest: LedgerDigest | None = None,
 ) -> None:
     """Record the partitions a run consumed (after a reset row, when the ledger starts anew) and
-    those that expired (a row without evidence)."""
+    those that expired (a row without evidence); and `digest`, the ledger after them."""
+    if digest is not None:
+        con.execute(
+            "INSERT INTO strata.source_ledger_digest VALUES (?, ?, ?, ?)",
+            [entry, source, digest.digest, list(digest.row_counts)],
+        )
     rows: list[tuple[object, ...]] = []
     if reset_reason is not None:
         rows.append((entry, source, None, None, reset_reason, True, None))

@@ -14,6 +14,7 @@ Timestamps are coarse (a clock tick, a few milliseconds): a folder changed withi
 as it was listed could keep the same mtime. So a cached folder is trusted only when its mtime and
 ctime are older than its last listing by `RACY_SECONDS`; a recent one is listed again, as git
 re-reads an index entry as new as the index. Any error reading the cache lists everything.
+`strata gc` removes the cache files of roots that are gone (`prune_cache`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import NamedTuple
 CACHE_SUFFIX = ".listing"
 RACY_SECONDS = 2.0
 _RACY_NS = int(RACY_SECONDS * 1e9)
-_FORMAT = 1
+_FORMAT = 2
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
 
@@ -44,6 +45,7 @@ class ListedFolder(NamedTuple):
     path: str
     files: tuple[tuple[str, int], ...]
     has_marker: bool
+    paths: tuple[str, ...] = ()  # each file's path, in the order of `files`
 
 
 def split_pattern(pattern: str) -> tuple[str, str] | None:
@@ -77,7 +79,7 @@ def list_folders(
     that cannot be read lists nothing, as glob does."""
     is_match = re.compile(fnmatch.translate(name)).match
     cache_file = None if cache_dir is None else cache_dir / _cache_name(root, name, marker)
-    cached = _load(cache_file)
+    cached = _load(cache_file, root)
     now = time.time_ns()
     try:
         root_stat = _signature(os.stat(root))
@@ -121,16 +123,28 @@ def list_folders(
                 continue
             cached[folder_name] = entry
             is_changed = True
-        files = []
-        for file_name in entry[2]:
+        names = entry[2]
+        if len(names) == 1:  # the usual folder of one file, without the lists below
+            path = f"{folder}/{names[0]}"
             try:
-                files.append((file_name, stat(f"{folder}/{file_name}").st_size))
+                size = stat(path).st_size
             except OSError:
                 continue  # removed after its folder was read: the next run lists its folder anew
+            found.append(ListedFolder(folder_name, folder, ((names[0], size),), entry[3], (path,)))
+            continue
+        files = []
+        paths = []
+        for file_name in names:
+            path = f"{folder}/{file_name}"
+            try:
+                files.append((file_name, stat(path).st_size))
+            except OSError:
+                continue  # removed after its folder was read: the next run lists its folder anew
+            paths.append(path)
         if files:
-            found.append(ListedFolder(folder_name, folder, tuple(files), entry[3]))
+            found.append(ListedFolder(folder_name, folder, tuple(files), entry[3], tuple(paths)))
     if is_changed and cache_file is not None:
-        _store(cache_file, {key: cached[key] for key in ("", *folder_names) if key in cached})
+        _store(cache_file, root, {key: cached[key] for key in ("", *folder_names) if key in cached})
     return found
 
 
@@ -153,29 +167,65 @@ def _cache_name(root: str, name: str, marker: str | None) -> str:
     return f"{key}.marshal"
 
 
-def _load(cache_file: Path | None) -> dict[str, _Folder]:
-    if cache_file is None:
-        return {}
+def _read(cache_file: Path) -> tuple[str, dict[str, _Folder]] | None:
+    """(the root listed, its folders) as a cache file holds them; None when it is unreadable or
+    of another format."""
     try:
         data = marshal.loads(cache_file.read_bytes())
-        if data[0] != _FORMAT:
-            return {}
-        return {
-            key: (tuple(sig), int(listed), tuple(names), bool(mark))  # type: ignore[misc]
-            for key, sig, listed, names, mark in data[1]
-        }
-    except (OSError, EOFError, ValueError, TypeError, IndexError):
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    # Stored as the dict itself (marshal keeps tuples): loading it builds nothing per folder.
+    if not isinstance(data, tuple) or len(data) != 3 or data[0] != _FORMAT:
+        return None
+    _, root, folders = data
+    if not isinstance(root, str) or not isinstance(folders, dict):
+        return None
+    if not all(type(entry) is tuple and len(entry) == 4 for entry in folders.values()):
+        return None
+    return root, folders
+
+
+def _load(cache_file: Path | None, root: str) -> dict[str, _Folder]:
+    if cache_file is None:
         return {}
+    found = _read(cache_file)
+    return found[1] if found is not None and found[0] == root else {}
 
 
-def _store(cache_file: Path, folders: dict[str, _Folder]) -> None:
+def _store(cache_file: Path, root: str, folders: dict[str, _Folder]) -> None:
     """Write the cache under a temporary name, then rename it over the old one (readers see either)."""
-    rows = [(key, *entry) for key, entry in folders.items()]
     temporary = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(marshal.dumps((_FORMAT, rows)))
+        temporary.write_bytes(marshal.dumps((_FORMAT, root, folders)))
         os.replace(temporary, cache_file)
     except OSError:
         with contextlib.suppress(OSError):
             temporary.unlink()  # a cache that cannot be written: the next run lists everything again
+
+
+def prune_cache(cache_dir: Path) -> int:
+    """Remove what no listing will read again: cache files whose root folder is gone, files of
+    another format or unreadable, and temporary files a writer left (`strata gc`); then the cache
+    folder itself once empty. A root that still exists keeps its file: which patterns a project
+    still reads only the project knows, and a cache of a root no run lists costs its size only.
+    Returns how many files were removed."""
+    try:
+        names = sorted(os.listdir(cache_dir))
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        path = cache_dir / name
+        if name.endswith(".marshal"):
+            found = _read(path)
+            if found is not None and os.path.isdir(found[0]):
+                continue
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        cache_dir.rmdir()  # only when empty
+    return removed

@@ -109,13 +109,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             row_hash_sum VARCHAR
         )""",
     ),
+    (
+        # The whole of a ledger in one row (warehouse.ledger.LedgerDigest): one digest of the
+        # partitions it holds and their row counts in order, so a run whose listing starts with
+        # exactly those partitions compares one digest instead of every partition's row.
+        """CREATE TABLE strata.source_ledger_digest (
+            entry BIGINT NOT NULL,
+            source VARCHAR NOT NULL,
+            digest VARCHAR NOT NULL,
+            row_counts BIGINT[] NOT NULL
+        )""",
+    ),
 )
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     """The schema version; safe inside a transaction (a failed statement would abort it)."""
+    # duckdb_tables() over information_schema: the same answer, without the views of every catalog.
     exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'strata' AND table_name = 'schema_version'"
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'strata' AND table_name = 'schema_version'"
     ).fetchone()
     if not exists or not exists[0]:
         return 0
