@@ -25,7 +25,10 @@ model daily {
 def project_with(tmp_path, *values: str):
     rows = ", ".join(f"('{value}')" for value in values)
     return make_module_project(
-        tmp_path, "m.strata", MODULE, f"CREATE TABLE raw.orders AS SELECT * FROM (VALUES {rows}) AS t(day_text)"
+        tmp_path,
+        "m.strata",
+        MODULE,
+        f"CREATE TABLE raw.orders AS SELECT * FROM (VALUES {rows}) AS t(day_text)",
     )
 
 
