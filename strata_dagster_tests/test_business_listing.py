@@ -212,3 +212,24 @@ def test_gc_removes_the_listing_caches_of_roots_that_are_gone_and_keeps_the_live
     shutil.rmtree(project / "events")
     assert gc(warehouse, keep=1).listings_removed == 1
     assert not cache_dir.exists()
+
+
+def test_a_file_source_whose_every_file_is_gone_is_e012_with_and_without_a_full_refresh(tmp_path):
+    """No statement is sent over a folder with no file (it would fail and abort the run's
+    transaction, surfacing as a raw TransactionException on the next statement)."""
+    project, warehouse = make_file_project(tmp_path)
+    for index in range(2):
+        write_file_partition(project, index, 5)
+    run_project(project, warehouse)
+    shutil.rmtree(project / "events")
+    (project / "events").mkdir()
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse, only_stale=True)
+    assert caught.value.code == "E052"  # the consumed partitions are gone: a broken assumption
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse, full_refresh=True)
+    assert caught.value.code == "E012"
+    assert "no file matching `events/*/*.parquet`" in caught.value.message
+    assert "consumed partitions are gone" in caught.value.message
+    write_file_partition(project, 0, 3)  # files again: the source is read as it is now
+    assert run_project(project, warehouse, full_refresh=True).outcome("events_log").path == "full"

@@ -23,7 +23,13 @@ from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import ProjectContext
 from strata_dagster.engine.sliding_window import SLIDING_WINDOW
-from strata_dagster.errors import E_PARTITION_BACKFILLED, E_PARTITION_CHANGED, E_PARTITION_LAYOUT, StrataError
+from strata_dagster.errors import (
+    E_PARTITION_BACKFILLED,
+    E_PARTITION_CHANGED,
+    E_PARTITION_LAYOUT,
+    E_SOURCE,
+    StrataError,
+)
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import Model, Source
 from strata_dagster.warehouse import ledger
@@ -302,6 +308,15 @@ def read_business_source(
             [*kept, *new] if not new or not kept or _is_before(kept[-1], new[0]) else _sorted([*kept, *new])
         )
     relation = source_table(source, context.project, {})
+    if source.path is not None and not any(item.files for item in listed):
+        # Nothing to read: a statement over no file would fail and abort the run's transaction.
+        raise StrataError(
+            E_SOURCE,
+            f"source `{name}` has no file matching `{source.path}`"
+            + (" (its consumed partitions are gone)" if recorded or unchanged else ""),
+            source.location,
+            hint="write the source's files first (for the example: `strata sample-data PROJECT`)",
+        )
     columns = _columns(session, context, source)
     types = dict(columns)
     key = key_expression(source, types)
