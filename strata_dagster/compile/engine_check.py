@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Final, Literal, get_args
@@ -64,19 +65,64 @@ def check_engine(
     for name in project.order:
         if name not in compiled.models:
             continue
-        model, expressions = _tagged(project.models[name])
-        statement = _statement(model, compiled, schema)
-        try:
-            statements[name] = to_spark(statement, schema)
-        except EngineDialectError as refusal:
-            statements[name] = None
-            if strict or not refusal.needs_schema:
-                errors.append(refusal.located(name, _location(refusal.node, expressions, model)))
-        columns = statement_columns(statement, schema)
+        key = _check_key(engine, compiled.models[name].statement, schema)
+        checked = _CHECKED.get(key)
+        if checked is not None:
+            _CHECKED.move_to_end(key)
+            _CHECK_COUNTS["hits"] += 1
+            rewritten, kept = checked
+            statements[name] = rewritten.copy()
+            columns = None if kept is None else dict(kept)
+        else:
+            _CHECK_COUNTS["misses"] += 1
+            model, expressions = _tagged(project.models[name])
+            statement = _statement(model, compiled, schema)
+            try:
+                rewritten = to_spark(statement, schema)
+                statements[name] = rewritten.copy()
+            except EngineDialectError as refusal:
+                rewritten = None
+                statements[name] = None
+                if strict or not refusal.needs_schema:
+                    errors.append(refusal.located(name, _location(refusal.node, expressions, model)))
+            columns = statement_columns(statement, schema)
+            if rewritten is not None:  # a refusal is checked again: its error names its location
+                _remember(key, rewritten, columns)
         if columns is not None:
             schema[_role(name)] = columns
     raise_collected(errors)
     return statements
+
+
+# What check_engine computed per model, keyed by all it depends on: the engine, the model's
+# compiled statement (its DuckDB SQL: the model's text, its inputs' columns and the project's
+# compile all end up there) and the typed columns of every relation known when it was checked.
+# A run on Spark checks every model each time it opens the project; a project that did not
+# change asks the same questions again. Refusals are never kept (their error needs the location).
+_CHECKED: OrderedDict[
+    tuple[str, str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]],
+    tuple[exp.Expression, dict[str, str] | None],
+] = OrderedDict()
+_CHECKED_LIMIT: Final = 512
+_CHECK_COUNTS: dict[str, int] = {"hits": 0, "misses": 0}
+
+
+def check_cache_counts() -> dict[str, int]:
+    """How many model checks were answered from the cache (hits) and computed (misses)."""
+    return dict(_CHECK_COUNTS)
+
+
+def _check_key(
+    engine: str, statement: exp.Expression, schema: dict[str, dict[str, str]]
+) -> tuple[str, str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+    known = tuple(sorted((relation, tuple(columns.items())) for relation, columns in schema.items()))
+    return engine, statement.sql(dialect="duckdb"), known
+
+
+def _remember(key, rewritten: exp.Expression, columns: dict[str, str] | None) -> None:
+    _CHECKED[key] = (rewritten.copy(), None if columns is None else dict(columns))
+    while len(_CHECKED) > _CHECKED_LIMIT:
+        _CHECKED.popitem(last=False)
 
 
 def _role(name: str) -> str:

@@ -37,6 +37,7 @@ def relations(con: SparkConnection, schema: str, like: str = "*") -> dict[str, t
         if error.is_missing_relation:
             return {}
         raise
+    con.schemas.add(schema)  # it exists: ensure_schema need not ask again
     found: dict[str, tuple[str, str | None]] = {}
     for _namespace, name, is_temporary, information in rows:
         if is_temporary:
@@ -47,11 +48,25 @@ def relations(con: SparkConnection, schema: str, like: str = "*") -> dict[str, t
     return found
 
 
+def names(con: SparkConnection, schema: str, kind: str = "TABLES") -> set[str]:
+    """The names of `schema`'s tables and views (`TABLES`) or of its views only (`VIEWS`), not the
+    session's temporary views: one catalog call that reads no table's metadata (SHOW TABLE
+    EXTENDED reads every table's, tens of ms per table)."""
+    try:
+        rows = con.sql(f"SHOW {kind} IN {_identifier(schema)}").fetchall()
+    except SparkError as error:
+        if error.is_missing_relation:
+            return set()
+        raise
+    con.schemas.add(schema)
+    return {str(name) for _namespace, name, is_temporary in rows if not is_temporary}
+
+
 def snapshot_names(con: SparkConnection) -> set[str]:
     """Every snapshot: Parquet tables, and the views of `materialize: view` models (read once per
     connection, then kept up to date by the connection as it creates and drops them)."""
     if con.snapshots is None:
-        con.snapshots = set(relations(con, SNAPSHOT_SCHEMA))
+        con.snapshots = names(con, SNAPSHOT_SCHEMA)
     return con.snapshots
 
 

@@ -176,7 +176,11 @@ class SparkConnection:
             # whole-row hash): once per connection, until a view is repointed or dropped.
             text = self.render(statement)
             if text not in self._described:
-                self._described[text] = self.sql(text, params, is_description=True).fetchall()
+                query = statement.this
+                if isinstance(query, exp.Query) and not params:
+                    self._described[text] = self._query_columns(self.render(query))
+                else:
+                    self._described[text] = self.sql(text, params, is_description=True).fetchall()
             return _Rows(self._described[text])
         if isinstance(statement, exp.Alter | exp.Drop):
             self.forget_answers()
@@ -193,6 +197,19 @@ class SparkConnection:
                 self._answers[text] = rows
             return _Rows(rows)
         return self.sql(self.render(statement), params)
+
+    def _query_columns(self, text: str) -> list[tuple[Any, ...]]:
+        """(column, type as DuckDB spells it, comment) of a query, from its analysed schema: what
+        `DESCRIBE <query>` answers (Spark describes the same analysed schema), without running a
+        command and collecting its rows."""
+        if os.environ.get(ECHO_ENV):
+            print(f"spark> DESCRIBE {text}", file=sys.stderr)
+        with spark_errors():
+            fields = self.spark.sql(text).schema.fields
+        return [
+            (field.name, duckdb_type_name(field.dataType.simpleString()), field.metadata.get("comment"))
+            for field in fields
+        ]
 
     def forget_answers(self) -> None:
         """Views were repointed, dropped or created: what was read through them may differ now."""

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from strata_dagster.spark.catalog import ensure_schema
 from strata_dagster.spark.connection import SparkConnection, SparkError, spark_errors
-from strata_dagster.warehouse.history_mirror import LogRow, read_log_files
+from strata_dagster.warehouse.history_mirror import HistoryMirror, LogRow, read_log_files
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA
 
 LOG_TABLE = f"{HISTORY_SCHEMA}.history_log"
@@ -57,17 +57,28 @@ def _local_files(folder: Path, table: str) -> list[str] | None:
     return sorted(str(path) for path in location.glob("*.parquet"))
 
 
+def tables_exist(con: SparkConnection, local_folder: Path | None, log_was_read: bool) -> bool:
+    """Whether both tables of the log exist (ensure_log need not run): in a local warehouse both
+    folders are there (Spark removes a table's folder with it); through Spark Connect, the log was
+    read (its query reads both)."""
+    if local_folder is None:
+        return log_was_read
+    return all(_local_files(local_folder, table) is not None for table in ("history_log", "history_commits"))
+
+
 def read_log(
-    con: SparkConnection, local_folder: Path | None = None
+    con: SparkConnection, local_folder: Path | None = None, mirror: HistoryMirror | None = None
 ) -> tuple[list[LogRow], list[InterruptedCommit]] | None:
     """The rows of every committed commit, in the order they were written, and the commits with
     no marker at all (write sessions that died while publishing), in one query; None when the
-    warehouse has no history log yet."""
+    warehouse has no history log yet. A local log is read through `mirror`'s connection when given."""
     log_files = _local_files(local_folder, "history_log") if local_folder is not None else None
     if log_files is not None:
         # A local warehouse: the log's own files, read without a Spark job (the table is append-
         # only, and a file Spark has not committed is not in the folder, as for Spark itself).
-        rows = read_log_files(log_files, _local_files(local_folder, "history_commits") or [])
+        rows = read_log_files(
+            log_files, _local_files(local_folder, "history_commits") or [], mirror.con if mirror else None
+        )
         return _split(rows)
     try:
         rows = con.sql(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlglot import exp
@@ -35,10 +36,10 @@ from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.history_mirror import HistoryMirror
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.segments import Segment, composite_query
+from strata_dagster.warehouse.segments import Segment, composite_query, keys_query
 from strata_dagster.warehouse.session import CatalogSnapshot, Session, WarehouseError
 from strata_dagster.warehouse.snapshot_files import SnapshotFiles
-from strata_dagster.warehouse.sql import describe
+from strata_dagster.warehouse.sql import describe, snapshot_table
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
 PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")
@@ -54,10 +55,13 @@ class SparkWarehouseSession(Session):
         self.con = con  # type: ignore[assignment]
         self.warehouse = warehouse
         self.read_only = read_only
-        log = history_log.read_log(con, warehouse if con.is_local else None)
+        self.mirror = HistoryMirror()
+        local_folder = warehouse if con.is_local else None
+        log = history_log.read_log(con, local_folder, self.mirror)
         self._has_log = log is not None
+        self._log_ready = history_log.tables_exist(con, local_folder, self._has_log)
         committed, self.interrupted = log if log is not None else ([], [])
-        self.mirror = HistoryMirror(committed)
+        self.mirror.load(committed)
         self.meta = self.mirror.con
         self.history = HistoryReader(self.meta)
         self.writer = HistoryWriter(self.meta)
@@ -67,6 +71,8 @@ class SparkWarehouseSession(Session):
         self._views: dict[str, dict[str, str]] = {}
         self._files: SnapshotFiles | None = None
         self._contents: dict[tuple[str, RowBasis], Content] = {}
+        # Keys table, key columns -> its rows with a NULL key (counted when it was created).
+        self._null_keys: dict[tuple[str, tuple[str, ...]], int] = {}
 
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
@@ -121,7 +127,9 @@ class SparkWarehouseSession(Session):
             return
         if self.read_only:
             raise StrataError(E_WAREHOUSE, "a read-only Spark session tried to publish", hint="this is a bug")
-        history_log.ensure_log(self.con)
+        if not self._log_ready:
+            history_log.ensure_log(self.con)
+            self._log_ready = True
         self._has_log = True
         commit_id = history_log.new_commit_id()
         history_log.append_rows(self.con, commit_id, rows)
@@ -179,35 +187,67 @@ class SparkWarehouseSession(Session):
             self._contents[key] = super().content(relation, basis, columns)
         return self._contents[key]
 
+    # -- incremental ------------------------------------------------------------------------------
+    def create_keys_table(
+        self,
+        name: str,
+        relation: exp.Table,
+        keys: Sequence[tuple[str, exp.Expression]],
+        window: exp.Expression,
+        deleted_from: exp.Query | None,
+        merge_keys: Sequence[str],
+        reread: tuple[exp.Query, exp.Expression] | None = None,
+    ) -> int:
+        """As on DuckDB, and the keys with a NULL are counted in the same Spark job (a delta asks
+        for both, and each job costs tens of milliseconds however small the table)."""
+        query = keys_query(relation, keys, window, deleted_from, merge_keys, reread)
+        catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
+        tables.create_snapshot(self.con, name, query, self.files)
+        names = tuple(key for key, _ in keys)
+        has_null = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in names))
+        counts = exp.select(exp.Count(this=exp.Star()), exp.CountIf(this=has_null)).from_(
+            snapshot_table(name)
+        )
+        row = self.con.run_statement(counts).fetchone()
+        assert row is not None
+        self._null_keys[(name, names)] = int(row[1])
+        return int(row[0])
+
+    def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
+        known = self._null_keys.get((name, tuple(keys)))
+        return known if known is not None else super().count_null_keys(name, keys)
+
+    def _forget_keys(self, name: str) -> None:
+        self._null_keys = {key: count for key, count in self._null_keys.items() if key[0] != name}
+
     # -- snapshots and views ----------------------------------------------------------------------
     @property
     def files(self) -> SnapshotFiles:
         """No snapshot files of strata's own: a Spark snapshot is a Parquet table (its files are
         Spark's). What each snapshot name is (table or view) is read from the catalog once."""
         if self._files is None:
-            kinds = {
-                name: "view" if kind == "VIEW" else "table"
-                for name, (kind, _) in catalog.relations(self.con, SNAPSHOT_SCHEMA).items()
-            }
-            self._files = SnapshotFiles(folder=None, kinds=kinds)
+            self._files = _SnapshotKinds(folder=None, kinds={})
         return self._files
 
     def _known_snapshots(self) -> set[str]:
         return catalog.snapshot_names(self.con)
 
     def create_snapshot(self, name: str, query: exp.Query) -> None:
+        self._forget_keys(name)
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
         tables.create_snapshot(self.con, name, query, self.files)
         self._created.append(name)
         self._known_snapshots().add(name)
 
     def create_view_snapshot(self, name: str, query: exp.Query) -> None:
+        self._forget_keys(name)
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
         tables.create_view_snapshot(self.con, name, query, self.files)
         self._created.append(name)
         self._known_snapshots().add(name)
 
     def _drop(self, name: str) -> None:
+        self._forget_keys(name)
         tables.drop_table(self.con, name, self.files)
         self._known_snapshots().discard(name)
 
@@ -215,6 +255,8 @@ class SparkWarehouseSession(Session):
         self._drop(name)
 
     def rename_snapshot(self, name: str, new_name: str) -> None:
+        self._forget_keys(name)
+        self._forget_keys(new_name)
         tables.rename_snapshot(self.con, name, new_name, self.files)
         self._created = [new_name if created == name else created for created in self._created]
         known = self._known_snapshots()
@@ -274,7 +316,7 @@ class SparkWarehouseSession(Session):
         return "spark_catalog"
 
     def schema_has_tables(self, schema: str) -> bool:
-        return bool(catalog.relations(self.con, schema))
+        return bool(catalog.names(self.con, schema))
 
     def contract_violation(
         self, name: str, contract: Sequence[tuple[str, str, bool]]
@@ -318,6 +360,35 @@ class SparkWarehouseSession(Session):
     def close(self) -> None:
         self.con.drop_file_views()
         self.mirror.close()
+
+
+@dataclass
+class _SnapshotKinds(SnapshotFiles):
+    """What each snapshot name is, asked of the catalog only when needed: a name the snapshot
+    schema does not hold (every new snapshot's) is none, with no call; the schema's views are
+    listed once, the first time a name it holds is asked about. Kept up to date by the session's
+    own writes, as DuckDB's (only the writer changes the snapshot schema)."""
+
+    views: set[str] | None = None
+    dropped: set[str] = field(default_factory=set)  # by this session, whatever the listing said
+
+    def kind_of(self, con, name: str) -> str | None:  # con: SparkConnection
+        assert self.kinds is not None
+        if name in self.kinds or name in self.dropped:
+            return self.kinds.get(name)
+        if name not in catalog.snapshot_names(con):
+            return None
+        if self.views is None:
+            self.views = catalog.names(con, SNAPSHOT_SCHEMA, "VIEWS")
+        self.kinds[name] = "view" if name in self.views else "table"
+        return self.kinds[name]
+
+    def set_kind(self, name: str, kind: str | None) -> None:
+        super().set_kind(name, kind)
+        if kind is None:
+            self.dropped.add(name)
+        else:
+            self.dropped.discard(name)
 
 
 class _SparkCatalog(CatalogSnapshot):

@@ -10,6 +10,7 @@ append to its log.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -35,6 +36,12 @@ class HistoryMirror:
         # The tables start empty: what was loaded is what each holds.
         self._loaded = self._load(rows)
 
+    def load(self, rows: Iterable[LogRow]) -> None:
+        """Load the log's rows into a mirror created empty (before anything is written to it):
+        the log can then be read through the mirror's own connection (`read_log_files(..., con)`)."""
+        assert not any(self._loaded.values()), "a mirror is loaded once, when created empty"
+        self._loaded = self._load(rows)
+
     def _history_tables(self) -> dict[str, dict[str, str]]:
         """Each history table (not views, not the schema version) -> its columns and types."""
         rows = self.con.execute(
@@ -55,13 +62,13 @@ class HistoryMirror:
                 by_table[name].append(row)
         for name, payloads in by_table.items():
             # Columns a row does not carry (added by a later migration) read as NULL.
-            self.con.execute(render(_on(_LOAD, name)), [json.dumps(self._tables[name]), payloads])
+            self.con.execute(_on(_LOAD, name), [json.dumps(self._tables[name]), payloads])
         return {name: len(by_table.get(name, ())) for name in self._tables}
 
     def _counts(self) -> dict[str, int]:
         counts = {}
         for name in self._tables:
-            row = self.con.execute(render(_on(_COUNT, name))).fetchone()
+            row = self.con.execute(_on(_COUNT, name)).fetchone()
             counts[name] = int(row[0]) if row else 0
         return counts
 
@@ -70,7 +77,7 @@ class HistoryMirror:
         append-only, so they are the rows past the loaded count, in insertion (rowid) order."""
         rows: list[LogRow] = []
         for name, loaded in self._loaded.items():
-            found = self.con.execute(render(_on(_APPENDED, name)), [loaded]).fetchall()
+            found = self.con.execute(_on(_APPENDED, name), [loaded]).fetchall()
             rows.extend((name, row[0]) for row in found)
         return rows
 
@@ -89,7 +96,14 @@ _COUNT = "SELECT count(*) FROM __history"
 _APPENDED = "SELECT to_json(t) FROM __history AS t WHERE t.rowid >= ? ORDER BY t.rowid"
 
 
-def _on(template: str, name: str) -> exp.Expression:
+@functools.lru_cache(maxsize=256)
+def _on(template: str, name: str) -> str:
+    """`template` over the history table `name`, as SQL (parsed once per process: a session's
+    mirror runs each template over every history table)."""
+    return render(_tree_on(template, name))
+
+
+def _tree_on(template: str, name: str) -> exp.Expression:
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and node.name == "__history":
             target = table(name, HISTORY_SCHEMA)
@@ -109,13 +123,17 @@ ORDER BY l.commit_id, l.seq
 """
 
 
-def read_log_files(log_files: list[str], commit_files: list[str]) -> list[tuple[str, str, str, str | None]]:
+def read_log_files(
+    log_files: list[str], commit_files: list[str], con: duckdb.DuckDBPyConnection | None = None
+) -> list[tuple[str, str, str, str | None]]:
     """The rows of a history log kept as Parquet files on a local disk (an engine's own table of
     them, read here without that engine: DuckDB reads a few small files in milliseconds, where a
-    Spark query costs a job): (table, row, commit id, commit state or None), in log order."""
+    Spark query costs a job): (table, row, commit id, commit state or None), in log order. Read
+    through `con` when given (an in-memory DuckDB: a new one costs tens of milliseconds)."""
     if not log_files:
         return []
-    con = duckdb.connect()
+    owned = con is None
+    con = duckdb.connect() if con is None else con
     try:
         if not commit_files:
             rows = con.execute(render(_ALL_UNMARKED), [log_files]).fetchall()
@@ -124,7 +142,8 @@ def read_log_files(log_files: list[str], commit_files: list[str]) -> list[tuple[
                 render(sqlglot.parse_one(_LOCAL_LOG, read=DIALECT)), [log_files, commit_files]
             ).fetchall()
     finally:
-        con.close()
+        if owned:
+            con.close()
     return [(str(table), str(row), str(commit), state) for table, row, commit, state in rows]
 
 

@@ -284,6 +284,19 @@ def create_keys_table(
     """Keys of the raw source rows in the window (before any filter), plus keys no longer in the
     source at all when `deleted_from` (the previous state) is given, plus the keys of the previous
     state's rows where `reread` = (state, condition) holds. Returns how many."""
+    create_snapshot(con, name, keys_query(relation, keys, window, deleted_from, merge_keys, reread), files)
+    return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
+
+
+def keys_query(
+    relation: exp.Table,
+    keys: Sequence[tuple[str, exp.Expression]],
+    window: exp.Expression,
+    deleted_from: exp.Query | None,
+    merge_keys: Sequence[str],
+    reread: tuple[exp.Query, exp.Expression] | None = None,
+) -> exp.Query:
+    """What create_keys_table writes: the distinct keys, one column per key name."""
     changed = (
         exp.select(*(expression.copy().as_(key) for key, expression in keys))
         .from_(as_rows(relation))
@@ -316,9 +329,7 @@ def create_keys_table(
             )
         )
         query = exp.union(query, gone, distinct=False)
-    distinct = exp.select("*").distinct().from_(query.subquery("__changed"))
-    create_snapshot(con, name, distinct, files)
-    return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
+    return exp.select("*").distinct().from_(query.subquery("__changed"))
 
 
 def keyed_rows(
