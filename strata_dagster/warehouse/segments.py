@@ -121,14 +121,19 @@ def _not_replaced(
     query_alias: str, keys: Sequence[str], keys_tables: Sequence[str], grain: str | None
 ) -> exp.Expression:
     """NOT EXISTS a later key equal (NULL-safe) to this row's: an anti-join, never NOT IN."""
-    later = [
+    values = [partition_key(exp.column(key, table=query_alias), grain) for key in keys]
+    return exp.not_(keyed_rows(keys, values, source=_keys_of(keys, keys_tables)))
+
+
+def _keys_of(keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Query:
+    """Every row's `keys` of the keys tables, one after the other (UNION ALL)."""
+    parts = [
         exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(name)) for name in keys_tables
     ]
-    union: exp.Query = later[0]
-    for other in later[1:]:
+    union: exp.Query = parts[0]
+    for other in parts[1:]:
         union = exp.union(union, other, distinct=False)
-    values = [partition_key(exp.column(key, table=query_alias), grain) for key in keys]
-    return exp.not_(keyed_rows(keys, values, source=union))
+    return union
 
 
 def composite_query(
@@ -162,20 +167,10 @@ def replaced_rows(
     """The rows of the state `segments` stand for whose keys (partitions, with a `grain`) the keys
     tables hold: what a new segment with those keys replaces."""
     keys = list(merge_keys)
-    source: exp.Query = exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(keys_tables[0]))
-    for table in keys_tables[1:]:
-        source = exp.union(
-            source,
-            exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(table)),
-            distinct=False,
-        )
     before = composite_query(segments, keys, grain).subquery("__before")
     values = [partition_key(exp.column(key, table="__before"), grain) for key in keys]
-    return (
-        exp.select("*")
-        .from_(before)
-        .where(keyed_rows(keys, values, source=source, is_null_free_filter=is_null_free))
-    )
+    matched = keyed_rows(keys, values, source=_keys_of(keys, keys_tables), is_null_free_filter=is_null_free)
+    return exp.select("*").from_(before).where(matched)
 
 
 def replaced_rows_key(

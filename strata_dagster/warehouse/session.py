@@ -79,7 +79,7 @@ def _first_line(error: BaseException) -> str:
 
 
 @contextmanager
-def _as_warehouse_errors() -> Iterator[None]:
+def warehouse_errors() -> Iterator[None]:
     try:
         yield
     except duckdb.OutOfMemoryException as error:
@@ -88,9 +88,6 @@ def _as_warehouse_errors() -> Iterator[None]:
         if is_interruption(error):
             raise KeyboardInterrupt from None
         raise WarehouseError(_first_line(error), missing=_is_missing(error)) from None
-
-
-warehouse_errors = _as_warehouse_errors  # for the warehouse modules that run statements themselves
 
 
 def _is_missing(error: duckdb.Error) -> bool:
@@ -174,7 +171,7 @@ class Session:
         source_reading.attach_source_databases(self.con, project, is_strict=False)
 
     def describe(self, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return describe(self.con, relation)
 
     def content(
@@ -183,23 +180,23 @@ class Session:
         basis: RowBasis = WHOLE_ROW,
         columns: tuple[tuple[str, str], ...] | None = None,
     ) -> Content:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return content_of(self.con, relation, basis, columns)
 
     # -- snapshots and views ----------------------------------------------------------------------
     def create_snapshot(self, name: str, query: exp.Query) -> None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             tables.create_snapshot(self.con, name, query, self.files)
 
     def create_view_snapshot(self, name: str, query: exp.Query) -> None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             tables.create_view_snapshot(self.con, name, query, self.files)
 
     def drop_snapshot(self, name: str) -> None:
         tables.drop_table(self.con, name, self.files)
 
     def rename_snapshot(self, name: str, new_name: str) -> None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             tables.rename_snapshot(self.con, name, new_name, self.files)
 
     def snapshot_exists(self, name: str) -> bool:
@@ -232,7 +229,7 @@ class Session:
         totals: tuple[int, str] | None = None,
         basis: RowBasis = WHOLE_ROW,
     ) -> WindowStats:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return window_stats(self.con, relation, cdc, low, lateness, totals, basis)
 
     def create_keys_table(
@@ -245,7 +242,7 @@ class Session:
         merge_keys: Sequence[str],
         reread: tuple[exp.Query, exp.Expression] | None = None,
     ) -> int:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return create_keys_table(
                 self.con, name, relation, keys, window, deleted_from, merge_keys, reread, self.files
             )
@@ -253,11 +250,11 @@ class Session:
     def content_by_group(
         self, relation: exp.Table | exp.Query, key: exp.Expression, basis: RowBasis = WHOLE_ROW
     ) -> dict[str | None, tuple[int, str]]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return content_by_group(self.con, relation, key, basis)
 
     def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             create_values_table(self.con, name, column, values, self.files)
 
     def held_rows(self, key: Hashable, query: Callable[[], exp.Query]) -> exp.Table | exp.Query:
@@ -275,7 +272,7 @@ class Session:
                 expression=query(),
                 properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
             )
-            with _as_warehouse_errors():
+            with warehouse_errors():
                 run(self.con, create, consume=True)
             self._held[key] = held
         return held.copy()
@@ -284,46 +281,46 @@ class Session:
         """Drop the rows held for `key` (what they were read from is about to change)."""
         held = self._held.pop(key, None)
         if held is not None:
-            with _as_warehouse_errors():
+            with warehouse_errors():
                 run(self.con, exp.Drop(tables=[held], kind="TABLE", exists=True))
 
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return count_null_keys(self.con, name, keys)
 
     def content_where(
         self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
     ) -> tuple[int, str]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return content_where(self.con, relation, condition)
 
     def content_and_key_sum_where(
         self, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
     ) -> tuple[int, str, str]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return content_and_key_sum_where(self.con, query, condition, columns)
 
     def key_sum(self, relation: exp.Table | exp.Query, columns: Sequence[str]) -> tuple[int, str]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return key_sum(self.con, relation, columns)
 
     def counts_at_or_below(
         self, relation: exp.Table | exp.Query, column: exp.Expression, bounds: Sequence[exp.Expression]
     ) -> list[int]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return counts_at_or_below(self.con, relation, column, bounds)
 
     def max_value(self, relation: exp.Table | exp.Query, column: str) -> tuple[str | None, str]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return max_value(self.con, relation, column)
 
     # -- joined inputs ----------------------------------------------------------------------------
     def create_key_figures(self, name: str, relation: exp.Table | exp.Query, keys: Sequence[str]) -> None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             create_key_figures(self.con, name, relation, keys, self.files)
 
     def create_changed_keys(self, name: str, before: str, after: str, keys: Sequence[str]) -> int:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return create_changed_keys(self.con, name, before, after, keys, self.files)
 
     def partitions_meeting(
@@ -334,7 +331,7 @@ class Session:
         keys_table: str,
         keys: Sequence[str],
     ) -> set[str | None]:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return partitions_meeting(self.con, relation, partition, values, keys_table, keys)
 
     def refresh_serving(self, path: Path) -> serving.ServingState | None:
@@ -346,7 +343,7 @@ class Session:
         (serving export or snapshot file) that neither a snapshot view nor a kept catalog reads.
         Only a write session may: it holds the lock, so no other process is writing files."""
         collected = serving.collect(path, grace)
-        with _as_warehouse_errors():
+        with warehouse_errors():
             removed = snapshot_files.remove_unreferenced(
                 self.con, snapshot_files.folder_of(path.absolute()), kept=set(collected.kept_snapshot_files)
             )
@@ -381,13 +378,13 @@ class Session:
         query = exp.select("*").from_(source)
         if limit is not None:
             query = query.limit(limit)
-        with _as_warehouse_errors():
+        with warehouse_errors():
             rows = [tuple(row) for row in run(self.con, query).fetchall()]
         return columns, rows
 
     def read_arrow(self, query: exp.Query) -> pa.Table:
         """A query's rows as an Arrow table (for frames handed to Python code)."""
-        with _as_warehouse_errors():
+        with warehouse_errors():
             self.con.complete()  # DuckDB 2 runs no relation query while a result is still open
             return self.con.sql(render(query)).to_arrow_table()
 
@@ -411,7 +408,7 @@ class Session:
         statement = exp.Copy(
             this=query.subquery(), kind=False, files=[exp.Literal.string(str(path))], params=parameters
         )
-        with _as_warehouse_errors():
+        with warehouse_errors():
             run(self.con, statement)
             row = run(self.con, exp.select(exp.func("count_star")).from_(source.copy())).fetchone()
         return int(row[0]) if row else 0
@@ -419,13 +416,13 @@ class Session:
     def unique_violation(
         self, relation: str | exp.Query, columns: Sequence[str]
     ) -> tables.PinViolation | None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return tables.unique_violation(self.con, relation, columns)
 
     def contract_violation(
         self, name: str, contract: Sequence[tuple[str, str, bool]]
     ) -> tables.PinViolation | None:
-        with _as_warehouse_errors():
+        with warehouse_errors():
             return tables.contract_violation(self.con, name, contract)
 
 
