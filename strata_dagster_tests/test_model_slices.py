@@ -275,3 +275,24 @@ def test_a_union_side_whose_input_did_not_change_reads_nothing(tmp_path):
             assert compare_with_full(con, "money", full) == {"rows": 0, "groups": 0}, change
         finally:
             con.close()
+
+
+def test_a_partition_the_input_recomputed_equal_is_not_followed(tmp_path):
+    """An input's recomputed partition that comes back equal keeps its live segment, so the model
+    following it does not recompute that slice: the rows held for the input's replaced partitions
+    are dropped when its keys table is narrowed to the changed ones."""
+    project, warehouse = make_project(tmp_path)
+    run_project(project, warehouse)
+    # Order 41 (amount 2) is filtered out of `rw` before and after its update: the day it leaves
+    # (2026-01-11) is recomputed equal. Order 25 leaves 2026-01-07, and both arrive on 2027-06-01.
+    execute(
+        warehouse,
+        "UPDATE raw.orders SET amount = amount + CASE WHEN order_id = 25 THEN 1 ELSE 0 END, "
+        "updated_at = TIMESTAMP '2027-06-01' + to_minutes(order_id) WHERE order_id IN (25, 41)",
+    )
+    result = run_project(project, warehouse, only_stale=True)
+    rw = result.outcome("rw").detail
+    assert sorted(rw["partitions"]) == ["2026-01-07", "2026-01-11", "2027-06-01"]
+    assert rw["partitions_unchanged"] == 1
+    assert sorted(result.outcome("rw_large").detail["partitions"]) == ["2026-01-07", "2027-06-01"]
+    _assert_equal(warehouse)

@@ -35,6 +35,8 @@ from strata_dagster.warehouse.segments import (
     keyed_rows,
     partition_key,
     partition_ranges,
+    replaced_rows,
+    replaced_rows_key,
     typed_literal,
 )
 from strata_dagster.warehouse.session import WarehouseError
@@ -120,6 +122,12 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
     return detail
 
 
+def _replacing_keys_table(record: SnapshotRecord) -> str | None:
+    """The keys table by which a new state's delta segment replaces rows of the earlier ones."""
+    detail = record.detail
+    return detail.get("compacted_delta_keys") if detail.get("compacted") else detail.get("keys_table")
+
+
 class PartitionBuilder(DeltaBuilder):
     def __init__(
         self,
@@ -201,19 +209,8 @@ class PartitionBuilder(DeltaBuilder):
             if ranges is not None:
                 predicate = exp.and_(ranges.predicate, predicate, copy=False)
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
-        grain = partition_grain(self.ctx)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
-        live = exp.select("*").from_(self.previous_query.subquery("__live"))
-        live = live.where(
-            keyed_rows(
-                [column],
-                [partition_key(exp.column(column, table="__live"), grain)],
-                keys_table=keys_table,
-                is_null_free_filter=NULL_PARTITION not in affected,
-            ),
-            copy=False,
-        )
-        replaced = self._by_partition(live)
+        replaced = self._by_partition(self._replaced_rows(keys_table, affected))
         removed = (
             sum(count for count, _ in replaced.values()),
             str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
@@ -221,14 +218,18 @@ class PartitionBuilder(DeltaBuilder):
         try:
             build = self._finish(delta_query, removed, keys_table, detail, facts)
         except SchemaChanged:
+            self._forget_replaced(keys_table)
             self._drop(joined.tables)
             raise
+        if build.is_unchanged or _replacing_keys_table(build.record) != keys_table:
+            self._forget_replaced(keys_table)  # no segment replaces those rows by this keys table
         if build.is_unchanged:
             self._drop(joined.tables)
             return build
         if build.record.content_hash != self.previous.content_hash:
             return self._keep_equal_partitions(build, affected, replaced)
         # The recomputed partitions hold exactly their live rows: the live state stays.
+        self._forget_replaced(keys_table)
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return self.kept({**detail, "partitions_unchanged": len(affected)}, facts)
 
@@ -259,6 +260,47 @@ class PartitionBuilder(DeltaBuilder):
             self.ctx, changed_inputs, recorded, lambda qualifier: raw_partition(self.ctx, qualifier)
         )
 
+    def _replaced_rows(self, keys_table: str, affected: list[str]) -> exp.Table | exp.Query:
+        """The live rows of the affected partitions (named by `keys_table`). When the previous
+        state's segments replace whole partitions of this grain, they are held for the session
+        under the key the models following this one ask with (engine.model_slices): the rows this
+        build's segment replaces, which only a scan of the whole previous state finds."""
+        column, grain = partition_column(self.ctx), partition_grain(self.ctx)
+        is_null_free = NULL_PARTITION not in affected
+        if self._is_partitioned_like_now():
+            return self.ctx.session.held_rows(
+                self._replaced_rows_key(keys_table),
+                lambda: replaced_rows(
+                    self.segments, [column], grain, [keys_table], is_null_free=is_null_free
+                ),
+            )
+        live = exp.select("*").from_(self.previous_query.subquery("__live"))
+        return live.where(
+            keyed_rows(
+                [column],
+                [partition_key(exp.column(column, table="__live"), grain)],
+                keys_table=keys_table,
+                is_null_free_filter=is_null_free,
+            ),
+            copy=False,
+        )
+
+    def _is_partitioned_like_now(self) -> bool:
+        """Whether the previous state's segments replace whole partitions of this model's grain."""
+        detail = self.previous.detail
+        return list(detail.get("merge_keys") or ()) == [partition_column(self.ctx)] and detail.get(
+            "partition_grain"
+        ) == partition_grain(self.ctx)
+
+    def _replaced_rows_key(self, keys_table: str) -> tuple[object, ...]:
+        return replaced_rows_key(
+            self.segments, [partition_column(self.ctx)], partition_grain(self.ctx), [keys_table]
+        )
+
+    def _forget_replaced(self, keys_table: str) -> None:
+        if self._is_partitioned_like_now():
+            self.ctx.session.forget_held(self._replaced_rows_key(keys_table))
+
     def _by_partition(self, relation: exp.Table | exp.Query) -> dict[str, tuple[int, str]]:
         """Row count and row-hash sum of `relation`'s rows per partition of the model's column."""
         key = partition_key(
@@ -283,6 +325,7 @@ class PartitionBuilder(DeltaBuilder):
         changed = [key for key in affected if key not in equal]
         if not equal or not changed:
             return build
+        self._forget_replaced(keys_table)  # the keys table is narrowed to the changed partitions
         session.create_values_table(keys_table, column, [self._literal(key) for key in changed])
         narrowed = f"{record.table_name}__narrowed"
         segment = snapshot_table(record.table_name).as_(ROW_ALIAS)
