@@ -29,12 +29,15 @@ from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
+    MAX_EXACT_RANGES,
+    MAX_SKIPPING_RANGES,
     RANGE_TYPES,
     PartitionRanges,
     Segment,
     keyed_rows,
     partition_key,
     partition_ranges,
+    partition_runs,
     replaced_rows,
     replaced_rows_key,
     typed_literal,
@@ -44,6 +47,9 @@ from strata_dagster.warehouse.sql import snapshot_table
 
 STRATEGY = "partitions"
 NULL_PARTITION = "\x00null"
+# Past MAX_EXACT_RANGES runs, ranges are used where the files' statistics say a read of them skips
+# at least half of the rows.
+MAX_SHARE_READ = 0.5
 # Detail key: input model -> the segment ids a state was built from (engine.model_slices).
 UPSTREAM_SEGMENTS = "upstream_segments"
 
@@ -271,7 +277,12 @@ class PartitionBuilder(DeltaBuilder):
             return self.ctx.session.held_rows(
                 self._replaced_rows_key(keys_table),
                 lambda: replaced_rows(
-                    self.segments, [column], grain, [keys_table], is_null_free=is_null_free
+                    self.segments,
+                    [column],
+                    grain,
+                    [keys_table],
+                    is_null_free=is_null_free,
+                    exact=self._skipping_ranges(affected),
                 ),
             )
         live = exp.select("*").from_(self.previous_query.subquery("__live"))
@@ -284,6 +295,38 @@ class PartitionBuilder(DeltaBuilder):
             ),
             copy=False,
         )
+
+    def _skipping_ranges(self, affected: list[str]) -> exp.Expression | None:
+        """The affected day or month partitions of the previous state as ranges of its partition
+        column, when they select exactly those rows and let DuckDB skip row groups: a few runs of
+        days, or up to MAX_SKIPPING_RANGES runs where the files' statistics show the rows
+        clustered by the column (most row groups outside every run). None: match the keys."""
+        grain = partition_grain(self.ctx)
+        column = partition_column(self.ctx)
+        types = dict(tuple(pair) for pair in self.previous.detail.get("columns") or ())
+        type_name = types.get(column)
+        if grain not in ("day", "month") or type_name not in RANGE_TYPES:
+            return None
+        keys = [key for key in affected if key != NULL_PARTITION]
+        if not keys:
+            return None
+        runs = partition_runs(grain, keys)
+        if len(runs) > MAX_SKIPPING_RANGES:
+            return None
+        if len(runs) > MAX_EXACT_RANGES:
+            tables = [segment.table for segment in self.segments]
+            share = self.ctx.session.share_read_by_ranges(tables, column, type_name, runs)
+            if share is None or share > MAX_SHARE_READ:
+                return None
+        ranges = partition_ranges(
+            exp.column(column, table="__before"),
+            type_name,
+            grain,
+            keys,
+            NULL_PARTITION in affected,
+            max_runs=MAX_SKIPPING_RANGES,
+        )
+        return ranges.predicate if ranges.is_exact else None
 
     def _is_partitioned_like_now(self) -> bool:
         """Whether the previous state's segments replace whole partitions of this model's grain."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
 from sqlglot import exp
@@ -329,6 +330,11 @@ class SparkWarehouseSession(Session):
 
     def forget_held(self, key: Hashable) -> None:
         pass  # nothing is held
+
+    def share_read_by_ranges(
+        self, tables: Sequence[str], column: str, type_name: str, runs: Sequence[tuple[date, date]]
+    ) -> float | None:
+        return None  # the tables' statistics are not read here: the key match stays
 
     def read_arrow(self, query: exp.Query):  # -> pyarrow.Table
         with spark_errors():

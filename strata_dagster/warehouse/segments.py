@@ -70,6 +70,10 @@ def _next_partition(start: date, grain: str) -> date:
 # past it a per-row OR of ranges costs more than a hash semi-join on the keys (at 50 runs over 5M
 # rows: 0.53 s against 0.36 s for one span and the semi-join; 10 runs: the same).
 MAX_EXACT_RANGES = 8
+# Where row-group statistics show that the ranges skip most of the rows, they stay worth it up to
+# this many runs: over 9.6M rows clustered by the column, 24 runs cost 0.27 s against 0.30 s for
+# the span and the semi-join, 16 runs 0.16 s against 0.35 s, 50 runs 0.58 s against 0.42 s.
+MAX_SKIPPING_RANGES = 24
 
 
 @dataclass(frozen=True)
@@ -78,15 +82,9 @@ class PartitionRanges:
     is_exact: bool  # the predicate holds for exactly the partitions' rows: no key match is needed
 
 
-def partition_ranges(
-    column: exp.Expression, type_name: str, grain: str, keys: Sequence[str], has_null: bool
-) -> PartitionRanges:
-    """Rows of day or month partitions `keys` (ISO dates) as ranges of the raw `column` they come
-    from, the partition being `column`'s day or month: `column >= first AND column < after_last`
-    per run of consecutive partitions (and `column IS NULL` for the NULL partition). Every
-    partition of a run is in `keys`, so a row is in a range exactly when its partition is in
-    `keys`. Past MAX_EXACT_RANGES runs it is one span from the first to the last partition, which
-    only lets DuckDB skip the row groups outside it: the caller matches the keys as well."""
+def partition_runs(grain: str, keys: Sequence[str]) -> list[tuple[date, date]]:
+    """Day or month partitions `keys` (ISO dates) as runs of consecutive partitions: the first
+    day of each run and the first day after it."""
     starts = sorted(date.fromisoformat(key) for key in keys)
     runs: list[list[date]] = []
     for start in starts:
@@ -94,9 +92,27 @@ def partition_ranges(
             runs[-1][1] = max(runs[-1][1], start)
         else:
             runs.append([start, start])
-    is_exact = len(runs) <= MAX_EXACT_RANGES
+    return [(first, _next_partition(last, grain)) for first, last in runs]
+
+
+def partition_ranges(
+    column: exp.Expression,
+    type_name: str,
+    grain: str,
+    keys: Sequence[str],
+    has_null: bool,
+    max_runs: int = MAX_EXACT_RANGES,
+) -> PartitionRanges:
+    """Rows of day or month partitions `keys` (ISO dates) as ranges of the raw `column` they come
+    from, the partition being `column`'s day or month: `column >= first AND column < after_last`
+    per run of consecutive partitions (and `column IS NULL` for the NULL partition). Every
+    partition of a run is in `keys`, so a row is in a range exactly when its partition is in
+    `keys`. Past `max_runs` runs it is one span from the first to the last partition, which
+    only lets DuckDB skip the row groups outside it: the caller matches the keys as well."""
+    runs = partition_runs(grain, keys)
+    is_exact = len(runs) <= max_runs
     if not is_exact:
-        runs = [[runs[0][0], runs[-1][1]]]
+        runs = [(runs[0][0], runs[-1][1])]
     kind = data_type(type_name)
 
     def bound(day: date) -> exp.Expression:
@@ -105,10 +121,10 @@ def partition_ranges(
     ranges: list[exp.Expression] = [
         exp.and_(
             exp.GTE(this=column.copy(), expression=bound(first)),
-            exp.LT(this=column.copy(), expression=bound(_next_partition(last, grain))),
+            exp.LT(this=column.copy(), expression=bound(after)),
             copy=False,
         )
-        for first, last in runs
+        for first, after in runs
     ]
     if has_null:
         ranges.append(exp.Is(this=column.copy(), expression=exp.null()))
@@ -163,11 +179,15 @@ def replaced_rows(
     keys_tables: Sequence[str],
     *,
     is_null_free: bool,
+    exact: exp.Expression | None = None,
 ) -> exp.Query:
     """The rows of the state `segments` stand for whose keys (partitions, with a `grain`) the keys
-    tables hold: what a new segment with those keys replaces."""
+    tables hold: what a new segment with those keys replaces. `exact`, a predicate on the columns
+    that holds for exactly those rows (partition ranges), replaces the key match."""
     keys = list(merge_keys)
     before = composite_query(segments, keys, grain).subquery("__before")
+    if exact is not None:
+        return exp.select("*").from_(before).where(exact)
     values = [partition_key(exp.column(key, table="__before"), grain) for key in keys]
     matched = keyed_rows(keys, values, source=_keys_of(keys, keys_tables), is_null_free_filter=is_null_free)
     return exp.select("*").from_(before).where(matched)

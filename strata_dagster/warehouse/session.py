@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from sqlglot import exp
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_SERVING, StrataError
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse import serving, snapshot_files, tables
+from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
@@ -276,6 +277,15 @@ class Session:
                 run(self.con, create, consume=True)
             self._held[key] = held
         return held.copy()
+
+    def share_read_by_ranges(
+        self, tables: Sequence[str], column: str, type_name: str, runs: Sequence[tuple[date, date]]
+    ) -> float | None:
+        """The share of the snapshots' rows in row groups a read of `column` in `runs` cannot skip,
+        from their files' statistics (None: unknown, e.g. a snapshot that is a table)."""
+        with warehouse_errors():
+            files = row_groups.snapshot_files(self.con, tables)
+            return None if not files else row_groups.share_read(self.con, files, column, type_name, runs)
 
     def forget_held(self, key: Hashable) -> None:
         """Drop the rows held for `key` (what they were read from is about to change)."""
