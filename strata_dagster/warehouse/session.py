@@ -32,6 +32,7 @@ from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
 from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
+from strata_dagster.warehouse.relocation import relocate
 from strata_dagster.warehouse.segments import (
     Segment,
     WindowStats,
@@ -481,6 +482,8 @@ def open_session(
             if not read_only:
                 migrate(con)
             session = Session(con)
+            if not read_only and session.files.folder is not None:
+                relocate(con, session.files.folder)
             yield session
         except BaseException as error:
             if session is not None:
