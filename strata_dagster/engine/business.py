@@ -134,9 +134,16 @@ def _file_pattern(source: Source, context: ProjectContext) -> str:
 
 
 def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
+    """The partition of a row of the source. A hive folder is one partition whatever its value's
+    type (`hour=2026-11-29 13:00:00/` is the hour; a TIMESTAMP key is kept whole); a table's DATE
+    or TIMESTAMP column is cut by day (a TIMESTAMP column holds event times, not a few keys)."""
     spec = source.partitioned_by
     assert spec is not None
-    if spec.grain == "key" and not types.get(spec.column, "").upper().startswith(("DATE", "TIMESTAMP")):
+    type_name = types.get(spec.column, "").upper()
+    is_time = type_name.startswith(("DATE", "TIMESTAMP"))
+    if spec.grain == "key" and (
+        not is_time or (source.path is not None and type_name.startswith("TIMESTAMP"))
+    ):
         return exp.column(spec.column)
     return partition_key(spec.column, spec.grain)
 
@@ -479,8 +486,8 @@ def _with_row_hashes(
             .from_(source_table(source, context.project, context.overrides))
             .where(exp.In(this=text, expressions=keys))
         )
-    groups = session.content_by_group(relation, key)
-    return [item._replace(row_hash_sum=groups.get(item.key, (0, "0"))[1]) for item in items]
+    groups = ledger.by_partition_value(session.content_by_group(relation, key))
+    return [item._replace(row_hash_sum=groups.get(order_of(item.key), (0, "0"))[1]) for item in items]
 
 
 def partition_groups(reading: BusinessReading, grain: str) -> dict[str | None, tuple[int, str]]:

@@ -56,6 +56,15 @@ def order_of(key: str) -> tuple[int, object]:
         return (2, key)
 
 
+def by_partition_value(
+    groups: dict[str | None, tuple[int, str]],
+) -> dict[tuple[int, object], tuple[int, str]]:
+    """Figures keyed by a partition value's text (as DuckDB prints it), keyed by the value itself
+    (`order_of`): a folder `hour=2026-11-29 13:00/` holds the value DuckDB prints
+    `2026-11-29 13:00:00`. NULL belongs to no partition."""
+    return {order_of(key): figures for key, figures in groups.items() if key is not None}
+
+
 def hive_value(path: str, column: str) -> str | None:
     """The value of `column=value` in a file's folders (the innermost one if repeated)."""
     for part in reversed(path.split("/")[:-1]):
