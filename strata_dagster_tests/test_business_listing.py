@@ -126,28 +126,33 @@ def test_a_cached_listing_still_sees_every_change_to_a_consumed_folder(tmp_path)
 
 def test_a_folder_changed_within_the_racy_window_is_listed_again(tmp_path):
     """A folder whose names changed but whose stat did not (two changes within one clock tick) is
-    told apart by age: a cache entry listed less than RACY_SECONDS after the folder's last change is
-    not trusted. Stood for here by a cache claiming other names under the folder's real stat."""
+    told apart by age: a folder listed less than RACY_SECONDS after its last change is not trusted
+    (listed again on every run until it is listed late enough). Stood for here by a cache claiming
+    other names under the folder's real stat."""
     root = tmp_path / "events"
     (root / "dt=2026-03-01").mkdir(parents=True)
     (root / "dt=2026-03-01" / "part-0.parquet").write_bytes(b"x" * 10)
     cache_dir = tmp_path / "cache"
     assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {"part-0.parquet": 10}
     (cache,) = cache_dir.iterdir()
-    version, listed_root, folders = marshal.loads(cache.read_bytes())
 
-    def with_names(listed_at: int) -> None:
+    def forge_names() -> bool:
+        """Replace the folder's cached names, keeping its stat and trust; whether it was trusted."""
+        version, listed_root, folders = marshal.loads(cache.read_bytes())
         forged = {
-            key: (sig, listed_at, ("part-9.parquet",) if key else names, mark)
-            for key, (sig, _, names, mark) in folders.items()
+            key: (sig, settled, ("part-9.parquet",) if key else names, mark)
+            for key, (sig, settled, names, mark) in folders.items()
         }
         cache.write_bytes(marshal.dumps((version, listed_root, forged)))
+        return folders["dt=2026-03-01"][1]
 
-    recent = os.stat(root / "dt=2026-03-01").st_ctime_ns  # listed in the same instant as the change
-    with_names(recent)
+    # Listed in the same instant as the change: not trusted, so the folder is read again.
+    assert not forge_names()
     assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {"part-0.parquet": 10}
-    # Listed long after the folder's last change: the cache is the folder (a missing name is skipped).
-    with_names(recent + 10 * 10**9)
+    _aged()
+    listing.list_folders(str(root), "*.parquet", None, cache_dir)  # listed long after the change
+    # Trusted now: the cache is the folder (a missing name is skipped).
+    assert forge_names()
     assert _sizes(listing.list_folders(str(root), "*.parquet", None, cache_dir)) == {}
 
 

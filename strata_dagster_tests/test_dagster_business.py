@@ -241,7 +241,7 @@ BATCHES = """
 source batches {
   path: 'batches/*/*.parquet'
   partitioned_by: batch
-  start: 2026-01-01
+  start: 1
   versioning: append_only_partitions
   immutable_partitions: true
   monotonic_partitions: true

@@ -174,7 +174,7 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, day
             source.partitioned_by.column,
             days=days,
             rows_per_day=max(rows // days, 1),
-            start=source.start or dt.date(2026, 1, 1),
+            start=source.start if isinstance(source.start, dt.date) else dt.date(2026, 1, 1),
             seed=seed,
         )
         console.print(f"wrote {written} daily drop(s) of source {source.name} under {folder}", markup=False)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.errors import E_PARTITION_TYPE, StrataError
+from strata_dagster.errors import E_PARTITION_START, E_PARTITION_TYPE, StrataError
 from strata_dagster.language.definition import BUSINESS_VERSIONINGS, Model, Project, Source
 
 _TIME_PREFIXES = ("DATE", "TIMESTAMP")
@@ -60,6 +60,37 @@ def source_partition_type_error(source: Source, types: Mapping[str, str]) -> Str
     )
 
 
+def source_start_error(source: Source, types: Mapping[str, str]) -> StrataError | None:
+    """A `start:` that cannot be the first value of the partition column: a date for the integer
+    column of a business-versioned source (its partitions are the integers), an integer for a DATE
+    or TIMESTAMP one or a `day(...)` / `month(...)` partition."""
+    spec = source.partitioned_by
+    if spec is None or source.start is None or spec.column not in types:
+        return None
+    type_name = types[spec.column]
+    is_integer_start = isinstance(source.start, int)
+    if is_time_type(type_name) and is_integer_start and spec.grain == "key":
+        wanted, example = "a date", "2026-03-01"
+    elif (
+        source.is_business_versioned
+        and is_ordered_type(type_name)
+        and not is_time_type(type_name)
+        and not is_integer_start
+    ):
+        wanted, example = "an integer", "1"
+    elif is_integer_start and spec.grain != "key":
+        wanted, example = "a date", "2026-03-01"
+    else:
+        return None
+    return StrataError(
+        E_PARTITION_START,
+        f"source `{source.name}` starts at `{source.start}`, but its partition column `{spec.column}` is "
+        f"{type_name}: its `start:` must be {wanted}",
+        source.start_location or source.location,
+        hint=f"write the first partition as {wanted}, e.g. `start: {example}`",
+    )
+
+
 def model_partition_type_error(
     model: Model, compiled: CompiledModel, source_types: Mapping[str, Mapping[str, str]]
 ) -> StrataError | None:
@@ -98,9 +129,12 @@ def partition_type_errors(
     source_types = {name: _types(columns) for name, columns in source_schemas.items()}
     errors = []
     for name, source in project.sources.items():
-        error = source_partition_type_error(source, source_types.get(name, {}))
-        if error is not None:
-            errors.append(error)
+        for error in (
+            source_partition_type_error(source, source_types.get(name, {})),
+            source_start_error(source, source_types.get(name, {})),
+        ):
+            if error is not None:
+                errors.append(error)
     for name in project.order:
         if name in compiled:
             error = model_partition_type_error(project.models[name], compiled[name], source_types)

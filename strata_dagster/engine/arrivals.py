@@ -70,7 +70,8 @@ def read_arrivals(
     session: Session, context: ProjectContext, name: str, *, known: str | None | bool = True
 ) -> SourceArrivals:
     """`name`'s arrivals, read without writing, with the stale partitions of the partitioned models
-    cut like it when `known` is True, or a version other than the source's now (False: never).
+    cut like it when `known` is True, or a version other than the source's now, or new partitions
+    wait to be consumed (False: never).
     Raises StrataError for a source that cannot be listed (E051)."""
     source = context.project.sources[name]
     try:
@@ -83,7 +84,9 @@ def read_arrivals(
         return _blocked(session, context, name)
     versions = {item.key: partition_version(item) for item in reading.consumed}
     stale: dict[str, tuple[str, ...] | None] = {}
-    if known is True or (known is not False and known != reading.fingerprint):
+    # Also for a version already known while partitions wait to be consumed: the runs launched for
+    # them ended without consuming them (failed), and are launched again.
+    if known is True or (known is not False and (known != reading.fingerprint or reading.new)):
         stale = cut_like_stale(session, context, name, reading)
     assert source.partitioned_by is not None
     return SourceArrivals(
@@ -130,12 +133,13 @@ def peek_arrivals(
     *,
     branch: str = DEFAULT_BRANCH,
     timeout: float | None = None,
-    known: Mapping[str, str | None] | None = None,
+    known: Mapping[str, str | None | bool] | None = None,
 ) -> dict[str, SourceArrivals]:
     """The arrivals of the named business-versioned sources, in one read-only session (waiting at
     most `timeout` seconds for a writer's lock: E021 after that), with the stale partitions of
     their cut-like models. `known`: source -> the version an orchestrator recorded for it; those
-    stale partitions are read only for a source whose version differs (None: for none)."""
+    stale partitions are read only for a source whose version differs, or whose new partitions
+    wait to be consumed, or given True (None: for none)."""
     with open_session(Path(warehouse), read_only=True, timeout=timeout) as session:
         context = load_context(session, Path(project_dir), {}, branch)
         return {

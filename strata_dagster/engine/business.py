@@ -13,14 +13,22 @@ source only up to that frontier, so a partition being written is never half read
 
 from __future__ import annotations
 
-import hashlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import sliding_window
+from strata_dagster.engine.business_digest import (
+    ConsumedLedger,
+    evidence_digest,
+    is_before,
+    unchanged_listing,
+    unchanged_prefix,
+)
 from strata_dagster.engine.context import ProjectContext
 from strata_dagster.engine.sliding_window import SLIDING_WINDOW
 from strata_dagster.errors import (
@@ -34,6 +42,7 @@ from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import Model, Source
 from strata_dagster.warehouse import ledger
 from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence, order_of
+from strata_dagster.warehouse.listing import FolderListing
 from strata_dagster.warehouse.partitions import partition_key
 from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.session import Session, WarehouseError
@@ -60,10 +69,14 @@ class BusinessReading:
     fingerprint: str
     row_count: int
     basis: tuple[str, ...]
-    consumed: tuple[PartitionEvidence, ...]  # the ledger after this run
-    new: tuple[PartitionEvidence, ...]  # consumed by this run
-    deferred: tuple[str, ...]  # listed, not consumed yet (incomplete, or after an incomplete one)
-    reset_reason: str | None  # this run starts a new ledger, and why
+    # The ledger after this run: how many partitions, the last one, and (built when first read:
+    # an unchanged source of thousands of partitions is decided without them) the partitions.
+    partition_count: int
+    last_partition: str | None
+    consumed_of: Callable[[], tuple[PartitionEvidence, ...]] = field(compare=False, repr=False)
+    new: tuple[PartitionEvidence, ...] = ()  # consumed by this run
+    deferred: tuple[str, ...] = ()  # listed, not consumed yet (incomplete, or after an incomplete one)
+    reset_reason: str | None = None  # this run starts a new ledger, and why
     violations: tuple[Violation, ...] = ()
     expired: tuple[str, ...] = ()  # consumed partitions that left by `partition_expiry(N)`
     columns: tuple[tuple[str, str], ...] = field(default=())
@@ -74,6 +87,13 @@ class BusinessReading:
     key_type: str = "DATE"
     # The ledger holds exactly what it held (told by its digest): nothing to record for it.
     is_ledger_unchanged: bool = False
+    # ... and told so by the file listing's digest alone, before any partition was built.
+    is_decided_by_listing: bool = False
+    evidence: str = ""  # the digest of the consumed partitions' keys and evidence (the ledger's)
+
+    @functools.cached_property
+    def consumed(self) -> tuple[PartitionEvidence, ...]:
+        return self.consumed_of()
 
     @property
     def is_sliding(self) -> bool:
@@ -83,21 +103,17 @@ class BusinessReading:
         assert self.raw is not None and self.key is not None
         return sliding_window.partitions_relation(self.raw, self.key, self.key_type, keys)
 
-    @property
-    def last_partition(self) -> str | None:
-        return self.consumed[-1].key if self.consumed else None
-
     def ledger_digest(self) -> ledger.LedgerDigest | None:
         """What the ledger's digest records after this run (None: the one it has is current)."""
         if self.is_ledger_unchanged:
             return None
-        return ledger.LedgerDigest(evidence_digest(self.consumed), tuple(item.rows for item in self.consumed))
+        return ledger.LedgerDigest(self.evidence, tuple(item.rows for item in self.consumed))
 
     def version(self) -> dict[str, object]:
         """What history and Dagster show as the source's version."""
         return {
             "last_partition": self.last_partition,
-            "partitions": len(self.consumed),
+            "partitions": self.partition_count,
             "new_partitions": [item.key for item in self.new],
             "deferred_partitions": list(self.deferred),
             **({"ledger_reset": self.reset_reason} if self.reset_reason else {}),
@@ -118,24 +134,35 @@ def _file_pattern(source: Source, context: ProjectContext) -> str:
 
 
 def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
+    """The partition of a row of the source. A hive folder is one partition whatever its value's
+    type (`hour=2026-11-29 13:00:00/` is the hour; a TIMESTAMP key is kept whole); a table's DATE
+    or TIMESTAMP column is cut by day (a TIMESTAMP column holds event times, not a few keys)."""
     spec = source.partitioned_by
     assert spec is not None
-    if spec.grain == "key" and not types.get(spec.column, "").upper().startswith(("DATE", "TIMESTAMP")):
+    type_name = types.get(spec.column, "").upper()
+    is_time = type_name.startswith(("DATE", "TIMESTAMP"))
+    if spec.grain == "key" and (
+        not is_time or (source.path is not None and type_name.startswith("TIMESTAMP"))
+    ):
         return exp.column(spec.column)
     return partition_key(spec.column, spec.grain)
 
 
-def list_partitions(session: Session, source: Source, context: ProjectContext) -> list[PartitionEvidence]:
-    """The source's partitions now, with their evidence and completeness."""
+def list_partitions(
+    session: Session, source: Source, context: ProjectContext, found: FolderListing | None = None
+) -> list[PartitionEvidence]:
+    """The source's partitions now, with their evidence and completeness (`found`: a file
+    source's folders, listed already)."""
     spec = source.partitioned_by
     assert spec is not None
     if source.path is not None:
-        found, stray = ledger.list_file_partitions(
+        found_partitions, stray = ledger.list_file_partitions(
             session.con,
             _file_pattern(source, context),
             spec.column,
             source.complete_when,
             ledger.listing_cache_dir(session.meta),
+            found,
         )
         if stray:
             raise StrataError(
@@ -148,18 +175,18 @@ def list_partitions(session: Session, source: Source, context: ProjectContext) -
     else:
         relation = source_table(source, context.project, context.overrides)
         types = dict(session.describe(relation))
-        found = ledger.list_table_partitions(
+        found_partitions = ledger.list_table_partitions(
             session.con, relation, key_expression(source, types), spec.column
         )
     if source.settle:
-        settled = len(found) - source.settle
-        found = [
+        settled = len(found_partitions) - source.settle
+        found_partitions = [
             item
             if index < settled
             else PartitionEvidence(item.key, item.rows, item.evidence, item.files, False)
-            for index, item in enumerate(found)
+            for index, item in enumerate(found_partitions)
         ]
-    return found
+    return found_partitions
 
 
 def _counted(session: Session, items: list[PartitionEvidence]) -> list[PartitionEvidence]:
@@ -265,17 +292,27 @@ def read_business_source(
     source = context.project.sources[name]
     spec = source.partitioned_by
     assert spec is not None
-    listed = list_partitions(session, source, context)
-    unchanged = None if is_full_refresh else _unchanged_prefix(session, source, listed)
+    found = None
+    if source.path is not None:
+        found = ledger.file_listing(
+            _file_pattern(source, context), source.complete_when, ledger.listing_cache_dir(session.meta)
+        )
+        unchanged = None if is_full_refresh or found is None else unchanged_listing(session, source, found)
+        if unchanged is not None:
+            return _reading(
+                session, context, source, unchanged, is_ledger_unchanged=True, is_decided_by_listing=True
+            )
+    listed = list_partitions(session, source, context, found)
+    unchanged_head = None if is_full_refresh else unchanged_prefix(session, source, listed)
     recorded: dict[str, LedgerEntry] | None = None
     expired: set[str] = set()
     violations: list[Violation] = []
-    if unchanged is None:
+    if unchanged_head is None:
         recorded = ledger.read_ledger(session.meta, name)
         expired = expired_of(listed, recorded or {}, retained_of(source))
         violations = violations_of(listed, recorded or {}, expired)
     reset_reason: str | None = None
-    if unchanged is not None:
+    if unchanged_head is not None:
         pass  # the ledger's digest: nothing consumed changed or went, nothing new sorts before it
     elif recorded is None:
         reset_reason = "first read of the source"
@@ -285,8 +322,8 @@ def read_business_source(
         if source.on_violation == "error":
             raise _violation_error(source, violations[0])
         reset_reason = "; ".join(violation.what for violation in violations)
-    if unchanged is not None:
-        kept = unchanged
+    if unchanged_head is not None:
+        kept = unchanged_head
         new, deferred = _frontier(listed[len(kept) :], set())
         new = _counted(session, new)
         consumed = [*kept, *new]  # every partition after the kept ones sorts after them (checked)
@@ -305,97 +342,93 @@ def read_business_source(
         ]
         # Listed in order, and new partitions come after every kept one (or are a violation).
         consumed = (
-            [*kept, *new] if not new or not kept or _is_before(kept[-1], new[0]) else _sorted([*kept, *new])
+            [*kept, *new] if not new or not kept or is_before(kept[-1], new[0]) else _sorted([*kept, *new])
         )
-    relation = source_table(source, context.project, {})
     if source.path is not None and not any(item.files for item in listed):
         # Nothing to read: a statement over no file would fail and abort the run's transaction.
         raise StrataError(
             E_SOURCE,
             f"source `{name}` has no file matching `{source.path}`"
-            + (" (its consumed partitions are gone)" if recorded or unchanged else ""),
+            + (" (its consumed partitions are gone)" if recorded or unchanged_head else ""),
             source.location,
             hint="write the source's files first (for the example: `strata sample-data PROJECT`)",
         )
+    to_hash = consumed if reset_reason else new
+    hashed = to_hash
+    if is_hashed and to_hash:
+        key = key_expression(source, dict(_columns(session, context, source)))
+        hashed = _with_row_hashes(session, source, context, key, to_hash)
+    new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
+    if reset_reason is not None:
+        consumed = hashed
+    taken = tuple(consumed)
+    return _reading(
+        session,
+        context,
+        source,
+        ConsumedLedger(
+            [item.key for item in taken],
+            [item.rows for item in taken],
+            evidence_digest(taken),
+            lambda: taken,
+        ),
+        new=tuple(new),
+        deferred=tuple(deferred),
+        reset_reason=reset_reason,
+        violations=tuple(violations) if reset_reason is not None and recorded is not None else (),
+        expired=tuple(sorted(expired, key=order_of)) if reset_reason is None else (),
+        is_ledger_unchanged=unchanged_head is not None and not new,
+    )
+
+
+def _reading(
+    session: Session,
+    context: ProjectContext,
+    source: Source,
+    consumed: ConsumedLedger,
+    **outcome: Any,
+) -> BusinessReading:
+    """The reading of a source whose ledger after this run is `consumed`: the relation every model
+    reads (the source up to the last consumed partition, or its window), its version and size."""
+    spec = source.partitioned_by
+    assert spec is not None
     columns = _columns(session, context, source)
     types = dict(columns)
     key = key_expression(source, types)
     key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
+    relation = source_table(source, context.project, {})
     reading = exp.select("*").from_(relation)
-    if consumed:
-        reading = reading.where(exp.LTE(this=key, expression=typed_literal(consumed[-1].key, key_type)))
+    keys = consumed.keys
+    if keys:
+        reading = reading.where(exp.LTE(this=key, expression=typed_literal(keys[-1], key_type)))
     else:
         reading = reading.where(exp.false())
     window: tuple[str, ...] = ()
+    row_count = sum(consumed.rows)
     is_sliding = source.versioning.kind == SLIDING_WINDOW and source.versioning.window is not None
     if is_sliding and source.versioning.window is not None:
         size = source.versioning.window
-        keys = [item.key for item in consumed]
         reading = sliding_window.windowed(reading, key, key_type, keys, size)
         window = tuple(keys[-size:]) if size else ()
-    to_hash = consumed if reset_reason else new
-    hashed = _with_row_hashes(session, source, context, key, to_hash) if is_hashed else to_hash
-    new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
-    if reset_reason is not None:
-        consumed = hashed
-    fingerprint = digest(
-        "business", source.versioning.kind, columns, tuple((item.key, item.evidence) for item in consumed)
-    )
+        row_count = sum(consumed.rows[-size:]) if size else 0
+    fingerprint = digest("business", source.versioning.kind, columns, consumed.evidence)
     return BusinessReading(
-        name,
+        source.name,
         reading,
         fingerprint,
-        sum(item.rows for item in consumed if not is_sliding or item.key in window),
+        row_count,
         (spec.column,),
-        tuple(consumed),
-        tuple(new),
-        tuple(deferred),
-        reset_reason,
-        tuple(violations) if reset_reason is not None and recorded is not None else (),
-        tuple(sorted(expired, key=order_of)) if reset_reason is None else (),
-        columns,
-        window,
-        relation if is_sliding else None,
-        key if is_sliding else None,
-        key_type,
-        unchanged is not None and not new,
+        len(keys),
+        keys[-1] if keys else None,
+        consumed.partitions,
+        columns=columns,
+        window=window,
+        raw=relation if is_sliding else None,
+        key=key if is_sliding else None,
+        key_type=key_type,
+        evidence=consumed.evidence,
+        **outcome,
     )
-
-
-def evidence_digest(consumed: Sequence[PartitionEvidence]) -> str:
-    """One digest over consumed partitions' keys and evidence, in order: what the ledger's digest
-    records. Joined by NUL, which neither holds (keys and evidence are file names, sizes and the
-    text of dates and integers), so two sequences that differ give different text."""
-    parts = [part for item in consumed for part in (item.key, item.evidence)]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def _unchanged_prefix(
-    session: Session, source: Source, listed: list[PartitionEvidence]
-) -> list[PartitionEvidence] | None:
-    """When the listing starts with exactly the partitions of the ledger's digest (same keys and
-    evidence, in order) and every other listed partition sorts after them: those partitions, with
-    their recorded row counts. None: compare partition by partition (no digest, or anything
-    differs: the comparison then names the partition and the evidence)."""
-    recorded = ledger.read_ledger_digest(session.meta, source.name)
-    if recorded is None:
-        return None
-    count = len(recorded.row_counts)
-    if len(listed) < count:
-        return None
-    if 0 < count < len(listed) and not _is_before(listed[count - 1], listed[count]):
-        return None  # a new partition in the last consumed one's slot (a backfill, E053)
-    head = listed if count == len(listed) else listed[:count]
-    if evidence_digest(head) != recorded.digest:
-        return None
-    return [
-        PartitionEvidence(item.key, rows, item.evidence, item.files, item.is_complete)
-        for item, rows in zip(head, recorded.row_counts, strict=True)
-    ]
-
-
-def _is_before(left: PartitionEvidence, right: PartitionEvidence) -> bool:
-    return order_of(left.key) < order_of(right.key)  # type: ignore[operator]
 
 
 def _sorted(items: list[PartitionEvidence]) -> list[PartitionEvidence]:
@@ -453,8 +486,8 @@ def _with_row_hashes(
             .from_(source_table(source, context.project, context.overrides))
             .where(exp.In(this=text, expressions=keys))
         )
-    groups = session.content_by_group(relation, key)
-    return [item._replace(row_hash_sum=groups.get(item.key, (0, "0"))[1]) for item in items]
+    groups = ledger.by_partition_value(session.content_by_group(relation, key))
+    return [item._replace(row_hash_sum=groups.get(order_of(item.key), (0, "0"))[1]) for item in items]
 
 
 def partition_groups(reading: BusinessReading, grain: str) -> dict[str | None, tuple[int, str]]:

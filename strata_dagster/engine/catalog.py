@@ -152,7 +152,9 @@ def _bounds(
     project = context.project
     bounds: dict[str, PartitionBounds | None] = {}
     for name, source in project.sources.items():
-        if source.partitioned_by is not None:
+        if isinstance(source.start, int):
+            bounds[name] = None  # integer partitions: dynamic in Dagster, no calendar to bound
+        elif source.partitioned_by is not None:
             found = _query_bounds(
                 session,
                 exp.select("*").from_(_source(context, name)),

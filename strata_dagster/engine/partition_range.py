@@ -127,7 +127,7 @@ def _declared_start(context: ProjectContext, name: str) -> dt.date | None:
         source.start
         for model in with_upstream(project, [name])
         for ref in project.models[model].references
-        if (source := project.sources.get(ref)) is not None and source.start is not None
+        if (source := project.sources.get(ref)) is not None and isinstance(source.start, dt.date)
     ]
     return min(starts) if starts else None
 

@@ -48,7 +48,9 @@ def verify_sources(project_dir: Path, warehouse: Path, names: list[str] | None =
             relation = source_table(source, context.project, {})
             try:
                 types = dict(session.describe(relation))
-                now = session.content_by_group(relation, business.key_expression(source, types))
+                now = ledger.by_partition_value(
+                    session.content_by_group(relation, business.key_expression(source, types))
+                )
             except WarehouseError as error:
                 raise StrataError(
                     E_PARTITION_VERIFY,
@@ -60,7 +62,7 @@ def verify_sources(project_dir: Path, warehouse: Path, names: list[str] | None =
                 PartitionCheck(
                     key,
                     (entry.rows, entry.row_hash_sum),
-                    now.get(key),  # type: ignore[arg-type]
+                    now.get(ledger.order_of(key)),
                 )
                 for key, entry in sorted(recorded.items(), key=lambda pair: ledger.order_of(pair[0]))
             )

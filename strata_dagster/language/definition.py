@@ -175,7 +175,8 @@ class Source:
     database: str | None = None
     path: str | None = None
     partitioned_by: PartitionSpec | None = None
-    start: dt.date | None = None
+    # The first partition: a date, or an integer for an integer partition column (`batch=17/`).
+    start: dt.date | int | None = None
     versioning: Versioning = Versioning()
     is_immutable_partitions: bool = False
     is_monotonic_partitions: bool = False
@@ -185,6 +186,7 @@ class Source:
     settle: int | None = None
     on_violation: OnViolation = "error"
     description: str | None = None
+    start_location: Location | None = None  # where `start:` was written, for errors that point at it
 
     @property
     def is_business_versioned(self) -> bool:

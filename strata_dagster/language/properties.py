@@ -200,6 +200,23 @@ def as_date(prop: RawProperty) -> dt.date:
     raise _bad_value(prop, "a date YYYY-MM-DD", "2025-01-01")
 
 
+_INTEGER = re.compile(r"-?\d+")
+
+
+def as_partition_start(prop: RawProperty) -> dt.date | int:
+    """A partitioned source's first partition: a date, or an integer (an integer partition column)."""
+    value = _needs_value(prop, "2025-01-01")
+    if _INTEGER.fullmatch(value.text):
+        return int(value.text)
+    match = _DATE.fullmatch(value.text)
+    if match:
+        try:
+            return dt.date.fromisoformat(match.group(1))
+        except ValueError:
+            pass
+    raise _bad_value(prop, "a date YYYY-MM-DD, or an integer for an integer partition column", "2025-01-01")
+
+
 def as_partition(prop: RawProperty) -> PartitionSpec:
     value = _needs_value(prop, "day(column)")
     match = _PARTITION.fullmatch(value.text)
@@ -355,7 +372,7 @@ _SOURCE_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "database": ("database", as_string),
     "path": ("path", as_string),
     "partitioned_by": ("partitioned_by", as_partition),
-    "start": ("start", as_date),
+    "start": ("start", as_partition_start),
     "versioning": ("versioning", as_versioning),
     "immutable_partitions": ("is_immutable_partitions", as_bool),
     "monotonic_partitions": ("is_monotonic_partitions", as_bool),
@@ -428,8 +445,9 @@ def build_model_properties(model: str, raw: list[RawProperty]) -> ModelPropertie
 def build_source(name: str, location: Location, raw: list[RawProperty]) -> Source:
     values, errors = _collect(f"source `{name}`", raw, _SOURCE_PROPERTIES)
     raise_collected(errors)
-    source = Source(name=name, location=location, **values)  # type: ignore[arg-type]
-    raise_collected(_source_errors(source, {prop.name: prop.location for prop in raw}))
+    where = {prop.name: prop.location for prop in raw}
+    source = Source(name=name, location=location, start_location=where.get("start"), **values)  # type: ignore[arg-type]
+    raise_collected(_source_errors(source, where))
     return source
 
 
@@ -451,7 +469,7 @@ def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataErr
                 E_SOURCE,
                 f"partitioned source `{source.name}` has no `start`",
                 where.get("partitioned_by", here),
-                hint="add `start: YYYY-MM-DD`, the first partition",
+                hint="add `start: YYYY-MM-DD`, the first partition (an integer for an integer column)",
             )
         )
     if source.start is not None and source.partitioned_by is None:

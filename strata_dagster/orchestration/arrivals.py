@@ -13,7 +13,8 @@ the source was never observed) the same tick:
   as ranged runs, and one run (per job) of the unpartitioned models that read the sources.
 
 A folder without its `complete_when` marker has no version yet, so nothing changes until it is
-complete. A listing that breaks an assumption under `on_violation: error` is reported as a failed
+complete. A new partition observed by an earlier tick and still not consumed while nothing reading
+the source runs is launched again (its runs failed). A listing that breaks an assumption under `on_violation: error` is reported as a failed
 `strata_partition_assumptions` check (with its code) when that result changes; nothing reading the
 source is observed or launched until it passes again. While a run of a model reading the source is
 queued or running, the source waits: the run may or may not consume the new partitions, and an
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -84,13 +85,16 @@ def arrival_step(
     if not sources:
         return step
     recorded = {source.name: _recorded(instance, source.whole_key) for source in sources}
+    # Sources a cut-like model of which last ran and failed: the partitions it still lacks are asked
+    # of the engine (True) even when the source's version is the one recorded.
+    failed = {source.name for source in sources if _has_failed_run(instance, source.cut_like)}
     found = peek_arrivals(
         strata.project_path,
         strata.warehouse_path,
         [source.name for source in sources],
         branch=strata.branch,
         timeout=LOCK_WAIT_SECONDS,
-        known=recorded,
+        known={name: True if name in failed else version for name, version in recorded.items()},
     )
     for source in sources:
         arrivals = found[source.name]
@@ -99,16 +103,39 @@ def arrival_step(
             step.blocked |= _downstream(asset_graph, {source.key, source.whole_key})
             step.lines.append(f"{source.name}: not observed, {arrivals.describe()}")
             continue
-        if recorded[source.name] == arrivals.fingerprint:
+        is_observed = recorded[source.name] == arrivals.fingerprint
+        if is_observed and not arrivals.new and source.name not in failed:
             continue
         readers = [*source.cut_like, *source.readers]
         if any(key in busy for key in readers):
             step.lines.append(f"{source.name}: new partitions wait for the runs of its readers to finish")
             continue
-        _observe(step, instance, asset_graph, source, arrivals, recorded[source.name] is None)
-        _launch(step, asset_graph, source, arrivals, job_of, run_tags)
+        if not is_observed:
+            _observe(step, instance, asset_graph, source, arrivals, recorded[source.name] is None)
+            _launch(step, asset_graph, source, arrivals, job_of, run_tags)
+        elif arrivals.new:
+            # Observed and launched by an earlier tick, yet still not consumed with no reader
+            # running: those runs failed (or were canceled). Launch them again.
+            step.lines.append(
+                f"{source.name}: {_named(arrivals.new)} not consumed by the runs launched for them"
+            )
+            _launch(step, asset_graph, source, arrivals, job_of, run_tags)
+        else:
+            # Consumed (another reader's run succeeded), but a cut-like model's last run failed:
+            # the partitions the engine finds stale are launched again; the readers are current.
+            _launch(step, asset_graph, source, arrivals, job_of, run_tags, with_readers=False)
     _launch_readers(step, job_of, run_tags)
     return step
+
+
+def _has_failed_run(instance: dg.DagsterInstance, keys: Iterable[dg.AssetKey]) -> bool:
+    """Whether the latest run planned to materialize any of `keys` failed or was canceled."""
+    for key in keys:
+        planned = instance.get_latest_planned_materialization_info(key)
+        run = None if planned is None else instance.get_run_by_id(planned.run_id)
+        if run is not None and run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+            return True
+    return False
 
 
 def _recorded(instance: dg.DagsterInstance, key: dg.AssetKey) -> str | None:
@@ -180,6 +207,8 @@ def _launch(
     arrivals: SourceArrivals,
     job_of: Mapping[dg.AssetKey, str],
     run_tags: Mapping[str, str],
+    *,
+    with_readers: bool = True,
 ) -> None:
     why = f"{source.name} has new partitions: " + _named(arrivals.new or tuple(arrivals.versions))
     tags = {**run_tags, c.PURPOSE_TAG: c.PURPOSE_REBUILD, c.WHY_TAG: why}
@@ -204,7 +233,7 @@ def _launch(
                 "dagster/asset_partition_range_end": key_range.end,
             }
             step.runs.append(dg.RunRequest(job_name=job_of[key], asset_selection=[key], tags=range_tags))
-    for key in source.readers:
+    for key in source.readers if with_readers else ():
         if key in job_of:
             step.readers.setdefault(key, []).append(why)
 

@@ -14,6 +14,8 @@ import datetime as dt
 import fnmatch
 import functools
 import glob
+import hashlib
+import itertools
 import os
 import re
 from collections import defaultdict
@@ -54,6 +56,15 @@ def order_of(key: str) -> tuple[int, object]:
         return (2, key)
 
 
+def by_partition_value(
+    groups: dict[str | None, tuple[int, str]],
+) -> dict[tuple[int, object], tuple[int, str]]:
+    """Figures keyed by a partition value's text (as DuckDB prints it), keyed by the value itself
+    (`order_of`): a folder `hour=2026-11-29 13:00/` holds the value DuckDB prints
+    `2026-11-29 13:00:00`. NULL belongs to no partition."""
+    return {order_of(key): figures for key, figures in groups.items() if key is not None}
+
+
 def hive_value(path: str, column: str) -> str | None:
     """The value of `column=value` in a file's folders (the innermost one if repeated)."""
     for part in reversed(path.split("/")[:-1]):
@@ -69,24 +80,22 @@ def list_file_partitions(
     column: str,
     marker: str | None,
     cache_dir: Path | None = None,
+    found: listing.FolderListing | None = None,
 ) -> tuple[list[PartitionEvidence], list[str]]:
     """The partitions of the Parquet files `pattern` matches, by their `column=value` folder, with
     each file's name and size (a stat, no file opened; row counts are UNCOUNTED until
     `with_footer_rows`); and the files that sit in no such folder. `cache_dir`: where the names in
-    each folder are cached by the folder's stat (warehouse.listing; every file is stat'ed anyway)."""
+    each folder are cached by the folder's stat (warehouse.listing; every file is stat'ed anyway).
+    `found`: the pattern's folders, listed already (`file_listing`)."""
     by_key: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)
     stray: list[str] = []
     partitions = []
     prefix = f"{column}="
     skip = len(prefix)
-    for path, name, folder_files, has_marker, files in _listed(pattern, marker, cache_dir):
+    for path, name, folder_files, has_marker, files in _listed(pattern, marker, cache_dir, found):
         if name.startswith(prefix) and folder_files:
             # One partition folder under the root: its files' names and sizes are the evidence.
-            if len(folder_files) == 1:
-                file, size = folder_files[0]
-                evidence = f"{file}:{size}"
-            else:
-                evidence = ";".join([f"{file}:{size}" for file, size in folder_files])
+            evidence = _evidence([file for file, _ in folder_files], [size for _, size in folder_files])
             partitions.append(
                 PartitionEvidence(name[skip:], UNCOUNTED, evidence, files, marker is None or has_marker)
             )
@@ -112,24 +121,112 @@ def list_file_partitions(
 UNCOUNTED = -1
 
 
+def _evidence(names: Sequence[str], sizes: Sequence[int]) -> str:
+    """A partition folder's evidence: its files' names and sizes, in the order of the names."""
+    if len(names) == 1:
+        return f"{names[0]}:{sizes[0]}"
+    return ";".join([f"{name}:{size}" for name, size in zip(names, sizes, strict=True)])
+
+
+def file_listing(pattern: str, marker: str | None, cache_dir: Path | None) -> listing.FolderListing | None:
+    """The folders of a `root/*/<name>` pattern (warehouse.listing); None for another layout."""
+    parts = listing.split_pattern(pattern)
+    return None if parts is None else listing.scan_folders(*parts, marker, cache_dir)
+
+
+def evidence_digest(parts: Sequence[str]) -> str:
+    """One digest over partitions' keys and evidence, alternating, in order: what the ledger's
+    digest records. Joined by NUL, which neither holds (keys and evidence are file names, sizes and
+    the text of dates and integers), so two sequences that differ give different text."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def listing_digest(found: listing.FolderListing, column: str) -> str | None:
+    """`evidence_digest` of a listing's folders as partitions, in the order of the folders' names,
+    from the listing's lists alone (no partition built); None when a folder is not `column=value`
+    (its files are read another way, or are strays)."""
+    prefix = f"{column}="
+    if not all(map(str.startswith, found.folders, itertools.repeat(prefix))):
+        return None
+    skip = len(prefix)
+    if max(map(len, found.names), default=0) == 1:  # the usual folders of one file each
+        text = "\0".join(
+            [
+                f"{folder[skip:]}\0{names[0]}:{sizes[0]}"
+                for folder, names, sizes in zip(found.folders, found.names, found.sizes, strict=True)
+            ]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+    evidence = map(_evidence, found.names, found.sizes)
+    keys = [folder[skip:] for folder in found.folders]
+    return evidence_digest([part for pair in zip(keys, evidence, strict=True) for part in pair])
+
+
+def in_key_order(found: listing.FolderListing, column: str) -> listing.FolderListing:
+    """The listing with its folders in the order of their partition keys (`order_of`). Folder names
+    of one width (dates, timestamps of one precision, integers of as many digits) sort so already;
+    other widths (integers `9` and `10`) are sorted. Only speed rests on this: a listing in another
+    order has another digest than the ledger's, and is then compared partition by partition."""
+    if len(set(map(len, found.folders))) <= 1:
+        return found
+    skip = len(column) + 1
+    order = sorted(range(len(found.folders)), key=lambda index: order_of(found.folders[index][skip:]))
+    return listing.FolderListing(
+        found.root,
+        [found.folders[index] for index in order],
+        [found.names[index] for index in order],
+        [found.sizes[index] for index in order],
+        [found.markers[index] for index in order],
+    )
+
+
+def listed_partitions(
+    found: listing.FolderListing, column: str, marker: str | None, row_counts: Sequence[int]
+) -> tuple[PartitionEvidence, ...]:
+    """A listing's folders as partitions, in the folders' order, with the row counts given (a
+    ledger's: the listing is the one its digest records)."""
+    skip = len(column) + 1
+    return tuple(
+        PartitionEvidence(
+            folder[skip:],
+            rows,
+            _evidence(names, sizes),
+            found.paths(index),
+            marker is None or has_marker,
+        )
+        for index, (folder, names, sizes, has_marker, rows) in enumerate(
+            zip(found.folders, found.names, found.sizes, found.markers, row_counts, strict=True)
+        )
+    )
+
+
 def _listed(
-    pattern: str, marker: str | None, cache_dir: Path | None
+    pattern: str, marker: str | None, cache_dir: Path | None, found: listing.FolderListing | None = None
 ) -> list[tuple[str, str, tuple[tuple[str, int], ...], bool, tuple[str, ...]]]:
     """(folder, its name, its matching files with their sizes, whether it holds `marker`, the
     files' paths) for the files `pattern` matches; a folder of "" holds files of other layouts,
     named by their whole path."""
-    parts = listing.split_pattern(pattern)
-    if parts is not None:
+    if found is None:
+        found = file_listing(pattern, marker, cache_dir)
+    if found is not None:
         return [
-            (item.path, item.name, item.files, item.has_marker, item.paths)
-            for item in listing.list_folders(*parts, marker, cache_dir)
+            (
+                f"{found.root}/{folder}",
+                folder,
+                tuple(zip(names, sizes, strict=True)),
+                has_marker,
+                found.paths(index),
+            )
+            for index, (folder, names, sizes, has_marker) in enumerate(
+                zip(found.folders, found.names, found.sizes, found.markers, strict=True)
+            )
         ]
-    found = []
+    listed = []
     for path in matching_files(pattern):
         folder = os.path.dirname(path)
         has_marker = marker is not None and os.path.exists(os.path.join(folder, marker))
-        found.append(("", "", ((path, os.stat(path).st_size),), has_marker, (path,)))
-    return found
+        listed.append(("", "", ((path, os.stat(path).st_size),), has_marker, (path,)))
+    return listed
 
 
 def listing_cache_dir(con: duckdb.DuckDBPyConnection) -> Path | None:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 CACHE_SUFFIX = ".listing"
 RACY_SECONDS = 2.0
 _RACY_NS = int(RACY_SECONDS * 1e9)
-_FORMAT = 2
+_FORMAT = 3
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
 
@@ -68,7 +68,26 @@ def _signature(stat: os.stat_result) -> Signature:
 
 
 def _is_settled(signature: Signature, listed_at: int) -> bool:
+    """Whether a folder of this stat, listed at `listed_at` (ns), was listed after its last change
+    by more than the racy window: then a folder with the same stat holds what was listed."""
     return max(signature[2], signature[3]) < listed_at - _RACY_NS
+
+
+class FolderListing(NamedTuple):
+    """Every folder of a root holding matching files, as parallel lists in the order of the folders'
+    names (one list per field instead of one object per folder: a run lists thousands of them, and
+    an unchanged source is told by a digest over these lists alone). Each folder's names are
+    sorted, and its sizes are those names' sizes now."""
+
+    root: str
+    folders: list[str]
+    names: list[tuple[str, ...]]
+    sizes: list[tuple[int, ...]]
+    markers: list[bool]
+
+    def paths(self, index: int) -> tuple[str, ...]:
+        folder = f"{self.root}/{self.folders[index]}"
+        return tuple(f"{folder}/{name}" for name in self.names[index])
 
 
 def list_folders(
@@ -77,21 +96,59 @@ def list_folders(
     """Every folder of `root` holding files `<name>` matches (hidden folders and files left out:
     Python's glob and DuckDB's match the same), sorted by name, with each file's size now. A root
     that cannot be read lists nothing, as glob does."""
+    found = scan_folders(root, name, marker, cache_dir)
+    return [
+        ListedFolder(
+            folder,
+            f"{root}/{folder}",
+            tuple(zip(names, sizes, strict=True)),
+            has_marker,
+            found.paths(index),
+        )
+        for index, (folder, names, sizes, has_marker) in enumerate(
+            zip(found.folders, found.names, found.sizes, found.markers, strict=True)
+        )
+    ]
+
+
+def scan_folders(root: str, name: str, marker: str | None, cache_dir: Path | None = None) -> FolderListing:
+    """`list_folders` as parallel lists. Paths are stat'ed relative to the root's descriptor: the
+    kernel resolves one or two names per stat instead of the root's whole path."""
     is_match = re.compile(fnmatch.translate(name)).match
     cache_file = None if cache_dir is None else cache_dir / _cache_name(root, name, marker)
     cached = _load(cache_file, root)
     now = time.time_ns()
+    found = FolderListing(root, [], [], [], [])
     try:
-        root_stat = _signature(os.stat(root))
+        descriptor = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
-        return []
+        return found
+    try:
+        is_changed = _scan_root(descriptor, root, cached, now, is_match, marker, found)
+    finally:
+        os.close(descriptor)
+    if is_changed and cache_file is not None:
+        _store(cache_file, root, {key: cached[key] for key in ("", *found.folders) if key in cached})
+    return found
+
+
+def _scan_root(  # type: ignore[no-untyped-def]
+    descriptor: int,
+    root: str,
+    cached: dict[str, _Folder],
+    now: int,
+    is_match,
+    marker: str | None,
+    found: FolderListing,
+) -> bool:
+    """Fill `found` with the root's folders; whether the cache changed."""
+    try:
+        root_stat = _signature(os.fstat(descriptor))
+    except OSError:
+        return False
     is_changed = False
     previous_root = cached.get("")
-    if (
-        previous_root is not None
-        and previous_root[0] == root_stat
-        and _is_settled(root_stat, previous_root[1])
-    ):
+    if previous_root is not None and previous_root[0] == root_stat and previous_root[1]:
         folder_names = previous_root[2]
     else:
         try:
@@ -100,55 +157,52 @@ def list_folders(
                     sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
                 )
         except OSError:
-            return []
-        cached[""] = (root_stat, now, folder_names, False)
+            return False
+        cached[""] = (root_stat, _is_settled(root_stat, now), folder_names, False)
         is_changed = True
-    found: list[ListedFolder] = []
-    stat = os.stat
+    stat, get = os.stat, cached.get
+    folders, all_names, all_sizes, markers = found.folders, found.names, found.sizes, found.markers
     for folder_name in folder_names:
-        folder = f"{root}/{folder_name}"
         try:
-            info = stat(folder)
+            info = stat(folder_name, dir_fd=descriptor)
         except OSError:
             continue  # gone since the root was read
         signature = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
-        entry = cached.get(folder_name)
-        if (
-            entry is None
-            or entry[0] != signature
-            or max(info.st_mtime_ns, info.st_ctime_ns) >= entry[1] - _RACY_NS
-        ):
-            entry = _scan(folder, signature, now, is_match, marker)
+        entry = get(folder_name)
+        if entry is None or not entry[1] or entry[0] != signature:
+            entry = _scan(f"{root}/{folder_name}", signature, now, is_match, marker)
             if entry is None:
                 continue
             cached[folder_name] = entry
             is_changed = True
         names = entry[2]
         if len(names) == 1:  # the usual folder of one file, without the lists below
-            path = f"{folder}/{names[0]}"
             try:
-                size = stat(path).st_size
+                size = stat(f"{folder_name}/{names[0]}", dir_fd=descriptor).st_size
             except OSError:
                 continue  # removed after its folder was read: the next run lists its folder anew
-            found.append(ListedFolder(folder_name, folder, ((names[0], size),), entry[3], (path,)))
+            folders.append(folder_name)
+            all_names.append(names)
+            all_sizes.append((size,))
+            markers.append(entry[3])
             continue
-        files = []
-        paths = []
+        kept, sizes = [], []
         for file_name in names:
-            path = f"{folder}/{file_name}"
             try:
-                files.append((file_name, stat(path).st_size))
+                sizes.append(stat(f"{folder_name}/{file_name}", dir_fd=descriptor).st_size)
             except OSError:
                 continue  # removed after its folder was read: the next run lists its folder anew
-            paths.append(path)
-        if files:
-            found.append(ListedFolder(folder_name, folder, tuple(files), entry[3], tuple(paths)))
-    if is_changed and cache_file is not None:
-        _store(cache_file, root, {key: cached[key] for key in ("", *folder_names) if key in cached})
-    return found
+            kept.append(file_name)
+        if kept:
+            folders.append(folder_name)
+            all_names.append(tuple(kept))
+            all_sizes.append(tuple(sizes))
+            markers.append(entry[3])
+    return is_changed
 
 
-# A folder as cached: its signature, when it was listed (ns), its matching names, its marker.
+# A folder as cached: its signature, whether it was listed long enough after its last change to be
+# trusted while its signature holds (`_is_settled`: fixed once listed), its matching names, its marker.
 _Folder = tuple[Signature, int, tuple[str, ...], bool]
 
 
@@ -159,7 +213,7 @@ def _scan(folder: str, signature: Signature, now: int, is_match, marker: str | N
     except OSError:
         return None
     matching = tuple(sorted(n for n in names if not n.startswith(".") and is_match(n)))
-    return (signature, now, matching, marker is not None and marker in names)
+    return (signature, _is_settled(signature, now), matching, marker is not None and marker in names)
 
 
 def _cache_name(root: str, name: str, marker: str | None) -> str:
@@ -180,7 +234,8 @@ def _read(cache_file: Path) -> tuple[str, dict[str, _Folder]] | None:
     _, root, folders = data
     if not isinstance(root, str) or not isinstance(folders, dict):
         return None
-    if not all(type(entry) is tuple and len(entry) == 4 for entry in folders.values()):
+    entries = folders.values()
+    if set(map(type, entries)) - {tuple} or set(map(len, entries)) - {4}:
         return None
     return root, folders
 
