@@ -104,3 +104,37 @@ def test_a_new_partition_whose_partitioned_run_alone_failed_is_launched_again(tm
     ]
     assert sql(warehouse, "SELECT n FROM main.v_daily_totals WHERE dt = ?", [day(2, start)]) == [(4,)]
     assert not tick().run_requests
+
+
+def test_runs_that_keep_failing_are_not_launched_again_forever(tmp_path):
+    """A cause that stays (here a broken worker) fails the runs of one arrival MAX_RELAUNCHES times
+    in a row; then the sensor stops launching them and says why, until someone fixes the cause and
+    materializes them (or a new partition arrives)."""
+    from strata_dagster.orchestration.arrivals import MAX_RELAUNCHES
+
+    start = _today_minus(20)
+    project, warehouse = make_file_project(tmp_path, "  complete_when: '_SUCCESS'", start=start)
+    for index in range(2):
+        write_file_partition(project, index, 5, marker="_SUCCESS", start=start)
+    with open_session(warehouse):
+        pass
+    defs = build_definitions(project, warehouse=warehouse)
+    tick = FailingTicks(defs, _instance(tmp_path))
+    tick()
+    write_file_partition(project, 2, 4, marker="_SUCCESS", start=start)
+    tick.failing = "strata_daily_totals_partitions"
+    for _ in range(MAX_RELAUNCHES):
+        tick()
+        assert ("strata_daily_totals_partitions", dg.DagsterRunStatus.FAILURE) in [
+            (run.job_name, run.status) for run in tick.launched
+        ]
+    quiet = tick()
+    assert not quiet.run_requests
+    assert f"failed {MAX_RELAUNCHES} times in a row" in (quiet.skip_message or "")
+    # A new partition is a new arrival: launched (and built, the worker being fixed).
+    tick.failing = False
+    write_file_partition(project, 3, 2, marker="_SUCCESS", start=start)
+    tick()
+    assert ("strata_daily_totals_partitions", dg.DagsterRunStatus.SUCCESS) in [
+        (run.job_name, run.status) for run in tick.launched
+    ]

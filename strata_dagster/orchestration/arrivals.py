@@ -38,6 +38,8 @@ from strata_dagster.orchestration.source_checks import ASSUMPTIONS_CHECK, assump
 
 REPORTED_PREFIX = f"{ASSUMPTIONS_CHECK}:"  # cursor entries of the checks a tick reported
 _NAMED = 10  # partitions named in a run's `strata/why`
+# Runs launched again for one arrival whose runs failed, at most (then a person looks at why).
+MAX_RELAUNCHES = 3
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ def arrival_step(
         if not is_observed:
             _observe(step, instance, asset_graph, source, arrivals, recorded[source.name] is None)
             _launch(step, asset_graph, source, arrivals, job_of, run_tags)
+        elif _has_failed_too_often(instance, _jobs_of(source, job_of)):
+            step.lines.append(
+                f"{source.name}: the runs for {_named(arrivals.new or tuple(arrivals.versions))} failed "
+                f"{MAX_RELAUNCHES} times in a row: not launched again until they are materialized by hand"
+            )
         elif arrivals.new:
             # Observed and launched by an earlier tick, yet still not consumed with no reader
             # running: those runs failed (or were canceled). Launch them again.
@@ -126,6 +133,27 @@ def arrival_step(
             _launch(step, asset_graph, source, arrivals, job_of, run_tags, with_readers=False)
     _launch_readers(step, job_of, run_tags)
     return step
+
+
+def _has_failed_too_often(instance: dg.DagsterInstance, jobs: set[str]) -> bool:
+    """Whether the last MAX_RELAUNCHES runs of a job that builds the source's partitions all
+    failed: a cause that stays (bad data, a broken worker) would otherwise fail a run each tick."""
+    failed = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+    for job in sorted(jobs):
+        runs = instance.get_runs(filters=dg.RunsFilter(job_name=job), limit=MAX_RELAUNCHES)
+        if len(runs) == MAX_RELAUNCHES and all(run.status in failed for run in runs):
+            return True
+    return False
+
+
+def _jobs_of(source: ArrivingSource, job_of: Mapping[dg.AssetKey, str]) -> set[str]:
+    """The jobs that build the source's partitions (those of its readers when none is cut like it)."""
+    keys = list(source.cut_like) or list(source.readers)
+    return {job_of[key] for key in keys if key in job_of}
+
+
+def _why(source: ArrivingSource, arrivals: SourceArrivals) -> str:
+    return f"{source.name} has new partitions: " + _named(arrivals.new or tuple(arrivals.versions))
 
 
 def _has_failed_run(instance: dg.DagsterInstance, keys: Iterable[dg.AssetKey]) -> bool:
@@ -210,7 +238,7 @@ def _launch(
     *,
     with_readers: bool = True,
 ) -> None:
-    why = f"{source.name} has new partitions: " + _named(arrivals.new or tuple(arrivals.versions))
+    why = _why(source, arrivals)
     tags = {**run_tags, c.PURPOSE_TAG: c.PURPOSE_REBUILD, c.WHY_TAG: why}
     for key, (model, grain) in sorted(source.cut_like.items(), key=lambda item: str(item[0])):
         if key not in job_of or model not in arrivals.stale:
