@@ -141,6 +141,13 @@ def test_a_first_load_records_with_batches_what_dagsters_storage_records_event_b
     assert len(strata["daily_revenue versions"]) == 40 and len(strata["companion versions"]) == 40
     assert strata == dagster
     assert logs[1] == logs[0]
+    planned = [
+        item
+        for run in logs[1]
+        for item in run
+        if item[0] == "ASSET_MATERIALIZATION_PLANNED" and item[2] == str(PARTITIONED[0])
+    ]
+    assert len(planned) == 40  # Dagster's batch of one planned event per partition, written as one
     assert stale[1] == stale[0]
     before, after = stale[1]
     assert before == set()

@@ -37,6 +37,9 @@ from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
 from dagster._serdes import ConfigurableClassData
 from dagster._utils import mkdir_p
 
+EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
+DEFAULT_EVENT_BATCH_SIZE = 1000
+
 
 class StrataSqliteEventLogStorage(SqliteEventLogStorage):
     """`SqliteEventLogStorage` that writes a batch of asset events in one transaction per database
@@ -72,13 +75,25 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             super().store_event(event)
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        """Each run of consecutive asset events together (`_write_together`); any other event (a
+        check's planned evaluation in Dagster's batch of planned events, say) on its own, in
+        order."""
+        together: list[EventLogEntry] = []
+        for event in events:
+            if _is_batch_writable(event):
+                together.append(event)
+                continue
+            self._write_together(together)
+            together = []
+            super().store_event(event)
+        self._write_together(together)
+
+    def _write_together(self, events: Sequence[EventLogEntry]) -> None:
         """Asset events in one transaction on each run's database, then one on the index: the rows
         `store_event` writes for each (its row in both, its tags), and each asset's entry as the
         last of its events of each type leaves it (an event's entry replaces the one before, of the
-        same asset and type). Any other event is written on its own."""
-        if not all(_is_batch_writable(event) for event in events):
-            for event in events:
-                super().store_event(event)
+        same asset and type)."""
+        if not events:
             return
         rows = [self._event_to_row(event) for event in events]  # each event serialized once
         by_run: dict[str, list[dict[str, Any]]] = {}
@@ -150,6 +165,13 @@ class StrataInstance(dg.DagsterInstance):
       module: strata_dagster.orchestration.event_storage
       class: StrataInstance
     """
+
+    def _get_event_batch_size(self) -> int:
+        """Dagster batches some events it logs together (a run's planned materializations: one per
+        partition; a ranged output's events) only when `DAGSTER_EVENT_BATCH_SIZE` is set: on by
+        default here, so the storage writes them in one transaction. The variable still decides
+        when set (0: off)."""
+        return int(os.getenv(EVENT_BATCH_SIZE_ENV, str(DEFAULT_EVENT_BATCH_SIZE)))
 
     @classmethod
     def config_schema(cls) -> Mapping[str, Any]:
