@@ -26,6 +26,7 @@ from strata_dagster.engine.catalog import Catalog
 from strata_dagster.engine.partition_status import input_partitions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.build import CompanionRefresh
+from strata_dagster.orchestration.event_storage import batched_asset_events
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 
@@ -197,13 +198,17 @@ def record_companion(
         for key in refresh.partition_keys
         if known.get(key, {}).get(c.DATA_VERSION_TAG) != contents[key].fingerprint
     ]
-    for key in changed:
-        context.log_event(
-            dg.AssetObservation(
-                asset_key=refresh.asset_key,
-                partition=key,
-                tags={c.DATA_VERSION_TAG: contents[key].fingerprint},
-                metadata={c.ROWS_KEY: contents[key].row_count, **({c.RUN_ID_KEY: run_id} if run_id else {})},
+    with batched_asset_events(instance):  # one write for all of them (a first load: every partition)
+        for key in changed:
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=refresh.asset_key,
+                    partition=key,
+                    tags={c.DATA_VERSION_TAG: contents[key].fingerprint},
+                    metadata={
+                        c.ROWS_KEY: contents[key].row_count,
+                        **({c.RUN_ID_KEY: run_id} if run_id else {}),
+                    },
+                )
             )
-        )
     return changed

@@ -1,0 +1,201 @@
+"""Dagster's SQLite event storage, writing a batch of asset events in one transaction per database.
+
+Why: Dagster's `SqliteEventLogStorage` writes every event on its own: a new connection and a
+transaction on the run's database, then another on the index database for an asset event (about
+7-10 ms each). A year of daily partitions is 365 materializations of the model and 365 observations
+of its partitions companion, the largest part of a first load through Dagster (docs/dagster.md,
+"The Dagster path's cost"). Inside `batched_asset_events(instance)` (the IO manager's per-partition
+events) this storage keeps the asset events it is given and writes them together when the block
+ends, in the order they came; any other event first writes what was kept, so the run's log keeps
+its order. Dagster's own batches (`DAGSTER_EVENT_BATCH_SIZE`) use the same one-transaction write.
+
+How it is chosen: `dagster.yaml` names `StrataInstance` as the `instance_class`. It changes only
+the default storage (the same SQLite files under the instance's folder as Dagster's default, so an
+instance can switch back and forth); a `storage:` section (Postgres, say) still wins, and with
+another storage `batched_asset_events` changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import dagster as dg
+import yaml
+from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS
+from dagster._core.events.log import EventLogEntry
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlalchemy_compat import db_result
+from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
+from dagster._serdes import ConfigurableClassData
+from dagster._utils import mkdir_p
+
+EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
+DEFAULT_EVENT_BATCH_SIZE = 1000
+
+
+class StrataSqliteEventLogStorage(SqliteEventLogStorage):
+    """`SqliteEventLogStorage` that writes a batch of asset events in one transaction per database
+    (the run's and the index), and keeps the asset events of a `batched()` block for one batch."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(base_dir, inst_data)
+        self._kept = threading.local()
+
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """Keep the asset events this thread stores in the block, and write them as one batch
+        when it ends (also when it raises: what was logged is recorded). Nested blocks join the
+        outer one."""
+        if getattr(self._kept, "events", None) is not None:
+            yield
+            return
+        self._kept.events = []
+        try:
+            yield
+        finally:
+            self._write_kept()
+            self._kept.events = None
+
+    def store_event(self, event: EventLogEntry) -> None:
+        kept: list[EventLogEntry] | None = getattr(self._kept, "events", None)
+        if kept is None:
+            super().store_event(event)
+        elif _is_batch_writable(event):
+            kept.append(event)
+        else:
+            self._write_kept()  # what came before it is written before it
+            super().store_event(event)
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        """Each run of consecutive asset events together (`_write_together`); any other event (a
+        check's planned evaluation in Dagster's batch of planned events, say) on its own, in
+        order."""
+        together: list[EventLogEntry] = []
+        for event in events:
+            if _is_batch_writable(event):
+                together.append(event)
+                continue
+            self._write_together(together)
+            together = []
+            super().store_event(event)
+        self._write_together(together)
+
+    def _write_together(self, events: Sequence[EventLogEntry]) -> None:
+        """Asset events in one transaction on each run's database, then one on the index: the rows
+        `store_event` writes for each (its row in both, its tags), and each asset's entry as the
+        last of its events of each type leaves it (an event's entry replaces the one before, of the
+        same asset and type)."""
+        if not events:
+            return
+        rows = [self._event_to_row(event) for event in events]  # each event serialized once
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for event, row in zip(events, rows, strict=True):
+            by_run.setdefault(event.run_id, []).append(row)
+        for run_id, run_rows in by_run.items():
+            with self.run_connection(run_id) as conn:
+                conn.execute(SqlEventLogStorageTable.insert(), run_rows)
+        with self.index_transaction() as conn:
+            event_ids = []
+            for row in rows:
+                with db_result(conn, SqlEventLogStorageTable.insert().values(**row)) as result:
+                    event_ids.append(result.inserted_primary_key[0])
+            self._store_asset_event_tags(conn, events, event_ids)
+            last: dict[tuple[str, str], int] = {}
+            for index, event in enumerate(events):
+                dagster_event = event.get_dagster_event()
+                last[(str(dagster_event.asset_key), dagster_event.event_type_value)] = index
+            for index in sorted(last.values()):
+                self._store_asset_event(conn, events[index], event_ids[index])
+
+    def _write_kept(self) -> None:
+        kept: list[EventLogEntry] | None = getattr(self._kept, "events", None)
+        if kept:
+            self._kept.events = []
+            self.store_event_batch(kept)
+
+
+# The asset events Dagster may batch whose rows are the same for each event: its own row in the
+# run's database and in the index, its tags, its asset's entry (a check's planned evaluation also
+# writes the checks' table: written on its own).
+_BATCHED_EVENTS = BATCH_WRITABLE_EVENTS & ASSET_EVENTS
+
+
+def _is_batch_writable(event: EventLogEntry) -> bool:
+    dagster_event = event.dagster_event
+    return (
+        dagster_event is not None
+        and dagster_event.event_type in _BATCHED_EVENTS
+        and bool(dagster_event.asset_key)
+    )
+
+
+class StrataSqliteStorage(DagsterSqliteStorage):
+    """Dagster's default SQLite storage (same folders and files) with `StrataSqliteEventLogStorage`
+    for its events."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        self.base_dir = base_dir
+        self._run_storage = SqliteRunStorage.from_local(os.path.join(base_dir, "history", ""))
+        self._event_log_storage = StrataSqliteEventLogStorage(os.path.join(base_dir, "history", "runs", ""))
+        self._schedule_storage = SqliteScheduleStorage.from_local(os.path.join(base_dir, "schedules"))
+        self._inst_data = inst_data
+        super(DagsterSqliteStorage, self).__init__()
+
+    @classmethod
+    def from_config_value(  # type: ignore[override]
+        cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]
+    ) -> StrataSqliteStorage:
+        base_dir = str(config_value["base_dir"])
+        mkdir_p(base_dir)
+        return cls(base_dir, inst_data=inst_data)
+
+
+class StrataInstance(dg.DagsterInstance):
+    """A `DagsterInstance` whose default storage is `StrataSqliteStorage`. Name it in dagster.yaml:
+
+    instance_class:
+      module: strata_dagster.orchestration.event_storage
+      class: StrataInstance
+    """
+
+    def _get_event_batch_size(self) -> int:
+        """Dagster batches some events it logs together (a run's planned materializations: one per
+        partition; a ranged output's events) only when `DAGSTER_EVENT_BATCH_SIZE` is set: on by
+        default here, so the storage writes them in one transaction. The variable still decides
+        when set (0: off)."""
+        return int(os.getenv(EVENT_BATCH_SIZE_ENV, str(DEFAULT_EVENT_BATCH_SIZE)))
+
+    @classmethod
+    def config_schema(cls) -> Mapping[str, Any]:
+        return {}  # no settings of its own
+
+    @staticmethod
+    def config_defaults(base_dir: str) -> Mapping[str, ConfigurableClassData | None]:
+        defaults = dict(InstanceRef.config_defaults(base_dir))
+        defaults["storage"] = ConfigurableClassData(
+            __name__,
+            StrataSqliteStorage.__name__,
+            yaml.dump({"base_dir": base_dir}, default_flow_style=False),
+        )
+        return defaults
+
+
+@contextmanager
+def batched_asset_events(instance: dg.DagsterInstance) -> Iterator[None]:
+    """Within the block, the asset events this thread logs are written together when it ends, if
+    the instance's storage is `StrataSqliteEventLogStorage`; otherwise nothing changes. A read of
+    those events (their latest tags, say) belongs after the block."""
+    storage = instance.event_log_storage
+    if isinstance(storage, StrataSqliteEventLogStorage):
+        with storage.batched():
+            yield
+    else:
+        yield
