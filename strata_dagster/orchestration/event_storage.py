@@ -17,6 +17,7 @@ another storage `batched_asset_events` changes nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +25,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-import yaml
 from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
@@ -183,7 +183,7 @@ class StrataInstance(dg.DagsterInstance):
         defaults["storage"] = ConfigurableClassData(
             __name__,
             StrataSqliteStorage.__name__,
-            yaml.dump({"base_dir": base_dir}, default_flow_style=False),
+            json.dumps({"base_dir": base_dir}),  # JSON is YAML: no YAML writer needed
         )
         return defaults
 
