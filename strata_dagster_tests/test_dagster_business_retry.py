@@ -48,7 +48,8 @@ class FailingTicks(DaemonTicks):
                 os.environ[MEMORY_LIMIT_ENV] = before
 
 
-def test_a_new_partition_whose_runs_failed_is_launched_again_on_the_next_tick(tmp_path):
+def _two_days_consumed_so_far(tmp_path):
+    """A file source with two complete days, its ticks ready (the first tick not yet run)."""
     start = _today_minus(20)
     project, warehouse = make_file_project(tmp_path, "  complete_when: '_SUCCESS'", start=start)
     for index in range(2):
@@ -56,7 +57,11 @@ def test_a_new_partition_whose_runs_failed_is_launched_again_on_the_next_tick(tm
     with open_session(warehouse):
         pass
     defs = build_definitions(project, warehouse=warehouse)
-    tick = FailingTicks(defs, _instance(tmp_path))
+    return start, project, warehouse, FailingTicks(defs, _instance(tmp_path))
+
+
+def test_a_new_partition_whose_runs_failed_is_launched_again_on_the_next_tick(tmp_path):
+    start, project, warehouse, tick = _two_days_consumed_so_far(tmp_path)
     tick()
     assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in tick.launched)
     assert not tick().run_requests
@@ -80,14 +85,7 @@ def test_a_new_partition_whose_runs_failed_is_launched_again_on_the_next_tick(tm
 def test_a_new_partition_whose_partitioned_run_alone_failed_is_launched_again(tmp_path):
     """The unpartitioned reader's run consumed the new day (the ledger moved on); the day's run of
     the partitioned model failed: that partition is still launched again."""
-    start = _today_minus(20)
-    project, warehouse = make_file_project(tmp_path, "  complete_when: '_SUCCESS'", start=start)
-    for index in range(2):
-        write_file_partition(project, index, 5, marker="_SUCCESS", start=start)
-    with open_session(warehouse):
-        pass
-    defs = build_definitions(project, warehouse=warehouse)
-    tick = FailingTicks(defs, _instance(tmp_path))
+    start, project, warehouse, tick = _two_days_consumed_so_far(tmp_path)
     tick()
     write_file_partition(project, 2, 4, marker="_SUCCESS", start=start)
     new_day = day(2, start).isoformat()
@@ -112,14 +110,7 @@ def test_runs_that_keep_failing_are_not_launched_again_forever(tmp_path):
     materializes them (or a new partition arrives)."""
     from strata_dagster.orchestration.arrivals import MAX_RELAUNCHES
 
-    start = _today_minus(20)
-    project, warehouse = make_file_project(tmp_path, "  complete_when: '_SUCCESS'", start=start)
-    for index in range(2):
-        write_file_partition(project, index, 5, marker="_SUCCESS", start=start)
-    with open_session(warehouse):
-        pass
-    defs = build_definitions(project, warehouse=warehouse)
-    tick = FailingTicks(defs, _instance(tmp_path))
+    start, project, warehouse, tick = _two_days_consumed_so_far(tmp_path)
     tick()
     write_file_partition(project, 2, 4, marker="_SUCCESS", start=start)
     tick.failing = "strata_daily_totals_partitions"

@@ -189,15 +189,22 @@ def as_bool(prop: RawProperty) -> bool:
     raise _bad_value(prop, "true or false", "true")
 
 
-def as_date(prop: RawProperty) -> dt.date:
-    value = _needs_value(prop, "2025-01-01")
-    match = _DATE.fullmatch(value.text)
+def _date_of(text: str) -> dt.date | None:
+    match = _DATE.fullmatch(text)
     if match:
         try:
             return dt.date.fromisoformat(match.group(1))
         except ValueError:
             pass
-    raise _bad_value(prop, "a date YYYY-MM-DD", "2025-01-01")
+    return None
+
+
+def as_date(prop: RawProperty) -> dt.date:
+    value = _needs_value(prop, "2025-01-01")
+    day = _date_of(value.text)
+    if day is None:
+        raise _bad_value(prop, "a date YYYY-MM-DD", "2025-01-01")
+    return day
 
 
 _INTEGER = re.compile(r"-?\d+")
@@ -208,13 +215,12 @@ def as_partition_start(prop: RawProperty) -> dt.date | int:
     value = _needs_value(prop, "2025-01-01")
     if _INTEGER.fullmatch(value.text):
         return int(value.text)
-    match = _DATE.fullmatch(value.text)
-    if match:
-        try:
-            return dt.date.fromisoformat(match.group(1))
-        except ValueError:
-            pass
-    raise _bad_value(prop, "a date YYYY-MM-DD, or an integer for an integer partition column", "2025-01-01")
+    day = _date_of(value.text)
+    if day is None:
+        raise _bad_value(
+            prop, "a date YYYY-MM-DD, or an integer for an integer partition column", "2025-01-01"
+        )
+    return day
 
 
 def as_partition(prop: RawProperty) -> PartitionSpec:
