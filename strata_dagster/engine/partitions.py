@@ -227,7 +227,7 @@ class PartitionBuilder(DeltaBuilder):
             self._forget_replaced(keys_table)
             self._drop(joined.tables)
             raise
-        if build.is_unchanged or _replacing_keys_table(build.record) != keys_table:
+        if _replacing_keys_table(build.record) != keys_table:  # also a kept state: the previous one
             self._forget_replaced(keys_table)  # no segment replaces those rows by this keys table
         if build.is_unchanged:
             self._drop(joined.tables)
@@ -303,8 +303,7 @@ class PartitionBuilder(DeltaBuilder):
         clustered by the column (most row groups outside every run). None: match the keys."""
         grain = partition_grain(self.ctx)
         column = partition_column(self.ctx)
-        types = dict(tuple(pair) for pair in self.previous.detail.get("columns") or ())
-        type_name = types.get(column)
+        type_name = self._previous_type()
         if grain not in ("day", "month") or type_name not in RANGE_TYPES:
             return None
         keys = [key for key in affected if key != NULL_PARTITION]
@@ -341,8 +340,12 @@ class PartitionBuilder(DeltaBuilder):
         )
 
     def _forget_replaced(self, keys_table: str) -> None:
-        if self._is_partitioned_like_now():
-            self.ctx.session.forget_held(self._replaced_rows_key(keys_table))
+        self.ctx.session.forget_held(self._replaced_rows_key(keys_table))  # nothing held: no-op
+
+    def _previous_type(self) -> str | None:
+        """The partition column's type in the previous state."""
+        types = dict(tuple(column) for column in self.previous.detail.get("columns") or ())
+        return types.get(partition_column(self.ctx))
 
     def _by_partition(self, relation: exp.Table | exp.Query) -> dict[str, tuple[int, str]]:
         """Row count and row-hash sum of `relation`'s rows per partition of the model's column."""
@@ -441,5 +444,4 @@ class PartitionBuilder(DeltaBuilder):
         grain = partition_grain(self.ctx)
         if grain in ("day", "month"):
             return typed_literal(key, "DATE")
-        types = dict(tuple(column) for column in self.previous.detail.get("columns") or ())
-        return typed_literal(key, types.get(partition_column(self.ctx), "VARCHAR"))
+        return typed_literal(key, self._previous_type() or "VARCHAR")

@@ -40,6 +40,7 @@ REPORTED_PREFIX = f"{ASSUMPTIONS_CHECK}:"  # cursor entries of the checks a tick
 _NAMED = 10  # partitions named in a run's `strata/why`
 # Runs launched again for one arrival whose runs failed, at most (then a person looks at why).
 MAX_RELAUNCHES = 3
+_FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,9 @@ def arrival_step(
 def _has_failed_too_often(instance: dg.DagsterInstance, jobs: set[str]) -> bool:
     """Whether the last MAX_RELAUNCHES runs of a job that builds the source's partitions all
     failed: a cause that stays (bad data, a broken worker) would otherwise fail a run each tick."""
-    failed = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
     for job in sorted(jobs):
         runs = instance.get_runs(filters=dg.RunsFilter(job_name=job), limit=MAX_RELAUNCHES)
-        if len(runs) == MAX_RELAUNCHES and all(run.status in failed for run in runs):
+        if len(runs) == MAX_RELAUNCHES and all(run.status in _FAILED for run in runs):
             return True
     return False
 
@@ -161,7 +161,7 @@ def _has_failed_run(instance: dg.DagsterInstance, keys: Iterable[dg.AssetKey]) -
     for key in keys:
         planned = instance.get_latest_planned_materialization_info(key)
         run = None if planned is None else instance.get_run_by_id(planned.run_id)
-        if run is not None and run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+        if run is not None and run.status in _FAILED:
             return True
     return False
 

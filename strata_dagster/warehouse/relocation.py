@@ -11,6 +11,7 @@ reused and files never change, so it holds the same rows. One transaction rewrit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import sqlglot
@@ -19,6 +20,9 @@ from sqlglot import exp
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.snapshot_files import file_of
 from strata_dagster.warehouse.sql import DIALECT, run, snapshot_table
+
+if TYPE_CHECKING:
+    from strata_dagster.warehouse.session import Session
 
 
 def _elsewhere(con: duckdb.DuckDBPyConnection, folder: Path) -> list[tuple[str, str]]:
@@ -52,18 +56,13 @@ def _moved_view(name: str, sql: str, folder: Path) -> exp.Create | None:
     return exp.Create(this=snapshot_table(name), kind="VIEW", expression=query, replace=True)
 
 
-def relocate(con: duckdb.DuckDBPyConnection, folder: Path) -> int:
+def relocate(session: Session, folder: Path) -> int:
     """Point the snapshot views that read files of another folder at this `folder`'s files of the
     same names; how many were rewritten (0, from one catalog query, when none moved)."""
+    con = session.con
     moved = [view for name, sql in _elsewhere(con, folder) if (view := _moved_view(name, sql, folder))]
-    if not moved:
-        return 0
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for view in moved:
-            run(con, view, consume=True)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+    if moved:
+        with session.transaction():
+            for view in moved:
+                run(con, view, consume=True)
     return len(moved)

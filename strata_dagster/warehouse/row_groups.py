@@ -11,6 +11,7 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.snapshot_files import file_of
 from strata_dagster.warehouse.sql import data_type, run
 
@@ -45,7 +46,7 @@ def share_read(
         return exp.TryCast(this=exp.column(name), to=kind.copy())
 
     def bound(day: date) -> exp.Expression:
-        return exp.Cast(this=exp.Literal.string(day.isoformat()), to=kind.copy())
+        return typed_literal(day.isoformat(), type_name)
 
     overlaps = [
         exp.and_(

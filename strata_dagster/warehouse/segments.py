@@ -113,10 +113,9 @@ def partition_ranges(
     is_exact = len(runs) <= max_runs
     if not is_exact:
         runs = [(runs[0][0], runs[-1][1])]
-    kind = data_type(type_name)
 
     def bound(day: date) -> exp.Expression:
-        return exp.Cast(this=exp.Literal.string(day.isoformat()), to=kind.copy())
+        return _typed(day.isoformat(), type_name)
 
     ranges: list[exp.Expression] = [
         exp.and_(

@@ -483,7 +483,7 @@ def open_session(
                 migrate(con)
             session = Session(con)
             if not read_only and session.files.folder is not None:
-                relocate(con, session.files.folder)
+                relocate(session, session.files.folder)
             yield session
         except BaseException as error:
             if session is not None:
