@@ -102,6 +102,9 @@ class IncrementalContext:
     base_basis: RowBasis = WHOLE_ROW
     # Window figures already read in this run (models reading one source with one watermark).
     window_stats_read: dict[tuple[str, ...], WindowStats] = field(default_factory=dict)
+    # The day or month slices of this model's rows that the models following it read
+    # (engine.state_figures), by name, as expressions over a row.
+    follower_slices: Mapping[str, exp.Expression] = field(default_factory=dict)
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:

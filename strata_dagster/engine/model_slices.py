@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
-from strata_dagster.engine import joined_inputs, partitions
+from strata_dagster.engine import joined_inputs, partitions, state_figures
 from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, IncrementalContext
 from strata_dagster.engine.partitions import (
     NULL_PARTITION,
@@ -46,6 +46,7 @@ from strata_dagster.engine.partitions import (
     raw_partition,
 )
 from strata_dagster.engine.row_wise import RowWise, describe
+from strata_dagster.engine.state_figures import SliceFigures
 from strata_dagster.engine.states import grain_of, merge_keys_of, segments_of
 from strata_dagster.language.definition import (
     AggregateStep,
@@ -100,6 +101,8 @@ class UpstreamChange:
     merge_keys: tuple[str, ...]  # what its segments' keys tables hold (empty: segments only add rows)
     grain: str | None
     ids: tuple[str, ...]  # its segment ids now: what the new build records
+    # The figures its state the last build read, and its state now, recorded (engine.state_figures).
+    figures: tuple[SliceFigures | None, SliceFigures | None] = (None, None)
 
     @property
     def is_append_only(self) -> bool:
@@ -251,6 +254,9 @@ def upstream_change(
     else:
         return f"`{name}` was compacted more than {MAX_EXPANSIONS} times since the last build"
     segments = [segment for _, segment in entries]
+    before = reader.snapshot(read[-1]) if read else None
+    if before is not None and list(before.segment_ids) != list(read):
+        before = None
     if is_expanded and not all(
         exists(table) for segment in segments for table in (segment.table, segment.keys_table) if table
     ):
@@ -262,6 +268,7 @@ def upstream_change(
         tuple(merge_keys_of(now)),
         grain_of(now),
         tuple(ids),
+        (state_figures.recorded(before), state_figures.recorded(now)),
     )
 
 
@@ -328,7 +335,18 @@ def slice_figures(ctx: IncrementalContext, changes: list[UpstreamChange]) -> tup
     each input row is a row of the model's `from`."""
     added: Figures = {}
     replaced: Figures = {}
+    key = state_figures.key_text(raw_partition(ctx, qualifier=ROW_ALIAS))
     for change in changes:
+        before, now = change.figures
+        if before is not None and now is not None and before.covers([key]) and now.covers([key]):
+            # Both states of the input recorded their rows per slice: a slice whose rows changed
+            # has other totals (the rows of the slices no segment touched are the same rows).
+            totals_before, totals_now = before.totals(key), now.totals(key)
+            for name in set(totals_before) | set(totals_now):
+                if totals_before.get(name) != totals_now.get(name):
+                    _add(added, name, totals_now.get(name, (0, 0)))
+                    _add(replaced, name, totals_before.get(name, (0, 0)))
+            continue
         found = []
         if change.added:
             found.append((added, composite_query(change.added, change.merge_keys, change.grain)))
@@ -336,10 +354,14 @@ def slice_figures(ctx: IncrementalContext, changes: list[UpstreamChange]) -> tup
         if gone is not None:
             found.append((replaced, gone))
         for into, rows in found:
-            for key, (count, hash_sum) in _figures(ctx, rows).items():
-                before = into.get(key, (0, 0))
-                into[key] = (before[0] + count, before[1] + hash_sum)
+            for name, figures in _figures(ctx, rows).items():
+                _add(into, name, figures)
     return added, replaced
+
+
+def _add(into: Figures, name: str, figures: tuple[int, int]) -> None:
+    before = into.get(name, (0, 0))
+    into[name] = (before[0] + figures[0], before[1] + figures[1])
 
 
 def changed_slices(ctx: IncrementalContext, changes: list[UpstreamChange]) -> set[str]:
@@ -352,6 +374,26 @@ def _differing(added: Figures, replaced: Figures) -> set[str]:
     equal (a `lateness` re-read of unchanged rows, an update back to the same values) holds the
     rows it held, by the row-hash figures every partition comparison trusts."""
     return {key for key in set(added) | set(replaced) if added.get(key) != replaced.get(key)}
+
+
+def follower_slices(
+    models: Mapping[str, Model],
+    compiled: Mapping[str, CompiledModel],
+    followed: Mapping[str, ModelSlices],
+) -> dict[str, dict[str, exp.Expression]]:
+    """Per input model, the day or month slices of its rows that the models following its segments
+    compare (named as in engine.state_figures): what its states record figures by.
+    `models`: each model as built (a row-wise one partitioned by its slicing)."""
+    found: dict[str, dict[str, exp.Expression]] = {}
+    for name, slices in followed.items():
+        model, statement = models[name], compiled[name]
+        if slices.spec is None or slices.spec.grain not in ("day", "month"):
+            continue
+        if statement.base_relation not in slices.inputs or partitions.locality_problem_of(model, statement):
+            continue
+        expression = partitions.raw_partition_of(model, statement, qualifier=ROW_ALIAS)
+        found.setdefault(statement.base_relation, {})[state_figures.key_text(expression)] = expression
+    return found
 
 
 def recorded_segments(changes: list[UpstreamChange]) -> dict[str, list[str]]:

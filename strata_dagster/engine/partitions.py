@@ -11,13 +11,14 @@ partitions (window functions, set operations) or on another input that changed r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine import joined_inputs
+from strata_dagster.engine import joined_inputs, state_figures
 from strata_dagster.engine.incremental import (
     DeltaBuild,
     DeltaBuilder,
@@ -46,7 +47,7 @@ from strata_dagster.warehouse.session import WarehouseError
 from strata_dagster.warehouse.sql import snapshot_table
 
 STRATEGY = "partitions"
-NULL_PARTITION = "\x00null"
+NULL_PARTITION = state_figures.NULL_KEY
 # Past MAX_EXACT_RANGES runs, ranges are used where the files' statistics say a read of them skips
 # at least half of the rows.
 MAX_SHARE_READ = 0.5
@@ -126,6 +127,38 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
         detail["partition_fingerprints"] = partition_fingerprints(ctx)
         detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
     return detail
+
+
+def measure_figures(
+    ctx: IncrementalContext, relation: exp.Table, followers: Mapping[str, exp.Expression] | None = None
+) -> state_figures.SliceFigures | None:
+    """The figures a state of a day- or month-partitioned model records of `relation`'s rows, by
+    its partitions and the slices of `followers` (default: its followers in this run)."""
+    own = partition_key(exp.column(partition_column(ctx), table=ROW_ALIAS), partition_grain(ctx))
+    return state_figures.measure(
+        ctx.session, relation, own, ctx.follower_slices if followers is None else followers
+    )
+
+
+def _as_text(figures: dict[str, tuple[int, int]]) -> dict[str, tuple[int, str]]:
+    return {key: (count, str(hash_sum)) for key, (count, hash_sum) in figures.items()}
+
+
+def _with_figures(
+    build: DeltaBuild,
+    previous: state_figures.SliceFigures | None,
+    affected: list[str],
+    segment: state_figures.SliceFigures | None,
+) -> DeltaBuild:
+    """The build, its state recording its figures: the previous state's, the affected partitions
+    as the new segment holds them (equal ones are equal there too). None known: none recorded."""
+    if previous is None or segment is None or build.is_unchanged:
+        return build
+    figures = previous.with_partitions(affected, segment)
+    if not figures.adds_up_to(build.record):
+        return build
+    detail = {**build.record.detail, state_figures.FIGURES: figures.as_detail()}
+    return DeltaBuild(replace(build.record, detail=detail), False, build.detail)
 
 
 def _replacing_keys_table(record: SnapshotRecord) -> str | None:
@@ -216,7 +249,19 @@ class PartitionBuilder(DeltaBuilder):
                 predicate = exp.and_(ranges.predicate, predicate, copy=False)
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
-        replaced = self._by_partition(self._replaced_rows(keys_table, affected))
+        previous_figures = self._previous_figures()
+        is_recorded = previous_figures is not None and previous_figures.covers(self.ctx.follower_slices)
+        if previous_figures is not None and is_recorded:
+            # Recorded by the previous state, for its followers too: nothing of it is read.
+            wanted = set(affected)
+            replaced = {
+                key: (count, str(hash_sum))
+                for key, (count, hash_sum) in previous_figures.own.items()
+                if key in wanted
+            }
+        else:
+            replaced = self._by_partition(self._replaced_rows(keys_table, affected))
+        detail["replaced_rows_read"] = not is_recorded
         removed = (
             sum(count for count, _ in replaced.values()),
             str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
@@ -233,7 +278,10 @@ class PartitionBuilder(DeltaBuilder):
             self._drop(joined.tables)
             return build
         if build.record.content_hash != self.previous.content_hash:
-            return self._keep_equal_partitions(build, affected, replaced)
+            new_figures = self._segment_figures(build.record)
+            new = None if new_figures is None else _as_text(new_figures.own)
+            kept = self._keep_equal_partitions(build, affected, replaced, new)
+            return _with_figures(kept, previous_figures, affected, new_figures)
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._forget_replaced(keys_table)
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
@@ -355,18 +403,43 @@ class PartitionBuilder(DeltaBuilder):
         groups = self.ctx.session.content_by_group(relation, key)
         return {NULL_PARTITION if name is None else name: figures for name, figures in groups.items()}
 
+    def _previous_figures(self) -> state_figures.SliceFigures | None:
+        return state_figures.recorded(self.previous) if self._records_figures() else None
+
+    def _records_figures(self) -> bool:
+        """Whether states of this model record their figures (engine.state_figures): partitions
+        by day or month, few enough to record."""
+        return partition_grain(self.ctx) in ("day", "month")
+
+    def _segment_figures(self, record: SnapshotRecord) -> state_figures.SliceFigures | None:
+        """The figures of the rows the new segment holds (one scan), when this model records them."""
+        if not self._records_figures():
+            return None
+        detail = record.detail
+        segment = detail.get("compacted_delta") if detail.get("compacted") else record.table_name
+        # The slices the previous state recorded stay recorded, whether or not their followers are
+        # in this run.
+        followers = {**state_figures.recorded_slices(self.previous), **self.ctx.follower_slices}
+        return measure_figures(self.ctx, snapshot_table(str(segment)), followers)
+
     def _keep_equal_partitions(
-        self, build: DeltaBuild, affected: list[str], old: dict[str, tuple[int, str]]
+        self,
+        build: DeltaBuild,
+        affected: list[str],
+        old: dict[str, tuple[int, str]],
+        new: dict[str, tuple[int, str]] | None = None,
     ) -> DeltaBuild:
         """Recomputed partitions whose rows equal their live rows (`old`) keep their live segment:
-        the new segment holds, and its keys table replaces, only the partitions whose rows changed."""
+        the new segment holds, and its keys table replaces, only the partitions whose rows changed.
+        `new`: the new segment's figures per partition, when they were measured already."""
         record = build.record
         keys_table = record.detail.get("keys_table")
         if keys_table is None or record.detail.get("compacted"):
             return build
         session = self.ctx.session
         column, grain = partition_column(self.ctx), partition_grain(self.ctx)
-        new = self._by_partition(snapshot_table(record.table_name))
+        if new is None:
+            new = self._by_partition(snapshot_table(record.table_name))
         equal = [key for key in affected if key in new and new[key] == old.get(key)]
         changed = [key for key in affected if key not in equal]
         if not equal or not changed:

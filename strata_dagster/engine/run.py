@@ -45,6 +45,7 @@ from strata_dagster.engine.model_slices import (
     SlicedBuilder,
     UpstreamChange,
     appended_detail,
+    follower_slices,
     partitioned_over_model,
     sliced_detail,
     slicing,
@@ -58,6 +59,7 @@ from strata_dagster.engine.partition_range import (
 )
 from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
+from strata_dagster.engine.state_figures import FIGURES
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
     SourceState,
@@ -220,6 +222,8 @@ class _Run:
             for name, maintained in self.row_wise.items()
             if isinstance(maintained, (RowWise, ModelSlices)) and maintained.spec is not None
         }
+        models_as_built = {name: self._model(name) for name in self.followed}
+        self.follower_slices = follower_slices(models_as_built, context.compiled.models, self.followed)
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -641,6 +645,7 @@ class _Run:
             self.source_totals,
             self._base_basis(name),
             self.window_stats_read,
+            self.follower_slices.get(name, {}),
         )
 
     def _narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:
@@ -849,6 +854,7 @@ class _Run:
                 if followed is not None:
                     detail[UPSTREAM_SEGMENTS] = self._upstream_segments(name)
                 detail["columns"] = [list(column) for column in content.columns]
+                detail.update(self._slice_figures(incremental, table_name))
             detail = self._with_row_wise(name, detail)
         elif incremental is not None:
             with self._as_build_error(name):
@@ -867,6 +873,14 @@ class _Run:
             name, key, snapshot_id, table_name, fingerprint, content, detail, watermark
         )
         return record, FULL
+
+    def _slice_figures(self, context: IncrementalContext, table_name: str) -> dict[str, object]:
+        """What a full build of a day- or month-partitioned model records of its rows for its next
+        builds and its followers (engine.state_figures)."""
+        if partitions.partition_grain(context) not in ("day", "month"):
+            return {}
+        figures = partitions.measure_figures(context, snapshot_table(table_name))
+        return {} if figures is None else {FIGURES: figures.as_detail()}
 
     def _register_full(
         self,

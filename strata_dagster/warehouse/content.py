@@ -108,14 +108,34 @@ def content_by_group(
 ) -> dict[str | None, tuple[int, str]]:
     """Row count and row-hash sum per value of `key` (e.g. a partition expression), keyed by the
     value as text (None for NULL)."""
-    # Group by the value itself; cast to text only once per group.
+    groups = content_by_groups(con, relation, [key], basis)
+    return {values[0]: figures for values, figures in groups.items()}
+
+
+def content_by_groups(
+    con: duckdb.DuckDBPyConnection,
+    relation: exp.Table | exp.Query,
+    keys: list[exp.Expression],
+    basis: RowBasis = WHOLE_ROW,
+    limit: int | None = None,
+) -> dict[tuple[str | None, ...], tuple[int, str]]:
+    """`content_by_group` over several keys at once: the figures per combination of their values
+    (at most `limit` combinations, any of them, when given)."""
+    names = [f"__key{index}" for index in range(len(keys))]
+    # Group by the values themselves; cast to text only once per group.
     grouped = (
-        exp.select(key.copy().as_("__key"), *row_hash_aggregates(basis))
+        exp.select(
+            *(key.copy().as_(name) for key, name in zip(keys, names, strict=True)),
+            *row_hash_aggregates(basis),
+        )
         .from_(as_rows(relation))
-        .group_by(exp.Literal.number(1))
+        .group_by(*(exp.Literal.number(index + 1) for index in range(len(keys))))
     )
     query = exp.select(
-        exp.cast(exp.column("__key"), data_type("VARCHAR")),
-        exp.Star(**{"except_": [exp.column("__key")]}),
+        *(exp.cast(exp.column(name), data_type("VARCHAR")) for name in names),
+        exp.Star(**{"except_": [exp.column(name) for name in names]}),
     ).from_(grouped.subquery("__groups"))
-    return {row[0]: (int(row[1]), str(row[2])) for row in run(con, query).fetchall()}
+    if limit is not None:
+        query = query.limit(limit)
+    width = len(keys)
+    return {tuple(row[:width]): (int(row[width]), str(row[width + 1])) for row in run(con, query).fetchall()}

@@ -25,7 +25,14 @@ from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group, content_of
+from strata_dagster.warehouse.content import (
+    WHOLE_ROW,
+    Content,
+    RowBasis,
+    content_by_group,
+    content_by_groups,
+    content_of,
+)
 from strata_dagster.warehouse.engines import current_engine, engine_opener
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
@@ -254,6 +261,12 @@ class Session:
     ) -> dict[str | None, tuple[int, str]]:
         with warehouse_errors():
             return content_by_group(self.con, relation, key, basis)
+
+    def content_by_groups(
+        self, relation: exp.Table | exp.Query, keys: list[exp.Expression], limit: int | None = None
+    ) -> dict[tuple[str | None, ...], tuple[int, str]]:
+        with warehouse_errors():
+            return content_by_groups(self.con, relation, keys, limit=limit)
 
     def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
         with warehouse_errors():
