@@ -59,7 +59,7 @@ from strata_dagster.engine.partition_range import (
 )
 from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
-from strata_dagster.engine.state_figures import FIGURES
+from strata_dagster.engine.state_figures import FIGURES, SliceFigures
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
     SourceState,
@@ -824,7 +824,12 @@ class _Run:
         checkpoint("snapshot_created")
         self._check_pins(name, table_name)
         checkpoint("pins_checked")
-        content = self.session.content(snapshot_table(table_name))
+        figures = self._full_figures(name, incremental, table_name)
+        content = (
+            self.session.content(snapshot_table(table_name))
+            if figures is None
+            else figures.content(self.session.describe(snapshot_table(table_name)))
+        )
         # An incremental model's state carries its watermark and code: a full build always registers,
         # unless the model is volatile: then every build is full and no delta reads that state.
         # A partitioned state's figures describe inputs that give its rows: equal rows, same code,
@@ -854,7 +859,8 @@ class _Run:
                 if followed is not None:
                     detail[UPSTREAM_SEGMENTS] = self._upstream_segments(name)
                 detail["columns"] = [list(column) for column in content.columns]
-                detail.update(self._slice_figures(incremental, table_name))
+                if figures is not None:
+                    detail[FIGURES] = figures.as_detail()
             detail = self._with_row_wise(name, detail)
         elif incremental is not None:
             with self._as_build_error(name):
@@ -874,13 +880,17 @@ class _Run:
         )
         return record, FULL
 
-    def _slice_figures(self, context: IncrementalContext, table_name: str) -> dict[str, object]:
+    def _full_figures(
+        self, name: str, context: IncrementalContext | None, table_name: str
+    ) -> SliceFigures | None:
         """What a full build of a day- or month-partitioned model records of its rows for its next
-        builds and its followers (engine.state_figures)."""
+        builds and its followers (engine.state_figures): the scan that counts and hashes them."""
+        if context is None or not self._is_partitioned(name) or volatile_calls(self.project.models[name]):
+            return None
         if partitions.partition_grain(context) not in ("day", "month"):
-            return {}
-        figures = partitions.measure_figures(context, snapshot_table(table_name))
-        return {} if figures is None else {FIGURES: figures.as_detail()}
+            return None
+        with self._as_build_error(name):
+            return partitions.measure_figures(context, snapshot_table(table_name))
 
     def _register_full(
         self,

@@ -25,6 +25,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.warehouse.content import Content
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.session import Session
 
@@ -72,6 +73,12 @@ class SliceFigures:
             kept.update({name: value for name, value in new.by[key].items() if name in replaced})
             by[key] = kept
         return SliceFigures(own, by)
+
+    def content(self, columns: tuple[tuple[str, str], ...]) -> Content:
+        """The content figures of the rows these describe, whose columns are `columns`."""
+        count = sum(figures[0] for figures in self.own.values())
+        hash_sum = sum(figures[1] for figures in self.own.values())
+        return Content(columns, count, str(hash_sum))
 
     def as_detail(self) -> dict[str, Any]:
         return {
