@@ -28,14 +28,21 @@ import dagster as dg
 from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    SqliteEventLogStorage,
+)
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlalchemy_compat import db_result
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
-from dagster._serdes import ConfigurableClassData
+from dagster._serdes import ConfigurableClassData, serialize_value
 from dagster._utils import mkdir_p
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
 
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
 DEFAULT_EVENT_BATCH_SIZE = 1000
@@ -46,8 +53,59 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
     (the run's and the index), and keeps the asset events of a `batched()` block for one batch."""
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        self._engines: dict[str, Engine] = {}  # before Dagster's __init__, which connects
         super().__init__(base_dir, inst_data)
         self._kept = threading.local()
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        """Dagster's `_connect` with the shard's engine kept instead of a new one per write (an
+        engine costs about a third of a small write, and its compiled statements are lost with it).
+        The engine pools nothing (`NullPool`): every write still opens and closes its own SQLite
+        connection, so the database file is checkpointed as before and the webserver's watch of a
+        run's file (its live log) sees each write."""
+        with self._db_lock:
+            engine = self._engines.get(shard)
+            if engine is None:
+                engine = create_engine(
+                    self.conn_string_for_shard(shard),
+                    poolclass=NullPool,
+                    connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+                )
+                self._engines[shard] = engine
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
+        """Dagster's rows (one per partition of the check's run) with the event serialized once, not
+        once per row: a check of a year of days serialized its event 365 times."""
+        planned = event.get_dagster_event().event_specific_data
+        partition_keys = (
+            planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
+        )
+        serialized = serialize_value(event)
+        timestamp = self._event_insert_timestamp(event)
+        with self.index_connection() as conn:
+            conn.execute(
+                AssetCheckExecutionsTable.insert().values(
+                    [
+                        dict(
+                            asset_key=planned.asset_key.to_string(),
+                            check_name=planned.check_name,
+                            partition=partition_key,
+                            run_id=event.run_id,
+                            execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
+                            evaluation_event=serialized,
+                            evaluation_event_timestamp=timestamp,
+                            evaluation_event_storage_id=event_id,
+                        )
+                        for partition_key in partition_keys
+                    ]
+                )
+            )
 
     @contextmanager
     def batched(self) -> Iterator[None]:
@@ -137,13 +195,27 @@ def _is_batch_writable(event: EventLogEntry) -> bool:
     )
 
 
+class StrataSqliteRunStorage(SqliteRunStorage):
+    """Dagster's `SqliteRunStorage` with its engine kept (each `connect` still opens and closes its
+    own SQLite connection: nothing pooled), as `StrataSqliteEventLogStorage._connect`."""
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        engine: Engine | None = getattr(self, "_strata_engine", None)
+        if engine is None:
+            engine = create_engine(self._conn_string, poolclass=NullPool)
+            self._strata_engine = engine
+        with engine.connect() as conn, conn.begin():
+            yield conn
+
+
 class StrataSqliteStorage(DagsterSqliteStorage):
     """Dagster's default SQLite storage (same folders and files) with `StrataSqliteEventLogStorage`
     for its events."""
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
         self.base_dir = base_dir
-        self._run_storage = SqliteRunStorage.from_local(os.path.join(base_dir, "history", ""))
+        self._run_storage = StrataSqliteRunStorage.from_local(os.path.join(base_dir, "history", ""))
         self._event_log_storage = StrataSqliteEventLogStorage(os.path.join(base_dir, "history", "runs", ""))
         self._schedule_storage = SqliteScheduleStorage.from_local(os.path.join(base_dir, "schedules"))
         self._inst_data = inst_data
