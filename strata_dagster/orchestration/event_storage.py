@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS
+from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS, DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
@@ -46,6 +46,7 @@ from sqlalchemy.pool import NullPool
 
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
 DEFAULT_EVENT_BATCH_SIZE = 1000
+KEPT_ENGINES = 32  # shards whose SQLAlchemy engine is kept (the index, the runs being written)
 
 
 class StrataSqliteEventLogStorage(SqliteEventLogStorage):
@@ -73,6 +74,8 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
                     connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
                 )
                 self._engines[shard] = engine
+                if len(self._engines) > KEPT_ENGINES:  # a webserver reads many runs' files: the oldest go
+                    self._engines.pop(next(iter(self._engines))).dispose()
             if shard not in self._initialized_dbs:
                 self._initdb(engine)
                 self._initialized_dbs.add(shard)
@@ -80,32 +83,36 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
                 yield conn
 
     def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
-        """Dagster's rows (one per partition of the check's run) with the event serialized once, not
-        once per row: a check of a year of days serialized its event 365 times."""
+        with self.index_connection() as conn:
+            self._write_check_planned(conn, event, event_id)
+
+    def _write_check_planned(self, conn: Connection, event: EventLogEntry, event_id: int | None) -> None:
+        """Dagster's rows for a check's planned evaluation (one per partition of the check's run),
+        with the event serialized once, not once per row: a check of a year of days serialized its
+        event 365 times."""
         planned = event.get_dagster_event().event_specific_data
         partition_keys = (
             planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
         )
         serialized = serialize_value(event)
         timestamp = self._event_insert_timestamp(event)
-        with self.index_connection() as conn:
-            conn.execute(
-                AssetCheckExecutionsTable.insert().values(
-                    [
-                        dict(
-                            asset_key=planned.asset_key.to_string(),
-                            check_name=planned.check_name,
-                            partition=partition_key,
-                            run_id=event.run_id,
-                            execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
-                            evaluation_event=serialized,
-                            evaluation_event_timestamp=timestamp,
-                            evaluation_event_storage_id=event_id,
-                        )
-                        for partition_key in partition_keys
-                    ]
-                )
+        conn.execute(
+            AssetCheckExecutionsTable.insert().values(
+                [
+                    dict(
+                        asset_key=planned.asset_key.to_string(),
+                        check_name=planned.check_name,
+                        partition=partition_key,
+                        run_id=event.run_id,
+                        execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
+                        evaluation_event=serialized,
+                        evaluation_event_timestamp=timestamp,
+                        evaluation_event_storage_id=event_id,
+                    )
+                    for partition_key in partition_keys
+                ]
             )
+        )
 
     @contextmanager
     def batched(self) -> Iterator[None]:
@@ -133,9 +140,8 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             super().store_event(event)
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
-        """Each run of consecutive asset events together (`_write_together`); any other event (a
-        check's planned evaluation in Dagster's batch of planned events, say) on its own, in
-        order."""
+        """Each run of consecutive asset events and checks' planned evaluations together
+        (`_write_together`); any other event on its own, in order."""
         together: list[EventLogEntry] = []
         for event in events:
             if _is_batch_writable(event):
@@ -147,10 +153,11 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
         self._write_together(together)
 
     def _write_together(self, events: Sequence[EventLogEntry]) -> None:
-        """Asset events in one transaction on each run's database, then one on the index: the rows
-        `store_event` writes for each (its row in both, its tags), and each asset's entry as the
-        last of its events of each type leaves it (an event's entry replaces the one before, of the
-        same asset and type)."""
+        """Asset events and checks' planned evaluations in one transaction on each run's database,
+        then one on the index: the rows `store_event` writes for each (its row in both; an asset
+        event's tags; a planned check's execution rows), and each asset's entry as the last of its
+        events of each type leaves it (an event's entry replaces the one before, of the same asset
+        and type)."""
         if not events:
             return
         rows = [self._event_to_row(event) for event in events]  # each event serialized once
@@ -161,17 +168,22 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             with self.run_connection(run_id) as conn:
                 conn.execute(SqlEventLogStorageTable.insert(), run_rows)
         with self.index_transaction() as conn:
-            event_ids = []
-            for row in rows:
+            asset_events: list[EventLogEntry] = []
+            asset_event_ids: list[int] = []
+            last: dict[tuple[str, str], int] = {}  # (asset, event type) -> its last event's position
+            for event, row in zip(events, rows, strict=True):
                 with db_result(conn, SqlEventLogStorageTable.insert().values(**row)) as result:
-                    event_ids.append(result.inserted_primary_key[0])
-            self._store_asset_event_tags(conn, events, event_ids)
-            last: dict[tuple[str, str], int] = {}
-            for index, event in enumerate(events):
+                    event_id = result.inserted_primary_key[0]
                 dagster_event = event.get_dagster_event()
-                last[(str(dagster_event.asset_key), dagster_event.event_type_value)] = index
+                if dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED:
+                    self._write_check_planned(conn, event, event_id)
+                    continue
+                asset_events.append(event)
+                asset_event_ids.append(event_id)
+                last[(str(dagster_event.asset_key), dagster_event.event_type_value)] = len(asset_events) - 1
+            self._store_asset_event_tags(conn, asset_events, asset_event_ids)
             for index in sorted(last.values()):
-                self._store_asset_event(conn, events[index], event_ids[index])
+                self._store_asset_event(conn, asset_events[index], asset_event_ids[index])
 
     def _write_kept(self) -> None:
         kept: list[EventLogEntry] | None = getattr(self._kept, "events", None)
@@ -180,18 +192,18 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             self.store_event_batch(kept)
 
 
-# The asset events Dagster may batch whose rows are the same for each event: its own row in the
-# run's database and in the index, its tags, its asset's entry (a check's planned evaluation also
-# writes the checks' table: written on its own).
-_BATCHED_EVENTS = BATCH_WRITABLE_EVENTS & ASSET_EVENTS
+# The events Dagster may batch whose rows are the same for each event: its own row in the run's
+# database and in the index; an asset event's tags and its asset's entry; a check's planned
+# evaluation's rows in the checks' table.
+_BATCHED_EVENTS = BATCH_WRITABLE_EVENTS & (ASSET_EVENTS | {DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED})
 
 
 def _is_batch_writable(event: EventLogEntry) -> bool:
     dagster_event = event.dagster_event
-    return (
-        dagster_event is not None
-        and dagster_event.event_type in _BATCHED_EVENTS
-        and bool(dagster_event.asset_key)
+    if dagster_event is None or dagster_event.event_type not in _BATCHED_EVENTS:
+        return False
+    return dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED or bool(
+        dagster_event.asset_key
     )
 
 
