@@ -109,7 +109,15 @@ def _recorded(instance: dg.DagsterInstance, defs: dg.Definitions) -> dict:
     )
     records = instance.fetch_observations(COMPANION, limit=10_000).records
     found["companion events"] = [_comparable(record) for record in records]
-    for key in defs.resolve_asset_graph().get_all_asset_keys():
+    graph = defs.resolve_asset_graph()
+    for check in graph.asset_check_keys:
+        # Each check's executions (one per partition of a partitioned run), as the UI lists them.
+        history = storage.get_asset_check_execution_history(check, limit=10_000)
+        found[check.to_user_string()] = sorted(
+            (item.status.value, item.partition, type(item.event.dagster_event.event_specific_data).__name__)
+            for item in history
+        )
+    for key in graph.get_all_asset_keys():
         latest = instance.get_latest_materialization_event(key)
         record = instance.get_latest_data_version_record(key)
         found[key.to_user_string()] = (
@@ -140,6 +148,8 @@ def test_a_first_load_records_with_batches_what_dagsters_storage_records_event_b
     dagster, strata = recorded
     assert len(strata["daily_revenue versions"]) == 40 and len(strata["companion versions"]) == 40
     assert strata == dagster
+    # A check of the daily model was planned for its 40 partitions: one execution row each.
+    assert len([row for row in strata["daily_revenue:strata_unique"] if row[1] is not None]) == 40
     assert logs[1] == logs[0]
     planned = [
         item

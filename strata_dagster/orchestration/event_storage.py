@@ -25,20 +25,28 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS
+from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS, DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    SqliteEventLogStorage,
+)
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlalchemy_compat import db_result
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
-from dagster._serdes import ConfigurableClassData
+from dagster._serdes import ConfigurableClassData, serialize_value
 from dagster._utils import mkdir_p
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
 
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
 DEFAULT_EVENT_BATCH_SIZE = 1000
+KEPT_ENGINES = 32  # shards whose SQLAlchemy engine is kept (the index, the runs being written)
 
 
 class StrataSqliteEventLogStorage(SqliteEventLogStorage):
@@ -46,8 +54,65 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
     (the run's and the index), and keeps the asset events of a `batched()` block for one batch."""
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        self._engines: dict[str, Engine] = {}  # before Dagster's __init__, which connects
         super().__init__(base_dir, inst_data)
         self._kept = threading.local()
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        """Dagster's `_connect` with the shard's engine kept instead of a new one per write (an
+        engine costs about a third of a small write, and its compiled statements are lost with it).
+        The engine pools nothing (`NullPool`): every write still opens and closes its own SQLite
+        connection, so the database file is checkpointed as before and the webserver's watch of a
+        run's file (its live log) sees each write."""
+        with self._db_lock:
+            engine = self._engines.get(shard)
+            if engine is None:
+                engine = create_engine(
+                    self.conn_string_for_shard(shard),
+                    poolclass=NullPool,
+                    connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+                )
+                self._engines[shard] = engine
+                if len(self._engines) > KEPT_ENGINES:  # a webserver reads many runs' files: the oldest go
+                    self._engines.pop(next(iter(self._engines))).dispose()
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
+        with self.index_connection() as conn:
+            self._write_check_planned(conn, event, event_id)
+
+    def _write_check_planned(self, conn: Connection, event: EventLogEntry, event_id: int | None) -> None:
+        """Dagster's rows for a check's planned evaluation (one per partition of the check's run),
+        with the event serialized once, not once per row: a check of a year of days serialized its
+        event 365 times."""
+        planned = event.get_dagster_event().event_specific_data
+        partition_keys = (
+            planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
+        )
+        serialized = serialize_value(event)
+        timestamp = self._event_insert_timestamp(event)
+        conn.execute(
+            AssetCheckExecutionsTable.insert().values(
+                [
+                    dict(
+                        asset_key=planned.asset_key.to_string(),
+                        check_name=planned.check_name,
+                        partition=partition_key,
+                        run_id=event.run_id,
+                        execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
+                        evaluation_event=serialized,
+                        evaluation_event_timestamp=timestamp,
+                        evaluation_event_storage_id=event_id,
+                    )
+                    for partition_key in partition_keys
+                ]
+            )
+        )
 
     @contextmanager
     def batched(self) -> Iterator[None]:
@@ -75,9 +140,8 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             super().store_event(event)
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
-        """Each run of consecutive asset events together (`_write_together`); any other event (a
-        check's planned evaluation in Dagster's batch of planned events, say) on its own, in
-        order."""
+        """Each run of consecutive asset events and checks' planned evaluations together
+        (`_write_together`); any other event on its own, in order."""
         together: list[EventLogEntry] = []
         for event in events:
             if _is_batch_writable(event):
@@ -89,10 +153,11 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
         self._write_together(together)
 
     def _write_together(self, events: Sequence[EventLogEntry]) -> None:
-        """Asset events in one transaction on each run's database, then one on the index: the rows
-        `store_event` writes for each (its row in both, its tags), and each asset's entry as the
-        last of its events of each type leaves it (an event's entry replaces the one before, of the
-        same asset and type)."""
+        """Asset events and checks' planned evaluations in one transaction on each run's database,
+        then one on the index: the rows `store_event` writes for each (its row in both; an asset
+        event's tags; a planned check's execution rows), and each asset's entry as the last of its
+        events of each type leaves it (an event's entry replaces the one before, of the same asset
+        and type)."""
         if not events:
             return
         rows = [self._event_to_row(event) for event in events]  # each event serialized once
@@ -103,17 +168,22 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             with self.run_connection(run_id) as conn:
                 conn.execute(SqlEventLogStorageTable.insert(), run_rows)
         with self.index_transaction() as conn:
-            event_ids = []
-            for row in rows:
+            asset_events: list[EventLogEntry] = []
+            asset_event_ids: list[int] = []
+            last: dict[tuple[str, str], int] = {}  # (asset, event type) -> its last event's position
+            for event, row in zip(events, rows, strict=True):
                 with db_result(conn, SqlEventLogStorageTable.insert().values(**row)) as result:
-                    event_ids.append(result.inserted_primary_key[0])
-            self._store_asset_event_tags(conn, events, event_ids)
-            last: dict[tuple[str, str], int] = {}
-            for index, event in enumerate(events):
+                    event_id = result.inserted_primary_key[0]
                 dagster_event = event.get_dagster_event()
-                last[(str(dagster_event.asset_key), dagster_event.event_type_value)] = index
+                if dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED:
+                    self._write_check_planned(conn, event, event_id)
+                    continue
+                asset_events.append(event)
+                asset_event_ids.append(event_id)
+                last[(str(dagster_event.asset_key), dagster_event.event_type_value)] = len(asset_events) - 1
+            self._store_asset_event_tags(conn, asset_events, asset_event_ids)
             for index in sorted(last.values()):
-                self._store_asset_event(conn, events[index], event_ids[index])
+                self._store_asset_event(conn, asset_events[index], asset_event_ids[index])
 
     def _write_kept(self) -> None:
         kept: list[EventLogEntry] | None = getattr(self._kept, "events", None)
@@ -122,19 +192,33 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             self.store_event_batch(kept)
 
 
-# The asset events Dagster may batch whose rows are the same for each event: its own row in the
-# run's database and in the index, its tags, its asset's entry (a check's planned evaluation also
-# writes the checks' table: written on its own).
-_BATCHED_EVENTS = BATCH_WRITABLE_EVENTS & ASSET_EVENTS
+# The events Dagster may batch whose rows are the same for each event: its own row in the run's
+# database and in the index; an asset event's tags and its asset's entry; a check's planned
+# evaluation's rows in the checks' table.
+_BATCHED_EVENTS = BATCH_WRITABLE_EVENTS & (ASSET_EVENTS | {DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED})
 
 
 def _is_batch_writable(event: EventLogEntry) -> bool:
     dagster_event = event.dagster_event
-    return (
-        dagster_event is not None
-        and dagster_event.event_type in _BATCHED_EVENTS
-        and bool(dagster_event.asset_key)
+    if dagster_event is None or dagster_event.event_type not in _BATCHED_EVENTS:
+        return False
+    return dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED or bool(
+        dagster_event.asset_key
     )
+
+
+class StrataSqliteRunStorage(SqliteRunStorage):
+    """Dagster's `SqliteRunStorage` with its engine kept (each `connect` still opens and closes its
+    own SQLite connection: nothing pooled), as `StrataSqliteEventLogStorage._connect`."""
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        engine: Engine | None = getattr(self, "_strata_engine", None)
+        if engine is None:
+            engine = create_engine(self._conn_string, poolclass=NullPool)
+            self._strata_engine = engine
+        with engine.connect() as conn, conn.begin():
+            yield conn
 
 
 class StrataSqliteStorage(DagsterSqliteStorage):
@@ -143,7 +227,7 @@ class StrataSqliteStorage(DagsterSqliteStorage):
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
         self.base_dir = base_dir
-        self._run_storage = SqliteRunStorage.from_local(os.path.join(base_dir, "history", ""))
+        self._run_storage = StrataSqliteRunStorage.from_local(os.path.join(base_dir, "history", ""))
         self._event_log_storage = StrataSqliteEventLogStorage(os.path.join(base_dir, "history", "runs", ""))
         self._schedule_storage = SqliteScheduleStorage.from_local(os.path.join(base_dir, "schedules"))
         self._inst_data = inst_data

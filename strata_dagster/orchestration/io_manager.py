@@ -45,6 +45,7 @@ from strata_dagster.orchestration.companions import record_companion
 from strata_dagster.orchestration.event_storage import batched_asset_events
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.warehouse.connection import held_open
 
 if TYPE_CHECKING:
     # pandas, polars and pyarrow load when a frame is read or written, not in every run worker: importing
@@ -64,9 +65,13 @@ class StrataIOManager(dg.ConfigurableIOManager):
     # -- writing ----------------------------------------------------------------------------------
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if isinstance(obj, StrataBuild):
-            self._publish_build(context, obj)
+            # The build, its versions, schema and companion open the warehouse about ten times:
+            # one open file for all of them (warehouse.connection.held_open).
+            with held_open(self.strata.warehouse_path):
+                self._publish_build(context, obj)
         elif _is_frame(obj):
-            self._publish_frame(context, obj)
+            with held_open(self.strata.warehouse_path):
+                self._publish_frame(context, obj)
         elif obj is None:
             return  # an asset that returned nothing: nothing to publish
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 120.0
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
+_held = threading.local()  # this thread's held_open connections: resolved path -> connection
 
 
 def lock_timeout() -> float:
@@ -53,6 +55,11 @@ def connect(
     A path that does not exist becomes a new warehouse, unless the connection is read-only or
     `must_exist` (commands that only read or repoint: a typo must not leave an empty file behind).
     """
+    held = _held_connection(path)
+    if held is not None:
+        with _reported_interruption(held.cursor()) as con:
+            yield con
+        return
     wait = lock_timeout() if timeout is None else timeout
     if path.stem in (HISTORY_SCHEMA, SNAPSHOT_SCHEMA):
         # DuckDB names the database after the file: it would shadow the schema of that name.
@@ -88,6 +95,13 @@ def connect(
             delay = min(delay * 2, 1.0)
         except duckdb.Error as error:
             raise _unreadable(path, error, creates=not (read_only or must_exist)) from None
+    with _reported_interruption(con) as opened:
+        yield opened
+
+
+@contextmanager
+def _reported_interruption(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`con`, closed when the block ends; DuckDB's report of a Ctrl-C as the KeyboardInterrupt it is."""
     try:
         yield con
     except RuntimeError as error:
@@ -98,6 +112,39 @@ def connect(
         raise
     finally:
         con.close()
+
+
+@contextmanager
+def held_open(path: Path) -> Iterator[None]:
+    """Within the block, this thread's connections to the existing warehouse `path` are new
+    connections (`cursor()`) to one database it keeps open, instead of each opening the file.
+
+    Why: opening the file reads its catalog and closing the last connection checkpoints it (tens of
+    ms each); a Dagster step (a model's build, its versions, its schema, its companion) opened it
+    about ten times. Each connection still has its own transactions; what changes is that this
+    process holds the file's lock for the whole block. Nested blocks join the outer one; a path that
+    does not exist yet is not held (the first session creates it)."""
+    from strata_dagster.warehouse.engines import current_engine  # engines reads settings only
+
+    if _held_connection(path) is not None or not path.exists() or not current_engine().is_duckdb:
+        yield
+        return
+    connections: dict[str, duckdb.DuckDBPyConnection] = _held.__dict__.setdefault("connections", {})
+    with connect(path) as con:
+        connections[_held_key(path)] = con
+        try:
+            yield
+        finally:
+            del connections[_held_key(path)]
+
+
+def _held_key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def _held_connection(path: Path) -> duckdb.DuckDBPyConnection | None:
+    connections = getattr(_held, "connections", None)
+    return connections.get(_held_key(path)) if connections else None
 
 
 def is_interruption(error: BaseException) -> bool:
