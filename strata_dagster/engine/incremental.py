@@ -19,7 +19,7 @@ from sqlglot import exp
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
-from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, RowBasis
+from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
 from strata_dagster.warehouse.segments import (
@@ -607,6 +607,10 @@ class DeltaBuilder:
             detail[KEPT_FACTS] = {key: facts[key] for key in MOVING_FACTS if key in facts}
         return DeltaBuild(self.previous, True, detail)
 
+    def _segment_content(self, name: str) -> Content:
+        """The content figures of the new segment `name`."""
+        return self.ctx.session.content(snapshot_table(name))
+
     def _finish(
         self,
         delta_query: exp.Query,
@@ -621,7 +625,7 @@ class DeltaBuilder:
         bound = _bind(delta_query, self.ctx.relation)
         segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
-        segment = session.content(snapshot_table(name))
+        segment = self._segment_content(name)
         # A merge delta that gives back exactly the rows it replaces (e.g. a `lateness` re-read of
         # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
         # Partition builds keep their own rule (engine.partitions).

@@ -27,7 +27,7 @@ from strata_dagster.engine.incremental import (
     SchemaChanged,
 )
 from strata_dagster.language.definition import Model
-from strata_dagster.warehouse.content import ROW_ALIAS
+from strata_dagster.warehouse.content import ROW_ALIAS, Content
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import (
     MAX_EXACT_RANGES,
@@ -180,6 +180,7 @@ class PartitionBuilder(DeltaBuilder):
         # The input model's segment ids now, for a model over a model that follows them
         # (engine.model_slices): recorded so that its next build follows them again.
         self.upstream_segments: dict[str, list[str]] | None = None
+        self._measured: tuple[str, state_figures.SliceFigures] | None = None  # segment, its figures
 
     def precheck(self) -> Fallback | None:
         previous = self.previous.detail
@@ -411,16 +412,26 @@ class PartitionBuilder(DeltaBuilder):
         by day or month, few enough to record."""
         return partition_grain(self.ctx) in ("day", "month")
 
+    def _segment_content(self, name: str) -> Content:
+        """The new segment's content, from the scan that measures its figures when this model
+        records them (one scan of its rows, not two)."""
+        if self._records_figures():
+            # The slices the previous state recorded stay recorded, whether or not their followers
+            # are in this run.
+            followers = {**state_figures.recorded_slices(self.previous), **self.ctx.follower_slices}
+            figures = measure_figures(self.ctx, snapshot_table(name), followers)
+            if figures is not None:
+                self._measured = (name, figures)
+                return figures.content(self.ctx.session.describe(snapshot_table(name)))
+        return super()._segment_content(name)
+
     def _segment_figures(self, record: SnapshotRecord) -> state_figures.SliceFigures | None:
-        """The figures of the rows the new segment holds (one scan), when this model records them."""
-        if not self._records_figures():
-            return None
+        """The figures of the rows the new segment holds, as its build measured them."""
         detail = record.detail
         segment = detail.get("compacted_delta") if detail.get("compacted") else record.table_name
-        # The slices the previous state recorded stay recorded, whether or not their followers are
-        # in this run.
-        followers = {**state_figures.recorded_slices(self.previous), **self.ctx.follower_slices}
-        return measure_figures(self.ctx, snapshot_table(str(segment)), followers)
+        if self._measured is None or self._measured[0] != segment:
+            return None
+        return self._measured[1]
 
     def _keep_equal_partitions(
         self,
