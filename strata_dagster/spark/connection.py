@@ -141,7 +141,7 @@ class SparkConnection:
         """The columns of the relation `select` reads as `__strata_row` (asked once per relation)."""
         source = statements.row_source(select)
         assert source is not None, "a whole-row hash over no `__strata_row` relation"
-        relation = source.copy()
+        relation = statements.named_like(source).copy()
         relation.set("alias", exp.TableAlias(this=exp.to_identifier("__described")))
         probe = exp.Describe(this=exp.select("*").from_(relation))
         key = probe.sql(dialect="duckdb")
