@@ -192,3 +192,29 @@ def test_cli_bad_engine_environment_is_e071(tmp_path):
     project = _project(tmp_path, "1")
     result = CliRunner().invoke(main, ["check", str(project)], env={"STRATA_ENGINE": "oracle"})
     assert result.exit_code == 1 and "error[E071]" in result.output
+
+
+def test_a_whole_row_hash_is_named_like_the_relation_a_filtering_subquery_reads():
+    """The columns of `SELECT * FROM r WHERE ...` (and of a UNION ALL, by its first branch) are r's:
+    Spark describes r (cached per run) instead of analysing the whole replaced-rows query."""
+    from strata_dagster.spark.statements import named_like
+
+    def named(text: str) -> str:
+        return named_like(sqlglot.parse_one(text, read="duckdb").subquery("__strata_row")).sql()
+
+    replaced = (
+        "SELECT * FROM (SELECT * FROM s.a AS __seg WHERE NOT EXISTS (SELECT 1 FROM k) UNION ALL "
+        "SELECT * FROM s.b AS __seg) AS __before WHERE __before.x IN (SELECT x FROM k)"
+    )
+    assert named(replaced) == "s.a AS __seg"
+    assert named("SELECT * FROM s.t WHERE a > 1") == "s.t"
+    for kept in (
+        "SELECT * EXCLUDE (a) FROM s.t",
+        "SELECT a FROM s.t",
+        "SELECT *, 1 AS b FROM s.t",
+        "SELECT * FROM s.t JOIN s.u USING (a)",
+        "SELECT DISTINCT * FROM s.t",
+        "SELECT * FROM s.t GROUP BY ALL",
+        "WITH c AS (SELECT 1 AS a) SELECT * FROM c",
+    ):
+        assert named(kept).startswith("("), kept  # its columns are its own: described as it is

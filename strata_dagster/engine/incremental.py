@@ -400,7 +400,13 @@ class DeltaBuilder:
             session.drop_snapshot(keys_table)
             return DeltaBuild(self.previous, True, detail)
         delta_query = compiled.with_base_predicate(
-            keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
+            keyed_rows(
+                self.merge_keys,
+                values,
+                keys_table=keys_table,
+                is_null_free_filter=is_null_free,
+                key_range=session.key_range(keys_table, self.merge_keys) if is_null_free else None,
+            )
         )
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
@@ -427,7 +433,12 @@ class DeltaBuilder:
             held = session.held_rows(
                 self._replaced_rows_key(keys_table),
                 lambda: replaced_rows(
-                    self.segments, self.merge_keys, None, [keys_table], is_null_free=is_null_free
+                    self.segments,
+                    self.merge_keys,
+                    None,
+                    [keys_table],
+                    is_null_free=is_null_free,
+                    key_range=session.key_range(keys_table, self.merge_keys) if is_null_free else None,
                 ),
             )
             relation: exp.Table | exp.Query = held
@@ -482,27 +493,32 @@ class DeltaBuilder:
             compiled.base_column(self.props.cdc_column or "") or "", qualifier=compiled.base_relation
         )
         outside = exp.not_(exp.func("coalesce", window_predicate(cdc, low, high), exp.false()))
-        replaced = keyed_rows(
-            self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free
-        )
-        # All rows outside the window less those whose keys the window replaces: two scans that keep
-        # DuckDB's plain semi-join, cheaper than one scan under a NULL-safe anti-join.
-        queries = [
-            _bind(compiled.with_base_predicate(condition), self.ctx.relation)
-            for condition in (outside, exp.and_(outside.copy(), replaced))
-        ]
         session = self.ctx.session
+        if session.prefers_anti_join:
+            # One scan of the rows outside the window whose keys the window does not replace
+            # (NOT of the NULL-safe semi-join, never NULL): the figures the two scans below subtract.
+            kept = exp.and_(outside, exp.not_(keyed_rows(self.merge_keys, values, keys_table=keys_table)))
+            conditions = [kept]
+        else:
+            # All rows outside the window less those whose keys the window replaces: two scans that
+            # keep DuckDB's plain semi-join, cheaper than one scan under a NULL-safe anti-join.
+            replaced = keyed_rows(
+                self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free
+            )
+            conditions = [outside, exp.and_(outside.copy(), replaced)]
+        queries = [
+            _bind(compiled.with_base_predicate(condition), self.ctx.relation) for condition in conditions
+        ]
         if self.key_columns is not None:
             key_columns = self.key_columns
-            (all_count, all_sum), (replaced_count, replaced_sum) = (
-                session.key_sum(query, key_columns) for query in queries
-            )
+            figures = [session.key_sum(query, key_columns) for query in queries]
             before = self._kept_key_sum(removed, removed_key)
         else:
-            (all_count, all_sum), (replaced_count, replaced_sum) = (
-                session.content_where(query) for query in queries
-            )
+            figures = [session.content_where(query) for query in queries]
             before = (self.previous.row_count - removed[0], int(self.previous.row_hash_sum) - int(removed[1]))
+        (all_count, all_sum), (replaced_count, replaced_sum) = (
+            (figures[0], (0, "0")) if len(figures) == 1 else figures
+        )
         return (all_count - replaced_count, int(all_sum) - int(replaced_sum)) == before
 
     # -- append / append_new ------------------------------------------------------------------
@@ -625,7 +641,12 @@ class DeltaBuilder:
         bound = _bind(delta_query, self.ctx.relation)
         segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
-        segment = self._segment_content(name)
+        segment_key_sum: tuple[int, str] | None = None
+        if kept_key_sum is not None and self.key_columns is not None:
+            # The segment's content and key-and-cdc figures, in one scan of it.
+            segment, segment_key_sum = session.content_and_key_sum(snapshot_table(name), self.key_columns)
+        else:
+            segment = self._segment_content(name)
         # A merge delta that gives back exactly the rows it replaces (e.g. a `lateness` re-read of
         # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
         # Partition builds keep their own rule (engine.partitions).
@@ -647,8 +668,8 @@ class DeltaBuilder:
             if keys_table:
                 session.drop_snapshot(keys_table)
             raise SchemaChanged()
-        if kept_key_sum is not None and self.key_columns is not None:
-            segment_count, segment_sum = session.key_sum(snapshot_table(name), self.key_columns)
+        if kept_key_sum is not None and segment_key_sum is not None:
+            segment_count, segment_sum = segment_key_sum
             detail[KEY_SUM] = [kept_key_sum[0] + segment_count, str(kept_key_sum[1] + int(segment_sum))]
         if keys_table and removed[0] == 0:
             # No live row has a key of this delta (e.g. only new orders): nothing earlier to hide.

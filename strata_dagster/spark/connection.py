@@ -141,8 +141,13 @@ class SparkConnection:
         """The columns of the relation `select` reads as `__strata_row` (asked once per relation)."""
         source = statements.row_source(select)
         assert source is not None, "a whole-row hash over no `__strata_row` relation"
-        relation = source.copy()
-        relation.set("alias", exp.TableAlias(this=exp.to_identifier("__described")))
+        relation = statements.named_like(source).copy()
+        # A table is asked as `describe` asks it (the answer a content read just had); a
+        # subquery needs an alias.
+        alias = (
+            None if isinstance(relation, exp.Table) else exp.TableAlias(this=exp.to_identifier("__described"))
+        )
+        relation.set("alias", alias)
         probe = exp.Describe(this=exp.select("*").from_(relation))
         key = probe.sql(dialect="duckdb")
         if key not in self._columns:

@@ -126,6 +126,32 @@ def row_source(select: exp.Select) -> exp.Expression | None:
     return relation if relation is not None and relation.alias_or_name == ROW_ALIAS else None
 
 
+_CHANGING_COLUMNS = ("joins", "group", "laterals", "distinct", "pivots")
+
+
+def named_like(relation: exp.Expression) -> exp.Expression:
+    """The relation whose column names `relation`'s are, looking through subqueries that only
+    filter (`SELECT * FROM r WHERE ...`) and set operations (named by their first branch): a
+    replaced-rows query is then described as the snapshot it reads, not analysed in full."""
+    while True:
+        query = relation.this if isinstance(relation, exp.Subquery) else None
+        while isinstance(query, exp.SetOperation):
+            query = query.this
+        if not isinstance(query, exp.Select) or query.args.get("with_"):
+            return relation
+        projections = query.expressions
+        source = query.args.get("from_")
+        if not (
+            len(projections) == 1
+            and type(projections[0]) is exp.Star
+            and not any(projections[0].args.values())
+            and source is not None
+            and not any(query.args.get(arg) for arg in _CHANGING_COLUMNS)
+        ):
+            return relation
+        relation = source.this
+
+
 def rewrite(
     statement: exp.Expression,
     relations: Callable[[exp.Table, str], exp.Expression],

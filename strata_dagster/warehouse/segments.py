@@ -179,16 +179,24 @@ def replaced_rows(
     *,
     is_null_free: bool,
     exact: exp.Expression | None = None,
+    key_range: KeyRange | None = None,
 ) -> exp.Query:
     """The rows of the state `segments` stand for whose keys (partitions, with a `grain`) the keys
     tables hold: what a new segment with those keys replaces. `exact`, a predicate on the columns
-    that holds for exactly those rows (partition ranges), replaces the key match."""
+    that holds for exactly those rows (partition ranges), replaces the key match; `key_range`, the
+    keys' range, is added to it (keyed_rows)."""
     keys = list(merge_keys)
     before = composite_query(segments, keys, grain).subquery("__before")
     if exact is not None:
         return exp.select("*").from_(before).where(exact)
     values = [partition_key(exp.column(key, table="__before"), grain) for key in keys]
-    matched = keyed_rows(keys, values, source=_keys_of(keys, keys_tables), is_null_free_filter=is_null_free)
+    matched = keyed_rows(
+        keys,
+        values,
+        source=_keys_of(keys, keys_tables),
+        is_null_free_filter=is_null_free,
+        key_range=key_range,
+    )
     return exp.select("*").from_(before).where(matched)
 
 
@@ -346,6 +354,14 @@ def keys_query(
     return exp.select("*").distinct().from_(query.subquery("__changed"))
 
 
+@dataclass(frozen=True)
+class KeyRange:
+    """The least and the greatest key of a one-column keys table (typed literals)."""
+
+    low: exp.Expression
+    high: exp.Expression
+
+
 def keyed_rows(
     keys: Sequence[str],
     values: Sequence[exp.Expression],
@@ -353,12 +369,16 @@ def keyed_rows(
     keys_table: str | None = None,
     source: exp.Query | None = None,
     is_null_free_filter: bool = False,
+    key_range: KeyRange | None = None,
 ) -> exp.Expression:
     """Whether a row of `keys_table` (or `source`) has `keys` equal to `values`, NULL-safe: a
     semi-join. Never NULL itself, so `NOT keyed_rows(...)` is a sound anti-join (never NOT IN).
 
     `is_null_free_filter`: the keys hold no NULL and the result is only used as a filter (never
-    negated): then a plain `IN (subquery)`, which lets DuckDB prune the scan with the keys' range."""
+    negated): then a plain `IN (subquery)`, which lets DuckDB prune the scan with the keys' range.
+    `key_range` (with `is_null_free_filter` and one key): the keys' range as literals beside the
+    `IN`, which every matching row meets, for an engine that does not derive it from the join
+    (Spark): its Parquet reader then skips the row groups outside it."""
     if keys_table is not None:
         relation: exp.Expression = snapshot_table(keys_table).as_(KEYS_ALIAS)
     elif source is not None:
@@ -371,7 +391,11 @@ def keyed_rows(
         key = exp.column(keys[0], table=KEYS_ALIAS)
         value = values[0]
         if is_null_free_filter:
-            return exp.In(this=value.copy(), query=exp.Subquery(this=exp.select(key).from_(relation)))
+            matching = exp.In(this=value.copy(), query=exp.Subquery(this=exp.select(key).from_(relation)))
+            if key_range is None:
+                return matching
+            within = exp.Between(this=value.copy(), low=key_range.low.copy(), high=key_range.high.copy())
+            return exp.and_(within, matching, copy=False)
         present = (
             exp.select(key.copy())
             .from_(relation.copy())

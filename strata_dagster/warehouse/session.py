@@ -41,6 +41,7 @@ from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.relocation import relocate
 from strata_dagster.warehouse.segments import (
+    KeyRange,
     Segment,
     WindowStats,
     composite_query,
@@ -107,6 +108,9 @@ def _is_missing(error: duckdb.Error) -> bool:
 
 class Session:
     engine = "duckdb"
+    # Whether one scan under a NULL-safe anti-join costs less than two scans under a plain
+    # semi-join (engine.incremental's kept-rows check): not on DuckDB.
+    prefers_anti_join = False
     # Publications a crash cut short, found when the session opened: never on DuckDB, whose one
     # transaction publishes all or nothing (spark/history_log.py on Spark).
     interrupted: list[Any] = []
@@ -312,6 +316,11 @@ class Session:
         with warehouse_errors():
             return count_null_keys(self.con, name, keys)
 
+    def key_range(self, name: str, keys: Sequence[str]) -> KeyRange | None:
+        """The range of a keys table's one key, to read a state or source with beside the key
+        match (segments.keyed_rows); None here: DuckDB prunes a scan with a join's keys itself."""
+        return None
+
     def content_where(
         self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
     ) -> tuple[int, str]:
@@ -327,6 +336,12 @@ class Session:
     def key_sum(self, relation: exp.Table | exp.Query, columns: Sequence[str]) -> tuple[int, str]:
         with warehouse_errors():
             return key_sum(self.con, relation, columns)
+
+    def content_and_key_sum(
+        self, table: exp.Table, columns: Sequence[str]
+    ) -> tuple[Content, tuple[int, str]]:
+        """A table's content and its `key_sum` over `columns`."""
+        return self.content(table), self.key_sum(table, columns)
 
     def counts_at_or_below(
         self, relation: exp.Table | exp.Query, column: exp.Expression, bounds: Sequence[exp.Expression]
