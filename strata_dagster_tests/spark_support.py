@@ -31,6 +31,24 @@ INSTALL = (
 )
 _session = None
 
+# An upsert over a cdc source with a filter: the Spark tier's small delta project.
+UPSERT_PROJECT = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+
+model latest {
+  from orders
+  filter status <> 'cancelled'
+  select order_id, status, updated_at
+  incremental
+  merge_strategy: upsert
+  merge_keys: [order_id]
+  cdc_column: updated_at
+}
+"""
+
 
 def require_spark() -> None:
     """FAILS (never skips silently) when Java 17+ or pyspark is missing, unless STRATA_SKIP_SPARK=1."""

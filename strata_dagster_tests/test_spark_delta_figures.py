@@ -13,25 +13,9 @@ from strata_dagster.warehouse.content import WHOLE_ROW
 from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.session import Session, open_session
 from strata_dagster_tests.engines_support import engine_under_test
+from strata_dagster_tests.spark_support import UPSERT_PROJECT as PROJECT
 
 pytestmark = pytest.mark.spark
-
-PROJECT = """
-source orders {
-  table: raw.orders
-  versioning: cdc(updated_at)
-}
-
-model latest {
-  from orders
-  filter status <> 'cancelled'
-  select order_id, status, updated_at
-  incremental
-  merge_strategy: upsert
-  merge_keys: [order_id]
-  cdc_column: updated_at
-}
-"""
 
 
 def _orders(spark, rows: str) -> None:
@@ -109,20 +93,17 @@ def test_a_keys_tables_range_is_read_with_its_counts_for_types_that_order_like_e
                     "snap_k", relation, [(column, exp.column(column))], everything, None, [column]
                 )
 
-            keys_of("n")
-            ranged = session.key_range("snap_k", ["n"])
-            assert ranged is not None
-            assert [
-                row
-                for row in spark.sql(f"SELECT {ranged.low.sql('spark')}, {ranged.high.sql('spark')}").first()
-            ] == [-2, 5]
-            keys_of("s")
-            ranged = session.key_range("snap_k", ["s"])
-            assert ranged is not None
-            assert [
-                row
-                for row in spark.sql(f"SELECT {ranged.low.sql('spark')}, {ranged.high.sql('spark')}").first()
-            ] == ["k-2", "k5"]
+            def range_of(column: str) -> list:
+                """The keys table's range of `column`, its literals evaluated by Spark."""
+                keys_of(column)
+                ranged = session.key_range("snap_k", [column])
+                assert ranged is not None
+                return list(
+                    spark.sql(f"SELECT {ranged.low.sql('spark')}, {ranged.high.sql('spark')}").first()
+                )
+
+            assert range_of("n") == [-2, 5]
+            assert range_of("s") == ["k-2", "k5"]
             keys_of("d")
             assert session.key_range("snap_k", ["d"]) is None  # a double's text need not cast back
             session.drop_snapshot("snap_k")

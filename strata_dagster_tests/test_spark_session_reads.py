@@ -13,25 +13,9 @@ from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.segments import count_null_keys
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engines_support import engine_under_test
+from strata_dagster_tests.spark_support import UPSERT_PROJECT as PROJECT
 
 pytestmark = pytest.mark.spark
-
-PROJECT = """
-source orders {
-  table: raw.orders
-  versioning: cdc(updated_at)
-}
-
-model latest {
-  from orders
-  filter status <> 'cancelled'
-  select order_id, status, updated_at
-  incremental
-  merge_strategy: upsert
-  merge_keys: [order_id]
-  cdc_column: updated_at
-}
-"""
 
 
 def _orders(spark, rows: str) -> None:

@@ -387,7 +387,7 @@ def follower_slices(
     found: dict[str, dict[str, exp.Expression]] = {}
     for name, slices in followed.items():
         model, statement = models[name], compiled[name]
-        if slices.spec is None or slices.spec.grain not in ("day", "month"):
+        if slices.spec is None or slices.spec.grain not in state_figures.RECORDED_GRAINS:
             continue
         if statement.base_relation not in slices.inputs or partitions.locality_problem_of(model, statement):
             continue

@@ -251,18 +251,14 @@ class PartitionBuilder(DeltaBuilder):
         delta_query = self.ctx.compiled.with_base_predicate(predicate)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
         previous_figures = self._previous_figures()
-        is_recorded = previous_figures is not None and previous_figures.covers(self.ctx.follower_slices)
-        if previous_figures is not None and is_recorded:
+        if previous_figures is not None and previous_figures.covers(self.ctx.follower_slices):
             # Recorded by the previous state, for its followers too: nothing of it is read.
             wanted = set(affected)
-            replaced = {
-                key: (count, str(hash_sum))
-                for key, (count, hash_sum) in previous_figures.own.items()
-                if key in wanted
-            }
+            replaced = _as_text({key: value for key, value in previous_figures.own.items() if key in wanted})
+            detail["replaced_rows_read"] = False
         else:
             replaced = self._by_partition(self._replaced_rows(keys_table, affected))
-        detail["replaced_rows_read"] = not is_recorded
+            detail["replaced_rows_read"] = True
         removed = (
             sum(count for count, _ in replaced.values()),
             str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
@@ -410,7 +406,7 @@ class PartitionBuilder(DeltaBuilder):
     def _records_figures(self) -> bool:
         """Whether states of this model record their figures (engine.state_figures): partitions
         by day or month, few enough to record."""
-        return partition_grain(self.ctx) in ("day", "month")
+        return partition_grain(self.ctx) in state_figures.RECORDED_GRAINS
 
     def _segment_content(self, name: str) -> Content:
         """The new segment's content, from the scan that measures its figures when this model

@@ -59,7 +59,7 @@ from strata_dagster.engine.partition_range import (
 )
 from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
-from strata_dagster.engine.state_figures import FIGURES, SliceFigures
+from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
 from strata_dagster.engine.status import (
     SourceState,
@@ -887,7 +887,7 @@ class _Run:
         builds and its followers (engine.state_figures): the scan that counts and hashes them."""
         if context is None or not self._is_partitioned(name) or volatile_calls(self.project.models[name]):
             return None
-        if partitions.partition_grain(context) not in ("day", "month"):
+        if partitions.partition_grain(context) not in RECORDED_GRAINS:
             return None
         with self._as_build_error(name):
             return partitions.measure_figures(context, snapshot_table(table_name))

@@ -32,7 +32,10 @@ from strata_dagster.warehouse.session import Session
 FIGURES = "slice_figures"  # detail key
 # Past this many (partition, slice) groups a state records none: its followers read rows.
 MAX_GROUPS = 20_000
-NULL_KEY = "\x00null"  # engine.partitions.NULL_PARTITION (imported there from here would cycle)
+NULL_KEY = "\x00null"
+# The partition grains whose states record figures, and the follower slices recorded: days and
+# months, few enough per state to keep in its record.
+RECORDED_GRAINS = ("day", "month")  # engine.partitions.NULL_PARTITION (imported there from here would cycle)
 
 Figures = tuple[int, int]  # row count, row-hash sum
 
@@ -54,10 +57,14 @@ class SliceFigures:
                 found[name] = (before[0] + count, before[1] + hash_sum)
         return found
 
+    def total(self) -> Figures:
+        """The figures of all the rows these describe."""
+        return sum(count for count, _ in self.own.values()), sum(
+            hash_sum for _, hash_sum in self.own.values()
+        )
+
     def adds_up_to(self, record: SnapshotRecord) -> bool:
-        count = sum(figures[0] for figures in self.own.values())
-        hash_sum = sum(figures[1] for figures in self.own.values())
-        return (count, hash_sum) == (record.row_count, int(record.row_hash_sum))
+        return self.total() == (record.row_count, int(record.row_hash_sum))
 
     def with_partitions(self, partitions: Iterable[str], new: SliceFigures) -> SliceFigures:
         """These figures with `partitions` recomputed as `new` holds them (absent: no rows left),
@@ -76,8 +83,7 @@ class SliceFigures:
 
     def content(self, columns: tuple[tuple[str, str], ...]) -> Content:
         """The content figures of the rows these describe, whose columns are `columns`."""
-        count = sum(figures[0] for figures in self.own.values())
-        hash_sum = sum(figures[1] for figures in self.own.values())
+        count, hash_sum = self.total()
         return Content(columns, count, str(hash_sum))
 
     def as_detail(self) -> dict[str, Any]:
