@@ -1,27 +1,30 @@
-"""A process of its own that does one thing to a warehouse on either engine, for the kill tests:
-`python -m strata_dagster_tests.engine_driver SPEC.json`. The spec says the engine and warehouse,
-the source rows to write first (if any), then what to do:
+"""A process of its own that does a few things to a warehouse on either engine, for the kill
+tests: `python -m strata_dagster_tests.engine_driver SPEC.json`. The spec says the engine and
+warehouse, then `actions`, done in order in the same process:
 
 - `run`: build the project (a `STRATA_KILL_AT` step in the environment kills this process there);
 - `inspect`: print, as one JSON line, the interrupted publications a reader finds, every live
   view's rows and every model's full rebuild (as text, sorted), without writing anything;
-- `open`: open the warehouse for writing and close it (a writer repairs what a crash left).
+- `open`: open the warehouse for writing and close it (a writer repairs what a crash left);
+- `{"tables": {table: [columns, rows]}}`: write those source tables (rows as text);
+- `{"kill_at": step}`: from here on, this process kills itself at that write step.
 
-`actions` lists several, done in order in the same process.
-
-One JVM per process on Spark: the tests keep these few.
+One JVM per process on Spark, and a kill ends the process: so one process repairs and checks what
+the last kill left, changes the sources and is killed at the next step.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from pathlib import Path
 
 import sqlglot
 
 from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.faults import KILL_AT_ENV
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
 from strata_dagster.warehouse.session import WarehouseError, open_session
@@ -39,18 +42,25 @@ def main(spec_path: str) -> None:
         spark = local_session(warehouse)
         spark.sparkContext.setLogLevel("OFF")
     engine = EngineUnderTest(name, warehouse, warehouse.parent, spark)
-    for table, (columns, rows) in spec.get("tables", {}).items():
-        kinds = [kind for _, kind in columns]
-        typed = [tuple(_typed(value, kind) for value, kind in zip(row, kinds, strict=True)) for row in rows]
-        engine.write_table(table, [tuple(column) for column in columns], typed)
     for action in spec["actions"]:
-        if action == "run":
+        if isinstance(action, dict) and "tables" in action:
+            _write_tables(engine, action["tables"])
+        elif isinstance(action, dict):
+            os.environ[KILL_AT_ENV] = action["kill_at"]
+        elif action == "run":
             run_project(spec["project"], warehouse)
         elif action == "open":
             with open_session(warehouse):
                 pass
         elif action == "inspect":
             print(json.dumps(inspect(warehouse, spec["full"])), flush=True)
+
+
+def _write_tables(engine: EngineUnderTest, tables: dict[str, list]) -> None:
+    for table, (columns, rows) in tables.items():
+        kinds = [kind for _, kind in columns]
+        typed = [tuple(_typed(value, kind) for value, kind in zip(row, kinds, strict=True)) for row in rows]
+        engine.write_table(table, [tuple(column) for column in columns], typed)
 
 
 def _typed(text: str, kind: str) -> object:

@@ -6,7 +6,6 @@ reports and the next writer repairs (every view back to what the history says); 
 builds the new state, equal to a full rebuild."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -29,31 +28,32 @@ INTERRUPTED_AFTER = {"spark_history_logged", "spark_view_published"}
 COMMITTED_AT = {"committed", "spark_committed"}
 
 
-def drive(tmp_path, engine_name, warehouse, project, actions, sources=None, kill_at=None):
-    spec = {"engine": engine_name, "warehouse": str(warehouse), "project": str(project), "actions": actions}
-    spec["full"] = FULL
-    if sources is not None:
-        spec["tables"] = {
+def tables(sources: Sources) -> dict[str, object]:
+    return {
+        "tables": {
             "raw.events": [list(EVENTS), [list(map(str, row)) for row in sorted(sources.events.values())]],
             "raw.customers": [
                 list(CUSTOMERS),
                 [list(map(str, row)) for row in sorted(sources.customers.items())],
             ],
         }
+    }
+
+
+def drive(tmp_path, engine_name, warehouse, project, actions, killed=False):
+    """The JSON lines one driver process printed; `killed` when its actions arm a kill."""
+    spec = {"engine": engine_name, "warehouse": str(warehouse), "project": str(project), "actions": actions}
+    spec["full"] = FULL
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    env = {**os.environ, "STRATA_KILL_AT": kill_at} if kill_at else dict(os.environ)
     result = subprocess.run(
         [sys.executable, "-m", "strata_dagster_tests.engine_driver", str(path)],
         capture_output=True,
         text=True,
-        env=env,
         timeout=900,
     )
-    if kill_at:
-        assert result.returncode == -signal.SIGKILL, (kill_at, result.stdout, result.stderr[-3000:])
-        return []
-    assert result.returncode == 0, (actions, result.stdout, result.stderr[-3000:])
+    expected = -signal.SIGKILL if killed else 0
+    assert result.returncode == expected, (actions[-2:], result.stdout, result.stderr[-3000:])
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
@@ -66,21 +66,33 @@ def test_a_kill_at_any_write_step_leaves_a_state_the_next_writer_makes_whole(eng
     sources = Sources()
     for cust, status, value in ((0, "open", 1), (1, "paid", 4), (2, "void", 2)):
         sources.insert(cust, status, value)
-    (live,) = drive(tmp_path, engine_name, warehouse, project, ["run", "inspect"], sources)
+    # Each process checks and repairs what the last kill left, then changes the sources and is
+    # killed at the next step: one JVM per step on Spark, not two.
+    steps = STEPS[engine_name]
+    first = [tables(sources), "run", "inspect", *kill_next(sources, 0, steps[0])]
+    (live,) = drive(tmp_path, engine_name, warehouse, project, first, killed=True)
     assert live["views"] == live["full"]
-    for number, step in enumerate(STEPS[engine_name]):
+    for number, step in enumerate(steps):
         before = live["views"]
-        sources.apply(("insert", [(number % 3, "paid", 10 + number, 1)]))
-        sources.apply(("update", [(0, "paid", 20 + number)]))
-        drive(tmp_path, engine_name, warehouse, project, ["run"], sources, kill_at=step)
-        seen, repaired, live = drive(
-            tmp_path, engine_name, warehouse, project, ["inspect", "open", "inspect", "run", "inspect"]
-        )
-        assert bool(seen["interrupted"]) == (step in INTERRUPTED_AFTER), (step, seen["interrupted"])
-        # Killed after its commit, the run is published whole; before it, none of it is visible
-        # (on Spark, once the next writer repointed what the crash left half done).
-        whole = seen["full"] if step in COMMITTED_AT else before
-        if step not in INTERRUPTED_AFTER:
-            assert seen["views"] == whole, step
-        assert repaired["interrupted"] == [] and repaired["views"] == whole, step
-        assert live["views"] == live["full"], step
+        then = kill_next(sources, number + 1, steps[number + 1]) if number + 1 < len(steps) else []
+        actions = ["inspect", "open", "inspect", "run", "inspect", *then]
+        seen, repaired, live = drive(tmp_path, engine_name, warehouse, project, actions, killed=bool(then))
+        assert_made_whole(step, before, seen, repaired, live)
+
+
+def kill_next(sources: Sources, number: int, step: str) -> list[object]:
+    """Change the sources, then run them into a kill at `step`."""
+    sources.apply(("insert", [(number % 3, "paid", 10 + number, 1)]))
+    sources.apply(("update", [(0, "paid", 20 + number)]))
+    return [tables(sources), {"kill_at": step}, "run"]
+
+
+def assert_made_whole(step, before, seen, repaired, live):
+    assert bool(seen["interrupted"]) == (step in INTERRUPTED_AFTER), (step, seen["interrupted"])
+    # Killed after its commit, the run is published whole; before it, none of it is visible
+    # (on Spark, once the next writer repointed what the crash left half done).
+    whole = seen["full"] if step in COMMITTED_AT else before
+    if step not in INTERRUPTED_AFTER:
+        assert seen["views"] == whole, step
+    assert repaired["interrupted"] == [] and repaired["views"] == whole, step
+    assert live["views"] == live["full"], step
