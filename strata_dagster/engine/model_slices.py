@@ -59,7 +59,7 @@ from strata_dagster.language.definition import (
 )
 from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, replaced_rows_key
+from strata_dagster.warehouse.segments import Segment, composite_query, replaced_rows_key, union_all
 from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
@@ -288,11 +288,7 @@ def _merged_segments(reader: HistoryReader, head: SnapshotRecord) -> list[tuple[
 
 
 def _union(tables: list[str]) -> exp.Query:
-    parts: list[exp.Query] = [exp.select("*").from_(snapshot_table(table)) for table in tables]
-    query = parts[0]
-    for part in parts[1:]:
-        query = exp.union(query, part, distinct=False, by_name=True)
-    return query
+    return union_all([exp.select("*").from_(snapshot_table(table)) for table in tables], by_name=True)
 
 
 def added_rows(change: UpstreamChange) -> exp.Query | None:

@@ -145,10 +145,14 @@ def _keys_of(keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Query:
     parts = [
         exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(name)) for name in keys_tables
     ]
-    union: exp.Query = parts[0]
-    for other in parts[1:]:
-        union = exp.union(union, other, distinct=False)
-    return union
+    return union_all(parts)
+
+
+def union_all(parts: Sequence[exp.Query], *, by_name: bool = False) -> exp.Query:
+    """`parts` one after the other (UNION ALL, left-deep), taking them as they are: each is built
+    for this union alone. (sqlglot copies both sides of every `union` by default, which made a
+    state of many segments cost time quadratic in its segments to build.)"""
+    return exp.union(*parts, distinct=False, by_name=by_name, copy=False) if len(parts) > 1 else parts[0]
 
 
 def composite_query(
@@ -160,15 +164,12 @@ def composite_query(
     for index, segment in enumerate(segments):
         source = snapshot_table(segment.table)
         source.set("alias", exp.TableAlias(this=exp.to_identifier("__seg")))
-        part = exp.select("*").from_(source)
+        part = exp.select("*").from_(source, copy=False)
         later_keys = [later.keys_table for later in segments[index + 1 :] if later.keys_table]
         if later_keys and merge_keys:
-            part = part.where(_not_replaced("__seg", merge_keys, later_keys, grain))
+            part = part.where(_not_replaced("__seg", merge_keys, later_keys, grain), copy=False)
         parts.append(part)
-    query: exp.Query = parts[0]
-    for other in parts[1:]:
-        query = exp.union(query, other, distinct=False, by_name=True)
-    return query
+    return union_all(parts, by_name=True)
 
 
 def replaced_rows(
