@@ -250,7 +250,7 @@ def test_grouped_source_scan_gives_the_whole_table_fingerprint(orders):
         key = raw_partition_of(model, context.compiled.models["daily"])
         grouped, groups = read_source_state_by_group(session, context, "orders", key)
         assert grouped == read_source_state(session, context, "orders")
-        assert len(groups) == 90
+        assert len(groups()) == 90
 
 
 def test_partition_ranges_merge_consecutive_months_across_a_year_and_keep_the_null_partition():

@@ -299,9 +299,10 @@ class _Run:
             if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
                 continue
-            # One scan gives both the source's fingerprint and the model's partition fingerprints.
+            # The model's partition fingerprints, scanned when it builds (with the source's own
+            # fingerprint in the same scan where their figures add up).
             grouped_by, key = reader
-            states[name], self.partition_groups[grouped_by] = read_source_state_by_group(
+            states[name], self.lazy_partition_groups[grouped_by] = read_source_state_by_group(
                 self.session, self.context, name, key
             )
         return states

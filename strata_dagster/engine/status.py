@@ -6,7 +6,7 @@ versions of materializations (snapshot content), so Dagster's staleness equals t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import render
+
+PartitionGroups = dict[str | None, tuple[int, str]]  # a key's value -> its rows' count and hash sum
 
 
 @dataclass(frozen=True)
@@ -168,28 +170,36 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
 
 def read_source_state_by_group(
     session: Session, context: ProjectContext, name: str, key: exp.Expression
-) -> tuple[SourceState, dict[str | None, tuple[int, str]]]:
-    """The source's state and its rows' content figures per value of `key`, in one scan: row-hash
-    sums add up to exactly the figures a whole-table scan gives (the same row hash)."""
+) -> tuple[SourceState, Callable[[], PartitionGroups]]:
+    """The source's state, and how to read its rows' content figures per value of `key`. Where
+    row-hash sums add up to the whole table's figures (the same row hash), one scan gives both,
+    read now. A change column's figures (count and range) do not add up: the state is read alone
+    (from DuckDB's statistics, a few milliseconds), and the grouped scan only when a model builds,
+    so a run that reuses every model reading the source never scans it by group."""
     source = context.project.sources[name]
     reading = _reading(session, context, name)
     relation, basis = reading.relation, reading.basis
-    try:
-        groups = session.content_by_group(relation, key, basis)
-        if is_summed(basis):
-            content = Content(
-                reading.columns,
-                sum(count for count, _ in groups.values()),
-                str(sum(int(hash_sum) for _, hash_sum in groups.values())),
-                basis,
-            )
-        else:
-            # Ranges do not add up; the whole table's comes from DuckDB's statistics.
+
+    def grouped() -> PartitionGroups:
+        try:
+            return session.content_by_group(relation, key, basis)
+        except WarehouseError as error:
+            raise unreadable_source(source, relation, error) from None
+
+    if not is_summed(basis):
+        try:
             content = session.content(relation, basis, reading.columns)
-    except WarehouseError as error:
-        raise unreadable_source(source, relation, error) from None
-    state = _state(name, relation, content, reading.is_replaced)
-    return state, groups
+        except WarehouseError as error:
+            raise unreadable_source(source, relation, error) from None
+        return _state(name, relation, content, reading.is_replaced), grouped
+    groups = grouped()
+    content = Content(
+        reading.columns,
+        sum(count for count, _ in groups.values()),
+        str(sum(int(hash_sum) for _, hash_sum in groups.values())),
+        basis,
+    )
+    return _state(name, relation, content, reading.is_replaced), lambda: groups
 
 
 def observe_sources(
