@@ -21,7 +21,7 @@ from sqlglot import exp
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_SERVING, StrataError
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
+from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables, view_reads
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
@@ -221,7 +221,9 @@ class Session:
     def catalog(self, branch_schema: str) -> CatalogSnapshot:
         """The snapshot tables and the views of a branch as they are now, read in two queries."""
         return CatalogSnapshot(
-            frozenset(tables.snapshot_table_names(self.con)), tables.view_sqls(self.con, branch_schema)
+            frozenset(tables.snapshot_table_names(self.con)),
+            tables.view_sqls(self.con, branch_schema),
+            self.con,
         )
 
     def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
@@ -472,6 +474,7 @@ class CatalogSnapshot:
 
     snapshot_tables: frozenset[str]
     views: dict[str, str]  # view name -> stored SQL
+    con: duckdb.DuckDBPyConnection | None = None  # to parse a view's SQL with DuckDB's own parser
     _parsed: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def view_tables(self, model: str) -> tuple[str, ...] | None:
@@ -480,7 +483,9 @@ class CatalogSnapshot:
         if name not in self.views:
             return None
         if name not in self._parsed:
-            self._parsed[name] = tables.tables_of_view(self.views[name])
+            sql = self.views[name]
+            read = None if self.con is None else view_reads.snapshot_tables_read(self.con, sql)
+            self._parsed[name] = tables.tables_of_view(sql) if read is None else read
         return self._parsed[name]
 
 

@@ -11,7 +11,7 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
-from strata_dagster.warehouse import snapshot_files
+from strata_dagster.warehouse import snapshot_files, view_reads
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.snapshot_files import SnapshotFiles
 from strata_dagster.warehouse.sql import DIALECT, describe, run, snapshot_table, table
@@ -162,7 +162,10 @@ def view_snapshot_tables(
         "SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
         [branch_schema, view_name(model)],
     ).fetchone()
-    return None if row is None else tables_of_view(row[0])
+    if row is None:
+        return None
+    read = view_reads.snapshot_tables_read(con, row[0])
+    return tables_of_view(row[0]) if read is None else read
 
 
 def view_sqls(con: duckdb.DuckDBPyConnection, branch_schema: str) -> dict[str, str]:
