@@ -138,13 +138,12 @@ def test_a_folder_changed_within_the_racy_window_is_listed_again(tmp_path):
 
     def forge_names() -> bool:
         """Replace the folder's cached names, keeping its stat and trust; whether it was trusted."""
-        version, listed_root, folders = marshal.loads(cache.read_bytes())
-        forged = {
-            key: (sig, settled, ("part-9.parquet",) if key else names, mark)
-            for key, (sig, settled, names, mark) in folders.items()
-        }
-        cache.write_bytes(marshal.dumps((version, listed_root, forged)))
-        return folders["dt=2026-03-01"][1]
+        version, listed_root, fields = marshal.loads(cache.read_bytes())
+        columns = listing._Columns(*fields)
+        assert columns.folders == "dt=2026-03-01" and columns.names == "part-0.parquet"
+        forged = columns._replace(names="part-9.parquet", paths="dt=2026-03-01/part-9.parquet")
+        cache.write_bytes(marshal.dumps((version, listed_root, tuple(forged))))
+        return columns.settled == b"\x01"
 
     # Listed in the same instant as the change: not trusted, so the folder is read again.
     assert not forge_names()

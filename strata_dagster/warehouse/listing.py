@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import marshal
+import operator
 import os
 import re
 import time
+from array import array
 from pathlib import Path
 from typing import NamedTuple
 
 CACHE_SUFFIX = ".listing"
 RACY_SECONDS = 2.0
 _RACY_NS = int(RACY_SECONDS * 1e9)
-_FORMAT = 3
+_FORMAT = 4
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
 
@@ -114,38 +117,91 @@ def list_folders(
 def scan_folders(root: str, name: str, marker: str | None, cache_dir: Path | None = None) -> FolderListing:
     """`list_folders` as parallel lists. Paths are stat'ed relative to the root's descriptor: the
     kernel resolves one or two names per stat instead of the root's whole path."""
-    is_match = re.compile(fnmatch.translate(name)).match
     cache_file = None if cache_dir is None else cache_dir / _cache_name(root, name, marker)
-    cached = _load(cache_file, root)
-    now = time.time_ns()
+    columns = _load(cache_file, root)
     found = FolderListing(root, [], [], [], [])
     try:
         descriptor = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
         return found
     try:
-        is_changed = _scan_root(descriptor, root, cached, now, is_match, marker, found)
+        try:
+            root_signature = _signature(os.fstat(descriptor))
+        except OSError:
+            return found
+        if columns is not None:
+            trusted = _trusted(root, columns, descriptor, root_signature)
+            if trusted is not None:
+                return trusted
+        cached = {} if columns is None else _entries(columns)
+        is_match = re.compile(fnmatch.translate(name)).match
+        folder_names = _scan_root(descriptor, root, root_signature, cached, is_match, marker, found)
     finally:
         os.close(descriptor)
-    if is_changed and cache_file is not None:
-        _store(cache_file, root, {key: cached[key] for key in ("", *found.folders) if key in cached})
+    if folder_names is not None and cache_file is not None:
+        _store(cache_file, root, _as_columns(cached, folder_names))
+    return found
+
+
+def _trusted(
+    root: str, columns: _Columns, descriptor: int, root_signature: Signature
+) -> FolderListing | None:
+    """The listing the cache holds, with every file's size now, when the root and every folder have
+    the stat they were listed with, each listed outside the racy window; None otherwise (then the
+    root is listed folder by folder). Each step runs over a whole column at C level (`map`, arrays
+    compared as bytes): an unchanged root of thousands of folders costs its stats and little else."""
+    if columns.root_signature != root_signature or not columns.is_root_settled or 0 in columns.settled:
+        return None
+    folders = _split(columns.folders)
+    stat_at = functools.partial(os.stat, dir_fd=descriptor)
+    try:
+        infos = list(map(stat_at, folders))
+    except OSError:
+        return None  # gone since the root was listed
+    try:
+        if (
+            _packed("q", _CTIME, infos) != columns.ctimes
+            or _packed("q", _MTIME, infos) != columns.mtimes
+            or _packed("Q", _INODE, infos) != columns.inodes
+            or _packed("Q", _DEVICE, infos) != columns.devices
+        ):
+            return None
+    except OverflowError:
+        return None
+    try:
+        sizes = list(map(_SIZE, map(stat_at, _split(columns.paths))))
+    except OSError:
+        return None  # removed after its folder was listed: its folder is listed anew
+    names = _split(columns.names)
+    counts = array("I", columns.counts)
+    if counts.count(1) == len(folders):  # the usual folders of one file each: no per-folder step
+        return FolderListing(
+            root, folders, list(zip(names)), list(zip(sizes)), list(map(bool, columns.markers))
+        )
+    found = FolderListing(root, [], [], [], [])
+    at = 0
+    for folder, count, has_marker in zip(folders, counts, columns.markers, strict=True):
+        if count:
+            found.folders.append(folder)
+            found.names.append(tuple(names[at : at + count]))
+            found.sizes.append(tuple(sizes[at : at + count]))
+            found.markers.append(bool(has_marker))
+            at += count
     return found
 
 
 def _scan_root(  # type: ignore[no-untyped-def]
     descriptor: int,
     root: str,
+    root_stat: Signature,
     cached: dict[str, _Folder],
-    now: int,
     is_match,
     marker: str | None,
     found: FolderListing,
-) -> bool:
-    """Fill `found` with the root's folders; whether the cache changed."""
-    try:
-        root_stat = _signature(os.fstat(descriptor))
-    except OSError:
-        return False
+) -> tuple[str, ...] | None:
+    """Fill `found` with the root's folders, folder by folder, and update `cached`; the root's
+    folder names when the cache changed (None: it holds what it held)."""
+    now = time.time_ns()
     is_changed = False
     previous_root = cached.get("")
     if previous_root is not None and previous_root[0] == root_stat and previous_root[1]:
@@ -157,7 +213,7 @@ def _scan_root(  # type: ignore[no-untyped-def]
                     sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
                 )
         except OSError:
-            return False
+            return None
         cached[""] = (root_stat, _is_settled(root_stat, now), folder_names, False)
         is_changed = True
     stat, get = os.stat, cached.get
@@ -198,12 +254,7 @@ def _scan_root(  # type: ignore[no-untyped-def]
             all_names.append(tuple(kept))
             all_sizes.append(tuple(sizes))
             markers.append(entry[3])
-    return is_changed
-
-
-# A folder as cached: its signature, whether it was listed long enough after its last change to be
-# trusted while its signature holds (`_is_settled`: fixed once listed), its matching names, its marker.
-_Folder = tuple[Signature, int, tuple[str, ...], bool]
+    return folder_names if is_changed else None
 
 
 def _scan(folder: str, signature: Signature, now: int, is_match, marker: str | None) -> _Folder | None:  # type: ignore[no-untyped-def]
@@ -221,38 +272,154 @@ def _cache_name(root: str, name: str, marker: str | None) -> str:
     return f"{key}.marshal"
 
 
-def _read(cache_file: Path) -> tuple[str, dict[str, _Folder]] | None:
-    """(the root listed, its folders) as a cache file holds them; None when it is unreadable or
-    of another format."""
+# A folder as the folder-by-folder listing keeps it: its signature, whether it was listed long
+# enough after its last change to be trusted while its signature holds (`_is_settled`: fixed once
+# listed), its matching names, whether it holds the marker.
+_Folder = tuple[Signature, int, tuple[str, ...], bool]
+_ABSENT: _Folder = ((0, 0, 0, 0), False, (), False)  # a folder not listed: never trusted
+
+_DEVICE = operator.attrgetter("st_dev")
+_INODE = operator.attrgetter("st_ino")
+_MTIME = operator.attrgetter("st_mtime_ns")
+_CTIME = operator.attrgetter("st_ctime_ns")
+_SIZE = operator.attrgetter("st_size")
+
+
+class _Columns(NamedTuple):
+    """A root's listing as the cache file holds it: one column per field, over every folder of the
+    root in name order, as a few strings and byte strings (loading it builds no object per folder)."""
+
+    root_signature: Signature
+    is_root_settled: bool
+    folders: str  # the root's folder names, NUL-joined (no name holds a NUL)
+    devices: bytes  # array("Q") of the folders' st_dev
+    inodes: bytes  # array("Q") of st_ino
+    mtimes: bytes  # array("q") of st_mtime_ns
+    ctimes: bytes  # array("q") of st_ctime_ns
+    settled: bytes  # a byte per folder: 1 when listed outside the racy window
+    markers: bytes  # a byte per folder: 1 when it holds the marker
+    counts: bytes  # array("I"): how many matching names each folder holds
+    names: str  # every folder's matching names, folder after folder, NUL-joined
+    paths: str  # the same names as `folder/name`, relative to the root
+
+
+_COLUMN_TYPES = (tuple, bool, str, bytes, bytes, bytes, bytes, bytes, bytes, bytes, str, str)
+
+
+def _split(joined: str) -> list[str]:
+    return joined.split("\0") if joined else []
+
+
+def _packed(code: str, field: operator.attrgetter, infos: list[os.stat_result]) -> bytes:  # type: ignore[type-arg]
+    return array(code, map(field, infos)).tobytes()
+
+
+def _entries(columns: _Columns) -> dict[str, _Folder]:
+    """The cache as the folder-by-folder listing reads it: its entries by folder ("" the root)."""
+    folders = _split(columns.folders)
+    entries: dict[str, _Folder] = {
+        "": (columns.root_signature, columns.is_root_settled, tuple(folders), False)
+    }
+    names = _split(columns.names)
+    signatures = zip(
+        array("Q", columns.devices),
+        array("Q", columns.inodes),
+        array("q", columns.mtimes),
+        array("q", columns.ctimes),
+        strict=True,
+    )
+    at = 0
+    for folder, signature, is_settled, has_marker, count in zip(
+        folders, signatures, columns.settled, columns.markers, array("I", columns.counts), strict=True
+    ):
+        entries[folder] = (signature, bool(is_settled), tuple(names[at : at + count]), bool(has_marker))
+        at += count
+    return entries
+
+
+def _as_columns(cached: dict[str, _Folder], folder_names: tuple[str, ...]) -> _Columns | None:
+    """The cache's entries for the root and its folders, as columns (None: a value that does not fit
+    the columns' arrays, then nothing is cached)."""
+    root_signature, is_root_settled, _, _ = cached[""]
+    entries = [cached.get(folder, _ABSENT) for folder in folder_names]
+    signatures = [entry[0] for entry in entries]
+    try:
+        devices, inodes, mtimes, ctimes = (
+            array(code, [signature[index] for signature in signatures]).tobytes()
+            for index, code in enumerate("QQqq")
+        )
+    except OverflowError:
+        return None
+    return _Columns(
+        root_signature,
+        bool(is_root_settled),
+        "\0".join(folder_names),
+        devices,
+        inodes,
+        mtimes,
+        ctimes,
+        bytes(bool(entry[1]) for entry in entries),
+        bytes(bool(entry[3]) for entry in entries),
+        array("I", [len(entry[2]) for entry in entries]).tobytes(),
+        "\0".join(name for entry in entries for name in entry[2]),
+        "\0".join(
+            f"{folder}/{name}"
+            for folder, entry in zip(folder_names, entries, strict=True)
+            for name in entry[2]
+        ),
+    )
+
+
+def _cache_name(root: str, name: str, marker: str | None) -> str:
+    key = hashlib.sha256(repr((_FORMAT, root, name, marker)).encode()).hexdigest()[:24]
+    return f"{key}.marshal"
+
+
+def _read(cache_file: Path) -> tuple[str, _Columns] | None:
+    """(the root listed, its listing) as a cache file holds them; None when it is unreadable, of
+    another format, or its columns do not agree in length."""
     try:
         data = marshal.loads(cache_file.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    # Stored as the dict itself (marshal keeps tuples): loading it builds nothing per folder.
     if not isinstance(data, tuple) or len(data) != 3 or data[0] != _FORMAT:
         return None
-    _, root, folders = data
-    if not isinstance(root, str) or not isinstance(folders, dict):
+    _, root, fields = data
+    if not isinstance(root, str) or not isinstance(fields, tuple) or len(fields) != len(_COLUMN_TYPES):
         return None
-    entries = folders.values()
-    if set(map(type, entries)) - {tuple} or set(map(len, entries)) - {4}:
+    if not all(map(isinstance, fields, _COLUMN_TYPES)):
         return None
-    return root, folders
+    columns = _Columns(*fields)
+    count = len(_split(columns.folders))
+    counts = columns.counts
+    if len(counts) % 4 or len(counts) != 4 * count:
+        return None
+    if {len(columns.devices), len(columns.inodes), len(columns.mtimes), len(columns.ctimes)} != {8 * count}:
+        return None
+    if len(columns.settled) != count or len(columns.markers) != count or len(columns.root_signature) != 4:
+        return None
+    named = sum(array("I", counts))
+    if len(_split(columns.names)) != named or len(_split(columns.paths)) != named:
+        return None
+    return root, columns
 
 
-def _load(cache_file: Path | None, root: str) -> dict[str, _Folder]:
+def _load(cache_file: Path | None, root: str) -> _Columns | None:
     if cache_file is None:
-        return {}
+        return None
     found = _read(cache_file)
-    return found[1] if found is not None and found[0] == root else {}
+    return found[1] if found is not None and found[0] == root else None
 
 
-def _store(cache_file: Path, root: str, folders: dict[str, _Folder]) -> None:
+def _store(cache_file: Path, root: str, columns: _Columns | None) -> None:
     """Write the cache under a temporary name, then rename it over the old one (readers see either)."""
     temporary = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(marshal.dumps((_FORMAT, root, folders)))
+        if columns is None:
+            cache_file.unlink(missing_ok=True)
+            return
+        temporary.write_bytes(marshal.dumps((_FORMAT, root, tuple(columns))))
         os.replace(temporary, cache_file)
     except OSError:
         with contextlib.suppress(OSError):
