@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -112,11 +113,66 @@ def _entry(row: tuple[Any, ...]) -> Entry:
     )
 
 
+class StoredDetail(Mapping[str, Any]):
+    """A snapshot record's detail as stored, its JSON parsed when first read. A partitioned model's
+    detail holds every partition's figures (hundreds of KB at thousands of partitions), and a run
+    that reuses the state asks for at most a few small keys of it, most of them absent: a key whose
+    quoted name is nowhere in the text is absent without parsing it (json.dumps writes every key
+    as `"name"`, and a plain name needs no escape)."""
+
+    __slots__ = ("_parsed", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._parsed: dict[str, Any] | None = None
+
+    def _value(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = json.loads(self._text)
+        return self._parsed
+
+    def _is_absent(self, key: object) -> bool:
+        return (
+            self._parsed is None
+            and isinstance(key, str)
+            and _PLAIN_KEY.fullmatch(key) is not None
+            and f'"{key}"' not in self._text
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        if self._is_absent(key):
+            raise KeyError(key)
+        return self._value()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return not self._is_absent(key) and key in self._value()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default if self._is_absent(key) else self._value().get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._value())
+
+    def __len__(self) -> int:
+        return len(self._value())
+
+    def __repr__(self) -> str:
+        return repr(self._value())
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _as_json(value: object) -> object:
+    """json.dumps' `default`: a stored detail is written as its dict; anything else as its text."""
+    return dict(value) if isinstance(value, Mapping) else str(value)
+
+
 def _snapshot(row: tuple[Any, ...]) -> SnapshotRecord:
     return SnapshotRecord(
         *row[:9],
         row_hash_sum=row[9] or "0",
-        detail=json.loads(row[10]) if row[10] else {},
+        detail=StoredDetail(row[10]) if row[10] else {},  # type: ignore[arg-type]
         is_dropped=bool(row[11]),
     )
 
@@ -297,7 +353,7 @@ class HistoryWriter:
                 reason,
                 target_entry,
                 engine_version(),
-                json.dumps(detail or {}, sort_keys=True, default=str),
+                json.dumps(detail or {}, sort_keys=True, default=_as_json),
             ],
         )
 
@@ -347,7 +403,7 @@ class HistoryWriter:
                     record.watermark,
                     record.created_entry,
                     record.row_hash_sum,
-                    json.dumps(record.detail, sort_keys=True, default=str),
+                    json.dumps(record.detail, sort_keys=True, default=_as_json),
                 ]
                 for record in records
             ],
@@ -383,7 +439,7 @@ class HistoryWriter:
                     record.rows_out,
                     record.duration_ms,
                     record.sql,
-                    json.dumps(record.detail, sort_keys=True, default=str),
+                    json.dumps(record.detail, sort_keys=True, default=_as_json),
                 ]
                 for record in records
             ],
