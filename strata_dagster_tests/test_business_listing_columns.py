@@ -111,6 +111,7 @@ def _forge_names(columns):
         names="\0".join(["part-0.parquet"] * 3),
         paths="\0".join(f"dt=2026-03-0{day}/part-0.parquet" for day in (1, 2, 4)),
         counts=counts.tobytes(),
+        sizes=b"",  # the sizes as listed go with the names as listed
     )
 
 
@@ -189,6 +190,7 @@ def _without_last_folder(columns):
         counts=columns.counts[:-4],
         names="\0".join(names[:-1]),
         paths="\0".join(paths[:-1]),
+        sizes=columns.sizes[:-8],
     )
 
 
@@ -233,3 +235,38 @@ def test_a_file_added_with_the_folders_mtime_set_back_is_seen_on_the_whole_root_
     found = listing.scan_folders(str(root), "*.parquet", "_SUCCESS", cache_dir)
     assert found.names[0] == ("part-0.parquet", "part-1.parquet")
     assert found == _uncached(root)
+
+
+def _summarizer(name, calls):
+    """A summary of a listing's names and sizes, counting its calls."""
+
+    def summarize(found):
+        calls.append(name)
+        return f"{name}:{found.names}:{found.sizes}"
+
+    return (name, summarize)
+
+
+def test_the_summary_of_an_unchanged_listing_is_kept_and_a_changed_size_is_summarized_again(tmp_path):
+    root = tmp_path / "events"
+    _layout(root)
+    cache_dir = tmp_path / "cache"
+    calls = []
+    summarize = _summarizer("sizes", calls)
+    first = listing.scan_folders(str(root), "*.parquet", "_SUCCESS", cache_dir, summarize)
+    assert first.summary == f"sizes:{first.names}:{first.sizes}" and calls == ["sizes"]
+    time.sleep(listing.RACY_SECONDS + 0.2)
+    listing.scan_folders(str(root), "*.parquet", "_SUCCESS", cache_dir, summarize)  # stored settled
+    calls.clear()
+    again = listing.scan_folders(str(root), "*.parquet", "_SUCCESS", cache_dir, summarize)
+    assert again.summary == first.summary and calls == []  # the listing it summarized: kept
+    # Another question about the same listing is answered anew.
+    other = listing.scan_folders(str(root), "*.parquet", "_SUCCESS", cache_dir, _summarizer("other", calls))
+    assert other.summary.startswith("other:") and calls == ["other"]
+    # A rewrite in place: the folder's stat as cached, a size moved, so the listing is summarized again.
+    with open(root / "dt=2026-03-04" / "part-0.parquet", "ab") as file:
+        file.write(b"tail")
+    calls.clear()
+    changed = listing.scan_folders(str(root), "*.parquet", "_SUCCESS", cache_dir, summarize)
+    assert changed.sizes[-1] == (15,)
+    assert changed.summary == f"sizes:{changed.names}:{changed.sizes}" and calls == ["sizes"]

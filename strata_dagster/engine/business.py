@@ -295,7 +295,10 @@ def read_business_source(
     found = None
     if source.path is not None:
         found = ledger.file_listing(
-            _file_pattern(source, context), source.complete_when, ledger.listing_cache_dir(session.meta)
+            _file_pattern(source, context),
+            source.complete_when,
+            ledger.listing_cache_dir(session.meta),
+            spec.column,
         )
         unchanged = None if is_full_refresh or found is None else unchanged_listing(session, source, found)
         if unchanged is not None:

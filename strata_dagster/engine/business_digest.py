@@ -6,7 +6,7 @@ which names the partition and the evidence."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from strata_dagster.language.definition import Source
 from strata_dagster.warehouse import ledger
@@ -37,18 +37,43 @@ def unchanged_listing(session: Session, source: Source, found: FolderListing) ->
     recorded = ledger.read_ledger_digest(session.meta, source.name)
     if recorded is None or len(recorded.row_counts) != len(found.folders):
         return None
+    evidence = found.summary  # the listing's digest in key order, when listed with its column
     found = ledger.in_key_order(found, spec.column)
-    evidence = ledger.listing_digest(found, spec.column)
+    if evidence is None:
+        evidence = ledger.listing_digest(found, spec.column)
     if evidence != recorded.digest:
         return None
     column, marker, rows = spec.column, source.complete_when, recorded.row_counts
     skip = len(column) + 1
     return ConsumedLedger(
-        [folder[skip:] for folder in found.folders],
+        _Keys(found.folders, skip),
         rows,
         evidence,
         lambda: ledger.listed_partitions(found, column, marker, rows),
     )
+
+
+class _Keys(Sequence[str]):
+    """The partition keys of folders `column=value`, each cut from its folder's name when asked
+    for: an unchanged reading asks for its last key and its window's, not for thousands."""
+
+    def __init__(self, folders: Sequence[str], skip: int) -> None:
+        self._folders = folders
+        self._skip = skip
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [folder[self._skip :] for folder in self._folders[index]]
+        return self._folders[index][self._skip :]
+
+    def __len__(self) -> int:
+        return len(self._folders)
 
 
 def evidence_digest(consumed: Sequence[PartitionEvidence]) -> str:

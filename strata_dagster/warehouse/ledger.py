@@ -128,10 +128,23 @@ def _evidence(names: Sequence[str], sizes: Sequence[int]) -> str:
     return ";".join([f"{name}:{size}" for name, size in zip(names, sizes, strict=True)])
 
 
-def file_listing(pattern: str, marker: str | None, cache_dir: Path | None) -> listing.FolderListing | None:
-    """The folders of a `root/*/<name>` pattern (warehouse.listing); None for another layout."""
+def file_listing(
+    pattern: str, marker: str | None, cache_dir: Path | None, column: str | None = None
+) -> listing.FolderListing | None:
+    """The folders of a `root/*/<name>` pattern (warehouse.listing); None for another layout. With
+    the partition `column`, the listing's summary is its `listing_digest` in key order (kept in the
+    listing's cache with the listing it digests: an unchanged listing is not digested again)."""
     parts = listing.split_pattern(pattern)
-    return None if parts is None else listing.scan_folders(*parts, marker, cache_dir)
+    if parts is None:
+        return None
+    summarize = None
+    if column is not None:
+        summarize = (f"evidence_digest of {column}", functools.partial(_key_order_digest, column=column))
+    return listing.scan_folders(*parts, marker, cache_dir, summarize)
+
+
+def _key_order_digest(found: listing.FolderListing, column: str) -> str | None:
+    return listing_digest(in_key_order(found, column), column)
 
 
 def evidence_digest(parts: Sequence[str]) -> str:

@@ -29,6 +29,7 @@ import os
 import re
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -87,6 +88,9 @@ class FolderListing(NamedTuple):
     names: list[tuple[str, ...]]
     sizes: list[tuple[int, ...]]
     markers: list[bool]
+    # What the caller's `summarize` gives for this listing: kept in the cache with the listing it
+    # summarized, and given back unchanged while the listing is that one (None: none asked).
+    summary: str | None = None
 
     def paths(self, index: int) -> tuple[str, ...]:
         folder = f"{self.root}/{self.folders[index]}"
@@ -114,9 +118,20 @@ def list_folders(
     ]
 
 
-def scan_folders(root: str, name: str, marker: str | None, cache_dir: Path | None = None) -> FolderListing:
-    """`list_folders` as parallel lists. Paths are stat'ed relative to the root's descriptor: the
-    kernel resolves one or two names per stat instead of the root's whole path."""
+# (what a summary is, so a cached one is given back only for the same question; the function)
+Summarize = tuple[str, Callable[["FolderListing"], "str | None"]]
+
+
+def scan_folders(
+    root: str,
+    name: str,
+    marker: str | None,
+    cache_dir: Path | None = None,
+    summarize: Summarize | None = None,
+) -> FolderListing:
+    """`list_folders` as parallel lists, with `summarize`'s summary of them. Paths are stat'ed
+    relative to the root's descriptor: the kernel resolves one or two names per stat instead of the
+    root's whole path."""
     cache_file = None if cache_dir is None else cache_dir / _cache_name(root, name, marker)
     columns = _load(cache_file, root)
     found = FolderListing(root, [], [], [], [])
@@ -130,7 +145,7 @@ def scan_folders(root: str, name: str, marker: str | None, cache_dir: Path | Non
         except OSError:
             return found
         if columns is not None:
-            trusted = _trusted(root, columns, descriptor, root_signature)
+            trusted = _trusted(root, columns, descriptor, root_signature, summarize)
             if trusted is not None:
                 return trusted
         cached = {} if columns is None else _entries(columns)
@@ -138,13 +153,15 @@ def scan_folders(root: str, name: str, marker: str | None, cache_dir: Path | Non
         folder_names = _scan_root(descriptor, root, root_signature, cached, is_match, marker, found)
     finally:
         os.close(descriptor)
+    if summarize is not None:
+        found = found._replace(summary=summarize[1](found))
     if folder_names is not None and cache_file is not None:
-        _store(cache_file, root, _as_columns(cached, folder_names))
+        _store(cache_file, root, _as_columns(cached, folder_names, found, summarize))
     return found
 
 
 def _trusted(
-    root: str, columns: _Columns, descriptor: int, root_signature: Signature
+    root: str, columns: _Columns, descriptor: int, root_signature: Signature, summarize: Summarize | None
 ) -> FolderListing | None:
     """The listing the cache holds, with every file's size now, when the root and every folder have
     the stat they were listed with, each listed outside the racy window; None otherwise (then the
@@ -174,11 +191,17 @@ def _trusted(
         return None  # removed after its folder was listed: its folder is listed anew
     names = _split(columns.names)
     counts = array("I", columns.counts)
+    summary = None
+    if summarize is not None and summarize[0] == columns.summary_of and _packed_sizes(sizes) == columns.sizes:
+        summary = columns.summary  # the very listing it summarized: the same names, sizes and markers
     if counts.count(1) == len(folders):  # the usual folders of one file each: no per-folder step
-        return FolderListing(
-            root, folders, list(zip(names)), list(zip(sizes)), list(map(bool, columns.markers))
+        found = FolderListing(
+            root, folders, list(zip(names)), list(zip(sizes)), list(map(bool, columns.markers)), summary
         )
-    found = FolderListing(root, [], [], [], [])
+        return (
+            found if summarize is None or summary is not None else found._replace(summary=summarize[1](found))
+        )
+    found = FolderListing(root, [], [], [], [], summary)
     at = 0
     for folder, count, has_marker in zip(folders, counts, columns.markers, strict=True):
         if count:
@@ -187,7 +210,7 @@ def _trusted(
             found.sizes.append(tuple(sizes[at : at + count]))
             found.markers.append(bool(has_marker))
             at += count
-    return found
+    return found if summarize is None or summary is not None else found._replace(summary=summarize[1](found))
 
 
 def _scan_root(  # type: ignore[no-untyped-def]
@@ -301,9 +324,12 @@ class _Columns(NamedTuple):
     counts: bytes  # array("I"): how many matching names each folder holds
     names: str  # every folder's matching names, folder after folder, NUL-joined
     paths: str  # the same names as `folder/name`, relative to the root
+    sizes: bytes  # array("q"): their sizes when listed (b"": a name did not stat, none kept)
+    summary: str  # the caller's summary of the listing as listed ("": none)
+    summary_of: str  # what that summary is (`Summarize`'s name; "": none)
 
 
-_COLUMN_TYPES = (tuple, bool, str, bytes, bytes, bytes, bytes, bytes, bytes, bytes, str, str)
+_COLUMN_TYPES = (tuple, bool, str, bytes, bytes, bytes, bytes, bytes, bytes, bytes, str, str, bytes, str, str)
 
 
 def _split(joined: str) -> list[str]:
@@ -312,6 +338,10 @@ def _split(joined: str) -> list[str]:
 
 def _packed(code: str, field: operator.attrgetter, infos: list[os.stat_result]) -> bytes:  # type: ignore[type-arg]
     return array(code, map(field, infos)).tobytes()
+
+
+def _packed_sizes(sizes: list[int]) -> bytes:
+    return array("q", sizes).tobytes()
 
 
 def _entries(columns: _Columns) -> dict[str, _Folder]:
@@ -337,11 +367,21 @@ def _entries(columns: _Columns) -> dict[str, _Folder]:
     return entries
 
 
-def _as_columns(cached: dict[str, _Folder], folder_names: tuple[str, ...]) -> _Columns | None:
-    """The cache's entries for the root and its folders, as columns (None: a value that does not fit
-    the columns' arrays, then nothing is cached)."""
+def _as_columns(
+    cached: dict[str, _Folder],
+    folder_names: tuple[str, ...],
+    found: FolderListing,
+    summarize: Summarize | None,
+) -> _Columns | None:
+    """The cache's entries for the root and its folders, as columns, with `found`'s sizes and
+    summary when it lists every cached name (None: a value that does not fit the columns' arrays,
+    then nothing is cached)."""
     root_signature, is_root_settled, _, _ = cached[""]
     entries = [cached.get(folder, _ABSENT) for folder in folder_names]
+    names = [name for entry in entries for name in entry[2]]
+    is_whole = [name for listed in found.names for name in listed] == names
+    sizes = _packed_sizes([size for listed in found.sizes for size in listed]) if is_whole else b""
+    summary = found.summary if is_whole and summarize is not None else None
     signatures = [entry[0] for entry in entries]
     try:
         devices, inodes, mtimes, ctimes = (
@@ -361,12 +401,15 @@ def _as_columns(cached: dict[str, _Folder], folder_names: tuple[str, ...]) -> _C
         bytes(bool(entry[1]) for entry in entries),
         bytes(bool(entry[3]) for entry in entries),
         array("I", [len(entry[2]) for entry in entries]).tobytes(),
-        "\0".join(name for entry in entries for name in entry[2]),
+        "\0".join(names),
         "\0".join(
             f"{folder}/{name}"
             for folder, entry in zip(folder_names, entries, strict=True)
             for name in entry[2]
         ),
+        sizes,
+        summary or "",
+        summarize[0] if summarize is not None and summary is not None else "",
     )
 
 
@@ -400,6 +443,8 @@ def _read(cache_file: Path) -> tuple[str, _Columns] | None:
         return None
     named = sum(array("I", counts))
     if len(_split(columns.names)) != named or len(_split(columns.paths)) != named:
+        return None
+    if columns.sizes and len(columns.sizes) != 8 * named:
         return None
     return root, columns
 
