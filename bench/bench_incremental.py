@@ -13,6 +13,7 @@ instead of producing a number. See bench/README.md.
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -51,6 +52,7 @@ import strata_dagster
 import strata_dagster.engine.run as engine_run
 import strata_dagster.warehouse.content as content_module
 import strata_dagster.warehouse.segments as segments_module
+import strata_dagster.warehouse.serving as serving_module
 import strata_dagster.warehouse.session as session_module
 import strata_dagster.warehouse.tables as tables_module
 from strata_dagster.engine.run import run_project
@@ -140,6 +142,7 @@ FULL_IS = (
 )
 TARGET_VS_FLOOR = 2.0  # incremental / floor at most
 TARGET_VS_FULL = 5.0  # full / incremental at least
+TARGET_VS_UNSERVED = 1.10  # incremental / the same run without the serving refresh (issue 19), at most
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,20 @@ class Sides:
     full: Timings
     floor: Timings
     fingerprint: Timings  # the bare source fingerprint scan, own connection: what every run must pay today
+    # --serving-baseline: the same incremental run on its own copy, with the serving refresh skipped
+    unserved: Timings | None = None
+
+
+@contextmanager
+def serving_skipped() -> Iterator[None]:
+    """Runs in this block publish to the warehouse only, not to readers: the baseline of what the
+    serving refresh costs (the bench's own switch; the product always refreshes)."""
+    original = serving_module.refresh
+    serving_module.refresh = lambda *args, **kwargs: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        serving_module.refresh = original
 
 
 @dataclass
@@ -284,7 +301,13 @@ def scenario_files(scenario: Scenario, work: Path, source: Path, built: Path, fl
 
 
 def bench(
-    rows: int, repeat: int, work: Path, profile: bool, unique: bool, versioning: str
+    rows: int,
+    repeat: int,
+    work: Path,
+    profile: bool,
+    unique: bool,
+    versioning: str,
+    serving_baseline: bool = False,
 ) -> tuple[list[Scenario], list[Breakdown]]:
     project = work / "project"
     project.mkdir()
@@ -293,6 +316,7 @@ def bench(
     source_scan = SOURCE_SCANS[versioning]
     starts: dict[str | None, Start] = {None: Start(*prepare_templates(rows, work, project))}
     engine, full, floor = work / "engine.duckdb", work / "full.duckdb", work / "floor.duckdb"
+    unserved_engine = work / "engine_unserved.duckdb"
     scenarios = [
         Scenario("1% append", APPEND, [max(1, rows // 100)]),
         Scenario("0.1% update", UPDATE, [7]),
@@ -308,6 +332,8 @@ def bench(
 
         def prepare(files: Files = files) -> None:
             copy(files.engine, engine)
+            if serving_baseline:
+                copy(files.engine, unserved_engine)
             copy(files.full, full)
             copy(files.floor, floor)
 
@@ -318,17 +344,30 @@ def bench(
             low = scenario.details[UPSERT]["window"]["low"]
             assert low == watermark, f"strata's watermark {low} is not the floor's {watermark}"
 
-        sides = Sides(Timings([], []), Timings([], []), Timings([], []), Timings([], []))
+        def unserved() -> None:
+            with serving_skipped():
+                check_paths(run_project(project, unserved_engine, only_stale=True), "delta")
+
+        sides = Sides(
+            Timings([], []),
+            Timings([], []),
+            Timings([], []),
+            Timings([], []),
+            Timings([], []) if serving_baseline else None,
+        )
+        timed_sides = [
+            (incremental, sides.incremental),
+            (lambda: check_paths(run_project(project, full), "full"), sides.full),
+            (lambda floor_sql=floor_sql: execute(floor, floor_sql), sides.floor),
+            (lambda: execute(engine, [source_scan]), sides.fingerprint),
+        ]
+        if sides.unserved is not None:
+            timed_sides.insert(1, (unserved, sides.unserved))
         console.print(f"{scenario.name} ...")
         rotate(
             repeat,
             prepare,
-            [
-                (incremental, sides.incremental),
-                (lambda: check_paths(run_project(project, full), "full"), sides.full),
-                (lambda floor_sql=floor_sql: execute(floor, floor_sql), sides.floor),
-                (lambda: execute(engine, [source_scan]), sides.fingerprint),
-            ],
+            timed_sides,
             lambda scenario=scenario: verify(scenario.name, engine, full, floor),
         )
         scenario.sides = sides
@@ -593,6 +632,17 @@ def report(
             ("full / inc", full, inc, f">= {TARGET_VS_FULL}x", lambda r: r >= TARGET_VS_FULL),
             ("scan / floor", scan, floor, "info", None),
         ]
+        if s.sides.unserved is not None:
+            comparisons.insert(
+                2,
+                (
+                    "inc / inc without serving",
+                    inc,
+                    s.sides.unserved,
+                    f"<= {TARGET_VS_UNSERVED:.2f}x",
+                    lambda r: r <= TARGET_VS_UNSERVED,
+                ),
+            )
         for index, (label, top, bottom, target, passes) in enumerate(comparisons):
             best = min(top.wall) / min(bottom.wall)
             median = statistics.median(top.wall) / statistics.median(bottom.wall)
@@ -622,8 +672,10 @@ def report(
         )
         if verbose:
             assert s.sides is not None
-            for side in ("incremental", "full", "floor", "fingerprint"):
-                timings: Timings = getattr(s.sides, side)
+            for side in ("incremental", "unserved", "full", "floor", "fingerprint"):
+                timings: Timings | None = getattr(s.sides, side)
+                if timings is None:
+                    continue
                 console.print(
                     f"    {side:<11} wall {format_seconds(timings.wall)}; cpu {format_seconds(timings.cpu)}"
                 )
@@ -634,6 +686,7 @@ def report(
     console.print(f"  floor: {FLOOR_IS}")
     console.print(f"  full rebuild: {FULL_IS}")
     console.print(f"  machine: {machine()}")
+    console.print("  load average after the runs: " + " ".join(f"{value:.2f}" for value in os.getloadavg()))
     console.print(f"  engine: strata_dagster imported from {Path(strata_dagster.__file__).parent}")
 
 
@@ -701,10 +754,21 @@ def main() -> None:
         help=f"drop the `unique` pin of {UPSERT} (the full rebuild's costliest check)",
     )
     add_versioning_argument(parser)
+    parser.add_argument(
+        "--serving-baseline",
+        action="store_true",
+        help="also time each incremental run with the serving refresh skipped, on its own copy (issue 19)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-inc-", dir=args.dir) as work:
         scenarios, breakdowns = bench(
-            args.rows, args.repeat, Path(work), args.profile, not args.no_unique, args.versioning
+            args.rows,
+            args.repeat,
+            Path(work),
+            args.profile,
+            not args.no_unique,
+            args.versioning,
+            args.serving_baseline,
         )
     report(args.rows, args.repeat, scenarios, args.verbose, not args.no_unique, args.versioning)
     if breakdowns:

@@ -3,9 +3,11 @@
 DuckDB lets one process write a file and then no other process may open it, not even read-only;
 a reader's shared lock in turn blocks the writer. So readers never open the warehouse. After each
 write session that published a history entry, the writer writes a small catalog file holding the
-same views, `<branch>.v_<model>`, over `read_parquet` of the snapshots' own files
-(snapshot_files.py; a snapshot still stored as a table, or a view model's rows, is exported to
-Parquet once), then switches a symlink to it with one rename. Readers ATTACH the symlink's path
+same views, `<branch>.v_<model>`, as the warehouse stores them, over the snapshot views they read
+(`read_parquet` of the snapshots' own files, snapshot_files.py; a snapshot still stored as a
+table, or a view model's rows, is exported to Parquet once), then switches a symlink to it with
+one rename. The catalog starts as a copy of the previous one and replaces only what changed
+(serving_catalog.py). Readers ATTACH the symlink's path
 read-only (`reader_statement`): they see one whole published state, the one that was live when
 they attached, and never block or wait for the writer.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,15 +32,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import sqlglot
 from sqlglot import exp
 
-from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.errors import E_GC
 from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.snapshot_files import copy_to_file, file_of, fsync, read_relation, write_query
-from strata_dagster.warehouse.sql import DIALECT, describe, render, run, table
+from strata_dagster.warehouse.serving_catalog import (
+    CatalogContents,
+    CatalogPlan,
+    WarehouseCatalog,
+    plan_catalog,
+    read_warehouse,
+)
+from strata_dagster.warehouse.snapshot_files import copy_to_file, fsync
+from strata_dagster.warehouse.sql import render, run, table
 
 LIVE_NAME = "live.duckdb"
 READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
@@ -79,8 +87,8 @@ def served_view_count(warehouse: Path) -> int:
         return 0
     with open_live(warehouse) as con:
         row = con.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal AND schema_name <> ?",
-            [READER_CATALOG, STATE_SCHEMA],
+            "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal AND schema_name NOT IN (?, ?)",
+            [READER_CATALOG, STATE_SCHEMA, SNAPSHOT_SCHEMA],
         ).fetchone()
     return int(row[0]) if row else 0
 
@@ -95,18 +103,16 @@ class ServingState:
     exported_seconds: float
 
 
-@dataclass(frozen=True)
-class _ServedView:
-    schema: str
-    name: str
-    query: exp.Query  # over read_parquet of serving files
-
-
 def refresh(
     con: duckdb.DuckDBPyConnection, warehouse: Path, on_step: Callable[[str], None] = lambda step: None
 ) -> ServingState | None:
     """Make the serving catalog show what the warehouse's live views show now (the writer's
-    connection, outside any transaction). None when nothing was ever published."""
+    connection, outside any transaction). None when nothing was ever published.
+
+    The new catalog starts as a copy of the live one (never modified: readers attached to it keep
+    their whole state) and replaces only the views whose stored SQL, or a snapshot view they read,
+    changed (serving_catalog.plan_catalog); without a live catalog of the current format it is
+    written whole."""
     if not _has_publications(con):
         return None
     folder = serving_dir(warehouse)
@@ -117,38 +123,48 @@ def refresh(
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
-    kinds = _snapshot_kinds(con)
-    views = [(schema, name, _parse_view(sql)) for schema, name, sql in _branch_views(con)]
-    exports: dict[Path, exp.Query] = {}
-    read_files: set[Path] = set()
-    types = _Types(con)
-    served = [
-        _served_view(kinds, types, data, entry, schema, name, query, exports, read_files)
-        for schema, name, query in views
-    ]
+    previous, contents = _previous_catalog(live)
+    warehouse_catalog = read_warehouse(con)
+    plan = plan_catalog(con, warehouse_catalog, contents, data, entry)
     folder.mkdir(exist_ok=True)
     started = time.perf_counter()
     written = 0
-    if exports:
+    if plan.exports:
         data.mkdir(exist_ok=True)
-        written = sum(_export(con, path, query) for path, query in exports.items())
+        written = sum(_export(con, path, query) for path, query in plan.exports.items())
         fsync(data)
     exported_seconds = time.perf_counter() - started
     on_step("serving_exported")
     # The manifest first: gc finds every catalog file through its manifest.
-    _write_manifest(catalog, sorted(path.name for path in exports), sorted(path.name for path in read_files))
-    _write_catalog(con, catalog, served, entry, digest)
+    _write_manifest(catalog, plan.contents.manifest())
+    _write_catalog(con, catalog, previous, plan, warehouse_catalog, entry, digest)
     on_step("serving_catalog_written")
-    previous = os.readlink(live) if live.is_symlink() else None
+    previous_link = os.readlink(live) if live.is_symlink() else None
     link = folder / f".{LIVE_NAME}.{os.getpid()}"
     link.unlink(missing_ok=True)
     link.symlink_to(catalog.name)
     os.replace(link, live)
     fsync(folder)
-    if previous is not None and previous != catalog.name:
-        _retire(folder / previous)
+    if previous_link is not None and previous_link != catalog.name:
+        _retire(folder / previous_link)
     on_step("serving_switched")
     return ServingState(entry, digest, catalog, True, written, exported_seconds)
+
+
+def _previous_catalog(live: Path) -> tuple[Path | None, CatalogContents | None]:
+    """The live catalog and what it serves, when the next catalog can start as its copy: it
+    exists, whole (no write-ahead log beside it), with a manifest of the current format."""
+    if not live.is_symlink():
+        return None, None
+    catalog = live.with_name(os.readlink(live))
+    manifest = _manifest(catalog)
+    if not catalog.is_file() or not manifest.is_file() or catalog.with_name(catalog.name + ".wal").exists():
+        return None, None
+    try:
+        contents = CatalogContents.from_manifest(json.loads(manifest.read_text()))
+    except (ValueError, KeyError, TypeError):
+        return None, None
+    return (catalog, contents) if contents is not None else (None, None)
 
 
 def _has_publications(con: duckdb.DuckDBPyConnection) -> bool:
@@ -163,128 +179,6 @@ def _has_publications(con: duckdb.DuckDBPyConnection) -> bool:
 def _latest_entry(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("SELECT coalesce(max(entry), 0) FROM strata.entries").fetchone()
     return int(row[0]) if row else 0
-
-
-def _branch_views(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
-    """(schema, view, stored SQL) of every live view of every branch, in a stable order."""
-    rows = con.execute(
-        "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
-        "AND NOT internal AND starts_with(view_name, ?) "
-        "AND schema_name IN (SELECT DISTINCT branch FROM strata.publications) ORDER BY 1, 2",
-        [VIEW_PREFIX],
-    ).fetchall()
-    return [(str(schema), str(name), str(sql)) for schema, name, sql in rows]
-
-
-@dataclass(frozen=True)
-class _Kind:
-    """What a snapshot is: 'table', 'view' (a `materialize: view` model's) or 'file' (a view over
-    its Parquet file, whose stored SQL is `sql`)."""
-
-    kind: str
-    sql: str = ""
-    path: Path | None = None
-
-
-def _snapshot_kinds(con: duckdb.DuckDBPyConnection) -> dict[str, _Kind]:
-    rows = con.execute(
-        "SELECT table_name, NULL FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database() "
-        "UNION ALL SELECT view_name, sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database()",
-        [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
-    ).fetchall()
-    kinds: dict[str, _Kind] = {}
-    for name, sql in rows:
-        if sql is None:
-            kinds[str(name)] = _Kind("table")
-            continue
-        path = file_of(str(sql))
-        kinds[str(name)] = _Kind("file", str(sql), Path(path)) if path is not None else _Kind("view")
-    return kinds
-
-
-class _Types:
-    """(column, type) of a relation, described when first asked (one relation at a time:
-    duckdb_columns() binds every view of the warehouse, each view over a file reading its footer)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.con = con
-        self.known: dict[tuple[str, str], list[tuple[str, str]]] = {}
-
-    def of(self, schema: str, name: str) -> list[tuple[str, str]]:
-        if (schema, name) not in self.known:
-            self.known[schema, name] = list(describe(self.con, table(name, schema)))
-        return self.known[schema, name]
-
-
-def _file_relation(kind: _Kind, alias: str) -> exp.Expression:
-    """The relation a file snapshot's view reads (its file, with the casts back to its types)."""
-    assert kind.path is not None
-    if "REPLACE" not in kind.sql:  # no cast: the file itself
-        return read_relation(kind.path, alias, [])
-    query = _parse_view(kind.sql)
-    assert query is not None, kind.sql
-    return query.subquery(alias)
-
-
-def _served_view(
-    kinds: dict[str, _Kind],
-    types: _Types,
-    data: Path,
-    entry: int,
-    schema: str,
-    name: str,
-    query: exp.Query | None,
-    exports: dict[Path, exp.Query],
-    read_files: set[Path],
-) -> _ServedView:
-    """The view as readers get it, over Parquet files; the files it needs are added to `exports`
-    (to write) or `read_files` (snapshot files, read where they are).
-
-    A snapshot stored as a file is read from that file: nothing is copied. A snapshot table is
-    exported once (it never changes). A view snapshot (`materialize: view`) reads its inputs live,
-    sources included, so its rows are exported again at each history entry. A view edited to read
-    anything else is served as its rows at this entry.
-    """
-    if _is_edited(query, kinds):
-        path = data / f"{schema}.{name}@{entry}.parquet"
-        columns = types.of(schema, name)
-        exports.setdefault(path, _export_query(table(name, schema), columns))
-        return _ServedView(schema, name, exp.select("*").from_(read_relation(path, name, columns)))
-    assert query is not None
-    query = query.copy()
-    for node in list(query.find_all(exp.Table)):
-        snapshot = node.name
-        kind = kinds[snapshot]
-        if kind.kind == "file":
-            assert kind.path is not None
-            read_files.add(kind.path)
-            node.replace(_file_relation(kind, node.alias or snapshot))
-            continue
-        columns = types.of(SNAPSHOT_SCHEMA, snapshot)
-        path = data / (f"{snapshot}.parquet" if kind.kind == "table" else f"{snapshot}@{entry}.parquet")
-        exports.setdefault(path, _export_query(table(snapshot, SNAPSHOT_SCHEMA), columns))
-        node.replace(read_relation(path, node.alias or snapshot, columns))
-    return _ServedView(schema, name, query)
-
-
-def _is_edited(query: exp.Query | None, kinds: dict[str, _Kind]) -> bool:
-    """A live view that reads anything but snapshots (edited by hand): served as its rows."""
-    return query is None or any(
-        node.db != SNAPSHOT_SCHEMA or node.name not in kinds for node in query.find_all(exp.Table)
-    )
-
-
-def _parse_view(sql: str) -> exp.Query | None:
-    try:
-        parsed = sqlglot.parse_one(sql, read=DIALECT)
-    except sqlglot.errors.ParseError:
-        return None
-    query = parsed.expression if isinstance(parsed, exp.Create) else parsed
-    return query if isinstance(query, exp.Query) else None
-
-
-def _export_query(relation: exp.Table, columns: list[tuple[str, str]]) -> exp.Query:
-    return write_query(relation, columns)
 
 
 def _digest(folder: Path, entry: int) -> str:
@@ -307,55 +201,94 @@ def _export(con: duckdb.DuckDBPyConnection, path: Path, query: exp.Query) -> int
 
 
 def _write_catalog(
-    con: duckdb.DuckDBPyConnection, catalog: Path, served: list[_ServedView], entry: int, digest: str
+    con: duckdb.DuckDBPyConnection,
+    catalog: Path,
+    previous: Path | None,
+    plan: CatalogPlan,
+    warehouse: WarehouseCatalog,
+    entry: int,
+    digest: str,
 ) -> None:
+    """Write the catalog under a staging name (from a copy of `previous`, or empty), then rename
+    it: a crash leaves only the staging file, and `previous` is never opened for writing."""
     staging = catalog.with_name(f".{catalog.name}.{os.getpid()}")
     for leftover in (staging, staging.with_name(staging.name + ".wal")):
         leftover.unlink(missing_ok=True)
-    attach = exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG))
-    run(con, attach)
+    if previous is not None:
+        shutil.copyfile(previous, staging)
+    back = exp.Use(this=exp.table_(warehouse.default_schema, db=warehouse.database))
+    run(con, exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG)))
     try:
-        for schema in sorted({view.schema for view in served} | {STATE_SCHEMA}):
-            run(con, exp.Create(this=_in_new(schema), kind="SCHEMA", exists=True))
-        for view in served:
-            statement = exp.Create(this=_in_new(view.schema, view.name), kind="VIEW", expression=view.query)
-            run(con, statement)
-        state = _in_new(STATE_SCHEMA, STATE_TABLE)
-        run(
-            con,
-            exp.Create(
-                this=state,
-                kind="TABLE",
-                expression=exp.select(
-                    exp.cast(exp.Literal.number(entry), "BIGINT").as_("entry"),
-                    exp.Literal.string(digest).as_("digest"),
-                    exp.func("now").as_("published_at"),
-                ),
-            ),
-        )
+        # One script, in one transaction (each statement committed alone would write and sync
+        # the log), with the new catalog as the default database: the warehouse's stored view
+        # statements then create, and bind, their views and snapshot views in it.
+        script = [
+            render(exp.Use(this=exp.to_table(_NEW_CATALOG))),
+            render(exp.Transaction()),
+            *_statements(plan, entry, digest, fresh=previous is None),
+            render(exp.Commit()),
+            render(back),
+        ]
+        try:
+            con.execute(";\n".join(statement.rstrip().rstrip(";") for statement in script))
+        except BaseException:
+            for cleanup in (exp.Rollback(), back):
+                try:
+                    run(con, cleanup)
+                except duckdb.Error:
+                    pass  # no transaction left open, or already back
+            raise
     finally:
         run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
     fsync(staging)
     os.replace(staging, catalog)
 
 
-def _in_new(schema: str, name: str | None = None) -> exp.Table:
-    if name is None:
-        return exp.Table(this=exp.to_identifier(schema), db=exp.to_identifier(_NEW_CATALOG))
-    node = table(name, schema)
-    node.set("catalog", exp.to_identifier(_NEW_CATALOG))
-    return node
+def _statements(plan: CatalogPlan, entry: int, digest: str, *, fresh: bool) -> list[str]:
+    """What turns the previous catalog (or an empty one) into the planned one, in order."""
+    trees: list[exp.Expression] = [
+        *(
+            exp.Drop(tables=[table(name, schema)], kind="VIEW", exists=True)
+            for schema, name in plan.drop_views
+        ),
+        *(
+            exp.Drop(tables=[table(name, SNAPSHOT_SCHEMA)], kind="VIEW", exists=True)
+            for name in plan.drop_snapshots
+        ),
+        *(
+            exp.Drop(tables=[exp.to_table(schema)], kind="SCHEMA", exists=True, cascade=True)
+            for schema in plan.drop_schemas
+        ),
+        *(
+            exp.Create(this=exp.to_table(schema), kind="SCHEMA", exists=True)
+            for schema in [*plan.create_schemas, *([STATE_SCHEMA] if fresh else [])]
+        ),
+    ]
+    # The warehouse's own stored statements run verbatim; the rest are rendered trees.
+    created = [statement if isinstance(statement, str) else render(statement) for statement in plan.create]
+    state = exp.Create(
+        this=table(STATE_TABLE, STATE_SCHEMA),
+        kind="TABLE",
+        replace=True,
+        expression=exp.select(
+            exp.cast(exp.Literal.number(entry), "BIGINT").as_("entry"),
+            exp.Literal.string(digest).as_("digest"),
+            exp.func("now").as_("published_at"),
+        ),
+    )
+    return [*(render(tree) for tree in trees), *created, render(state)]
 
 
 def _manifest(catalog: Path) -> Path:
     return catalog.with_suffix(".json")
 
 
-def _write_manifest(catalog: Path, files: list[str], snapshot_files: list[str]) -> None:
-    """`files`: the exports in data/ the catalog reads; `snapshot_files`: the snapshots' own files."""
+def _write_manifest(catalog: Path, listed: dict[str, object]) -> None:
+    """What the catalog serves: "files", the exports in data/ it reads; "snapshot_files", the
+    snapshots' own files; and each view and snapshot view with the key it was written from."""
     manifest = _manifest(catalog)
     staging = manifest.with_name(f".{manifest.name}.{os.getpid()}")
-    staging.write_text(json.dumps({"files": files, "snapshot_files": snapshot_files}))
+    staging.write_text(json.dumps(listed))
     os.replace(staging, manifest)
 
 
