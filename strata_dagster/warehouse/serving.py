@@ -101,6 +101,8 @@ class ServingState:
     is_new: bool  # False: the live catalog already served this state
     exported_files: int
     exported_seconds: float
+    copied_from: str | None = None  # the previous catalog the new one started from (None: written whole)
+    views_kept: int = 0  # live views kept from that copy as they were
 
 
 def refresh(
@@ -148,7 +150,16 @@ def refresh(
     if previous_link is not None and previous_link != catalog.name:
         _retire(folder / previous_link)
     on_step("serving_switched")
-    return ServingState(entry, digest, catalog, True, written, exported_seconds)
+    return ServingState(
+        entry,
+        digest,
+        catalog,
+        True,
+        written,
+        exported_seconds,
+        previous.name if previous is not None else None,
+        plan.views_kept,
+    )
 
 
 def _previous_catalog(live: Path) -> tuple[Path | None, CatalogContents | None]:
@@ -225,7 +236,7 @@ def _write_catalog(
         script = [
             render(exp.Use(this=exp.to_table(_NEW_CATALOG))),
             render(exp.Transaction()),
-            *_statements(plan, entry, digest, fresh=previous is None),
+            *_statements(plan, entry, digest, previous),
             render(exp.Commit()),
             render(back),
         ]
@@ -244,7 +255,7 @@ def _write_catalog(
     os.replace(staging, catalog)
 
 
-def _statements(plan: CatalogPlan, entry: int, digest: str, *, fresh: bool) -> list[str]:
+def _statements(plan: CatalogPlan, entry: int, digest: str, previous: Path | None) -> list[str]:
     """What turns the previous catalog (or an empty one) into the planned one, in order."""
     trees: list[exp.Expression] = [
         *(
@@ -261,7 +272,7 @@ def _statements(plan: CatalogPlan, entry: int, digest: str, *, fresh: bool) -> l
         ),
         *(
             exp.Create(this=exp.to_table(schema), kind="SCHEMA", exists=True)
-            for schema in [*plan.create_schemas, *([STATE_SCHEMA] if fresh else [])]
+            for schema in [*plan.create_schemas, *([STATE_SCHEMA] if previous is None else [])]
         ),
     ]
     # The warehouse's own stored statements run verbatim; the rest are rendered trees.
@@ -274,6 +285,9 @@ def _statements(plan: CatalogPlan, entry: int, digest: str, *, fresh: bool) -> l
             exp.cast(exp.Literal.number(entry), "BIGINT").as_("entry"),
             exp.Literal.string(digest).as_("digest"),
             exp.func("now").as_("published_at"),
+            exp.cast(
+                exp.Literal.string(previous.name) if previous is not None else exp.null(), "VARCHAR"
+            ).as_("copied_from"),
         ),
     )
     return [*(render(tree) for tree in trees), *created, render(state)]

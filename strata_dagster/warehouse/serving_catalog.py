@@ -169,6 +169,7 @@ class CatalogPlan:
     create_schemas: list[str] = field(default_factory=list)
     create: list[str | exp.Expression] = field(default_factory=list)  # snapshot views first
     exports: dict[Path, exp.Query] = field(default_factory=dict)  # files to write in data/ first
+    views_kept: int = 0  # live views kept from the previous catalog as they are
 
 
 def plan_catalog(
@@ -202,6 +203,7 @@ def plan_catalog(
             )
         ):
             contents.views[qualified] = kept
+            plan.views_kept += 1
             continue
         if kept is not None:
             plan.drop_views.append((schema, name))
