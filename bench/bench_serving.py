@@ -124,12 +124,37 @@ def with_readers(mode: str, warehouse: Path, folder: Path, pause: float, nicenes
     return result, sum(count["ok"] for count in counts), sum(count["errors"] for count in counts)
 
 
+def runs_alone(project: Path, warehouse: Path, runs: int) -> None:
+    """1% runs one after another: each run's wall and CPU seconds and its serving refresh's."""
+    refreshes, shares, cpus = [], [], []
+    for round_ in range(1, runs + 1):
+        change_one_percent(warehouse, round_)
+        wall, cpu, refresh = timed_run(project, warehouse, only_stale=True)
+        refreshes.append(refresh)
+        shares.append(refresh / (wall - refresh))
+        cpus.append(cpu)
+        print(
+            f"[{round_}] 1% run {wall:6.3f} s ({cpu:.3f} CPU), serving refresh {refresh * 1000:5.1f} ms "
+            f"= {refresh / (wall - refresh):+.1%} on the run without it; {load()}"
+        )
+    print(
+        f"1% runs: serving refresh median {statistics.median(refreshes) * 1000:.1f} ms "
+        f"(min {min(refreshes) * 1000:.1f}), median {statistics.median(shares):+.1%} on the run without it; "
+        f"run CPU median {statistics.median(cpus):.3f} s; {load()}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--no-old-design", action="store_true", help="skip the readers opening the warehouse")
+    parser.add_argument(
+        "--no-readers",
+        action="store_true",
+        help="only the 1%% runs alone (3 per repeat): the serving refresh's seconds and share, no reader set-ups",
+    )
     options = parser.parse_args()
     print(f"strata_dagster from {Path(serving.__file__).parents[1]}, {options.rows:,} orders, {load()}")
     with tempfile.TemporaryDirectory(dir=options.dir) as temp:
@@ -143,6 +168,9 @@ def main() -> None:
         print(f"no-change run   {wall:7.2f} s, serving refresh {refresh:6.2f} s; {load()}")
         round_ = 0
         shares = []
+        if options.no_readers:
+            runs_alone(project, warehouse, options.repeat * len(READER_SETUPS))
+            return
         delays: dict[str, list[tuple[float, float]]] = {name: [] for name in READER_SETUPS}
         for repeat in range(options.repeat):
             for name, (pause, niceness) in READER_SETUPS.items():
