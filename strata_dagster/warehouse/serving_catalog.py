@@ -17,7 +17,6 @@ next one be written whole.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.snapshot_files import file_of, read_query, read_relation, write_query
 from strata_dagster.warehouse.sql import describe, table
+from strata_dagster.warehouse.view_reads import relations_read
 
 CATALOG_FORMAT = 2  # manifests of format 1 (no "format" key) list files only: written whole
 
@@ -297,32 +297,8 @@ def snapshot_reads(
     anything else (a table, a file, another view, a CTE), or is not stored as a plain view: such a
     view is served as its rows."""
     body = _body(sql, schema, name)
-    if body is None:
+    read = None if body is None else relations_read(con, body)
+    snapshots = None if read is None else read.snapshots()
+    if snapshots is None or not snapshots <= kinds.keys():
         return None
-    row = con.execute("SELECT json_serialize_sql(?)", [body]).fetchone()
-    tree = json.loads(row[0]) if row else {"error": True}
-    if tree.get("error") or len(tree.get("statements", ())) != 1:
-        return None
-    reads: set[str] = set()
-    pending: list[Any] = [tree["statements"]]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, list):
-            pending.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        kind = node.get("type")
-        if kind == "TABLE_FUNCTION":
-            return None
-        if kind == "BASE_TABLE":
-            relation = node.get("table_name")
-            if (
-                node.get("catalog_name")
-                or node.get("schema_name") != SNAPSHOT_SCHEMA
-                or relation not in kinds
-            ):
-                return None
-            reads.add(str(relation))
-        pending.extend(value for value in node.values() if isinstance(value, (dict, list)))
-    return reads
+    return set(snapshots)

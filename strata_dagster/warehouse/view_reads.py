@@ -1,17 +1,18 @@
-"""Which snapshot tables a view reads, from the SQL DuckDB stores for it.
+"""Which relations a view reads, from the SQL DuckDB stores for it.
 
 DuckDB parses it (`json_serialize_sql`): a few milliseconds for a live view over a state of many
-segments, where sqlglot took ten or more, and every run asks it of every live view it may reuse.
-What the answer means is the same either way (tables.tables_of_view): the snapshot tables read,
-or () when the view reads anything else (another schema, a CTE, a table function), as a view
-someone edited would. SQL that DuckDB does not serialize (not `CREATE VIEW name AS <select>`)
-goes to sqlglot.
+segments, where sqlglot took ten or more, and every run asks it of every live view it may reuse
+(tables.tables_of_view), as every serving refresh does of every changed one (serving_catalog).
+A view reads something reusable only when every table it names is a `strata_snapshots` relation
+and it calls no table function; anything else (another schema, a catalog, a CTE, `read_parquet`)
+is what a view someone edited reads.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -26,18 +27,30 @@ _CREATE_VIEW = re.compile(
 _SERIALIZE = "SELECT json_serialize_sql(?)"
 
 
-def snapshot_tables_read(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, ...] | None:
-    """The snapshot tables the stored view `sql` reads, () when it reads anything else; None when
-    DuckDB cannot tell (the caller parses it another way)."""
-    prefix = _CREATE_VIEW.match(sql)
-    if prefix is None:
-        return None
-    body = sql[prefix.end() :].rstrip().removesuffix(";")
-    row = con.execute(_SERIALIZE, [body]).fetchone()
+@dataclass(frozen=True)
+class Relations:
+    """What one query reads, as DuckDB parses it."""
+
+    tables: frozenset[tuple[str, str, str]]  # (catalog, schema, name) of every table it names
+    calls_table_function: bool
+
+    def snapshots(self) -> frozenset[str] | None:
+        """The snapshot relations read, None when it reads anything else."""
+        if self.calls_table_function or any(
+            catalog or schema != SNAPSHOT_SCHEMA for catalog, schema, _ in self.tables
+        ):
+            return None
+        return frozenset(name for _, _, name in self.tables)
+
+
+def relations_read(con: duckdb.DuckDBPyConnection, query: str) -> Relations | None:
+    """What `query` reads; None when DuckDB does not serialize it as one statement."""
+    row = con.execute(_SERIALIZE, [query]).fetchone()
     tree = json.loads(row[0]) if row else {"error": True}
     if tree.get("error") or len(tree.get("statements", ())) != 1:
         return None
-    tables: set[str] = set()
+    tables: set[tuple[str, str, str]] = set()
+    calls_table_function = False
     pending: list[Any] = [tree["statements"]]
     while pending:
         node = pending.pop()
@@ -48,10 +61,27 @@ def snapshot_tables_read(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str,
             continue
         kind = node.get("type")
         if kind == "TABLE_FUNCTION":
-            return ()
-        if kind == "BASE_TABLE":
-            if node.get("catalog_name") or node.get("schema_name") != SNAPSHOT_SCHEMA:
-                return ()
-            tables.add(str(node.get("table_name")))
+            calls_table_function = True
+        elif kind == "BASE_TABLE":
+            tables.add(
+                (
+                    str(node.get("catalog_name") or ""),
+                    str(node.get("schema_name") or ""),
+                    str(node.get("table_name")),
+                )
+            )
         pending.extend(value for value in node.values() if isinstance(value, (dict, list)))
-    return tuple(sorted(tables))
+    return Relations(frozenset(tables), calls_table_function)
+
+
+def snapshot_tables_read(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, ...] | None:
+    """The snapshot tables the stored view `sql` reads, () when it reads anything else; None when
+    DuckDB cannot tell (the caller parses it another way)."""
+    prefix = _CREATE_VIEW.match(sql)
+    if prefix is None:
+        return None
+    read = relations_read(con, sql[prefix.end() :].rstrip().removesuffix(";"))
+    if read is None:
+        return None
+    snapshots = read.snapshots()
+    return () if snapshots is None else tuple(sorted(snapshots))
