@@ -495,11 +495,61 @@ def create_values_table(
     files: SnapshotFiles | None = None,
 ) -> None:
     """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
+    typed = _typed_texts(values) if getattr(con, "run_statement", None) is None else None
+    if typed is not None:
+        _create_from_texts(con, name, column, *typed, files)
+        return
     rows = exp.values(
         [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
     )
     query = exp.select(exp.column(column)).from_(rows)
     create_snapshot(con, name, query, files)
+
+
+_VALUES_STAGING = exp.Table(this=exp.to_identifier("__strata_values"), db=exp.to_identifier("temp"))
+
+
+def _typed_texts(values: Sequence[exp.Expression]) -> tuple[exp.DataType, list[str | None]] | None:
+    """`values` as texts of one type (each `CAST('text' AS type)` or NULL), None otherwise."""
+    to: exp.DataType | None = None
+    texts: list[str | None] = []
+    for value in values:
+        if isinstance(value, exp.Null):
+            texts.append(None)
+            continue
+        if not (isinstance(value, exp.Cast) and isinstance(value.this, exp.Literal) and value.this.is_string):
+            return None
+        if to is None:
+            to = value.to
+        elif value.to != to:
+            return None
+        texts.append(value.this.this)
+    return None if to is None else (to, texts)
+
+
+def _create_from_texts(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    column: str,
+    to: exp.DataType,
+    texts: list[str | None],
+    files: SnapshotFiles | None,
+) -> None:
+    """The values table from one list parameter (DuckDB): a literal VALUES of thousands of keys
+    costs more to build, render and parse than the table's write (the keys of 1,000 changed
+    orders: about 40 ms against 5)."""
+    listed = exp.cast(exp.Placeholder(), data_type("VARCHAR[]"))
+    staged = exp.select(exp.cast(exp.Unnest(expressions=[listed]), to.copy()).as_(column))
+    temporary = exp.Properties(expressions=[exp.TemporaryProperty()])
+    run(
+        con,
+        exp.Create(this=_VALUES_STAGING, kind="TABLE", expression=staged, properties=temporary, replace=True),
+        [texts],
+    )
+    try:
+        create_snapshot(con, name, exp.select(exp.column(column)).from_(_VALUES_STAGING.copy()), files)
+    finally:
+        run(con, exp.Drop(tables=[_VALUES_STAGING.copy()], kind="TABLE", exists=True))
 
 
 def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:
