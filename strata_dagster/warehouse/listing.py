@@ -198,18 +198,16 @@ def _trusted(
         found = FolderListing(
             root, folders, list(zip(names)), list(zip(sizes)), list(map(bool, columns.markers)), summary
         )
-        return (
-            found if summarize is None or summary is not None else found._replace(summary=summarize[1](found))
-        )
-    found = FolderListing(root, [], [], [], [], summary)
-    at = 0
-    for folder, count, has_marker in zip(folders, counts, columns.markers, strict=True):
-        if count:
-            found.folders.append(folder)
-            found.names.append(tuple(names[at : at + count]))
-            found.sizes.append(tuple(sizes[at : at + count]))
-            found.markers.append(bool(has_marker))
-            at += count
+    else:
+        found = FolderListing(root, [], [], [], [], summary)
+        at = 0
+        for folder, count, has_marker in zip(folders, counts, columns.markers, strict=True):
+            if count:
+                found.folders.append(folder)
+                found.names.append(tuple(names[at : at + count]))
+                found.sizes.append(tuple(sizes[at : at + count]))
+                found.markers.append(bool(has_marker))
+                at += count
     return found if summarize is None or summary is not None else found._replace(summary=summarize[1](found))
 
 
@@ -411,11 +409,6 @@ def _as_columns(
         summary or "",
         summarize[0] if summarize is not None and summary is not None else "",
     )
-
-
-def _cache_name(root: str, name: str, marker: str | None) -> str:
-    key = hashlib.sha256(repr((_FORMAT, root, name, marker)).encode()).hexdigest()[:24]
-    return f"{key}.marshal"
 
 
 def _read(cache_file: Path) -> tuple[str, _Columns] | None:

@@ -21,7 +21,7 @@ from sqlglot import exp
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_SERVING, StrataError
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables, view_reads
+from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import connect, is_interruption
@@ -483,9 +483,7 @@ class CatalogSnapshot:
         if name not in self.views:
             return None
         if name not in self._parsed:
-            sql = self.views[name]
-            read = None if self.con is None else view_reads.snapshot_tables_read(self.con, sql)
-            self._parsed[name] = tables.tables_of_view(sql) if read is None else read
+            self._parsed[name] = tables.snapshot_tables_of_view(self.con, self.views[name])
         return self._parsed[name]
 
 
