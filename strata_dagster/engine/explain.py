@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata_dagster.engine.aggregate_delta import MAINTAINED
 from strata_dagster.warehouse.history import Entry, EntryModel, HistoryReader
 from strata_dagster.warehouse.session import open_session
 
@@ -176,6 +177,13 @@ def _reason(path: str, detail: Mapping[str, Any], partitions: int) -> str:
         return "no row changed in the window: the live snapshot stays"
     if path == "partitions" and detail.get("requested_partitions"):
         return "partition-complete rebuild of the partitions requested with --partitions"
+    maintained = detail.get(MAINTAINED)
+    if path == "partitions" and isinstance(maintained, Mapping):
+        recomputed = maintained.get("partitions_recomputed") or []
+        if len(recomputed) == partitions:
+            return "partition-complete rebuild: the input's delta did not decide every affected partition's aggregates"
+        how = f"aggregates of {maintained.get('groups', 0):,} groups maintained from the input's delta"
+        return how + (f", {len(recomputed):,} partition(s) recomputed in full" if recomputed else "")
     if path == "partitions" and detail.get("row_wise"):
         return f"row-wise delta: the slices by `{detail['row_wise']}` whose source rows changed, recomputed"
     if path == "delta" and detail.get("row_wise"):

@@ -233,22 +233,7 @@ class PartitionBuilder(DeltaBuilder):
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
         self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
-        alias = self.ctx.compiled.base_relation
-        ranges = self._ranges(affected, alias)
-        if ranges is not None and ranges.is_exact:
-            # The ranges select exactly these partitions' rows; a key match beside them only
-            # misleads DuckDB's estimates (a year of days: 1.2 s against 0.7 s over 5M rows).
-            predicate = ranges.predicate
-        else:
-            predicate = keyed_rows(
-                [column],
-                [raw_partition(self.ctx, qualifier=alias)],
-                keys_table=keys_table,
-                is_null_free_filter=NULL_PARTITION not in affected,
-            )
-            if ranges is not None:
-                predicate = exp.and_(ranges.predicate, predicate, copy=False)
-        delta_query = self.ctx.compiled.with_base_predicate(predicate)
+        delta_query = self._partition_rows(affected, keys_table, detail)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
         previous_figures = self._previous_figures()
         if previous_figures is not None and previous_figures.covers(self.ctx.follower_slices):
@@ -283,6 +268,29 @@ class PartitionBuilder(DeltaBuilder):
         self._forget_replaced(keys_table)
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return self.kept({**detail, "partitions_unchanged": len(affected)}, facts)
+
+    def _partition_rows(self, affected: list[str], keys_table: str, detail: dict[str, Any]) -> exp.Query:
+        """The new rows of the affected partitions (named by `keys_table`): each recomputed
+        completely from its input rows."""
+        return self.ctx.compiled.with_base_predicate(self._input_rows_of(affected, keys_table))
+
+    def _input_rows_of(self, partitions: list[str], keys_table: str) -> exp.Expression:
+        """Over the raw `from` rows: whether a row is in one of `partitions` (named by `keys_table`)."""
+        alias = self.ctx.compiled.base_relation
+        ranges = self._ranges(partitions, alias)
+        if ranges is not None and ranges.is_exact:
+            # The ranges select exactly these partitions' rows; a key match beside them only
+            # misleads DuckDB's estimates (a year of days: 1.2 s against 0.7 s over 5M rows).
+            return ranges.predicate
+        predicate = keyed_rows(
+            [partition_column(self.ctx)],
+            [raw_partition(self.ctx, qualifier=alias)],
+            keys_table=keys_table,
+            is_null_free_filter=NULL_PARTITION not in partitions,
+        )
+        if ranges is not None:
+            predicate = exp.and_(ranges.predicate, predicate, copy=False)
+        return predicate
 
     def changed_slices(
         self, joined: joined_inputs.JoinedChange

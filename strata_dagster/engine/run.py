@@ -20,7 +20,9 @@ from sqlglot import exp
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine import business, partitions, sliding_window
+from strata_dagster.engine import aggregate_delta, business, partitions, sliding_window
+from strata_dagster.engine.aggregate_builder import AggregateDeltaBuilder
+from strata_dagster.engine.aggregate_delta import AggregateShape
 from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.decision import KeyChoice
@@ -747,6 +749,12 @@ class _Run:
                 return AppendedBuilder(context, current, segments, identities, changes)
             has_fingerprints = "partition_fingerprints" in current.detail
             if not (isinstance(changes, str) and has_fingerprints):
+                shape = aggregate_delta.shape_of(context.model, context.compiled)
+                if (
+                    isinstance(shape, AggregateShape)
+                    and self._model(name).properties.partitioned_by is not None
+                ):
+                    return AggregateDeltaBuilder(context, current, segments, identities, changes, shape)
                 return SlicedBuilder(context, current, segments, identities, changes)
             # The input's change is not a list of segments: its fingerprints per partition tell.
             compared = PartitionBuilder(context, current, segments, identities)
