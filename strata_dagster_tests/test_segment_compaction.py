@@ -8,6 +8,8 @@ import pytest
 
 from strata_dagster.engine import segment_compaction
 from strata_dagster.engine.run import run_project
+from strata_dagster.warehouse.segments import Segment, composite_query
+from strata_dagster.warehouse.sql import render
 from strata_dagster_tests.engine_support import sql
 from strata_dagster_tests.incremental_support import FULL_UP, make_project, multiset
 
@@ -115,3 +117,28 @@ def test_deltas_that_only_add_rows_are_merged_later(events, monkeypatch):
     # New keys replace no row: no keys table, no anti-join; the fifth segment merges those after the base.
     assert up.detail["compaction"] == "5 segments (at most 4): those after the base merged"
     assert len(_segments(warehouse)) == 2
+
+
+def test_keys_without_null_are_anti_joined_in_one_read_with_the_same_rows():
+    """The composite's short anti-join for keys tables with no NULL (warehouse.segments) keeps
+    exactly the rows the NULL-safe one keeps, a row with a NULL key among them."""
+    con = duckdb.connect()
+    con.execute("CREATE SCHEMA strata_snapshots")
+    con.execute(
+        "CREATE TABLE strata_snapshots.base AS SELECT * FROM (VALUES (1, 'a'), (NULL, 'b'), (2, 'c')) t(k, v)"
+    )
+    con.execute("CREATE TABLE strata_snapshots.d1 AS SELECT * FROM (VALUES (2, 'c2'), (3, 'd')) t(k, v)")
+    con.execute("CREATE TABLE strata_snapshots.d1__keys AS SELECT * FROM (VALUES (2), (3)) t(k)")
+    con.execute("CREATE TABLE strata_snapshots.d2 AS SELECT * FROM (VALUES (3, 'd2')) t(k, v)")
+    con.execute("CREATE TABLE strata_snapshots.d2__keys AS SELECT * FROM (VALUES (3)) t(k)")
+    rows = {}
+    for is_null_free in (False, True):
+        segments = [
+            Segment("base"),
+            Segment("d1", "d1__keys", is_null_free),
+            Segment("d2", "d2__keys", is_null_free),
+        ]
+        query = composite_query(segments, ["k"])
+        rows[is_null_free] = sorted(con.execute(render(query)).fetchall(), key=str)
+        assert ("IS NULL" in render(query)) is not is_null_free
+    assert rows[True] == rows[False] == sorted([(1, "a"), (None, "b"), (2, "c2"), (3, "d2")], key=str)

@@ -36,6 +36,7 @@ from strata_dagster.warehouse.segments import (
 )
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import render, snapshot_table
+from strata_dagster.warehouse.states import KEYS_NULL_FREE
 
 DELTA = "delta"
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
@@ -674,6 +675,10 @@ class DeltaBuilder:
             # No live row has a key of this delta (e.g. only new orders): nothing earlier to hide.
             session.drop_snapshot(keys_table)
             keys_table = None
+        if keys_table:
+            # Recorded for the composite query: keys with no NULL are anti-joined in one read.
+            merge_keys = self.previous.detail.get("merge_keys") or ()
+            detail[KEYS_NULL_FREE] = bool(merge_keys) and session.count_null_keys(keys_table, merge_keys) == 0
         segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
         compaction = segment_compaction.decide(
             self.previous, self.segments, segment.row_count, removed[0], count, keys_table
@@ -686,7 +691,7 @@ class DeltaBuilder:
                 compaction,
                 self.previous,
                 self.segments,
-                Segment(name, keys_table),
+                Segment(name, keys_table, bool(detail.get(KEYS_NULL_FREE))),
                 self.ctx.snapshot_id,
                 count,
             )

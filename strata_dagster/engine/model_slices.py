@@ -63,6 +63,7 @@ from strata_dagster.warehouse.segments import Segment, composite_query, replaced
 from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
+from strata_dagster.warehouse.states import KEYS_NULL_FREE
 
 APPENDED = "appended"  # strategy of a state that only gains the rows its inputs' new rows give
 
@@ -292,7 +293,13 @@ def _merged_segments(reader: HistoryReader, head: SnapshotRecord) -> list[tuple[
         record = reader.snapshot(segment_id)
         if record is None:
             return None
-        entries.append((segment_id, Segment(record.table_name, record.detail.get("keys_table"))))
+        detail = record.detail
+        entries.append(
+            (
+                segment_id,
+                Segment(record.table_name, detail.get("keys_table"), bool(detail.get(KEYS_NULL_FREE))),
+            )
+        )
     delta_segment = Segment(delta, head.detail.get("compacted_delta_keys"))
     return [*entries, (f"{head.snapshot_id}:delta", delta_segment)]
 

@@ -31,6 +31,7 @@ from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, merged_keys_query
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
+from strata_dagster.warehouse.states import KEYS_NULL_FREE
 
 MAX_SEGMENTS = 8  # segments of a state some of which replace rows: more, and they are merged
 MAX_ADDED_SEGMENTS = 32  # segments of a state that only gains rows: more, and they are merged
@@ -113,6 +114,7 @@ def compact(
         "compacted_delta": delta.table,
         "compacted_delta_keys": delta.keys_table,
     }
+    detail[KEYS_NULL_FREE] = False  # the new base, or the delta that is the state, replaces nothing
     if compaction.kind != "deltas":
         name = delta.table
         if compaction.kind == "base":
@@ -130,6 +132,7 @@ def compact(
     if keys_tables and merge_keys:
         keys_table = f"{name}__keys"
         session.create_snapshot(keys_table, merged_keys_query(merge_keys, keys_tables))
+        detail[KEYS_NULL_FREE] = all(segment.is_null_free for segment in merged if segment.keys_table)
     rows, _ = session.content_where(snapshot_table(name))
     base = _recorded(previous, BASE_ROWS)
     assert base is not None  # decide() merges the deltas only when it knows the base's rows
