@@ -6,12 +6,15 @@
 The shop example at N orders, one first build, then `--runs` incremental runs, each after the same
 size of change: `--changed` orders spread over the whole table move on and 100 new orders arrive
 (bench_shop's `change_orders`), or, with `--percent`, that share of the orders (every 100th id per
-percent, a different residue each run) gets a new amount (bench_serving's change). Per run: the
+percent, a different residue each run) gets a new amount, stamped an hour after the last change
+(past the shop's 10-minute `lateness`; `--seconds`: one second after, as bench_serving does, so
+that every run re-reads every earlier change). `BENCH_MAX_SEGMENTS=N` (environment): an experiment
+with compaction at another count. Per run: the
 wall and CPU seconds, the seconds of each model that did not reuse its state (as history records
 them), how many segments `stg_orders` and the models following it hold, and the load average.
 
 `--trace N`: the N slowest statements of each run, each with its model and kind (the statement's
-first words): what grows. Statements are timed where the warehouse runs its sqlglot trees
+first words): what grows; `--dump DIR`: every statement of each run, timed, to DIR/SIDE/run-NN.sql. Statements are timed where the warehouse runs its sqlglot trees
 (`warehouse.sql.run` as imported by each warehouse module); the few `con.execute` text statements
 are not.
 
