@@ -1,9 +1,13 @@
 """A tiny project over one cdc source, for incremental tests: upsert, append and append_new models."""
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import duckdb
 
+from strata_dagster.engine import segment_compaction
 from strata_dagster_tests.engine_support import make_module_project
 
 MODULE = """
@@ -97,3 +101,17 @@ def multiset(con: duckdb.DuckDBPyConnection, query: str, params=None) -> list:
     return con.execute(
         f"SELECT hash(r), count(*) FROM ({query}) AS r GROUP BY 1 ORDER BY 1", params or []
     ).fetchall()
+
+
+@contextlib.contextmanager
+def compaction_thresholds(is_eager: bool) -> Iterator[None]:
+    """With `is_eager`, segments are compacted at every chance the rules give on small states (a
+    third segment, a second one that only adds rows, any dead row): property tests then run each
+    kind of compaction (engine.segment_compaction) under random histories."""
+    if not is_eager:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        for name, value in (("MAX_SEGMENTS", 2), ("MAX_ADDED_SEGMENTS", 2), ("MIN_DEAD_ROWS", 1)):
+            stack.enter_context(mock.patch.object(segment_compaction, name, value))
+        yield

@@ -406,6 +406,12 @@ def test_many_deltas_compact_into_one_base(events):
     project, warehouse = events
     run_project(project, warehouse)
     for step in range(10):
+        # An update (its key replaces a live row: a keys table) and a new row per delta.
+        sql(
+            warehouse,
+            "UPDATE raw.events SET v = v + 1, ts = ? + to_hours(?) WHERE id = ?",
+            [T0, 1000 + step, step],
+        )
         sql(
             warehouse,
             "INSERT INTO raw.events VALUES (?, 'open', 1, ? + to_hours(?))",

@@ -18,6 +18,7 @@ from strata_dagster_tests.incremental_support import (
     FULL_UP_V,
     MODULE,
     VIEW_MODULE,
+    compaction_thresholds,
     make_project,
     multiset,
     with_lateness,
@@ -166,10 +167,16 @@ def check_append(
     history=steps,
     versioning=st.sampled_from(["cdc(ts)", "full"]),
     has_lateness=st.booleans(),
+    is_eager=st.booleans(),
 )
-def test_random_histories(tmp_path_factory, history, versioning, has_lateness):
+def test_random_histories(tmp_path_factory, history, versioning, has_lateness, is_eager):
     """Both source fingerprints: the change column alone (the cdc contract) and whole rows; with
-    and without `lateness`."""
+    and without `lateness`; segments compacted as usual or at every chance (`is_eager`)."""
+    with compaction_thresholds(is_eager):
+        _random_history(tmp_path_factory, history, versioning, has_lateness)
+
+
+def _random_history(tmp_path_factory, history, versioning, has_lateness):
     lateness = dt.timedelta(minutes=LATENESS_MINUTES if has_lateness else 0)
     module = with_lateness(MODULE, f"{LATENESS_MINUTES} minutes") if has_lateness else MODULE
     project, warehouse = make_project(tmp_path_factory.mktemp("history"), module, versioning=versioning)

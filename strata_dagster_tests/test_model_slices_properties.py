@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.history import HistoryReader
+from strata_dagster_tests.incremental_support import compaction_thresholds
 from strata_dagster_tests.model_slices_support import SLICED_MODELS, START, compare, make_project
 
 DAYS = 30
@@ -112,8 +113,14 @@ def apply(con, step, clock):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps)
-def test_random_histories_of_models_over_models_equal_a_full_rebuild(tmp_path_factory, history):
+@given(history=steps, is_eager=st.booleans())
+def test_random_histories_of_models_over_models_equal_a_full_rebuild(tmp_path_factory, history, is_eager):
+    """`is_eager`: the inputs' segments (and the models' own) compacted at every chance."""
+    with compaction_thresholds(is_eager):
+        _random_history(tmp_path_factory, history)
+
+
+def _random_history(tmp_path_factory, history):
     project, warehouse = make_project(tmp_path_factory.mktemp("model_slices"))
     run_project(project, warehouse)
     for clock, step in enumerate(history, start=1):

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster_tests.engine_support import replay_history
+from strata_dagster_tests.incremental_support import compaction_thresholds
 from strata_dagster_tests.partition_support import (
     EQUAL,
     MODULE,
@@ -65,9 +66,15 @@ def apply(con, step, clock):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps, versioning=st.sampled_from(["cdc(updated_at)", "full"]))
-def test_random_histories_equal_a_full_rebuild(tmp_path_factory, history, versioning):
-    """Both source fingerprints: the change column alone (the cdc contract) and whole rows."""
+@given(history=steps, versioning=st.sampled_from(["cdc(updated_at)", "full"]), is_eager=st.booleans())
+def test_random_histories_equal_a_full_rebuild(tmp_path_factory, history, versioning, is_eager):
+    """Both source fingerprints: the change column alone (the cdc contract) and whole rows;
+    segments compacted as usual or at every chance (`is_eager`)."""
+    with compaction_thresholds(is_eager):
+        _random_history(tmp_path_factory, history, versioning)
+
+
+def _random_history(tmp_path_factory, history, versioning):
     project, warehouse = make_seeded_project(tmp_path_factory.mktemp("partitions"), versioning)
 
     def check(con, step, result):

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
+from strata_dagster_tests.incremental_support import compaction_thresholds
 from strata_dagster_tests.row_wise_support import ROW_WISE_MODELS, START, compare, make_project
 
 DAYS = 50
@@ -81,8 +82,14 @@ def apply(con, step, clock):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps)
-def test_random_histories_of_row_wise_models_equal_a_full_rebuild(tmp_path_factory, history):
+@given(history=steps, is_eager=st.booleans())
+def test_random_histories_of_row_wise_models_equal_a_full_rebuild(tmp_path_factory, history, is_eager):
+    """`is_eager`: segments compacted at every chance."""
+    with compaction_thresholds(is_eager):
+        _random_history(tmp_path_factory, history)
+
+
+def _random_history(tmp_path_factory, history):
     project, warehouse = make_project(tmp_path_factory.mktemp("row_wise"))
     run_project(project, warehouse)
     for clock, step in enumerate(history, start=1):

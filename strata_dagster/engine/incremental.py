@@ -17,6 +17,7 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.engine import segment_compaction
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, Content, RowBasis
@@ -35,10 +36,9 @@ from strata_dagster.warehouse.segments import (
 )
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import render, snapshot_table
+from strata_dagster.warehouse.states import KEYS_NULL_FREE
 
 DELTA = "delta"
-MAX_SEGMENTS = 8  # more segments than this: the build writes one compacted base instead
-COMPACTED_SUFFIX = "__base"
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
 # many of its rows lie at or below the next build's low, for that build to see rows appear there.
 OUTPUT_NEXT_COUNT = "output_next_count"
@@ -675,28 +675,28 @@ class DeltaBuilder:
             # No live row has a key of this delta (e.g. only new orders): nothing earlier to hide.
             session.drop_snapshot(keys_table)
             keys_table = None
-        segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
-        if len(segments) > MAX_SEGMENTS:
-            # Compact: one new base holding exactly the rows the segments stand for.
-            compacted = f"{name}{COMPACTED_SUFFIX}"
+        if keys_table:
+            # Recorded for the composite query: keys with no NULL are anti-joined in one read.
             merge_keys = self.previous.detail.get("merge_keys") or ()
-            session.create_snapshot(
-                compacted,
-                composite_query(
-                    [*self.segments, Segment(name, keys_table)],
-                    merge_keys,
-                    self.previous.detail.get("partition_grain"),
-                ),
+            detail[KEYS_NULL_FREE] = bool(merge_keys) and session.count_null_keys(keys_table, merge_keys) == 0
+        segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
+        compaction = segment_compaction.decide(
+            self.previous, self.segments, segment.row_count, removed[0], count, keys_table
+        )
+        if compaction is None:
+            detail.update(segment_compaction.carried(self.previous, segment.row_count))
+        else:
+            compacted = segment_compaction.compact(
+                session,
+                compaction,
+                self.previous,
+                self.segments,
+                Segment(name, keys_table, bool(detail.get(KEYS_NULL_FREE))),
+                self.ctx.snapshot_id,
+                count,
             )
-            # The delta's own segment stays beside the base: what a model reading this one follows
-            # (engine.model_slices) to learn which rows changed across the compaction.
-            detail.update(
-                compacted=True,
-                compacted_after=list(self.previous.segment_ids),
-                compacted_delta=name,
-                compacted_delta_keys=keys_table,
-            )
-            name, keys_table, segments = compacted, None, [self.ctx.snapshot_id]
+            detail.update(compacted.detail)
+            name, keys_table, segments = compacted.table_name, compacted.keys_table, compacted.segment_ids
         detail.update(
             rows_merged=segment.row_count,
             rows_replaced=removed[0],

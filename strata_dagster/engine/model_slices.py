@@ -63,6 +63,7 @@ from strata_dagster.warehouse.segments import Segment, composite_query, replaced
 from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
+from strata_dagster.warehouse.states import KEYS_NULL_FREE
 
 APPENDED = "appended"  # strategy of a state that only gains the rows its inputs' new rows give
 
@@ -232,7 +233,7 @@ def upstream_change(
 ) -> UpstreamChange | str:
     """What input model `name` gained since the segments `read` (recorded by the last build), or why
     that cannot be told. A compaction since then is looked through: it keeps the segments it merged
-    and its own delta's segment."""
+    (every one, or those after the base) and its own delta's segment."""
     if read is None:
         return f"the last build recorded no segments of `{name}`"
     ids = list(now.segment_ids)
@@ -242,14 +243,24 @@ def upstream_change(
     for _ in range(MAX_EXPANSIONS + 1):
         if [entry_id for entry_id, _ in entries[: len(read)]] == read:
             break
-        head = now if entries[0][0] == now.snapshot_id else reader.snapshot(entries[0][0])
+        # The first segment that is not one read: a compaction merged the segments from there on
+        # (all of them into a new base, or those after the base).
+        at = next(
+            (
+                index
+                for index, (entry_id, _) in enumerate(entries)
+                if index >= len(read) or entry_id != read[index]
+            ),
+            len(entries) - 1,
+        )
+        head = now if entries[at][0] == now.snapshot_id else reader.snapshot(entries[at][0])
         merged = _merged_segments(reader, head) if head is not None else None
         if merged is None:
             return (
                 f"`{name}` was rebuilt, compacted or rolled back since the last build: its change is not a list "
                 "of new segments"
             )
-        entries = merged + entries[1:]
+        entries = entries[:at] + merged + entries[at + 1 :]
         is_expanded = True
     else:
         return f"`{name}` was compacted more than {MAX_EXPANSIONS} times since the last build"
@@ -273,7 +284,7 @@ def upstream_change(
 
 
 def _merged_segments(reader: HistoryReader, head: SnapshotRecord) -> list[tuple[str, Segment]] | None:
-    """The segments a compacted base stands for: those it merged and its own delta's segment."""
+    """The segments a compacted segment stands for: those it merged and its own delta's segment."""
     after, delta = head.detail.get("compacted_after"), head.detail.get("compacted_delta")
     if not after or not delta:
         return None
@@ -282,7 +293,13 @@ def _merged_segments(reader: HistoryReader, head: SnapshotRecord) -> list[tuple[
         record = reader.snapshot(segment_id)
         if record is None:
             return None
-        entries.append((segment_id, Segment(record.table_name, record.detail.get("keys_table"))))
+        detail = record.detail
+        entries.append(
+            (
+                segment_id,
+                Segment(record.table_name, detail.get("keys_table"), bool(detail.get(KEYS_NULL_FREE))),
+            )
+        )
     delta_segment = Segment(delta, head.detail.get("compacted_delta_keys"))
     return [*entries, (f"{head.snapshot_id}:delta", delta_segment)]
 

@@ -18,7 +18,7 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine import joined_inputs, state_figures
+from strata_dagster.engine import joined_inputs, segment_compaction, state_figures
 from strata_dagster.engine.incremental import (
     DeltaBuild,
     DeltaBuilder,
@@ -484,6 +484,9 @@ class PartitionBuilder(DeltaBuilder):
             "segment_rows": rows,
             "segment_hash_sum": str(sum(int(new[key][1]) for key in changed if key in new)),
         }
+        stored = record.detail.get(segment_compaction.STORED_ROWS)
+        if stored is not None:
+            figures[segment_compaction.STORED_ROWS] = int(stored) - int(record.detail["segment_rows"]) + rows
         outcome = {key: value for key, value in figures.items() if key != "keys_table"}
         return DeltaBuild(
             replace(record, detail={**record.detail, **figures}), False, {**build.detail, **outcome}

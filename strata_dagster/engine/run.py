@@ -163,6 +163,13 @@ class RunResult:
 ProgressCallback = Callable[[ModelOutcome], None]
 
 
+def _new_segment(record: SnapshotRecord) -> str:
+    """The segment a delta build wrote: the state's last, or, when the build compacted the state,
+    the delta segment kept beside the new base (every row the base holds besides it was checked
+    by the builds before)."""
+    return str(record.detail.get("compacted_delta") or record.table_name)
+
+
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
     with open_session(request.warehouse) as session:
@@ -1003,8 +1010,9 @@ class _Run:
         it keeps; when the replaced keys (or partitions) are part of the pinned columns, the kept
         rows cannot repeat a new row's value, so the new segment alone is checked."""
         props = self.project.models[name].properties
+        segment = _new_segment(record)
         if props.unique:
-            self._raise_unique(name, self.session.unique_violation(record.table_name, props.unique))
+            self._raise_unique(name, self.session.unique_violation(segment, props.unique))
             replaced = set(merge_keys_of(record))
             is_disjoint = record.detail.get("strategy") in ("upsert", "append_new", "partitions") and bool(
                 replaced
@@ -1014,7 +1022,7 @@ class _Run:
                     name, self.session.unique_violation(self._pinned_rows(record), props.unique)
                 )
         # Columns and types equal the previous state's (checked by the delta): not-null is per row.
-        self._check_contract(name, record.table_name)
+        self._check_contract(name, segment)
 
     def _unique_checked(self, name: str) -> dict[str, object]:
         unique = self.project.models[name].properties.unique
@@ -1026,13 +1034,15 @@ class _Run:
         unique among themselves), only those sharing a pinned value with the new segment."""
         state = state_query(self.reader, record)
         unique = sorted(self.project.models[record.model].properties.unique or ())
-        ids = record.segment_ids
-        previous = self.reader.snapshot(ids[-2]) if len(ids) > 1 and ids[-1] == record.snapshot_id else None
+        ids = record.detail.get("compacted_after") or record.segment_ids[:-1]
+        previous = (
+            self.reader.snapshot(ids[-1]) if ids and record.segment_ids[-1] == record.snapshot_id else None
+        )
         if previous is None or previous.detail.get(UNIQUE_CHECKED) != unique:
             return state
         values = [exp.column(column, table="__state") for column in unique]
         segment = exp.select(*(exp.column(column) for column in unique)).from_(
-            snapshot_table(record.table_name)
+            snapshot_table(_new_segment(record))
         )
         return (
             exp.select("*").from_(state.subquery("__state")).where(keyed_rows(unique, values, source=segment))

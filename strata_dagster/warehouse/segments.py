@@ -8,6 +8,7 @@ append and append_new segments only add rows. Nothing is ever written into a pub
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -35,6 +36,7 @@ KEYS_ALIAS = "__keys"
 class Segment:
     table: str
     keys_table: str | None = None  # keys this segment replaces in the segments before it
+    is_null_free: bool = False  # its keys table holds no NULL key (as its build counted)
 
 
 def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expression:
@@ -133,11 +135,27 @@ def partition_ranges(
 
 
 def _not_replaced(
-    query_alias: str, keys: Sequence[str], keys_tables: Sequence[str], grain: str | None
+    query_alias: str,
+    keys: Sequence[str],
+    keys_tables: Sequence[str],
+    grain: str | None,
+    is_null_free: bool = False,
 ) -> exp.Expression:
-    """NOT EXISTS a later key equal (NULL-safe) to this row's: an anti-join, never NOT IN."""
+    """NOT EXISTS a later key equal (NULL-safe) to this row's: an anti-join, never NOT IN.
+
+    `is_null_free` (the keys tables hold no NULL key) with one key: `NOT COALESCE(value IN
+    (keys), FALSE)`, which reads the keys once where the NULL-safe form reads them twice (with
+    eight segments, half the composite's tree and about half of DuckDB's planning of it). A NULL
+    value meets no key there, as NULL-safe equality would have it, so the row is kept."""
     values = [partition_key(exp.column(key, table=query_alias), grain) for key in keys]
-    return exp.not_(keyed_rows(keys, values, source=_keys_of(keys, keys_tables)))
+    source = _keys_of(keys, keys_tables)
+    if is_null_free and len(keys) == 1:
+        column = exp.column(keys[0], table=KEYS_ALIAS)
+        matched = exp.In(
+            this=values[0], query=exp.Subquery(this=exp.select(column).from_(source.subquery(KEYS_ALIAS)))
+        )
+        return exp.not_(exp.func("coalesce", matched, exp.false()))
+    return exp.not_(keyed_rows(keys, values, source=source))
 
 
 def _keys_of(keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Query:
@@ -146,6 +164,11 @@ def _keys_of(keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Query:
         exp.select(*(exp.column(key) for key in keys)).from_(snapshot_table(name)) for name in keys_tables
     ]
     return union_all(parts)
+
+
+def merged_keys_query(keys: Sequence[str], keys_tables: Sequence[str]) -> exp.Query:
+    """The distinct keys of the keys tables: what a segment merging theirs replaces."""
+    return exp.select("*").distinct().from_(_keys_of(keys, keys_tables).subquery("__merged"))
 
 
 def union_all(parts: Sequence[exp.Query], *, by_name: bool = False) -> exp.Query:
@@ -159,15 +182,25 @@ def composite_query(
     segments: Sequence[Segment], merge_keys: Sequence[str] = (), grain: str | None = None
 ) -> exp.Query:
     """The rows a list of segments stands for (what the live view selects). With a `grain`, the
-    keys are partitions: a later segment replaces whole partitions of the earlier ones."""
+    keys are partitions: a later segment replaces whole partitions of the earlier ones. A new tree
+    for the caller, copied from the one built the first time (segments never change): each part
+    anti-joins the keys of every later segment, a tree growing with the square of the segments
+    (eight segments: 29 ms to build, 8 ms to copy, asked for some thirty times a run)."""
+    return _composite(tuple(segments), tuple(merge_keys), grain).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _composite(segments: tuple[Segment, ...], merge_keys: tuple[str, ...], grain: str | None) -> exp.Query:
     parts: list[exp.Query] = []
     for index, segment in enumerate(segments):
         source = snapshot_table(segment.table)
         source.set("alias", exp.TableAlias(this=exp.to_identifier("__seg")))
         part = exp.select("*").from_(source, copy=False)
-        later_keys = [later.keys_table for later in segments[index + 1 :] if later.keys_table]
-        if later_keys and merge_keys:
-            part = part.where(_not_replaced("__seg", merge_keys, later_keys, grain), copy=False)
+        later = [later for later in segments[index + 1 :] if later.keys_table]
+        if later and merge_keys:
+            later_keys = [segment.keys_table for segment in later if segment.keys_table]
+            is_null_free = all(segment.is_null_free for segment in later)
+            part = part.where(_not_replaced("__seg", merge_keys, later_keys, grain, is_null_free), copy=False)
         parts.append(part)
     return union_all(parts, by_name=True)
 

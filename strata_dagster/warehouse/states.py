@@ -7,6 +7,8 @@ from sqlglot import exp
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, composite_tables
 
+KEYS_NULL_FREE = "keys_null_free"  # detail: the state's keys table holds no NULL key
+
 
 def segments_of(history: HistoryReader, record: SnapshotRecord) -> list[Segment]:
     segments = []
@@ -14,7 +16,10 @@ def segments_of(history: HistoryReader, record: SnapshotRecord) -> list[Segment]
         segment = record if snapshot_id == record.snapshot_id else history.snapshot(snapshot_id)
         if segment is None:
             raise AssertionError(f"history names segment {snapshot_id} but has no record of it")
-        segments.append(Segment(segment.table_name, segment.detail.get("keys_table")))
+        detail = segment.detail
+        segments.append(
+            Segment(segment.table_name, detail.get("keys_table"), bool(detail.get(KEYS_NULL_FREE)))
+        )
     return segments
 
 
