@@ -226,9 +226,10 @@ class HistoryReader:
 
     def pointers(self, branch: str, as_of_entry: int | None = None) -> dict[str, tuple[str, ...]]:
         """model -> snapshot ids its view exposes on `branch` (after `as_of_entry`, else now)."""
+        # arg_max over a window's row_number: the same latest row per model, planned cheaper.
         rows = self.con.execute(
-            "SELECT model, snapshot_ids FROM strata.publications WHERE branch = ? AND entry <= ? "
-            "QUALIFY row_number() OVER (PARTITION BY model ORDER BY entry DESC) = 1",
+            "SELECT model, arg_max(snapshot_ids, entry) FROM strata.publications "
+            "WHERE branch = ? AND entry <= ? GROUP BY model",
             [branch, as_of_entry if as_of_entry is not None else 2**62],
         ).fetchall()
         return {row[0]: tuple(row[1]) for row in rows}
@@ -321,6 +322,15 @@ class HistoryReader:
         # A stored detail may name a moving fact without holding it at its top level: it is
         # parsed (hundreds of KB for a partitioned model) only when an early cutoff kept figures.
         if not any(_may_hold(record.detail, key) for key in MOVING_FACTS):
+            return record
+        # The state's early cutoffs on any branch first (usually none: one small scan), and their
+        # branches only when there are some.
+        cutoffs = self.con.execute(
+            "SELECT count(*) FROM strata.entry_models "
+            "WHERE model = ? AND snapshot_id = ? AND path = 'cutoff' AND entry > ?",
+            [record.model, record.snapshot_id, record.created_entry],
+        ).fetchone()
+        if not cutoffs or not cutoffs[0]:
             return record
         rows = self.con.execute(
             "SELECT m.detail FROM strata.entry_models AS m JOIN strata.entries AS e ON e.entry = m.entry "
