@@ -76,3 +76,13 @@ def test_sql_that_is_not_a_plain_view_is_left_to_sqlglot():
         assert snapshot_tables_read(con, "CREATE VIEW v(a) AS SELECT 1") is None
         assert snapshot_tables_read(con, "not sql at all") is None
         assert snapshot_tables_read(con, "CREATE VIEW v AS SELECT 1; SELECT 2") is None
+
+
+def test_a_view_text_is_parsed_once_per_process():
+    sql = "CREATE VIEW v_once AS SELECT * FROM strata_snapshots.snap_once_m"
+    with duckdb.connect() as con:
+        assert snapshot_tables_read(con, sql) == ("snap_once_m",)
+    # The connection is closed: the answer is the one kept for that text, not asked again.
+    assert snapshot_tables_read(con, sql) == ("snap_once_m",)
+    with pytest.raises(duckdb.ConnectionException):
+        snapshot_tables_read(con, sql.replace("snap_once_m", "snap_twice_m"))

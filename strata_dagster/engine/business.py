@@ -161,7 +161,7 @@ def list_partitions(
             _file_pattern(source, context),
             spec.column,
             source.complete_when,
-            ledger.listing_cache_dir(session.meta),
+            ledger.listing_cache_dir(session.database_path()),
             found,
         )
         if stray:
@@ -297,7 +297,7 @@ def read_business_source(
         found = ledger.file_listing(
             _file_pattern(source, context),
             source.complete_when,
-            ledger.listing_cache_dir(session.meta),
+            ledger.listing_cache_dir(session.database_path()),
             spec.column,
         )
         unchanged = None if is_full_refresh or found is None else unchanged_listing(session, source, found)

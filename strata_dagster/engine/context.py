@@ -42,8 +42,8 @@ def check_branch_in(session: Session, branch: str) -> str:
             f"`{branch}` cannot be a branch name: it is the name of the warehouse file's database",
             hint=f"pick another branch name (DuckDB could not tell schema `{branch}` from database `{database}`)",
         )
-    known = session.history.branches() if session.has_history() else []
-    for other in known:
+    clashing = session.history.branches_differing_in_case(branch) if session.has_history() else []
+    for other in clashing:
         if other != branch and other.lower() == branch.lower():
             raise StrataError(
                 E_BRANCH,

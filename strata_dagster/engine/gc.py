@@ -119,7 +119,7 @@ def gc(
         collected = (
             session.collect_files(warehouse, serving_grace) if is_duckdb else ServingCollection(0, 0, 0)
         )
-        cache_dir = ledger.listing_cache_dir(session.meta)
+        cache_dir = ledger.listing_cache_dir(session.database_path())
         listings_removed = listing.prune_cache(cache_dir) if cache_dir is not None else 0
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)

@@ -10,6 +10,7 @@ the last published state, and the next run starts clean.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -62,7 +63,7 @@ from strata_dagster.engine.partition_range import (
 from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
-from strata_dagster.engine.states import merge_keys_of, segments_of, state_query
+from strata_dagster.engine.states import merge_keys_of, segments_of, state_query, state_tables
 from strata_dagster.engine.status import (
     SourceState,
     fingerprint_models,
@@ -77,7 +78,7 @@ from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import engine_label
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, WindowStats, composite_tables, keyed_rows
+from strata_dagster.warehouse.segments import Segment, WindowStats, keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
@@ -236,7 +237,6 @@ class _Run:
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-        self.entry = self.reader.next_entry()
         # Checked before the transaction: a failed probe of the data must not abort it.
         self.requested = requested_partitions(
             self.session, self.context, self.selected, self.partition_requests, self.now.date()
@@ -272,6 +272,12 @@ class _Run:
             self.reader.remember_snapshots(False)
         checkpoint("committed")
         return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
+
+    @functools.cached_property
+    def entry(self) -> int:
+        """The history entry this run records, read when first needed: a run that builds nothing
+        records nothing (the writer's lock is held: no other run takes the number meanwhile)."""
+        return self.reader.next_entry()
 
     def _render_reused_sql(self) -> None:
         """The SQL of the models this run reused, for its history entry."""
@@ -467,7 +473,7 @@ class _Run:
         if versions:
             detail = {**detail, business.SOURCE_VERSIONS: versions}
         self.chosen[name] = chosen
-        expected_tables = composite_tables(self._segments(chosen), merge_keys_of(chosen))
+        expected_tables = state_tables(self.reader, chosen)
         is_published = (
             current is None
             or chosen.snapshot_id != current.snapshot_id

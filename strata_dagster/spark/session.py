@@ -404,6 +404,9 @@ class SparkWarehouseSession(Session):
     def database_name(self) -> str:
         return "spark_catalog"
 
+    def database_path(self) -> str | None:
+        return None  # no warehouse file: source listings are not cached
+
     def schema_has_tables(self, schema: str) -> bool:
         return bool(catalog.names(self.con, schema))
 

@@ -242,15 +242,10 @@ def _listed(
     return listed
 
 
-def listing_cache_dir(con: duckdb.DuckDBPyConnection) -> Path | None:
+def listing_cache_dir(database_path: str | None) -> Path | None:
     """Where the listings of a warehouse's sources are cached: `<warehouse file>.listing/` (None
     for an in-memory database)."""
-    row = con.execute(
-        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-    ).fetchone()
-    if not row or not row[0]:
-        return None
-    return Path(str(row[0]) + listing.CACHE_SUFFIX)
+    return Path(database_path + listing.CACHE_SUFFIX) if database_path else None
 
 
 def first_matching_file(pattern: str) -> str | None:

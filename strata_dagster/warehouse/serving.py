@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from strata_dagster.errors import E_GC
 from strata_dagster.warehouse.connection import seconds_from_env
-from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.serving_catalog import (
     CatalogContents,
     CatalogPlan,
@@ -115,11 +115,11 @@ def refresh(
     their whole state) and replaces only the views whose stored SQL, or a snapshot view they read,
     changed (serving_catalog.plan_catalog); without a live catalog of the current format it is
     written whole."""
-    if not _has_publications(con):
+    entry = _latest_entry(con)
+    if entry is None:
         return None
     folder = serving_dir(warehouse)
     data = folder / "data"
-    entry = _latest_entry(con)
     digest = _digest(folder, entry)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
@@ -178,17 +178,14 @@ def _previous_catalog(live: Path) -> tuple[Path | None, CatalogContents | None]:
     return (catalog, contents) if contents is not None else (None, None)
 
 
-def _has_publications(con: duckdb.DuckDBPyConnection) -> bool:
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = ? AND table_name = 'publications'",
-        [HISTORY_SCHEMA],
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _latest_entry(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT coalesce(max(entry), 0) FROM strata.entries").fetchone()
+def _latest_entry(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The latest history entry (0: none yet); None when the warehouse has no history tables, so
+    nothing was ever published. One statement: a session that published nothing pays this and
+    the catalog's name check only (outside any transaction, a failed statement aborts nothing)."""
+    try:
+        row = con.execute("SELECT coalesce(max(entry), 0) FROM strata.entries").fetchone()
+    except duckdb.CatalogException:
+        return None
     return int(row[0]) if row else 0
 
 

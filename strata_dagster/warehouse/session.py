@@ -115,7 +115,7 @@ class Session:
     # transaction publishes all or nothing (spark/history_log.py on Spark).
     interrupted: list[Any] = []
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, *, schema_version: int | None = None) -> None:
         self.con = con
         # Where the history tables are: the warehouse itself here; an in-memory mirror of them on
         # an engine without transactions (warehouse/history_mirror.py).
@@ -123,6 +123,10 @@ class Session:
         self.history = HistoryReader(con)
         self.writer = HistoryWriter(con)
         self._files: SnapshotFiles | None = None
+        # The schema version this session migrated the file to (None: not migrated, read-only),
+        # and the database's name and file, read once: neither changes while the file is open.
+        self._schema_version = schema_version
+        self._database: tuple[str, str | None] | None = None
         self._held: dict[Hashable, exp.Table] = {}
         self._held_made = 0  # never reused: a rollback forgets names whose tables may live on
 
@@ -130,7 +134,7 @@ class Session:
     def files(self) -> SnapshotFiles:
         """Where this session writes snapshot files, and those it wrote (read on first use)."""
         if self._files is None:
-            self._files = SnapshotFiles.of(self.con)
+            self._files = SnapshotFiles.of(self.database_path())
         return self._files
 
     # -- transactions -----------------------------------------------------------------------------
@@ -394,13 +398,26 @@ class Session:
 
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""
+        if self._schema_version:
+            return True  # migrated by this session: its tables are there until it ends
         return current_version(self.con) > 0
 
     def database_name(self) -> str:
         """The catalog name DuckDB gives the warehouse: its file name without the extension."""
-        row = self.con.execute("SELECT current_database()").fetchone()
-        assert row is not None
-        return str(row[0])
+        return self._database_row()[0]
+
+    def database_path(self) -> str | None:
+        """The warehouse's file as DuckDB opened it (None: an in-memory database)."""
+        return self._database_row()[1]
+
+    def _database_row(self) -> tuple[str, str | None]:
+        if self._database is None:
+            row = self.con.execute(
+                "SELECT database_name, path FROM duckdb_databases() WHERE database_name = current_database()"
+            ).fetchone()
+            assert row is not None
+            self._database = (str(row[0]), str(row[1]) if row[1] else None)
+        return self._database
 
     def schema_has_tables(self, schema: str) -> bool:
         row = self.con.execute(
@@ -510,9 +527,7 @@ def open_session(
         opened = time.time()
         session: Session | None = None
         try:
-            if not read_only:
-                migrate(con)
-            session = Session(con)
+            session = Session(con, schema_version=None if read_only else migrate(con))
             if not read_only and session.files.folder is not None:
                 relocate(session, session.files.folder)
             yield session

@@ -249,13 +249,11 @@ class SnapshotFiles:
         fsync(self.folder)
 
     @classmethod
-    def of(cls, con: duckdb.DuckDBPyConnection) -> SnapshotFiles:
-        row = con.execute(
-            "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-        ).fetchone()
-        if storage() == "table" or row is None or not row[0]:
+    def of(cls, database_path: str | None) -> SnapshotFiles:
+        """The snapshot files of the warehouse in file `database_path` (None: in memory)."""
+        if storage() == "table" or not database_path:
             return cls(None)
-        return cls(folder_of(Path(str(row[0])).absolute()))
+        return cls(folder_of(Path(database_path).absolute()))
 
 
 def referenced_files(con: duckdb.DuckDBPyConnection, folder: Path) -> set[str]:

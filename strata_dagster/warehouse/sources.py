@@ -22,6 +22,8 @@ def attach_source_databases(
 
     A database file that does not exist is an error when `is_strict`, else the source is skipped.
     """
+    if all(source.database is None for source in project.sources.values()):
+        return  # nothing to attach: no catalog query
     attached = {row[0] for row in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
     for source in project.sources.values():
         if source.database is None or attached_catalog(source) in attached:

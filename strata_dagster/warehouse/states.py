@@ -29,7 +29,10 @@ def merge_keys_of(record: SnapshotRecord) -> list[str]:
 
 def state_tables(history: HistoryReader, record: SnapshotRecord) -> tuple[str, ...]:
     """Every snapshot-schema table the state's view reads."""
-    return composite_tables(segments_of(history, record), merge_keys_of(record))
+    segments = segments_of(history, record)
+    # Merge keys name the keys tables of later segments only: a one-segment state's are not read
+    # (a partitioned model's detail, hundreds of KB, is then not parsed for them).
+    return composite_tables(segments, merge_keys_of(record) if len(segments) > 1 else ())
 
 
 def grain_of(record: SnapshotRecord) -> str | None:

@@ -76,7 +76,12 @@ def relations_read(con: duckdb.DuckDBPyConnection, query: str) -> Relations | No
 
 def snapshot_tables_read(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, ...] | None:
     """The snapshot tables the stored view `sql` reads, () when it reads anything else; None when
-    DuckDB cannot tell (the caller parses it another way)."""
+    DuckDB cannot tell (the caller parses it another way). What a view reads is a function of its
+    text, so the answers are kept (a few hundred): a process that runs again and again over the
+    same live views (a sensor, a daemon) asks DuckDB's parser once per version of a view."""
+    kept = _read_by_view.get(sql)
+    if kept is not None:
+        return kept
     prefix = _CREATE_VIEW.match(sql)
     if prefix is None:
         return None
@@ -84,4 +89,14 @@ def snapshot_tables_read(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str,
     if read is None:
         return None
     snapshots = read.snapshots()
-    return () if snapshots is None else tuple(sorted(snapshots))
+    tables = () if snapshots is None else tuple(sorted(snapshots))
+    if len(_read_by_view) >= _KEPT_VIEWS:
+        _read_by_view.clear()  # a process that saw this many view versions starts over
+    _read_by_view[sql] = tables
+    return tables
+
+
+# The answers of snapshot_tables_read (stored SQL -> snapshot tables), shared by the threads of a
+# process: a dict's get, set and clear are each atomic, and a race parses a view twice at most.
+_KEPT_VIEWS = 256
+_read_by_view: dict[str, tuple[str, ...]] = {}
