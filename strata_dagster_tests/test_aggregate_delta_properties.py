@@ -19,6 +19,7 @@ from strata_dagster_tests.aggregate_delta_support import (
     compare,
     make_project,
 )
+from strata_dagster_tests.incremental_support import compaction_thresholds
 
 DAYS = 6
 days = st.integers(min_value=0, max_value=DAYS - 1)
@@ -87,8 +88,14 @@ def apply(con, step, clock):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(history=steps)
-def test_random_histories_of_maintained_aggregates_equal_a_full_rebuild(tmp_path_factory, history):
+@given(history=steps, is_eager=st.booleans())
+def test_random_histories_of_maintained_aggregates_equal_a_full_rebuild(tmp_path_factory, history, is_eager):
+    """`is_eager`: the input's segments (and the models' own) compacted at every chance."""
+    with compaction_thresholds(is_eager):
+        _random_history(tmp_path_factory, history)
+
+
+def _random_history(tmp_path_factory, history):
     project, warehouse = make_project(tmp_path_factory.mktemp("aggregate_delta"))
     run_project(project, warehouse)
     for clock, step in enumerate(history, start=1):
