@@ -17,7 +17,7 @@ from strata_dagster.errors import E_PARTITION_START, E_PARTITION_TYPE, StrataErr
 from strata_dagster.language.definition import BUSINESS_VERSIONINGS, Model, Project, Source
 
 _TIME_PREFIXES = ("DATE", "TIMESTAMP")
-_INTEGERS = (
+INTEGER_TYPES = (
     "TINYINT",
     "SMALLINT",
     "INTEGER",
@@ -36,7 +36,7 @@ def is_time_type(type_name: str) -> bool:
 
 def is_ordered_type(type_name: str) -> bool:
     """DATE, TIMESTAMP (any precision or zone) or an integer: a total order partitions can follow."""
-    return is_time_type(type_name) or type_name.upper() in _INTEGERS
+    return is_time_type(type_name) or type_name.upper() in INTEGER_TYPES
 
 
 def _types(columns: Sequence[tuple[str, str]] | Sequence[str]) -> dict[str, str]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.compile.partition_types import INTEGER_TYPES
 from strata_dagster.compile.relations import bind
 from strata_dagster.language.definition import (
     AggregateStep,
@@ -58,19 +59,7 @@ OLD, DELTA = "__old", "__delta"  # the old rows of the affected partitions; the 
 PAIR, COUNTED, NOW = "__pair", "__counted", "__now"
 VALUE = "__v"
 # Types whose sums add and subtract exactly (a float sum depends on the order of its terms).
-EXACT_SUM_TYPES = (
-    "TINYINT",
-    "SMALLINT",
-    "INTEGER",
-    "BIGINT",
-    "HUGEINT",
-    "UTINYINT",
-    "USMALLINT",
-    "UINTEGER",
-    "UBIGINT",
-    "UHUGEINT",
-    "DECIMAL",
-)
+EXACT_SUM_TYPES = (*INTEGER_TYPES, "UHUGEINT", "DECIMAL")
 _EXTREMES = {MIN: "min", MAX: "max"}
 # Detail key of a build whose partitions the input's delta maintained: how many groups it touched,
 # and the affected partitions it left undecided (recomputed from the input).
