@@ -131,11 +131,16 @@ def test_1_a_backfill_without_a_reason_is_refused_visibly_and_marks_no_partition
 
 def _created_backfill(page: Page) -> str:
     """The id in the UI's "Created backfill <id>" toast."""
-    toast = page.see("//*[starts-with(normalize-space(), 'Created backfill')]")
-    # The id may follow a non-breaking or zero-width space, or sit in an element of its own.
-    found = re.search(r"Created backfill\W+(\w+)", toast.text)
-    assert found, toast.text
-    return found.group(1)
+    # The id may follow a non-breaking or zero-width space, or sit in an element of its own. The
+    # XPath matches on the DOM's text while the toast may still be fading in, and a fading toast's
+    # words are missing from the visible text: read it again until it shows the id.
+    toast = "//*[starts-with(normalize-space(), 'Created backfill')]"
+
+    def backfill_id(page: Page) -> str | None:
+        found = re.search(r"Created backfill\W+(\w+)", page.see(toast).text)
+        return found.group(1) if found else None
+
+    return page.until(backfill_id, "the backfill id in the `Created backfill` toast")
 
 
 def _settled(ui: Journey, backfill_id: str) -> list[dict] | None:
