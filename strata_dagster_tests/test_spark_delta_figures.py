@@ -1,13 +1,15 @@
 """Figures a Spark delta reads in fewer jobs than DuckDB's statements (spark/session.py) are the
 figures those statements give: the window's with MAX(cdc), a new segment's content with its key
 figures, a keys table's range with its counts; and a delta that reads with the range, or checks
-its kept rows in one anti-join scan, gives the source's rows."""
+its kept rows in one anti-join scan, gives the source's rows; a delta whose keys all lie outside
+the state's recorded key bounds replaces none of its rows and does not read it."""
 
 from __future__ import annotations
 
 import pytest
 from sqlglot import exp
 
+from strata_dagster.engine.incremental import KEY_BOUNDS
 from strata_dagster.spark.connection import ECHO_ENV
 from strata_dagster.warehouse.content import WHOLE_ROW
 from strata_dagster.warehouse.segments import typed_literal
@@ -148,3 +150,45 @@ def test_deltas_read_by_the_keys_range_and_check_kept_rows_in_one_scan_equal_the
         outcome = engine.run(project, only_stale=True).outcome("latest")
         assert outcome.detail["kept_rows_checked"] is True and outcome.detail["deleted_keys_checked"] is True
         latest()
+
+
+def test_keys_beyond_the_states_bounds_replace_nothing_without_a_scan_of_the_state(
+    tmp_path, monkeypatch, capsys
+):
+    with engine_under_test("spark", tmp_path) as engine:
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "models.strata").write_text(PROJECT)
+        rows = {1: ("a", "2025-01-01"), 2: ("b", "2025-01-02"), 3: ("cancelled", "2025-01-03")}
+
+        def recorded_bounds(snapshot_id: str) -> list[str]:
+            with engine.chosen(), open_session(engine.warehouse) as session:
+                record = session.history.snapshot(snapshot_id)
+                assert record is not None
+                return record.detail[KEY_BOUNDS]
+
+        def run_delta(*, scans_state: bool, bounds: list[str]) -> None:
+            _orders(engine.spark, ", ".join(f"({key}, '{s}', '{ts}')" for key, (s, ts) in rows.items()))
+            monkeypatch.setenv(ECHO_ENV, "1")
+            capsys.readouterr()
+            outcome = engine.run(project, only_stale=True).outcome("latest")
+            sent = capsys.readouterr().err.splitlines()
+            monkeypatch.delenv(ECHO_ENV)
+            reads = [line for line in sent if line.startswith("spark> SELECT") and base.table_name in line]
+            assert outcome.path == "delta" and bool(reads) == scans_state, reads
+            assert recorded_bounds(outcome.snapshot_id) == bounds
+            expected = sorted((key, status) for key, (status, _) in rows.items() if status != "cancelled")
+            assert sorted((row[0], row[1]) for row in engine.live("latest")) == expected
+
+        _orders(engine.spark, ", ".join(f"({key}, '{s}', '{ts}')" for key, (s, ts) in rows.items()))
+        base = engine.run(project).outcome("latest")
+        assert recorded_bounds(base.snapshot_id) == ["1", "2", "int"]  # the cancelled order 3 is not in the state
+        # Order 3 un-cancelled and a new order 5: both keys above the state's, which is not read.
+        rows.update({3: ("c", "2025-01-06"), 5: ("e", "2025-01-05")})
+        run_delta(scans_state=False, bounds=["1", "5", "int"])
+        # Order 2 changed and a new order 0: the keys' range meets the state's, whose rows are read.
+        rows.update({2: ("b2", "2025-01-07"), 0: ("z", "2025-01-07")})
+        run_delta(scans_state=True, bounds=["0", "5", "int"])
+        # A new order below every key: apart from the bounds again.
+        rows.update({-4: ("y", "2025-01-08")})
+        run_delta(scans_state=False, bounds=["-4", "5", "int"])

@@ -23,6 +23,7 @@ from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
+from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.segments import (
     REREAD_ALIAS,
     Segment,
@@ -182,6 +183,7 @@ def full_output_facts(
 
 
 KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
+KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's state can hold (Spark)
 
 
 def key_cdc_columns(model: Model, columns: Sequence[Sequence[str]]) -> list[str] | None:
@@ -202,8 +204,12 @@ def full_key_sum(
     key_columns = key_cdc_columns(ctx.model, columns)
     if key_columns is None:
         return {}
-    count, hash_sum = ctx.session.key_sum(snapshot_table(table_name), key_columns)
-    return {KEY_SUM: [count, hash_sum]}
+    keys = ctx.model.properties.merge_keys or ()
+    (count, hash_sum), bounds = ctx.session.key_sum_and_bounds(snapshot_table(table_name), key_columns, keys)
+    recorded: dict[str, Any] = {KEY_SUM: [count, hash_sum]}
+    if bounds is not None:
+        recorded[KEY_BOUNDS] = bounds.as_detail()
+    return recorded
 
 
 class DeltaBuilder:
@@ -224,6 +230,9 @@ class DeltaBuilder:
             segments,
             self.previous.detail.get("merge_keys") or (),
             self.previous.detail.get("partition_grain"),
+        )
+        self.state_bounds = (
+            KeyBounds.from_detail(previous.detail.get(KEY_BOUNDS)) if self._is_keyed_like_now() else None
         )
 
     def _gate(self, count: int, expected_count: int | None) -> Fallback | None:
@@ -429,6 +438,8 @@ class DeltaBuilder:
         (engine.model_slices), and only a scan of the whole previous state finds them."""
         session = self.ctx.session
         is_null_free = session.count_null_keys(keys_table, self.merge_keys) == 0
+        if is_null_free and self._is_beyond_state(keys_table):
+            return is_null_free, (0, "0"), "0"
         if self._is_keyed_like_now():
             held = session.held_rows(
                 self._replaced_rows_key(keys_table),
@@ -454,6 +465,21 @@ class DeltaBuilder:
         query = relation if isinstance(relation, exp.Query) else exp.select("*").from_(relation)
         count, hash_sum, key_hash_sum = session.content_and_key_sum_where(query, condition, self.key_columns)
         return is_null_free, (count, hash_sum), key_hash_sum
+
+    def _is_beyond_state(self, keys_table: str) -> bool:
+        """Whether every key of `keys_table` lies outside the keys the previous state can hold, so
+        that it replaces none of its rows (known without reading the state)."""
+        bounds = self.ctx.session.key_bounds(keys_table, self.merge_keys)
+        return (
+            self.state_bounds is not None and bounds is not None and self.state_bounds.is_apart_from(bounds)
+        )
+
+    def _widened_bounds(self, keys_table: str | None) -> dict[str, Any]:
+        """The new state's key bounds: the previous state's and its new segment's, whose keys are
+        among its keys table's."""
+        bounds = None if keys_table is None else self.ctx.session.key_bounds(keys_table, self.merge_keys)
+        widened = None if self.state_bounds is None or bounds is None else self.state_bounds.widened(bounds)
+        return {} if widened is None else {KEY_BOUNDS: widened.as_detail()}
 
     def _is_keyed_like_now(self) -> bool:
         """Whether the previous state's segments replace rows by this build's merge keys."""
@@ -641,6 +667,7 @@ class DeltaBuilder:
         bound = _bind(delta_query, self.ctx.relation)
         segment_sql = render(bound)  # before create_snapshot consumes the tree
         session.create_snapshot(name, bound)
+        detail.update(self._widened_bounds(keys_table))  # before the keys table may be dropped
         segment_key_sum: tuple[int, str] | None = None
         if kept_key_sum is not None and self.key_columns is not None:
             # The segment's content and key-and-cdc figures, in one scan of it.

@@ -45,6 +45,7 @@ from strata_dagster.warehouse.content import (
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.history_mirror import HistoryMirror
+from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.segments import (
     KeyRange,
@@ -53,6 +54,7 @@ from strata_dagster.warehouse.segments import (
     composite_query,
     content_and_key_sum_where,
     content_where,
+    key_sum_and_extremes,
     keys_query,
     typed_literal,
 )
@@ -94,6 +96,7 @@ class SparkWarehouseSession(Session):
         # Keys table, key columns -> its rows with a NULL key (counted when it was created).
         self._null_keys: dict[tuple[str, tuple[str, ...]], int] = {}
         self._key_ranges: dict[tuple[str, tuple[str, ...]], KeyRange | None] = {}
+        self._key_bounds: dict[tuple[str, tuple[str, ...]], KeyBounds | None] = {}
 
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
@@ -251,6 +254,7 @@ class SparkWarehouseSession(Session):
         self._null_keys[(name, names)] = int(row[1])
         if len(names) == 1:
             self._key_ranges[(name, names)] = _key_range(row[2], row[3], str(row[4]))
+            self._key_bounds[(name, names)] = KeyBounds.of(row[2], row[3], str(row[4]))
         return int(row[0])
 
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
@@ -261,9 +265,23 @@ class SparkWarehouseSession(Session):
         """Read with the keys table's counts when this session created it (None otherwise)."""
         return self._key_ranges.get((name, tuple(keys)))
 
+    def key_bounds(self, name: str, keys: Sequence[str]) -> KeyBounds | None:
+        """Read with the keys table's counts when this session created it (None otherwise)."""
+        return self._key_bounds.get((name, tuple(keys)))
+
+    def key_sum_and_bounds(
+        self, relation: exp.Table | exp.Query, columns: Sequence[str], keys: Sequence[str]
+    ) -> tuple[tuple[int, str], KeyBounds | None]:
+        """In the one Spark job that reads the keys for `key_sum`."""
+        if len(keys) != 1:
+            return super().key_sum_and_bounds(relation, columns, keys)
+        count, hash_sum, low, high, type_name = key_sum_and_extremes(self.con, relation, columns, keys[0])
+        return (count, hash_sum), None if type_name is None else KeyBounds.of(low, high, type_name)
+
     def _forget_keys(self, name: str) -> None:
         self._null_keys = {key: count for key, count in self._null_keys.items() if key[0] != name}
         self._key_ranges = {key: range_ for key, range_ in self._key_ranges.items() if key[0] != name}
+        self._key_bounds = {key: bounds for key, bounds in self._key_bounds.items() if key[0] != name}
 
     def window_stats(
         self,

@@ -520,6 +520,23 @@ def key_sum(
     return int(row[0]), str(row[1])
 
 
+def key_sum_and_extremes(
+    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, columns: Sequence[str], key: str
+) -> tuple[int, str, str | None, str | None, str | None]:
+    """`key_sum`, and the least and greatest `key` as text with the type of the least, in one scan."""
+    value = exp.column(key, table=ROW_ALIAS)
+    least = exp.func("min", value.copy())
+    statement = exp.select(
+        exp.func("count_star"),
+        _key_hash_sum(columns),
+        exp.cast(least.copy(), "VARCHAR"),
+        exp.cast(exp.func("max", value.copy()), "VARCHAR"),
+        exp.func("typeof", least),
+    ).from_(as_rows(relation))
+    row = run(con, statement).fetchone()
+    return int(row[0]), str(row[1]), row[2], row[3], None if row[4] is None else str(row[4])
+
+
 def create_values_table(
     con: duckdb.DuckDBPyConnection,
     name: str,

@@ -36,6 +36,7 @@ from strata_dagster.warehouse.content import (
 from strata_dagster.warehouse.engines import current_engine, engine_opener
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
+from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
 from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
@@ -326,6 +327,17 @@ class Session:
         """The range of a keys table's one key, to read a state or source with beside the key
         match (segments.keyed_rows); None here: DuckDB prunes a scan with a join's keys itself."""
         return None
+
+    def key_bounds(self, name: str, keys: Sequence[str]) -> KeyBounds | None:
+        """The least and greatest key of a keys table of one key (warehouse.key_bounds); None here:
+        DuckDB finds a state's replaced rows with a join that costs little when there are none."""
+        return None
+
+    def key_sum_and_bounds(
+        self, relation: exp.Table | exp.Query, columns: Sequence[str], keys: Sequence[str]
+    ) -> tuple[tuple[int, str], KeyBounds | None]:
+        """`key_sum`, and the bounds of the one key in `keys` where this engine records them."""
+        return self.key_sum(relation, columns), None
 
     def content_where(
         self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
