@@ -182,7 +182,8 @@ def test_keys_beyond_the_states_bounds_replace_nothing_without_a_scan_of_the_sta
 
         _orders(engine.spark, ", ".join(f"({key}, '{s}', '{ts}')" for key, (s, ts) in rows.items()))
         base = engine.run(project).outcome("latest")
-        assert recorded_bounds(base.snapshot_id) == ["1", "2", "int"]  # the cancelled order 3 is not in the state
+        # The cancelled order 3 is not in the state.
+        assert recorded_bounds(base.snapshot_id) == ["1", "2", "int"]
         # Order 3 un-cancelled and a new order 5: both keys above the state's, which is not read.
         rows.update({3: ("c", "2025-01-06"), 5: ("e", "2025-01-05")})
         run_delta(scans_state=False, bounds=["1", "5", "int"])
