@@ -17,7 +17,6 @@ What differs from DuckDB, and how the promises still hold:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from strata_dagster.warehouse.segments import (
     composite_query,
     content_and_key_sum_where,
     content_where,
+    key_extremes,
     key_sum_and_extremes,
     keys_query,
     typed_literal,
@@ -95,7 +95,6 @@ class SparkWarehouseSession(Session):
         self._contents: dict[tuple[str, RowBasis], Content] = {}
         # Keys table, key columns -> its rows with a NULL key (counted when it was created).
         self._null_keys: dict[tuple[str, tuple[str, ...]], int] = {}
-        self._key_ranges: dict[tuple[str, tuple[str, ...]], KeyRange | None] = {}
         self._key_bounds: dict[tuple[str, tuple[str, ...]], KeyBounds | None] = {}
 
     # -- transactions -----------------------------------------------------------------------------
@@ -243,17 +242,11 @@ class SparkWarehouseSession(Session):
         has_null = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in names))
         figures: list[exp.Expression] = [exp.Count(this=exp.Star()), exp.CountIf(this=has_null)]
         if len(names) == 1:
-            key = exp.column(names[0])
-            figures += [
-                exp.cast(exp.func("min", key.copy()), "VARCHAR"),
-                exp.cast(exp.func("max", key.copy()), "VARCHAR"),
-                exp.func("typeof", exp.func("min", key.copy())),
-            ]
+            figures += key_extremes(exp.column(names[0]))
         row = self.con.run_statement(exp.select(*figures).from_(snapshot_table(name))).fetchone()
         assert row is not None
         self._null_keys[(name, names)] = int(row[1])
         if len(names) == 1:
-            self._key_ranges[(name, names)] = _key_range(row[2], row[3], str(row[4]))
             self._key_bounds[(name, names)] = KeyBounds.of(row[2], row[3], str(row[4]))
         return int(row[0])
 
@@ -262,8 +255,13 @@ class SparkWarehouseSession(Session):
         return known if known is not None else super().count_null_keys(name, keys)
 
     def key_range(self, name: str, keys: Sequence[str]) -> KeyRange | None:
-        """Read with the keys table's counts when this session created it (None otherwise)."""
-        return self._key_ranges.get((name, tuple(keys)))
+        """The keys table's bounds as typed literals, for Parquet to skip row groups outside them."""
+        bounds = self.key_bounds(name, keys)
+        if bounds is None:
+            return None
+        return KeyRange(
+            typed_literal(bounds.low, bounds.type_name), typed_literal(bounds.high, bounds.type_name)
+        )
 
     def key_bounds(self, name: str, keys: Sequence[str]) -> KeyBounds | None:
         """Read with the keys table's counts when this session created it (None otherwise)."""
@@ -280,7 +278,6 @@ class SparkWarehouseSession(Session):
 
     def _forget_keys(self, name: str) -> None:
         self._null_keys = {key: count for key, count in self._null_keys.items() if key[0] != name}
-        self._key_ranges = {key: range_ for key, range_ in self._key_ranges.items() if key[0] != name}
         self._key_bounds = {key: bounds for key, bounds in self._key_bounds.items() if key[0] != name}
 
     def window_stats(
@@ -520,17 +517,6 @@ class _SparkCatalog(CatalogSnapshot):
 
 # Key types whose text (CAST(key AS STRING)) casts back to the same value and whose order agrees
 # with equality: a key that matches lies between the least and the greatest.
-_RANGED_KEY_TYPES = re.compile(
-    r"^(tinyint|smallint|int|bigint|string|date|timestamp_ntz|decimal\(\d+,\d+\))$"
-)
-
-
-def _key_range(low: str | None, high: str | None, spark_type: str) -> KeyRange | None:
-    if low is None or high is None or not _RANGED_KEY_TYPES.match(spark_type.lower()):
-        return None
-    return KeyRange(typed_literal(low, spark_type), typed_literal(high, spark_type))
-
-
 def _refuse_attached_databases(project: Project) -> None:
     for source in project.sources.values():
         if source.database is not None:

@@ -520,18 +520,22 @@ def key_sum(
     return int(row[0]), str(row[1])
 
 
+def key_extremes(key: exp.Expression) -> list[exp.Expression]:
+    """The least and the greatest `key` as text, and the type of the least (warehouse.key_bounds)."""
+    least = exp.func("min", key.copy())
+    return [
+        exp.cast(least.copy(), "VARCHAR"),
+        exp.cast(exp.func("max", key.copy()), "VARCHAR"),
+        exp.func("typeof", least),
+    ]
+
+
 def key_sum_and_extremes(
     con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, columns: Sequence[str], key: str
 ) -> tuple[int, str, str | None, str | None, str | None]:
-    """`key_sum`, and the least and greatest `key` as text with the type of the least, in one scan."""
-    value = exp.column(key, table=ROW_ALIAS)
-    least = exp.func("min", value.copy())
+    """`key_sum`, and `key_extremes` of `key`, in one scan."""
     statement = exp.select(
-        exp.func("count_star"),
-        _key_hash_sum(columns),
-        exp.cast(least.copy(), "VARCHAR"),
-        exp.cast(exp.func("max", value.copy()), "VARCHAR"),
-        exp.func("typeof", least),
+        exp.func("count_star"), _key_hash_sum(columns), *key_extremes(exp.column(key, table=ROW_ALIAS))
     ).from_(as_rows(relation))
     row = run(con, statement).fetchone()
     return int(row[0]), str(row[1]), row[2], row[3], None if row[4] is None else str(row[4])
