@@ -193,9 +193,14 @@ class PublishedState:
     sources: dict[str, str]
     model_fingerprint: str  # the fingerprint the snapshot was built with
     is_view: bool = False  # a view model's snapshot: `row_count` is not counted
+    is_live: bool = True  # whether the model's view shows it (when asked: `live_as`)
 
 
-def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) -> PublishedState:
+def published_state(
+    warehouse: Path | str, snapshot_id: str, entry: int | None, live_as: tuple[str, str] | None = None
+) -> PublishedState:
+    """`live_as`: (model, branch) whose view must show exactly this state (its segments) for
+    `is_live`; else `is_live` is not read."""
     with open_session(Path(warehouse)) as session:
         record = session.history.snapshot(snapshot_id)
         if record is None:
@@ -213,8 +218,12 @@ def published_state(warehouse: Path | str, snapshot_id: str, entry: int | None) 
             if entry is not None
             else {}
         )
+        is_live = True
+        if live_as is not None:
+            model, branch = live_as
+            is_live = session.history.pointers(branch).get(model) == record.segment_ids
         return PublishedState(
-            record.content_hash, record.row_count, sources, record.model_fingerprint, record.is_view
+            record.content_hash, record.row_count, sources, record.model_fingerprint, record.is_view, is_live
         )
 
 

@@ -3,6 +3,7 @@
 - A SQL model's asset hands it a `StrataBuild`: the engine builds the model inside DuckDB (reusing
   a snapshot whose build key exists, keeping the live one when the rows did not change), pins and
   contracts run, and the view is repointed in one transaction. No row crosses into Python.
+  The unpartitioned models of a Dagster run share one engine run (orchestration.shared_builds).
 - A Python model's asset hands it a polars or pandas DataFrame: the frame becomes a snapshot the
   same way, with the same pins (`strata/unique`, `strata/contract` definition metadata).
 - Every materialization carries data_version = the content identity of what the view now shows
@@ -45,6 +46,7 @@ from strata_dagster.orchestration.companions import record_companion
 from strata_dagster.orchestration.event_storage import batched_asset_events
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
+from strata_dagster.orchestration.shared_builds import ModelBuild, build_unpartitioned
 from strata_dagster.warehouse.connection import held_open
 
 if TYPE_CHECKING:
@@ -90,12 +92,22 @@ class StrataIOManager(dg.ConfigurableIOManager):
         partitions = (
             as_request_texts(spec.grain, build.partition_keys) if spec and build.partition_keys else ()
         )
-        # Checked again here: execute_in_process and materialize() swap in their own executor.
-        request = engine_request(strata, dagster_run.job_name, dagster_run.tags, (build.model,), partitions)
-        result = run(request)
+        if build.partition_keys is None:
+            built = build_unpartitioned(context, strata, project, build.model)
+        else:
+            # Checked again here: execute_in_process and materialize() swap in their own executor.
+            request = engine_request(
+                strata, dagster_run.job_name, dagster_run.tags, (build.model,), partitions
+            )
+            result = run(request)
+            state = published_state(
+                strata.warehouse_path, result.outcome(build.model).snapshot_id, result.entry
+            )
+            built = ModelBuild(request, result, (build.model,), state, ran_here=True)
+        request, result, state = built.request, built.result, built.state
         outcome = result.outcome(build.model)
-        state = published_state(strata.warehouse_path, outcome.snapshot_id, result.entry)
-        self._report_side_effects(context, build, result)
+        if built.ran_here:
+            self._report_side_effects(context, build, result, built.models)
         if outcome.path not in (REUSED, CUTOFF) and state.model_fingerprint != build.code_version:
             context.log.warning(
                 f"`{build.model}` changed since Dagster loaded the definitions (fingerprint "
@@ -159,11 +171,13 @@ class StrataIOManager(dg.ConfigurableIOManager):
                     )
                 )
 
-    def _report_side_effects(self, context: dg.OutputContext, build: StrataBuild, result: RunResult) -> None:
+    def _report_side_effects(
+        self, context: dg.OutputContext, build: StrataBuild, result: RunResult, asked: tuple[str, ...]
+    ) -> None:
         rebuilt = [
             outcome.model
             for outcome in result.outcomes
-            if outcome.model != build.model and outcome.path != REUSED
+            if outcome.model not in asked and outcome.path != REUSED
         ]
         if rebuilt:
             context.log.warning(
