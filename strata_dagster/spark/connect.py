@@ -10,6 +10,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+# More options for a local Spark's driver JVM (`-Xmx8g`, say). The kill tests set
+# `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC` for their drivers, short-lived processes over tiny
+# data, where C2 compilation and a parallel collector cost more of two cores than they give back.
+DRIVER_JAVA_OPTIONS_ENV = "STRATA_SPARK_DRIVER_JAVA_OPTIONS"
 # Settings every strata Spark session has: UTC (strata's timestamps are UTC-naive, like DuckDB's),
 # no web UI (nothing listens on a port it does not need), ANSI arithmetic (errors, not NULLs).
 SESSION_SETTINGS: dict[str, str] = {
@@ -49,7 +53,8 @@ def local_session(warehouse: Path, *, cores: int = 2, shuffle_partitions: int = 
         )
         .config(
             "spark.driver.extraJavaOptions",
-            f"-Dderby.system.home={warehouse} -Dlog4j2.configurationFile=file:{LOG_CONFIG}",
+            f"-Dderby.system.home={warehouse} -Dlog4j2.configurationFile=file:{LOG_CONFIG} "
+            + os.environ.get(DRIVER_JAVA_OPTIONS_ENV, ""),
         )
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     )
