@@ -32,11 +32,10 @@ from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_fram
 from strata_dagster.engine.partition_keys import as_request_texts
 from strata_dagster.engine.partition_status import (
     model_partitions,
-    published_state,
     read_model,
     whole_content,
 )
-from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, RunResult, run
+from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, RunResult
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
@@ -46,7 +45,7 @@ from strata_dagster.orchestration.companions import record_companion
 from strata_dagster.orchestration.event_storage import batched_asset_events
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
-from strata_dagster.orchestration.shared_builds import ModelBuild, build_unpartitioned
+from strata_dagster.orchestration.shared_builds import build_alone, build_unpartitioned
 from strata_dagster.warehouse.connection import held_open
 
 if TYPE_CHECKING:
@@ -86,7 +85,6 @@ class StrataIOManager(dg.ConfigurableIOManager):
 
     def _publish_build(self, context: dg.OutputContext, build: StrataBuild) -> None:
         strata = self.strata
-        dagster_run = context.step_context.dagster_run
         project = load_project(strata.project_path)
         spec = project.models[build.model].properties.partitioned_by
         partitions = (
@@ -95,15 +93,7 @@ class StrataIOManager(dg.ConfigurableIOManager):
         if build.partition_keys is None:
             built = build_unpartitioned(context, strata, project, build.model)
         else:
-            # Checked again here: execute_in_process and materialize() swap in their own executor.
-            request = engine_request(
-                strata, dagster_run.job_name, dagster_run.tags, (build.model,), partitions
-            )
-            result = run(request)
-            state = published_state(
-                strata.warehouse_path, result.outcome(build.model).snapshot_id, result.entry
-            )
-            built = ModelBuild(request, result, (build.model,), state, ran_here=True)
+            built = build_alone(context, strata, build.model, partitions)
         request, result, state = built.request, built.result, built.state
         outcome = result.outcome(build.model)
         if built.ran_here:

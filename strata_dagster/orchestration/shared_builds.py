@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -65,8 +66,7 @@ def build_unpartitioned(
     context: dg.OutputContext, strata: StrataResource, project: Project, model: str
 ) -> ModelBuild:
     """Build `model` (unpartitioned) for its step, in the run's shared engine run when it can."""
-    step = context.step_context
-    dagster_run = step.dagster_run
+    dagster_run = context.step_context.dagster_run
     builds = _builds_of(dagster_run.run_id)
     pending = builds.pending.pop(model, None)
     builds.reported.add(model)
@@ -75,22 +75,30 @@ def build_unpartitioned(
         state = _state(strata, result, model, live=True)
         if state.is_live:
             return ModelBuild(request, result, models, state, ran_here=False)
-    models = (model,)
-    if builds.is_shared and pending is None:
-        models = _shared_models(context, project, model, builds)
+        return build_alone(context, strata, model)
+    models = _shared_models(context, project, model, builds) if builds.is_shared else (model,)
+    if len(models) == 1:
+        return build_alone(context, strata, model)
     request = engine_request(strata, dagster_run.job_name, dagster_run.tags, models)
     try:
         result = run(request)
     except StrataError:
-        if len(models) == 1:
-            raise
         builds.is_shared = False
-        models = (model,)
-        request = engine_request(strata, dagster_run.job_name, dagster_run.tags, models)
-        result = run(request)
+        return build_alone(context, strata, model)
     for other in models[1:]:
         builds.pending[other] = (request, result, models)
     return ModelBuild(request, result, models, _state(strata, result, model, live=False), ran_here=True)
+
+
+def build_alone(
+    context: dg.OutputContext, strata: StrataResource, model: str, partitions: Sequence[str] = ()
+) -> ModelBuild:
+    """Build `model` (its `partitions`: `--partitions` items) in an engine run of its own."""
+    dagster_run = context.step_context.dagster_run
+    # Checked again here: execute_in_process and materialize() swap in their own executor.
+    request = engine_request(strata, dagster_run.job_name, dagster_run.tags, (model,), partitions)
+    result = run(request)
+    return ModelBuild(request, result, (model,), _state(strata, result, model, live=False), ran_here=True)
 
 
 def _state(strata: StrataResource, result: RunResult, model: str, live: bool) -> PublishedState:

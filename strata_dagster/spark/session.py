@@ -515,8 +515,6 @@ class _SparkCatalog(CatalogSnapshot):
         return self._parsed[name]
 
 
-# Key types whose text (CAST(key AS STRING)) casts back to the same value and whose order agrees
-# with equality: a key that matches lies between the least and the greatest.
 def _refuse_attached_databases(project: Project) -> None:
     for source in project.sources.values():
         if source.database is not None:
