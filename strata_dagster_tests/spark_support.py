@@ -75,7 +75,12 @@ def spark_session():
     if _session is None:
         require_spark()
         from strata_dagster.spark.connect import local_session
+        from strata_dagster_tests.spark_class_archive import driver_env
 
+        # This JVM and every one a test starts from here (a CLI or driver process) map the class
+        # archive, unless the options were given.
+        for key, value in driver_env().items():
+            os.environ.setdefault(key, value)
         folder = Path(tempfile.mkdtemp(prefix=f"strata-spark-{os.getpid()}-"))
         _session = local_session(folder / "warehouse", cores=2, shuffle_partitions=2)
         _session.sparkContext.setLogLevel("ERROR")
@@ -129,6 +134,8 @@ def spark_connect_server(folder: Path) -> Iterator[str]:
     require_spark()
     import pyspark
 
+    from strata_dagster_tests.spark_class_archive import java_options
+
     home = Path(pyspark.__file__).parent
     port = _free_port()
     warehouse = folder / "connect-warehouse"
@@ -150,6 +157,7 @@ def spark_connect_server(folder: Path) -> Iterator[str]:
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.master": "local[2]",
+        "spark.driver.extraJavaOptions": java_options(),
     }
     arguments = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
     subprocess.run(

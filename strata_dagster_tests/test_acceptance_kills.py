@@ -15,6 +15,7 @@ import pytest
 
 from strata_dagster_tests.acceptance_support import CUSTOMERS, EVENTS, FULL, Sources, make_project
 from strata_dagster_tests.engines_support import spark_params
+from strata_dagster_tests.spark_class_archive import driver_env
 from strata_dagster_tests.spark_support import require_spark
 
 STEPS = {
@@ -28,7 +29,7 @@ STEPS = {
 # Each driver is a new JVM that lives about a minute over tiny data: C1 only and the serial
 # collector take a third off the Spark case (341 s -> 215 s alone on an idle machine), where the
 # suite's long-lived session was not faster with them (strata_dagster.spark.connect).
-SHORT_LIVED_DRIVER = {"STRATA_SPARK_DRIVER_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+SHORT_LIVED_DRIVER = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 INTERRUPTED_AFTER = {"spark_history_logged", "spark_view_published"}
 COMMITTED_AT = {"committed", "spark_committed"}
 
@@ -56,7 +57,7 @@ def drive(tmp_path, engine_name, warehouse, project, actions, killed=False):
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, **SHORT_LIVED_DRIVER},
+        env={**os.environ, **(driver_env(SHORT_LIVED_DRIVER) if engine_name == "spark" else {})},
     )
     expected = -signal.SIGKILL if killed else 0
     assert result.returncode == expected, (actions[-2:], result.stdout, result.stderr[-3000:])

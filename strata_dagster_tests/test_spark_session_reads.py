@@ -86,6 +86,25 @@ def test_null_keys_counted_with_the_keys_table_are_what_a_fresh_count_gives(tmp_
             session.rollback()
 
 
+def test_a_values_tables_null_keys_are_counted_from_its_values(tmp_path, monkeypatch, capsys):
+    """The partitions a segment replaces, written from literals: whether one is NULL is known
+    without a Spark job, and it is what Spark counts."""
+    day = exp.cast(exp.Literal.string("2025-01-02"), exp.DataType.build("DATE"))
+    with engine_under_test("spark", tmp_path) as engine:
+        engine.spark.sql(f"CREATE DATABASE {SNAPSHOT_SCHEMA}")
+        with engine.chosen(), open_session(engine.warehouse) as session:
+            for values, nulls in (([day], 0), ([day, exp.null()], 1)):
+                session.create_values_table("snap_p", "day", values)
+                monkeypatch.setenv(ECHO_ENV, "1")
+                capsys.readouterr()
+                assert session.count_null_keys("snap_p", ["day"]) == nulls
+                assert _statements(capsys) == []
+                monkeypatch.delenv(ECHO_ENV)
+                assert count_null_keys(session.con, "snap_p", ["day"]) == nulls
+                session.drop_snapshot("snap_p")
+            session.rollback()
+
+
 def test_a_querys_columns_are_what_spark_describes(tmp_path):
     with engine_under_test("spark", tmp_path) as engine:
         engine.spark.sql("CREATE DATABASE raw")

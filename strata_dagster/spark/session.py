@@ -250,6 +250,14 @@ class SparkWarehouseSession(Session):
             self._key_bounds[(name, names)] = KeyBounds.of(row[2], row[3], str(row[4]))
         return int(row[0])
 
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
+        """As on DuckDB; its NULL keys are counted from `values` (a Spark job less, when a segment
+        of partitions records whether its keys table is free of NULLs)."""
+        super().create_values_table(name, column, values)
+        literals = [value.this if isinstance(value, exp.Cast) else value for value in values]
+        if all(isinstance(literal, exp.Null | exp.Literal) for literal in literals):
+            self._null_keys[(name, (column,))] = sum(isinstance(literal, exp.Null) for literal in literals)
+
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
         known = self._null_keys.get((name, tuple(keys)))
         return known if known is not None else super().count_null_keys(name, keys)
