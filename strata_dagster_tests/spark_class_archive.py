@@ -62,10 +62,9 @@ def _archive_path() -> Path:
     """One archive per Spark jars folder, pyspark and Java: another of them needs its own."""
     import pyspark
 
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
-    version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    key = "\n".join((str(Path(pyspark.__file__).parent), pyspark.__version__, version))
+    from strata_dagster_tests.spark_support import java_version
+
+    key = "\n".join((str(Path(pyspark.__file__).parent), pyspark.__version__, java_version() or ""))
     return CACHE / f"spark-{pyspark.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 

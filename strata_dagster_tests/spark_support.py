@@ -58,14 +58,21 @@ def require_spark() -> None:
         import pyspark  # noqa: F401
     except ImportError:
         pytest.fail(f"the Spark tier needs pyspark: {INSTALL} (or set {SKIP_ENV}=1)")
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if java is None or not Path(java).exists():
+    version = java_version()
+    if version is None:
         pytest.fail(f"the Spark tier needs Java 17 (no `java` found): {INSTALL} (or set {SKIP_ENV}=1)")
-    version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     found = re.search(r'version "(\d+)', version)
     if found is None or int(found.group(1)) < 17:
         pytest.fail(f"the Spark tier needs Java 17 or later (found: {version.splitlines()[:1]}): {INSTALL}")
+
+
+def java_version() -> str | None:
+    """What `java -version` prints, of `JAVA_HOME`'s Java or the PATH's (None: no Java)."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        return None
+    return subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
 
 
 def spark_session():

@@ -254,6 +254,7 @@ class SparkWarehouseSession(Session):
         """As on DuckDB; its NULL keys are counted from `values` (a Spark job less, when a segment
         of partitions records whether its keys table is free of NULLs)."""
         super().create_values_table(name, column, values)
+        self._forget_keys(name)  # a table of that name made before: its counts are not these
         literals = [value.this if isinstance(value, exp.Cast) else value for value in values]
         if all(isinstance(literal, exp.Null | exp.Literal) for literal in literals):
             self._null_keys[(name, (column,))] = sum(isinstance(literal, exp.Null) for literal in literals)
