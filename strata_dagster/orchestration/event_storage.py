@@ -37,7 +37,6 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sql import create_engine
-from dagster._core.storage.sqlalchemy_compat import db_result
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
 from dagster._serdes import ConfigurableClassData, serialize_value
 from dagster._utils import mkdir_p
@@ -89,7 +88,8 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
     def _write_check_planned(self, conn: Connection, event: EventLogEntry, event_id: int | None) -> None:
         """Dagster's rows for a check's planned evaluation (one per partition of the check's run),
         with the event serialized once, not once per row: a check of a year of days serialized its
-        event 365 times."""
+        event 365 times. The rows go as parameters of one cached statement: a multi-row VALUES
+        built per call was compiled again for every check (about 70 ms for 365 rows)."""
         planned = event.get_dagster_event().event_specific_data
         partition_keys = (
             planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
@@ -97,21 +97,20 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
         serialized = serialize_value(event)
         timestamp = self._event_insert_timestamp(event)
         conn.execute(
-            AssetCheckExecutionsTable.insert().values(
-                [
-                    dict(
-                        asset_key=planned.asset_key.to_string(),
-                        check_name=planned.check_name,
-                        partition=partition_key,
-                        run_id=event.run_id,
-                        execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
-                        evaluation_event=serialized,
-                        evaluation_event_timestamp=timestamp,
-                        evaluation_event_storage_id=event_id,
-                    )
-                    for partition_key in partition_keys
-                ]
-            )
+            AssetCheckExecutionsTable.insert(),
+            [
+                dict(
+                    asset_key=planned.asset_key.to_string(),
+                    check_name=planned.check_name,
+                    partition=partition_key,
+                    run_id=event.run_id,
+                    execution_status=AssetCheckExecutionRecordStatus.PLANNED.value,
+                    evaluation_event=serialized,
+                    evaluation_event_timestamp=timestamp,
+                    evaluation_event_storage_id=event_id,
+                )
+                for partition_key in partition_keys
+            ],
         )
 
     @contextmanager
@@ -168,12 +167,19 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             with self.run_connection(run_id) as conn:
                 conn.execute(SqlEventLogStorageTable.insert(), run_rows)
         with self.index_transaction() as conn:
+            # One cached statement for all the rows, their ids returned in the rows' order
+            # (SQLAlchemy's insertmanyvalues): an insert per row cost about a millisecond each.
+            inserted = conn.execute(
+                SqlEventLogStorageTable.insert().returning(
+                    SqlEventLogStorageTable.c.id, sort_by_parameter_order=True
+                ),
+                rows,
+            )
+            event_ids = [row.id for row in inserted]
             asset_events: list[EventLogEntry] = []
             asset_event_ids: list[int] = []
             last: dict[tuple[str, str], int] = {}  # (asset, event type) -> its last event's position
-            for event, row in zip(events, rows, strict=True):
-                with db_result(conn, SqlEventLogStorageTable.insert().values(**row)) as result:
-                    event_id = result.inserted_primary_key[0]
+            for event, event_id in zip(events, event_ids, strict=True):
                 dagster_event = event.get_dagster_event()
                 if dagster_event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED:
                     self._write_check_planned(conn, event, event_id)
