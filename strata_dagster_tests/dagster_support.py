@@ -28,7 +28,6 @@ from strata_dagster.warehouse.history import Entry
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import SHOP, UNPARTITIONED_MODELS, execute
-from strata_dagster_tests.quick_backfill_instance import with_quick_backfills
 
 START = dt.date(2025, 1, 1)
 DAYS = 40  # 2025-01-01 .. 2025-02-09: 40 daily partitions, 2 monthly ones
@@ -236,8 +235,7 @@ DONE = ("SUCCESS", "FAILURE", "CANCELED")
 
 def example_workspace(tmp_path: Path, days: int = DAYS) -> tuple[Path, Path, Path]:
     """The example's definitions.py over a small warehouse (sources only, `days` days of orders), a
-    workspace.yaml naming it, and a DAGSTER_HOME with the repository's dagster.yaml, whose backfill
-    daemon waits 3 s between iterations instead of 30 (quick_backfill_instance). Returns
+    workspace.yaml naming it, and a DAGSTER_HOME with the repository's dagster.yaml. Returns
     (project, warehouse, home)."""
     project, warehouse = make_small_shop(tmp_path, days=days)
     shutil.copy(SHOP / "definitions.py", project / "definitions.py")
@@ -247,7 +245,7 @@ def example_workspace(tmp_path: Path, days: int = DAYS) -> tuple[Path, Path, Pat
     )
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(with_quick_backfills((REPO / "dagster.yaml").read_text()))
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     return project, project / "warehouse.duckdb", home
 
 

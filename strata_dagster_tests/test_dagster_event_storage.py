@@ -3,16 +3,22 @@ partitioned model's per-partition events written in one transaction record exact
 own SQLite storage records event by event (the run's log in order, the per-partition tags staleness
 reads, the asset entries the UI lists), on real instances in `tmp_path`."""
 
+import logging
+import threading
 import time
 
 import dagster as dg
+import dagster._daemon.controller as daemon_controller
 import pytest
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._daemon.backfill import execute_backfill_iteration_loop
+from dagster._daemon.daemon import SpanMarker
 
 from strata_dagster import build_definitions
 from strata_dagster.orchestration.event_storage import (
+    BACKFILL_INTERVAL_KEY,
     StrataInstance,
     StrataSqliteEventLogStorage,
     batched_asset_events,
@@ -30,6 +36,7 @@ from strata_dagster_tests.dagster_support import (
 SHIPPED = (REPO / "dagster.yaml", SHOP / "dagster.yaml")
 COMPANION = dg.AssetKey("stg_orders__by_day")
 PARTITIONED = (dg.AssetKey("daily_revenue"), dg.AssetKey("monthly_revenue"))
+DAGSTERS_INTERVAL = daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS  # 30 in Dagster 1.13
 
 
 def instance_at(home, *, batched: bool = True, extra: str = "") -> dg.DagsterInstance:
@@ -40,6 +47,7 @@ def instance_at(home, *, batched: bool = True, extra: str = "") -> dg.DagsterIns
     if not batched:
         text = text.replace("instance_class:", "#").replace("  module: strata_dagster", "#")
         text = text.replace("  class: StrataInstance", "#")
+        text = text.replace("strata:", "#").replace(f"  {BACKFILL_INTERVAL_KEY}:", "#")
     (home / "dagster.yaml").write_text(text + extra)
     return dg.DagsterInstance.from_config(str(home))
 
@@ -66,6 +74,50 @@ def test_a_storage_section_in_dagster_yaml_still_wins(tmp_path):
         with batched_asset_events(instance):  # another storage: nothing changes
             instance.report_runless_asset_event(dg.AssetMaterialization("lonely"))
             assert instance.get_latest_materialization_event(dg.AssetKey("lonely")) is not None
+
+
+def _iteration_gap(instance: dg.DagsterInstance) -> float:
+    """Seconds between the end of one iteration of Dagster's own backfill loop (no backfill to run)
+    and the start of the next, in this process."""
+
+    class Workspace:  # what the loop reads of its workspace when no backfill is requested
+        def __init__(self, instance: dg.DagsterInstance) -> None:
+            self.instance = instance
+
+    shutdown = threading.Event()
+    loop = execute_backfill_iteration_loop(Workspace(instance), logging.getLogger("test"), shutdown)
+    try:
+        while next(loop) is not SpanMarker.END_SPAN:
+            pass
+        ended = time.monotonic()
+        while next(loop) is not SpanMarker.START_SPAN:
+            pass
+        return time.monotonic() - ended
+    finally:
+        shutdown.set()
+        loop.close()
+
+
+def test_the_shipped_dagster_yaml_shortens_the_backfill_daemons_wait_between_iterations(tmp_path):
+    shipped = (REPO / "dagster.yaml").read_text()
+    assert f"strata:\n  {BACKFILL_INTERVAL_KEY}: 5\n" in shipped
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        shipped.replace(f"{BACKFILL_INTERVAL_KEY}: 5", f"{BACKFILL_INTERVAL_KEY}: 1")
+    )
+    try:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            assert isinstance(instance, StrataInstance)
+            assert 0.5 < _iteration_gap(instance) < 10  # Dagster's own wait: 30 s
+    finally:
+        daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS = DAGSTERS_INTERVAL
+    (home / "dagster.yaml").write_text(
+        shipped.replace(f"{BACKFILL_INTERVAL_KEY}: 5", f"{BACKFILL_INTERVAL_KEY}: 0")
+    )
+    with pytest.raises(dg.DagsterInvalidConfigError, match="at least 1 second"):
+        dg.DagsterInstance.from_config(str(home))
+    assert daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS == DAGSTERS_INTERVAL
 
 
 def _run_log(instance: dg.DagsterInstance, run_id: str) -> list[tuple]:
