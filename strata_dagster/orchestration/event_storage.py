@@ -93,7 +93,7 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
         """Dagster's rows for a check's planned evaluation (one per partition of the check's run),
         with the event serialized once, not once per row: a check of a year of days serialized its
         event 365 times. The rows go as parameters of one cached statement: a multi-row VALUES
-        built per call was compiled again for every check (about 70 ms for 365 rows)."""
+        built per call was compiled again for every check (about 70 ms for 365 rows, cProfiled)."""
         planned = event.get_dagster_event().event_specific_data
         partition_keys = (
             planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
@@ -171,8 +171,9 @@ class StrataSqliteEventLogStorage(SqliteEventLogStorage):
             with self.run_connection(run_id) as conn:
                 conn.execute(SqlEventLogStorageTable.insert(), run_rows)
         with self.index_transaction() as conn:
-            # One cached statement for all the rows, their ids returned in the rows' order
-            # (SQLAlchemy's insertmanyvalues): an insert per row cost about a millisecond each.
+            # One compiled statement for all the rows, their ids returned in the rows' order
+            # (SQLAlchemy runs it row by row on SQLite to keep that order): a statement built per
+            # row, `.values(**row)`, cost 56-68 ms for 365 rows against 9-15 ms.
             inserted = conn.execute(
                 SqlEventLogStorageTable.insert().returning(
                     SqlEventLogStorageTable.c.id, sort_by_parameter_order=True
