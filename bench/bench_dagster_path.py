@@ -3,7 +3,9 @@ repository's dagster.yaml), driven through GraphQL as the UI does it, each path 
 and a fresh copy of the same warehouse:
 
 - `strata run` (the CLI, process included): the floor;
-- Dagster's fixed launch cost: a run of one trivial asset in another code location, launch to success;
+- Dagster's fixed launch cost: a run of one trivial asset in another code location, launch to
+  success, measured on the instance's second run (its first also starts the run launcher's fork
+  server, printed beside it);
 - the first load as `strata_materialize_all` (one run; its waves run inside it), launch to every
   run finished, then every asset and partition checked fresh;
 - a backfill of 3 daily partitions as `strata_backfill_range` (one run);
@@ -82,6 +84,12 @@ def strata_run(project: Path, warehouse: Path) -> float:
     subprocess.run(
         [str(strata), "run", str(project), "--warehouse", str(copy)], check=True, capture_output=True
     )
+    return time.perf_counter() - begin
+
+
+def trivial_run(graphql: GraphQL, log: Path) -> float:
+    begin = time.perf_counter()
+    until_runs_done(graphql, log, [launch_run(graphql, "trivial", "__ASSET_JOB", ["trivial"])])
     return time.perf_counter() - begin
 
 
@@ -203,10 +211,12 @@ def main() -> None:
         one = root / "one_run"
         one.mkdir()
         with dagster_dev(one, workspace(one, sample)) as (graphql, log):
-            begin = time.perf_counter()
-            until_runs_done(graphql, log, [launch_run(graphql, "trivial", "__ASSET_JOB", ["trivial"])])
-            fixed = time.perf_counter() - begin
-            print(f"fixed cost, a run of one trivial asset (launch to success): {fixed:.1f}s; {load()}")
+            # The first run after the daemon starts also starts the run launcher's fork server.
+            fixed_first, fixed = (trivial_run(graphql, log) for _ in range(2))
+            print(
+                f"fixed cost, a run of one trivial asset (launch to success): {fixed:.1f}s "
+                f"(the instance's first run: {fixed_first:.1f}s); {load()}"
+            )
             target = 2 * cli + fixed
             first = job_run(graphql, log, "strata_materialize_all", {})
             print(

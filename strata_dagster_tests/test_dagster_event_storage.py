@@ -10,6 +10,7 @@ import time
 import dagster as dg
 import dagster._daemon.controller as daemon_controller
 import pytest
+import yaml
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
@@ -40,15 +41,13 @@ DAGSTERS_INTERVAL = daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS  # 30 in D
 
 
 def instance_at(home, *, batched: bool = True, extra: str = "") -> dg.DagsterInstance:
-    """An instance in `home` with the repository's dagster.yaml (without its instance_class: Dagster's
-    own storage), plus `extra` lines."""
+    """An instance in `home` with the repository's dagster.yaml (without its instance_class and
+    strata sections when not `batched`: Dagster's own storage), plus `extra` lines."""
     home.mkdir()
-    text = (REPO / "dagster.yaml").read_text()
+    settings = yaml.safe_load((REPO / "dagster.yaml").read_text())
     if not batched:
-        text = text.replace("instance_class:", "#").replace("  module: strata_dagster", "#")
-        text = text.replace("  class: StrataInstance", "#")
-        text = text.replace("strata:", "#").replace(f"  {BACKFILL_INTERVAL_KEY}:", "#")
-    (home / "dagster.yaml").write_text(text + extra)
+        del settings["instance_class"], settings["strata"]
+    (home / "dagster.yaml").write_text(yaml.safe_dump(settings) + extra)
     return dg.DagsterInstance.from_config(str(home))
 
 

@@ -46,6 +46,8 @@ from dagster._utils import mkdir_p
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
+from strata_dagster.orchestration.run_launcher import start_fork_server_in_the_daemon
+
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
 DEFAULT_EVENT_BATCH_SIZE = 1000
 BACKFILL_INTERVAL_KEY = "backfill_daemon_interval_seconds"
@@ -268,6 +270,7 @@ class StrataInstance(dg.DagsterInstance):
         interval = (strata or {}).get(BACKFILL_INTERVAL_KEY)
         if interval is not None:
             _set_backfill_daemon_interval(interval)
+        start_fork_server_in_the_daemon(self)
 
     def _get_event_batch_size(self) -> int:
         """Dagster batches some events it logs together (a run's planned materializations: one per

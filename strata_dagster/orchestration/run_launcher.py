@@ -1,0 +1,204 @@
+"""`StrataRunLauncher`: Dagster's default run launcher, with each run's process forked from a
+server that has already imported Dagster and strata.
+
+A DuckDB warehouse is one file on one machine, so a strata deployment's runs are local processes.
+Dagster's default launcher asks the code location's server to start each run, and that server
+starts a new interpreter (multiprocessing's `spawn`, fixed in Dagster 1.13) which imports Dagster,
+its SQLite storage and strata before it can load the definitions: about 2.3 s of imports here, paid
+by every run and three times by a *Materialize all* of the example (docs/dagster.md, "The Dagster
+path's cost"). This launcher starts the same run worker, `dagster api execute_run`'s own code, in
+a process forked from a multiprocessing fork server that imported those modules once; the run
+loads the code location's definitions from its code pointer as that command does, so a change to
+the project's files is seen by the next run.
+
+Runs of a code location it cannot serve that way go to the default launcher: a location Dagster
+does not start itself (a `grpc_server` entry, perhaps on another host) or one in another Python
+environment. A termination signals the worker (SIGINT, which Dagster's run worker handles as a
+cancellation, as `dagster api execute_run` does).
+"""
+
+import filecmp
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import dagster as dg
+from dagster._core.launcher.base import LaunchRunContext
+from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, ManagedGrpcPythonEnvCodeLocationOrigin
+from dagster._serdes import ConfigurableClassData
+from typing_extensions import Self
+
+# Run tag: the pid of the forked run worker, which a termination signals.
+WORKER_PID_TAG: Final = "strata/run_worker_pid"
+LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
+DEFAULT_PRELOAD: Final = (
+    "dagster",
+    "dagster._cli.api",
+    "dagster._core.storage.event_log",
+    "dagster._core.storage.runs",
+    "dagster._core.storage.schedules",
+    "strata_dagster.orchestration",
+)
+
+
+class StrataRunLauncher(dg.DefaultRunLauncher):
+    """Forks each run's worker from a fork server with `preload_modules` imported; runs of a code
+    location in another environment go through Dagster's default launcher."""
+
+    def __init__(
+        self, inst_data: ConfigurableClassData | None = None, preload_modules: Sequence[str] | None = None
+    ):
+        super().__init__(inst_data=inst_data)
+        self._preload = list(DEFAULT_PRELOAD if preload_modules is None else preload_modules)
+        self._context: Any = None
+        self._workers: dict[str, Any] = {}
+        self._lock = threading.Lock()  # the queue daemon may launch from several threads
+
+    @classmethod
+    def config_type(cls) -> dict[str, Any]:
+        return {"preload_modules": dg.Field([str], is_required=False)}
+
+    @classmethod
+    def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> Self:
+        return cls(inst_data=inst_data, preload_modules=config_value.get("preload_modules"))
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        if not _is_local(run):
+            super().launch_run(context)
+            return
+        from dagster._grpc.types import ExecuteRunArgs
+        from dagster._serdes import serialize_value
+
+        arguments = serialize_value(
+            ExecuteRunArgs(
+                job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=self._instance.get_ref()
+            )
+        )
+        with self._lock:
+            worker = self._fork_server().Process(target=_run_worker, args=(arguments,), daemon=False)
+            worker.start()
+            # Kept until it ends, so that its exit is collected (its sentinel closed) and not leaked.
+            self._workers = {
+                run_id: process for run_id, process in self._workers.items() if process.is_alive()
+            }
+            self._workers[run.run_id] = worker
+            self._run_ids.add(run.run_id)
+        self._instance.add_run_tags(run.run_id, {WORKER_PID_TAG: str(worker.pid)})
+
+    def _fork_server(self) -> Any:
+        if self._context is None:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(self._preload)
+            self._context = context
+        return self._context
+
+    def start_fork_server(self) -> None:
+        """Start the fork server now (it imports `preload_modules`, a few seconds) rather than with
+        the first run."""
+        from multiprocessing import forkserver
+
+        with self._lock:
+            self._fork_server()
+            forkserver.ensure_running()
+
+    def terminate(self, run_id: str) -> bool:
+        if not self.has_instance:
+            return False
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        pid = run.tags.get(WORKER_PID_TAG)
+        if pid is None:
+            return super().terminate(run_id)
+        self._instance.report_run_canceling(run)
+        if not _is_run_worker(int(pid)):
+            self._instance.report_engine_event(
+                f"The run's worker (pid {pid}) is no longer running: nothing to stop.",
+                dagster_run=run,
+                cls=self.__class__,
+            )
+            return False
+        os.kill(int(pid), signal.SIGINT)
+        return True
+
+
+def start_fork_server_in_the_daemon(instance: dg.DagsterInstance) -> None:
+    """In the daemon's process, where runs are launched, start the run launcher's fork server in
+    the background, so that the first run after the daemon starts does not wait for its imports.
+    Other processes (the webserver, which only terminates runs; a run worker) never start one."""
+    if not _is_daemon_process():
+        return
+
+    def start() -> None:
+        launcher = instance.run_launcher
+        if isinstance(launcher, StrataRunLauncher):
+            launcher.start_fork_server()
+
+    threading.Thread(target=start, name="strata-fork-server", daemon=True).start()
+
+
+def _is_daemon_process() -> bool:
+    """`dagster-daemon run`, or `python -m dagster._daemon run` as `dagster dev` starts it."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    is_daemon = program.name == "dagster-daemon" or (
+        program.parent.name == "_daemon" and program.name == "__main__.py"
+    )
+    return is_daemon and sys.argv[1:2] == ["run"]
+
+
+def _is_local(run: dg.DagsterRun) -> bool:
+    """Whether the run's code location is served on this machine (a location Dagster starts, or a
+    code server on a local socket or loopback port, as `dagster dev` and `dg dev` start them) from
+    this Python environment."""
+    if run.remote_job_origin is None or run.job_code_origin is None:
+        return False
+    location = run.remote_job_origin.repository_origin.code_location_origin
+    if isinstance(location, GrpcServerCodeLocationOrigin):
+        if location.socket is None and location.host not in LOOPBACK:
+            return False
+    elif not isinstance(location, ManagedGrpcPythonEnvCodeLocationOrigin):
+        return False
+    return _same_environment(run.job_code_origin.repository_origin.executable_path, sys.executable)
+
+
+def _same_environment(executable: str, ours: str) -> bool:
+    """`python` and `python3` of one virtualenv are the same environment (symlinks to one file, or
+    copies of it); two virtualenvs over one interpreter are not, although their executables resolve
+    to the same file; nor are two interpreters side by side (`python3.11`, `python3.12`)."""
+    if os.path.dirname(os.path.abspath(executable)) != os.path.dirname(os.path.abspath(ours)):
+        return False
+    try:
+        return os.path.samefile(executable, ours) or filecmp.cmp(executable, ours, shallow=False)
+    except OSError:
+        return False
+
+
+def _is_run_worker(pid: int) -> bool:
+    """Whether `pid` is a live process forked by a multiprocessing fork server (its command line is
+    the server's), so that a pid reused by another process after the worker died is never signalled."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: only whether it exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return b"multiprocessing.forkserver" in command
+
+
+def _run_worker(arguments: str) -> None:
+    """What `dagster api execute_run ARGUMENTS` does, in a forked process."""
+    from dagster._cli.api import execute_run_command
+    from dagster._utils.interrupts import setup_interrupt_handlers
+
+    setup_interrupt_handlers()
+    execute_run_command.callback(input_json=arguments, compressed_input_json=None)
