@@ -89,25 +89,8 @@ def strata_run(project: Path, warehouse: Path) -> float:
 
 def trivial_run(graphql: GraphQL, log: Path) -> float:
     begin = time.perf_counter()
-    until_runs_done(graphql, log, [launch_run(graphql, "trivial", "__ASSET_JOB", ["trivial"])])
+    until_runs_done(graphql, log, [graphql.launch(["trivial"], location="trivial")])
     return time.perf_counter() - begin
-
-
-def launch_run(graphql: GraphQL, location: str, job: str, assets: list[str]) -> str:
-    data = graphql(
-        "mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename "
-        "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }",
-        p={
-            "selector": {
-                "repositoryLocationName": location,
-                "repositoryName": "__repository__",
-                "jobName": job,
-                "assetSelection": [{"path": [name]} for name in assets],
-            }
-        },
-    )["launchRun"]
-    assert data["__typename"] == "LaunchRunSuccess", data
-    return data["run"]["runId"]
 
 
 def until_runs_done(graphql: GraphQL, log: Path, run_ids: list[str] | None = None) -> float:
@@ -254,7 +237,9 @@ def main() -> None:
         with dagster_dev(backfill, workspace(backfill, sample)) as (graphql, log):
             begin = time.perf_counter()
             until_runs_done(
-                graphql, log, [launch_run(graphql, "shop", "strata_observe_sources", ["orders", "customers"])]
+                graphql,
+                log,
+                [graphql.launch(["orders", "customers"], "strata_observe_sources", location="shop")],
             )
             print(f"observe sources: {time.perf_counter() - begin:.1f}s")
             launched = time.time()

@@ -284,13 +284,15 @@ class GraphQL:
             assert error.get("__typename") != "PythonError", error.get("message")
         return any(entry["loadStatus"] == "LOADED" and entry["locationOrLoadError"] for entry in entries)
 
-    def launch(self, names: list[str], job: str = "__ASSET_JOB") -> str:
+    def launch(self, names: list[str], job: str = "__ASSET_JOB", location: str = LOCATION) -> str:
+        """A run of the assets `names` (of the code location `location`), as *Materialize* launches it."""
         data = self(
             "mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename "
             "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }",
             p={
                 "selector": {
                     **REPOSITORY,
+                    "repositoryLocationName": location,
                     "jobName": job,
                     "assetSelection": [{"path": [n]} for n in names],
                 }

@@ -63,23 +63,6 @@ def _other_environment(root: Path) -> Path:
     return folder / "bin" / "python"
 
 
-def _launch(graphql: GraphQL, location: str, asset: str) -> str:
-    data = graphql(
-        "mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename "
-        "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }",
-        p={
-            "selector": {
-                "repositoryLocationName": location,
-                "repositoryName": "__repository__",
-                "jobName": "__ASSET_JOB",
-                "assetSelection": [{"path": [asset]}],
-            }
-        },
-    )["launchRun"]
-    assert data["__typename"] == "LaunchRunSuccess", data
-    return data["run"]["runId"]
-
-
 def _processes() -> dict[int, tuple[int, bytes]]:
     """Every process: its parent's pid and its command line."""
     found = {}
@@ -139,12 +122,12 @@ def test_runs_are_forked_from_the_fork_server_cancelled_by_the_ui_and_other_envi
         wait_for(lambda: _loaded_locations(graphql) == 2, 120, "both code locations to load", log)
         # The daemon starts its fork server before any run is launched.
         wait_for(lambda: _daemons_fork_servers(), 60, "the daemon's fork server", log, interval=0.5)
-        forked = _launch(graphql, "local", "quick")
+        forked = graphql.launch(["quick"], location="local")
         assert _until(graphql, log, forked, ("SUCCESS", "FAILURE")) == "SUCCESS"
-        default = _launch(graphql, "elsewhere", "quick")
+        default = graphql.launch(["quick"], location="elsewhere")
         assert _until(graphql, log, default, ("SUCCESS", "FAILURE")) == "SUCCESS"
 
-        slow = _launch(graphql, "local", "slow")
+        slow = graphql.launch(["slow"], location="local")
         wait_for(lambda: any(tmp_path.glob("started_*")), 60, "the slow asset to start", log, interval=0.2)
         worker = int(next(tmp_path.glob("started_*")).name.split("_")[1])
         data = graphql("mutation($id: String!) { terminateRun(runId: $id) { __typename } }", id=slow)[

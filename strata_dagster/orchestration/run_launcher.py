@@ -11,10 +11,11 @@ a process forked from a multiprocessing fork server that imported those modules 
 loads the code location's definitions from its code pointer as that command does, so a change to
 the project's files is seen by the next run.
 
-Runs of a code location it cannot serve that way go to the default launcher: a location Dagster
-does not start itself (a `grpc_server` entry, perhaps on another host) or one in another Python
-environment. A termination signals the worker (SIGINT, which Dagster's run worker handles as a
-cancellation, as `dagster api execute_run` does).
+Runs of a code location it cannot serve that way go to the default launcher: a code server on
+another host (not on a local socket or the loopback), one in another Python environment, or any on
+a platform without a fork server (Windows). The fork server is started by the daemon when it
+starts (the process that launches runs). A termination signals the worker (SIGINT, which Dagster's
+run worker handles as a cancellation, as `dagster api execute_run` does).
 """
 
 import filecmp
@@ -35,6 +36,8 @@ from typing_extensions import Self
 
 # Run tag: the pid of the forked run worker, which a termination signals.
 WORKER_PID_TAG: Final = "strata/run_worker_pid"
+# Windows has no fork server: Dagster's default launcher there.
+CAN_FORK: Final = "forkserver" in multiprocessing.get_all_start_methods()
 LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_PRELOAD: Final = (
     "dagster",
@@ -69,7 +72,7 @@ class StrataRunLauncher(dg.DefaultRunLauncher):
 
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
-        if not _is_local(run):
+        if not (CAN_FORK and _is_local(run)):
             super().launch_run(context)
             return
         from dagster._grpc.types import ExecuteRunArgs
@@ -82,7 +85,16 @@ class StrataRunLauncher(dg.DefaultRunLauncher):
         )
         with self._lock:
             worker = self._fork_server().Process(target=_run_worker, args=(arguments,), daemon=False)
-            worker.start()
+            try:
+                worker.start()
+            except OSError as error:
+                self._instance.report_engine_event(
+                    f"Could not fork the run's worker ({error}): launching it with Dagster's default launcher.",
+                    dagster_run=run,
+                    cls=self.__class__,
+                )
+                super().launch_run(context)
+                return
             # Kept until it ends, so that its exit is collected (its sentinel closed) and not leaked.
             self._workers = {
                 run_id: process for run_id, process in self._workers.items() if process.is_alive()
