@@ -1,7 +1,8 @@
 """`StrataRunLauncher`, the shipped dagster.yaml's run launcher, under a real `dagster dev` on
 127.0.0.1: a run of a local code location runs in a process forked from the fork server (its
-parent is that server, its pid in the run's tags), a termination from the UI cancels such a run,
-and a code location in another Python environment goes through Dagster's default launcher."""
+parent is that server, its pid in the run's tags), a worker killed mid-run fails its run, a
+termination from the UI cancels such a run, and a code location in another Python environment goes
+through Dagster's default launcher."""
 
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.xdist_group("dagster_dev")
 
 LOCATION = """
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -47,7 +49,12 @@ def slow() -> None:
         time.sleep(0.2)
 
 
-defs = dg.Definitions(assets=[quick, slow], executor=dg.in_process_executor)
+@dg.asset
+def crash() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+
+
+defs = dg.Definitions(assets=[quick, slow, crash], executor=dg.in_process_executor)
 """
 
 
@@ -101,7 +108,7 @@ def _until(graphql: GraphQL, log: Path, run_id: str, statuses: tuple[str, ...]) 
     return _status(graphql, run_id)
 
 
-def test_runs_are_forked_from_the_fork_server_cancelled_by_the_ui_and_other_environments_use_dagsters_launcher(
+def test_runs_are_forked_a_killed_worker_fails_its_run_the_ui_cancels_one_another_environment_uses_dagsters(
     tmp_path, monkeypatch
 ):
     (tmp_path / "local.py").write_text(LOCATION)
@@ -127,6 +134,9 @@ def test_runs_are_forked_from_the_fork_server_cancelled_by_the_ui_and_other_envi
         default = graphql.launch(["quick"], location="elsewhere")
         assert _until(graphql, log, default, ("SUCCESS", "FAILURE")) == "SUCCESS"
 
+        crashed = graphql.launch(["crash"], location="local")
+        assert _until(graphql, log, crashed, ("SUCCESS", "FAILURE", "CANCELED")) == "FAILURE"
+
         slow = graphql.launch(["slow"], location="local")
         wait_for(lambda: any(tmp_path.glob("started_*")), 60, "the slow asset to start", log, interval=0.2)
         worker = int(next(tmp_path.glob("started_*")).name.split("_")[1])
@@ -151,11 +161,16 @@ def test_runs_are_forked_from_the_fork_server_cancelled_by_the_ui_and_other_envi
             for run_id in (forked, default)
         }
         tags = {run_id: instance.get_run_by_id(run_id).tags for run_id in (forked, default, slow)}
+        crash_messages = [entry.message for entry in instance.all_logs(crashed)]
 
     # The local location's run: a child of the fork server, whose pid the run's tags hold.
     assert quick[forked]["parent"].value == "fork server"
     assert tags[forked][WORKER_PID_TAG] == str(quick[forked]["pid"].value)
     assert tags[slow][WORKER_PID_TAG] == str(worker)
+    # A worker killed mid-run: its run fails, saying how (as Dagster's code server says it).
+    assert any("was terminated by signal 9 (SIGKILL)" in message for message in crash_messages), (
+        crash_messages
+    )
     # The other environment's run: Dagster's launcher, a child of that location's code server.
     assert WORKER_PID_TAG not in tags[default]
     assert ".dagster/grpc_info" in tags[default]

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -34,6 +35,7 @@ from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, ManagedGrp
 from dagster._serdes import ConfigurableClassData
 from typing_extensions import Self
 
+WATCH_INTERVAL_SECONDS: Final = 0.5  # as often as Dagster's code server looks at its runs' processes
 # Run tag: the pid of the forked run worker, which a termination signals.
 WORKER_PID_TAG: Final = "strata/run_worker_pid"
 # Windows has no fork server: Dagster's default launcher there.
@@ -61,6 +63,7 @@ class StrataRunLauncher(dg.DefaultRunLauncher):
         self._context: Any = None
         self._workers: dict[str, Any] = {}
         self._lock = threading.Lock()  # the queue daemon may launch from several threads
+        self._watcher: threading.Thread | None = None
 
     @classmethod
     def config_type(cls) -> dict[str, Any]:
@@ -95,13 +98,37 @@ class StrataRunLauncher(dg.DefaultRunLauncher):
                 )
                 super().launch_run(context)
                 return
-            # Kept until it ends, so that its exit is collected (its sentinel closed) and not leaked.
-            self._workers = {
-                run_id: process for run_id, process in self._workers.items() if process.is_alive()
-            }
             self._workers[run.run_id] = worker
             self._run_ids.add(run.run_id)
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch, name="strata-run-workers", daemon=True)
+                self._watcher.start()
         self._instance.add_run_tags(run.run_id, {WORKER_PID_TAG: str(worker.pid)})
+
+    def _watch(self) -> None:
+        """Fail the run of a worker that exited without ending it (killed for memory, a crash in
+        native code), as the code server does for the processes it starts: a run left *Started*
+        would also keep the `duckdb` pool's slot, and every later run would wait for it."""
+        while True:
+            time.sleep(WATCH_INTERVAL_SECONDS)
+            with self._lock:
+                ended = {run_id: worker for run_id, worker in self._workers.items() if not worker.is_alive()}
+                for run_id in ended:
+                    del self._workers[run_id]
+            for run_id, worker in ended.items():
+                self._fail_if_unfinished(run_id, worker.exitcode)
+
+    def _fail_if_unfinished(self, run_id: str, exit_code: int | None) -> None:
+        from dagster._utils import get_run_crash_explanation
+
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return
+        message = get_run_crash_explanation(
+            prefix=f"Run execution process for {run_id}", exit_code=exit_code or 0
+        )
+        self._instance.report_engine_event(message, dagster_run=run, cls=self.__class__)
+        self._instance.report_run_failed(run)
 
     def _fork_server(self) -> Any:
         if self._context is None:
