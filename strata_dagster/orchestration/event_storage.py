@@ -263,6 +263,9 @@ class StrataInstance(dg.DagsterInstance):
       class: StrataInstance
     strata:                                   # optional
       backfill_daemon_interval_seconds: 5     # see `_set_backfill_daemon_interval`
+
+    In the daemon's process it also starts the fork server of a `StrataRunLauncher`, if that is
+    the instance's run launcher (see run_launcher.py).
     """
 
     def __init__(self, *args: Any, strata: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
