@@ -29,6 +29,7 @@ from strata_dagster.engine.run import RunResult, run_project
 from strata_dagster.warehouse.engines import EngineChoice, engine_choice, using_engine
 from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.sql import describe, run
+from strata_dagster_tests.spark_class_archive import driver_env
 from strata_dagster_tests.spark_support import drop_databases, spark_session
 
 ENGINES = ("duckdb", "spark")
@@ -130,8 +131,11 @@ class EngineUnderTest:
             "--warehouse",
             str(self.warehouse),
         ]
+        # A local Spark in the CLI maps the suite's class archive, if it was built after this
+        # process's own JVM started without it.
+        archive = driver_env() if self.name == "spark" else {}
         result = subprocess.run(
-            command, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600
+            command, capture_output=True, text=True, env={**archive, **os.environ, **(env or {})}, timeout=600
         )
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")

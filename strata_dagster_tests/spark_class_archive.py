@@ -9,8 +9,11 @@ The archive costs about a minute to build (the project's build, then the dump at
 fresh machine pays once: about what its later JVMs save in one suite run. The gain is every run
 after the first on the same machine.
 
-`java_options()` builds the archive on first use (one process at a time, under a file lock; the
-other waits for it) and answers the `-XX:SharedArchiveFile` option. A JVM maps only a whole
+`java_options()` builds the archive on first use (under a file lock) and answers the
+`-XX:SharedArchiveFile` option. A process that finds another one building it does not wait for
+the build (a minute or more, which kept the second pytest worker idle on a fresh machine): its JVM
+starts without the archive (about 10 s slower) and a later JVM of the same process maps it once
+it exists. A JVM maps only a whole
 archive: a truncated one crashes it, so a new archive is written under a temporary name and
 renamed once the JVM that dumped it has exited cleanly. When the build fails, the suite runs
 without one (slower, never wrong).
@@ -42,9 +45,13 @@ def java_options() -> str:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path.with_suffix(".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
                 if not path.exists():
-                    _build(path)
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:  # another process is building it: ask again later
+                        return ""
+                    if not path.exists():
+                        _build(path)
         except OSError as error:  # no cache folder to write: the JVMs load their classes
             warnings.warn(f"no Spark class archive (the Spark tier runs slower): {error}", stacklevel=2)
         _options = f"-XX:SharedArchiveFile={path}" if path.exists() else ""

@@ -85,9 +85,10 @@ def spark_session():
         from strata_dagster_tests.spark_class_archive import driver_env
 
         # This JVM and every one a test starts from here (a CLI or driver process) map the class
-        # archive, unless the options were given.
+        # archive, unless the options were given (or another process is still building it).
         for key, value in driver_env().items():
-            os.environ.setdefault(key, value)
+            if value:
+                os.environ.setdefault(key, value)
         folder = Path(tempfile.mkdtemp(prefix=f"strata-spark-{os.getpid()}-"))
         _session = local_session(folder / "warehouse", cores=2, shuffle_partitions=2)
         _session.sparkContext.setLogLevel("ERROR")
