@@ -13,10 +13,9 @@ after the first on the same machine.
 `-XX:SharedArchiveFile` option. A process that finds another one building it does not wait for
 the build (a minute or more, which kept the second pytest worker idle on a fresh machine): its JVM
 starts without the archive (about 10 s slower) and a later JVM of the same process maps it once
-it exists. A JVM maps only a whole
-archive: a truncated one crashes it, so a new archive is written under a temporary name and
-renamed once the JVM that dumped it has exited cleanly. When the build fails, the suite runs
-without one (slower, never wrong).
+it exists. A JVM maps only a whole archive: a truncated one crashes it, so a new archive is
+written under a temporary name and renamed once the JVM that dumped it has exited cleanly. When
+the build fails, the suite runs without one (slower, never wrong).
 
 `python -m strata_dagster_tests.spark_class_archive` runs the workload the archive is dumped from.
 """
