@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,9 +15,16 @@ from strata_dagster.engine.gc import gc
 from strata_dagster.engine.operations import create_branch, rollback
 from strata_dagster.engine.readers import reader_statement_for
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse.faults import KILL_AT_ENV
-from strata_dagster.warehouse.serving import GRACE_ENV, READER_CATALOG, SERVING_STEPS, serving_dir
+from strata_dagster.warehouse.serving import (
+    GRACE_ENV,
+    READER_CATALOG,
+    SERVING_STEPS,
+    served_view_count,
+    serving_dir,
+)
 from strata_dagster.warehouse.snapshot_files import STORAGE_ENV, STORAGES
 from strata_dagster.warehouse.snapshot_files import folder_of as snapshot_folder
 from strata_dagster_tests.engine_support import (
@@ -295,4 +303,29 @@ def test_a_serving_copy_that_cannot_be_written_is_e035_and_the_next_run_repairs_
     assert sql(warehouse, "SELECT count(*) FROM strata.entries") == [(1,)]  # the warehouse is published
     serving_dir(warehouse).unlink()
     assert run_project(project, warehouse, only_stale=True).run_id is None
+    assert served_state(warehouse) == warehouse_state(warehouse)
+
+
+def test_a_warehouse_restored_from_a_backup_is_served_as_restored(tmp_path):
+    """The serving folder outlives a restore of the warehouse file: the next entries reuse the
+    abandoned ones' numbers, and readers must see what the restored warehouse publishes."""
+    project, warehouse = make_shop(tmp_path, rows=300)
+    pristine = shutil.copy(warehouse, tmp_path / "pristine.duckdb")
+    run_project(project, warehouse)
+    backup = shutil.copy(warehouse, tmp_path / "backup.duckdb")
+    execute(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 1")
+    run_project(project, warehouse)
+    assert moved_region(warehouse) == [("moved",)]
+
+    shutil.copy(backup, warehouse)  # back to the first entry; the next run is entry 2 again
+    execute(warehouse, "UPDATE raw.customers SET region = 'restored' WHERE customer_id = 1")
+    run_project(project, warehouse)
+    assert moved_region(warehouse) == [("restored",)]
+    assert served_state(warehouse) == warehouse_state(warehouse)
+
+    # Back to before any run: a session that publishes nothing (an observation) serves no view.
+    shutil.copy(pristine, warehouse)
+    observe_sources(project, warehouse)
+    assert served_view_count(warehouse) == 0
+    run_project(project, warehouse)
     assert served_state(warehouse) == warehouse_state(warehouse)

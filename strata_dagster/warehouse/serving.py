@@ -115,12 +115,13 @@ def refresh(
     their whole state) and replaces only the views whose stored SQL, or a snapshot view they read,
     changed (serving_catalog.plan_catalog); without a live catalog of the current format it is
     written whole."""
-    entry = _latest_entry(con)
-    if entry is None:
+    latest = _latest_entry(con)
+    if latest is None:
         return None
+    entry, run_id = latest
     folder = serving_dir(warehouse)
     data = folder / "data"
-    digest = _digest(folder, entry)
+    digest = _digest(folder, entry, run_id)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
@@ -178,25 +179,28 @@ def _previous_catalog(live: Path) -> tuple[Path | None, CatalogContents | None]:
     return (catalog, contents) if contents is not None else (None, None)
 
 
-def _latest_entry(con: duckdb.DuckDBPyConnection) -> int | None:
-    """The latest history entry (0: none yet); None when the warehouse has no history tables, so
-    nothing was ever published. One statement: a session that published nothing pays this and
-    the catalog's name check only (outside any transaction, a failed statement aborts nothing)."""
+def _latest_entry(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
+    """The latest history entry and its run id (0 and '': none yet); None when the warehouse has
+    no history tables, so nothing was ever published. One statement: a session that published
+    nothing pays this and the catalog's name check only (outside any transaction, a failed
+    statement aborts nothing)."""
     try:
-        row = con.execute("SELECT coalesce(max(entry), 0) FROM strata.entries").fetchone()
+        row = con.execute("SELECT entry, run_id FROM strata.entries ORDER BY entry DESC LIMIT 1").fetchone()
     except duckdb.CatalogException:
         return None
-    return int(row[0]) if row else 0
+    return (int(row[0]), str(row[1])) if row else (0, "")
 
 
-def _digest(folder: Path, entry: int) -> str:
+def _digest(folder: Path, entry: int, run_id: str) -> str:
     """Names the catalog by the history entry it serves: every change of a live view (a run, a
     rollback, a branch, a promotion, gc) is published together with a history entry, in one
     transaction, so the catalog is current exactly when it was written for the latest entry (of
-    this warehouse's folder: a copied warehouse gets its own). A session that published nothing
-    finds it current from two small queries; what is read live (a view model, an edited view) is
-    served as its rows at that entry."""
-    text = json.dumps([str(folder.absolute()), entry])
+    this warehouse's folder: a copied warehouse gets its own). The entry's run id is part of the
+    name because an entry's number alone does not identify it: a warehouse restored from a backup
+    numbers its next entries as the abandoned ones were numbered, and its readers must not be
+    left on those. A session that published nothing finds the catalog current from two small
+    queries; what is read live (a view model, an edited view) is served as its rows at that entry."""
+    text = json.dumps([str(folder.absolute()), entry, run_id])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -31,6 +31,9 @@ from strata_dagster.warehouse.sql import describe, table
 from strata_dagster.warehouse.view_reads import relations_read
 
 CATALOG_FORMAT = 2  # manifests of format 1 (no "format" key) list files only: written whole
+# Every DuckDB database has this schema and it cannot be dropped: a catalog whose `main` views are
+# all gone keeps the empty schema.
+DUCKDB_DEFAULT_SCHEMA = "main"
 
 
 def digest_of(text: str) -> str:
@@ -241,7 +244,7 @@ def plan_catalog(
     plan.create_schemas = sorted(contents.schemas() - before.schemas())
     if contents.snapshots and not before.snapshots:
         plan.create_schemas.append(SNAPSHOT_SCHEMA)
-    plan.drop_schemas = sorted(before.schemas() - contents.schemas())
+    plan.drop_schemas = sorted(before.schemas() - contents.schemas() - {DUCKDB_DEFAULT_SCHEMA})
     return plan
 
 
