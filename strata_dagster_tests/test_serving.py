@@ -329,3 +329,31 @@ def test_a_warehouse_restored_from_a_backup_is_served_as_restored(tmp_path):
     assert served_view_count(warehouse) == 0
     run_project(project, warehouse)
     assert served_state(warehouse) == warehouse_state(warehouse)
+
+
+def test_a_view_model_of_a_restored_warehouse_is_served_as_its_rows_there(tmp_path):
+    """A view model is served as its rows at each entry: after a restore, the entry of the same
+    number serves the restored warehouse's rows, not the abandoned lineage's export."""
+    module = (
+        "source t { table: raw.t }\nsource u { table: raw.u }\n"
+        "model v {\n  from t\n  materialize: view\n}\nmodel m { from u }\n"
+    )
+    project, warehouse = make_module_project(
+        tmp_path,
+        "m.strata",
+        module,
+        "CREATE TABLE raw.t AS SELECT 1 AS id, 'first' AS label",
+        "CREATE TABLE raw.u AS SELECT 1 AS id",
+    )
+    run_project(project, warehouse)
+    backup = shutil.copy(warehouse, tmp_path / "backup.duckdb")
+    # Runs of `m` alone: `v` keeps its snapshot, whose rows (read live) changed with `t`.
+    execute(warehouse, "INSERT INTO raw.t VALUES (2, 'abandoned')", "INSERT INTO raw.u VALUES (2)")
+    run_project(project, warehouse, models=["m"])
+    shutil.copy(backup, warehouse)
+    execute(warehouse, "INSERT INTO raw.t VALUES (2, 'restored')", "INSERT INTO raw.u VALUES (3)")
+    run_project(project, warehouse, models=["m"])
+    con = duckdb.connect()
+    con.execute(reader_statement_for(warehouse))
+    assert con.execute("SELECT label FROM main.v_v ORDER BY id").fetchall() == [("first",), ("restored",)]
+    assert served_state(warehouse) == warehouse_state(warehouse)

@@ -128,7 +128,7 @@ def refresh(
         return ServingState(entry, digest, catalog, False, 0, 0.0)
     previous, contents = _previous_catalog(live)
     warehouse_catalog = read_warehouse(con)
-    plan = plan_catalog(con, warehouse_catalog, contents, data, entry)
+    plan = plan_catalog(con, warehouse_catalog, contents, data, entry_stamp(entry, run_id))
     folder.mkdir(exist_ok=True)
     started = time.perf_counter()
     written = 0
@@ -189,6 +189,12 @@ def _latest_entry(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
     except duckdb.CatalogException:
         return None
     return (int(row[0]), str(row[1])) if row else (0, "")
+
+
+def entry_stamp(entry: int, run_id: str) -> str:
+    """A history entry in the names of what is exported at it (a view model's rows): its number
+    and the start of its run id, for the same reason as the catalog's name (`_digest`)."""
+    return f"{entry}-{run_id[:12]}" if run_id else str(entry)
 
 
 def _digest(folder: Path, entry: int, run_id: str) -> str:

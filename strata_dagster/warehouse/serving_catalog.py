@@ -180,11 +180,13 @@ def plan_catalog(
     warehouse: WarehouseCatalog,
     previous: CatalogContents | None,
     data: Path,
-    entry: int,
+    entry: str,
 ) -> CatalogPlan:
     """What the catalog serving the warehouse's live views at `entry` holds, and what changes
     from `previous` (None: an empty catalog). A view is kept when its stored SQL and every
-    snapshot view it reads are unchanged; everything served from an export of this entry is new."""
+    snapshot view it reads are unchanged; everything served from an export of this entry is new.
+    `entry` names the history entry in export names and keys (serving.entry_stamp): its number
+    and run id, since a warehouse restored from a backup reuses the numbers."""
     before = previous or CatalogContents()
     kinds = warehouse.kinds
     types = Types(con)
@@ -248,7 +250,7 @@ def plan_catalog(
     return plan
 
 
-def _snapshot_key(kind: Kind, entry: int) -> str:
+def _snapshot_key(kind: Kind, entry: str) -> str:
     if kind.kind == "file":
         return digest_of(kind.sql)
     if kind.kind == "table":
@@ -257,7 +259,7 @@ def _snapshot_key(kind: Kind, entry: int) -> str:
 
 
 def _serve_snapshot(
-    name: str, kind: Kind, key: str, types: Types, data: Path, entry: int, plan: CatalogPlan
+    name: str, kind: Kind, key: str, types: Types, data: Path, entry: str, plan: CatalogPlan
 ) -> tuple[ServedSnapshot, str | exp.Expression]:
     if kind.kind == "file" and _body(kind.sql, SNAPSHOT_SCHEMA, name, qualified_only=True) is not None:
         assert kind.path is not None
