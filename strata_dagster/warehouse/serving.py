@@ -118,17 +118,17 @@ def refresh(
     latest = _latest_entry(con)
     if latest is None:
         return None
-    entry, run_id = latest
+    entry, written = latest
     folder = serving_dir(warehouse)
     data = folder / "data"
-    digest = _digest(folder, entry, run_id)
+    digest = _digest(folder, entry, written)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
     previous, contents = _previous_catalog(live)
     warehouse_catalog = read_warehouse(con)
-    plan = plan_catalog(con, warehouse_catalog, contents, data, entry_stamp(entry, run_id))
+    plan = plan_catalog(con, warehouse_catalog, contents, data, entry_stamp(entry, written))
     folder.mkdir(exist_ok=True)
     started = time.perf_counter()
     written = 0
@@ -180,33 +180,39 @@ def _previous_catalog(live: Path) -> tuple[Path | None, CatalogContents | None]:
 
 
 def _latest_entry(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
-    """The latest history entry and its run id (0 and '': none yet); None when the warehouse has
-    no history tables, so nothing was ever published. One statement: a session that published
-    nothing pays this and the catalog's name check only (outside any transaction, a failed
-    statement aborts nothing)."""
+    """The latest history entry's number and what tells it apart from another entry of that number
+    (its run id and when it started; 0 and '': none yet); None when the warehouse has no history
+    tables, so nothing was ever published. One statement: a session that published nothing pays
+    this and the catalog's name check only (outside any transaction, a failed statement aborts
+    nothing)."""
     try:
-        row = con.execute("SELECT entry, run_id FROM strata.entries ORDER BY entry DESC LIMIT 1").fetchone()
+        row = con.execute(
+            "SELECT entry, run_id, CAST(started_at AS VARCHAR) FROM strata.entries ORDER BY entry DESC LIMIT 1"
+        ).fetchone()
     except duckdb.CatalogException:
         return None
-    return (int(row[0]), str(row[1])) if row else (0, "")
+    return (int(row[0]), f"{row[1]} {row[2]}") if row else (0, "")
 
 
-def entry_stamp(entry: int, run_id: str) -> str:
-    """A history entry in the names of what is exported at it (a view model's rows): its number
-    and the start of its run id, for the same reason as the catalog's name (`_digest`)."""
-    return f"{entry}-{run_id[:12]}" if run_id else str(entry)
+def entry_stamp(entry: int, written: str) -> str:
+    """A history entry in the names of what is exported at it (a view model's rows, an edited
+    view's): its number and a digest of when and by which run it was written, for the reason the
+    catalog's name has them (`_digest`)."""
+    return f"{entry}-{hashlib.sha256(written.encode()).hexdigest()[:12]}" if written else str(entry)
 
 
-def _digest(folder: Path, entry: int, run_id: str) -> str:
+def _digest(folder: Path, entry: int, written: str) -> str:
     """Names the catalog by the history entry it serves: every change of a live view (a run, a
     rollback, a branch, a promotion, gc) is published together with a history entry, in one
     transaction, so the catalog is current exactly when it was written for the latest entry (of
-    this warehouse's folder: a copied warehouse gets its own). The entry's run id is part of the
-    name because an entry's number alone does not identify it: a warehouse restored from a backup
-    numbers its next entries as the abandoned ones were numbered, and its readers must not be
-    left on those. A session that published nothing finds the catalog current from two small
-    queries; what is read live (a view model, an edited view) is served as its rows at that entry."""
-    text = json.dumps([str(folder.absolute()), entry, run_id])
+    this warehouse's folder: a copied warehouse gets its own). An entry's number alone does not
+    identify it: a warehouse restored from a backup numbers its next entries as the abandoned ones
+    were, and a run id names contents, not an entry (two entries that consumed the same may
+    share it, while a view model's live rows differ). `written` (the run id and the start time)
+    tells them apart, so readers of a restored warehouse are served what it publishes. A session
+    that published nothing finds the catalog current from two small queries; what is read live (a
+    view model, an edited view) is served as its rows at that entry."""
+    text = json.dumps([str(folder.absolute()), entry, written])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
