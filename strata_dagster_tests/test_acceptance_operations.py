@@ -7,9 +7,12 @@ import datetime as dt
 import pyarrow.parquet as pq
 import pytest
 
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.backfill import backfill
 from strata_dagster.engine.gc import gc
-from strata_dagster.engine.operations import create_branch, promote, rollback
+from strata_dagster.engine.operations import create_branch, promote, retire_removed, rollback
+from strata_dagster.engine.plan import plan
+from strata_dagster.engine.run import RunRequest
 from strata_dagster.engine.show import export_rows, show_rows
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
@@ -141,3 +144,42 @@ def test_gc_keeps_snapshots_readers_may_still_read(engine_name, tmp_path):
             assert dropped.dropped  # superseded states go once the grace is over
             assert_all_equal_to_full(engine)
             assert verify(project, engine.warehouse).is_equal
+
+
+@pytest.mark.parametrize("engine_name", spark_params())
+def test_a_removed_models_view_is_named_retired_and_brought_back(engine_name, tmp_path):
+    """A model deleted from the project keeps its last view: runs and plans name it (W004), retire
+    drops it (an entry of its own), and rollback is exact both ways."""
+    with engine_under_test(engine_name, tmp_path) as engine:
+        project, sources = seeded(engine, tmp_path)
+        first = engine.run(project)
+        at_first = normalised(engine.live("by_region"))
+        module = project / "models.strata"
+        module.write_text(module.read_text().split("model by_region {")[0])
+        sources.apply(("insert", [(1, "paid", 2, 0)]))
+        sources.write(engine)
+        assert engine.run(project, only_stale=True).removed == ("by_region",)
+        with engine.chosen():
+            planned = plan(RunRequest(project_dir=project, warehouse=engine.warehouse))
+            assert planned.removed == ("by_region",)
+            retired = retire_removed(project, engine.warehouse)
+            assert [(change.model, change.after) for change in retired.changes] == [("by_region", ())]
+            with open_session(engine.warehouse, read_only=True) as session:
+                entry = session.history.entry(retired.entry)
+                assert (entry.kind, entry.detail) == ("retire", {"retired": ["by_region"]})
+            assert not has_view(engine, "by_region")
+            assert retire_removed(project, engine.warehouse).changes == ()  # nothing left to retire
+            assert engine.run(project, only_stale=True).removed == ()
+
+            # Rollback to the first run shows its view again; to the retirement, drops it again.
+            rollback(engine.warehouse, first.run_id)
+            assert normalised(engine.live("by_region")) == at_first
+            rollback(engine.warehouse, retired.run_id)
+            assert not has_view(engine, "by_region")
+            for model in MODELS[:-1]:
+                assert differences(engine, model) == ({}, {}), model
+
+
+def has_view(engine, model):
+    with open_session(engine.warehouse, read_only=True) as session:
+        return session.view_tables(branch_schema(DEFAULT_BRANCH), model) is not None

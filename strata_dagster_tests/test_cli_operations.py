@@ -318,3 +318,38 @@ def test_ctrl_c_inside_a_duckdb_query_is_a_keyboard_interrupt(tmp_path):
             interrupter.start()
             con.execute("SELECT count(*) FROM range(150000000) AS t(x) WHERE hash(x) % 7 = 3").fetchall()
     interrupter.join()
+
+
+def _without_order_timeline(project):
+    """The shop with `order_timeline` (and its unit test) deleted, as a user removes a model."""
+    for name, head in (("marts.strata", "model order_timeline {"), ("tests.strata", "test order_timeline ")):
+        path = project / name
+        text = path.read_text()
+        start = text.index(head)
+        path.write_text(text[:start] + text[text.index("\n}\n", start) + 3 :])
+
+
+def test_a_removed_models_live_view_is_a_warning_until_strata_retire_drops_it(built):
+    project, warehouse = built
+    _without_order_timeline(project)
+    for command in (("plan", project, "--only-stale"), ("run", project, "--only-stale")):
+        result = cli(*command, "--warehouse", warehouse)
+        assert result.exit_code == 0, result.output
+        assert "warning[W004]: live view `main.v_order_timeline` of a model no longer in the project" in (
+            result.stderr
+        )
+        assert "`strata retire PROJECT` drops it" in result.stderr
+    retired = cli("retire", project, "--warehouse", warehouse)
+    assert retired.exit_code == 0, retired.output
+    assert "order_timeline" in retired.output and "(view dropped)" in retired.output
+    assert re.search(
+        r"retired on branch main \(run [0-9a-f]{12}\): 1 view dropped \(entry \d+\)", retired.output
+    )
+    assert "v_order_timeline" not in view_tables(warehouse)
+    again = cli("run", project, "--only-stale", "--warehouse", warehouse)
+    assert again.exit_code == 0 and "W004" not in again.stderr
+    nothing = cli("retire", project, "--warehouse", warehouse)
+    assert "nothing to do" in nothing.output
+    history = json.loads(cli("history", project, "--warehouse", warehouse, "--json").output)
+    entries = history if isinstance(history, list) else history["entries"]
+    assert [entry["kind"] for entry in entries][-1] == "retire"

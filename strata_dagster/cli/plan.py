@@ -16,7 +16,7 @@ from strata_dagster.cli.options import (
     split_partitions,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, reports_errors
+from strata_dagster.cli.output import console, print_warnings, reports_errors
 from strata_dagster.cli.runs import (
     branch_option,
     build_models_option,
@@ -24,6 +24,7 @@ from strata_dagster.cli.runs import (
     source_option,
 )
 from strata_dagster.engine.plan import Plan, plan
+from strata_dagster.engine.removed import removed_warning
 from strata_dagster.engine.run import RunRequest
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.sources import parse_overrides
@@ -77,6 +78,8 @@ def plan_command(
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         print_plan(result)
+    if result.removed:
+        print_warnings([removed_warning(result.removed, result.branch)])
     if result.would_run:
         sys.exit(WOULD_RUN_EXIT)
 

@@ -18,7 +18,7 @@ from strata_dagster.cli.options import (
     split_partitions,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, error_console, reports_errors, say
+from strata_dagster.cli.output import console, error_console, print_warnings, reports_errors, say
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.business import SOURCE_VERSIONS
@@ -26,6 +26,7 @@ from strata_dagster.engine.context import check_branch
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds, history_and_interruptions
 from strata_dagster.engine.partition_keys import describe_keys
 from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
+from strata_dagster.engine.removed import removed_warning
 from strata_dagster.engine.replay import replay as replay_run
 from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, RunResult, run
 from strata_dagster.language import load_project
@@ -113,6 +114,8 @@ def run_command(
     )
     say(f"strata run on branch {branch} ({request.warehouse})")
     result = run(request, print_outcome)
+    if result.removed:
+        print_warnings([removed_warning(result.removed, result.branch)])
     if result.is_noop:
         console.print(NOTHING_TO_DO)
         return
@@ -306,14 +309,35 @@ def rollback(project: Path, run_id: str, warehouse: Path | None) -> None:
     print_pointer_result(result, f"rolled back to {run_id[:12]}")
 
 
+@click.command()
+@project_argument
+@warehouse_option
+@branch_option
+@reports_errors
+def retire(project: Path, warehouse: Path | None, branch: str) -> None:
+    """Drop the live views of models PROJECT no longer defines (renamed or deleted), recorded as a
+    history entry; `strata rollback` to an earlier run brings them back. Python models' views
+    (defined in Dagster code) are kept."""
+    result = operations.retire_removed(project, resolve_warehouse(project, warehouse), branch)
+    if not result.changes:
+        say(f"every live view on branch {branch} belongs to a model of the project (nothing to do)")
+        return
+    print_pointer_result(result, f"retired on branch {branch} (run {(result.run_id or '-')[:12]})")
+
+
 def print_pointer_result(result: operations.PointerResult, what: str) -> None:
     if not result.changes:
         say(f"{what}: views already point there (nothing to do)")
         return
     for change in result.changes:
         before = ",".join(change.before) if change.before else "-"
-        console.print(f"  {change.model:<28} {before} -> {','.join(change.after)}", markup=False)
-    say(f"{what}: {counted(len(result.changes), 'view')} repointed (entry {result.entry})")
+        after = ",".join(change.after) if change.after else "(view dropped)"
+        console.print(f"  {change.model:<28} {before} -> {after}", markup=False)
+    dropped = sum(1 for change in result.changes if not change.after)
+    moved = len(result.changes) - dropped
+    done = [f"{counted(moved, 'view')} repointed"] if moved else []
+    done += [f"{counted(dropped, 'view')} dropped"] if dropped else []
+    say(f"{what}: {', '.join(done)} (entry {result.entry})")
 
 
 @click.group()
@@ -345,7 +369,7 @@ def promote(project: Path, source: str, target: str, warehouse: Path | None) -> 
     print_pointer_result(result, f"promoted {source} to {target}")
 
 
-COMMANDS = (run_command, history, replay, rollback, branch, promote)
+COMMANDS = (run_command, history, replay, rollback, retire, branch, promote)
 
 
 @click.command()

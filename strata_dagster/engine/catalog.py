@@ -21,6 +21,7 @@ from strata_dagster.engine.business import is_cut_like_source
 from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
+from strata_dagster.engine.removed import removed_models, removed_warning
 from strata_dagster.engine.status import fingerprint_models
 from strata_dagster.errors import E_WAREHOUSE, W_BOUNDS_UNREAD, Location, StrataError, StrataWarning
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, PartitionSpec, Project
@@ -68,7 +69,8 @@ class Catalog:
     # partitioned source or model -> the business-versioned source whose arriving partitions its
     # own partitions follow (the source itself, and the models cut like it)
     arrivals: dict[str, str] = field(default_factory=dict)
-    # what could not be read while reading the catalog (the orchestrator shows defaults instead)
+    # what the orchestrator warns about where it loads: what could not be read while reading the
+    # catalog (it shows defaults instead), live views of models the project no longer defines
     warnings: tuple[StrataWarning, ...] = ()
 
     def partition_spec(self, name: str) -> PartitionSpec | None:
@@ -96,6 +98,11 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         unread: list[StrataWarning] = []
         bounds = _bounds(session, context, arrivals, unread)
         columns = read_columns(session, context, lambda name: inlined_query(context, name))
+        if session.has_history():
+            reader = session.history
+            removed = removed_models(reader, reader.pointers(branch), context.project)
+            if removed:
+                unread.append(removed_warning(removed, branch))
     inputs = {
         name: found
         for name in context.project.order

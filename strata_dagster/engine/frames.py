@@ -23,14 +23,14 @@ from strata_dagster.fingerprint import digest, short_id
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.content import Content
 from strata_dagster.warehouse.frames import registered_frame
-from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
+from strata_dagster.warehouse.history import PYTHON_ENTRY_KIND, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.tables import snapshot_table_name
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa
 
-PYTHON_KIND = "python"
+PYTHON_KIND = PYTHON_ENTRY_KIND
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""History operations that only move view pointers: rollback, branch and promote (gc: engine/gc.py)."""
+"""History operations that only move view pointers: rollback, branch, promote and the retirement of
+removed models' views (gc: engine/gc.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
+from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.states import state_query
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
+from strata_dagster.language.loader import load_project
 from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.session import Session, open_session
 
@@ -54,17 +57,21 @@ def _repoint(
     id_parts: tuple[object, ...],
     target_entry: int | None = None,
     detail: dict[str, object] | None = None,
+    retire: tuple[str, ...] = (),
 ) -> PointerResult:
-    """Point `branch`'s views at `target` and record it, in one transaction."""
+    """Point `branch`'s views at `target`, drop the views of the `retire` models (recorded as an
+    empty publication), and record it, in one transaction."""
     reader = session.history
     current = reader.pointers(branch)
     changes = [
         PointerChange(model, current.get(model), ids)
         for model, ids in sorted(target.items())
         if current.get(model) != ids
-    ]
+    ] + [PointerChange(model, current[model], ()) for model in retire if model in current]
     heads: dict[str, SnapshotRecord] = {}
     for change in changes:
+        if not change.after:
+            continue  # retired: no snapshot to check
         head = reader.snapshot(change.after[-1])
         if head is None or not all(
             (record := reader.snapshot(snapshot_id)) is not None
@@ -84,8 +91,11 @@ def _repoint(
     entry = reader.next_entry()
     with session.transaction():
         for change in changes:
-            head = heads[change.model]
-            session.point_view_at(branch_schema(branch), change.model, state_query(reader, head))
+            if change.after:
+                head = heads[change.model]
+                session.point_view_at(branch_schema(branch), change.model, state_query(reader, head))
+            else:
+                session.drop_view(branch_schema(branch), change.model)
             session.writer.add_publication(entry, branch, change.model, list(change.after))
         session.writer.add_entry(
             entry=entry,
@@ -102,11 +112,13 @@ def _repoint(
 
 
 def rollback(warehouse: Path, run_id: str) -> PointerResult:
-    """Point the run's branch back at exactly what it exposed right after that run."""
+    """Point the run's branch back at exactly what it exposed right after that run: a view of a
+    model it had no view of then (built later, or retired by then) is dropped."""
     with open_session(warehouse, must_exist=True) as session:
         reader = session.history
         target_entry = find_entry(reader, run_id)
         state = reader.pointers(target_entry.branch, as_of_entry=target_entry.entry)
+        later = tuple(sorted(set(reader.pointers(target_entry.branch)) - set(state)))
         return _repoint(
             session,
             branch=target_entry.branch,
@@ -115,6 +127,7 @@ def rollback(warehouse: Path, run_id: str) -> PointerResult:
             id_parts=(target_entry.run_id,),
             target_entry=target_entry.entry,
             detail={"rolled_back_to": target_entry.run_id},
+            retire=later,
         )
 
 
@@ -164,4 +177,27 @@ def promote(warehouse: Path, source: str, target: str = DEFAULT_BRANCH) -> Point
             kind="promote",
             id_parts=(source,),
             detail={"from": source},
+        )
+
+
+def retire_removed(project_dir: Path, warehouse: Path, branch: str = DEFAULT_BRANCH) -> PointerResult:
+    """Drop the live views on `branch` of the models the project no longer defines, recorded as a
+    history entry (kind `retire`): readers stop getting rows nothing rebuilds any more, and
+    `strata rollback` to an earlier run brings the views back while gc has kept their snapshots."""
+    check_branch(branch)
+    project = load_project(project_dir)
+    with open_session(warehouse, must_exist=True) as session:
+        check_branch_in(session, branch)
+        reader = session.history
+        removed = removed_models(reader, reader.pointers(branch), project)
+        if not removed:
+            return PointerResult(None, None, ())
+        return _repoint(
+            session,
+            branch=branch,
+            target={},
+            kind="retire",
+            id_parts=removed,
+            detail={"retired": list(removed)},
+            retire=removed,
         )

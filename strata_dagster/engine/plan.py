@@ -25,6 +25,7 @@ from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
 from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
 from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
+from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.session import open_session
@@ -116,6 +117,8 @@ class ModelPlan:
 class Plan:
     branch: str
     models: tuple[ModelPlan, ...] = field(default_factory=tuple)
+    # Models with a live view on the branch that the project no longer defines (engine/removed.py).
+    removed: tuple[str, ...] = ()
 
     @property
     def would_run(self) -> bool:
@@ -130,6 +133,7 @@ class Plan:
             "branch": self.branch,
             "would_run": self.would_run,
             "models": [model.as_dict() for model in self.models],
+            "removed_models": list(self.removed),
         }
 
 
@@ -156,6 +160,7 @@ class _Planner(_Run):
             has_history = self.session.has_history()
             self.entry = self.reader.next_entry() if has_history else 1
             pointers = self.reader.pointers(self.context.branch) if has_history else {}
+            removed = removed_models(self.reader, pointers, self.project)
             # model -> the content identities it may have after the run (_UNKNOWN: a new one)
             self.possible: dict[str, set[str]] = {}
             plans = [
@@ -165,7 +170,7 @@ class _Planner(_Run):
         finally:
             self.reader.remember_snapshots(False)
             self.session.rollback()
-        return Plan(self.context.branch, tuple(plans))
+        return Plan(self.context.branch, tuple(plans), removed)
 
     def _first(self, name: str) -> ModelPlan:
         self.possible[name] = {_UNKNOWN}

@@ -61,6 +61,7 @@ from strata_dagster.engine.partition_range import (
     requested_partitions,
 )
 from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
+from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
 from strata_dagster.engine.states import merge_keys_of, segments_of, state_query, state_tables
@@ -152,6 +153,8 @@ class RunResult:
     entry: int | None
     outcomes: tuple[ModelOutcome, ...]
     branch: str
+    # Models with a live view on the branch that the project no longer defines (engine/removed.py).
+    removed: tuple[str, ...] = ()
 
     @property
     def is_noop(self) -> bool:
@@ -250,6 +253,7 @@ class _Run:
             self.source_totals = self._source_totals()
             self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
             pointers = self.reader.pointers(self.context.branch)
+            removed = removed_models(self.reader, pointers, self.project)
             self.reader.prefetch_snapshots([id_ for name in self.closure for id_ in pointers.get(name, ())])
             for name in self.closure:
                 self._decide(name, pointers.get(name))
@@ -260,7 +264,7 @@ class _Run:
             )
             if is_noop:
                 self.session.rollback()
-                return RunResult(None, None, tuple(self.outcomes), self.context.branch)
+                return RunResult(None, None, tuple(self.outcomes), self.context.branch, removed)
             self._render_reused_sql()
             run_id = self._run_id(pointers)
             self._publish(run_id, started)
@@ -271,7 +275,7 @@ class _Run:
         finally:
             self.reader.remember_snapshots(False)
         checkpoint("committed")
-        return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch)
+        return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch, removed)
 
     @functools.cached_property
     def entry(self) -> int:

@@ -88,7 +88,8 @@ class SparkWarehouseSession(Session):
         self.history = HistoryReader(self.meta)
         self.writer = HistoryWriter(self.meta)
         self._in_transaction = False
-        self._pending_views: dict[tuple[str, str], exp.Query] = {}
+        # model views to point at commit, in order; None: a retired model's view, dropped
+        self._pending_views: dict[tuple[str, str], exp.Query | None] = {}
         self._created: list[str] = []
         self._views: dict[str, dict[str, str]] = {}
         self._files: SnapshotFiles | None = None
@@ -145,7 +146,9 @@ class SparkWarehouseSession(Session):
             self.mirror.mark_flushed()
             self._pending_views = {}
 
-    def _publish(self, rows: list[tuple[str, str]], views: Mapping[tuple[str, str], exp.Query]) -> None:
+    def _publish(
+        self, rows: list[tuple[str, str]], views: Mapping[tuple[str, str], exp.Query | None]
+    ) -> None:
         if not rows and not views:
             return
         if self.read_only:
@@ -158,7 +161,10 @@ class SparkWarehouseSession(Session):
         history_log.append_rows(self.con, commit_id, rows)
         checkpoint("spark_history_logged")
         for (schema, model), query in views.items():
-            self._point(schema, model, query)
+            if query is None:
+                self._drop_view(schema, model)
+            else:
+                self._point(schema, model, query)
             checkpoint("spark_view_published")
         history_log.mark(self.con, commit_id, len(rows))
         checkpoint("spark_committed")
@@ -385,9 +391,9 @@ class SparkWarehouseSession(Session):
         return self._views[branch_schema]
 
     def view_tables(self, branch_schema: str, model: str) -> tuple[str, ...] | None:
-        pending = self._pending_views.get((branch_schema, model))
-        if pending is not None:
-            return tables.tables_of_view(pending.sql(dialect="duckdb"))
+        if (branch_schema, model) in self._pending_views:
+            pending = self._pending_views[(branch_schema, model)]
+            return None if pending is None else tables.tables_of_view(pending.sql(dialect="duckdb"))
         sql = self._view_sqls(branch_schema).get(tables.view_table(branch_schema, model).name)
         return None if sql is None else tables.tables_of_view(sql, dialect="spark")
 
@@ -404,6 +410,17 @@ class SparkWarehouseSession(Session):
         else:
             self._pending_views[(branch_schema, model)] = query
             self.flush()
+
+    def drop_view(self, branch_schema: str, model: str) -> None:
+        """Drop at commit (in the order views were pointed), or now outside a transaction."""
+        self._pending_views[(branch_schema, model)] = None
+        if not self._in_transaction:
+            self.flush()
+
+    def _drop_view(self, branch_schema: str, model: str) -> None:
+        view = tables.view_table(branch_schema, model)
+        self.con.run_statement(exp.Drop(tables=[view], kind="VIEW", exists=True))
+        self._view_sqls(branch_schema).pop(view.name, None)
 
     def _point(self, branch_schema: str, model: str, query: exp.Query) -> None:
         catalog.ensure_schema(self.con, branch_schema)

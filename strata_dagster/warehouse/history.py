@@ -33,6 +33,8 @@ class Entry:
 
 
 # A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
+# The history entry kind of a Python model's frame (engine/frames.py): its model is not in the project.
+PYTHON_ENTRY_KIND = "python"
 MATERIALIZE_KEY = "materialize"
 READS_KEY = "reads"
 # The input figures a later build, and Dagster's stale partitions, compare with. When a build's
@@ -225,14 +227,16 @@ class HistoryReader:
         return int(row[0]) if row else 1
 
     def pointers(self, branch: str, as_of_entry: int | None = None) -> dict[str, tuple[str, ...]]:
-        """model -> snapshot ids its view exposes on `branch` (after `as_of_entry`, else now)."""
+        """model -> snapshot ids its view exposes on `branch` (after `as_of_entry`, else now). A
+        model whose latest publication is empty was retired (operations.retire_removed): its view
+        is gone, and it has no pointer, as before its first run."""
         # arg_max over a window's row_number: the same latest row per model, planned cheaper.
         rows = self.con.execute(
             "SELECT model, arg_max(snapshot_ids, entry) FROM strata.publications "
             "WHERE branch = ? AND entry <= ? GROUP BY model",
             [branch, as_of_entry if as_of_entry is not None else 2**62],
         ).fetchall()
-        return {row[0]: tuple(row[1]) for row in rows}
+        return {row[0]: tuple(row[1]) for row in rows if row[1]}
 
     def branches_differing_in_case(self, branch: str) -> list[str]:
         """The branches whose names differ from `branch` in case only (DuckDB gives them one schema)."""

@@ -239,6 +239,9 @@ class Session:
     def point_view_at(self, branch_schema: str, model: str, query: exp.Query) -> None:
         tables.point_view_at(self.con, branch_schema, model, query)
 
+    def drop_view(self, branch_schema: str, model: str) -> None:
+        tables.drop_view(self.con, branch_schema, model)
+
     # -- incremental ------------------------------------------------------------------------------
     def window_stats(
         self,

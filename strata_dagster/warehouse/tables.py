@@ -154,6 +154,11 @@ def point_view_at(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str
     run(con, statement, consume=True)
 
 
+def drop_view(con: duckdb.DuckDBPyConnection, branch_schema: str, model: str) -> None:
+    """Remove a model's live view (a retired model's), if it exists."""
+    run(con, exp.Drop(tables=[view_table(branch_schema, model)], kind="VIEW", exists=True))
+
+
 def view_snapshot_tables(
     con: duckdb.DuckDBPyConnection, branch_schema: str, model: str
 ) -> tuple[str, ...] | None:
