@@ -262,7 +262,7 @@ class StrataInstance(dg.DagsterInstance):
       module: strata_dagster.orchestration.event_storage
       class: StrataInstance
     strata:                                   # optional
-      backfill_daemon_interval_seconds: 5     # see `_set_backfill_daemon_interval`
+      backfill_daemon_interval_seconds: 1     # see `_set_backfill_daemon_interval`
 
     In the daemon's process it also starts the fork server of a `StrataRunLauncher`, if that is
     the instance's run launcher (see run_launcher.py).
