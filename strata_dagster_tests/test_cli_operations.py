@@ -353,3 +353,32 @@ def test_a_removed_models_live_view_is_a_warning_until_strata_retire_drops_it(bu
     history = json.loads(cli("history", project, "--warehouse", warehouse, "--json").output)
     entries = history if isinstance(history, list) else history["entries"]
     assert [entry["kind"] for entry in entries][-1] == "retire"
+
+
+def test_a_deleted_branch_loses_its_views_and_comes_back_by_rollback(built):
+    project, warehouse = built
+    created = cli("branch", "create", project, "dev", "--warehouse", warehouse)
+    assert created.exit_code == 0, created.output
+    execute(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 1")
+    on_dev = cli("run", project, "--branch", "dev", "--only-stale", "--warehouse", warehouse)
+    assert on_dev.exit_code == 0, on_dev.output
+    dev_run = re.search(r"run ([0-9a-f]{12})", on_dev.output).group(1)
+    dev_views = view_tables(warehouse, "dev")
+    deleted = cli("branch", "delete", project, "dev", "--warehouse", warehouse)
+    assert deleted.exit_code == 0, deleted.output
+    assert f"{len(dev_views)} views dropped" in deleted.output
+    assert view_tables(warehouse, "dev") == {}
+    assert view_tables(warehouse, "main")  # main untouched
+    assert_coded(cli("branch", "delete", project, "dev", "--warehouse", warehouse), "E026")
+    assert_coded(cli("branch", "delete", project, "main", "--warehouse", warehouse), "E026")
+    history = json.loads(cli("history", project, "--warehouse", warehouse, "--json").output)
+    entries = history if isinstance(history, list) else history["entries"]
+    assert (entries[-1]["kind"], entries[-1]["branch"]) == ("branch_delete", "dev")
+    back = cli("rollback", project, dev_run, "--warehouse", warehouse)
+    assert back.exit_code == 0, back.output
+    assert view_tables(warehouse, "dev") == dev_views
+    # A deleted name can be created again, from main.
+    cli("branch", "delete", project, "dev", "--warehouse", warehouse)
+    again = cli("branch", "create", project, "dev", "--warehouse", warehouse)
+    assert again.exit_code == 0, again.output
+    assert set(view_tables(warehouse, "dev")) == set(view_tables(warehouse, "main"))

@@ -357,6 +357,18 @@ def branch_create(project: Path, name: str, source: str, warehouse: Path | None)
     print_pointer_result(result, f"branch {name} created from {source}")
 
 
+@branch.command("delete")
+@project_argument
+@click.argument("name")
+@warehouse_option
+@reports_errors
+def branch_delete(project: Path, name: str, warehouse: Path | None) -> None:
+    """Drop every view of branch NAME (recorded in the history; `strata rollback` to one of its runs
+    brings it back)."""
+    result = operations.delete_branch(resolve_warehouse(project, warehouse), name)
+    print_pointer_result(result, f"branch {name} deleted (run {(result.run_id or '-')[:12]})")
+
+
 @click.command()
 @project_argument
 @click.argument("source")

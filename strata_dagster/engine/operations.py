@@ -1,5 +1,5 @@
-"""History operations that only move view pointers: rollback, branch, promote and the retirement of
-removed models' views (gc: engine/gc.py)."""
+"""History operations that only move view pointers: rollback, branches (create, delete), promote and
+the retirement of removed models' views (gc: engine/gc.py)."""
 
 from __future__ import annotations
 
@@ -177,6 +177,33 @@ def promote(warehouse: Path, source: str, target: str = DEFAULT_BRANCH) -> Point
             kind="promote",
             id_parts=(source,),
             detail={"from": source},
+        )
+
+
+def delete_branch(warehouse: Path, name: str) -> PointerResult:
+    """Drop every view of branch `name`, recorded as a history entry (kind `branch_delete`): the
+    branch is gone from `strata history`'s branches, gc may collect what only it exposed, and
+    `strata rollback` to one of its runs brings it back while gc has kept that run's snapshots."""
+    check_branch(name)
+    if name == DEFAULT_BRANCH:
+        raise StrataError(
+            E_BRANCH,
+            f"branch `{DEFAULT_BRANCH}` cannot be deleted: it is what readers read by default",
+            hint="`strata retire PROJECT` drops the views of models the project no longer defines",
+        )
+    with open_session(warehouse, must_exist=True) as session:
+        reader = session.history
+        if name not in reader.branches():
+            known = ", ".join(f"`{branch}`" for branch in reader.branches()) or "none"
+            raise StrataError(E_BRANCH, f"branch `{name}` does not exist", hint=f"branches: {known}")
+        return _repoint(
+            session,
+            branch=name,
+            target={},
+            kind="branch_delete",
+            id_parts=(name,),
+            detail={"deleted": name},
+            retire=tuple(sorted(reader.pointers(name))),
         )
 
 

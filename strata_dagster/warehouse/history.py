@@ -247,10 +247,13 @@ class HistoryReader:
         return [row[0] for row in rows]
 
     def branches(self) -> list[str]:
+        """The branches with at least one view (a deleted branch has none: operations.delete_branch)."""
         return [
             row[0]
             for row in self.con.execute(
-                "SELECT DISTINCT branch FROM strata.publications ORDER BY 1"
+                "SELECT branch FROM (SELECT branch, arg_max(snapshot_ids, entry) AS ids "
+                "FROM strata.publications GROUP BY branch, model) WHERE len(ids) > 0 "
+                "GROUP BY branch ORDER BY 1"
             ).fetchall()
         ]
 
