@@ -30,8 +30,6 @@ from strata_dagster.warehouse.tables import snapshot_table_name
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa
 
-PYTHON_KIND = PYTHON_ENTRY_KIND
-
 
 @dataclass(frozen=True)
 class FrameRequest:
@@ -120,7 +118,7 @@ class _FramePublication:
                 self.session.rollback()
                 return self._result(None, None, path, chosen, duration, False)
             run_id = digest(
-                PYTHON_KIND, self.request.branch, name, self.request.code_version, content.fingerprint
+                PYTHON_ENTRY_KIND, self.request.branch, name, self.request.code_version, content.fingerprint
             )
             self._publish(entry, run_id, started_at, key, chosen, new_record, path, duration, is_published)
             self.session.commit()
@@ -201,7 +199,7 @@ class _FramePublication:
         writer.add_entry(
             entry=entry,
             run_id=run_id,
-            kind=PYTHON_KIND,
+            kind=PYTHON_ENTRY_KIND,
             branch=self.request.branch,
             started_at=started_at,
             models=[name],

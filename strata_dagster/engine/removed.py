@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.errors import W_REMOVED_MODEL, StrataWarning
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse.history import PYTHON_ENTRY_KIND, HistoryReader
@@ -30,7 +30,7 @@ def removed_models(
 
 
 def removed_warning(removed: tuple[str, ...], branch: str) -> StrataWarning:
-    views = ", ".join(f"`{branch}.v_{model}`" for model in removed)
+    views = ", ".join(f"`{branch_schema(branch)}.{view_name(model)}`" for model in removed)
     return StrataWarning(
         W_REMOVED_MODEL,
         f"live {'view' if len(removed) == 1 else 'views'} {views} of "

@@ -32,9 +32,9 @@ class Entry:
     detail: dict[str, Any]
 
 
-# A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
 # The history entry kind of a Python model's frame (engine/frames.py): its model is not in the project.
 PYTHON_ENTRY_KIND = "python"
+# A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
 MATERIALIZE_KEY = "materialize"
 READS_KEY = "reads"
 # The input figures a later build, and Dagster's stale partitions, compare with. When a build's

@@ -118,17 +118,17 @@ def refresh(
     latest = _latest_entry(con)
     if latest is None:
         return None
-    entry, written = latest
+    entry, identity = latest
     folder = serving_dir(warehouse)
     data = folder / "data"
-    digest = _digest(folder, entry, written)
+    digest = _digest(folder, entry, identity)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
         return ServingState(entry, digest, catalog, False, 0, 0.0)
     previous, contents = _previous_catalog(live)
     warehouse_catalog = read_warehouse(con)
-    plan = plan_catalog(con, warehouse_catalog, contents, data, entry_stamp(entry, written))
+    plan = plan_catalog(con, warehouse_catalog, contents, data, entry_stamp(entry, identity))
     folder.mkdir(exist_ok=True)
     started = time.perf_counter()
     written = 0
