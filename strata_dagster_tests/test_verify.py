@@ -317,6 +317,22 @@ def test_cli_prints_a_table_and_exits_by_result(built):
     assert "Traceback" not in unknown.output
 
 
+def test_a_source_column_whose_type_changed_is_reported_not_a_traceback(built):
+    """Live rows hold DECIMAL amounts, a rebuild now gives DOUBLE ones: the totals of the two types
+    are compared and subtracted, and the type difference is named."""
+    project, warehouse = built
+    order_id, *_ = paid_order(warehouse)
+    execute(warehouse, "ALTER TABLE raw.orders ALTER COLUMN amount TYPE DOUBLE")
+    execute(warehouse, "UPDATE raw.orders SET amount = amount + 0.5 WHERE order_id = ?", params=[order_id])
+    result = CliRunner().invoke(
+        main, ["verify", str(project), "--warehouse", str(warehouse), "--models", "stg_orders"]
+    )
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # the exit code, no crash
+    assert "`amount` is DECIMAL(12,2) incrementally, DOUBLE in full" in result.output
+    assert "715,329.15 in full, 715,328.65 incrementally (delta -0.50)" in result.output
+
+
 def test_figures_and_totals():
     assert ColumnTotal("x", 0.1 + 0.2, 0.3).is_equal  # float sums differ with the order of rows
     assert not ColumnTotal("x", 1.0, 1.001).is_equal

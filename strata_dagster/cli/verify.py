@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -22,7 +23,7 @@ from strata_dagster.cli.runs import branch_option, source_option
 from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.compare import ColumnTotal, Figures
+from strata_dagster.warehouse.compare import ColumnTotal, Figures, Total
 from strata_dagster.warehouse.sources import parse_overrides
 from strata_dagster.wording import counted
 
@@ -182,12 +183,20 @@ def _cells(figures: Figures, *, is_equal: bool) -> list[Text]:
 
 def _total_text(total: ColumnTotal) -> str:
     """`amount` totals 1,234.00 in full, 1,224.00 incrementally (delta -10.00)"""
-    full, incremental = (_number(value) for value in (total.full, total.incremental))
-    text = f"`{total.column}` totals {full} in full, {incremental} incrementally"
-    if total.full is None or total.incremental is None:
+    full, incremental = (_shown(value) for value in (total.full, total.incremental))
+    text = f"`{total.column}` totals {_number(full)} in full, {_number(incremental)} incrementally"
+    if full is None or incremental is None:
         return text
-    return f"{text} (delta {total.incremental - total.full:+,})"  # type: ignore[operator]
+    # The shown values' difference, exact: the two sides may differ in type (DECIMAL live, DOUBLE in
+    # a rebuild after a source column's type changed).
+    return f"{text} (delta {incremental - full:+,})"
 
 
-def _number(value: object) -> str:
+def _shown(value: Total) -> int | Decimal | None:
+    """A total as printed: a float sum to 12 significant digits (its last digits depend on the
+    order rows were added in)."""
+    return Decimal(f"{value:.12g}") if isinstance(value, float) else value
+
+
+def _number(value: int | Decimal | None) -> str:
     return "NULL" if value is None else f"{value:,}"
