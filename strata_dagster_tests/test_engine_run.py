@@ -226,6 +226,21 @@ def test_code_change_rebuilds_the_model_and_its_downstream(shop):
     assert run_project(project, warehouse, only_stale=True).is_noop
 
 
+def test_order_by_tie_breakers_of_a_join_build(shop):
+    """`orders_enriched` without its unique pin: its `order_by` columns become the window's
+    tie-breakers, and `customer_id` is a column of both sides of its join."""
+    project, warehouse = shop
+    marts = project / "marts.strata"
+    edit_module(marts, "  unique: [order_id]\n  -- Deterministic", "  -- Deterministic")
+    edit_module(
+        marts,
+        "order_by: [customer_id, order_ts, order_id]",
+        "order_by: [customer_id, order_ts, order_id, region]",
+    )
+    assert run_project(project, warehouse).outcome("orders_enriched").is_published
+    assert execute(warehouse, "SELECT count(*) FROM main.v_orders_enriched")[0][0] > 0
+
+
 def test_unknown_model_selection(shop):
     project, warehouse = shop
     with pytest.raises(StrataError) as caught:

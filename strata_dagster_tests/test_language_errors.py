@@ -240,6 +240,25 @@ def test_order_by_adds_tie_breakers_to_windows():
     assert "ORDER BY order_ts, order_id" in compiled.sql("m", pretty=False)
 
 
+def test_tie_breakers_are_written_as_the_window_sees_them():
+    """A window is evaluated before the projection names its columns: an output column from one side
+    of a join is qualified, a computed one is its expression, the window's own partition column and a
+    window's result are left out."""
+    text = (
+        "model m {\n  from orders\n  join left customers on orders.customer_id = customers.customer_id\n"
+        "  select orders.order_id, orders.customer_id, orders.order_ts,\n"
+        "    coalesce(customers.region, 'unknown') as region,\n"
+        "    row_number() over (partition by orders.customer_id order by orders.order_ts) as n\n"
+        "  order_by: [customer_id, order_ts, region, n, order_id]\n}\n"
+    )
+    compiled = compile_text(text)
+    assert compiled.warnings == ()
+    assert (
+        "PARTITION BY orders.customer_id ORDER BY orders.order_ts, "
+        "COALESCE(customers.region, 'unknown'), orders.order_id)" in compiled.sql("m", pretty=False)
+    )
+
+
 def test_window_ordered_by_the_unique_key_is_deterministic():
     text = "model m {\n  from orders\n  derive rank = row_number() over (order by order_id)\n  unique: [order_id]\n}\n"
     assert compile_text(text).warnings == ()

@@ -60,6 +60,20 @@ def _order_names(window: exp.Window) -> list[str]:
     return [ordered.this.name for ordered in order.expressions if isinstance(ordered.this, exp.Column)]
 
 
+def _tie_breaker(select: exp.Select | None, name: str) -> exp.Expression | None:
+    """What the output column `name` is computed from, as the window's own SELECT sees it: a window is
+    evaluated before the projection names its columns, so `customer_id` of a join must be written
+    `stg_orders.customer_id`, and a computed column as its expression. None: the column is itself a
+    window's result (no tie-breaker for a window can be one)."""
+    for projection in select.expressions if select is not None else ():
+        if projection.alias_or_name == name:
+            value = projection.this if isinstance(projection, exp.Alias) else projection
+            if isinstance(value, exp.Star):
+                break
+            return None if value.find(exp.Window) else value.copy()
+    return exp.column(name)
+
+
 def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp.Select, list[StrataWarning]]:
     """The statement with tie-breakers added (from `order_by`), and warnings for windows left open."""
     props = model.properties
@@ -77,13 +91,17 @@ def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp
         if unique and unique <= set(ordered) | set(partition):
             continue  # ordered by a pinned-unique key: no ties
         if tie_breakers:
-            missing = [name for name in tie_breakers if name not in ordered]
+            select = window.find_ancestor(exp.Select)
+            missing = [
+                breaker
+                for name in tie_breakers
+                if name not in ordered and name not in partition
+                for breaker in [_tie_breaker(select, name)]
+                if breaker is not None
+            ]
             if missing:
                 order = window.args.get("order") or exp.Order(expressions=[])
-                order.set(
-                    "expressions",
-                    [*order.expressions, *(exp.Ordered(this=exp.column(name)) for name in missing)],
-                )
+                order.set("expressions", [*order.expressions, *(exp.Ordered(this=e) for e in missing)])
                 window.set("order", order)
             continue
         warnings.append(
