@@ -331,10 +331,21 @@ def test_replay_shows_and_reproduces_a_run(shop):
 
 def test_unknown_run_id(shop):
     project, warehouse = shop
-    run_project(project, warehouse)
+    first = run_project(project, warehouse).run_id
+    execute(warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id = 5")
+    second = run_project(project, warehouse).run_id
+    # A pin is no part of a snapshot: a run after removing one publishes the same state, under the
+    # same run id, as a history entry of its own.
+    edit_module(
+        project / "staging.strata",
+        "  cdc_column: updated_at\n  unique: [order_id]\n",
+        "  cdc_column: updated_at\n",
+    )
+    assert run_project(project, warehouse).run_id == second
     with pytest.raises(StrataError) as caught:
         operations.rollback(warehouse, "deadbeef")
     assert caught.value.code == "E023"
+    assert caught.value.hint.endswith(f"recent: {second[:12]}, {first[:12]}")  # newest first, once each
 
 
 def test_sql_duckdb_rejects_is_e032_and_publishes_nothing(shop):

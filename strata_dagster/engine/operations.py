@@ -35,7 +35,8 @@ class PointerResult:
 def find_entry(reader: HistoryReader, run_id: str) -> Entry:
     entry = reader.latest_entry_of_run(run_id)
     if entry is None:
-        known = [item.run_id[:12] for item in reader.entries()[-5:]]
+        # Newest first, each run once (runs that published the same state share an id).
+        known = list(dict.fromkeys(item.run_id[:12] for item in reversed(reader.entries())))[:5]
         raise StrataError(
             E_UNKNOWN_RUN,
             f"no run `{run_id}` in the history",
