@@ -30,6 +30,7 @@ from strata_dagster.engine.business_digest import (
     unchanged_prefix,
 )
 from strata_dagster.engine.context import ProjectContext
+from strata_dagster.engine.listing_prefetch import file_pattern, listing_request
 from strata_dagster.engine.sliding_window import SLIDING_WINDOW
 from strata_dagster.errors import (
     E_PARTITION_BACKFILLED,
@@ -126,13 +127,6 @@ class BusinessReading:
         }
 
 
-def _file_pattern(source: Source, context: ProjectContext) -> str:
-    relation = source_table(source, context.project, {})
-    pattern = relation.this.expressions[0] if isinstance(relation.this, exp.Func) else None
-    assert isinstance(pattern, exp.Literal)
-    return pattern.this
-
-
 def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
     """The partition of a row of the source. A hive folder is one partition whatever its value's
     type (`hour=2026-11-29 13:00:00/` is the hour; a TIMESTAMP key is kept whole); a table's DATE
@@ -158,7 +152,7 @@ def list_partitions(
     if source.path is not None:
         found_partitions, stray = ledger.list_file_partitions(
             session.con,
-            _file_pattern(source, context),
+            file_pattern(source, context.project),
             spec.column,
             source.complete_when,
             ledger.listing_cache_dir(session.database_path()),
@@ -294,17 +288,26 @@ def read_business_source(
     assert spec is not None
     found = None
     if source.path is not None:
-        found = ledger.file_listing(
-            _file_pattern(source, context),
-            source.complete_when,
-            ledger.listing_cache_dir(session.database_path()),
-            spec.column,
-        )
-        unchanged = None if is_full_refresh or found is None else unchanged_listing(session, source, found)
-        if unchanged is not None:
+        request = listing_request(source, context.project, session.database_path())
+
+        def unchanged_reading(listing: FolderListing | None) -> BusinessReading | None:
+            unchanged = (
+                None if is_full_refresh or listing is None else unchanged_listing(session, source, listing)
+            )
+            if unchanged is None:
+                return None
             return _reading(
                 session, context, source, unchanged, is_ledger_unchanged=True, is_decided_by_listing=True
             )
+
+        # A listing made before the warehouse's lock was taken only ever says "unchanged"
+        # (engine.listing_prefetch); anything else is decided from one made now.
+        reading = unchanged_reading(context.listings.take(request))
+        if reading is None:
+            found = ledger.file_listing(*request)
+            reading = unchanged_reading(found)
+        if reading is not None:
+            return reading
     listed = list_partitions(session, source, context, found)
     unchanged_head = None if is_full_refresh else unchanged_prefix(session, source, listed)
     recorded: dict[str, LedgerEntry] | None = None

@@ -10,6 +10,7 @@ from pathlib import Path
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.engine_check import for_engine
 from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
@@ -61,6 +62,8 @@ class ProjectContext:
     branch: str = DEFAULT_BRANCH
     # (column, type) of every source readable when the project was compiled (overrides applied)
     source_schemas: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # Business-versioned file sources' listings started before the warehouse opened
+    listings: Listings = field(default_factory=Listings, compare=False, repr=False)
 
 
 def load_context(
@@ -68,14 +71,19 @@ def load_context(
     project_dir: Path,
     overrides: Mapping[str, str],
     branch: str = DEFAULT_BRANCH,
+    *,
+    project: Project | None = None,
+    listings: Listings | None = None,
 ) -> ProjectContext:
-    project = load_project(project_dir)
+    """The project (`project`: the one loaded from `project_dir` already) compiled against the
+    session's sources; `listings` were started for it before the session opened."""
+    project = project or load_project(project_dir)
     check_branch_in(session, branch)
     schemas = session.prepare_sources(project, overrides)
     compiled = compile_project(project, schemas)
     if session.engine != "duckdb":  # every statement as that engine computes DuckDB's rows
         compiled = for_engine(compiled, session.engine, schemas)
-    return ProjectContext(project, compiled, dict(overrides), branch, schemas)
+    return ProjectContext(project, compiled, dict(overrides), branch, schemas, listings or Listings())
 
 
 def select_models(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]:

@@ -22,11 +22,13 @@ from strata_dagster.engine.context import load_context
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
+from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
 from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
 from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run
+from strata_dagster.language import load_project
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.session import open_session
 
@@ -140,8 +142,19 @@ class Plan:
 def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
     """What `run(request)` would do, read from a read-only session (nothing is written); waits at
     most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
-    with open_session(request.warehouse, read_only=True, timeout=timeout) as session:
-        context = load_context(session, request.project_dir, request.overrides, request.branch)
+    project = load_project(request.project_dir)
+    with (
+        listed_while_opening(project, request.warehouse, request.overrides) as listings,
+        open_session(request.warehouse, read_only=True, timeout=timeout) as session,
+    ):
+        context = load_context(
+            session,
+            request.project_dir,
+            request.overrides,
+            request.branch,
+            project=project,
+            listings=listings,
+        )
         return _Planner(session, context, request, None).plan()
 
 

@@ -41,6 +41,7 @@ from strata_dagster.engine.incremental import (
     output_watermark,
 )
 from strata_dagster.engine.limits import limit_error, limits_as_errors
+from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.model_slices import (
     AppendedBuilder,
     Maintained,
@@ -75,6 +76,7 @@ from strata_dagster.engine.view_lineage import source_partition_through_views
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
+from strata_dagster.language import load_project
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import engine_label
@@ -176,9 +178,20 @@ def _new_segment(record: SnapshotRecord) -> str:
 
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
-    with open_session(request.warehouse) as session:
+    project = load_project(request.project_dir)
+    with (
+        listed_while_opening(project, request.warehouse, request.overrides) as listings,
+        open_session(request.warehouse) as session,
+    ):
         checkpoint("migrated")
-        context = load_context(session, request.project_dir, request.overrides, request.branch)
+        context = load_context(
+            session,
+            request.project_dir,
+            request.overrides,
+            request.branch,
+            project=project,
+            listings=listings,
+        )
         return _Run(session, context, request, progress).execute()
 
 
