@@ -47,6 +47,11 @@ def test_an_unchanged_run_lists_its_file_source_once_while_the_warehouse_opens(t
     assert result.outcome("events_log").is_published
     assert len(listed_in) == 2 and listed_in[1] == threading.current_thread().name, listed_in
 
+    # A full refresh reads every partition: listed once, under the lock.
+    listed_in.clear()
+    run_project(project, warehouse, full_refresh=True)
+    assert listed_in == [threading.current_thread().name]
+
 
 def test_a_listing_made_before_another_run_consumed_partitions_decides_nothing(tmp_path):
     project, warehouse = _project_of_days(tmp_path, 3)

@@ -81,12 +81,13 @@ class Listings:
 
 @contextmanager
 def listed_while_opening(
-    project: Project, warehouse: Path, overrides: Mapping[str, str] | None = None
+    project: Project, warehouse: Path, overrides: Mapping[str, str], *, is_full_refresh: bool
 ) -> Iterator[Listings]:
     """Start listing every business-versioned `path:` source of `project` (not overridden) in a
-    thread; the listings not taken when the block ends are cancelled or waited for. Only for a
-    DuckDB warehouse: the listings of another engine's sources are not cached beside a file."""
-    if not current_engine().is_duckdb:
+    thread; the listings not taken when the block ends are cancelled or waited for. None for a full
+    refresh (it reads every partition, from a listing made under the lock), nor for another engine
+    than DuckDB (its sources' listings are not cached beside a warehouse file)."""
+    if is_full_refresh or not current_engine().is_duckdb:
         yield Listings()
         return
     requests = {
@@ -95,7 +96,7 @@ def listed_while_opening(
         if source.is_business_versioned
         and source.path is not None
         and source.partitioned_by is not None
-        and source.name not in (overrides or {})
+        and source.name not in overrides
         for request in [listing_request(source, project, os.path.abspath(warehouse))]
     }
     if not requests:

@@ -144,7 +144,9 @@ def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
     most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
     project = load_project(request.project_dir)
     with (
-        listed_while_opening(project, request.warehouse, request.overrides) as listings,
+        listed_while_opening(
+            project, request.warehouse, request.overrides, is_full_refresh=request.full_refresh
+        ) as listings,
         open_session(request.warehouse, read_only=True, timeout=timeout) as session,
     ):
         context = load_context(

@@ -180,7 +180,9 @@ def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunRes
     """Build and publish. Raises StrataError (nothing published) on any failure."""
     project = load_project(request.project_dir)
     with (
-        listed_while_opening(project, request.warehouse, request.overrides) as listings,
+        listed_while_opening(
+            project, request.warehouse, request.overrides, is_full_refresh=request.full_refresh
+        ) as listings,
         open_session(request.warehouse) as session,
     ):
         checkpoint("migrated")
