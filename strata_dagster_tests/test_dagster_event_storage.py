@@ -15,11 +15,14 @@ from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializa
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._daemon.backfill import execute_backfill_iteration_loop
+from dagster._daemon.controller import create_daemon_of_type
 from dagster._daemon.daemon import SpanMarker
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from strata_dagster import build_definitions
 from strata_dagster.orchestration.event_storage import (
     BACKFILL_INTERVAL_KEY,
+    DEQUEUE_INTERVAL_KEY,
     StrataInstance,
     StrataSqliteEventLogStorage,
     batched_asset_events,
@@ -115,6 +118,58 @@ def test_the_shipped_dagster_yaml_shortens_the_backfill_daemons_wait_between_ite
     with pytest.raises(dg.DagsterInvalidConfigError, match="at least 1 second"):
         dg.DagsterInstance.from_config(str(home))
     assert daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS == DAGSTERS_INTERVAL
+
+
+def _queue_gap(instance: dg.DagsterInstance) -> float:
+    """Seconds between the end of one iteration of Dagster's own run-queue daemon (no run queued)
+    and the start of the next, in this process."""
+
+    class Workspace:  # what an iteration reads of its workspace when no run is queued
+        def __init__(self, instance: dg.DagsterInstance) -> None:
+            self.instance = instance
+
+    shutdown = threading.Event()
+    daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
+    loop = daemon.core_loop(Workspace(instance), shutdown)
+    try:
+        while next(loop) is not SpanMarker.END_SPAN:
+            pass
+        ended = time.monotonic()
+        while next(loop) is not SpanMarker.START_SPAN:
+            pass
+        return time.monotonic() - ended
+    finally:
+        shutdown.set()
+        loop.close()
+
+
+def test_the_shipped_dagster_yaml_looks_at_the_run_queue_every_half_second(tmp_path):
+    shipped = (REPO / "dagster.yaml").read_text()
+    assert f"  {DEQUEUE_INTERVAL_KEY}: 0.5\n" in shipped
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(shipped)
+    try:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            assert 0.4 < _queue_gap(instance) < 0.9  # run_queue's whole second: 1.0
+    finally:
+        daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS = DAGSTERS_INTERVAL
+    instance_class = (
+        "instance_class:\n  module: strata_dagster.orchestration.event_storage\n  class: StrataInstance\n"
+    )
+    for extra, error in (
+        ("", "at least 0.5 seconds"),
+        (
+            "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n",
+            "needs Dagster's queued run coordinator",
+        ),
+    ):
+        value = 0.2 if not extra else 0.5
+        (home / "dagster.yaml").write_text(
+            f"{instance_class}strata:\n  {DEQUEUE_INTERVAL_KEY}: {value}\n{extra}"
+        )
+        with pytest.raises(dg.DagsterInvalidConfigError, match=error):
+            dg.DagsterInstance.from_config(str(home))
 
 
 def _run_log(instance: dg.DagsterInstance, run_id: str) -> list[tuple]:

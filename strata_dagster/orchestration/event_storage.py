@@ -31,6 +31,7 @@ import dagster._daemon.controller as daemon_controller
 from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS, DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.run_coordinator import QueuedRunCoordinator
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
@@ -51,6 +52,9 @@ from strata_dagster.orchestration.run_launcher import start_fork_server_in_the_d
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # Dagster's (dagster._core.instance.utils)
 DEFAULT_EVENT_BATCH_SIZE = 1000
 BACKFILL_INTERVAL_KEY = "backfill_daemon_interval_seconds"
+DEQUEUE_INTERVAL_KEY = "dequeue_interval_seconds"
+# Dagster's interval daemons wait in steps of half a second (dagster._daemon.daemon.IntervalDaemon)
+SHORTEST_DEQUEUE_INTERVAL = 0.5
 KEPT_ENGINES = 32  # shards whose SQLAlchemy engine is kept (the index, the runs being written)
 
 
@@ -273,6 +277,9 @@ class StrataInstance(dg.DagsterInstance):
         interval = (strata or {}).get(BACKFILL_INTERVAL_KEY)
         if interval is not None:
             _set_backfill_daemon_interval(interval)
+        dequeue = (strata or {}).get(DEQUEUE_INTERVAL_KEY)
+        if dequeue is not None:
+            _set_dequeue_interval(self.run_coordinator, dequeue)
         start_fork_server_in_the_daemon(self)
 
     def _get_event_batch_size(self) -> int:
@@ -294,7 +301,13 @@ class StrataInstance(dg.DagsterInstance):
                         is_required=False,
                         description="Seconds the daemon's backfill loop waits between two iterations "
                         "(Dagster's constant: 30). A backfill's levels are requested one iteration apart.",
-                    )
+                    ),
+                    DEQUEUE_INTERVAL_KEY: dg.Field(
+                        dg.Float,
+                        is_required=False,
+                        description="Seconds between two looks of the run queue's daemon for runs to "
+                        "launch, at least 0.5 (run_queue's own setting takes whole seconds only).",
+                    ),
                 },
                 is_required=False,
             )
@@ -327,6 +340,33 @@ def _set_backfill_daemon_interval(seconds: int) -> None:
             f"strata: {BACKFILL_INTERVAL_KEY} must be at least 1 second", [], seconds
         )
     daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS = seconds
+
+
+def _set_dequeue_interval(coordinator: object, seconds: float) -> None:
+    """Make the run queue's daemon look for runs to launch every `seconds`.
+
+    Why: every run launched from the UI waits in the queue (the `duckdb` pool: one strata step at a
+    time) until the queue's daemon looks, on average half its interval; *Materialize all* of the
+    example waits so three times, one run after the other (docs/dagster.md, "The Dagster path's
+    cost"). Dagster's `run_queue: dequeue_interval_seconds` takes whole seconds, while its interval
+    daemons wait in steps of half a second, so 0.5 is the shortest interval that means what it
+    says. The daemon reads the interval from the instance's run coordinator when it is created,
+    after this instance was built. Checked against the pinned Dagster by
+    test_dagster_event_storage.py."""
+    if seconds < SHORTEST_DEQUEUE_INTERVAL:
+        raise dg.DagsterInvalidConfigError(
+            f"strata: {DEQUEUE_INTERVAL_KEY} must be at least {SHORTEST_DEQUEUE_INTERVAL} seconds",
+            [],
+            seconds,
+        )
+    if not isinstance(coordinator, QueuedRunCoordinator):
+        raise dg.DagsterInvalidConfigError(
+            f"strata: {DEQUEUE_INTERVAL_KEY} needs Dagster's queued run coordinator (a `run_queue:` "
+            f"section), not {type(coordinator).__name__}",
+            [],
+            seconds,
+        )
+    coordinator._dequeue_interval_seconds = seconds  # type: ignore[assignment]  # an int in Dagster's typing
 
 
 @contextmanager
