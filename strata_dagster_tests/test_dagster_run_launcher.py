@@ -4,6 +4,7 @@ parent is that server, its pid in the run's tags), a worker killed mid-run fails
 termination from the UI cancels such a run, and a code location in another Python environment goes
 through Dagster's default launcher."""
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from strata_dagster.orchestration.run_launcher import (
+    DEFAULT_PRELOAD,
     WORKER_PID_TAG,
     _is_daemon_process,
     _is_local,
@@ -241,3 +243,19 @@ def test_python_and_python3_of_one_virtualenv_are_one_environment(tmp_path):
     python = Path(_other_environment(tmp_path))
     assert _same_environment(str(python.with_name("python3")), str(python))
     assert not _same_environment(str(python), sys.executable)
+
+
+def test_the_fork_server_builds_the_grammar_before_any_run(tmp_path):
+    """Its preload, imported as multiprocessing's fork server imports it, leaves the strata grammar's
+    parser built: each forked run's first parse of a project finds it."""
+    script = (
+        "import importlib, sys\n"
+        f"for name in {list(DEFAULT_PRELOAD)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "from strata_dagster.language import parser\n"
+        "print(parser._grammar.cache_info().currsize)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert found.stdout.strip() == "1", found.stderr

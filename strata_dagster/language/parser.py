@@ -61,6 +61,12 @@ def _grammar() -> Lark:
     return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False, cache=True)
 
 
+def build_grammar() -> None:
+    """Build the grammar's parser now rather than at the first parse (a process that forks
+    workers builds it once for all of them)."""
+    _grammar()
+
+
 def parse_module(text: str, path: Path | str) -> Module:
     """Parse a module's text. Raises StrataError (never anything else) on bad input."""
     file = str(path)

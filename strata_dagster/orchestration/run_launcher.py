@@ -48,6 +48,7 @@ DEFAULT_PRELOAD: Final = (
     "dagster._core.storage.runs",
     "dagster._core.storage.schedules",
     "strata_dagster.orchestration",
+    "strata_dagster.orchestration.fork_server_warmup",
 )
 
 
