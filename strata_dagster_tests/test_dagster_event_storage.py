@@ -78,16 +78,16 @@ def test_a_storage_section_in_dagster_yaml_still_wins(tmp_path):
             assert instance.get_latest_materialization_event(dg.AssetKey("lonely")) is not None
 
 
-def _iteration_gap(instance: dg.DagsterInstance) -> float:
-    """Seconds between the end of one iteration of Dagster's own backfill loop (no backfill to run)
-    and the start of the next, in this process."""
+class _Workspace:  # what a daemon's iteration reads of its workspace when it has nothing to do
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self.instance = instance
 
-    class Workspace:  # what the loop reads of its workspace when no backfill is requested
-        def __init__(self, instance: dg.DagsterInstance) -> None:
-            self.instance = instance
 
+def _gap(start_loop) -> float:
+    """Seconds between the end of one iteration of a daemon's loop, `start_loop(shutdown)`,
+    with nothing to do, and the start of the next, in this process."""
     shutdown = threading.Event()
-    loop = execute_backfill_iteration_loop(Workspace(instance), logging.getLogger("test"), shutdown)
+    loop = start_loop(shutdown)
     try:
         while next(loop) is not SpanMarker.END_SPAN:
             pass
@@ -98,6 +98,21 @@ def _iteration_gap(instance: dg.DagsterInstance) -> float:
     finally:
         shutdown.set()
         loop.close()
+
+
+def _iteration_gap(instance: dg.DagsterInstance) -> float:
+    """Dagster's own backfill loop (no backfill to run)."""
+    return _gap(
+        lambda shutdown: execute_backfill_iteration_loop(
+            _Workspace(instance), logging.getLogger("test"), shutdown
+        )
+    )
+
+
+def _queue_gap(instance: dg.DagsterInstance) -> float:
+    """Dagster's own run-queue daemon (no run queued)."""
+    daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
+    return _gap(lambda shutdown: daemon.core_loop(_Workspace(instance), shutdown))
 
 
 def test_the_shipped_dagster_yaml_shortens_the_backfill_daemons_wait_between_iterations(tmp_path):
@@ -118,29 +133,6 @@ def test_the_shipped_dagster_yaml_shortens_the_backfill_daemons_wait_between_ite
     with pytest.raises(dg.DagsterInvalidConfigError, match="at least 1 second"):
         dg.DagsterInstance.from_config(str(home))
     assert daemon_controller.DEFAULT_DAEMON_INTERVAL_SECONDS == DAGSTERS_INTERVAL
-
-
-def _queue_gap(instance: dg.DagsterInstance) -> float:
-    """Seconds between the end of one iteration of Dagster's own run-queue daemon (no run queued)
-    and the start of the next, in this process."""
-
-    class Workspace:  # what an iteration reads of its workspace when no run is queued
-        def __init__(self, instance: dg.DagsterInstance) -> None:
-            self.instance = instance
-
-    shutdown = threading.Event()
-    daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
-    loop = daemon.core_loop(Workspace(instance), shutdown)
-    try:
-        while next(loop) is not SpanMarker.END_SPAN:
-            pass
-        ended = time.monotonic()
-        while next(loop) is not SpanMarker.START_SPAN:
-            pass
-        return time.monotonic() - ended
-    finally:
-        shutdown.set()
-        loop.close()
 
 
 def test_the_shipped_dagster_yaml_looks_at_the_run_queue_every_half_second(tmp_path):

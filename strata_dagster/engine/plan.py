@@ -18,19 +18,15 @@ from typing import Any
 
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import sliding_window
-from strata_dagster.engine.context import load_context
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
-from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
 from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
 from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run
-from strata_dagster.language import load_project
+from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run, opened_project
 from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.session import open_session
 
 CUTOFF_CANDIDATE = "cutoff-candidate"  # rebuilt, its rows expected equal: the live snapshot stays
 DEPENDS = "depends"  # reused or rebuilt, as an upstream rebuilt first comes out
@@ -142,21 +138,7 @@ class Plan:
 def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
     """What `run(request)` would do, read from a read-only session (nothing is written); waits at
     most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
-    project = load_project(request.project_dir)
-    with (
-        listed_while_opening(
-            project, request.warehouse, request.overrides, is_full_refresh=request.full_refresh
-        ) as listings,
-        open_session(request.warehouse, read_only=True, timeout=timeout) as session,
-    ):
-        context = load_context(
-            session,
-            request.project_dir,
-            request.overrides,
-            request.branch,
-            project=project,
-            listings=listings,
-        )
+    with opened_project(request, read_only=True, timeout=timeout) as (session, context):
         return _Planner(session, context, request, None).plan()
 
 

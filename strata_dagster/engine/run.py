@@ -178,14 +178,25 @@ def _new_segment(record: SnapshotRecord) -> str:
 
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
+    with opened_project(request) as (session, context):
+        return _Run(session, context, request, progress).execute()
+
+
+@contextmanager
+def opened_project(
+    request: RunRequest, *, read_only: bool = False, timeout: float | None = None
+) -> Iterator[tuple[Session, ProjectContext]]:
+    """The warehouse opened (read-only: nothing migrated or written) and the project compiled
+    against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
     project = load_project(request.project_dir)
     with (
         listed_while_opening(
             project, request.warehouse, request.overrides, is_full_refresh=request.full_refresh
         ) as listings,
-        open_session(request.warehouse) as session,
+        open_session(request.warehouse, read_only=read_only, timeout=timeout) as session,
     ):
-        checkpoint("migrated")
+        if not read_only:
+            checkpoint("migrated")
         context = load_context(
             session,
             request.project_dir,
@@ -194,7 +205,7 @@ def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunRes
             project=project,
             listings=listings,
         )
-        return _Run(session, context, request, progress).execute()
+        yield session, context
 
 
 class _Run:
