@@ -15,6 +15,7 @@ import duckdb
 from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
 from strata_dagster.warehouse.limits import connect_within_limits
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.sql import evaluate_in_utc
 
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 120.0
@@ -57,7 +58,7 @@ def connect(
     """
     held = _held_connection(path)
     if held is not None:
-        with _reported_interruption(held.cursor()) as con:
+        with _reported_interruption(evaluate_in_utc(held.cursor())) as con:
             yield con
         return
     wait = lock_timeout() if timeout is None else timeout
@@ -95,7 +96,7 @@ def connect(
             delay = min(delay * 2, 1.0)
         except duckdb.Error as error:
             raise _unreadable(path, error, creates=not (read_only or must_exist)) from None
-    with _reported_interruption(con) as opened:
+    with _reported_interruption(evaluate_in_utc(con)) as opened:
         yield opened
 
 

@@ -13,7 +13,7 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.errors import E_TEST_RUN, Location, StrataError
-from strata_dagster.warehouse.sql import data_type, describe, run, table
+from strata_dagster.warehouse.sql import data_type, describe, evaluate_in_utc, run, table
 
 TYPES_SCHEMA = "__types"  # empty tables and views: what each relation's columns and types are
 CASE_SCHEMA = "__case"  # one test case's fixtures and results, dropped between cases
@@ -25,7 +25,7 @@ class FixtureDatabase:
     """One in-memory database for a run of unit tests; `reset()` between cases."""
 
     def __init__(self) -> None:
-        self.con = duckdb.connect()
+        self.con = evaluate_in_utc(duckdb.connect())  # a model's unit test computes as its runs
         for schema in (TYPES_SCHEMA, CASE_SCHEMA):
             run(self.con, exp.Create(this=_schema(schema), kind="SCHEMA"))
 

@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 
 from strata_dagster.warehouse.serving import reader_statement
+from strata_dagster.warehouse.sql import evaluate_in_utc
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class ReaderShell:
     """An in-memory DuckDB connection that ran `reader_statement`: the live views by their names."""
 
     def __init__(self, warehouse: Path) -> None:
-        self.con = duckdb.connect()
+        self.con = evaluate_in_utc(duckdb.connect())  # a view model's rows as verify computes them
         self.con.execute(reader_statement(warehouse))
 
     def execute(self, text: str, limit: int = 1_000) -> ShellResult:

@@ -14,6 +14,20 @@ DIALECT = "duckdb"
 ENGINE_VERSION = f"duckdb-{duckdb.__version__}"
 
 
+# Every statement strata runs is evaluated in UTC, as on Spark (`spark.sql.session.timeZone`): a
+# TIMESTAMPTZ cut into days (`cast(ts as date)`, `date_trunc('day', ts)`) gives the same rows
+# whatever the zone of the machine or process that runs it (a Dagster worker, a laptop's CLI).
+EVALUATION_TIME_ZONE = "UTC"
+
+
+def evaluate_in_utc(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """`con` with its session's time zone set to `EVALUATION_TIME_ZONE` (this connection only: an
+    instance a notebook also holds keeps its own)."""
+    setting = exp.EQ(this=exp.column("TimeZone"), expression=exp.Literal.string(EVALUATION_TIME_ZONE))
+    run(con, exp.Set(expressions=[exp.SetItem(this=setting, kind="SESSION")]))
+    return con
+
+
 @functools.lru_cache(maxsize=256)
 def _parsed_type(name: str) -> exp.DataType:
     return exp.DataType.build(name, dialect=DIALECT)
