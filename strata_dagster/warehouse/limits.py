@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-from sqlglot import exp
 
 from strata_dagster.errors import E_RESOURCE_LIMIT, StrataError
-from strata_dagster.warehouse.sql import run
+from strata_dagster.warehouse.sql import set_option
 
 MEMORY_LIMIT_ENV = "STRATA_MEMORY_LIMIT"
 MAX_TEMP_SIZE_ENV = "STRATA_MAX_TEMP_SIZE"
@@ -90,8 +89,7 @@ def connect_within_limits(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConn
         ("memory_limit", limits.memory_limit),
         ("max_temp_directory_size", limits.max_temp_directory_size),
     ):
-        assignment = exp.EQ(this=exp.column(setting), expression=exp.Literal.string(value))
-        run(con, exp.Set(expressions=[exp.SetItem(this=assignment)]))
+        set_option(con, setting, value)
     return con
 
 

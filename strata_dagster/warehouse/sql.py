@@ -23,9 +23,14 @@ EVALUATION_TIME_ZONE = "UTC"
 def evaluate_in_utc(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """`con` with its session's time zone set to `EVALUATION_TIME_ZONE` (this connection only: an
     instance a notebook also holds keeps its own)."""
-    setting = exp.EQ(this=exp.column("TimeZone"), expression=exp.Literal.string(EVALUATION_TIME_ZONE))
-    run(con, exp.Set(expressions=[exp.SetItem(this=setting, kind="SESSION")]))
+    set_option(con, "TimeZone", EVALUATION_TIME_ZONE, scope="SESSION")
     return con
+
+
+def set_option(con: duckdb.DuckDBPyConnection, name: str, value: str, *, scope: str | None = None) -> None:
+    """`SET [scope] name = 'value'` (DuckDB's default scope when None)."""
+    setting = exp.EQ(this=exp.column(name), expression=exp.Literal.string(value))
+    run(con, exp.Set(expressions=[exp.SetItem(this=setting, kind=scope)]))
 
 
 @functools.lru_cache(maxsize=256)
