@@ -30,7 +30,7 @@ from strata_dagster.engine.business_digest import (
     unchanged_prefix,
 )
 from strata_dagster.engine.context import ProjectContext
-from strata_dagster.engine.listing_prefetch import file_pattern, listing_request
+from strata_dagster.engine.listing_prefetch import listing_request
 from strata_dagster.engine.sliding_window import SLIDING_WINDOW
 from strata_dagster.errors import (
     E_PARTITION_BACKFILLED,
@@ -47,7 +47,7 @@ from strata_dagster.warehouse.listing import FolderListing
 from strata_dagster.warehouse.partitions import partition_key
 from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.session import Session, WarehouseError
-from strata_dagster.warehouse.sources import schema_relation, source_table
+from strata_dagster.warehouse.sources import file_pattern, schema_relation, source_table
 from strata_dagster.warehouse.sql import render
 
 # A detail key on a run's entry and a model's outcome: the business-versioned sources read.

@@ -22,14 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from sqlglot import exp
-
 from strata_dagster.language import Project
 from strata_dagster.language.definition import Source
 from strata_dagster.warehouse import ledger
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.listing import FolderListing
-from strata_dagster.warehouse.sources import source_table
+from strata_dagster.warehouse.sources import file_pattern
 
 
 class ListingRequest(NamedTuple):
@@ -58,13 +56,6 @@ def listing_request(source: Source, project: Project, database_path: str | None)
         ledger.listing_cache_dir(database_path),
         spec.column,
     )
-
-
-def file_pattern(source: Source, project: Project) -> str:
-    relation = source_table(source, project, {})
-    pattern = relation.this.expressions[0] if isinstance(relation.this, exp.Func) else None
-    assert isinstance(pattern, exp.Literal)
-    return pattern.this
 
 
 class Listings:

@@ -88,6 +88,14 @@ def source_table(source: Source, project: Project, overrides: Mapping[str, str])
     return source_relation(source, str(project.root))
 
 
+def file_pattern(source: Source, project: Project) -> str:
+    """The file pattern a `path:` source reads (its reader's first argument)."""
+    relation = source_table(source, project, {})
+    pattern = relation.this.expressions[0] if isinstance(relation.this, exp.Func) else None
+    assert isinstance(pattern, exp.Literal)
+    return pattern.this
+
+
 def schema_relation(source: Source, project: Project, overrides: Mapping[str, str]) -> exp.Table:
     """What to describe for a source's schema: its relation, or for a business-versioned Parquet
     folder one of its files (read the same way, hive column included), which spares globbing and
