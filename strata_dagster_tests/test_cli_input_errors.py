@@ -96,6 +96,35 @@ def test_run_still_says_a_new_path_creates_a_warehouse(tmp_path):
     assert result.exit_code == 1 and "error[E020]" in result.output and CREATES in result.output
 
 
+def test_a_run_on_a_mistyped_warehouse_creates_nothing(tmp_path):
+    """The shop reads `raw.orders` from its warehouse: a path where no warehouse exists is a typo,
+    refused before an empty warehouse (or its folder) is made."""
+    project, _ = make_shop(tmp_path, rows=10)
+    typo = tmp_path / "wharehouse" / "warehouse.duckdb"
+    result = invoke("run", project, "--warehouse", typo)
+    assert result.exit_code == 1 and "error[E020]" in result.output, result.output
+    assert "source `orders` reads `raw.orders` from it: nothing was created" in result.output
+    assert "sources.strata:8:8" in result.output and "strata sample-data" in result.output
+    assert not typo.parent.exists()
+    only_customers = invoke("run", project, "--warehouse", typo, "--models", "stg_customers")
+    assert "source `customers` reads `raw.customers`" in only_customers.output, only_customers.output
+    assert not typo.parent.exists()
+
+
+def test_a_project_of_file_sources_still_starts_a_new_warehouse(tmp_path):
+    project = tmp_path / "files"
+    project.mkdir()
+    (project / "orders.csv").write_text("order_id,amount\n1,10\n2,5\n")
+    (project / "models.strata").write_text(
+        "source orders {\n  path: 'orders.csv'\n}\n\n"
+        "model big_orders {\n  from orders\n  filter amount > 6\n}\n"
+    )
+    warehouse = tmp_path / "new" / "warehouse.duckdb"
+    result = invoke("run", project, "--warehouse", warehouse)
+    assert result.exit_code == 0, result.output
+    assert warehouse.exists() and history_count(warehouse) == 1
+
+
 def test_an_invalid_branch_is_refused_before_the_banner(built):
     project, warehouse = built
     result = invoke("run", project, "--warehouse", warehouse, "--branch", "1bad")

@@ -55,6 +55,7 @@ from strata_dagster.engine.model_slices import (
     slicing,
     upstream_change,
 )
+from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.partition_range import (
     REQUESTED_PARTITIONS,
@@ -189,6 +190,8 @@ def opened_project(
     """The warehouse opened (read-only: nothing migrated or written) and the project compiled
     against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
     project = load_project(request.project_dir)
+    if not read_only:
+        refuse_new_warehouse_without_sources(project, request.warehouse, request.models, request.overrides)
     with (
         listed_while_opening(
             project, request.warehouse, request.overrides, is_full_refresh=request.full_refresh
