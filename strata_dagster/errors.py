@@ -156,6 +156,12 @@ class Location:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's message as one line (its first), or its type's name when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 class StrataError(Exception):
     """An error the user can fix. Never shown as a traceback."""
 

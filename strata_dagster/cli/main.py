@@ -24,7 +24,7 @@ from strata_dagster.cli.show import show_command
 from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.errors import StrataError
+from strata_dagster.errors import StrataError, StrataErrorGroup
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
 from strata_dagster.warehouse.engines import current_engine
@@ -61,11 +61,13 @@ def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Pa
 
 
 def load_and_compile(
-    project: Path, warehouse: Path, engine: str = "duckdb", *, strict: bool = False
-) -> tuple[CompiledProject, dict[str, exp.Expression | None]]:
-    """The compiled project, and each model's statement as `engine` runs it (E070 for what the
-    engine would compute differently)."""
+    project: Path, warehouse: Path, engine: str = "duckdb", *, strict: bool = False, bind: bool = False
+) -> tuple[CompiledProject, dict[str, exp.Expression | None], int]:
+    """The compiled project, each model's statement as `engine` runs it (E070 for what the engine
+    would compute differently) and, with `bind` on DuckDB, how many models DuckDB bound against
+    the sources' schemas (E032 for those it refuses, all of them)."""
     from strata_dagster.compile.engine_check import check_engine
+    from strata_dagster.warehouse.binding import bind_models
     from strata_dagster.warehouse.session import read_source_schemas
 
     loaded = load_project(project)
@@ -73,7 +75,16 @@ def load_and_compile(
     compiled = compile_project(loaded, schemas)
     statements = check_engine(compiled, engine, schemas, strict=strict)
     print_warnings(compiled.warnings)
-    return compiled, statements
+    bound = 0
+    if bind and engine == "duckdb":
+        binding = bind_models(compiled, schemas)
+        if binding.errors:
+            raise StrataErrorGroup(binding.errors)
+        bound = binding.bound
+    return compiled, statements, bound
+
+
+_UNKNOWN_COLUMNS = "a table whose columns only a run knows: not loaded yet"
 
 
 @main.command()
@@ -81,13 +92,25 @@ def load_and_compile(
 @warehouse_option
 @reports_errors
 def check(project: Path, warehouse: Path | None) -> None:
-    """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas;
-    with --engine spark, also every construct against Spark)."""
-    compiled, _ = load_and_compile(project, resolve_warehouse(project, warehouse), current_engine().name)
+    """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas,
+    and DuckDB binds every model's SQL against them; with --engine spark, every construct is also
+    checked against Spark)."""
+    engine = current_engine().name
+    compiled, _, bound = load_and_compile(project, resolve_warehouse(project, warehouse), engine, bind=True)
     loaded = compiled.project
+    checked = ""
+    if engine == "duckdb" and bound == len(loaded.models):
+        checked = "; DuckDB binds it" if bound == 1 else f"; DuckDB binds all {bound}"
+    elif engine == "duckdb" and bound == 0:
+        checked = f"; DuckDB binds none of them (they read {_UNKNOWN_COLUMNS})"
+    elif engine == "duckdb":
+        unknown = len(loaded.models) - bound
+        checked = (
+            f"; DuckDB binds {bound} of {len(loaded.models)} (the other {unknown} read {_UNKNOWN_COLUMNS})"
+        )
     say(
         f"ok: {counted(len(loaded.modules), 'module')}, {counted(len(loaded.sources), 'source')}, "
-        f"{counted(len(loaded.models), 'model')}"
+        f"{counted(len(loaded.models), 'model')}{checked}"
     )
 
 
@@ -106,7 +129,7 @@ def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ..
     """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --engine spark), in dependency order."""
     selection = tuple(selector for item in models for selector in model_selection(item, "--model"))
     engine = current_engine().name
-    compiled, statements = load_and_compile(
+    compiled, statements, _ = load_and_compile(
         project, resolve_warehouse(project, warehouse), engine, strict=engine != "duckdb"
     )
     names = select(compiled.project, selection)

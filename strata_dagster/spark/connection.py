@@ -24,7 +24,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Row, SparkSession
 from sqlglot import exp
 
-from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError
+from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError, first_line
 from strata_dagster.spark import statements
 from strata_dagster.spark.types import duckdb_type_name
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
@@ -49,21 +49,16 @@ class SparkError(WarehouseError):
         return self.error_class in _MISSING or any(marker in str(self) for marker in _MISSING)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 @contextmanager
 def spark_errors() -> Iterator[None]:
     try:
         yield
     except PySparkException as error:
         error_class = error.getCondition() if hasattr(error, "getCondition") else None
-        raise SparkError(_first_line(error), error_class) from None
+        raise SparkError(first_line(error), error_class) from None
     except Exception as error:  # py4j's own errors, a lost connection to Spark Connect
         if type(error).__module__.startswith(("py4j", "pyspark", "grpc")):
-            raise SparkError(_first_line(error), None) from None
+            raise SparkError(first_line(error), None) from None
         raise
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.errors import E_GC, StrataError
+from strata_dagster.errors import E_GC, StrataError, first_line
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.limits import exceeded_error, resource_limits
 from strata_dagster.warehouse.sql import render, run, table
@@ -82,7 +82,7 @@ def compact(path: Path, on_step: Callable[[str], None] = lambda step: None) -> C
         _remove(staging)
         if isinstance(error, duckdb.OutOfMemoryException):
             raise exceeded_error(error) from None
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        reason = first_line(error)
         raise StrataError(
             E_GC,
             f"cannot compact `{path}`: {reason}; the warehouse is unchanged",

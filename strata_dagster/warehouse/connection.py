@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
+from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError, first_line
 from strata_dagster.warehouse.limits import connect_within_limits
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sql import evaluate_in_utc
@@ -157,11 +157,10 @@ def is_interruption(error: BaseException) -> bool:
 
 def _unreadable(path: Path, error: Exception, *, creates: bool) -> StrataError:
     """`creates`: whether this command would have made a new warehouse at a path that did not exist."""
-    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
     if creates:
         hint = (
             "pass a DuckDB file with --warehouse (or STRATA_WAREHOUSE); a new path creates an empty warehouse"
         )
     else:
         hint = "pass the warehouse `strata run` built with --warehouse (or STRATA_WAREHOUSE); this command never creates one"
-    return StrataError(E_WAREHOUSE, f"cannot open warehouse `{path}`: {first_line}", hint=hint)
+    return StrataError(E_WAREHOUSE, f"cannot open warehouse `{path}`: {first_line(error)}", hint=hint)

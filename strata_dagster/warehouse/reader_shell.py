@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 
+from strata_dagster.errors import first_line
 from strata_dagster.warehouse.serving import reader_statement
 from strata_dagster.warehouse.sql import evaluate_in_utc
 
@@ -35,7 +36,7 @@ class ReaderShell:
                 tuple(str(column[0]) for column in cursor.description), cursor.fetchmany(limit)
             )
         except duckdb.Error as error:
-            return ShellResult((), [], str(error).splitlines()[0] if str(error) else type(error).__name__)
+            return ShellResult((), [], first_line(error))
 
     def close(self) -> None:
         self.con.close()

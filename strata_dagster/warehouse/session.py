@@ -19,7 +19,7 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
-from strata_dagster.errors import E_SERVING, StrataError
+from strata_dagster.errors import E_SERVING, StrataError, first_line
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
@@ -84,21 +84,16 @@ class ResourceLimitExceeded(WarehouseError):
         self.setting = setting
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error)
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 @contextmanager
 def warehouse_errors() -> Iterator[None]:
     try:
         yield
     except duckdb.OutOfMemoryException as error:
-        raise ResourceLimitExceeded(_first_line(error), exceeded_setting(str(error))) from None
+        raise ResourceLimitExceeded(first_line(error), exceeded_setting(str(error))) from None
     except duckdb.Error as error:
         if is_interruption(error):
             raise KeyboardInterrupt from None
-        raise WarehouseError(_first_line(error), missing=_is_missing(error)) from None
+        raise WarehouseError(first_line(error), missing=_is_missing(error)) from None
 
 
 def _is_missing(error: duckdb.Error) -> bool:
@@ -583,7 +578,7 @@ def refresh_serving(con: duckdb.DuckDBPyConnection, path: Path) -> serving.Servi
         raise StrataError(
             E_SERVING,
             f"the warehouse `{path}` is published, but its serving copy for readers could not be written: "
-            f"{_first_line(error)}",
+            f"{first_line(error)}",
             hint=f"readers still see the previous state; free space or fix permissions in `{serving.serving_dir(path)}`, "
             "then run any writing command again (e.g. `strata run PROJECT --only-stale`)",
         ) from None

@@ -1,0 +1,101 @@
+"""DuckDB binds every model's SQL for `strata check`, before any run: against empty tables with the
+sources' known schemas, each model's full build created empty in turn for the models that read it.
+
+The compiler checks names and columns; what only DuckDB's binder knows (a misspelled function,
+`amount + status`, an aggregate outside a grouping, a window function in a filter) used to show
+first at `strata run`, as E032. Nothing is read but the sources' schemas (already read by the
+check), and nothing is written: the tables live in an in-memory database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import duckdb
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from strata_dagster.compile.project import CompiledProject
+from strata_dagster.errors import E_BUILD, StrataError, first_line
+from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run, table
+
+_SOURCE_PREFIX = "source__"
+_MODEL_PREFIX = "model__"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How many models DuckDB bound, and the errors of those it refused. A model is not bound when
+    it reads a source whose schema is not known (its table not loaded yet) or a model that was
+    not bound or was refused."""
+
+    bound: int
+    errors: tuple[StrataError, ...]
+
+
+def bind_models(
+    compiled: CompiledProject, source_schemas: Mapping[str, tuple[tuple[str, str], ...]]
+) -> Binding:
+    project = compiled.project
+    con = evaluate_in_utc(duckdb.connect())
+    try:
+        known = {name for name, columns in source_schemas.items() if _created(con, _source(name), columns)}
+        bound = 0
+        errors: list[StrataError] = []
+        for name in project.order:
+            model = compiled.models.get(name)
+            if model is None or any(relation not in known for relation in project.models[name].references):
+                continue
+            statement = model.bound(
+                lambda relation: _source(relation) if relation in project.sources else _model(relation)
+            )
+            try:
+                run(con, exp.Create(kind="TABLE", this=_model(name), expression=statement.limit(0)))
+            except duckdb.Error as error:
+                if _reads_outside_the_project(error):
+                    continue
+                errors.append(
+                    StrataError(
+                        E_BUILD,
+                        f"DuckDB rejects model `{name}`: {first_line(error)}",
+                        project.models[name].location,
+                        hint=f"run `strata compile PROJECT --model {name}` to see the SQL; "
+                        "`strata run` would refuse it the same way",
+                    )
+                )
+                continue
+            known.add(name)
+            bound += 1
+        return Binding(bound, tuple(errors))
+    finally:
+        con.close()
+
+
+def _created(con: duckdb.DuckDBPyConnection, name: exp.Table, columns: tuple[tuple[str, str], ...]) -> bool:
+    """An empty table of these columns; False when a type cannot be written back (the source's
+    models are then not bound, rather than refused for it)."""
+    if not columns:
+        return False
+    try:
+        definitions = [
+            exp.ColumnDef(this=exp.to_identifier(column), kind=data_type(kind)) for column, kind in columns
+        ]
+        run(con, exp.Create(kind="TABLE", this=exp.Schema(this=name, expressions=definitions)))
+    except (duckdb.Error, SqlglotError):
+        return False
+    return True
+
+
+def _reads_outside_the_project(error: duckdb.Error) -> bool:
+    """A table that is neither a source nor a model (a subquery's bare name): the warehouse may
+    hold it, which only a run can tell, so the model is left unbound rather than refused."""
+    return isinstance(error, duckdb.CatalogException) and "Table with name" in str(error)
+
+
+def _source(name: str) -> exp.Table:
+    return table(_SOURCE_PREFIX + name)
+
+
+def _model(name: str) -> exp.Table:
+    return table(_MODEL_PREFIX + name)
