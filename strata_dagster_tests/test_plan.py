@@ -124,3 +124,40 @@ def test_plan_reads_a_warehouse_another_reader_holds(tmp_path):
         assert not plan_project(project, warehouse, only_stale=True).would_run
     finally:
         reader.close()
+
+
+def test_after_a_rollback_plan_names_the_views_a_run_points_back(tmp_path):
+    """Rolled back, every snapshot of the current build still exists: a run builds nothing but
+    publishes them again, so the plan says so and exits 1 (it used to say "nothing to do")."""
+    project, warehouse = make_shop(tmp_path, rows=400)
+    args = (str(project), "--warehouse", str(warehouse), "--only-stale")
+    first = run_project(project, warehouse)
+    change_two_orders(warehouse)
+    second = run_project(project, warehouse, only_stale=True)
+    moved = sorted(outcome.model for outcome in second.outcomes if outcome.is_published)
+    assert (
+        CliRunner()
+        .invoke(main, ["rollback", str(project), first.run_id, "--warehouse", str(warehouse)])
+        .exit_code
+        == 0
+    )
+    before = file_digests(warehouse)
+    planned = invoke(*args)
+    assert planned.exit_code == 1, planned.output
+    assert (
+        f"0 of {len(SHOP_MODELS)} models would be built; {len(moved)} reused snapshots published again"
+        in planned.output
+    )
+    as_json = json.loads(invoke(*args, "--json").output)
+    again_planned = [m for m in as_json["models"] if m["publishes_again"]]
+    assert as_json["would_run"] and sorted(m["model"] for m in again_planned) == moved
+    assert all(
+        "the live view shows snapshot" in m["why"] and m["why"].endswith("publishes it again")
+        for m in again_planned
+    )
+    assert file_digests(warehouse) == before
+    again = run_project(project, warehouse, only_stale=True)
+    assert sorted(outcome.model for outcome in again.outcomes if outcome.is_published) == moved
+    assert all(outcome.path == "reused" for outcome in again.outcomes)
+    settled = invoke(*args)
+    assert settled.exit_code == 0 and "everything up to date (nothing to do)" in settled.output

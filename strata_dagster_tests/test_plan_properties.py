@@ -1,6 +1,6 @@
-"""Property: after random source changes, `plan` then `run` (same arguments): every model takes a
-path the plan allowed, the partitions the plan named exactly are the ones rebuilt, and a plan
-with nothing to build is a run that does nothing."""
+"""Property: after random source changes and rollbacks, `plan` then `run` (same arguments): every
+model takes a path the plan allowed, the partitions the plan named exactly are the ones rebuilt,
+and a plan with nothing to build or publish is a run that does nothing."""
 
 import datetime as dt
 
@@ -8,6 +8,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from strata_dagster.engine.operations import rollback
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.incremental_support import MODULE, make_project
@@ -82,7 +83,9 @@ late = st.tuples(
 )
 # A row of an old day edited without advancing `ts`: only whole-row fingerprints see it.
 edit = st.tuples(st.just("edit"), st.tuples(ids, st.integers(-2, 5)))
-steps = st.lists(st.one_of(insert, update, delete, late, edit), min_size=1, max_size=3)
+# The views pointed back at what an earlier run published (which one: index modulo the runs so far).
+back = st.tuples(st.just("rollback"), st.integers(0, 5))
+steps = st.lists(st.one_of(insert, update, delete, late, edit, back), min_size=1, max_size=3)
 
 
 class Source(MinuteSource):
@@ -112,16 +115,24 @@ def test_run_does_what_the_plan_said(tmp_path_factory, history, versioning):
     source = Source(con)
     source.apply(("insert", [("open", 1), ("paid", 2), ("void", 3), ("open", -1), ("paid", 4)]))
     con.close()
-    run_project(project, warehouse)
+    runs = [run_project(project, warehouse).run_id]
     for step in history:
-        con = duckdb.connect(str(warehouse))
-        source.con = con
-        source.apply(step)
-        con.close()
+        if step[0] == "rollback":
+            rollback(warehouse, runs[step[1] % len(runs)])
+        else:
+            con = duckdb.connect(str(warehouse))
+            source.con = con
+            source.apply(step)
+            con.close()
         planned = plan_project(project, warehouse, only_stale=True)
         result = run_project(project, warehouse, only_stale=True)
-        if not planned.would_run:
-            assert result.is_noop, step
+        if not result.is_noop:
+            runs.append(result.run_id)
+        assert planned.would_run == (not result.is_noop), (step, planned.as_dict())
+        for model in planned.models:
+            outcome = result.outcome(model.model)
+            if model.path == "reused":
+                assert outcome.is_published == model.publishes_again, (step, model, outcome)
         for outcome in result.outcomes:
             model = planned.model(outcome.model)
             assert outcome.path in model.allowed, (step, model, outcome.path, outcome.detail)

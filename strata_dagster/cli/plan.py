@@ -59,8 +59,9 @@ def plan_command(
     """Show what `strata run` with the same arguments would do to each model, and why, without
     writing anything (the warehouse is opened read-only).
 
-    Exit status: 0 when the run would build nothing (every model reused), 1 when it would build
-    something, as `terraform plan -detailed-exitcode` (errors also exit 1, after error[E0xx]).
+    Exit status: 0 when the run would change nothing (every model reused, every live view already
+    showing it), 1 when it would build or publish something, as `terraform plan -detailed-exitcode`
+    (errors also exit 1, after error[E0xx]).
     """
     loaded = load_project(project)
     request = RunRequest(
@@ -91,7 +92,15 @@ def print_plan(result: Plan) -> None:
         table.add_row(model.model, model.path, model.text(), rows)
     console.print(table)
     building = [model.model for model in result.models if model.would_build]
-    if building:
+    again = [model.model for model in result.models if model.publishes_again]
+    if again:
+        console.print(
+            f"{len(building)} of {len(result.models)} models would be built; {len(again)} reused "
+            f"{'snapshot' if len(again) == 1 else 'snapshots'} published again (the live "
+            f"{'view shows' if len(again) == 1 else 'views show'} another state): {', '.join(again)}",
+            markup=False,
+        )
+    elif building:
         console.print(f"{len(building)} of {len(result.models)} models would be built", markup=False)
     else:
         console.print("everything up to date (nothing to do)")

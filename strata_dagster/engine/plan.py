@@ -67,10 +67,17 @@ class ModelPlan:
     is_exact: bool = False  # `partition_keys` are exactly the ones the run rebuilds
     rows_to_read: int | None = None
     notes: tuple[str, ...] = ()
+    # Reused, but the live view shows another state (after a rollback, a promotion): the run
+    # points it back at the reused snapshot.
+    publishes_again: bool = False
 
     @property
     def would_build(self) -> bool:
         return self.allowed != (REUSED,)
+
+    @property
+    def would_change(self) -> bool:
+        return self.would_build or self.publishes_again
 
     def text(self) -> str:
         """One line in history's words: the reason, what changed, the window and partitions."""
@@ -108,6 +115,7 @@ class ModelPlan:
             "partitions_exact": self.is_exact,
             "rows_to_read": self.rows_to_read,
             "notes": list(self.notes),
+            "publishes_again": self.publishes_again,
         }
 
 
@@ -120,8 +128,8 @@ class Plan:
 
     @property
     def would_run(self) -> bool:
-        """Whether the run would build anything (exit code 1 of `strata plan`)."""
-        return any(model.would_build for model in self.models)
+        """Whether the run would build or publish anything (exit code 1 of `strata plan`)."""
+        return any(model.would_change for model in self.models)
 
     def model(self, name: str) -> ModelPlan:
         return next(model for model in self.models if model.model == name)
@@ -191,6 +199,12 @@ class _Planner(_Run):
                 assert choice.existing is not None
                 self.chosen[name] = choice.existing
                 self.possible[name] = {choice.existing.content_hash}
+                if not self._is_live(name, choice.existing, current):
+                    shown = "no snapshot" if current is None else f"snapshot {current.snapshot_id[:12]}"
+                    reason = (
+                        f"{_reused_reason(choice)}; the live view shows {shown}: the run publishes it again"
+                    )
+                    return ModelPlan(name, REUSED, (REUSED,), reason, publishes_again=True)
                 return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
             planned = self._build_plan(name, choice, current)
         else:

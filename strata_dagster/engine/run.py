@@ -429,6 +429,14 @@ class _Run:
         )
 
     # -- decisions --------------------------------------------------------------------------------
+    def _is_live(self, name: str, chosen: SnapshotRecord, current: SnapshotRecord | None) -> bool:
+        """Whether the live view already exposes `chosen` (else the run publishes it)."""
+        return (
+            current is not None
+            and chosen.snapshot_id == current.snapshot_id
+            and self.catalog.view_tables(name) == state_tables(self.reader, chosen)
+        )
+
     def _current_state(self, current_ids: tuple[str, ...] | None) -> SnapshotRecord | None:
         current = self.reader.snapshot(current_ids[-1]) if current_ids else None
         if current is not None and not self._is_state_present(current):
@@ -506,12 +514,7 @@ class _Run:
         if versions:
             detail = {**detail, business.SOURCE_VERSIONS: versions}
         self.chosen[name] = chosen
-        expected_tables = state_tables(self.reader, chosen)
-        is_published = (
-            current is None
-            or chosen.snapshot_id != current.snapshot_id
-            or self.catalog.view_tables(name) != expected_tables
-        )
+        is_published = not self._is_live(name, chosen, current)
         if is_published:
             self.to_publish[name] = chosen
         duration = (time.perf_counter() - started) * 1000
