@@ -96,8 +96,8 @@ def print_plan(result: Plan) -> None:
     if again:
         console.print(
             f"{len(building)} of {len(result.models)} models would be built; {len(again)} reused "
-            f"{'snapshot' if len(again) == 1 else 'snapshots'} published again (the live "
-            f"{'view shows' if len(again) == 1 else 'views show'} another state): {', '.join(again)}",
+            f"{'snapshot' if len(again) == 1 else 'snapshots'} published again (not what the branch "
+            f"shows now): {', '.join(again)}",
             markup=False,
         )
     elif building:
