@@ -344,3 +344,46 @@ def test_figures_and_totals():
     assert figures.as_metadata()["numeric_totals"] == {
         "amount": {"full": "3.50", "incremental": "2.50", "is_equal": False}
     }
+
+
+def test_a_difference_a_backfill_correction_explains_is_named_with_how_to_compare(tmp_path):
+    """A backfill published rows read from a corrected table; the source itself is unchanged, so a
+    rebuild from it differs. The report says which entry read what, and how to compare with it."""
+    project, warehouse = make_shop(tmp_path, rows=300)
+    first = run_project(project, warehouse)
+    execute(
+        warehouse,
+        "CREATE TABLE raw.orders_fixed AS SELECT * FROM raw.orders",
+        "UPDATE raw.orders_fixed SET amount = amount + 1000 WHERE order_id = 3",
+    )
+    args = ["--warehouse", str(warehouse)]
+    backfilled = CliRunner().invoke(
+        main,
+        [
+            "backfill",
+            str(project),
+            first.run_id,
+            *args,
+            "--reason",
+            "fix order 3",
+            "--source",
+            "orders=raw.orders_fixed",
+        ],
+    )
+    assert backfilled.exit_code == 0, backfilled.output
+    report = verify(project, warehouse)
+    differing = [model.model for model in report.mismatched]
+    assert "stg_orders" in differing
+    note = report.model("stg_orders").note
+    assert note is not None and "(fix order 3), which read `orders` from `raw.orders_fixed`" in note
+    assert "`--source orders=raw.orders_fixed`" in note
+    assert all(report.model(name).note == note for name in differing)
+    assert report.model("stg_customers").note is None
+    assert report.model("stg_orders").as_metadata()["note"] == note
+    printed = CliRunner().invoke(main, ["verify", str(project), *args])
+    assert printed.exit_code == 1
+    assert f"note: the live states of {', '.join(differing)} were built by backfill" in " ".join(
+        printed.output.split()
+    )
+    same = verify(project, warehouse, overrides={"orders": "raw.orders_fixed"})
+    assert same.is_equal and all(model.note is None for model in same.models)

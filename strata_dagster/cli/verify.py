@@ -130,6 +130,17 @@ def print_report(report: VerifyReport) -> None:
     for model in report.models:
         for difference in model.schema_differences:
             console.print(f"{model.model}: {difference}", markup=False, style="red", soft_wrap=True)
+    notes: dict[str, list[str]] = {}
+    for model in report.models:
+        if model.note is not None:
+            notes.setdefault(model.note, []).append(model.model)
+    for note, names in notes.items():
+        states = "state of" if len(names) == 1 else "states of"
+        console.print(
+            f"note: the live {states} {', '.join(names)} {'was' if len(names) == 1 else 'were'} {note}",
+            markup=False,
+            soft_wrap=True,
+        )
     if report.is_equal:
         say(f"verify: {counted(len(report.models), 'model')} equal to a full rebuild")
     else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine import sliding_window
-from strata_dagster.engine.context import ProjectContext, load_context, select_models
+from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
@@ -76,6 +76,9 @@ class ModelVerification:
     schema_differences: tuple[str, ...] = ()
     merge_strategy: str = "replace"
     compared_columns: tuple[str, ...] = ()  # empty: whole rows
+    # Why a difference may be by design: the live state was built reading a source from another
+    # table than this verification does (a backfill's `--source`): "built by backfill ..., which read ...".
+    note: str | None = None
 
     @property
     def is_history(self) -> bool:
@@ -102,6 +105,8 @@ class ModelVerification:
             metadata["mismatched_partitions"] = list(self.mismatched_partitions)
         if self.schema_differences:
             metadata["schema_differences"] = list(self.schema_differences)
+        if self.note is not None:
+            metadata["note"] = self.note
         return metadata
 
 
@@ -189,9 +194,43 @@ def verify_context(
             _verify_model(session, context, name, rebuilt[name], _requests_of(context, name, by_grain))
             for name in selected
         )
+        results = tuple(
+            result
+            if result.is_equal
+            else replace(result, note=_read_elsewhere(session, context, result.model))
+            for result in results
+        )
     finally:
         session.rollback()  # scratch space never outlives the verification
     return VerifyReport(context.branch, results, tuple(request.text for request in partitions))
+
+
+def _read_elsewhere(session: Session, context: ProjectContext, name: str) -> str | None:
+    """A note when the entry that built the model's live state read one of its sources from another
+    table than this verification (`--source` of a backfill): the difference may be that correction."""
+    reader = session.history
+    live = reader.pointers(context.branch).get(name)
+    number = reader.last_build_of(name, live[-1]) if live else None
+    entry = reader.entry(number) if number is not None else None
+    if entry is None or not entry.overrides:
+        return None
+    project = context.project
+    read = {ref for model in with_upstream(project, [name]) for ref in project.models[model].references}
+    elsewhere = {
+        source: table
+        for source, table in sorted(entry.overrides.items())
+        if source in read and context.overrides.get(source) != table
+    }
+    if not elsewhere:
+        return None
+    tables = ", ".join(f"`{source}` from `{table}`" for source, table in elsewhere.items())
+    again = " ".join(f"--source {source}={table}" for source, table in elsewhere.items())
+    return (
+        f"built by {entry.kind} {entry.run_id[:12]}"
+        f"{f' ({entry.reason})' if entry.reason else ''}, which read {tables}: a rebuild from the "
+        f"sources as they are now differs by that correction. Compare with the same: `{again}`; "
+        "or correct the source itself and run `strata run --only-stale`"
+    )
 
 
 # -- partitions ---------------------------------------------------------------------------------
