@@ -69,20 +69,42 @@ def test_check_says_how_many_models_duckdb_bound(tmp_path):
     assert "DuckDB binds none of them (they read a table whose columns only a run knows" in unknown.output
 
 
-def test_a_bare_table_name_in_a_subquery_is_left_to_the_run(tmp_path):
+def test_what_the_warehouse_defines_binds_as_in_a_run(tmp_path):
+    """A macro, an enum type, a table a subquery names: check binds on the warehouse itself (read-only,
+    its tables temporary), so they resolve as they do in a run."""
+    module = (
+        SOURCE
+        + "model stg {\n  from orders\n  derive cents = to_cents(amount), mood = 'ok'::mood\n"
+        + "  filter customer_id in (select customer_id from main.vip)\n}\n"
+    )
+    project, warehouse = make_module_project(
+        tmp_path,
+        "m.strata",
+        module,
+        ORDERS,
+        "CREATE TABLE main.vip AS SELECT 3 AS customer_id",
+        "CREATE MACRO to_cents(x) AS CAST(x * 100 AS BIGINT)",
+        "CREATE TYPE mood AS ENUM ('ok', 'sad')",
+    )
+    result = check(project, warehouse)
+    assert result.exit_code == 0, result.output
+    assert "DuckDB binds it" in result.output
+    ran = CliRunner().invoke(main, ["run", str(project), "--warehouse", str(warehouse)])
+    assert ran.exit_code == 0, ran.output
+
+
+def test_a_subquery_naming_a_table_that_is_not_there_is_left_to_the_run(tmp_path):
     """The compiler lets a subquery name a warehouse table directly (docs/language.md, section 8):
-    only the warehouse knows it, so check does not refuse it."""
+    one that is not there is not a binding error of the model's own SQL; the run says E032."""
     module = (
         SOURCE + "model stg {\n  from orders\n  filter customer_id in (select customer_id from main.vip)\n}\n"
     )
-    project, warehouse = make_module_project(
-        tmp_path, "m.strata", module, ORDERS, "CREATE TABLE main.vip AS SELECT 3 AS customer_id"
-    )
+    project, warehouse = make_module_project(tmp_path, "m.strata", module, ORDERS)
     result = check(project, warehouse)
     assert result.exit_code == 0, result.output
     assert "DuckDB binds none of them" in result.output
     ran = CliRunner().invoke(main, ["run", str(project), "--warehouse", str(warehouse)])
-    assert ran.exit_code == 0, ran.output
+    assert ran.exit_code == 1 and "error[E032]" in ran.output
 
 
 def test_file_sources_and_every_type_of_a_source_are_bound(tmp_path):

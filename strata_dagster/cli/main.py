@@ -77,7 +77,7 @@ def load_and_compile(
     print_warnings(compiled.warnings)
     bound = 0
     if bind and engine == "duckdb":
-        binding = bind_models(compiled, schemas)
+        binding = bind_models(compiled, schemas, warehouse)
         if binding.errors:
             raise StrataErrorGroup(binding.errors)
         bound = binding.bound

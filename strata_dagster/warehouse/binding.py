@@ -4,13 +4,16 @@ sources' known schemas, each model's full build created empty in turn for the mo
 The compiler checks names and columns; what only DuckDB's binder knows (a misspelled function,
 `amount + status`, an aggregate outside a grouping, a window function in a filter) used to show
 first at `strata run`, as E032. Nothing is read but the sources' schemas (already read by the
-check), and nothing is written: the tables live in an in-memory database.
+check), and nothing is written: the tables are temporary, on a read-only connection to the
+warehouse (so that what the warehouse defines, a macro or a table a subquery names, binds as in a
+run), or in memory when there is no warehouse yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 from sqlglot import exp
@@ -18,8 +21,10 @@ from sqlglot.errors import SqlglotError
 
 from strata_dagster.compile.project import CompiledProject
 from strata_dagster.errors import E_BUILD, StrataError, first_line
-from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run, table
+from strata_dagster.warehouse.connection import connect
+from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run
 
+_TEMPORARY = exp.Properties(expressions=[exp.TemporaryProperty()])
 _SOURCE_PREFIX = "source__"
 _MODEL_PREFIX = "model__"
 
@@ -35,41 +40,57 @@ class Binding:
 
 
 def bind_models(
-    compiled: CompiledProject, source_schemas: Mapping[str, tuple[tuple[str, str], ...]]
+    compiled: CompiledProject, source_schemas: Mapping[str, tuple[tuple[str, str], ...]], warehouse: Path
 ) -> Binding:
-    project = compiled.project
+    if warehouse.exists():
+        with connect(warehouse, read_only=True) as con:
+            return _bind(con, compiled, source_schemas)
     con = evaluate_in_utc(duckdb.connect())
     try:
-        known = {name for name, columns in source_schemas.items() if _created(con, _source(name), columns)}
-        bound = 0
-        errors: list[StrataError] = []
-        for name in project.order:
-            model = compiled.models.get(name)
-            if model is None or any(relation not in known for relation in project.models[name].references):
-                continue
-            statement = model.bound(
-                lambda relation: _source(relation) if relation in project.sources else _model(relation)
-            )
-            try:
-                run(con, exp.Create(kind="TABLE", this=_model(name), expression=statement.limit(0)))
-            except duckdb.Error as error:
-                if _reads_outside_the_project(error):
-                    continue
-                errors.append(
-                    StrataError(
-                        E_BUILD,
-                        f"DuckDB rejects model `{name}`: {first_line(error)}",
-                        project.models[name].location,
-                        hint=f"run `strata compile PROJECT --model {name}` to see the SQL; "
-                        "`strata run` would refuse it the same way",
-                    )
-                )
-                continue
-            known.add(name)
-            bound += 1
-        return Binding(bound, tuple(errors))
+        return _bind(con, compiled, source_schemas)
     finally:
         con.close()
+
+
+def _bind(
+    con: duckdb.DuckDBPyConnection,
+    compiled: CompiledProject,
+    source_schemas: Mapping[str, tuple[tuple[str, str], ...]],
+) -> Binding:
+    project = compiled.project
+    known = {name for name, columns in source_schemas.items() if _created(con, _source(name), columns)}
+    bound = 0
+    errors: list[StrataError] = []
+    for name in project.order:
+        model = compiled.models.get(name)
+        if model is None or any(relation not in known for relation in project.models[name].references):
+            continue
+        statement = model.bound(
+            lambda relation: _source(relation) if relation in project.sources else _model(relation)
+        )
+        try:
+            run(
+                con,
+                exp.Create(
+                    kind="TABLE", this=_model(name), expression=statement.limit(0), properties=_TEMPORARY
+                ),
+            )
+        except duckdb.Error as error:
+            if _reads_outside_the_project(error):
+                continue
+            errors.append(
+                StrataError(
+                    E_BUILD,
+                    f"DuckDB rejects model `{name}`: {first_line(error)}",
+                    project.models[name].location,
+                    hint=f"run `strata compile PROJECT --model {name}` to see the SQL; "
+                    "`strata run` would refuse it the same way",
+                )
+            )
+            continue
+        known.add(name)
+        bound += 1
+    return Binding(bound, tuple(errors))
 
 
 def _created(con: duckdb.DuckDBPyConnection, name: exp.Table, columns: tuple[tuple[str, str], ...]) -> bool:
@@ -81,7 +102,12 @@ def _created(con: duckdb.DuckDBPyConnection, name: exp.Table, columns: tuple[tup
         definitions = [
             exp.ColumnDef(this=exp.to_identifier(column), kind=data_type(kind)) for column, kind in columns
         ]
-        run(con, exp.Create(kind="TABLE", this=exp.Schema(this=name, expressions=definitions)))
+        run(
+            con,
+            exp.Create(
+                kind="TABLE", this=exp.Schema(this=name, expressions=definitions), properties=_TEMPORARY
+            ),
+        )
     except (duckdb.Error, SqlglotError):
         return False
     return True
@@ -94,8 +120,15 @@ def _reads_outside_the_project(error: duckdb.Error) -> bool:
 
 
 def _source(name: str) -> exp.Table:
-    return table(_SOURCE_PREFIX + name)
+    return _temporary(_SOURCE_PREFIX + name)
 
 
 def _model(name: str) -> exp.Table:
-    return table(_MODEL_PREFIX + name)
+    return _temporary(_MODEL_PREFIX + name)
+
+
+def _temporary(name: str) -> exp.Table:
+    """A temporary table's name, qualified: a table of the warehouse may have the same one."""
+    return exp.Table(
+        this=exp.to_identifier(name), db=exp.to_identifier("main"), catalog=exp.to_identifier("temp")
+    )
