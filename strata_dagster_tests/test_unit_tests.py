@@ -318,6 +318,18 @@ def test_errors_in_a_test_definition_are_coded_with_their_position(tmp_path, cod
     assert result.exit_code == 1 and f"error[{code}]" in result.output and "Traceback" not in result.output
 
 
+def test_a_test_of_no_model_is_told_the_close_name_or_to_go_with_its_model(tmp_path):
+    typo = error_of(
+        project(tmp_path / "typo", "test payd t {\n  expect [(order_id)]\n}\n"), warehouse(tmp_path / "typo")
+    )
+    assert typo.errors[0].hint.startswith("did you mean `paid`?"), typo.render()
+    gone = error_of(
+        project(tmp_path / "gone", "test monthly t {\n  expect [(order_id)]\n}\n"),
+        warehouse(tmp_path / "gone"),
+    )
+    assert "or remove the test with its model" in gone.errors[0].hint, gone.render()
+
+
 RUN_ERRORS = [
     # E063: a fixture column the source's table does not have; an expected column the model does not give.
     (

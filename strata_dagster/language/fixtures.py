@@ -6,6 +6,7 @@ gives a value (a DuckDB SQL expression, usually a literal) per column.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 
@@ -86,13 +87,12 @@ def model_test_errors(
     for test in tests:
         model = models.get(test.model)
         if model is None:
-            known = "sources are not tested, " if test.model in sources else ""
             errors.append(
                 StrataError(
                     E_TEST_MODEL,
                     f"test `{test.name}` is for `{test.model}`, which is not a model",
                     test.location,
-                    hint=known + "write `test MODEL_NAME TEST_NAME { ... }`",
+                    hint=_unknown_model_hint(test.model, sources, models),
                 )
             )
             continue
@@ -227,3 +227,14 @@ def _start(node: Tree | Token) -> int:
 
 def _end(node: Tree | Token) -> int:
     return node.end_pos if isinstance(node, Token) else node.meta.end_pos  # type: ignore[return-value]
+
+
+def _unknown_model_hint(name: str, sources: Mapping[str, Source], models: Mapping[str, Model]) -> str:
+    if name in sources:
+        return "sources are not tested: write `test MODEL_NAME TEST_NAME { ... }` for a model that reads it"
+    close = difflib.get_close_matches(name, list(models), n=1)
+    if close:
+        return f"did you mean `{close[0]}`? (`test MODEL_NAME TEST_NAME {{ ... }}`)"
+    return (
+        "name a model of the project (`test MODEL_NAME TEST_NAME { ... }`), or remove the test with its model"
+    )
