@@ -1,6 +1,6 @@
 """`strata check` has DuckDB bind every model's SQL against the sources' schemas, so what only
 DuckDB's binder knows (a misspelled function, a type mismatch, an aggregate outside a grouping, a
-window function in a filter) is E032 with the model's line before any run, not at `strata run`."""
+window function in a filter) is E032 at the step DuckDB refuses, before any run, not at `strata run`."""
 
 import pytest
 from click.testing import CliRunner
@@ -22,22 +22,26 @@ def check(project, warehouse):
 
 
 @pytest.mark.parametrize(
-    ("step", "said"),
+    ("step", "said", "where"),
     [
-        ("let day = sume(order_ts)", "Scalar Function with name sume does not exist"),
-        ("derive odd = amount + status", "No function matches the given name and argument types"),
-        ("derive total = sum(amount)", "must appear in the GROUP BY clause"),
-        ("filter row_number() over () = 1", "WHERE clause cannot contain window functions"),
-        ("filter order_ts >= 2025-01-01", "Cannot compare values of type"),
+        ("let day = sume(order_ts)", "Scalar Function with name sume does not exist", "m.strata:7:3"),
+        (
+            "derive odd = amount + status",
+            "No function matches the given name and argument types",
+            "m.strata:7:3",
+        ),
+        ("derive total = sum(amount)", "must appear in the GROUP BY clause", "m.strata:7:3"),
+        ("filter row_number() over () = 1", "WHERE clause cannot contain window functions", "m.strata:7:3"),
+        ("filter order_ts >= 2025-01-01", "Cannot compare values of type", "m.strata:7:3"),
     ],
 )
-def test_what_only_duckdb_binds_is_refused_by_check_with_the_models_line(tmp_path, step, said):
+def test_what_only_duckdb_binds_is_refused_by_check_at_its_step(tmp_path, step, said, where):
     module = SOURCE + f"model stg {{\n  from orders\n  {step}\n}}\n" + DOWNSTREAM
     project, warehouse = make_module_project(tmp_path, "m.strata", module, ORDERS)
     result = check(project, warehouse)
     assert result.exit_code == 1, result.output
     assert "error[E032]: DuckDB rejects model `stg`" in result.output and said in result.output, result.output
-    assert "m.strata:5:7" in result.output and "strata compile PROJECT --model stg" in result.output
+    assert where in result.output and "strata compile PROJECT --model stg" in result.output
     assert "model `downstream`" not in result.output  # not bound, as its input was refused
     # `strata run` refuses it the same way, publishing nothing.
     ran = CliRunner().invoke(main, ["run", str(project), "--warehouse", str(warehouse)])
@@ -53,8 +57,8 @@ def test_every_refused_model_is_reported_in_one_check(tmp_path):
     project, warehouse = make_module_project(tmp_path, "m.strata", module, ORDERS)
     result = check(project, warehouse)
     assert result.exit_code == 1
-    assert "DuckDB rejects model `first`" in result.output and "m.strata:5:7" in result.output
-    assert "DuckDB rejects model `second`" in result.output and "m.strata:10:7" in result.output
+    assert "DuckDB rejects model `first`" in result.output and "m.strata:7:3" in result.output
+    assert "DuckDB rejects model `second`" in result.output and "m.strata:12:3" in result.output
 
 
 def test_check_says_how_many_models_duckdb_bound(tmp_path):

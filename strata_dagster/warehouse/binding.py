@@ -11,16 +11,18 @@ run), or in memory when there is no warehouse yet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from strata_dagster.compile.compiler import compile_model
 from strata_dagster.compile.project import CompiledProject
-from strata_dagster.errors import E_BUILD, StrataError, first_line
+from strata_dagster.errors import E_BUILD, Location, StrataError, first_line
+from strata_dagster.language.definition import Model, ModelProperties, Project
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run
 
@@ -59,15 +61,16 @@ def _bind(
 ) -> Binding:
     project = compiled.project
     known = {name for name, columns in source_schemas.items() if _created(con, _source(name), columns)}
+    columns: dict[str, tuple[str, ...] | None] = {
+        name: tuple(column for column, _ in source_schemas[name]) for name in known
+    }
     bound = 0
     errors: list[StrataError] = []
     for name in project.order:
         model = compiled.models.get(name)
         if model is None or any(relation not in known for relation in project.models[name].references):
             continue
-        statement = model.bound(
-            lambda relation: _source(relation) if relation in project.sources else _model(relation)
-        )
+        statement = model.bound(_bound_relation(project))
         try:
             run(
                 con,
@@ -82,15 +85,42 @@ def _bind(
                 StrataError(
                     E_BUILD,
                     f"DuckDB rejects model `{name}`: {first_line(error)}",
-                    project.models[name].location,
+                    _refused_step(con, project, project.models[name], columns),
                     hint=f"run `strata compile PROJECT --model {name}` to see the SQL; "
                     "`strata run` would refuse it the same way",
                 )
             )
             continue
         known.add(name)
+        columns[name] = model.columns
         bound += 1
     return Binding(bound, tuple(errors))
+
+
+def _refused_step(
+    con: duckdb.DuckDBPyConnection,
+    project: Project,
+    model: Model,
+    columns: Mapping[str, tuple[str, ...] | None],
+) -> Location:
+    """Where the model's pipeline first fails to bind: the first of its steps whose prefix DuckDB
+    refuses (compiled without the model's properties), else the model itself (its properties or
+    the windows' tie-breakers)."""
+    for count in range(1, len(model.steps) + 1):
+        prefix = replace(model, steps=model.steps[:count], properties=ModelProperties())
+        try:
+            statement = compile_model(prefix, columns.get).bound(_bound_relation(project))
+        except StrataError:
+            return model.location
+        try:
+            run(con, statement.limit(0))
+        except duckdb.Error:
+            return model.steps[count - 1].location
+    return model.location
+
+
+def _bound_relation(project: Project) -> Callable[[str], exp.Table]:
+    return lambda relation: _source(relation) if relation in project.sources else _model(relation)
 
 
 def _created(con: duckdb.DuckDBPyConnection, name: exp.Table, columns: tuple[tuple[str, str], ...]) -> bool:
