@@ -861,7 +861,8 @@ class _Run:
                 E_BUILD,
                 f"{engine_label()} rejected model `{name}`: {error}",
                 self.project.models[name].location,
-                hint=f"run `strata compile PROJECT --model {name}` to see the SQL",
+                hint=f"run `strata compile PROJECT --model {name}` to see the SQL; `strata check PROJECT` "
+                "names the step when DuckDB refuses the SQL itself (not a value in the data)",
             ) from None
 
     def _full(
