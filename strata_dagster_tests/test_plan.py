@@ -161,3 +161,18 @@ def test_after_a_rollback_plan_names_the_views_a_run_points_back(tmp_path):
     assert all(outcome.path == "reused" for outcome in again.outcomes)
     settled = invoke(*args)
     assert settled.exit_code == 0 and "everything up to date (nothing to do)" in settled.output
+
+
+def test_a_new_branch_is_planned_as_views_to_publish(tmp_path):
+    project, warehouse = make_shop(tmp_path, rows=300)
+    run_project(project, warehouse)
+    args = (str(project), "--warehouse", str(warehouse), "--branch", "dev", "--only-stale")
+    planned = json.loads(invoke(*args, "--json").output)
+    assert planned["would_run"] and all(model["publishes_again"] for model in planned["models"])
+    assert all(
+        model["why"].endswith("the branch has no view of it yet: the run publishes it")
+        for model in planned["models"]
+    )
+    assert invoke(*args).exit_code == 1
+    run_project(project, warehouse, branch="dev", only_stale=True)
+    assert invoke(*args).exit_code == 0

@@ -200,10 +200,12 @@ class _Planner(_Run):
                 self.chosen[name] = choice.existing
                 self.possible[name] = {choice.existing.content_hash}
                 if not self._is_live(name, choice.existing, current):
-                    shown = "no snapshot" if current is None else f"snapshot {current.snapshot_id[:12]}"
-                    reason = (
-                        f"{_reused_reason(choice)}; the live view shows {shown}: the run publishes it again"
+                    shown = (
+                        "the branch has no view of it yet: the run publishes it"
+                        if current is None
+                        else f"the live view shows snapshot {current.snapshot_id[:12]}: the run publishes it again"
                     )
+                    reason = f"{_reused_reason(choice)}; {shown}"
                     return ModelPlan(name, REUSED, (REUSED,), reason, publishes_again=True)
                 return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
             planned = self._build_plan(name, choice, current)
