@@ -87,6 +87,17 @@ def load_and_compile(
 _UNKNOWN_COLUMNS = "a table whose columns only a run knows: not loaded yet"
 
 
+def _bound_text(engine: str, bound: int, models: int) -> str:
+    """How many models DuckDB bound, for the end of check's ok line ("" on other engines)."""
+    if engine != "duckdb" or not models:
+        return ""
+    if bound == models:
+        return "; DuckDB binds it" if bound == 1 else f"; DuckDB binds all {bound}"
+    if bound == 0:
+        return f"; DuckDB binds none of them (they read {_UNKNOWN_COLUMNS})"
+    return f"; DuckDB binds {bound} of {models} (the other {models - bound} read {_UNKNOWN_COLUMNS})"
+
+
 @main.command()
 @project_argument
 @warehouse_option
@@ -98,19 +109,9 @@ def check(project: Path, warehouse: Path | None) -> None:
     engine = current_engine().name
     compiled, _, bound = load_and_compile(project, resolve_warehouse(project, warehouse), engine, bind=True)
     loaded = compiled.project
-    checked = ""
-    if engine == "duckdb" and bound == len(loaded.models):
-        checked = "; DuckDB binds it" if bound == 1 else f"; DuckDB binds all {bound}"
-    elif engine == "duckdb" and bound == 0:
-        checked = f"; DuckDB binds none of them (they read {_UNKNOWN_COLUMNS})"
-    elif engine == "duckdb":
-        unknown = len(loaded.models) - bound
-        checked = (
-            f"; DuckDB binds {bound} of {len(loaded.models)} (the other {unknown} read {_UNKNOWN_COLUMNS})"
-        )
     say(
         f"ok: {counted(len(loaded.modules), 'module')}, {counted(len(loaded.sources), 'source')}, "
-        f"{counted(len(loaded.models), 'model')}{checked}"
+        f"{counted(len(loaded.models), 'model')}{_bound_text(engine, bound, len(loaded.models))}"
     )
 
 

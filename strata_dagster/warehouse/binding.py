@@ -26,7 +26,6 @@ from strata_dagster.language.definition import Model, ModelProperties, Project
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run
 
-_TEMPORARY = exp.Properties(expressions=[exp.TemporaryProperty()])
 _SOURCE_PREFIX = "source__"
 _MODEL_PREFIX = "model__"
 
@@ -75,7 +74,10 @@ def _bind(
             run(
                 con,
                 exp.Create(
-                    kind="TABLE", this=_model(name), expression=statement.limit(0), properties=_TEMPORARY
+                    kind="TABLE",
+                    this=_model(name),
+                    expression=statement.limit(0),
+                    properties=_temporary_table(),
                 ),
             )
         except duckdb.Error as error:
@@ -135,7 +137,9 @@ def _created(con: duckdb.DuckDBPyConnection, name: exp.Table, columns: tuple[tup
         run(
             con,
             exp.Create(
-                kind="TABLE", this=exp.Schema(this=name, expressions=definitions), properties=_TEMPORARY
+                kind="TABLE",
+                this=exp.Schema(this=name, expressions=definitions),
+                properties=_temporary_table(),
             ),
         )
     except (duckdb.Error, SqlglotError):
@@ -147,6 +151,10 @@ def _reads_outside_the_project(error: duckdb.Error) -> bool:
     """A table that is neither a source nor a model (a subquery's bare name): the warehouse may
     hold it, which only a run can tell, so the model is left unbound rather than refused."""
     return isinstance(error, duckdb.CatalogException) and "Table with name" in str(error)
+
+
+def _temporary_table() -> exp.Properties:
+    return exp.Properties(expressions=[exp.TemporaryProperty()])
 
 
 def _source(name: str) -> exp.Table:
