@@ -263,7 +263,7 @@ class _PipelineCompiler:
             # After a step that projects or reshapes rows, a filter reads that step's output.
             self.is_pushdown_open = False
         if isinstance(step, LetStep):
-            self.let(step.assignment)
+            self.let(step.assignment, step.location)
         elif isinstance(step, FilterStep):
             self.filter(step)
         elif isinstance(step, JoinStep):
@@ -306,8 +306,18 @@ class _PipelineCompiler:
 
         return node.copy().transform(replace, copy=False)
 
-    def let(self, assignment: Assignment) -> None:
+    def let(self, assignment: Assignment, location: Location) -> None:
         check_expression(assignment.expr, self.base_scope(), model=self.model.name)
+        if has_window(assignment.expr.node) and self.stage is not None:
+            # Computed in the base scan, the window would see the `from` rows alone: not what a
+            # join before it keeps or adds, nor a filter that stayed above the base.
+            raise self.error(
+                E_PIPELINE,
+                f"`let {assignment.name}` computes a window after a join or a filter on its result: "
+                "a `let` is computed in the base scan, before them, so the window would not see their rows",
+                location,
+                f"use `derive {assignment.name} = ...`, which computes the window over the rows the steps before it give",
+            )
         self.lets[assignment.name] = self.inline_lets(assignment.expr.node)
         self.lineage[assignment.name] = assignment.name
         if has_window(assignment.expr.node):
@@ -317,9 +327,15 @@ class _PipelineCompiler:
             self._note_windows(self.lets[assignment.name], in_base=True)
         if self.stage is not None:
             # A let after a join: the outer stage reads the base CTE, which now has one more column.
-            self.stage.scope.columns = _extended(self.stage.scope.columns, assignment.name)
-            self.stage.scope.relations[self.base_alias] = self.base_columns
-            self.stage.output = _extended(self.stage.output, assignment.name)
+            # The stage lists it last (`* EXCLUDE (name), base.name`), where the pipeline puts it:
+            # `*` alone would give it among the base columns, before the joined ones.
+            stage = self.stage
+            if stage.output is not None and assignment.name not in stage.output:
+                stage.star_except.append(exp.column(assignment.name))
+                stage.extra.append(exp.column(assignment.name, table=self.base_alias))
+            stage.scope.columns = _extended(stage.scope.columns, assignment.name)
+            stage.scope.relations[self.base_alias] = self.base_columns
+            stage.output = _extended(stage.output, assignment.name)
 
     def filter(self, step: FilterStep) -> None:
         node = step.condition.node
@@ -388,6 +404,7 @@ class _PipelineCompiler:
             not stage.is_plain
             or stage.group_by is not None
             or (stage.where and step.kind in ("right", "full"))
+            or stage.extra  # a let listed last: a join here would put its columns after it
         ):
             stage = self.wrap()
         right_columns = self.columns_of(step.relation)

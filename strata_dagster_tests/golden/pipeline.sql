@@ -21,7 +21,9 @@ WITH __base AS (
     status <> 'cancelled'
 ), __s1 AS (
   SELECT
-    *,
+    *
+    EXCLUDE (order_day),
+    orders.order_day,
     amount * 0.8 AS net
   FROM __base AS orders
   LEFT JOIN raw.customers AS customers

@@ -43,11 +43,11 @@ WITH `__base` AS (
     `orders`.`amount` AS `amount`,
     `orders`.`channel` AS `channel`,
     `orders`.`tags` AS `tags`,
-    `orders`.`order_day` AS `order_day`,
     `customers`.`name` AS `name`,
     `customers`.`region` AS `region`,
     `customers`.`segment` AS `segment`,
     `customers`.`signup_date` AS `signup_date`,
+    `orders`.`order_day` AS `order_day`,
     `orders`.`amount` * 0.8 AS `net`
   FROM `__base` AS `orders`
   LEFT JOIN raw.customers AS `customers`
