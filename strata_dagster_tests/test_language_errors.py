@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
+from strata_dagster_tests.engine_support import execute, make_module_project
 from strata_dagster_tests.helpers import compile_text, project_of
 
 # (code, module text, expected line, expected column); positions are in m.strata.
@@ -257,6 +259,26 @@ def test_tie_breakers_are_written_as_the_window_sees_them():
         "PARTITION BY orders.customer_id ORDER BY orders.order_ts, "
         "COALESCE(customers.region, 'unknown'), orders.order_id)" in compiled.sql("m", pretty=False)
     )
+
+
+def test_a_tie_breaker_renamed_by_a_later_select_is_written_by_its_name_at_the_window(tmp_path):
+    """`order_by: [id]` where a later `select order_id as id` renames it: the window's SELECT only
+    knows `order_id` (it was appended as `id`: E032 at run time)."""
+    text = (
+        "model m {\n  from orders\n  derive rn = row_number() over (order by amount)\n"
+        "  select order_id as id, rn\n  order_by: [id]\n}\n"
+    )
+    sql = compile_text(text).sql("m", pretty=False)
+    assert "ROW_NUMBER() OVER (ORDER BY amount, order_id)" in sql, sql
+    built = "source orders {\n  table: raw.orders\n}\n\n" + text
+    project, warehouse = make_module_project(
+        tmp_path,
+        "m.strata",
+        built,
+        "CREATE TABLE raw.orders AS SELECT * FROM (VALUES (2, 1.0), (1, 1.0), (3, 0.5)) t(order_id, amount)",
+    )
+    run_project(project, warehouse)
+    assert execute(warehouse, "SELECT id, rn FROM main.v_m ORDER BY rn") == [(3, 1), (1, 2), (2, 3)]
 
 
 def test_window_ordered_by_the_unique_key_is_deterministic():

@@ -74,6 +74,30 @@ def _tie_breaker(select: exp.Select | None, name: str) -> exp.Expression | None:
     return exp.column(name)
 
 
+def _name_below(statement: exp.Select, select: exp.Select | None, name: str) -> str:
+    """The model's output column `name` as the SELECT that computes the window names it: followed
+    down through the stages above that SELECT while they only pass it on or rename it (`select
+    order_id as id` names `order_id` below). A column computed above the window, or taken from a
+    joined relation, keeps its name (the window's SELECT cannot see it by any other)."""
+    stages = {cte.alias: cte.this for cte in (statement.args.get("with_") or exp.With()).expressions}
+    current: exp.Expression | None = statement
+    while current is not select and isinstance(current, exp.Select):
+        source = current.args.get("from_")
+        below = source.this if source is not None else None
+        if not isinstance(below, exp.Table) or below.name not in stages:
+            return name
+        for projection in current.expressions:
+            if isinstance(projection, exp.Star) or projection.alias_or_name != name:
+                continue
+            value = projection.this if isinstance(projection, exp.Alias) else projection
+            if not isinstance(value, exp.Column) or value.table not in ("", below.alias_or_name):
+                return name
+            name = value.name
+            break
+        current = stages[below.name]
+    return name
+
+
 def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp.Select, list[StrataWarning]]:
     """The statement with tie-breakers added (from `order_by`), and warnings for windows left open."""
     props = model.properties
@@ -96,7 +120,7 @@ def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp
                 breaker
                 for name in tie_breakers
                 if name not in ordered and name not in partition
-                for breaker in [_tie_breaker(select, name)]
+                for breaker in [_tie_breaker(select, _name_below(statement, select, name))]
                 if breaker is not None
             ]
             if missing:
