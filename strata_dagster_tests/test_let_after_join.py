@@ -92,3 +92,34 @@ def test_a_window_in_a_let_before_a_join_is_still_computed_in_the_base_scan():
     )
     compiled = compile_text(module, schemas=SCHEMAS, with_sources=False)
     assert compiled.models["m"].columns == ("order_id", "customer_id", "amount", "rn", "region")
+
+
+def test_steps_after_the_let_that_touch_its_column_build(tmp_path):
+    """`expand` of the let's column and a `derive` replacing it read it from a new stage (the let
+    is listed last by `* EXCLUDE`: excluding or replacing it again in the same star is refused)."""
+    module = SOURCES + (
+        "model expanded {\n  from orders\n  join left customers using (customer_id)\n"
+        "  let labels = [cast(order_id as varchar), 'x']\n  expand labels as tag\n}\n"
+        "model replaced {\n  from orders\n  join left customers using (customer_id)\n"
+        "  let doubled = amount * 2\n  derive doubled = doubled + 1\n  join left regions using (region)\n}\n"
+    )
+    project, warehouse = make_module_project(tmp_path, "m.strata", module, *TABLES)
+    run_project(project, warehouse)
+    assert built_columns(warehouse, "expanded") == ("order_id", "customer_id", "amount", "region", "tag")
+    assert built_columns(warehouse, "replaced") == (
+        "order_id",
+        "customer_id",
+        "amount",
+        "region",
+        "doubled",
+        "code",
+    )
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        tags = con.execute("SELECT count(*), count(DISTINCT tag) FROM main.v_expanded").fetchone()
+        doubled = con.execute("SELECT doubled FROM main.v_replaced ORDER BY order_id").fetchall()
+    assert tags == (6, 4)
+    assert [float(row[0]) for row in doubled] == [11.0, 15.0, 3.0]
+    compiled = compile_text(module, schemas=SCHEMAS, with_sources=False)
+    assert all(
+        compiled.models[name].columns == built_columns(warehouse, name) for name in ("expanded", "replaced")
+    )

@@ -157,6 +157,10 @@ class _Stage:
     group_by: list[exp.Expression] | None = None
     derived: set[str] = field(default_factory=set)
     is_expanded: bool = False
+    # Lets after this stage's joins: listed last (`* EXCLUDE (name), base.name`), where the
+    # pipeline puts them. A step that would list columns after them, or touch them in the star,
+    # opens a new stage first.
+    late_lets: set[str] = field(default_factory=set)
     # A window function computed here sees the rows this stage's WHERE keeps: a later filter
     # must not join that WHERE.
     has_window: bool = False
@@ -333,6 +337,7 @@ class _PipelineCompiler:
             if stage.output is not None and assignment.name not in stage.output:
                 stage.star_except.append(exp.column(assignment.name))
                 stage.extra.append(exp.column(assignment.name, table=self.base_alias))
+                stage.late_lets.add(assignment.name)
             stage.scope.columns = _extended(stage.scope.columns, assignment.name)
             stage.scope.relations[self.base_alias] = self.base_columns
             stage.output = _extended(stage.output, assignment.name)
@@ -404,7 +409,7 @@ class _PipelineCompiler:
             not stage.is_plain
             or stage.group_by is not None
             or (stage.where and step.kind in ("right", "full"))
-            or stage.extra  # a let listed last: a join here would put its columns after it
+            or stage.late_lets  # listed last: this join's columns would come after them
         ):
             stage = self.wrap()
         right_columns = self.columns_of(step.relation)
@@ -442,6 +447,7 @@ class _PipelineCompiler:
             or stage.is_expanded
             or referenced_names(node) & stage.derived
             or assignment.name in stage.derived
+            or assignment.name in stage.late_lets
         ):
             stage = self.wrap()
         check_expression(assignment.expr, stage.scope, model=self.model.name)
@@ -563,7 +569,7 @@ class _PipelineCompiler:
         for name in (step.item.output_name, expanded.name if isinstance(expanded, exp.Column) else None):
             self.lineage.pop(name or "", None)
         stage = self.current_stage()
-        if not stage.is_plain or stage.group_by is not None:
+        if not stage.is_plain or stage.group_by is not None or stage.late_lets:
             stage = self.wrap()
         check_expression(step.item, stage.scope, model=self.model.name)
         node = step.item.node

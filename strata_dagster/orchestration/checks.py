@@ -35,6 +35,7 @@ from strata_dagster.engine.checks import (
 )
 from strata_dagster.language.definition import Project
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.io_manager import _contract, _raw
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.source_checks import source_assumption_checks, source_ledger_checks
@@ -166,6 +167,7 @@ def pin_checks(models: Mapping[dg.AssetKey, tuple[str, Pins]]) -> dg.AssetChecks
         pool=c.DUCKDB_POOL,
         description="The unique and contract pins of strata models, measured on their live views.",
     )
+    @fails_cleanly
     def _pins(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())
@@ -246,6 +248,7 @@ def equivalence_checks(models: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefin
         pool=c.DUCKDB_POOL,
         description="strata verify: live views against full rebuilds in scratch space (rolled back).",
     )
+    @fails_cleanly
     def _verify(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         selected = {key.asset_key: models[key.asset_key] for key in context.selected_asset_check_keys}

@@ -27,6 +27,7 @@ from strata_dagster.engine.partition_status import input_partitions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.build import CompanionRefresh
 from strata_dagster.orchestration.event_storage import batched_asset_events
+from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 
@@ -111,6 +112,7 @@ def companion_asset(
         name=f"observe_{companion.key.to_python_identifier()}",
         required_resource_keys={c.STRATA_RESOURCE_KEY},
     )
+    @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> Iterator[dg.Output]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         record_companion(context, strata, companion.refresh())

@@ -13,6 +13,7 @@ from dagster._utils.schedules import is_valid_cron_string
 from strata_dagster.engine.gc import gc, parse_age
 from strata_dagster.errors import E_GC, E_GC_SCHEDULE, StrataError
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.failures import as_failure
 from strata_dagster.orchestration.resources import StrataResource
 
 GC_JOB: Final = "strata_gc"
@@ -71,10 +72,7 @@ def build_gc_job(
             )
         except StrataError as error:
             # A user's configuration or a busy warehouse: the message, never a stack trace.
-            raise dg.Failure(
-                description=error.render(),
-                metadata={"strata/error_code": error.code, "strata/hint": error.hint or ""},
-            ) from None
+            raise as_failure(error) from None
         context.log.info(
             f"dropped {len(result.dropped)} snapshot(s); kept the snapshots of {result.kept} run(s)"
         )

@@ -43,6 +43,7 @@ from strata_dagster.orchestration.backfills import engine_request
 from strata_dagster.orchestration.build import StrataBuild
 from strata_dagster.orchestration.companions import record_companion
 from strata_dagster.orchestration.event_storage import batched_asset_events
+from strata_dagster.orchestration.failures import failing_cleanly
 from strata_dagster.orchestration.provenance import materialization_tags, refresh_input_version
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.shared_builds import build_alone, build_unpartitioned
@@ -65,6 +66,10 @@ class StrataIOManager(dg.ConfigurableIOManager):
 
     # -- writing ----------------------------------------------------------------------------------
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        with failing_cleanly():
+            self._handle_output(context, obj)
+
+    def _handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if isinstance(obj, StrataBuild):
             # The build, its versions, schema and companion open the warehouse about ten times:
             # one open file for all of them (warehouse.connection.held_open).
@@ -239,6 +244,10 @@ class StrataIOManager(dg.ConfigurableIOManager):
 
     # -- reading ----------------------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> pl.DataFrame | pd.DataFrame:
+        with failing_cleanly():
+            return self._load_input(context)
+
+    def _load_input(self, context: dg.InputContext) -> pl.DataFrame | pd.DataFrame:
         strata = self.strata
         upstream = context.upstream_output
         name = _model_name(upstream.definition_metadata if upstream else {}, context.asset_key)

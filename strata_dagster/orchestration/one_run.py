@@ -30,6 +30,7 @@ from pydantic import Field
 
 from strata_dagster.errors import E_RANGE_RUN, StrataError
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.failures import as_failure
 from strata_dagster.orchestration.stale_sensor import RANGE_END_TAG, RANGE_START_TAG
 
 MATERIALIZE_ALL_JOB = c.MATERIALIZE_ALL_JOB
@@ -273,10 +274,7 @@ def build_one_run_jobs(
                 defs.resolve_asset_graph(), backfill_job_of, config, context.instance
             )
         except StrataError as error:
-            raise dg.Failure(
-                description=error.render(),
-                metadata={c.ERROR_CODE_KEY: error.code, c.HINT_KEY: error.hint or ""},
-            ) from None
+            raise as_failure(error) from None
         return run_waves(context, defs, waves, PURPOSE_BACKFILL)
 
     @dg.job(

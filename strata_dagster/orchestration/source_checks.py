@@ -17,6 +17,7 @@ import dagster as dg
 from strata_dagster.engine.arrivals import SourceArrivals, peek_arrivals
 from strata_dagster.engine.source_verify import verify_sources
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.resources import StrataResource
 
 LEDGER_CHECK: Final = "strata_source_ledger"
@@ -82,6 +83,7 @@ def source_assumption_checks(sources: Mapping[dg.AssetKey, str]) -> dg.AssetChec
         pool=c.DUCKDB_POOL,
         description="Business-versioned sources' listings against their partition ledgers (no row read).",
     )
+    @fails_cleanly
     def _assumptions(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())
@@ -114,6 +116,7 @@ def source_ledger_checks(sources: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDe
         pool=c.DUCKDB_POOL,
         description="Business-versioned sources re-hashed against their partition ledgers.",
     )
+    @fails_cleanly
     def _ledgers(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())

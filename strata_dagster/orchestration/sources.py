@@ -19,6 +19,7 @@ from strata_dagster.engine.partition_status import source_partitions, whole_cont
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.companions import PartitionCompanion, record_companion
+from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 
@@ -75,6 +76,7 @@ def _unpartitioned(
         automation_condition=translator.get_automation_condition(props),
         **_common(props, translator),  # type: ignore[arg-type]
     )
+    @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> dg.ObserveResult:
         result = _observe_whole(context, name)
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
@@ -101,6 +103,7 @@ def _partitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -
         return {key: dg.DataVersion(content.fingerprint) for key, content in contents.items()}
 
     @dg.observable_source_asset(key=key, partitions_def=partitions_def, **_common(props, translator))  # type: ignore[arg-type]
+    @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> dg.DataVersionsByPartition:
         whole = _observe_whole(context, name)
         context.log_event(
@@ -124,6 +127,7 @@ def _partitioned(props: StrataAssetProps, translator: StrataDagsterTranslator) -
         ),
         **common,  # type: ignore[arg-type]
     )
+    @fails_cleanly
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
         for partition, version in partition_versions(context).items():
             context.log_event(
@@ -164,6 +168,7 @@ def build_whole_model_asset(props: StrataAssetProps, translator: StrataDagsterTr
     )
 
     @dg.observable_source_asset(key=translator.get_whole_asset_key(props), **common)  # type: ignore[arg-type]
+    @fails_cleanly
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         whole = whole_content(strata.warehouse_path, model_view(name, strata.branch))

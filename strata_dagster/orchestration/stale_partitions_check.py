@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 import dagster as dg
 
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.stale_partitions_reading import (
     STALE_PARTITIONS_CHECK,
@@ -49,6 +50,7 @@ def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.
         pool=c.DUCKDB_POOL,
         description="The stale partitions of strata's partitioned models, as the engine would rebuild them.",
     )
+    @fails_cleanly
     def _stale(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         # The job's asset graph holds every asset of the definitions (the upstream ones its staleness reads).

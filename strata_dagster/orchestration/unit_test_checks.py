@@ -20,6 +20,7 @@ from strata_dagster.engine.unit_tests import UnitTestResult, run_unit_tests
 from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import ModelTest, Project
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.wording import counted
 
@@ -74,6 +75,7 @@ def unit_test_checks(
         pool=c.DUCKDB_POOL,
         description="strata test: models over their fixture rows, in an in-memory DuckDB.",
     )
+    @fails_cleanly
     def _unit_tests(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
         strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
         selected = {key.asset_key: models[key.asset_key] for key in context.selected_asset_check_keys}

@@ -1,0 +1,55 @@
+"""A user's mistake met in a Dagster step (a model DuckDB refuses, a source that cannot be read, a
+warehouse another process holds too long) ends the step as a `dg.Failure`: the strata message, with
+its code, file:line:col and hint, is the failure's description and metadata. Raised as itself, it
+reached the UI as an error of the IO manager or op, the engine's stack trace under it."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import dagster as dg
+
+from strata_dagster.errors import StrataError
+from strata_dagster.orchestration import constants as c
+
+LOCATION_KEY = "strata/location"
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def as_failure(error: StrataError) -> dg.Failure:
+    metadata = {c.ERROR_CODE_KEY: error.code, c.HINT_KEY: error.hint or ""}
+    if error.location is not None:
+        metadata[LOCATION_KEY] = str(error.location)
+    return dg.Failure(description=error.render(), metadata=metadata)
+
+
+@contextmanager
+def failing_cleanly() -> Iterator[None]:
+    try:
+        yield
+    except StrataError as error:
+        raise as_failure(error) from None
+
+
+def fails_cleanly(function: Function) -> Function:
+    """`function` (an op's, an observation's or a check's compute function, a generator or not)
+    with its StrataErrors raised as `dg.Failure`. Dagster reads its parameters through the wrapper."""
+    if inspect.isgeneratorfunction(function):
+
+        @functools.wraps(function)
+        def generating(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with failing_cleanly():
+                yield from function(*args, **kwargs)
+
+        return generating  # type: ignore[return-value]
+
+    @functools.wraps(function)
+    def returning(*args: Any, **kwargs: Any) -> Any:
+        with failing_cleanly():
+            return function(*args, **kwargs)
+
+    return returning  # type: ignore[return-value]
