@@ -312,7 +312,8 @@ class _PipelineCompiler:
 
     def let(self, assignment: Assignment, location: Location) -> None:
         check_expression(assignment.expr, self.base_scope(), model=self.model.name)
-        if has_window(assignment.expr.node) and self.stage is not None:
+        is_window = has_window(assignment.expr.node)
+        if is_window and self.stage is not None:
             # Computed in the base scan, the window would see the `from` rows alone: not what a
             # join before it keeps or adds, nor a filter that stayed above the base.
             raise self.error(
@@ -324,7 +325,7 @@ class _PipelineCompiler:
             )
         self.lets[assignment.name] = self.inline_lets(assignment.expr.node)
         self.lineage[assignment.name] = assignment.name
-        if has_window(assignment.expr.node):
+        if is_window:
             # The window sees the rows the base WHERE keeps: later filters must come after it.
             self.is_pushdown_open = False
             self.has_window = True

@@ -97,4 +97,5 @@ KIND_TAG_PREFIX: Final = "dagster/kind/"
 ERROR_CODE_KEY: Final = "strata/error_code"
 ERROR_KEY: Final = "strata/error"
 HINT_KEY: Final = "strata/hint"
+LOCATION_KEY: Final = "strata/location"  # a StrataError's file:line:col on a failed step
 WRITTEN_KEY: Final = "strata/written"

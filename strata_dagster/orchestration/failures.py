@@ -16,14 +16,13 @@ import dagster as dg
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
 
-LOCATION_KEY = "strata/location"
 Function = TypeVar("Function", bound=Callable[..., Any])
 
 
 def as_failure(error: StrataError) -> dg.Failure:
     metadata = {c.ERROR_CODE_KEY: error.code, c.HINT_KEY: error.hint or ""}
     if error.location is not None:
-        metadata[LOCATION_KEY] = str(error.location)
+        metadata[c.LOCATION_KEY] = str(error.location)
     return dg.Failure(description=error.render(), metadata=metadata)
 
 
