@@ -13,6 +13,7 @@ from strata_dagster import build_definitions
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.status import peek_live_contents
 from strata_dagster_tests.dagster_support import (
+    SOURCES,
     UNPARTITIONED_MODELS,
     execute_assets,
     history_entries,
@@ -61,6 +62,48 @@ def test_the_unpartitioned_models_of_a_run_share_one_engine_run_and_build_what_t
     assert live == _live(cli_warehouse, UNPARTITIONED_MODELS)
     assert {name: _data_version(instance, name) for name in UNPARTITIONED_MODELS} == live
     assert all(_metadata(instance, name, "strata/path") == "full" for name in UNPARTITIONED_MODELS)
+
+
+def test_a_run_that_observes_its_sources_first_builds_its_models_in_one_engine_run(tmp_path):
+    # The shape of strata_materialize_all's and the sensor's waves: the observations, then the models.
+    project, warehouse = make_small_shop(tmp_path)
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+
+    result = execute_assets(defs, instance, [*SOURCES, *UNPARTITIONED_MODELS])
+
+    assert result.success
+    steps = [event.step_key for event in result.all_events if event.is_step_start]
+    assert steps.index("customers") < steps.index("stg_customers")
+    (entry,) = history_entries(warehouse)  # stg_customers was built alone before: three entries
+    assert {_metadata(instance, name, "strata/run_id") for name in UNPARTITIONED_MODELS} == {entry.run_id}
+    live = _live(warehouse, UNPARTITIONED_MODELS)
+    assert {name: _data_version(instance, name) for name in UNPARTITIONED_MODELS} == live
+
+
+def test_a_source_below_a_failed_blocking_check_keeps_its_readers_out_of_the_shared_run(tmp_path):
+    project, warehouse = make_small_shop(tmp_path)
+
+    @dg.asset_check(asset="customers", blocking=True)
+    def customers_refused() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=False, description="refused by the team's own check")
+
+    defs = dg.Definitions.merge(
+        build_definitions(project, warehouse=warehouse), dg.Definitions(asset_checks=[customers_refused])
+    )
+    instance = dg.DagsterInstance.ephemeral()
+
+    result = execute_assets(defs, instance, [*SOURCES, *UNPARTITIONED_MODELS])
+
+    assert not result.success
+    below = {"stg_customers", "orders_enriched"}  # read customers; Dagster skips them
+    live = _live(warehouse, UNPARTITIONED_MODELS)
+    for name in UNPARTITIONED_MODELS:
+        if name in below:
+            assert _materialization(instance, name) is None, name
+            assert live[name] is None, f"{name} was published although Dagster skipped it"
+        else:
+            assert _data_version(instance, name) == live[name] is not None, name
 
 
 def test_a_model_below_a_failed_blocking_check_is_neither_built_nor_materialized(tmp_path):

@@ -10,9 +10,11 @@ model's outcome from it, in their own order, with their own events.
 A model joins the shared run only when nothing Dagster would do between the two steps could change
 what the engine builds or whether Dagster builds it: it is an unpartitioned SQL model whose step is
 in the run's plan and has not run, and every asset upstream of it in the plan is upstream of the
-step that runs the engine (so already materialized) or in the shared run itself, with no blocking
-check (whose failure would make Dagster skip it). A Python model, a partitioned model, another
-asset or a blocking check upstream in the plan keeps a model to its own step.
+step that runs the engine (so already materialized), or was materialized or observed by a step of
+this run that succeeded (the sources' observations a wave starts with), or is in the shared run
+itself; the last two with no blocking check (whose failure would make Dagster skip what is below
+it). A Python model, a partitioned model, another asset or a blocking check upstream in the plan
+keeps a model to its own step.
 
 What stays as it was: a step whose model's view no longer shows what the shared run built (another
 run published it in between) runs the engine for its model again. When a shared run fails, the
@@ -142,7 +144,8 @@ def _shared_models(
         if definition is not None and definition.properties.partitioned_by is None:
             sql_models[name] = key
     here = context.asset_key
-    materialized = graph.get_ancestor_asset_keys(here)
+    succeeded = _succeeded_assets(step, layer) - blocking
+    materialized = graph.get_ancestor_asset_keys(here) | succeeded
     # Built and waiting for their steps: this one, and those an earlier shared run built.
     built = {here} | {key for name, key in sql_models.items() if name in builds.pending}
     shared = [model]
@@ -155,3 +158,16 @@ def _shared_models(
             shared.append(name)
             built.add(key)
     return tuple(shared)
+
+
+def _succeeded_assets(step: dg.StepExecutionContext, layer) -> set[dg.AssetKey]:
+    """The assets of this run's steps that have succeeded (one asset per step): the in-process
+    executor runs one step at a time, so what has not succeeded yet is not upstream data."""
+    records = step.instance.get_records_for_run(step.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS).records
+    done = {record.event_log_entry.step_key for record in records}
+    return {
+        key
+        for data in layer.data
+        if str(data.node_handle) in done and len(data.assets_def.keys) == 1
+        for key in data.assets_def.keys
+    }
