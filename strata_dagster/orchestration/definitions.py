@@ -23,6 +23,7 @@ from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
+from strata_dagster.orchestration.failures import raises_cleanly
 from strata_dagster.orchestration.gc_job import StrataGcPolicy, build_gc_job
 from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.one_run import DefinitionsRef, build_one_run_jobs
@@ -38,6 +39,7 @@ from strata_dagster.warehouse.engines import choose_engine, engine_choice
 UNPARTITIONED_JOB = "strata_unpartitioned"
 
 
+@raises_cleanly
 def build_definitions(
     project_dir: Path | str,
     *,

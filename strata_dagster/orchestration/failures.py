@@ -1,7 +1,12 @@
 """A user's mistake met in a Dagster step (a model DuckDB refuses, a source that cannot be read, a
 warehouse another process holds too long) ends the step as a `dg.Failure`: the strata message, with
 its code, file:line:col and hint, is the failure's description and metadata. Raised as itself, it
-reached the UI as an error of the IO manager or op, the engine's stack trace under it."""
+reached the UI as an error of the IO manager or op, the engine's stack trace under it.
+
+A mistake found while Dagster loads the definitions (a typo in a `.strata` file, a warehouse that
+is not there) cannot be a step's failure: Dagster shows the code location's load error with its
+stack. That stack stops at `build_definitions` (`raises_cleanly`): the user's own lines above it,
+strata's message, and not the parser's or the engine's frames below it."""
 
 from __future__ import annotations
 
@@ -52,3 +57,18 @@ def fails_cleanly(function: Function) -> Function:
             return function(*args, **kwargs)
 
     return returning  # type: ignore[return-value]
+
+
+def raises_cleanly(function: Function) -> Function:
+    """`function`, called where Dagster loads a code location, with a StrataError raised again
+    from here without the frames below (nor the errors it was raised from): its message already
+    says where the mistake is and what to do."""
+
+    @functools.wraps(function)
+    def loading(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except StrataError as error:
+            raise error.with_traceback(None) from None
+
+    return loading  # type: ignore[return-value]
