@@ -5,17 +5,22 @@ and a fresh copy of the same warehouse:
 - `strata run` (the CLI, process included): the floor;
 - Dagster's fixed launch cost: a run of one trivial asset in another code location, launch to
   success, measured on the instance's second run (its first also starts the run launcher's fork
-  server, printed beside it);
+  server, printed beside it); on Dagster's default executor, which runs each step in a process
+  of its own, and on the example's in-process executor (a third code location);
 - the first load as `strata_materialize_all` (one run; its waves run inside it), launch to every
   run finished, then every asset and partition checked fresh;
 - a backfill of 3 daily partitions as `strata_backfill_range` (one run);
 - the same 3 days from the partition dialog (a Dagster backfill): launch to its run's end (the
   partitions fresh) and to the backfill's end, and when the daemon created the run;
 - the first load as *Materialize all* in the asset graph (a Dagster backfill of every asset and
-  partition, after an observation of the sources), with the daemon's wait before each level.
+  partition, after an observation of the sources), with the daemon's wait before each level;
+- the same click's fixed cost: *Materialize all* of do-nothing assets of the example's shape (one
+  unpartitioned, one daily over as many days with a single-run backfill policy, one monthly over
+  it; in-process), on the same instance: the three runs Dagster makes of it, their starts and
+  its per-partition events, with no work in them.
 
-Prints each figure, the ratios to the targets (first load <= 2 x strata run + fixed cost; 3-day
-backfill < 15 s) and the load average.
+Prints each figure, the ratios to the targets (first load <= 2 x strata run + fixed cost, with each
+of the fixed costs above; 3-day backfill < 15 s) and the load average.
 
     PYTHONPATH=. .venv/bin/python bench/bench_dagster_path.py [--rows 100000] [--days 365]
 
@@ -51,23 +56,68 @@ def trivial() -> None:
 
 defs = dg.Definitions(assets=[trivial])
 """
+# The example's shape with nothing to do, on the example's executor (in-process): what Dagster itself
+# costs for the same *Materialize all* (its runs, their starts, its per-partition events).
+SHAPE = """
+import datetime as dt
+
+import dagster as dg
+
+START = dt.date(2025, 1, 1)
+LAST = START + dt.timedelta(days={days} - 1)
+DAILY = dg.DailyPartitionsDefinition(
+    start_date=START.isoformat(), end_date=(LAST + dt.timedelta(days=1)).isoformat()
+)
+MONTHLY = dg.MonthlyPartitionsDefinition(
+    start_date=START.isoformat(),
+    end_date=dt.date(LAST.year + LAST.month // 12, LAST.month % 12 + 1, 1).isoformat(),
+)
+SINGLE_RUN = dg.BackfillPolicy.single_run()
+DAYS_OF_MONTH = dg.TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions=True)
+
+
+@dg.asset
+def shape_unpartitioned() -> None:
+    return None
+
+
+@dg.asset(deps=[shape_unpartitioned], partitions_def=DAILY, backfill_policy=SINGLE_RUN)
+def shape_daily() -> None:
+    return None
+
+
+@dg.asset(
+    deps=[dg.AssetDep(shape_daily, partition_mapping=DAYS_OF_MONTH)],
+    partitions_def=MONTHLY,
+    backfill_policy=SINGLE_RUN,
+)
+def shape_monthly() -> None:
+    return None
+
+
+defs = dg.Definitions(
+    assets=[shape_unpartitioned, shape_daily, shape_monthly], executor=dg.in_process_executor
+)
+"""
 
 
 def load() -> str:
     return "load average " + " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def workspace(root: Path, warehouse: Path) -> Path:
+def workspace(root: Path, warehouse: Path, days: int) -> Path:
     """The example over a copy of `warehouse`, a trivial code location beside it, and a
     DAGSTER_HOME with the repository's dagster.yaml; returns the home."""
     project = root / "shop"
     shutil.copytree(SHOP, project, ignore=shutil.ignore_patterns("*.duckdb*", "__pycache__"))
     shutil.copy(warehouse, project / "warehouse.duckdb")
     (root / "trivial.py").write_text(TRIVIAL)
+    (root / "shape.py").write_text(SHAPE.replace("{days}", str(days)))
     (root / "workspace.yaml").write_text(
         "load_from:\n"
         "  - python_file:\n      relative_path: shop/definitions.py\n      location_name: shop\n"
         "  - python_file:\n      relative_path: trivial.py\n      location_name: trivial\n"
+        "  - python_file:\n      relative_path: shape.py\n      location_name: shape\n"
     )
     home = root / "dagster_home"
     home.mkdir()
@@ -87,9 +137,9 @@ def strata_run(project: Path, warehouse: Path) -> float:
     return time.perf_counter() - begin
 
 
-def trivial_run(graphql: GraphQL, log: Path) -> float:
+def trivial_run(graphql: GraphQL, log: Path, name: str = "trivial", location: str = "trivial") -> float:
     begin = time.perf_counter()
-    until_runs_done(graphql, log, [graphql.launch(["trivial"], location="trivial")])
+    until_runs_done(graphql, log, [graphql.launch([name], location=location)])
     return time.perf_counter() - begin
 
 
@@ -108,13 +158,17 @@ def until_runs_done(graphql: GraphQL, log: Path, run_ids: list[str] | None = Non
     return time.perf_counter() - begin
 
 
-def backfill_all(graphql: GraphQL, tags: dict[str, str]) -> str:
-    """*Materialize all* with partitioned assets in the selection: a backfill of every partition."""
+def backfill_all(graphql: GraphQL, tags: dict[str, str], *, shape: bool = False) -> str:
+    """*Materialize all* with partitioned assets in the selection: a backfill of every partition,
+    of the example's assets or (`shape`) of the trivial location's assets of the example's shape."""
     nodes = graphql("{ assetNodes { assetKey { path } isObservable isExecutable } }")["assetNodes"]
     keys = [
         node["assetKey"]
         for node in nodes
-        if node["isExecutable"] and not node["isObservable"] and node["assetKey"]["path"] != ["trivial"]
+        if node["isExecutable"]
+        and not node["isObservable"]
+        and node["assetKey"]["path"] != ["trivial"]
+        and node["assetKey"]["path"][0].startswith("shape_") == shape
     ]
     data = graphql(
         "mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) { "
@@ -193,18 +247,22 @@ def main() -> None:
 
         one = root / "one_run"
         one.mkdir()
-        with dagster_dev(one, workspace(one, sample)) as (graphql, log):
+        with dagster_dev(one, workspace(one, sample, args.days)) as (graphql, log):
             # The first run after the daemon starts also starts the run launcher's fork server.
             fixed_first, fixed = (trivial_run(graphql, log) for _ in range(2))
             print(
                 f"fixed cost, a run of one trivial asset (launch to success): {fixed:.1f}s "
                 f"(the instance's first run: {fixed_first:.1f}s); {load()}"
             )
+            in_process = trivial_run(graphql, log, "shape_unpartitioned", "shape")
+            print(f"  the same on the example's executor (in-process, no step subprocess): {in_process:.1f}s")
             target = 2 * cli + fixed
             first = job_run(graphql, log, "strata_materialize_all", {})
             print(
                 f"first load, strata_materialize_all (launch to every run done): {first:.1f}s; "
-                f"ratio to the target 2 x strata run + fixed cost ({target:.1f}s): {first / target:.2f}; {load()}"
+                f"ratio to the target 2 x strata run + fixed cost ({target:.1f}s): {first / target:.2f}; "
+                f"with the in-process run's fixed cost ({2 * cli + in_process:.1f}s): "
+                f"{first / (2 * cli + in_process):.2f}; {load()}"
             )
             stale = graphql.stale()
             assert not stale, f"stale after strata_materialize_all: {sorted(stale)[:10]}"
@@ -234,7 +292,15 @@ def main() -> None:
 
         backfill = root / "backfill"
         backfill.mkdir()
-        with dagster_dev(backfill, workspace(backfill, sample)) as (graphql, log):
+        with dagster_dev(backfill, workspace(backfill, sample, args.days)) as (graphql, log):
+            trivial_run(graphql, log)  # starts the run launcher's fork server, as in the one-run instance
+            launched = time.time()
+            shaped = until_backfill_done(graphql, backfill_all(graphql, {}, shape=True), log, launched)
+            shaped_target = 2 * cli + shaped
+            print(
+                f"fixed cost of the same click: Materialize all of trivial assets of the example's shape "
+                f"(unpartitioned, {args.days} days, their months; in-process): {shaped:.1f}s to fresh; {load()}"
+            )
             begin = time.perf_counter()
             until_runs_done(
                 graphql,
@@ -246,7 +312,8 @@ def main() -> None:
             fresh = until_backfill_done(graphql, backfill_all(graphql, REASON), log, launched)
             print(
                 f"first load, Materialize all (a Dagster backfill): {fresh:.1f}s to fresh; ratio to the "
-                f"target ({target:.1f}s): {fresh / target:.2f}; {load()}"
+                f"target ({target:.1f}s): {fresh / target:.2f}; to 2 x strata run + the same click's fixed "
+                f"cost ({shaped_target:.1f}s): {fresh / shaped_target:.2f}; {load()}"
             )
 
 
