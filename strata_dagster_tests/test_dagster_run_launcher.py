@@ -26,6 +26,7 @@ from strata_dagster_tests.dagster_support import REPO, GraphQL, dagster_dev, wai
 pytestmark = pytest.mark.xdist_group("dagster_dev")
 
 LOCATION = """
+import gc
 import os
 import signal
 import time
@@ -41,7 +42,9 @@ def _parent() -> str:
 
 @dg.asset
 def quick() -> dg.MaterializeResult:
-    return dg.MaterializeResult(metadata={"pid": os.getpid(), "parent": _parent()})
+    return dg.MaterializeResult(
+        metadata={"pid": os.getpid(), "parent": _parent(), "frozen": gc.get_freeze_count()}
+    )
 
 
 @dg.asset
@@ -169,6 +172,9 @@ def test_runs_are_forked_a_killed_worker_fails_its_run_the_ui_cancels_one_anothe
     assert quick[forked]["parent"].value == "fork server"
     assert tags[forked][WORKER_PID_TAG] == str(quick[forked]["pid"].value)
     assert tags[slow][WORKER_PID_TAG] == str(worker)
+    # What the fork server imported is frozen (its collector never walks it in a run);
+    # Dagster's own launcher's worker freezes nothing.
+    assert quick[forked]["frozen"].value > 100_000 and quick[default]["frozen"].value == 0
     # A worker killed mid-run: its run fails, saying how (as Dagster's code server says it).
     assert any("was terminated by signal 9 (SIGKILL)" in message for message in crash_messages), (
         crash_messages
