@@ -8,6 +8,7 @@ import sys
 
 import dagster as dg
 import duckdb
+import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.engine.run import run_project
@@ -81,48 +82,35 @@ def test_a_run_that_observes_its_sources_first_builds_its_models_in_one_engine_r
     assert {name: _data_version(instance, name) for name in UNPARTITIONED_MODELS} == live
 
 
-def test_a_source_below_a_failed_blocking_check_keeps_its_readers_out_of_the_shared_run(tmp_path):
+@pytest.mark.parametrize(
+    ("checked", "selection", "below"),
+    [
+        # A model's check: the run's models after the sources' observation in a run before.
+        ("stg_orders", UNPARTITIONED_MODELS, {"orders_enriched", "order_tags"}),
+        # A source's check, in the run that observes it: its step succeeded, its check did not.
+        ("customers", (*SOURCES, *UNPARTITIONED_MODELS), {"stg_customers", "orders_enriched"}),
+    ],
+    ids=["on a model", "on an observed source"],
+)
+def test_an_asset_below_a_failed_blocking_check_is_neither_built_nor_materialized(
+    tmp_path, checked, selection, below
+):
     project, warehouse = make_small_shop(tmp_path)
 
-    @dg.asset_check(asset="customers", blocking=True)
-    def customers_refused() -> dg.AssetCheckResult:
+    @dg.asset_check(asset=checked, blocking=True)
+    def refused() -> dg.AssetCheckResult:
         return dg.AssetCheckResult(passed=False, description="refused by the team's own check")
 
     defs = dg.Definitions.merge(
-        build_definitions(project, warehouse=warehouse), dg.Definitions(asset_checks=[customers_refused])
+        build_definitions(project, warehouse=warehouse), dg.Definitions(asset_checks=[refused])
     )
     instance = dg.DagsterInstance.ephemeral()
+    if checked not in selection:
+        observe_sources(defs, instance)
 
-    result = execute_assets(defs, instance, [*SOURCES, *UNPARTITIONED_MODELS])
+    result = execute_assets(defs, instance, selection)
 
-    assert not result.success
-    below = {"stg_customers", "orders_enriched"}  # read customers; Dagster skips them
-    live = _live(warehouse, UNPARTITIONED_MODELS)
-    for name in UNPARTITIONED_MODELS:
-        if name in below:
-            assert _materialization(instance, name) is None, name
-            assert live[name] is None, f"{name} was published although Dagster skipped it"
-        else:
-            assert _data_version(instance, name) == live[name] is not None, name
-
-
-def test_a_model_below_a_failed_blocking_check_is_neither_built_nor_materialized(tmp_path):
-    project, warehouse = make_small_shop(tmp_path)
-
-    @dg.asset_check(asset="stg_orders", blocking=True)
-    def stg_orders_refused() -> dg.AssetCheckResult:
-        return dg.AssetCheckResult(passed=False, description="refused by the team's own check")
-
-    defs = dg.Definitions.merge(
-        build_definitions(project, warehouse=warehouse), dg.Definitions(asset_checks=[stg_orders_refused])
-    )
-    instance = dg.DagsterInstance.ephemeral()
-    observe_sources(defs, instance)
-
-    result = execute_assets(defs, instance, UNPARTITIONED_MODELS)
-
-    assert not result.success
-    below = {"orders_enriched", "order_tags"}  # read stg_orders; Dagster skips them
+    assert not result.success  # Dagster skips `below`, which reads `checked`
     live = _live(warehouse, UNPARTITIONED_MODELS)
     for name in UNPARTITIONED_MODELS:
         if name in below:
