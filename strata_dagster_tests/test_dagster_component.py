@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import dagster as dg
@@ -158,6 +159,13 @@ def test_a_project_path_without_modules_or_a_missing_python_model_is_e067(
     while error is not None and not isinstance(error, StrataError):
         error = error.__cause__ or error.__context__
     assert error is not None and error.code == E_COMPONENT
+    # dg shows it under its own load error: strata's message, no strata frame below build_defs.
+    ours = [
+        frame.filename
+        for frame in traceback.extract_tb(error.__traceback__)
+        if "/strata_dagster/" in frame.filename
+    ]
+    assert all(name.endswith("orchestration/failures.py") for name in ours), ours
 
 
 def test_select_keeps_the_selected_models_and_the_models_they_read(tmp_path, monkeypatch):

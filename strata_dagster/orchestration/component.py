@@ -18,6 +18,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.errors import E_COMPONENT, Location, StrataError
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE
 from strata_dagster.orchestration.definitions import build_definitions
+from strata_dagster.orchestration.failures import raises_cleanly
 from strata_dagster.orchestration.gc_job import DEFAULT_GC_CRON, StrataGcPolicy
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
 
@@ -135,6 +136,7 @@ class StrataProjectComponent(dg.Component, dg.Model, dg.Resolvable):
     verification_schedule_status: Status = Field(default="stopped", description="Its default status.")
     gc: StrataGcSchedule | None = Field(default=None, description="The retention job; none without it.")
 
+    @raises_cleanly
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         here = _folder(context.path)
         project = here / self.project_path
