@@ -281,6 +281,43 @@ def test_a_tie_breaker_renamed_by_a_later_select_is_written_by_its_name_at_the_w
     assert execute(warehouse, "SELECT id, rn FROM main.v_m ORDER BY rn") == [(3, 1), (1, 2), (2, 3)]
 
 
+def test_a_tie_breaker_computed_by_a_later_select_is_computed_at_the_window(tmp_path):
+    """`order_by: [twice]` where a later `select amount * 2 as twice` computes it: the window's
+    SELECT is ordered by `amount * 2` (it was appended as `twice`: E032, a known issue until the
+    twentieth session); one computed from the window itself is no tie-breaker and is left out."""
+    text = (
+        "model m {\n  from orders\n  derive rn = row_number() over (order by status)\n"
+        "  select order_id, amount * 2 as twice, rn, rn * 10 as tens\n  order_by: [twice, tens]\n}\n"
+    )
+    sql = compile_text(text).sql("m", pretty=False)
+    assert "ROW_NUMBER() OVER (ORDER BY status, amount * 2) AS rn" in sql, sql
+    built = "source orders {\n  table: raw.orders\n}\n\n" + text
+    project, warehouse = make_module_project(
+        tmp_path,
+        "m.strata",
+        built,
+        "CREATE TABLE raw.orders AS SELECT * FROM (VALUES (1, 'a', 3.0), (2, 'a', 1.0), (3, 'a', 2.0)) "
+        "t(order_id, status, amount)",
+    )
+    run_project(project, warehouse)
+    assert execute(warehouse, "SELECT order_id, rn FROM main.v_m ORDER BY rn") == [(2, 1), (3, 2), (1, 3)]
+
+
+def test_a_tie_breaker_joined_after_the_window_is_left_out_with_a_warning():
+    """`region` comes from customers, joined after the window: it does not exist where the window
+    is computed (it was appended there by name: E032). It is left out, and W001 names it."""
+    text = (
+        "model m {\n  from orders\n  derive rn = row_number() over (order by status)\n"
+        "  join left customers using (customer_id)\n  select order_id, region, rn\n"
+        "  order_by: [region, order_id]\n}\n"
+    )
+    compiled = compile_text(text)
+    sql = compiled.sql("m", pretty=False)
+    assert "ROW_NUMBER() OVER (ORDER BY status, order_id) AS rn" in sql, sql
+    (warning,) = compiled.warnings
+    assert warning.code == "W001" and "`region` come from a relation joined after" in warning.message
+
+
 def test_window_ordered_by_the_unique_key_is_deterministic():
     text = "model m {\n  from orders\n  derive rank = row_number() over (order by order_id)\n  unique: [order_id]\n}\n"
     assert compile_text(text).warnings == ()

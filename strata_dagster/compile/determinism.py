@@ -13,7 +13,7 @@ warning W002 naming the choice.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -74,32 +74,116 @@ def _tie_breaker(select: exp.Select | None, name: str) -> exp.Expression | None:
     return exp.column(name)
 
 
-def _name_below(statement: exp.Select, select: exp.Select | None, name: str) -> str:
-    """The model's output column `name` as the SELECT that computes the window names it: followed
-    down through the stages above that SELECT while they only pass it on or rename it (`select
-    order_id as id` names `order_id` below). A column computed above the window, or taken from a
-    joined relation, keeps its name (the window's SELECT cannot see it by any other)."""
+_JOINED = exp.Null()  # `_through_stage`: the expression reads a joined relation's column there
+
+
+def _tie_breaker_below(
+    statement: exp.Select, select: exp.Select | None, name: str, base_columns: Sequence[str] | None
+) -> exp.Expression | None:
+    """The model's output column `name` as the SELECT that computes the window can compute it:
+    followed down through the stages above that SELECT, each stage's projection put in place of
+    the column it names (`select order_id as id` gives `order_id`; `select amount * 2 as twice`
+    gives `amount * 2`), then `_tie_breaker` for each column left. None when `name` is computed
+    from a window or an aggregate above the window, `_JOINED` when it is taken from a relation
+    joined above it: neither has a value where the window is computed, so neither can break its
+    ties."""
     stages = {cte.alias: cte.this for cte in (statement.args.get("with_") or exp.With()).expressions}
+    expression: exp.Expression = exp.column(name)
     current: exp.Expression | None = statement
     while current is not select and isinstance(current, exp.Select):
         source = current.args.get("from_")
         below = source.this if source is not None else None
         if not isinstance(below, exp.Table) or below.name not in stages:
-            return name
-        for projection in current.expressions:
-            if isinstance(projection, exp.Star) or projection.alias_or_name != name:
-                continue
-            value = projection.this if isinstance(projection, exp.Alias) else projection
-            if not isinstance(value, exp.Column) or value.table not in ("", below.alias_or_name):
-                return name
-            name = value.name
             break
+        from_below = _outputs(stages[below.name], stages, base_columns) if current.args.get("joins") else None
+        rewritten = _through_stage(expression, current, below.alias_or_name, from_below)
+        if rewritten is None or rewritten is _JOINED:
+            return rewritten
+        expression = rewritten
         current = stages[below.name]
-    return name
+    if expression.find(exp.Window, exp.AggFunc):
+        return None
+    return _over_window_select(expression, select)
 
 
-def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp.Select, list[StrataWarning]]:
-    """The statement with tie-breakers added (from `order_by`), and warnings for windows left open."""
+def _through_stage(
+    expression: exp.Expression, stage: exp.Select, below: str, from_below: set[str] | None
+) -> exp.Expression | None:
+    """`expression` over the output of `stage`, rewritten over the output of the relation `stage`
+    reads from (named `below` in it; `from_below` its columns when `stage` joins others to it and
+    they are known). None when a column it reads is a window's or an aggregate's; `_JOINED` when
+    one is a joined relation's."""
+    projections = {
+        projection.alias_or_name: projection.this if isinstance(projection, exp.Alias) else projection
+        for projection in stage.expressions
+        if not isinstance(projection, exp.Star)
+    }
+    rewritten = expression.copy()
+    for column in list(rewritten.find_all(exp.Column)):
+        value = projections.get(column.name)
+        if value is None:
+            continue  # passed through by `*`
+        if value.find(exp.Window, exp.AggFunc):
+            return None
+        if any(_is_joined(inner, below, from_below) for inner in value.find_all(exp.Column)):
+            return _JOINED
+        replacement = value.copy()
+        for inner in replacement.find_all(exp.Column):
+            inner.set("table", None)
+        if column is rewritten:
+            rewritten = replacement
+        else:
+            column.replace(replacement)
+    return rewritten
+
+
+def _is_joined(column: exp.Column, below: str, from_below: set[str] | None) -> bool:
+    """Whether `column`, in a stage reading `below`, is another relation's: qualified by another
+    name, or unqualified in a stage with joins and not among `below`'s known columns."""
+    if column.table:
+        return column.table != below
+    return from_below is not None and column.name not in from_below
+
+
+def _outputs(
+    stage: exp.Select, stages: dict[str, exp.Select], base_columns: Sequence[str] | None
+) -> set[str] | None:
+    """The names of the columns `stage` outputs; None when a `*` passes columns not known here
+    (a joined relation's, or the base relation's when its columns are not known)."""
+    names = {
+        projection.alias_or_name for projection in stage.expressions if not isinstance(projection, exp.Star)
+    }
+    if not any(isinstance(projection, exp.Star) for projection in stage.expressions):
+        return names
+    if stage.args.get("joins"):
+        return None
+    source = stage.args.get("from_")
+    below = source.this if source is not None else None
+    if isinstance(below, exp.Table) and below.name in stages:
+        passed = _outputs(stages[below.name], stages, base_columns)
+    else:
+        passed = set(base_columns) if base_columns is not None else None
+    return None if passed is None else names | passed
+
+
+def _over_window_select(expression: exp.Expression, select: exp.Select | None) -> exp.Expression | None:
+    """`expression`, over the output names of the window's SELECT, as that SELECT computes it."""
+    if isinstance(expression, exp.Column):
+        return _tie_breaker(select, expression.name)
+    rewritten = expression.copy()
+    for column in list(rewritten.find_all(exp.Column)):
+        value = _tie_breaker(select, column.name)
+        if value is None:
+            return None
+        column.replace(value)
+    return rewritten
+
+
+def make_windows_deterministic(
+    model: Model, statement: exp.Select, base_columns: Sequence[str] | None = None
+) -> tuple[exp.Select, list[StrataWarning]]:
+    """The statement with tie-breakers added (from `order_by`), and warnings for windows left open.
+    `base_columns`: the columns of the model's `from`, when known (where a column of a join comes from)."""
     props = model.properties
     warnings: list[StrataWarning] = []
     tie_breakers = list(props.order_by or ())
@@ -116,13 +200,17 @@ def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp
             continue  # ordered by a pinned-unique key: no ties
         if tie_breakers:
             select = window.find_ancestor(exp.Select)
-            missing = [
-                breaker
+            found = {
+                name: _tie_breaker_below(statement, select, name, base_columns)
                 for name in tie_breakers
                 if name not in ordered and name not in partition
-                for breaker in [_tie_breaker(select, _name_below(statement, select, name))]
-                if breaker is not None
+            }
+            missing = [
+                breaker for breaker in found.values() if breaker is not None and breaker is not _JOINED
             ]
+            joined = [name for name, breaker in found.items() if breaker is _JOINED]
+            if joined:
+                warnings.append(_joined_after_window(model, window, joined))
             if missing:
                 order = window.args.get("order") or exp.Order(expressions=[])
                 order.set("expressions", [*order.expressions, *(exp.Ordered(this=e) for e in missing)])
@@ -139,6 +227,19 @@ def make_windows_deterministic(model: Model, statement: exp.Select) -> tuple[exp
             )
         )
     return statement, warnings
+
+
+def _joined_after_window(model: Model, window: exp.Window, names: list[str]) -> StrataWarning:
+    listed = ", ".join(f"`{name}`" for name in names)
+    return StrataWarning(
+        W_NONDETERMINISTIC_WINDOW,
+        f"model `{model.name}`: `order_by` column(s) {listed} come from a relation joined after "
+        f"`{window.sql(dialect='duckdb')}` is computed, so they cannot break its ties; tied rows may "
+        "be ordered arbitrarily",
+        model.location,
+        hint="name in `order_by` columns that exist where the window is computed, or compute the "
+        "window after the join",
+    )
 
 
 # Functions whose result depends on the clock, a random generator or a sequence, not on the rows.

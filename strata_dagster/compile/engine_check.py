@@ -147,7 +147,7 @@ def _statement(model: Model, compiled: CompiledProject, schema: dict[str, dict[s
         return tuple(known) if known is not None else None
 
     result = compile_model(model, columns_of)
-    statement, _ = make_windows_deterministic(model, result.statement)
+    statement, _ = make_windows_deterministic(model, result.statement, result.base_columns)
     return statement
 
 

@@ -55,7 +55,7 @@ def compile_project(
             continue
         errors.extend(property_errors(model, result))
         errors.extend(partial_month_errors(model, result))
-        statement, found = make_windows_deterministic(model, result.statement)
+        statement, found = make_windows_deterministic(model, result.statement, result.base_columns)
         warnings.extend(found)
         warnings.extend(volatile_warnings(model))
         compiled[name] = dataclasses.replace(result, statement=statement)

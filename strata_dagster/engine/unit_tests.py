@@ -174,7 +174,7 @@ def _compiled_for(
             dict(test.given)[sorted(unknown)[0]].location,
             hint="give every column the model reads in the fixture, or load the source into the warehouse",
         ) from None
-    statement, _ = make_windows_deterministic(model, result.statement)
+    statement, _ = make_windows_deterministic(model, result.statement, result.base_columns)
     return dataclasses.replace(result, statement=statement)
 
 
