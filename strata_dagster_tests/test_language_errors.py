@@ -261,46 +261,47 @@ def test_tie_breakers_are_written_as_the_window_sees_them():
     )
 
 
-def test_a_tie_breaker_renamed_by_a_later_select_is_written_by_its_name_at_the_window(tmp_path):
-    """`order_by: [id]` where a later `select order_id as id` renames it: the window's SELECT only
-    knows `order_id` (it was appended as `id`: E032 at run time)."""
-    text = (
-        "model m {\n  from orders\n  derive rn = row_number() over (order by amount)\n"
-        "  select order_id as id, rn\n  order_by: [id]\n}\n"
-    )
-    sql = compile_text(text).sql("m", pretty=False)
-    assert "ROW_NUMBER() OVER (ORDER BY amount, order_id)" in sql, sql
-    built = "source orders {\n  table: raw.orders\n}\n\n" + text
-    project, warehouse = make_module_project(
-        tmp_path,
-        "m.strata",
-        built,
-        "CREATE TABLE raw.orders AS SELECT * FROM (VALUES (2, 1.0), (1, 1.0), (3, 0.5)) t(order_id, amount)",
-    )
-    run_project(project, warehouse)
-    assert execute(warehouse, "SELECT id, rn FROM main.v_m ORDER BY rn") == [(3, 1), (1, 2), (2, 3)]
-
-
-def test_a_tie_breaker_computed_by_a_later_select_is_computed_at_the_window(tmp_path):
-    """`order_by: [twice]` where a later `select amount * 2 as twice` computes it: the window's
-    SELECT is ordered by `amount * 2` (it was appended as `twice`: E032, a known issue until the
-    twentieth session); one computed from the window itself is no tie-breaker and is left out."""
+@pytest.mark.parametrize(
+    ("select", "order_by", "window", "rows", "expected"),
+    [
+        # Renamed: the window's SELECT only knows `order_id` (it was appended as `id`: E032).
+        (
+            "select order_id as id, rn",
+            "[id]",
+            "ROW_NUMBER() OVER (ORDER BY status, order_id) AS rn",
+            "(2, 'a', 1.0), (1, 'a', 1.0), (3, 'a', 0.5)",
+            [(1, 1), (2, 2), (3, 3)],
+        ),
+        # Computed: ordered by `amount * 2` (it was appended as `twice`: E032, a known issue until
+        # the twentieth session); `tens`, computed from the window itself, is left out.
+        (
+            "select order_id as id, amount * 2 as twice, rn, rn * 10 as tens",
+            "[twice, tens]",
+            "ROW_NUMBER() OVER (ORDER BY status, amount * 2) AS rn",
+            "(1, 'a', 3.0), (2, 'a', 1.0), (3, 'a', 2.0)",
+            [(2, 1), (3, 2), (1, 3)],
+        ),
+    ],
+    ids=["renamed", "computed"],
+)
+def test_a_tie_breaker_a_later_select_renames_or_computes_is_written_as_the_window_sees_it(
+    tmp_path, select, order_by, window, rows, expected
+):
     text = (
         "model m {\n  from orders\n  derive rn = row_number() over (order by status)\n"
-        "  select order_id, amount * 2 as twice, rn, rn * 10 as tens\n  order_by: [twice, tens]\n}\n"
+        f"  {select}\n  order_by: {order_by}\n}}\n"
     )
     sql = compile_text(text).sql("m", pretty=False)
-    assert "ROW_NUMBER() OVER (ORDER BY status, amount * 2) AS rn" in sql, sql
+    assert window in sql, sql
     built = "source orders {\n  table: raw.orders\n}\n\n" + text
     project, warehouse = make_module_project(
         tmp_path,
         "m.strata",
         built,
-        "CREATE TABLE raw.orders AS SELECT * FROM (VALUES (1, 'a', 3.0), (2, 'a', 1.0), (3, 'a', 2.0)) "
-        "t(order_id, status, amount)",
+        f"CREATE TABLE raw.orders AS SELECT * FROM (VALUES {rows}) t(order_id, status, amount)",
     )
     run_project(project, warehouse)
-    assert execute(warehouse, "SELECT order_id, rn FROM main.v_m ORDER BY rn") == [(2, 1), (3, 2), (1, 3)]
+    assert execute(warehouse, "SELECT id, rn FROM main.v_m ORDER BY rn") == expected
 
 
 def test_a_tie_breaker_joined_after_the_window_is_left_out_with_a_warning():
