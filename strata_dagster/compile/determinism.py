@@ -101,8 +101,6 @@ def _tie_breaker_below(
             return rewritten
         expression = rewritten
         current = stages[below.name]
-    if expression.find(exp.Window, exp.AggFunc):
-        return None
     return _over_window_select(expression, select)
 
 
