@@ -59,7 +59,12 @@ def crash() -> None:
     os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
 
 
-defs = dg.Definitions(assets=[quick, slow, crash], executor=dg.in_process_executor)
+@dg.asset
+def fails() -> None:
+    raise ValueError("a mistake in the asset's code")
+
+
+defs = dg.Definitions(assets=[quick, slow, crash, fails], executor=dg.in_process_executor)
 """
 
 
@@ -141,6 +146,8 @@ def test_runs_are_forked_a_killed_worker_fails_its_run_the_ui_cancels_one_anothe
 
         crashed = graphql.launch(["crash"], location="local")
         assert _until(graphql, log, crashed, ("SUCCESS", "FAILURE", "CANCELED")) == "FAILURE"
+        failed = graphql.launch(["fails"], location="local")
+        assert _until(graphql, log, failed, ("SUCCESS", "FAILURE", "CANCELED")) == "FAILURE"
 
         slow = graphql.launch(["slow"], location="local")
         wait_for(lambda: any(tmp_path.glob("started_*")), 60, "the slow asset to start", log, interval=0.2)
@@ -167,6 +174,7 @@ def test_runs_are_forked_a_killed_worker_fails_its_run_the_ui_cancels_one_anothe
         }
         tags = {run_id: instance.get_run_by_id(run_id).tags for run_id in (forked, default, slow)}
         crash_messages = [entry.message for entry in instance.all_logs(crashed)]
+        failure = [entry.dagster_event for entry in instance.all_logs(failed) if entry.is_dagster_event]
 
     # The local location's run: a child of the fork server, whose pid the run's tags hold.
     assert quick[forked]["parent"].value == "fork server"
@@ -179,6 +187,11 @@ def test_runs_are_forked_a_killed_worker_fails_its_run_the_ui_cancels_one_anothe
     assert any("was terminated by signal 9 (SIGKILL)" in message for message in crash_messages), (
         crash_messages
     )
+    # An asset that raises: its step fails with the error and the run ends FAILURE, through the
+    # run's events alone (the worker keeps no copy of them).
+    step_failure = next(event for event in failure if event.event_type == dg.DagsterEventType.STEP_FAILURE)
+    assert "a mistake in the asset's code" in step_failure.step_failure_data.error.to_string()
+    assert failure[-1].event_type in (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.ENGINE_EVENT)
     # The other environment's run: Dagster's launcher, a child of that location's code server.
     assert WORKER_PID_TAG not in tags[default]
     assert ".dagster/grpc_info" in tags[default]
