@@ -15,7 +15,9 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.compile.engine_check import for_engine
 from strata_dagster.compile.lineage import ColumnDeps
+from strata_dagster.compile.project import compile_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
 from strata_dagster.engine.business import is_cut_like_source
 from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
@@ -54,6 +56,22 @@ class PartitionInput:
 
 
 @dataclass(frozen=True)
+class WarehouseReading:
+    """What a catalog reads from the warehouse: the sources' columns the project compiles against,
+    the partitions the data holds, the columns of sources and models, and what could not be read
+    (or what the warehouse still serves that the project no longer defines)."""
+
+    engine: str  # the engine the project compiled for (`duckdb`, `spark`)
+    source_schemas: dict[str, tuple[tuple[str, str], ...]]
+    bounds: dict[str, PartitionBounds | None]
+    columns: dict[str, RelationColumns]
+    warnings: tuple[StrataWarning, ...]
+    # model -> output column -> what it derives from: follows from the project and `columns`, kept
+    # because tracing it costs more than the rest of a catalog built from a reading (None: trace it)
+    lineage: dict[str, dict[str, ColumnDeps]] | None = None
+
+
+@dataclass(frozen=True)
 class Catalog:
     project: Project
     branch: str
@@ -72,6 +90,8 @@ class Catalog:
     # what the orchestrator warns about where it loads: what could not be read while reading the
     # catalog (it shows defaults instead), live views of models the project no longer defines
     warnings: tuple[StrataWarning, ...] = ()
+    # what of the above was read from the warehouse (the rest follows from the project's files)
+    reading: WarehouseReading | None = field(default=None, compare=False, repr=False)
 
     def partition_spec(self, name: str) -> PartitionSpec | None:
         if name in self.project.sources:
@@ -91,9 +111,6 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
         )
     with open_session(path, read_only=True) as session:
         context = load_context(session, Path(project_dir), {}, branch)
-        fingerprints = {name: fp.value for name, fp in fingerprint_models(context).items()}
-        relations = DefaultRelations(context.project, branch)
-        sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
         arrivals = _arrivals(context)
         unread: list[StrataWarning] = []
         bounds = _bounds(session, context, arrivals, unread)
@@ -103,14 +120,47 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
             removed = removed_models(reader, reader.pointers(branch), context.project)
             if removed:
                 unread.append(removed_warning(removed, branch))
+        engine = session.engine
+    lineage = read_lineage(context, columns)
+    reading = WarehouseReading(engine, dict(context.source_schemas), bounds, columns, tuple(unread), lineage)
+    return _catalog(context, reading, arrivals)
+
+
+def catalog_from_reading(
+    project: Project, reading: WarehouseReading, branch: str = DEFAULT_BRANCH
+) -> Catalog:
+    """The catalog of `project` over a reading of the warehouse made before, by `read_catalog` for
+    the same project files: the same catalog, without opening the warehouse. Fingerprints and SQL
+    are derived again from the project, so they are always this code's."""
+    compiled = compile_project(project, reading.source_schemas)
+    if reading.engine != "duckdb":  # as load_context compiles for that engine
+        compiled = for_engine(compiled, reading.engine, reading.source_schemas)
+    context = ProjectContext(project, compiled, {}, branch, reading.source_schemas)
+    return _catalog(context, reading, _arrivals(context))
+
+
+def _catalog(context: ProjectContext, reading: WarehouseReading, arrivals: dict[str, str]) -> Catalog:
+    fingerprints = {name: fp.value for name, fp in fingerprint_models(context).items()}
+    relations = DefaultRelations(context.project, context.branch)
+    sql = {name: context.compiled.sql(name, relations) for name in context.compiled.models}
     inputs = {
         name: found
         for name in context.project.order
         if (found := partition_input(context.project, name, context.compiled.models[name])) is not None
     }
-    lineage = read_lineage(context, columns)
+    lineage = reading.lineage if reading.lineage is not None else read_lineage(context, reading.columns)
     return Catalog(
-        context.project, branch, fingerprints, sql, bounds, inputs, columns, lineage, arrivals, tuple(unread)
+        context.project,
+        context.branch,
+        fingerprints,
+        sql,
+        reading.bounds,
+        inputs,
+        reading.columns,
+        lineage,
+        arrivals,
+        reading.warnings,
+        reading,
     )
 
 

@@ -304,6 +304,8 @@ class Project:
     models: dict[str, Model] = field(compare=False)
     # Models in dependency order: every model after everything it reads.
     order: tuple[str, ...] = ()
+    # A digest of the module files' paths and texts it was read from ("" when not read from files)
+    text_digest: str = field(default="", compare=False)
 
     @property
     def tests(self) -> tuple[ModelTest, ...]:

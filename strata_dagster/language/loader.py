@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -49,18 +50,20 @@ def load_project(root: Path | str) -> Project:
         )
     modules: list[Module] = []
     errors: list[StrataError] = []
+    digest = hashlib.sha256()
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             errors.append(StrataError(E_PROJECT, f"cannot read module: {error}", Location(str(path), 1, 1)))
             continue
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{len(text)}\0{text}".encode())
         try:
             modules.append(_parsed(text, _display_path(path)))
         except StrataError as error:
             errors.extend(error.errors)
     raise_collected(errors)
-    return link_project(folder, modules)
+    return link_project(folder, modules, text_digest=digest.hexdigest())
 
 
 @functools.lru_cache(maxsize=128)
@@ -76,7 +79,7 @@ def load_text(text: str, name: str = "module.strata") -> Project:
     return link_project(Path("."), [parse_module(text, name)])
 
 
-def link_project(root: Path, modules: list[Module]) -> Project:
+def link_project(root: Path, modules: list[Module], *, text_digest: str = "") -> Project:
     sources: dict[str, Source] = {}
     models: dict[str, Model] = {}
     errors: list[StrataError] = []
@@ -115,7 +118,14 @@ def link_project(root: Path, modules: list[Module]) -> Project:
     errors.extend(model_test_errors(tuple(t for m in modules for t in m.tests), sources, models))
     raise_collected(errors)
     order = _dependency_order(models)
-    return Project(root=root, modules=tuple(modules), sources=sources, models=models, order=order)
+    return Project(
+        root=root,
+        modules=tuple(modules),
+        sources=sources,
+        models=models,
+        order=order,
+        text_digest=text_digest,
+    )
 
 
 def _dependency_order(models: dict[str, Model]) -> tuple[str, ...]:

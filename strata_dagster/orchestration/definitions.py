@@ -13,7 +13,7 @@ import dagster as dg
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.catalog import Catalog, read_catalog
+from strata_dagster.engine.catalog import Catalog
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.arrivals import ArrivingSource
@@ -29,6 +29,7 @@ from strata_dagster.orchestration.io_manager import StrataIOManager
 from strata_dagster.orchestration.one_run import DefinitionsRef, build_one_run_jobs
 from strata_dagster.orchestration.project_selection import selected_project
 from strata_dagster.orchestration.python_models import on_branch
+from strata_dagster.orchestration.reconstruction import project_catalog
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
 from strata_dagster.orchestration.stale_partitions_check import stale_partitions_check
@@ -101,7 +102,7 @@ def build_definitions(
     )
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
-    catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
+    catalog = project_catalog(resource)
     for unread in catalog.warnings:  # shown where the code location loads (`dagster dev`'s output)
         warnings.warn(unread.render(), UserWarning, stacklevel=2)
     if select:
