@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from strata_dagster import build_definitions, strata_python_model
+from strata_dagster.orchestration.check_op import CHECKS_OP
 from strata_dagster.orchestration.checks import (
     CONTRACT_CHECK,
     EQUIVALENCE_CHECK,
@@ -306,3 +307,43 @@ def test_checks_of_models_not_published_on_the_branch_warn(shop):
         assert "not published on branch `nowhere`" in evaluation.description
     pins = evaluations(run_checks(defs, instance, ["stg_orders"], UNIQUE_CHECK))
     assert pins[("stg_orders", UNIQUE_CHECK)].severity == dg.AssetCheckSeverity.WARN
+
+
+def test_a_runs_strata_checks_are_one_step_and_one_kinds_error_leaves_the_others_reported(shop):
+    """Every strata check of a run runs in one step (`strata_checks`). A project that no longer
+    compiles after the definitions loaded: the stale-partitions reading raises E001, the unit tests
+    report that they cannot run, the pins (read from the live views) still pass, and the step
+    fails with the strata message, not a stack trace."""
+    project, _, defs, instance = shop
+    keys = {
+        dg.AssetCheckKey(dg.AssetKey("daily_revenue"), name)
+        for name in (UNIQUE_CHECK, UNIT_TEST_CHECK, STALE_PARTITIONS_CHECK)
+    }
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection=set(), asset_check_selection=keys
+    )
+    result = job.execute_in_process(instance=instance, raise_on_error=False)
+    assert result.success
+    assert [event.step_key for event in result.all_events if event.is_step_start] == [CHECKS_OP]
+    assert {key[1] for key, evaluation in evaluations(result).items() if evaluation.passed} == {
+        UNIQUE_CHECK,
+        UNIT_TEST_CHECK,
+        STALE_PARTITIONS_CHECK,
+    }
+
+    marts = project / "marts.strata"
+    text = marts.read_text()
+    marts.write_text(text.replace("from stg_orders", "frm stg_orders", 1))
+    try:  # a new instance: the unit tests' last evaluation (passed, same code) is not reused
+        result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    finally:
+        marts.write_text(text)
+    assert not result.success
+    found = evaluations(result)
+    assert found[("daily_revenue", UNIQUE_CHECK)].passed
+    tests = found[("daily_revenue", UNIT_TEST_CHECK)]
+    assert not tests.passed and "cannot run" in tests.description
+    assert ("daily_revenue", STALE_PARTITIONS_CHECK) not in found
+    [failure] = [event for event in result.all_events if event.is_step_failure]
+    error = failure.step_failure_data.user_failure_data
+    assert error is not None and "error[E001]" in error.description

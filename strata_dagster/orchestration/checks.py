@@ -2,8 +2,8 @@
 
 - `strata_unique` / `strata_contract` on every model with that pin (SQL models and Python models
   alike): measured on the live view, read-only, in the runs that materialize the model (Dagster
-  runs an asset's checks with it; one op for all of a run's pins, as opening the warehouse costs
-  more than measuring a pin) and whenever launched alone. Not blocking: the engine has already
+  runs an asset's checks with it; all of a run's pins in one session, as opening the warehouse
+  costs more than measuring a pin) and whenever launched alone. Not blocking: the engine has already
   refused to publish a snapshot that breaks a pin; a failure here means the warehouse changed
   behind its back.
 - `column_schema_change` (Dagster's `build_column_schema_change_checks`) on every model with a
@@ -14,6 +14,8 @@
   a run that materializes its model, unless that run carries the tag `strata/verify: always`.
 - `strata_unit_tests` on every model with `test` blocks: cheap (in-memory DuckDB), it runs with
   each materialization of the model and alone (unit_test_checks.py).
+
+Each kind is a `CheckFamily`; the definitions evaluate them all in one op (check_op.py).
 """
 
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,12 +37,12 @@ from strata_dagster.engine.checks import (
 )
 from strata_dagster.language.definition import Project
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.failures import fails_cleanly
+from strata_dagster.orchestration.check_op import CheckFamily
 from strata_dagster.orchestration.io_manager import _contract, _raw
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.source_checks import source_assumption_checks, source_ledger_checks
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
-from strata_dagster.orchestration.unit_test_checks import tested_models, unit_test_checks
+from strata_dagster.orchestration.unit_test_checks import tested_models, unit_test_family
 
 UNIQUE_CHECK: Final = "strata_unique"
 CONTRACT_CHECK: Final = "strata_contract"
@@ -56,7 +58,8 @@ VERIFY_ALWAYS: Final = "always"
 
 @dataclass(frozen=True)
 class StrataChecks:
-    asset_checks: list[dg.AssetChecksDefinition] = field(default_factory=list)
+    asset_checks: list[dg.AssetChecksDefinition] = field(default_factory=list)  # ops of their own
+    families: list[CheckFamily] = field(default_factory=list)  # evaluated in the `strata_checks` op
     jobs: list[Any] = field(default_factory=list)
     schedules: list[dg.ScheduleDefinition] = field(default_factory=list)
 
@@ -77,11 +80,12 @@ def build_checks(
         translator.get_asset_key(nodes[name]): (name, model_pins(project, name)) for name in project.order
     }
     pins.update(python_model_pins(python_assets))
-    checks = [pin_checks(pins)] if any(p.unique or p.contract for _, p in pins.values()) else []
+    families = [pin_family(pins)]
     tested = {translator.get_asset_key(nodes[name]): name for name in tested_models(project)}
     if tested:
         code_versions = {name: nodes[name].code_version for name in tested.values()}
-        checks.append(unit_test_checks(tested, project, code_versions))
+        families.append(unit_test_family(tested, project, code_versions))
+    checks: list[dg.AssetChecksDefinition] = []
     # A model with a contract: Dagster's own check that its columns and types did not change
     # between its last two materializations (each carries the published `dagster/column_schema`).
     contracted = [key for key, (_, found) in pins.items() if found.contract]
@@ -98,10 +102,14 @@ def build_checks(
     if ledgers:
         checks.append(source_assumption_checks(ledgers))
     if not verifiable and not ledgers:
-        return StrataChecks(checks)
-    deep = [equivalence_checks(verifiable)] if verifiable else []
+        return StrataChecks(checks, families)
+    equivalence = equivalence_family(verifiable)
+    families.append(equivalence)
+    deep: list[dg.AssetChecksDefinition | dg.AssetCheckKey] = [spec.key for spec in equivalence.specs]
     if ledgers:
-        deep.append(source_ledger_checks(ledgers))
+        ledger_checks = source_ledger_checks(ledgers)
+        checks.append(ledger_checks)
+        deep.append(ledger_checks)
     job = dg.define_asset_job(
         VERIFY_JOB,
         selection=dg.AssetSelection.checks(*deep),
@@ -121,7 +129,7 @@ def build_checks(
                 description="Periodic verification: incremental models against full rebuilds.",
             )
         )
-    return StrataChecks([*checks, *deep], [job], schedules)
+    return StrataChecks(checks, families, [job], schedules)
 
 
 def python_model_pins(assets: Sequence[dg.AssetsDefinition]) -> dict[dg.AssetKey, tuple[str, Pins]]:
@@ -137,9 +145,9 @@ def python_model_pins(assets: Sequence[dg.AssetsDefinition]) -> dict[dg.AssetKey
     return pins
 
 
-def pin_checks(models: Mapping[dg.AssetKey, tuple[str, Pins]]) -> dg.AssetChecksDefinition:
+def pin_family(models: Mapping[dg.AssetKey, tuple[str, Pins]]) -> CheckFamily:
     """`strata_unique` and `strata_contract` on the live view of each model (asset key -> model and
-    its pins) that has them. One op: it runs after the run's assets, in one read-only session."""
+    its pins) that has them, all of a run's measured in one read-only session."""
     specs: dict[dg.AssetCheckKey, dg.AssetCheckSpec] = {}
     for key, (model, pins) in models.items():
         if pins.unique:
@@ -159,24 +167,15 @@ def pin_checks(models: Mapping[dg.AssetKey, tuple[str, Pins]]) -> dg.AssetChecks
             )
             specs[spec.key] = spec
 
-    @dg.multi_asset_check(
-        name="strata_pins",
-        specs=list(specs.values()),
-        can_subset=True,
-        required_resource_keys={c.STRATA_RESOURCE_KEY},
-        pool=c.DUCKDB_POOL,
-        description="The unique and contract pins of strata models, measured on their live views.",
-    )
-    @fails_cleanly
-    def _pins(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
-        selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())
+    def evaluate(
+        context: dg.AssetCheckExecutionContext, strata: StrataResource, selected: Sequence[dg.AssetCheckKey]
+    ) -> Iterator[dg.AssetCheckResult]:
         wanted = {models[key.asset_key][0]: models[key.asset_key][1] for key in selected}
         live = check_live_pins(strata.warehouse_path, wanted, strata.branch)
         for key in selected:
             yield _pin_result(key, live[models[key.asset_key][0]], strata.branch)
 
-    return _pins
+    return CheckFamily(tuple(specs.values()), evaluate)
 
 
 def _pin_result(key: dg.AssetCheckKey, live: LivePins, branch: str) -> dg.AssetCheckResult:
@@ -223,10 +222,10 @@ def _contract_result(live: LivePins) -> tuple[bool, str, dict[str, Any]]:
     return not problems, description, live.contract_metadata()
 
 
-def equivalence_checks(models: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefinition:
-    """One op for the equivalence checks of `models` (asset key -> model): models verified together
-    share their upstream rebuilds, and one warehouse session serves them all."""
-    specs = [
+def equivalence_family(models: Mapping[dg.AssetKey, str]) -> CheckFamily:
+    """The equivalence checks of `models` (asset key -> model): models verified together share
+    their upstream rebuilds, and one warehouse session serves them all."""
+    specs = tuple(
         dg.AssetCheckSpec(
             EQUIVALENCE_CHECK,
             asset=key,
@@ -238,20 +237,14 @@ def equivalence_checks(models: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefin
             metadata={c.MODEL_KEY: model},
         )
         for key, model in models.items()
-    ]
-
-    @dg.multi_asset_check(
-        name=EQUIVALENCE_CHECK,
-        specs=specs,
-        can_subset=True,
-        required_resource_keys={c.STRATA_RESOURCE_KEY},
-        pool=c.DUCKDB_POOL,
-        description="strata verify: live views against full rebuilds in scratch space (rolled back).",
     )
-    @fails_cleanly
-    def _verify(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
-        selected = {key.asset_key: models[key.asset_key] for key in context.selected_asset_check_keys}
+
+    def evaluate(
+        context: dg.AssetCheckExecutionContext,
+        strata: StrataResource,
+        selected_keys: Sequence[dg.AssetCheckKey],
+    ) -> Iterator[dg.AssetCheckResult]:
+        selected = {key.asset_key: models[key.asset_key] for key in selected_keys}
         building: AbstractSet[dg.AssetKey] = frozenset()
         if context.run.tags.get(VERIFY_TAG) != VERIFY_ALWAYS:
             building = context.instance.get_asset_keys_for_run(
@@ -265,6 +258,8 @@ def equivalence_checks(models: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefin
                 f"rebuild each time): run the `{VERIFY_JOB}` job, or tag the run {VERIFY_TAG}={VERIFY_ALWAYS}"
             )
         wanted = {key: model for key, model in selected.items() if key not in building}
+        if not wanted:
+            return
         verification = verify_published(
             strata.project_path, strata.warehouse_path, wanted.values(), strata.branch
         )
@@ -282,7 +277,7 @@ def equivalence_checks(models: Mapping[dg.AssetKey, str]) -> dg.AssetChecksDefin
                 metadata={**verification_metadata(result), "branch": strata.branch},
             )
 
-    return _verify
+    return CheckFamily(specs, evaluate)
 
 
 def _not_published(key: dg.AssetCheckKey, model: str, branch: str) -> dg.AssetCheckResult:

@@ -21,6 +21,7 @@ from strata_dagster.orchestration.assets import build_model_asset
 from strata_dagster.orchestration.automation import automation_sensor
 from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
+from strata_dagster.orchestration.check_op import strata_checks_op
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
 from strata_dagster.orchestration.failures import raises_cleanly
@@ -32,7 +33,7 @@ from strata_dagster.orchestration.python_models import on_branch
 from strata_dagster.orchestration.reconstruction import project_catalog
 from strata_dagster.orchestration.resources import StrataResource, default_warehouse
 from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
-from strata_dagster.orchestration.stale_partitions_check import stale_partitions_check
+from strata_dagster.orchestration.stale_partitions_check import stale_partitions_family
 from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
@@ -166,10 +167,10 @@ def _definitions(
     ref = DefinitionsRef()
     one_run_jobs = build_one_run_jobs(ref, job_of, OBSERVE_JOB, observable, backfill_job_of)
     partitioned = partition_built_models(catalog, nodes, translator)
-    stale_checks = [stale_partitions_check(partitioned)] if partitioned else []
+    stale_checks = [stale_partitions_family(partitioned)] if partitioned else []
     defs = dg.Definitions(
         assets=[*assets, *observers],
-        asset_checks=[*checks.asset_checks, *stale_checks],
+        asset_checks=[*checks.asset_checks, *strata_checks_op([*stale_checks, *checks.families])],
         jobs=[*one_run_jobs, *jobs, observe_job, *checks.jobs, *backfill_jobs],
         schedules=checks.schedules,
         resources={

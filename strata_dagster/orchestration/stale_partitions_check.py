@@ -11,12 +11,12 @@ stale sensor reports the results each tick whose answer changed (no run needed),
 with every materialization of its model and from its *Execute* button.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import dagster as dg
 
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.failures import fails_cleanly
+from strata_dagster.orchestration.check_op import CheckFamily
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.orchestration.stale_partitions_reading import (
     STALE_PARTITIONS_CHECK,
@@ -25,10 +25,10 @@ from strata_dagster.orchestration.stale_partitions_reading import (
 )
 
 
-def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.AssetChecksDefinition:
-    """One op for the checks of `models` (asset key -> (model, partition grain)): one read-only
-    warehouse session answers them all."""
-    specs = [
+def stale_partitions_family(models: Mapping[dg.AssetKey, tuple[str, str]]) -> CheckFamily:
+    """The checks of `models` (asset key -> (model, partition grain)): one read-only warehouse
+    session answers them all."""
+    specs = tuple(
         dg.AssetCheckSpec(
             STALE_PARTITIONS_CHECK,
             asset=key,
@@ -40,24 +40,16 @@ def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.
             metadata={c.MODEL_KEY: model},
         )
         for key, (model, _) in models.items()
-    ]
-
-    @dg.multi_asset_check(
-        name=STALE_PARTITIONS_CHECK,
-        specs=specs,
-        can_subset=True,
-        required_resource_keys={c.STRATA_RESOURCE_KEY},
-        pool=c.DUCKDB_POOL,
-        description="The stale partitions of strata's partitioned models, as the engine would rebuild them.",
     )
-    @fails_cleanly
-    def _stale(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
+
+    def evaluate(
+        context: dg.AssetCheckExecutionContext, strata: StrataResource, keys: Sequence[dg.AssetCheckKey]
+    ) -> Iterator[dg.AssetCheckResult]:
         # The job's asset graph holds every asset of the definitions (the upstream ones its staleness reads).
         graph = context.job_def.asset_layer.asset_graph
         is_stale = dagster_is_stale(context.instance, graph)
         told = read_engine_stale(strata, graph, models, context.instance, is_stale, timeout=None)
-        for check_key in context.selected_asset_check_keys:
+        for check_key in keys:
             evaluation = told.evaluations[check_key.asset_key]
             yield dg.AssetCheckResult(
                 asset_key=check_key.asset_key,
@@ -68,4 +60,4 @@ def stale_partitions_check(models: Mapping[dg.AssetKey, tuple[str, str]]) -> dg.
                 metadata=evaluation.metadata,
             )
 
-    return _stale
+    return CheckFamily(specs, evaluate)

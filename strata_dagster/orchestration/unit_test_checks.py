@@ -10,7 +10,7 @@ published when it runs, and a failure says the model's code no longer does what 
 """
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import dagster as dg
@@ -20,7 +20,7 @@ from strata_dagster.engine.unit_tests import UnitTestResult, run_unit_tests
 from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import ModelTest, Project
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.failures import fails_cleanly
+from strata_dagster.orchestration.check_op import CheckFamily
 from strata_dagster.orchestration.resources import StrataResource
 from strata_dagster.wording import counted
 
@@ -46,17 +46,17 @@ def tests_version(code_version: str | None, tests: Iterable[ModelTest]) -> str:
     return digest.hexdigest()[:16]
 
 
-def unit_test_checks(
+def unit_test_family(
     models: Mapping[dg.AssetKey, str], project: Project, code_versions: Mapping[str, str | None]
-) -> dg.AssetChecksDefinition:
-    """One op for the unit tests of `models` (asset key -> model): one in-memory database serves
-    all the cases of a run. `code_versions`: each model's code version (its asset's)."""
+) -> CheckFamily:
+    """The unit tests of `models` (asset key -> model): one in-memory database serves all the cases
+    of a run. `code_versions`: each model's code version (its asset's)."""
     counts = {name: sum(test.model == name for test in project.tests) for name in models.values()}
     versions = {
         name: tests_version(code_versions.get(name), tuple(t for t in project.tests if t.model == name))
         for name in models.values()
     }
-    specs = [
+    specs = tuple(
         dg.AssetCheckSpec(
             UNIT_TEST_CHECK,
             asset=key,
@@ -65,20 +65,12 @@ def unit_test_checks(
             metadata={c.MODEL_KEY: model},
         )
         for key, model in models.items()
-    ]
-
-    @dg.multi_asset_check(
-        name=UNIT_TEST_CHECK,
-        specs=specs,
-        can_subset=True,
-        required_resource_keys={c.STRATA_RESOURCE_KEY},
-        pool=c.DUCKDB_POOL,
-        description="strata test: models over their fixture rows, in an in-memory DuckDB.",
     )
-    @fails_cleanly
-    def _unit_tests(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        strata: StrataResource = getattr(context.resources, c.STRATA_RESOURCE_KEY)
-        selected = {key.asset_key: models[key.asset_key] for key in context.selected_asset_check_keys}
+
+    def evaluate(
+        context: dg.AssetCheckExecutionContext, strata: StrataResource, keys: Sequence[dg.AssetCheckKey]
+    ) -> Iterator[dg.AssetCheckResult]:
+        selected = {key.asset_key: models[key.asset_key] for key in keys}
         for key, model in list(selected.items()):
             unchanged = _unchanged(context.instance, key, versions[model])
             if unchanged is not None:
@@ -113,7 +105,7 @@ def unit_test_checks(
                 },
             )
 
-    return _unit_tests
+    return CheckFamily(specs, evaluate)
 
 
 def _unchanged(instance: dg.DagsterInstance, key: dg.AssetKey, version: str) -> dg.AssetCheckResult | None:
