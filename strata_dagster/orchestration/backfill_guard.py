@@ -14,6 +14,7 @@ materialized). A Dagster backfill counts its canceled runs' partitions as not do
 from __future__ import annotations
 
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import dagster as dg
@@ -23,17 +24,23 @@ from dagster._core.events import DagsterEvent, EngineEventData
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.backfills import engine_request, read_backfill
+from strata_dagster.orchestration.held_steps import held_between_steps
 from strata_dagster.orchestration.resources import StrataResource
 
 EXECUTOR_NAME = "strata_in_process"
 
 
 class StrataBackfillGuard(dg.Executor):
-    """Checks the run's backfill tags (E085), then hands the plan to `inner`."""
+    """Checks the run's backfill tags (E085), then hands the plan to `inner`, whose consecutive
+    steps in `holding` (strata's own: models, observations, checks) share one open warehouse
+    (orchestration.held_steps)."""
 
-    def __init__(self, inner: dg.Executor, strata: StrataResource) -> None:
+    def __init__(
+        self, inner: dg.Executor, strata: StrataResource, holding: AbstractSet[str] = frozenset()
+    ) -> None:
         self.inner = inner
         self.strata = strata
+        self.holding = holding
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
         run = plan_context.dagster_run
@@ -53,7 +60,9 @@ class StrataBackfillGuard(dg.Executor):
             plan_context.log.info(
                 f"strata backfill ({c.REASON_TAG}: {request.reason}){corrects}{overrides}{refresh}"
             )
-        yield from self.inner.execute(plan_context, execution_plan)
+        yield from held_between_steps(
+            self.strata.warehouse_path, self.holding, self.inner.execute(plan_context, execution_plan)
+        )
 
     @property
     def retries(self) -> Any:
@@ -87,13 +96,14 @@ def _refusal_metadata(error: StrataError) -> dict[str, str]:
     }
 
 
-def strata_executor(strata: StrataResource) -> dg.ExecutorDefinition:
-    """The in-process executor (same config), guarded for the project and warehouse of `strata`."""
+def strata_executor(strata: StrataResource, holding: AbstractSet[str] = frozenset()) -> dg.ExecutorDefinition:
+    """The in-process executor (same config), guarded for the project and warehouse of `strata`;
+    `holding`: the step keys of strata's own steps."""
 
     @dg.executor(name=EXECUTOR_NAME, config_schema=dg.in_process_executor.config_schema)
     def _executor(init_context: dg.InitExecutorContext) -> dg.Executor:
         create = dg.in_process_executor.executor_creation_fn
         assert create is not None
-        return StrataBackfillGuard(create(init_context), strata)
+        return StrataBackfillGuard(create(init_context), strata, holding)
 
     return _executor

@@ -21,7 +21,7 @@ from strata_dagster.orchestration.assets import build_model_asset
 from strata_dagster.orchestration.automation import automation_sensor
 from strata_dagster.orchestration.backfill_guard import strata_executor
 from strata_dagster.orchestration.backfills import build_backfill_jobs
-from strata_dagster.orchestration.check_op import strata_checks_op
+from strata_dagster.orchestration.check_op import CHECKS_OP, strata_checks_op
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
 from strata_dagster.orchestration.companions import companion_asset, partition_companions
 from strata_dagster.orchestration.failures import raises_cleanly
@@ -150,6 +150,13 @@ def _definitions(
         assets.append(build_model_asset(nodes[name], nodes, translator, whole_keys, companions))
         if name in whole_keys:
             assets.append(build_whole_model_asset(nodes[name], translator))
+    # strata's own steps (its models, observations and checks; Dagster's schema check reads only
+    # the event log): the run keeps the warehouse open from one to the next (held_steps.py)
+    holding = {
+        CHECKS_OP,
+        *(name for item in assets if (name := _op_name(item)) is not None),
+        *(check.node_def.name for check in checks.asset_checks),
+    }
     assets.extend(python_assets)
     # Partitions companions: observable assets, observed by the builds of their models (or the
     # observations of their sources); in no job, sensor or selection of ours.
@@ -177,7 +184,7 @@ def _definitions(
             c.STRATA_RESOURCE_KEY: resource,
             c.STRATA_IO_MANAGER_KEY: StrataIOManager(strata=resource),
         },
-        executor=strata_executor(resource),
+        executor=strata_executor(resource, frozenset(holding)),
         sensors=[
             stale_partitions_sensor(
                 [*jobs, observe_job],
@@ -358,6 +365,13 @@ def arriving_sources(
             )
         )
     return found
+
+
+def _op_name(item: dg.AssetsDefinition | dg.SourceAsset) -> str | None:
+    """The op (a run's step key) that materializes or observes `item`; None when it has none."""
+    if isinstance(item, dg.AssetsDefinition):
+        return item.node_def.name if item.is_executable else None
+    return item.op.name if item.is_observable else None
 
 
 def _keys(item: dg.AssetsDefinition | dg.SourceAsset) -> list[dg.AssetKey]:
