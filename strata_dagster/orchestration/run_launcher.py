@@ -20,6 +20,7 @@ run worker handles as a cancellation, as `dagster api execute_run` does).
 
 import filecmp
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
@@ -34,6 +35,8 @@ from dagster._core.launcher.base import LaunchRunContext
 from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, ManagedGrpcPythonEnvCodeLocationOrigin
 from dagster._serdes import ConfigurableClassData
 from typing_extensions import Self
+
+from strata_dagster.orchestration.queue_wake import RUN_ENDED, wake_on_run_end
 
 WATCH_INTERVAL_SECONDS: Final = 0.5  # as often as Dagster's code server looks at its runs' processes
 # Run tag: the pid of the forked run worker, which a termination signals.
@@ -109,15 +112,23 @@ class StrataRunLauncher(dg.DefaultRunLauncher):
     def _watch(self) -> None:
         """Fail the run of a worker that exited without ending it (killed for memory, a crash in
         native code), as the code server does for the processes it starts: a run left *Started*
-        would also keep the `duckdb` pool's slot, and every later run would wait for it."""
+        would also keep the `duckdb` pool's slot, and every later run would wait for it. Then wake
+        the run queue's daemon: the pool's slot is free (queue_wake.py)."""
         while True:
-            time.sleep(WATCH_INTERVAL_SECONDS)
+            with self._lock:
+                sentinels = [worker.sentinel for worker in self._workers.values()]
+            if sentinels:  # returns as soon as a worker exits
+                multiprocessing.connection.wait(sentinels, timeout=WATCH_INTERVAL_SECONDS)
+            else:
+                time.sleep(WATCH_INTERVAL_SECONDS)
             with self._lock:
                 ended = {run_id: worker for run_id, worker in self._workers.items() if not worker.is_alive()}
                 for run_id in ended:
                     del self._workers[run_id]
             for run_id, worker in ended.items():
                 self._fail_if_unfinished(run_id, worker.exitcode)
+            if ended:
+                RUN_ENDED.set()
 
     def _fail_if_unfinished(self, run_id: str, exit_code: int | None) -> None:
         from dagster._utils import get_run_crash_explanation
@@ -174,6 +185,8 @@ def start_fork_server_in_the_daemon(instance: dg.DagsterInstance) -> None:
     Other processes (the webserver, which only terminates runs; a run worker) never start one."""
     if not _is_daemon_process():
         return
+    if isinstance(instance.run_launcher, StrataRunLauncher):
+        wake_on_run_end()
 
     def start() -> None:
         launcher = instance.run_launcher
