@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -485,3 +486,28 @@ def dagster_dev(root: Path, home: Path) -> Iterator[tuple[GraphQL, Path]]:
                 break
             except subprocess.TimeoutExpired:
                 continue
+
+
+class IdleWorkspace:  # what a daemon's iteration reads of its workspace when it has nothing to do
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self.instance = instance
+
+
+def daemon_gap(start_loop, between=lambda: None) -> float:
+    """Seconds between the end of one iteration of a daemon's loop, `start_loop(shutdown)`, with
+    nothing to do, and the start of the next, in this process; `between` runs as the first ends."""
+    from dagster._daemon.daemon import SpanMarker
+
+    shutdown = threading.Event()
+    loop = start_loop(shutdown)
+    try:
+        while next(loop) is not SpanMarker.END_SPAN:
+            pass
+        ended = time.monotonic()
+        between()
+        while next(loop) is not SpanMarker.START_SPAN:
+            pass
+        return time.monotonic() - ended
+    finally:
+        shutdown.set()
+        loop.close()

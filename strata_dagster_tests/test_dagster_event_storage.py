@@ -4,7 +4,6 @@ own SQLite storage records event by event (the run's log in order, the per-parti
 reads, the asset entries the UI lists), on real instances in `tmp_path`."""
 
 import logging
-import threading
 import time
 
 import dagster as dg
@@ -16,7 +15,6 @@ from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._daemon.backfill import execute_backfill_iteration_loop
 from dagster._daemon.controller import create_daemon_of_type
-from dagster._daemon.daemon import SpanMarker
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from strata_dagster import build_definitions
@@ -30,7 +28,9 @@ from strata_dagster.orchestration.event_storage import (
 from strata_dagster_tests.dagster_support import (
     REPO,
     SHOP,
+    IdleWorkspace,
     change_order,
+    daemon_gap,
     execute_assets,
     make_small_shop,
     materialize_everything,
@@ -78,33 +78,11 @@ def test_a_storage_section_in_dagster_yaml_still_wins(tmp_path):
             assert instance.get_latest_materialization_event(dg.AssetKey("lonely")) is not None
 
 
-class _Workspace:  # what a daemon's iteration reads of its workspace when it has nothing to do
-    def __init__(self, instance: dg.DagsterInstance) -> None:
-        self.instance = instance
-
-
-def _gap(start_loop) -> float:
-    """Seconds between the end of one iteration of a daemon's loop, `start_loop(shutdown)`,
-    with nothing to do, and the start of the next, in this process."""
-    shutdown = threading.Event()
-    loop = start_loop(shutdown)
-    try:
-        while next(loop) is not SpanMarker.END_SPAN:
-            pass
-        ended = time.monotonic()
-        while next(loop) is not SpanMarker.START_SPAN:
-            pass
-        return time.monotonic() - ended
-    finally:
-        shutdown.set()
-        loop.close()
-
-
 def _iteration_gap(instance: dg.DagsterInstance) -> float:
     """Dagster's own backfill loop (no backfill to run)."""
-    return _gap(
+    return daemon_gap(
         lambda shutdown: execute_backfill_iteration_loop(
-            _Workspace(instance), logging.getLogger("test"), shutdown
+            IdleWorkspace(instance), logging.getLogger("test"), shutdown
         )
     )
 
@@ -112,7 +90,7 @@ def _iteration_gap(instance: dg.DagsterInstance) -> float:
 def _queue_gap(instance: dg.DagsterInstance) -> float:
     """Dagster's own run-queue daemon (no run queued)."""
     daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
-    return _gap(lambda shutdown: daemon.core_loop(_Workspace(instance), shutdown))
+    return daemon_gap(lambda shutdown: daemon.core_loop(IdleWorkspace(instance), shutdown))
 
 
 def test_the_shipped_dagster_yaml_shortens_the_backfill_daemons_wait_between_iterations(tmp_path):

@@ -8,19 +8,13 @@ import time
 import dagster as dg
 import pytest
 from dagster._daemon.controller import create_daemon_of_type
-from dagster._daemon.daemon import SpanMarker
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 
 from strata_dagster.orchestration.queue_wake import RUN_ENDED, wake_on_run_end
 from strata_dagster.orchestration.run_launcher import StrataRunLauncher
-from strata_dagster_tests.dagster_support import REPO
+from strata_dagster_tests.dagster_support import REPO, IdleWorkspace, daemon_gap
 
 INTERVAL = 2  # seconds: the queue's interval in these tests
-
-
-class _Workspace:  # what the queue's iteration reads of its workspace when no run is queued
-    def __init__(self, instance: dg.DagsterInstance) -> None:
-        self.instance = instance
 
 
 @pytest.fixture
@@ -42,21 +36,11 @@ def instance(tmp_path):
 def _gap(instance: dg.DagsterInstance, *, woken: bool) -> float:
     """Seconds from the end of one iteration of the queue's loop to the start of the next; `woken`:
     a run's worker exits as the first ends."""
-    shutdown = threading.Event()
     daemon = create_daemon_of_type(QueuedRunCoordinatorDaemon.daemon_type(), instance)
-    loop = daemon.core_loop(_Workspace(instance), shutdown)
-    try:
-        while next(loop) is not SpanMarker.END_SPAN:
-            pass
-        ended = time.monotonic()
-        if woken:
-            RUN_ENDED.set()
-        while next(loop) is not SpanMarker.START_SPAN:
-            pass
-        return time.monotonic() - ended
-    finally:
-        shutdown.set()
-        loop.close()
+    return daemon_gap(
+        lambda shutdown: daemon.core_loop(IdleWorkspace(instance), shutdown),
+        RUN_ENDED.set if woken else lambda: None,
+    )
 
 
 def test_the_queue_looks_again_when_a_run_ends_and_waits_its_interval_otherwise(instance):
