@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
-from strata_dagster_tests.engine_support import history_count, make_shop
+from strata_dagster_tests.engine_support import edit_module, history_count, make_shop
 
 CREATES = "a new path creates an empty warehouse"
 
@@ -144,3 +144,30 @@ def test_summary_lines_do_not_wrap_when_piped(tmp_path, built):
     summary = [line for line in swept.output.splitlines() if line.startswith("dropped ")]
     assert len(summary) == 1 and "kept the snapshots of 1 run;" in summary[0], swept.output
     assert summary[0].endswith("back to the disk)"), swept.output
+
+
+def test_a_new_warehouse_is_not_created_for_a_file_source_that_cannot_be_read(tmp_path):
+    """A mistyped `path:` on a warehouse path that does not exist yet: E012 naming the pattern, a
+    hint about `path:`, and no warehouse (or folder) left behind. The same source on an existing
+    warehouse gets the same hint, not the table sources' one."""
+    project = tmp_path / "files"
+    project.mkdir()
+    (project / "orders.csv").write_text("order_id,amount\n1,10\n2,5\n")
+    (project / "models.strata").write_text(
+        "source orders {\n  path: 'order.csv'\n}\n\nmodel big_orders {\n  from orders\n  filter amount > 6\n}\n"
+    )
+    warehouse = tmp_path / "new" / "warehouse.duckdb"
+    result = invoke("run", project, "--warehouse", warehouse)
+    assert result.exit_code == 1 and "error[E012]: source `orders` cannot be read" in result.output, (
+        result.output
+    )
+    assert "order.csv" in result.output and "nothing was created" in result.output
+    assert "models.strata:1:8" in result.output and "fix `path:`" in result.output
+    assert not warehouse.parent.exists()
+
+    edit_module(project / "models.strata", "'order.csv'", "'orders.csv'")
+    assert invoke("run", project, "--warehouse", warehouse).exit_code == 0
+    (project / "orders.csv").unlink()
+    result = invoke("run", project, "--warehouse", warehouse)
+    assert result.exit_code == 1 and "error[E012]" in result.output and "fix `path:`" in result.output
+    assert "load the table first" not in result.output

@@ -71,13 +71,22 @@ def source_basis(source: Source | None) -> RowBasis:
     return WHOLE_ROW
 
 
-def unreadable_source(source: Source, relation: exp.Table, error: WarehouseError) -> StrataError:
+def unreadable_source(source: Source, relation: exp.Table, error: WarehouseError | str) -> StrataError:
     return StrataError(
         E_SOURCE,
         f"source `{source.name}` cannot be read from `{render(relation)}`: {error}",
         source.location,
-        hint="load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`",
+        hint=unreadable_source_hint(source),
     )
+
+
+def unreadable_source_hint(source: Source) -> str:
+    """What to do about a source that cannot be read, for the kind of source it is."""
+    if source.path is not None:
+        return "fix `path:` (relative paths start at the project folder), or put the files it names there"
+    if source.database is not None:
+        return "fix `database:` or `table:`: the table must be in that DuckDB file"
+    return "load the table first (e.g. `strata sample-data PROJECT` for the example) or fix `table:`"
 
 
 def checked_basis(source: Source, relation: exp.Table, columns: tuple[tuple[str, str], ...]) -> RowBasis:

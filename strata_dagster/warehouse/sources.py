@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
 from strata_dagster.compile.relations import attached_catalog, source_relation
-from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError
+from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError, first_line
 from strata_dagster.language.definition import Project, Source
 from strata_dagster.warehouse.ledger import first_matching_file
 from strata_dagster.warehouse.sql import describe, parse_table_name, relation_exists, run
@@ -152,3 +152,21 @@ def source_schemas_with_databases(
     """Schemas for `strata check`/`compile`: sources that cannot be read now are left out."""
     attach_source_databases(con, project, is_strict=False)
     return source_schemas(con, project, {})
+
+
+def unreadable_without_warehouse(project: Project, names: Iterable[str]) -> dict[str, str]:
+    """The sources among `names` (files, or tables of another DuckDB database) that cannot be read
+    now, each with DuckDB's first message line: described in an in-memory database, so that no
+    warehouse has to exist."""
+    con = duckdb.connect()
+    try:
+        attach_source_databases(con, project, is_strict=False)
+        found = {}
+        for name in names:
+            try:
+                describe(con, schema_relation(project.sources[name], project, {}))
+            except duckdb.Error as error:
+                found[name] = first_line(error)
+        return found
+    finally:
+        con.close()
