@@ -22,11 +22,14 @@ and a fresh copy of the same warehouse:
 Prints each figure, the ratios to the targets (first load <= 2 x strata run + fixed cost, with each
 of the fixed costs above; 3-day backfill < 15 s) and the load average.
 
-    PYTHONPATH=. .venv/bin/python bench/bench_dagster_path.py [--rows 100000] [--days 365] [--repeat 1]
+    PYTHONPATH=. .venv/bin/python bench/bench_dagster_path.py [--rows 100000] [--days 365] [--repeat 1] [--mirror]
 
 `--repeat N` runs the last two (the do-nothing click, then the example's *Materialize all*) N times,
 each on a fresh instance and warehouse, and prints their ratios' median: one round moves by as
-much as the daemons' timing (when the backfill daemon's iterations fall).
+much as the daemons' timing (when the backfill daemon's iterations fall). `--mirror` adds, before
+the example's, *Materialize all* of the example's whole graph with nothing to do (`mirror_module`:
+a do-nothing twin of each asset and check op, and the companion's per-day observations): what
+Dagster itself takes for that click on that graph.
 
 See bench/README.md and docs/dagster.md ("The Dagster path's cost").
 """
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import runpy
 import shutil
 import statistics
 import subprocess
@@ -43,6 +47,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import dagster as dg
 
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.dagster_support import DONE, REPO, SHOP, GraphQL, dagster_dev, wait_for
@@ -105,6 +111,103 @@ defs = dg.Definitions(
 )
 """
 
+# The example's whole graph with nothing to do (`--mirror`), written out by `mirror_module` from the
+# example's definitions: a twin of every asset with the same deps, partitions, partition mappings,
+# backfill policy, pool and executor; a twin of each check op with the same checks (each passes at
+# once); the companion's per-day observations logged by the twin of `stg_orders`, batched as strata's
+# IO manager logs them. No strata in it: what Dagster itself takes for this click on this graph (its
+# runs, steps, per-partition events and check results).
+MIRROR_HEAD = """
+import dagster as dg
+from strata_dagster.orchestration.event_storage import batched_asset_events
+
+
+def observed(context, key, days):
+    with batched_asset_events(context.instance):
+        for day in days:
+            context.log_event(dg.AssetObservation(asset_key=key, partition=day))
+
+
+def passing(context):
+    for key in context.selected_asset_check_keys:
+        yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=True)
+"""
+
+
+def mirror_module(project: Path) -> str:
+    """The source of a code location mirroring the example's graph with do-nothing twins."""
+    # The example's own definitions.py (its Python model too), over the copy's warehouse.
+    graph = runpy.run_path(str(project / "definitions.py"))["defs"].resolve_asset_graph()
+
+    def twin(key: dg.AssetKey) -> str:
+        return "mirror_" + "_".join(key.path)
+
+    def partitions(definition: dg.PartitionsDefinition | None) -> str:
+        if definition is None:
+            return "None"
+        kind = type(definition).__name__
+        assert kind in ("DailyPartitionsDefinition", "MonthlyPartitionsDefinition"), kind
+        end = "None" if definition.end is None else repr(definition.end.strftime("%Y-%m-%d"))
+        return f"dg.{kind}(start_date={definition.start.strftime('%Y-%m-%d')!r}, end_date={end})"
+
+    def dep(key: dg.AssetKey, parent: dg.AssetKey) -> str:
+        found = graph.get_partition_mapping(key, parent)
+        if not isinstance(found, dg.TimeWindowPartitionMapping):
+            return f"dg.AssetDep({twin(parent)!r})"  # Dagster's default mapping, as the example's
+        allowed = found.allow_nonexistent_upstream_partitions
+        return (
+            f"dg.AssetDep({twin(parent)!r}, partition_mapping="
+            f"dg.TimeWindowPartitionMapping(allow_nonexistent_upstream_partitions={allowed}))"
+        )
+
+    companions = {
+        parent: key
+        for key in graph.get_all_asset_keys()
+        if graph.get(key).is_observable and graph.get(key).partitions_def is not None
+        for parent in graph.get(key).parent_keys
+    }
+    lines = [MIRROR_HEAD]
+    names = []
+    for key in sorted(graph.get_all_asset_keys(), key=str):
+        node = graph.get(key)
+        if not node.is_materializable:
+            lines.append(
+                f"{twin(key)} = dg.AssetSpec({twin(key)!r}, partitions_def={partitions(node.partitions_def)})"
+            )
+            names.append(twin(key))
+            continue
+        deps = ", ".join(dep(key, parent) for parent in node.parent_keys)
+        policy = "dg.BackfillPolicy.single_run()" if node.backfill_policy is not None else "None"
+        companion = companions.get(key)
+        body = "return None"
+        if companion is not None:
+            days = graph.get(companion).partitions_def.get_partition_keys()
+            body = f"observed(context, dg.AssetKey({twin(companion)!r}), {days!r})"
+        lines.append(
+            f"@dg.asset(key={twin(key)!r}, deps=[{deps}], partitions_def={partitions(node.partitions_def)}, "
+            f"backfill_policy={policy}, pool='duckdb')\ndef {twin(key)}(context) -> None:\n    {body}\n"
+        )
+        names.append(twin(key))
+    checks = []
+    for assets_def in graph.assets_defs:
+        if assets_def.keys or not list(assets_def.check_specs):
+            continue
+        specs = ", ".join(
+            f"dg.AssetCheckSpec({spec.name!r}, asset={twin(spec.asset_key)!r})"
+            for spec in assets_def.check_specs
+        )
+        name = "mirror_" + assets_def.node_def.name
+        lines.append(
+            f"@dg.multi_asset_check(name={name!r}, specs=[{specs}], can_subset=True, pool='duckdb')\n"
+            f"def {name}(context):\n    yield from passing(context)\n"
+        )
+        checks.append(name)
+    lines.append(
+        f"defs = dg.Definitions(assets=[{', '.join(names)}], asset_checks=[{', '.join(checks)}], "
+        "executor=dg.in_process_executor)"
+    )
+    return "\n".join(lines) + "\n"
+
 
 def load() -> str:
     return "load average " + " ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -118,11 +221,13 @@ def workspace(root: Path, warehouse: Path, days: int) -> Path:
     shutil.copy(warehouse, project / "warehouse.duckdb")
     (root / "trivial.py").write_text(TRIVIAL)
     (root / "shape.py").write_text(SHAPE.replace("{days}", str(days)))
+    (root / "mirror.py").write_text(mirror_module(project))
     (root / "workspace.yaml").write_text(
         "load_from:\n"
         "  - python_file:\n      relative_path: shop/definitions.py\n      location_name: shop\n"
         "  - python_file:\n      relative_path: trivial.py\n      location_name: trivial\n"
         "  - python_file:\n      relative_path: shape.py\n      location_name: shape\n"
+        "  - python_file:\n      relative_path: mirror.py\n      location_name: mirror\n"
     )
     home = root / "dagster_home"
     home.mkdir()
@@ -163,17 +268,20 @@ def until_runs_done(graphql: GraphQL, log: Path, run_ids: list[str] | None = Non
     return time.perf_counter() - begin
 
 
-def backfill_all(graphql: GraphQL, tags: dict[str, str], *, shape: bool = False) -> str:
+def backfill_all(graphql: GraphQL, tags: dict[str, str], *, twins: str = "") -> str:
     """*Materialize all* with partitioned assets in the selection: a backfill of every partition,
-    of the example's assets or (`shape`) of the trivial location's assets of the example's shape."""
+    of the example's assets, or of the do-nothing twins whose names start with `twins` (`shape_`:
+    the example's shape; `mirror_`: its whole graph)."""
     nodes = graphql("{ assetNodes { assetKey { path } isObservable isExecutable } }")["assetNodes"]
+
+    def is_wanted(name: str) -> bool:
+        is_twin = name.startswith(("shape_", "mirror_"))
+        return name.startswith(twins) if twins else not is_twin and name != "trivial"
+
     keys = [
         node["assetKey"]
         for node in nodes
-        if node["isExecutable"]
-        and not node["isObservable"]
-        and node["assetKey"]["path"] != ["trivial"]
-        and node["assetKey"]["path"][0].startswith("shape_") == shape
+        if node["isExecutable"] and not node["isObservable"] and is_wanted(node["assetKey"]["path"][0])
     ]
     data = graphql(
         "mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) { "
@@ -244,6 +352,11 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="rounds of the two Materialize all, each on a fresh instance"
     )
+    parser.add_argument(
+        "--mirror",
+        action="store_true",
+        help="also Materialize all of the example's whole graph with nothing to do, before the example's",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -300,7 +413,9 @@ def main() -> None:
 
         ratios = []
         for round_ in range(1, args.repeat + 1):
-            ratios.append(materialize_all_round(root, sample, args.days, cli, target, round_))
+            ratios.append(
+                materialize_all_round(root, sample, args.days, cli, target, round_, mirror=args.mirror)
+            )
         if args.repeat > 1:
             print(
                 f"Materialize all against 2 x strata run + the same click's fixed cost, {args.repeat} "
@@ -310,7 +425,7 @@ def main() -> None:
 
 
 def materialize_all_round(
-    root: Path, sample: Path, days: int, cli: float, target: float, round_: int
+    root: Path, sample: Path, days: int, cli: float, target: float, round_: int, *, mirror: bool = False
 ) -> float:
     """The same click on do-nothing assets, then *Materialize all* of the example, on a fresh
     instance and warehouse; prints both and returns the example's ratio to 2 x `strata run` + the
@@ -320,12 +435,21 @@ def materialize_all_round(
     with dagster_dev(backfill, workspace(backfill, sample, days)) as (graphql, log):
         trivial_run(graphql, log)  # starts the run launcher's fork server, as in the one-run instance
         launched = time.time()
-        shaped = until_backfill_done(graphql, backfill_all(graphql, {}, shape=True), log, launched)
+        shaped = until_backfill_done(graphql, backfill_all(graphql, {}, twins="shape_"), log, launched)
         shaped_target = 2 * cli + shaped
         print(
             f"fixed cost of the same click: Materialize all of trivial assets of the example's shape "
             f"(unpartitioned, {days} days, their months; in-process): {shaped:.1f}s to fresh; {load()}"
         )
+        mirrored = None
+        if mirror:
+            launched = time.time()
+            twins = backfill_all(graphql, {}, twins="mirror_")
+            mirrored = until_backfill_done(graphql, twins, log, launched)
+            print(
+                f"the same click on the example's whole graph with nothing to do (its assets, checks and "
+                f"per-partition events): {mirrored:.1f}s to fresh; {load()}"
+            )
         begin = time.perf_counter()
         until_runs_done(
             graphql,
@@ -340,6 +464,11 @@ def materialize_all_round(
             f"target ({target:.1f}s): {fresh / target:.2f}; to 2 x strata run + the same click's fixed "
             f"cost ({shaped_target:.1f}s): {fresh / shaped_target:.2f}; {load()}"
         )
+        if mirrored is not None:
+            print(
+                f"  to 2 x strata run + the whole graph's do-nothing click ({2 * cli + mirrored:.1f}s): "
+                f"{fresh / (2 * cli + mirrored):.2f}"
+            )
     return fresh / shaped_target
 
 
