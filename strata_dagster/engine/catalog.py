@@ -15,13 +15,11 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.compile.engine_check import for_engine
 from strata_dagster.compile.lineage import ColumnDeps
-from strata_dagster.compile.project import compile_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
 from strata_dagster.engine.business import is_cut_like_source
 from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
-from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.engine.context import ProjectContext, compiled_context, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
 from strata_dagster.engine.removed import removed_models, removed_warning
 from strata_dagster.engine.status import fingerprint_models
@@ -67,8 +65,8 @@ class WarehouseReading:
     columns: dict[str, RelationColumns]
     warnings: tuple[StrataWarning, ...]
     # model -> output column -> what it derives from: follows from the project and `columns`, kept
-    # because tracing it costs more than the rest of a catalog built from a reading (None: trace it)
-    lineage: dict[str, dict[str, ColumnDeps]] | None = None
+    # because tracing it costs more than the rest of a catalog built from a reading
+    lineage: dict[str, dict[str, ColumnDeps]]
 
 
 @dataclass(frozen=True)
@@ -132,10 +130,7 @@ def catalog_from_reading(
     """The catalog of `project` over a reading of the warehouse made before, by `read_catalog` for
     the same project files: the same catalog, without opening the warehouse. Fingerprints and SQL
     are derived again from the project, so they are always this code's."""
-    compiled = compile_project(project, reading.source_schemas)
-    if reading.engine != "duckdb":  # as load_context compiles for that engine
-        compiled = for_engine(compiled, reading.engine, reading.source_schemas)
-    context = ProjectContext(project, compiled, {}, branch, reading.source_schemas)
+    context = compiled_context(project, reading.source_schemas, reading.engine, branch=branch)
     return _catalog(context, reading, _arrivals(context))
 
 
@@ -148,7 +143,6 @@ def _catalog(context: ProjectContext, reading: WarehouseReading, arrivals: dict[
         for name in context.project.order
         if (found := partition_input(context.project, name, context.compiled.models[name])) is not None
     }
-    lineage = reading.lineage if reading.lineage is not None else read_lineage(context, reading.columns)
     return Catalog(
         context.project,
         context.branch,
@@ -157,7 +151,7 @@ def _catalog(context: ProjectContext, reading: WarehouseReading, arrivals: dict[
         reading.bounds,
         inputs,
         reading.columns,
-        lineage,
+        reading.lineage,
         arrivals,
         reading.warnings,
         reading,

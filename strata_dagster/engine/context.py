@@ -80,10 +80,22 @@ def load_context(
     project = project or load_project(project_dir)
     check_branch_in(session, branch)
     schemas = session.prepare_sources(project, overrides)
+    return compiled_context(project, schemas, session.engine, overrides, branch, listings)
+
+
+def compiled_context(
+    project: Project,
+    schemas: Mapping[str, tuple[tuple[str, str], ...]],
+    engine: str,
+    overrides: Mapping[str, str] | None = None,
+    branch: str = DEFAULT_BRANCH,
+    listings: Listings | None = None,
+) -> ProjectContext:
+    """The project compiled against `schemas` (the readable sources' columns) for `engine`."""
     compiled = compile_project(project, schemas)
-    if session.engine != "duckdb":  # every statement as that engine computes DuckDB's rows
-        compiled = for_engine(compiled, session.engine, schemas)
-    return ProjectContext(project, compiled, dict(overrides), branch, schemas, listings or Listings())
+    if engine != "duckdb":  # every statement as that engine computes DuckDB's rows
+        compiled = for_engine(compiled, engine, schemas)
+    return ProjectContext(project, compiled, dict(overrides or {}), branch, schemas, listings or Listings())
 
 
 def select_models(project: Project, selection: Iterable[str] | None) -> tuple[str, ...]:

@@ -185,15 +185,11 @@ def start_fork_server_in_the_daemon(instance: dg.DagsterInstance) -> None:
     Other processes (the webserver, which only terminates runs; a run worker) never start one."""
     if not _is_daemon_process():
         return
-    if isinstance(instance.run_launcher, StrataRunLauncher):
-        wake_on_run_end()
-
-    def start() -> None:
-        launcher = instance.run_launcher
-        if isinstance(launcher, StrataRunLauncher):
-            launcher.start_fork_server()
-
-    threading.Thread(target=start, name="strata-fork-server", daemon=True).start()
+    launcher = instance.run_launcher
+    if not isinstance(launcher, StrataRunLauncher):
+        return
+    wake_on_run_end()
+    threading.Thread(target=launcher.start_fork_server, name="strata-fork-server", daemon=True).start()
 
 
 def _is_daemon_process() -> bool:
