@@ -20,6 +20,7 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
+from strata_dagster.orchestration.stale_sensor import STALE_SENSOR_NAME
 from strata_dagster.warehouse.ledger import first_matching_file
 from strata_dagster_tests.business_support import (
     day,
@@ -237,8 +238,9 @@ def test_an_integer_keyed_source_refuses_a_folder_that_is_no_integer(tmp_path):
 
 
 def test_the_schema_is_read_from_a_partition_not_from_a_misnamed_folder(tmp_path):
-    """`dt=0000-00-00/` sorts first: the source's schema (and so its partition column's type) is
-    still read from a real partition, and the folder is the run's E057, not an E050 over VARCHAR."""
+    """Whichever folder the file system lists first, the source's schema (and so its partition
+    column's type) is read from a real partition: `dt=0000-00-00/` is the run's E057, never an
+    E050 over a VARCHAR column typed from that one folder."""
     project, warehouse = make_file_project(tmp_path)
     write_file_partition(project, 0, 5)
     folder = _folder(project, "0000-00-00")
@@ -325,6 +327,20 @@ def test_a_dagster_observation_of_a_bad_new_partition_fails_with_the_code(tmp_pa
     assert {key: value.value for key, value in data.metadata.items()}["strata/error_code"] == "E056"
 
 
+def test_the_stale_sensor_skips_its_tick_over_a_bad_new_partition_naming_the_code(tmp_path):
+    project, warehouse = _consumed(tmp_path)
+    folder = _folder(project, "garbage")
+    shutil.copy(project / "events" / f"dt={day(0).isoformat()}" / "part-0.parquet", folder)
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    sensor = defs.resolve_sensor_def(STALE_SENSOR_NAME)
+    tick = sensor.evaluate_tick(
+        dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+    )
+    assert not tick.run_requests
+    assert "error[E057]" in (tick.skip_message or "") and "dt=garbage" in (tick.skip_message or "")
+
+
 @pytest.mark.spark
 def test_on_spark_a_bad_new_partition_is_the_same_coded_error_and_publishes_nothing(tmp_path, spark):
     project, _ = make_file_project(tmp_path / "files", MARKED)
@@ -345,3 +361,5 @@ def test_on_spark_a_bad_new_partition_is_the_same_coded_error_and_publishes_noth
             engine.run(project)
         assert (caught.value.code, caught.value.subject) == ("E057", "events/dt=garbage")
         assert normalised(engine.live("events_log")) == before
+        with engine.chosen():  # the consumed partitions read from their own files, not the glob
+            assert mismatch_error(verify_sources(project, engine.warehouse)) is None

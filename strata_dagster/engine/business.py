@@ -245,7 +245,7 @@ def _counted(
             f"source `{source.name}`: partition `{item.key}` holds `{path}`, which lacks the column(s) "
             f"{', '.join(f'`{name}`' for name in missing)} the source has; nothing was consumed or published",
             subject=f"{source.name}/{item.key}",
-            hint="rewrite the file with every column of the source (those of its oldest partition's files), or "
+            hint="rewrite the file with every column of the source (those of its other partitions' files), or "
             "remove the partition's folder; the next run reads it again",
         )
     return counted

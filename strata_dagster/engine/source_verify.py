@@ -153,8 +153,11 @@ def mismatch_error(checks: list[SourceCheck]) -> StrataError | None:
     if not bad:
         return None
     source, part = bad[0]
+    rebuild = "`strata run --full-refresh` the models reading it"
+    hint = f"the upstream broke `immutable_partitions`: fix it, then {rebuild}"
     if part.problem is not None:
         state = part.describe_now()
+        hint = f"restore the partition's files as they were consumed; if they are lost, {rebuild}"
     elif part.now is None:
         state = "is gone"
     else:
@@ -163,5 +166,5 @@ def mismatch_error(checks: list[SourceCheck]) -> StrataError | None:
         E_PARTITION_VERIFY,
         f"{len(bad)} consumed partition(s) differ from the ledger; first: `{source}` partition `{part.partition}` {state}",
         subject=f"{source}/{part.partition}",
-        hint="the upstream broke `immutable_partitions`: fix it, then `strata run --full-refresh` the models reading it",
+        hint=hint,
     )

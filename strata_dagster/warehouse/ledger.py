@@ -269,34 +269,42 @@ def listing_cache_dir(database_path: str | None) -> Path | None:
     return Path(database_path + listing.CACHE_SUFFIX) if database_path else None
 
 
-def first_matching_file(pattern: str, column: str | None = None) -> str | None:
+def first_matching_file(pattern: str, column: str | None = None, marker: str | None = None) -> str | None:
     """One file `pattern` matches, found without listing every partition folder (a schema is read
-    from one file): the first in the first folder by name that holds one, preferring folders
-    `column=value` whose value is a partition key (`is_key`). The oldest partition, not whichever
-    folder the file system lists first: a folder `dt=garbage/` or one still being written is not
-    where a source's schema is read (DuckDB types the hive column from that one path)."""
+    from one file): the first found in a folder that is a partition, `column=value/` whose value is
+    a key (`is_key`), holding `marker` when one is given; else the first found at all. A folder
+    `dt=garbage/` or one still being written is not where a source's schema is read (DuckDB types
+    the hive column from that one path), when any other folder can say it."""
     parts = listing.split_pattern(pattern)
     if parts is None:
         return next(glob.iglob(pattern), None)
     root, name = parts
     is_match = re.compile(fnmatch.translate(name)).match
+    prefix = None if column is None else f"{column}="
+    fallback = None
     try:
-        with os.scandir(root) as entries:
-            folders = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
+        with os.scandir(root) as folders:
+            for folder in folders:
+                if folder.name.startswith(".") or not folder.is_dir():
+                    continue
+                try:
+                    with os.scandir(folder.path) as entries:
+                        names = [entry.name for entry in entries]
+                except OSError:
+                    continue
+                found = min((n for n in names if not n.startswith(".") and is_match(n)), default=None)
+                if found is None:
+                    continue
+                path = f"{folder.path}/{found}"
+                is_partition = prefix is None or (
+                    folder.name.startswith(prefix) and is_key(folder.name[len(prefix) :])
+                )
+                if is_partition and (marker is None or marker in names):
+                    return path
+                fallback = fallback or path
     except OSError:
-        return None
-    if column is not None:
-        prefix = f"{column}="
-        folders.sort(key=lambda folder: not (folder.startswith(prefix) and is_key(folder[len(prefix) :])))
-    for folder in folders:
-        try:
-            with os.scandir(f"{root}/{folder}") as entries:
-                found = sorted(e.name for e in entries if not e.name.startswith(".") and is_match(e.name))
-        except OSError:
-            continue
-        if found:
-            return f"{root}/{folder}/{found[0]}"
-    return None
+        return fallback
+    return fallback
 
 
 def matching_files(pattern: str) -> list[str]:
