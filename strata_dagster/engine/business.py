@@ -8,7 +8,9 @@ monotonic arrival. `on_violation: error` stops the run (E052 / E053, nothing pub
 `on_violation: rebuild` starts a new ledger and the models reading the source rebuild what the
 change touches. New partitions are consumed in order, up to the first one not yet complete
 (`complete_when` marker missing, or among the newest `settle` partitions): the models read the
-source only up to that frontier, so a partition being written is never half read.
+source only up to that frontier, so a partition being written is never half read. A folder that is
+no partition (`dt=garbage/`, E057), or a partition to consume whose file cannot be read (E056) or
+lacks a column (E058), stops the run before anything is consumed.
 """
 
 from __future__ import annotations
