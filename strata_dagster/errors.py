@@ -62,6 +62,9 @@ E_PARTITION_CHANGED: Final = "E052"
 E_PARTITION_BACKFILLED: Final = "E053"
 E_PARTITION_VERIFY: Final = "E054"
 E_PARTITION_START: Final = "E055"
+E_PARTITION_UNREADABLE: Final = "E056"
+E_PARTITION_VALUE: Final = "E057"
+E_PARTITION_COLUMNS: Final = "E058"
 E_TEST_TABLE: Final = "E060"
 E_TEST_DEFINITION: Final = "E061"
 E_TEST_MODEL: Final = "E062"
@@ -122,6 +125,12 @@ CATALOGUE: Final[dict[str, str]] = {
     E_PARTITION_VERIFY: "`strata verify --sources`: a consumed partition no longer holds what the ledger recorded",
     E_PARTITION_START: "a partitioned source's `start:` of another kind than its partition column (a date for an "
     "integer column, an integer for a DATE or TIMESTAMP one)",
+    E_PARTITION_UNREADABLE: "a new partition of a business-versioned file source holds a file that cannot be read "
+    "(truncated, not Parquet, not permitted)",
+    E_PARTITION_VALUE: "a business-versioned file source's folder `column=value/` whose value is not of the "
+    "partition column's kind (`dt=garbage/`, `dt=2026-13-45/`)",
+    E_PARTITION_COLUMNS: "a new partition of a business-versioned file source holds a file that lacks a column "
+    "of the source",
     E_TEST_TABLE: "a test's fixture table is not a row of column names followed by rows of as many values",
     E_TEST_DEFINITION: "a test block without `expect`, with a repeated part, or `previous` on a model that is not incremental",
     E_TEST_MODEL: "a test names a model that does not exist, or reads a relation the model does not read",

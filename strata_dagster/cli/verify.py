@@ -98,8 +98,10 @@ def _verify_sources(project: Path, warehouse: Path) -> None:
             f"{check.source}: {len(check.partitions):,} consumed partition(s), {state}", markup=False
         )
         for part in check.mismatched:
-            now = "gone" if part.now is None else f"{part.now[0]:,} rows now"
-            console.print(f"  {part.partition}: {part.recorded[0]:,} rows when consumed, {now}", markup=False)
+            console.print(
+                f"  {part.partition}: {part.recorded[0]:,} rows when consumed, {part.describe_now()}",
+                markup=False,
+            )
     error = mismatch_error(checks)
     if error is not None:
         raise error

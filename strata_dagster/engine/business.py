@@ -8,12 +8,15 @@ monotonic arrival. `on_violation: error` stops the run (E052 / E053, nothing pub
 `on_violation: rebuild` starts a new ledger and the models reading the source rebuild what the
 change touches. New partitions are consumed in order, up to the first one not yet complete
 (`complete_when` marker missing, or among the newest `settle` partitions): the models read the
-source only up to that frontier, so a partition being written is never half read.
+source only up to that frontier, so a partition being written is never half read. A folder that is
+no partition (`dt=garbage/`, E057), or a partition to consume whose file cannot be read (E056) or
+lacks a column (E058), stops the run before anything is consumed.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +38,10 @@ from strata_dagster.engine.sliding_window import SLIDING_WINDOW
 from strata_dagster.errors import (
     E_PARTITION_BACKFILLED,
     E_PARTITION_CHANGED,
+    E_PARTITION_COLUMNS,
     E_PARTITION_LAYOUT,
+    E_PARTITION_UNREADABLE,
+    E_PARTITION_VALUE,
     E_SOURCE,
     StrataError,
 )
@@ -166,6 +172,9 @@ def list_partitions(
                 source.location,
                 hint=f"write the files under `{spec.column}=<value>/` folders, or fix `path:` so it matches only those",
             )
+        misnamed = next((item for item in found_partitions if not _is_of_kind(item.key, source)), None)
+        if misnamed is not None:
+            raise _misnamed_error(source, misnamed)
     else:
         relation = source_table(source, context.project, context.overrides)
         types = dict(session.describe(relation))
@@ -183,11 +192,97 @@ def list_partitions(
     return found_partitions
 
 
-def _counted(session: Session, items: list[PartitionEvidence]) -> list[PartitionEvidence]:
-    """File partitions about to be consumed, with their footers' row counts."""
-    if any(item.rows == ledger.UNCOUNTED for item in items):
-        return ledger.with_footer_rows(session.meta, items)
-    return items
+def _is_of_kind(key: str, source: Source) -> bool:
+    """Whether a folder's value is of the partition column's kind: an integer for an integer column
+    (`start:` an integer), else a date or timestamp (E055 keeps `start:` of the column's kind)."""
+    kind = ledger.order_of(key)[0]
+    return kind == (_INTEGER if isinstance(source.start, int) else _TIME)
+
+
+_INTEGER, _TIME = 0, 1  # the kinds of `ledger.order_of`
+
+
+def _misnamed_error(source: Source, item: PartitionEvidence) -> StrataError:
+    """E057: a folder `column=value/` whose value no partition of the column can have. It is
+    refused, not skipped: the models read the source through one glob of every folder, whose
+    partition column DuckDB then types as text, so no statement over the source reads around it;
+    and a folder skipped in silence would be a mistyped day's data never read."""
+    spec = source.partitioned_by
+    assert spec is not None
+    folder = os.path.dirname(item.files[0]) if item.files else f"{spec.column}={item.key}"
+    is_integer = isinstance(source.start, int)
+    wanted = "an integer" if is_integer else "a date or timestamp"
+    return StrataError(
+        E_PARTITION_VALUE,
+        f"source `{source.name}` has a folder `{folder}/` whose value `{item.key}` is not {wanted}: "
+        f"it is no partition of `{spec.column}`; nothing was consumed or published",
+        subject=f"{source.name}/{spec.column}={item.key}",
+        hint=f"rename the folder to the partition its files hold "
+        f"(`{spec.column}={'<integer>' if is_integer else 'YYYY-MM-DD'}/`), or move it out of the source's "
+        "folder; the next run reads it then",
+    )
+
+
+def _counted(
+    session: Session, context: ProjectContext, source: Source, items: list[PartitionEvidence]
+) -> list[PartitionEvidence]:
+    """File partitions about to be consumed, with their footers' row counts. E056 for a file whose
+    footer cannot be read, E058 for one that lacks a column of the source (from the footers too:
+    the models would fail on it, or a statement over it with the others, naming no partition)."""
+    if not any(item.rows == ledger.UNCOUNTED for item in items):
+        return items
+    try:
+        counted = ledger.with_footer_rows(session.meta, items)
+    except ledger.UnreadableFile as unreadable:
+        raise _unreadable_error(source, items, unreadable) from None
+    assert source.partitioned_by is not None
+    hive = source.partitioned_by.column.lower()
+    columns = [name for name, _ in _columns(session, context, source) if name.lower() != hive]
+    lacking = ledger.lacking_columns(session.meta, [file for item in items for file in item.files], columns)
+    if lacking is not None:
+        path, missing = lacking
+        item = _holding(items, path)
+        raise StrataError(
+            E_PARTITION_COLUMNS,
+            f"source `{source.name}`: partition `{item.key}` holds `{path}`, which lacks the column(s) "
+            f"{', '.join(f'`{name}`' for name in missing)} the source has; nothing was consumed or published",
+            subject=f"{source.name}/{item.key}",
+            hint="rewrite the file with every column of the source (those of its other partitions' files), or "
+            "remove the partition's folder; the next run reads it again",
+        )
+    return counted
+
+
+def _holding(items: Sequence[PartitionEvidence], path: str) -> PartitionEvidence:
+    return next(item for item in items if path in item.files)
+
+
+def _unreadable_error(
+    source: Source, items: Sequence[PartitionEvidence], unreadable: ledger.UnreadableFile
+) -> StrataError:
+    """E056: a partition about to be consumed holds a file that cannot be read. Refused, not waited
+    for: a folder that counts as complete (its marker is there, or none is declared) and stays
+    unreadable would hold back every later partition with nothing said; nothing is consumed, and
+    the next run reads the folder again, so a writer still writing is simply picked up then."""
+    complete = (
+        f"its `{source.complete_when}` marker says the folder is complete"
+        if source.complete_when
+        else "the source declares no `complete_when` marker, so the folder counts as complete"
+    )
+    waiting = (
+        ""
+        if source.complete_when
+        else ", or declare `complete_when: '_SUCCESS'` so that a folder is read once its writer marks it"
+    )
+    item = _holding(items, unreadable.path)
+    return StrataError(
+        E_PARTITION_UNREADABLE,
+        f"source `{source.name}`: partition `{item.key}` holds `{unreadable.path}`, which cannot be read "
+        f"({unreadable.reason}); "
+        f"{complete}: nothing was consumed or published",
+        subject=f"{source.name}/{item.key}",
+        hint=f"rewrite the file whole or remove the partition's folder{waiting}; the next run reads it again",
+    )
 
 
 def retained_of(source: Source) -> int | None:
@@ -331,16 +426,16 @@ def read_business_source(
     if unchanged_head is not None:
         kept = unchanged_head
         new, deferred = _frontier(listed[len(kept) :], set())
-        new = _counted(session, new)
+        new = _counted(session, context, source, new)
         consumed = [*kept, *new]  # every partition after the kept ones sorts after them (checked)
     elif reset_reason is not None:
         new, deferred = _frontier(listed, set())
-        new = _counted(session, new)
+        new = _counted(session, context, source, new)
         consumed = new
     else:
         assert recorded is not None
         new, deferred = _frontier(listed, set(recorded))
-        new = _counted(session, new)
+        new = _counted(session, context, source, new)
         kept = [
             PartitionEvidence(item.key, recorded[item.key].rows, item.evidence, item.files, item.is_complete)
             for item in listed
@@ -362,8 +457,7 @@ def read_business_source(
     to_hash = consumed if reset_reason else new
     hashed = to_hash
     if is_hashed and to_hash:
-        key = key_expression(source, dict(_columns(session, context, source)))
-        hashed = _with_row_hashes(session, source, context, key, to_hash)
+        hashed = _with_row_hashes(session, source, context, source_key(session, context, source), to_hash)
     new = hashed if reset_reason is None else [item for item in hashed if item.key in {n.key for n in new}]
     if reset_reason is not None:
         consumed = hashed
@@ -441,6 +535,11 @@ def _sorted(items: list[PartitionEvidence]) -> list[PartitionEvidence]:
     return sorted(items, key=lambda item: order_of(item.key))
 
 
+def source_key(session: Session, context: ProjectContext, source: Source) -> exp.Expression:
+    """The partition of a row of the source, over the columns the run reads it with."""
+    return key_expression(source, dict(_columns(session, context, source)))
+
+
 def _columns(session: Session, context: ProjectContext, source: Source) -> tuple[tuple[str, str], ...]:
     """The source's columns: as the run's compilation read them (one file of the folder), else
     described now; none when it cannot be read."""
@@ -476,14 +575,37 @@ def _with_row_hashes(
     items: list[PartitionEvidence],
 ) -> list[PartitionEvidence]:
     """`items` with the hash of their rows, read from their own files (or partitions) only: what
-    `strata verify --sources` later compares the whole source with."""
+    `strata verify --sources` later compares the whole source with. E056 for a file some row of
+    which cannot be read."""
+    try:
+        groups = partition_figures(session, source, context, key, items)
+    except ledger.UnreadableFile as unreadable:
+        raise _unreadable_error(source, items, unreadable) from None
+    return [item._replace(row_hash_sum=groups.get(order_of(item.key), EMPTY_PARTITION)[1]) for item in items]
+
+
+# The figures of a partition that holds no row (a folder of empty files): none, hashing to "0".
+EMPTY_PARTITION = (0, "0")
+
+
+def partition_figures(
+    session: Session,
+    source: Source,
+    context: ProjectContext,
+    key: exp.Expression,
+    items: Sequence[PartitionEvidence],
+) -> dict[tuple[int, object], tuple[int, str]]:
+    """The row count and row-hash sum of each of `items` that holds a row, keyed by `order_of` its
+    key, read from their own files (or partitions) only. Raises ledger.UnreadableFile for a file
+    some row of which cannot be read (found by reading each file alone, once all together failed)."""
     if not items:
-        return items
+        return {}
     relation: exp.Expression
+    files = [file for item in items for file in item.files]
     if source.path is not None:
-        files = exp.Array(expressions=[exp.Literal.string(file) for item in items for file in item.files])
+        listing = exp.Array(expressions=[exp.Literal.string(file) for file in files])
         hive = exp.EQ(this=exp.column("hive_partitioning"), expression=exp.true())
-        relation = exp.Table(this=exp.func("read_parquet", files, hive))
+        relation = exp.Table(this=exp.func("read_parquet", listing, hive))
     else:
         keys = [exp.Literal.string(item.key) for item in items]
         text = exp.cast(key.copy(), "VARCHAR")
@@ -492,8 +614,13 @@ def _with_row_hashes(
             .from_(source_table(source, context.project, context.overrides))
             .where(exp.In(this=text, expressions=keys))
         )
-    groups = ledger.by_partition_value(session.content_by_group(relation, key))
-    return [item._replace(row_hash_sum=groups.get(order_of(item.key), (0, "0"))[1]) for item in items]
+    try:
+        return ledger.by_partition_value(session.content_by_group(relation, key))
+    except WarehouseError:
+        unreadable = ledger.first_unreadable_file(session.meta, files) if source.path is not None else None
+        if unreadable is None:
+            raise
+        raise unreadable from None
 
 
 def partition_groups(reading: BusinessReading, grain: str) -> dict[str | None, tuple[int, str]]:

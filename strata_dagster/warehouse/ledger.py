@@ -19,14 +19,16 @@ import itertools
 import os
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.errors import first_line
 from strata_dagster.warehouse import listing
+from strata_dagster.warehouse.connection import is_interruption
 from strata_dagster.warehouse.sql import data_type, run
 
 LEDGER_TABLE = "strata.source_ledger"
@@ -119,6 +121,25 @@ def list_file_partitions(
 
 
 UNCOUNTED = -1
+
+
+def is_key(value: str) -> bool:
+    """Whether a folder's value is a partition key: an integer, a date or a timestamp (`order_of`
+    orders anything else as text, which no partition column holds: docs/language.md, E050)."""
+    return order_of(value)[0] != _TEXT
+
+
+_TEXT = 2  # the kind `order_of` gives a value that is neither an integer nor a date or timestamp
+
+
+class UnreadableFile(Exception):
+    """A source file DuckDB cannot read (truncated, not Parquet, not permitted): its path, and the
+    first line of DuckDB's message."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 def _evidence(names: Sequence[str], sizes: Sequence[int]) -> str:
@@ -248,26 +269,42 @@ def listing_cache_dir(database_path: str | None) -> Path | None:
     return Path(database_path + listing.CACHE_SUFFIX) if database_path else None
 
 
-def first_matching_file(pattern: str) -> str | None:
-    """Any one file `pattern` matches, found without listing every partition folder (a schema is
-    read from one file)."""
+def first_matching_file(pattern: str, column: str | None = None, marker: str | None = None) -> str | None:
+    """One file `pattern` matches, found without listing every partition folder (a schema is read
+    from one file): the first found in a folder that is a partition, `column=value/` whose value is
+    a key (`is_key`), holding `marker` when one is given; else the first found at all. A folder
+    `dt=garbage/` or one still being written is not where a source's schema is read (DuckDB types
+    the hive column from that one path), when any other folder can say it."""
     parts = listing.split_pattern(pattern)
     if parts is None:
         return next(glob.iglob(pattern), None)
     root, name = parts
     is_match = re.compile(fnmatch.translate(name)).match
+    prefix = None if column is None else f"{column}="
+    fallback = None
     try:
         with os.scandir(root) as folders:
             for folder in folders:
                 if folder.name.startswith(".") or not folder.is_dir():
                     continue
-                with os.scandir(folder.path) as entries:
-                    for entry in entries:
-                        if not entry.name.startswith(".") and is_match(entry.name):
-                            return entry.path
+                try:
+                    with os.scandir(folder.path) as entries:
+                        names = [entry.name for entry in entries]
+                except OSError:
+                    continue
+                found = min((n for n in names if not n.startswith(".") and is_match(n)), default=None)
+                if found is None:
+                    continue
+                path = f"{folder.path}/{found}"
+                is_partition = prefix is None or (
+                    folder.name.startswith(prefix) and is_key(folder.name[len(prefix) :])
+                )
+                if is_partition and (marker is None or marker in names):
+                    return path
+                fallback = fallback or path
     except OSError:
-        return None
-    return None
+        return fallback
+    return fallback
 
 
 def matching_files(pattern: str) -> list[str]:
@@ -291,12 +328,95 @@ def with_footer_rows(
     files = [file for item in partitions for file in item.files]
     if not files:
         return [item._replace(rows=0) for item in partitions]
+    try:
+        found = run(con, _footers_query(files)).fetchall()
+    except duckdb.Error as error:
+        if is_interruption(error):
+            raise KeyboardInterrupt from None
+        unreadable = _first_unreadable(con, files, _footers_query)
+        if unreadable is None:
+            raise  # each file reads alone: not a file's fault
+        raise unreadable from None
+    rows = {str(name): int(count) for name, count in found}
+    return [item._replace(rows=sum(rows.get(file, 0) for file in item.files)) for item in partitions]
+
+
+def _footers_query(files: Sequence[str]) -> exp.Select:
     listing = exp.Array(expressions=[exp.Literal.string(file) for file in files])
-    query = exp.select("file_name", "num_rows").from_(
+    return exp.select("file_name", "num_rows").from_(
         exp.Anonymous(this="parquet_file_metadata", expressions=[listing])
     )
-    rows = {str(name): int(count) for name, count in run(con, query).fetchall()}
-    return [item._replace(rows=sum(rows.get(file, 0) for file in item.files)) for item in partitions]
+
+
+def lacking_columns(
+    con: duckdb.DuckDBPyConnection, files: Sequence[str], columns: Sequence[str]
+) -> tuple[str, tuple[str, ...]] | None:
+    """The first of `files` (readable ones: `with_footer_rows` read them) whose top-level columns
+    lack some of `columns` (compared as DuckDB binds names, without case), with those it lacks;
+    None when each has them all. From the files' Parquet schemas: no row is read."""
+    if not files or not columns:
+        return None
+    listing = exp.Array(expressions=[exp.Literal.string(file) for file in files])
+    query = exp.select("file_name", "name", "num_children").from_(
+        exp.Anonymous(this="parquet_schema", expressions=[listing])
+    )
+    names: dict[str, list[str]] = defaultdict(list)
+    remaining: dict[str, list[int]] = {}  # per file: the children still to come at each depth
+    for file, name, children in run(con, query).fetchall():
+        stack = remaining.get(file)
+        if stack is None:  # the file's root: its children are the top-level columns
+            remaining[file] = [int(children or 0)]
+            continue
+        while stack and stack[-1] == 0:
+            stack.pop()
+        if not stack:
+            continue
+        if len(stack) == 1:
+            names[file].append(str(name).lower())
+        stack[-1] -= 1
+        if children:
+            stack.append(int(children))
+    for file in files:
+        has = set(names.get(file, ()))
+        lacked = tuple(column for column in columns if column.lower() not in has)
+        if lacked:
+            return file, lacked
+    return None
+
+
+def _rows_query(files: Sequence[str]) -> exp.Select:
+    """Every value of every row of the files (hashed, so that no column is left unread)."""
+    (file,) = files
+    reader = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(file)])
+    return exp.select(exp.func("count", exp.func("hash", exp.column("t")))).from_(
+        exp.Table(this=reader, alias=exp.TableAlias(this=exp.to_identifier("t")))
+    )
+
+
+def first_unreadable_file(con: duckdb.DuckDBPyConnection, files: Sequence[str]) -> UnreadableFile | None:
+    """The first of `files` some row of which cannot be read (a file whose footer reads but whose
+    pages do not: a torn write, a damaged disk), each read alone; None when each reads whole."""
+    return _first_unreadable(con, files, _rows_query)
+
+
+def _first_unreadable(
+    con: duckdb.DuckDBPyConnection, files: Sequence[str], query: Callable[[Sequence[str]], exp.Select]
+) -> UnreadableFile | None:
+    """The first of `files` that `query` cannot read alone (read one by one once reading them
+    together failed, on a cursor of its own: the failure aborted `con`'s transaction); None when
+    each reads alone."""
+    cursor = con.cursor()
+    try:
+        for file in files:
+            try:
+                run(cursor, query([file])).fetchall()
+            except duckdb.Error as error:
+                if is_interruption(error):
+                    raise KeyboardInterrupt from None
+                return UnreadableFile(file, first_line(error))
+    finally:
+        cursor.close()
+    return None
 
 
 def list_table_partitions(

@@ -109,8 +109,13 @@ def schema_relation(source: Source, project: Project, overrides: Mapping[str, st
         return relation
     reader = relation.this
     pattern = reader.expressions[0]
-    # Any one file: glob lazily, never listing every partition folder.
-    first = first_matching_file(pattern.this) if isinstance(pattern, exp.Literal) else None
+    # One file of a complete partition: never listing every partition folder.
+    column = None if source.partitioned_by is None else source.partitioned_by.column
+    first = (
+        first_matching_file(pattern.this, column, source.complete_when)
+        if isinstance(pattern, exp.Literal)
+        else None
+    )
     if first is None:
         return relation
     one = reader.copy()
