@@ -412,20 +412,23 @@ def backfill(
 
     With --partitions, the selected partitioned models rebuild exactly those partitions."""
     from strata_dagster.engine.backfill import backfill as run_backfill
+    from strata_dagster.engine.backfill import backfill_errors
 
-    target = resolve_warehouse(project, warehouse)
-    say(f"strata backfill of {run_id[:12]} ({target})")
-    result = run_backfill(
-        project,
-        target,
-        run_id,
-        reason,
-        sources=sources,
-        models=model_selection(models),
-        full_refresh=full_refresh,
-        progress=print_outcome,
-        partitions=split_partitions(partitions),
-    )
+    with backfill_errors():  # every error a backfill reports is E085, its cause's code in the message
+        selection, items = model_selection(models), split_partitions(partitions)
+        target = resolve_warehouse(project, warehouse)
+        say(f"strata backfill of {run_id[:12]} ({target})")
+        result = run_backfill(
+            project,
+            target,
+            run_id,
+            reason,
+            sources=sources,
+            models=selection,
+            full_refresh=full_refresh,
+            progress=print_outcome,
+            partitions=items,
+        )
     if result.is_noop:
         console.print("the corrections change nothing: " + NOTHING_TO_DO)
         return
