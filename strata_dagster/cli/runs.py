@@ -22,7 +22,7 @@ from strata_dagster.cli.output import console, error_console, print_warnings, re
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.business import SOURCE_VERSIONS
-from strata_dagster.engine.context import check_branch
+from strata_dagster.engine.context import check_branch, check_branch_of
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds, history_and_interruptions
 from strata_dagster.engine.partition_keys import describe_keys
 from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
@@ -101,6 +101,7 @@ def run_command(
     """
     check_branch(branch)  # every mistake in the command line is refused before the banner
     loaded = load_project(project)
+    check_branch_of(loaded, branch)
     overrides = parse_overrides(list(sources), loaded)
     request = RunRequest(
         project_dir=project,

@@ -14,6 +14,7 @@ from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.catalog import Catalog
+from strata_dagster.engine.context import check_branch, check_branch_of
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.arrivals import ArrivingSource
@@ -94,6 +95,7 @@ def build_definitions(
     """
     choice = engine_choice(engine, spark_remote)
     choose_engine(choice)  # this process reads the catalog below, and its sensors run here
+    check_branch(branch)  # E026 here, not as the resource's validation error
     resource = StrataResource(
         project_dir=str(project_dir),
         warehouse=str(warehouse if warehouse is not None else default_warehouse(project_dir)),
@@ -104,6 +106,7 @@ def build_definitions(
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = project_catalog(resource)
+    check_branch_of(catalog.project, branch)  # not a schema the sources read: E026 where it loads
     for unread in catalog.warnings:  # shown where the code location loads (`dagster dev`'s output)
         warnings.warn(unread.render(), UserWarning, stacklevel=2)
     if select:

@@ -430,8 +430,10 @@ class Session:
         return self._database
 
     def schema_has_tables(self, schema: str) -> bool:
+        """Whether schema `schema` (in any case: DuckDB resolves names ignoring it) holds tables."""
         row = self.con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
+            "SELECT count(*) FROM duckdb_tables() WHERE lower(schema_name) = lower(?) "
+            "AND database_name = current_database()",
             [schema],
         ).fetchone()
         return bool(row and row[0])
