@@ -3,6 +3,10 @@ hint, never a traceback, and nothing is written. Branch names that readers would
 schema or catalog, durations and sizes out of range, every STRATA_* variable checked, paths that
 are no warehouse or no project."""
 
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
 import pytest
 from click.testing import CliRunner
 
@@ -112,3 +116,203 @@ def test_a_branch_made_before_its_name_was_reserved_can_still_be_deleted(built, 
     result = cli("branch", "delete", project, "memory", "--warehouse", warehouse)
     assert result.exit_code == 0, result.output
     assert execute(warehouse, "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'memory'") == [(0,)]
+
+
+# -- durations, sizes, counts ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--older-than", "99999999999d"),
+        ("--older-than", "36501d"),
+        ("--older-than", "5215w"),
+        ("--keep", "1", "--grace", "99999999999999999999w"),
+        ("--older-than", "٣d"),  # an Arabic-Indic digit: no ASCII number
+    ],
+)
+def test_gc_ages_beyond_a_century_or_not_in_ascii_digits_are_e034(built, args):
+    project, warehouse = built
+    before = warehouse_state(warehouse)
+    assert_coded(cli("gc", project, "--warehouse", warehouse, *args), "E034")
+    assert warehouse_state(warehouse) == before
+
+
+def test_gc_takes_an_age_of_a_century(built):
+    project, warehouse = built
+    result = cli("gc", project, "--warehouse", warehouse, "--older-than", "36500d")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--memory-limit", "٣GB"),
+        ("--memory-limit", "99999999999999999999999GB"),
+        ("--memory-limit", "2PiB"),
+        ("--memory-limit", "0MB"),
+        ("--max-temp-size", "1e9GB"),
+        ("--memory-limit", "1KB"),  # a size, too small to open the warehouse: E033, not E020
+    ],
+)
+def test_a_limit_that_is_no_size_or_cannot_open_the_warehouse_is_e033(built, option, value):
+    project, warehouse = built
+    before = warehouse_state(warehouse)
+    result = cli(option, value, "run", project, "--warehouse", warehouse)
+    assert_coded(result, "E033")
+    assert warehouse_state(warehouse) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("gc", "{project}", "--keep", "-1"), "'--keep': -1 is not in the range"),
+        (("show", "{project}", "daily_revenue", "--limit", str(2**70)), "'--limit'"),
+        (("runn", "{project}"), "No such command 'runn'"),
+        (("run", "{project}", "--only-stael"), "No such option '--only-stael'"),
+        (("branch", "create", "{project}"), "Missing argument 'NAME'"),
+        (("--temp-directory", "{warehouse}", "run", "{project}"), "is a file"),
+    ],
+)
+def test_what_click_cannot_read_is_e074_with_exit_status_2(built, args, needle):
+    project, warehouse = built
+    result = cli(*(arg.format(project=project, warehouse=warehouse) for arg in args))
+    assert_coded(result, "E074", exit_code=2)
+    assert needle in result.output and "--help` lists what it takes" in result.output
+    assert "Usage:" not in result.output
+
+
+def test_a_depth_in_other_digits_is_no_model_selector(built):
+    project, warehouse = built
+    result = cli("plan", project, "--warehouse", warehouse, "--models", "٢+daily_revenue")
+    assert_coded(result, "E025")
+
+
+# -- STRATA_* variables ---------------------------------------------------------------------------
+
+FILE_NOT_FOLDER = "{warehouse}"  # an existing file where a folder is wanted
+LONG = "a" * 5000
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "code"),
+    [
+        ("STRATA_LOCK_TIMEOUT", "٣", "E020"),
+        ("STRATA_LOCK_TIMEOUT", "1_0", "E020"),
+        ("STRATA_LOCK_TIMEOUT", "1e3", "E020"),
+        ("STRATA_LOCK_TIMEOUT", "99999999999", "E020"),
+        ("STRATA_LOCK_TIMEOUT", "-3", "E020"),
+        ("STRATA_SERVING_GRACE", "abc", "E034"),
+        ("STRATA_SERVING_GRACE", "٣", "E034"),
+        ("STRATA_MEMORY_LIMIT", "٣GB", "E033"),
+        ("STRATA_MEMORY_LIMIT", "lots", "E033"),
+        ("STRATA_MAX_TEMP_SIZE", "99999999999999999999999GB", "E033"),
+        ("STRATA_TEMP_DIRECTORY", FILE_NOT_FOLDER, "E033"),
+        ("STRATA_TEMP_DIRECTORY", LONG, "E033"),
+        ("STRATA_SNAPSHOT_STORAGE", "s3", "E037"),
+        ("STRATA_ENGINE", "oracle", "E071"),
+        ("STRATA_WAREHOUSE", "/", "E020"),
+        ("STRATA_WAREHOUSE", ".", "E020"),
+        ("STRATA_WAREHOUSE", LONG, "E020"),
+    ],
+)
+def test_every_strata_variable_is_checked_before_any_command_naming_it(built, variable, value, code):
+    """Whichever command runs: `STRATA_SERVING_GRACE` is gc's, yet `strata run` refuses it too."""
+    project, warehouse = built
+    value = value.format(warehouse=warehouse)
+    before = warehouse_state(warehouse)
+    for args in (("run", project), ("history", project)):
+        if variable != "STRATA_WAREHOUSE":
+            args = (*args, "--warehouse", warehouse)
+        result = cli(*args, env={variable: value})
+        assert_coded(result, code)
+        assert variable in result.output, result.output
+    assert warehouse_state(warehouse) == before
+
+
+def test_a_warehouse_folder_is_refused_before_anything_is_opened(built, tmp_path):
+    project, warehouse = built
+    result = cli("history", project, env={"STRATA_WAREHOUSE": str(tmp_path)})
+    assert_coded(result, "E020")
+    assert "is a folder, not a DuckDB file" in result.output and "STRATA_WAREHOUSE" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_numbers_in_ascii_digits_are_taken(built):
+    project, warehouse = built
+    env = {"STRATA_LOCK_TIMEOUT": " 2.5 ", "STRATA_SERVING_GRACE": "0", "STRATA_MEMORY_LIMIT": "1GiB"}
+    assert cli("history", project, "--warehouse", warehouse, env=env).exit_code == 0
+
+
+# -- paths ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["check", "run", "history", "sample-data", "connect"])
+def test_a_project_path_the_os_cannot_use_is_e013(command):
+    result = cli(command, LONG)
+    assert_coded(result, "E013")
+    assert "5,000 bytes long" in result.output
+
+
+def test_a_warehouse_path_the_os_cannot_use_is_e020(built):
+    project, _ = built
+    for command in ("run", "history", "connect"):
+        result = cli(command, project, "--warehouse", "/tmp/" + "b" * 300 + ".duckdb")
+        assert_coded(result, "E020")
+        assert "307 bytes long (at most 255)" in result.output
+
+
+def test_a_file_is_no_project_folder(built):
+    _, warehouse = built
+    result = cli("check", warehouse)
+    assert_coded(result, "E013")
+    assert "is a file, not a folder" in result.output
+
+
+def test_the_root_folder_is_refused_as_a_project_without_walking_the_disk():
+    """`strata check /` walked every file of the machine for 20 s, then died on a file that
+    vanished meanwhile; now it stops at the first 100,000 entries."""
+    result = cli("check", "/")
+    assert_coded(result, "E013")
+    assert "more than 100,000 files and folders" in result.output
+
+
+def test_hidden_folders_are_not_part_of_the_project(tmp_path):
+    """A `.venv` or `.git` inside a project folder is neither walked nor read for modules."""
+    project, warehouse = make_shop(tmp_path, rows=10)
+    hidden = project / ".venv" / "lib"
+    hidden.mkdir(parents=True)
+    (hidden / "broken.strata").write_text("model {")
+    result = cli("check", project, "--warehouse", warehouse)
+    assert result.exit_code == 0, result.output
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------
+
+# A real SIGINT, delivered while the command line imports its dependencies (sqlglot here): where
+# a person's Ctrl-C lands in the first second of a slow start.
+INTERRUPTED_WHILE_IMPORTING = """
+import os, signal, sys
+
+class InterruptOnce:
+    def find_spec(self, name, path=None, target=None):
+        if name == "sqlglot":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptOnce())
+sys.argv = ["strata", "check", "nowhere"]
+from strata_dagster.cli.entry import run
+run()
+"""
+
+
+def test_ctrl_c_while_the_command_line_imports_exits_130_with_one_line():
+    (script,) = entry_points(group="console_scripts", name="strata")
+    assert script.value == "strata_dagster.cli.entry:run"  # the console script is that function
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "interrupted: nothing was done\n"

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.errors import E_RESOURCE_LIMIT, StrataError
+from strata_dagster.paths import path_problem, shortened
 from strata_dagster.warehouse.sql import set_option
 
 MEMORY_LIMIT_ENV = "STRATA_MEMORY_LIMIT"
@@ -24,8 +25,16 @@ DEFAULT_MEMORY_LIMIT = "50%"
 # The spill folder may take at most this much, and never more than half the free disk.
 DEFAULT_MAX_TEMP_BYTES = 16 * 1024**3
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+# ASCII digits only: `\d` would take `٣GB`, which DuckDB then refuses as no number.
+_SIZE = re.compile(
+    r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE | re.ASCII
+)
+_PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$", re.ASCII)
+_UNIT_BYTES = {
+    **{unit: 1000**power for power, unit in enumerate(("B", "KB", "MB", "GB", "TB"))},
+    **{unit: 1024**power for power, unit in enumerate(("B", "KIB", "MIB", "GIB", "TIB"))},
+}
+MAX_SIZE_BYTES = 1024**5  # 1 PiB: more memory or spill space than any machine strata runs on
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ def check_size(setting: str, value: str, *, allow_percent: bool = False) -> str:
     """`value` if DuckDB reads it as a positive size (e.g. 4GB, 512MiB; 50% when allowed)."""
     size = _SIZE.match(value)
     percent = _PERCENT.match(value) if allow_percent else None
-    if size is not None and float(size.group(1)) > 0:
+    if size is not None and 0 < float(size.group(1)) * _UNIT_BYTES[size.group(2).upper()] <= MAX_SIZE_BYTES:
         return value.strip()
     if percent is not None and 0 < float(percent.group(1)) <= 100:
         return value.strip()
@@ -54,13 +63,33 @@ def check_size(setting: str, value: str, *, allow_percent: bool = False) -> str:
     raise StrataError(
         E_RESOURCE_LIMIT,
         f"{setting}={value!r} is not a size",
-        hint=f"give a positive size with a unit, e.g. {example}",
+        hint=f"give a positive size with a unit (ASCII digits, at most 1PiB), e.g. {example}",
     )
+
+
+def check_temp_directory(setting: str, value: str) -> Path:
+    """`value` as the spill folder, if it can be one: a path the OS can use that is no file."""
+    folder = Path(value)
+    problem = path_problem(folder)
+    if problem is None and folder.exists() and not folder.is_dir():
+        problem = "it is a file, not a folder"
+    if problem is not None:
+        raise StrataError(
+            E_RESOURCE_LIMIT,
+            f"{setting}={shortened(folder)!r} cannot be the spill folder: {problem}",
+            hint="name a folder (it is created when DuckDB first spills), or unset it for WAREHOUSE.tmp",
+        )
+    return folder
 
 
 def resource_limits(warehouse: Path) -> ResourceLimits:
     """The limits for a connection to `warehouse`, read from the environment now."""
-    temp_directory = Path(os.environ.get(TEMP_DIRECTORY_ENV) or warehouse.with_name(warehouse.name + ".tmp"))
+    folder = os.environ.get(TEMP_DIRECTORY_ENV)
+    temp_directory = (
+        check_temp_directory(TEMP_DIRECTORY_ENV, folder)
+        if folder
+        else warehouse.with_name(warehouse.name + ".tmp")
+    )
     memory = os.environ.get(MEMORY_LIMIT_ENV)
     temp_size = os.environ.get(MAX_TEMP_SIZE_ENV)
     return ResourceLimits(
