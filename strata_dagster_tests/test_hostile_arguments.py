@@ -262,6 +262,15 @@ def test_a_warehouse_path_the_os_cannot_use_is_e020(built):
         assert "307 bytes long (at most 255)" in result.output
 
 
+def test_a_file_is_no_spark_warehouse_folder(built):
+    """Refused before Spark starts (it used to end in mkdir's FileExistsError)."""
+    pytest.importorskip("pyspark")
+    project, warehouse = built
+    result = cli("run", project, "--engine", "spark", "--warehouse", warehouse)
+    assert_coded(result, "E020")
+    assert "is a file, not a Spark warehouse folder" in result.output
+
+
 def test_a_file_is_no_project_folder(built):
     _, warehouse = built
     result = cli("check", warehouse)

@@ -53,8 +53,9 @@ def seconds_from_env(name: str, default: float, code: str, *, example: int) -> f
 
 
 def check_warehouse_path(path: Path, *, is_file: bool = True, setting: str | None = None) -> Path:
-    """`path` if it can name a warehouse: a path the OS can use and, for a DuckDB file (`is_file`),
-    one with a file name that is not a folder. E020 otherwise; `setting` is the variable it came from."""
+    """`path` if it can name a warehouse: a path the OS can use; for a DuckDB file (`is_file`), one
+    with a file name that is not a folder, else (Spark's) no file. E020 otherwise; `setting` is the
+    variable it came from."""
     given = f"{setting}={str(path)!r}" if setting else f"warehouse `{shortened(path)}`"
     problem = path_problem(path)
     if problem is not None:
@@ -68,6 +69,12 @@ def check_warehouse_path(path: Path, *, is_file: bool = True, setting: str | Non
             E_WAREHOUSE,
             f"{given} is a folder, not a DuckDB file",
             hint=f"name a file in it, e.g. {path / 'warehouse.duckdb'} (--warehouse or STRATA_WAREHOUSE)",
+        )
+    if not is_file and path.exists() and not path.is_dir():
+        raise StrataError(
+            E_WAREHOUSE,
+            f"{given} is a file, not a Spark warehouse folder",
+            hint="name a folder (a new one is created) with --warehouse (or STRATA_WAREHOUSE)",
         )
     return path
 
