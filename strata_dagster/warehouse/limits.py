@@ -2,6 +2,13 @@
 
 DuckDB's own defaults (80% of RAM, and a spill folder allowed to fill 90% of the disk) let one bad
 model exhaust a shared machine; these defaults leave room for everything else on it.
+
+The memory limit bounds DuckDB's buffer manager (the data it holds: tables, hash tables, sorts,
+Parquet reads and writes) in every DuckDB database this process opens, the warehouse and the
+in-memory ones alike; beyond it DuckDB spills to the spill folder. It does not bound the Python
+interpreter and the libraries around DuckDB (about 100 MB for the command line; figures in the
+README). DuckDB needs a share of the limit per thread to spill: under PER_THREAD_BYTES a thread,
+it runs on fewer threads, so a small limit makes builds slower instead of failing.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ _UNIT_BYTES = {
     **{unit: 1024**power for power, unit in enumerate(("B", "KIB", "MIB", "GIB", "TIB"))},
 }
 MAX_SIZE_BYTES = 1024**5  # 1 PiB: more memory or spill space than any machine strata runs on
+# Memory a DuckDB thread needs for a build to spill rather than fail: with 2 threads a 1M-row
+# shop's full refresh failed at 40 MB and passed at 50 MB, with one thread it passed at 30 MB.
+PER_THREAD_BYTES = 64 * 1024**2
 
 
 @dataclass(frozen=True)
@@ -42,12 +52,14 @@ class ResourceLimits:
     memory_limit: str
     max_temp_directory_size: str
     temp_directory: Path
+    threads: int | None = None  # None: DuckDB's own (one per core)
 
     def duckdb_config(self) -> dict[str, str]:
         return {
             "memory_limit": self.memory_limit,
             "max_temp_directory_size": self.max_temp_directory_size,
             "temp_directory": str(self.temp_directory),
+            **({"threads": str(self.threads)} if self.threads is not None else {}),
         }
 
 
@@ -65,6 +77,25 @@ def check_size(setting: str, value: str, *, allow_percent: bool = False) -> str:
         f"{setting}={value!r} is not a size",
         hint=f"give a positive size with a unit (ASCII digits, at most 1PiB), e.g. {example}",
     )
+
+
+def limit_bytes(limit: str) -> int:
+    """A checked memory limit in bytes (a percentage of this machine's RAM)."""
+    size = _SIZE.match(limit)
+    if size is not None:
+        return int(float(size.group(1)) * _UNIT_BYTES[size.group(2).upper()])
+    percent = _PERCENT.match(limit)
+    assert percent is not None, limit
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(float(percent.group(1)) / 100 * ram)
+
+
+def threads_within(limit: str) -> int | None:
+    """The threads DuckDB runs on under memory `limit`: fewer than the cores when the limit leaves
+    a thread less than PER_THREAD_BYTES (None: DuckDB's own choice, one per core)."""
+    cores = os.cpu_count() or 1
+    affordable = limit_bytes(limit) // PER_THREAD_BYTES
+    return max(1, affordable) if affordable < cores else None
 
 
 def check_temp_directory(setting: str, value: str) -> Path:
@@ -92,14 +123,14 @@ def resource_limits(warehouse: Path) -> ResourceLimits:
     )
     memory = os.environ.get(MEMORY_LIMIT_ENV)
     temp_size = os.environ.get(MAX_TEMP_SIZE_ENV)
+    memory_limit = check_size(MEMORY_LIMIT_ENV, memory, allow_percent=True) if memory else DEFAULT_MEMORY_LIMIT
     return ResourceLimits(
-        memory_limit=(
-            check_size(MEMORY_LIMIT_ENV, memory, allow_percent=True) if memory else DEFAULT_MEMORY_LIMIT
-        ),
+        memory_limit=memory_limit,
         max_temp_directory_size=(
             check_size(MAX_TEMP_SIZE_ENV, temp_size) if temp_size else _default_temp_size(temp_directory)
         ),
         temp_directory=temp_directory,
+        threads=threads_within(memory_limit),
     )
 
 
@@ -114,12 +145,28 @@ def connect_within_limits(path: Path, *, read_only: bool) -> duckdb.DuckDBPyConn
     # This process already has the file open under other settings (a notebook's own connection):
     # join that instance, whose spill folder is fixed by now, and bound its memory and spill size.
     con = duckdb.connect(str(path), read_only=read_only)
+    _bound(con, limits)
+    return con
+
+
+def connect_in_memory() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB database under the same memory limit, threads and spill size as the
+    warehouse's; it spills to STRATA_TEMP_DIRECTORY when that is set, else where DuckDB does
+    for in-memory databases (`.tmp` in the working folder)."""
+    config = resource_limits(Path(".tmp")).duckdb_config()
+    if not os.environ.get(TEMP_DIRECTORY_ENV):
+        del config["temp_directory"]
+    return duckdb.connect(config=config)
+
+
+def _bound(con: duckdb.DuckDBPyConnection, limits: ResourceLimits) -> None:
     for setting, value in (
         ("memory_limit", limits.memory_limit),
         ("max_temp_directory_size", limits.max_temp_directory_size),
+        ("threads", str(limits.threads) if limits.threads is not None else None),
     ):
-        set_option(con, setting, value)
-    return con
+        if value is not None:
+            set_option(con, setting, value)
 
 
 def _default_temp_size(temp_directory: Path) -> str:

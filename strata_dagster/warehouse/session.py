@@ -38,7 +38,7 @@ from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
-from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
+from strata_dagster.warehouse.limits import connect_in_memory, exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.relocation import relocate
 from strata_dagster.warehouse.segments import (
@@ -618,7 +618,7 @@ def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tu
     if warehouse.exists():
         with connect(warehouse, read_only=True) as con:
             return source_reading.source_schemas_with_databases(con, project)
-    con = duckdb.connect()
+    con = connect_in_memory()
     try:
         return source_reading.source_schemas_with_databases(con, project)
     finally:
