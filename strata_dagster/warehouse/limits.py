@@ -123,7 +123,9 @@ def resource_limits(warehouse: Path) -> ResourceLimits:
     )
     memory = os.environ.get(MEMORY_LIMIT_ENV)
     temp_size = os.environ.get(MAX_TEMP_SIZE_ENV)
-    memory_limit = check_size(MEMORY_LIMIT_ENV, memory, allow_percent=True) if memory else DEFAULT_MEMORY_LIMIT
+    memory_limit = (
+        check_size(MEMORY_LIMIT_ENV, memory, allow_percent=True) if memory else DEFAULT_MEMORY_LIMIT
+    )
     return ResourceLimits(
         memory_limit=memory_limit,
         max_temp_directory_size=(
