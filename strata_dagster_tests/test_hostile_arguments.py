@@ -325,3 +325,28 @@ def test_ctrl_c_while_the_command_line_imports_exits_130_with_one_line():
     )
     assert done.returncode == 130, done.stderr
     assert done.stderr == "interrupted: nothing was done\n"
+
+
+def test_the_dagster_definitions_check_every_strata_variable_where_they_load(built, monkeypatch):
+    from strata_dagster import build_definitions
+
+    project, warehouse = built
+    for variable, value, code in (
+        ("STRATA_SERVING_GRACE", "abc", "E034"),
+        ("STRATA_LOCK_TIMEOUT", "٣", "E020"),
+        ("STRATA_WAREHOUSE", "/", "E020"),
+    ):
+        with monkeypatch.context() as patched:
+            patched.setenv(variable, value)
+            with pytest.raises(StrataError) as caught:
+                build_definitions(project)
+        assert caught.value.code == code and variable in caught.value.message, caught.value
+
+
+def test_a_folder_in_strata_warehouse_is_a_spark_warehouse_not_a_mistake(built, tmp_path):
+    """The variable is judged for the command's engine, which `--engine` names after it is read."""
+    pytest.importorskip("pyspark")
+    project, _ = built
+    result = cli("history", project, "--engine", "spark", env={"STRATA_WAREHOUSE": str(tmp_path)})
+    assert "is a folder" not in result.output, result.output
+    assert "Spark warehouse" in result.output, result.output

@@ -42,7 +42,8 @@ from strata_dagster.wording import counted
     "--memory-limit",
     default=None,
     metavar="SIZE",
-    help="DuckDB's memory limit, e.g. 4GB or 50% (default: $STRATA_MEMORY_LIMIT, else 50% of RAM).",
+    help="Most memory DuckDB may hold for data, beyond which it spills (the process needs about 120 MB "
+    "more), e.g. 4GB or 50% (default: $STRATA_MEMORY_LIMIT, else 50% of RAM).",
 )
 @click.option(
     "--max-temp-size",

@@ -38,6 +38,7 @@ from strata_dagster.orchestration.stale_partitions_check import stale_partitions
 from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
+from strata_dagster.warehouse.settings import check_environment
 
 UNPARTITIONED_JOB = "strata_unpartitioned"
 
@@ -94,6 +95,7 @@ def build_definitions(
     assets, staleness, IO manager, checks and backfill guard are the same on both engines.
     """
     choice = engine_choice(engine, spark_remote)
+    check_environment(choice.name)  # every STRATA_* variable, where the code location loads
     choose_engine(choice)  # this process reads the catalog below, and its sensors run here
     check_branch(branch)  # E026 here, not as the resource's validation error
     resource = StrataResource(

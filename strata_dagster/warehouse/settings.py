@@ -14,15 +14,16 @@ from strata_dagster.warehouse.serving import grace_seconds
 from strata_dagster.warehouse.snapshot_files import storage
 
 
-def check_environment() -> None:
-    """E020 for STRATA_LOCK_TIMEOUT or STRATA_WAREHOUSE, E034 for STRATA_SERVING_GRACE, E033 for
-    STRATA_MEMORY_LIMIT, STRATA_MAX_TEMP_SIZE or STRATA_TEMP_DIRECTORY, E037 for
-    STRATA_SNAPSHOT_STORAGE, E071 for STRATA_ENGINE or STRATA_SPARK_REMOTE."""
-    engine = engine_choice()
+def check_environment(engine: str | None = None) -> None:
+    """E020 for STRATA_LOCK_TIMEOUT, E034 for STRATA_SERVING_GRACE, E033 for STRATA_MEMORY_LIMIT,
+    STRATA_MAX_TEMP_SIZE or STRATA_TEMP_DIRECTORY, E037 for STRATA_SNAPSHOT_STORAGE, E071 for
+    STRATA_ENGINE or STRATA_SPARK_REMOTE; with the `engine` the warehouse is for, E020 for a
+    STRATA_WAREHOUSE it cannot use (the command line checks it once a command's --engine is read)."""
+    engine_choice()
     lock_timeout()
     grace_seconds()
     storage()
-    warehouse = os.environ.get(WAREHOUSE_ENV)
-    if warehouse:
-        check_warehouse_path(Path(warehouse), is_file=engine.name == "duckdb", setting=WAREHOUSE_ENV)
     resource_limits(Path("warehouse.duckdb"))  # reads the limits only: nothing is opened
+    warehouse = os.environ.get(WAREHOUSE_ENV)
+    if warehouse and engine is not None:
+        check_warehouse_path(Path(warehouse), is_file=engine == "duckdb", setting=WAREHOUSE_ENV)
