@@ -350,3 +350,17 @@ def test_a_folder_in_strata_warehouse_is_a_spark_warehouse_not_a_mistake(built, 
     result = cli("history", project, "--engine", "spark", env={"STRATA_WAREHOUSE": str(tmp_path)})
     assert "is a folder" not in result.output, result.output
     assert "Spark warehouse" in result.output, result.output
+
+
+def test_a_nul_byte_in_a_path_is_a_coded_error_for_library_callers(tmp_path):
+    """A shell cannot pass one, but a defs.yaml (`"\\0"`) or a Python caller can."""
+    from strata_dagster.engine.run import run_project
+    from strata_dagster.language import load_project
+
+    with pytest.raises(StrataError) as caught:
+        load_project(tmp_path / "sh\0p")
+    assert caught.value.code == "E013" and "NUL byte" in caught.value.message
+    project, _ = make_shop(tmp_path, rows=10)
+    with pytest.raises(StrataError) as caught:
+        run_project(project, tmp_path / "ware\0house.duckdb")
+    assert caught.value.code == "E020" and "NUL byte" in caught.value.message
