@@ -182,6 +182,12 @@ def test_what_click_cannot_read_is_e074_with_exit_status_2(built, args, needle):
     assert "Usage:" not in result.output
 
 
+def test_a_group_alone_still_shows_its_help():
+    for args in ((), ("branch",)):
+        result = cli(*args)
+        assert result.output.startswith("Usage: ") and "error[" not in result.output, result.output
+
+
 def test_a_depth_in_other_digits_is_no_model_selector(built):
     project, warehouse = built
     result = cli("plan", project, "--warehouse", warehouse, "--models", "٢+daily_revenue")

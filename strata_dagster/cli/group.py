@@ -55,6 +55,8 @@ def _reported() -> Iterator[None]:
     except UsageMistake:
         raise
     except click.UsageError as error:
+        if error.ctx is not None and error.format_message() == error.ctx.get_help():
+            raise  # `strata` or `strata branch` alone: the help, as click shows it
         raise UsageMistake(error) from None
     except StrataError as error:
         report(error)
