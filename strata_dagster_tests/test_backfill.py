@@ -89,7 +89,7 @@ def test_models_trim_the_selection(corrected):
     ],
 )
 def test_every_mistake_is_e085_naming_its_cause_and_publishes_nothing(corrected, arguments, cause, needle):
-    """Every error a backfill reports is E085 (seed 000's contract); the specific cause keeps its
+    """Every error a backfill reports is E085 (docs/language.md, section 9); the specific cause keeps its
     own code and words in the message, and its hint."""
     project, warehouse, first = corrected
     before = (history_count(warehouse), view_tables(warehouse))

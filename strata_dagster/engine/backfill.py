@@ -4,7 +4,7 @@ A backfill starts from the run it corrects (its models, branch and source overri
 corrections (`--source s=t` wins over the run's own override; `--models` trims), and builds only
 what the corrections make stale. It records `backfill_of` and the reason, and never rewrites
 history: the corrected run stays intact for rollback, replay and verify. Every error a backfill
-reports is E085, as seed 000 fixes (a missing reason, an unknown run, model, source or table, a
+reports is E085, as the language fixes it (a missing reason, an unknown run, model, source or table, a
 malformed correction or partition, a pin or build failure), with the specific cause's own code
 in its message: `backfill cannot start (E023): no run ...`, `backfill failed (E030): ...`.
 """

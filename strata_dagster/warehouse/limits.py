@@ -6,7 +6,7 @@ model exhaust a shared machine; these defaults leave room for everything else on
 The memory limit bounds DuckDB's buffer manager (the data it holds: tables, hash tables, sorts,
 Parquet reads and writes) in every DuckDB database this process opens, the warehouse and the
 in-memory ones alike; beyond it DuckDB spills to the spill folder. It does not bound the Python
-interpreter and the libraries around DuckDB (about 100 MB for the command line; figures in the
+interpreter and the libraries around DuckDB (about 120 MB for the command line; figures in the
 README). DuckDB needs a share of the limit per thread to spill: under PER_THREAD_BYTES a thread,
 it runs on fewer threads, so a small limit makes builds slower instead of failing.
 """
