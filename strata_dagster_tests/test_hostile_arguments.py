@@ -370,3 +370,13 @@ def test_a_nul_byte_in_a_path_is_a_coded_error_for_library_callers(tmp_path):
     with pytest.raises(StrataError) as caught:
         run_project(project, tmp_path / "ware\0house.duckdb")
     assert caught.value.code == "E020" and "NUL byte" in caught.value.message
+
+
+def test_a_link_loop_among_the_modules_is_named_and_a_dangling_link_is_no_module(tmp_path):
+    project, warehouse = make_shop(tmp_path, rows=10)
+    (project / ".#staging.strata").symlink_to("user@host.1234")  # an editor's lock file: dangling
+    assert cli("check", project, "--warehouse", warehouse).exit_code == 0
+    (project / "loop.strata").symlink_to("loop.strata")
+    result = cli("check", project, "--warehouse", warehouse)
+    assert_coded(result, "E013")
+    assert "loop.strata`: Too many levels of symbolic links" in result.output

@@ -98,10 +98,18 @@ def module_paths(folder: Path) -> list[Path]:
                             hint="pass the folder that holds the project's *.strata files (e.g. "
                             "`strata check examples/shop`), or move large data out of it",
                         )
-                    if entry.is_dir(follow_symlinks=False):
-                        if not entry.name.startswith("."):
-                            folders.append(Path(entry.path))
-                    elif entry.name.endswith(MODULE_SUFFIX) and entry.is_file():
+                    try:
+                        is_folder = entry.is_dir(follow_symlinks=False)
+                        is_module = not is_folder and entry.name.endswith(MODULE_SUFFIX) and entry.is_file()
+                    except OSError as error:  # a link loop: a dangling link is no file, no error
+                        raise StrataError(
+                            E_PROJECT,
+                            f"cannot read `{entry.path}`: {error.strerror or error}",
+                            hint="fix the link, or remove it from the project folder",
+                        ) from None
+                    if is_folder and not entry.name.startswith("."):
+                        folders.append(Path(entry.path))
+                    elif is_module:
                         found.append(Path(entry.path))
         except FileNotFoundError:
             continue  # removed while we walked
