@@ -1,7 +1,10 @@
 import os
+from collections import Counter
 
 import pytest
 
+from strata_dagster.wording import counted
+from strata_dagster_tests import browser_support, spark_support
 from strata_dagster_tests.spark_support import clean_spark, spark  # noqa: F401  (the Spark tier's fixtures)
 
 # Nothing phones home: Dagster telemetry off for every test process.
@@ -45,3 +48,16 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for each tier skipped on this machine (no Chromium, no Java), saying how to run it:
+    `pytest -q` on a fresh machine passes, and says what it left out."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):
+            reason = report.longrepr[2].removeprefix("Skipped: ")
+            if reason.startswith((browser_support.SKIPPED, spark_support.SKIPPED)):
+                reasons[reason] += 1
+    for reason, count in reasons.items():
+        terminalreporter.write_line(f"{reason} ({counted(count, 'test')} skipped)", yellow=True)

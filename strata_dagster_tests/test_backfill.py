@@ -75,7 +75,7 @@ def test_models_trim_the_selection(corrected):
 
 
 @pytest.mark.parametrize(
-    ("arguments", "code", "needle"),
+    ("arguments", "cause", "needle"),
     [
         ({"run_id": "deadbeefdead"}, "E023", "no run"),
         ({"models": ["nope"]}, "E025", "no model"),
@@ -84,20 +84,23 @@ def test_models_trim_the_selection(corrected):
         ({"sources": ["customers"]}, "E022", "malformed"),
         ({"sources": ["nope=fixes.customers"]}, "E022", "names no source"),
         ({"sources": ["customers=fixes.absent"]}, "E022", "no table"),
-        ({"reason": None}, "E085", "needs a reason"),
-        ({"reason": "   "}, "E085", "needs a reason"),
+        ({"reason": None}, None, "needs a reason"),
+        ({"reason": "   "}, None, "needs a reason"),
     ],
 )
-def test_every_mistake_keeps_its_code_and_publishes_nothing(corrected, arguments, code, needle):
-    """A typo in what the backfill asks for is reported as itself, not wrapped in E085; E085 is
-    the missing reason (and a failure of the build, below)."""
+def test_every_mistake_is_e085_naming_its_cause_and_publishes_nothing(corrected, arguments, cause, needle):
+    """Every error a backfill reports is E085 (docs/language.md, section 9); the specific cause keeps its
+    own code and words in the message, and its hint."""
     project, warehouse, first = corrected
     before = (history_count(warehouse), view_tables(warehouse))
     call = {"run_id": first.run_id, "reason": "why", "sources": ["customers=fixes.customers"], **arguments}
     with pytest.raises(StrataError) as caught:
         backfill(project, warehouse, call.pop("run_id"), call.pop("reason"), **call)
-    assert caught.value.code == code, caught.value
-    assert needle in caught.value.message and "backfill failed" not in caught.value.message
+    assert caught.value.code == "E085", caught.value
+    assert needle in caught.value.message
+    if cause is not None:
+        assert caught.value.message.startswith(f"backfill cannot start ({cause}): "), caught.value.message
+        assert caught.value.hint and "nothing was published" in caught.value.hint
     assert (history_count(warehouse), view_tables(warehouse)) == before
 
 

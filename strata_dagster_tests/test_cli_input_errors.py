@@ -37,13 +37,19 @@ def test_an_empty_selection_is_refused_by_every_command(built):
         "backfill": ["backfill", project, "deadbeefdead", *wh, "--reason", "r"],
     }
     for name, command in commands.items():
+        # A backfill reports every error as E085, the cause's own code in the message.
+        models, partitions = (
+            ("error[E085]: backfill cannot start (E025)", "error[E085]: backfill cannot start (E040)")
+            if name == "backfill"
+            else ("error[E025]", "error[E040]")
+        )
         for empty in ("", ",", " , "):
             result = invoke(*command, "--models", empty)
-            assert result.exit_code == 1 and "error[E025]" in result.output, (name, empty, result.output)
+            assert result.exit_code == 1 and models in result.output, (name, empty, result.output)
             assert "names no model" in result.output
             if name != "test":
                 result = invoke(*command, "--partitions", empty)
-                assert result.exit_code == 1 and "error[E040]" in result.output, (name, empty, result.output)
+                assert result.exit_code == 1 and partitions in result.output, (name, empty, result.output)
                 assert "names no partition" in result.output
     for empty in ("", ","):
         result = invoke("compile", project, *wh, "--model", empty)

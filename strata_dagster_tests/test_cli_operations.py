@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
-from strata_dagster.engine.backfill import _as_backfill_error
+from strata_dagster.engine.backfill import as_backfill_error
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
@@ -161,11 +161,15 @@ def test_history_and_replay_of_a_warehouse_without_runs_only_read_it(shop):
 
 def test_a_wrapped_pin_error_says_nothing_was_published_once():
     pin = StrataError("E030", "duplicate keys", hint="fix the data or the model; nothing was published")
-    assert _as_backfill_error(pin).render().count("nothing was published") == 1
+    assert as_backfill_error(pin).render().count("nothing was published") == 1
     bare = StrataError("E032", "DuckDB rejected model `x`")
-    assert _as_backfill_error(bare).hint == "nothing was published"
-    typo = StrataError("E025", "no model named `x`")
-    assert _as_backfill_error(typo) is typo  # a user's mistake keeps its own code
+    assert as_backfill_error(bare).hint == "nothing was published"
+    typo = StrataError("E025", "no model named `x`", hint="did you mean `y`?")
+    wrapped = as_backfill_error(typo)  # a user's mistake too: E085, its own code in the message
+    assert (wrapped.code, wrapped.message) == ("E085", "backfill cannot start (E025): no model named `x`")
+    assert wrapped.hint == "did you mean `y`?; nothing was published"
+    reason = StrataError("E085", "a backfill needs a reason")
+    assert as_backfill_error(reason) is reason
 
 
 # -- 16.10 hostile names and values -------------------------------------------------------------

@@ -207,12 +207,12 @@ def test_a_source_tag_reads_the_corrected_table(shop):
     ("tags", "needle"),
     [
         ({REASON: "   "}, "has no `strata/reason` tag"),
-        ({"strata/backfill_of": "deadbeefdead"}, "no run `deadbeefdead`"),
+        ({"strata/backfill_of": "deadbeefdead"}, "backfill cannot start (E023): no run `deadbeefdead`"),
         ({"strata/backfill_of": " "}, "`strata/backfill_of` is empty"),
         ({"strata/source/nope": "fixes.customers"}, "names no source"),
-        ({"strata/source/customers": ""}, "is not a table name"),
+        ({"strata/source/customers": ""}, "(E022): `` is not a table name"),
         ({"strata/source/customers": "a..b"}, "is not a table name"),
-        ({"strata/source/customers": "fixes.absent"}, "no table `fixes.absent`"),
+        ({"strata/source/customers": "fixes.absent"}, "backfill cannot start (E022): "),
         ({"strata/full_refresh": "yes"}, "tag `strata/full_refresh` is `yes`"),
     ],
 )
@@ -224,6 +224,26 @@ def test_bad_backfill_tags_are_e085_before_any_step(shop, tags, needle):
             defs, instance, ["stg_customers"], tags={**IN_DAGSTER_BACKFILL, REASON: "fix", **tags}
         )
         assert_refused(instance, run, warehouse, before, needle)
+
+
+def test_a_pin_failure_during_a_dagster_backfill_is_e085_naming_the_pin(shop):
+    """As `strata backfill`: the build's own failure (here `unique: [customer_id]` on a corrected
+    table with a duplicate) is E085, its cause's code in the message, and nothing is published."""
+    defs, warehouse, _ = shop
+    execute(
+        warehouse,
+        "CREATE TABLE fixes.dupes AS SELECT * FROM fixes.customers "
+        "UNION ALL SELECT * FROM fixes.customers WHERE customer_id = 2",
+    )
+    before = history_entries(warehouse)
+    tags = {**IN_DAGSTER_BACKFILL, REASON: "dupes", "strata/source/customers": "fixes.dupes"}
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = launch_in_process(defs, instance, ["stg_customers"], tags=tags)
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        (failure,) = run_events(instance, run.run_id, dg.DagsterEventType.STEP_FAILURE)
+    description = failure.dagster_event.step_failure_data.user_failure_data.description
+    assert description.startswith("error[E085]: backfill failed (E030): "), description
+    assert history_entries(warehouse) == before
 
 
 def test_execute_in_process_is_refused_at_the_first_write(shop):

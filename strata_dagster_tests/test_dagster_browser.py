@@ -10,7 +10,8 @@ example (31 days of small data), one webserver for the module, three journeys in
 
 Screenshots of every step (and of the page at a failure, named in the failure message) go to
 $STRATA_BROWSER_ARTIFACTS, else a temporary folder. Needs Debian's `chromium` and
-`chromium-driver` and `selenium`: without them these tests fail saying how to install them;
+`chromium-driver` and `selenium`: without them these tests are skipped with one line saying how to
+install them, and fail instead under STRATA_REQUIRE_BROWSER=1 (`.ci/run` sets it);
 STRATA_SKIP_BROWSER=1 skips them explicitly."""
 
 import os

@@ -112,7 +112,7 @@ def test_backfill_trims_with_selectors(shop):
 
     with pytest.raises(StrataError) as caught:
         backfill(project, warehouse, first.run_id, "fix", models=["+dayly_revenue"])
-    assert caught.value.code == "E025" and "backfill failed" not in caught.value.message
+    assert caught.value.code == "E085" and caught.value.message.startswith("backfill cannot start (E025)")
     assert "did you mean `daily_revenue`?" in caught.value.hint
 
 

@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from strata_dagster.cli.connect import connect_command
 from strata_dagster.cli.gc import gc_command
+from strata_dagster.cli.group import StrataGroup
 from strata_dagster.cli.options import (
     apply_resource_limits,
     model_selection,
@@ -31,16 +32,18 @@ from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
+from strata_dagster.warehouse.settings import check_environment
 from strata_dagster.wording import counted
 
 
-@click.group()
+@click.group(cls=StrataGroup)
 @click.version_option(package_name="strata_dagster")
 @click.option(
     "--memory-limit",
     default=None,
     metavar="SIZE",
-    help="DuckDB's memory limit, e.g. 4GB or 50% (default: $STRATA_MEMORY_LIMIT, else 50% of RAM).",
+    help="Most memory DuckDB may hold for data, beyond which it spills (the process needs about 120 MB "
+    "more), e.g. 4GB or 50% (default: $STRATA_MEMORY_LIMIT, else 50% of RAM).",
 )
 @click.option(
     "--max-temp-size",
@@ -58,6 +61,7 @@ from strata_dagster.wording import counted
 def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None) -> None:
     """strata: incremental, versioned models on DuckDB, as Dagster assets."""
     apply_resource_limits(memory_limit, max_temp_size, temp_directory)
+    check_environment()  # every STRATA_* variable, before a command reads or writes anything
 
 
 def load_and_compile(

@@ -10,8 +10,10 @@ from typing import Any, TypeVar
 import click
 
 from strata_dagster.cli.output import error_console
-from strata_dagster.errors import E_UNKNOWN_MODEL, E_VERIFY_PARTITIONS, StrataError
+from strata_dagster.errors import E_PROJECT, E_UNKNOWN_MODEL, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.selection import split_selection
+from strata_dagster.paths import path_problem, shortened
+from strata_dagster.warehouse.connection import WAREHOUSE_ENV, check_warehouse_path
 from strata_dagster.warehouse.engines import (
     ENGINE_ENV,
     ENGINE_NAMES,
@@ -25,7 +27,6 @@ from strata_dagster.warehouse.engines import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
-WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 
 project_argument = click.argument("project", type=click.Path(path_type=Path))
 
@@ -74,13 +75,24 @@ def warehouse_option(command: F) -> F:
 
 
 def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
-    if warehouse is not None:
-        return warehouse
+    """The warehouse a command on `project` uses: --warehouse, else $STRATA_WAREHOUSE, else the
+    engine's default in the project folder. E013 for a project path and E020 for a warehouse path
+    the OS cannot use (too long, a folder for a DuckDB file, `/`)."""
+    project_problem = path_problem(project)
+    if project_problem is not None:
+        raise StrataError(
+            E_PROJECT,
+            f"project folder `{shortened(project)}` cannot be used: {project_problem}",
+            hint="pass the folder that holds *.strata files",
+        )
+    engine = current_engine()
     from_env = os.environ.get(WAREHOUSE_ENV)
-    if from_env:
-        return Path(from_env)
-    folder = project.parent if project.is_file() else project
-    return folder / current_engine().default_warehouse_name
+    if warehouse is None and from_env:
+        return check_warehouse_path(Path(from_env), is_file=engine.is_duckdb, setting=WAREHOUSE_ENV)
+    if warehouse is None:
+        folder = project.parent if project.is_file() else project
+        warehouse = folder / engine.default_warehouse_name
+    return check_warehouse_path(warehouse, is_file=engine.is_duckdb)
 
 
 def models_option(action: str) -> Callable[[F], F]:
@@ -98,7 +110,8 @@ def models_option(action: str) -> Callable[[F], F]:
 def apply_resource_limits(
     memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None
 ) -> None:
-    """Export the limits the command line gave: every warehouse connection of this process reads them."""
+    """Export the limits the command line gave: every warehouse connection of this process reads them.
+    They last for this command: a command invoked in-process (tests) leaves the environment as it was."""
     from strata_dagster.warehouse.limits import (
         MAX_TEMP_SIZE_ENV,
         MEMORY_LIMIT_ENV,
@@ -106,12 +119,25 @@ def apply_resource_limits(
         check_size,
     )
 
+    before = {
+        name: os.environ.get(name) for name in (MEMORY_LIMIT_ENV, MAX_TEMP_SIZE_ENV, TEMP_DIRECTORY_ENV)
+    }
+    click.get_current_context().call_on_close(lambda: _restore_environment(before))
+
     if memory_limit is not None:
         os.environ[MEMORY_LIMIT_ENV] = check_size("--memory-limit", memory_limit, allow_percent=True)
     if max_temp_size is not None:
         os.environ[MAX_TEMP_SIZE_ENV] = check_size("--max-temp-size", max_temp_size)
     if temp_directory is not None:
         os.environ[TEMP_DIRECTORY_ENV] = str(temp_directory)
+
+
+def _restore_environment(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def partitions_option(help_text: str) -> Callable[[F], F]:

@@ -22,7 +22,7 @@ from strata_dagster.cli.output import console, error_console, print_warnings, re
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.business import SOURCE_VERSIONS
-from strata_dagster.engine.context import check_branch
+from strata_dagster.engine.context import check_branch, check_branch_of
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds, history_and_interruptions
 from strata_dagster.engine.partition_keys import describe_keys
 from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
@@ -101,6 +101,7 @@ def run_command(
     """
     check_branch(branch)  # every mistake in the command line is refused before the banner
     loaded = load_project(project)
+    check_branch_of(loaded, branch)
     overrides = parse_overrides(list(sources), loaded)
     request = RunRequest(
         project_dir=project,
@@ -412,20 +413,23 @@ def backfill(
 
     With --partitions, the selected partitioned models rebuild exactly those partitions."""
     from strata_dagster.engine.backfill import backfill as run_backfill
+    from strata_dagster.engine.backfill import backfill_errors
 
-    target = resolve_warehouse(project, warehouse)
-    say(f"strata backfill of {run_id[:12]} ({target})")
-    result = run_backfill(
-        project,
-        target,
-        run_id,
-        reason,
-        sources=sources,
-        models=model_selection(models),
-        full_refresh=full_refresh,
-        progress=print_outcome,
-        partitions=split_partitions(partitions),
-    )
+    with backfill_errors():  # every error a backfill reports is E085, its cause's code in the message
+        selection, items = model_selection(models), split_partitions(partitions)
+        target = resolve_warehouse(project, warehouse)
+        say(f"strata backfill of {run_id[:12]} ({target})")
+        result = run_backfill(
+            project,
+            target,
+            run_id,
+            reason,
+            sources=sources,
+            models=selection,
+            full_refresh=full_refresh,
+            progress=print_outcome,
+            partitions=items,
+        )
     if result.is_noop:
         console.print("the corrections change nothing: " + NOTHING_TO_DO)
         return

@@ -23,7 +23,7 @@ from strata_dagster.wording import counted
 )
 @click.option(
     "--limit",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=2**62),
     default=20,
     show_default=True,
     help="Rows to print (not with --output).",

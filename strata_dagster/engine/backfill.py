@@ -3,13 +3,16 @@
 A backfill starts from the run it corrects (its models, branch and source overrides), applies
 corrections (`--source s=t` wins over the run's own override; `--models` trims), and builds only
 what the corrections make stale. It records `backfill_of` and the reason, and never rewrites
-history: the corrected run stays intact for rollback, replay and verify. A missing reason and a
-failure of the build (pins, contracts) are E085; a mistake in what was asked keeps its own code.
+history: the corrected run stays intact for rollback, replay and verify. Every error a backfill
+reports is E085, as the language fixes it (a missing reason, an unknown run, model, source or table, a
+malformed correction or partition, a pin or build failure), with the specific cause's own code
+in its message: `backfill cannot start (E023): no run ...`, `backfill failed (E030): ...`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
@@ -25,6 +28,7 @@ from strata_dagster.errors import (
     E_UNIQUE,
     E_UNKNOWN_RUN,
     StrataError,
+    StrataErrorGroup,
 )
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import Project
@@ -36,25 +40,46 @@ BACKFILL = "backfill"
 NOTHING_PUBLISHED = "nothing was published"
 
 
-# Failures of the build itself (a pin, a contract, DuckDB, a resource limit) are the backfill's
-# failure, E085 as seed 000 fixes; a user's mistake in what was asked (an unknown run, model or
-# source, a bad correction or partition) keeps its own code, message and hint.
+# Failures of the build itself (a pin, a contract, the engine, a resource limit): the backfill
+# started and failed; any other cause (a mistake in what was asked) means it could not start.
 _BUILD_FAILURES = frozenset({E_UNIQUE, E_CONTRACT, E_BUILD, E_RESOURCE_LIMIT})
 
 
-def _as_backfill_error(error: StrataError) -> StrataError:
-    if error.code not in _BUILD_FAILURES:
+def as_backfill_error(error: StrataError) -> StrataError:
+    """`error` as the E085 a backfill reports, its own code and message kept in the message (each
+    error of a group likewise); an E085 stays as it is."""
+    if isinstance(error, StrataErrorGroup):
+        return StrataErrorGroup(as_backfill_error(one) for one in error.errors)
+    if error.code == E_BACKFILL:
         return error
     hint = error.hint or ""
     if NOTHING_PUBLISHED not in hint:  # pin and contract errors say it already
         hint = (hint + "; " if hint else "") + NOTHING_PUBLISHED
+    what = "failed" if error.code in _BUILD_FAILURES else "cannot start"
     return StrataError(
         E_BACKFILL,
-        f"backfill failed ({error.code}): {error.message}",
+        f"backfill {what} ({error.code}): {error.message}",
         error.location,
         hint=hint,
         subject=error.subject,
     )
+
+
+@contextmanager
+def backfill_errors() -> Iterator[None]:
+    """Within the block, every StrataError is reported as the backfill's E085 (`as_backfill_error`)."""
+    try:
+        yield
+    except StrataError as error:
+        raise as_backfill_error(error) from None
+
+
+def run_backfill_request(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
+    """`run(request)`, with a backfill request's errors as E085 (an ordinary run's as they are)."""
+    if request.kind != BACKFILL:
+        return run(request, progress)
+    with backfill_errors():
+        return run(request, progress)
 
 
 def backfill(
@@ -71,7 +96,8 @@ def backfill(
 ) -> RunResult:
     """Rebuild what corrections make stale, recorded as a backfill of `run_id` with `reason`;
     `full_refresh` rebuilds the selected models from all their input, incremental ones too;
-    `partitions` rebuilds exactly those partitions of the selected partitioned models."""
+    `partitions` rebuilds exactly those partitions of the selected partitioned models. Every
+    error is E085 (`as_backfill_error`)."""
     request = backfill_request(
         project_dir,
         warehouse,
@@ -82,10 +108,7 @@ def backfill(
         full_refresh=full_refresh,
         partitions=partitions,
     )
-    try:
-        return run(request, progress)
-    except StrataError as error:
-        raise _as_backfill_error(error) from None
+    return run_backfill_request(request, progress)
 
 
 def backfill_request(
@@ -100,12 +123,30 @@ def backfill_request(
     full_refresh: bool = False,
     partitions: Iterable[str] = (),
 ) -> RunRequest:
-    """The run a backfill makes, checked before anything is built: E085 for a missing reason; an
-    unknown run (E023) or model (E025), a malformed or unknown source override or a correction
-    table that does not exist (E022), or `partitions` that are no days, months or ranges of them
-    (E040; whether they are partitions of the selected models is checked by the run). Without `run_id` it corrects no recorded run
-    (the corrections alone apply). `branch`, when given, is the branch the caller builds: a
-    corrected run of another branch is refused. Reads the warehouse read-only."""
+    """The run a backfill makes, checked before anything is built, every mistake as E085 with its
+    own code in the message: a missing reason; an unknown run (E023) or model (E025), a malformed
+    or unknown source override or a correction table that does not exist (E022), or `partitions`
+    that are no days, months or ranges of them (E040; whether they are partitions of the selected
+    models is checked by the run). Without `run_id` it corrects no recorded run (the corrections
+    alone apply). `branch`, when given, is the branch the caller builds: a corrected run of
+    another branch is refused. Reads the warehouse read-only."""
+    with backfill_errors():
+        return _checked_request(
+            project_dir, warehouse, reason, run_id, sources, models, branch, full_refresh, partitions
+        )
+
+
+def _checked_request(
+    project_dir: Path | str,
+    warehouse: Path | str,
+    reason: str | None,
+    run_id: str | None,
+    sources: Iterable[str] | Mapping[str, str],
+    models: Iterable[str],
+    branch: str | None,
+    full_refresh: bool,
+    partitions: Iterable[str],
+) -> RunRequest:
     if reason is None or not reason.strip():
         raise StrataError(
             E_BACKFILL,

@@ -9,32 +9,96 @@ from pathlib import Path
 
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.engine_check import for_engine
-from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
 from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA
 from strata_dagster.warehouse.session import Session
 
 _BRANCH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_RESERVED_SCHEMAS = {HISTORY_SCHEMA, SNAPSHOT_SCHEMA, "information_schema", "pg_catalog", "temp", "system"}
+# A branch is a schema of views (`<branch>.v_<model>`) in the warehouse and in the serving catalog
+# readers attach: it may not take the name of a schema or catalog either of them, or a reader's
+# DuckDB or Spark, already gives a meaning. DuckDB (and Spark) compare these names ignoring case.
+_RESERVED_NAMES = {
+    HISTORY_SCHEMA: "the warehouse's history schema",
+    SNAPSHOT_SCHEMA: "the warehouse's snapshot schema",
+    STATE_SCHEMA: "the serving catalog's own schema",
+    READER_CATALOG: "the catalog readers attach the live views under (`strata connect`)",
+    ROLE_SCHEMA: "the schema strata's compiled statements name their inputs by",
+    "information_schema": "DuckDB's catalog schema",
+    "pg_catalog": "DuckDB's catalog schema",
+    "memory": "the catalog of a reader's fresh DuckDB connection",
+    "system": "DuckDB's built-in catalog",
+    "temp": "DuckDB's catalog of temporary objects",
+    "spark_catalog": "Spark's session catalog",
+    "global_temp": "Spark's database of global temporary views",
+}
 
 
-def check_branch(branch: str) -> str:
-    if not _BRANCH_NAME.fullmatch(branch) or branch.lower() in _RESERVED_SCHEMAS:
+def check_branch(branch: str, *, reserved: bool = True) -> str:
+    """`branch` if it can name a branch: an identifier that no reader would confuse with another
+    schema or catalog (`reserved=False` checks the spelling only: deleting a branch made before a
+    name was reserved)."""
+    if not _BRANCH_NAME.fullmatch(branch):
         raise StrataError(
             E_BRANCH,
             f"`{branch}` cannot be a branch name",
-            hint="use letters, digits and underscores, not starting with a digit, and not "
-            + ", ".join(sorted(_RESERVED_SCHEMAS)),
+            hint="use letters, digits and underscores (at most 63), not starting with a digit",
+        )
+    if not reserved:
+        return branch
+    meaning = _RESERVED_NAMES.get(branch.lower())
+    if meaning is not None:
+        raise StrataError(
+            E_BRANCH,
+            f"`{branch}` cannot be a branch name: `{branch.lower()}` is {meaning}",
+            hint="pick another branch name; reserved (in any case): " + ", ".join(sorted(_RESERVED_NAMES)),
+        )
+    if branch.lower() == DEFAULT_BRANCH and branch != DEFAULT_BRANCH:
+        raise StrataError(
+            E_BRANCH,
+            f"`{branch}` cannot be a branch name: it differs from the default branch `{DEFAULT_BRANCH}` "
+            "only in case, and DuckDB would give both one schema",
+            hint=f"use `{DEFAULT_BRANCH}`, or a name that differs in more than case",
         )
     return branch
 
 
-def check_branch_in(session: Session, branch: str) -> str:
-    """`check_branch`, and the clashes only the open warehouse knows of: DuckDB resolves names
-    case-insensitively, and `x.v_model` is ambiguous when the warehouse file is `x.duckdb`."""
+def project_schema_names(project: Project) -> dict[str, str]:
+    """The schema and catalog names the project's table sources read (lower case), each with the
+    source that reads it: a branch of that name would put its views among the source's tables."""
+    names: dict[str, str] = {}
+    for source in project.sources.values():
+        if source.path is not None:
+            continue
+        relation = source_relation(source)
+        for part in (relation.args.get("db"), relation.args.get("catalog")):
+            if part is not None:
+                names.setdefault(part.name.lower(), source.name)
+    return names
+
+
+def check_branch_of(project: Project, branch: str) -> str:
+    """`check_branch`, and a branch named like a schema or catalog the project's sources read."""
+    check_branch(branch)
+    source = project_schema_names(project).get(branch.lower())
+    if source is not None:
+        raise StrataError(
+            E_BRANCH,
+            f"`{branch}` cannot be a branch name: source `{source}` reads a table of schema or catalog "
+            f"`{branch.lower()}`, and the branch's views would go among its tables",
+            hint="pick another branch name",
+        )
+    return branch
+
+
+def check_branch_in(session: Session, branch: str, project: Project | None = None) -> str:
+    """`check_branch`, and the clashes only the open warehouse (and `project`) knows of: DuckDB
+    resolves names case-insensitively, and `x.v_model` is ambiguous when the warehouse file is
+    `x.duckdb`, or when `x` is a schema of tables (a source's, a correction's)."""
     check_branch(branch)
     database = session.database_name()
     if branch.lower() == database.lower():
@@ -51,6 +115,15 @@ def check_branch_in(session: Session, branch: str) -> str:
                 f"branch `{branch}` differs from branch `{other}` only in case, and DuckDB would give both one schema",
                 hint=f"use `{other}`, or a name that differs in more than case",
             )
+    if project is not None:
+        check_branch_of(project, branch)
+    if branch != DEFAULT_BRANCH and session.schema_has_tables(branch):
+        raise StrataError(
+            E_BRANCH,
+            f"`{branch}` cannot be a branch name: schema `{branch}` holds tables, and a branch's "
+            "schema holds only its views (DuckDB ignores the case of schema names)",
+            hint="pick another branch name",
+        )
     return branch
 
 
@@ -78,7 +151,7 @@ def load_context(
     """The project (`project`: the one loaded from `project_dir` already) compiled against the
     session's sources; `listings` were started for it before the session opened."""
     project = project or load_project(project_dir)
-    check_branch_in(session, branch)
+    check_branch_in(session, branch, project)
     schemas = session.prepare_sources(project, overrides)
     return compiled_context(project, schemas, session.engine, overrides, branch, listings)
 

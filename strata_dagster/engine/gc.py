@@ -28,7 +28,9 @@ from strata_dagster.warehouse.session import Session, open_session
 
 # Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
 SPARK_GRACE = dt.timedelta(hours=1)
-_DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*([0-9]+)\s*([mhdw])\s*$", re.IGNORECASE | re.ASCII)
+# The longest age a run is kept by: a century (a datetime cannot reach back much further).
+MAX_AGE = dt.timedelta(days=36_500)
 _UNIT = {
     "m": dt.timedelta(minutes=1),
     "h": dt.timedelta(hours=1),
@@ -46,7 +48,14 @@ def parse_age(text: str, option: str = "--older-than") -> dt.timedelta:
             f"`{option} {text}` is not a duration",
             hint="give a whole number and a unit: 30m (minutes), 12h (hours), 30d (days) or 2w (weeks)",
         )
-    return int(match.group(1)) * _UNIT[match.group(2).lower()]
+    count, unit = int(match.group(1)), _UNIT[match.group(2).lower()]
+    if count > MAX_AGE // unit:
+        raise StrataError(
+            E_GC,
+            f"`{option} {text}` is longer than strata keeps time",
+            hint=f"give at most {MAX_AGE.days}d (a century), in minutes, hours, days or weeks",
+        )
+    return count * unit
 
 
 @dataclass(frozen=True)

@@ -144,12 +144,6 @@ def create_branch(warehouse: Path, name: str, source: str = DEFAULT_BRANCH) -> P
             raise StrataError(
                 E_BRANCH, f"branch `{source}` does not exist", hint="run `strata run` on it first"
             )
-        if session.schema_has_tables(name):
-            raise StrataError(
-                E_BRANCH,
-                f"schema `{name}` already holds tables; a branch's schema holds only its views",
-                hint="pick another branch name",
-            )
         return _repoint(
             session,
             branch=name,
@@ -162,7 +156,7 @@ def create_branch(warehouse: Path, name: str, source: str = DEFAULT_BRANCH) -> P
 
 def promote(warehouse: Path, source: str, target: str = DEFAULT_BRANCH) -> PointerResult:
     """Point `target`'s views at the snapshots `source` exposes (zero-copy)."""
-    check_branch(source)
+    check_branch(source, reserved=False)  # only read: a branch made before its name was reserved
     check_branch(target)
     with open_session(warehouse, must_exist=True) as session:
         check_branch_in(session, target)
@@ -185,7 +179,7 @@ def delete_branch(warehouse: Path, name: str) -> PointerResult:
     """Drop every view of branch `name`, recorded as a history entry (kind `branch_delete`): the
     branch is gone from `strata history`'s branches, gc may collect what only it exposed, and
     `strata rollback` to one of its runs brings it back while gc has kept that run's snapshots."""
-    check_branch(name)
+    check_branch(name, reserved=False)  # a branch made before its name was reserved can go
     if name == DEFAULT_BRANCH:
         raise StrataError(
             E_BRANCH,

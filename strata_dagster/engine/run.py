@@ -79,8 +79,9 @@ from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, shor
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
+from strata_dagster.warehouse.connection import check_warehouse_path
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
-from strata_dagster.warehouse.engines import engine_label
+from strata_dagster.warehouse.engines import current_engine, engine_label
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
@@ -190,6 +191,7 @@ def opened_project(
     """The warehouse opened (read-only: nothing migrated or written) and the project compiled
     against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
     project = load_project(request.project_dir)
+    check_warehouse_path(request.warehouse, is_file=current_engine().is_duckdb)
     if not read_only:
         refuse_new_warehouse_without_sources(project, request.warehouse, request.models, request.overrides)
     with (

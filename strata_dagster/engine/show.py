@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
+from strata_dagster.engine.context import check_branch, check_branch_of
 from strata_dagster.errors import E_SHOW_OUTPUT, E_UNKNOWN_MODEL, E_VERIFY_LIVE, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.language.selection import select
@@ -23,8 +24,9 @@ class ShownRows:
     is_truncated: bool  # more rows exist than were read
 
 
-def _model_name(project_dir: Path, model: str) -> str:
+def _model_name(project_dir: Path, model: str, branch: str) -> str:
     project = load_project(project_dir)
+    check_branch_of(project, branch)
     names = select(project, (model,))  # E025, with a did-you-mean, for a name that is no model
     if len(names) != 1 or names[0] != model:
         raise StrataError(
@@ -48,7 +50,7 @@ def show_rows(
     project_dir: Path, warehouse: Path, model: str, *, branch: str = DEFAULT_BRANCH, limit: int = 20
 ) -> ShownRows:
     """The first `limit` live rows of `model` on `branch`, read the way readers read them."""
-    name = _model_name(project_dir, model)
+    name = _model_name(project_dir, model, branch)
     with open_live_session(warehouse) as session:
         try:
             columns, rows = session.read_rows(model_view(name, branch), limit + 1)
@@ -61,6 +63,7 @@ def export_rows(
     project_dir: Path, warehouse: Path, model: str, output: Path, *, branch: str = DEFAULT_BRANCH
 ) -> int:
     """Every live row of `model` into `output` (.parquet or .csv); the number of rows written."""
+    check_branch(branch)  # before the output's checks: the command line's first mistake
     file_format = FORMATS.get(output.suffix.lower())
     if file_format is None:
         raise StrataError(
@@ -72,7 +75,7 @@ def export_rows(
         raise StrataError(
             E_SHOW_OUTPUT, f"the folder of `{output}` does not exist", hint="create it, or write elsewhere"
         )
-    name = _model_name(project_dir, model)
+    name = _model_name(project_dir, model, branch)
     with open_live_session(warehouse) as session:
         try:
             session.describe(model_view(name, branch))

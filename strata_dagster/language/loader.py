@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import os
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -28,22 +29,19 @@ from strata_dagster.language.definition import (
 )
 from strata_dagster.language.fixtures import model_test_errors
 from strata_dagster.language.parser import parse_module
+from strata_dagster.paths import path_problem, shortened
 
 MODULE_SUFFIX = ".strata"
+# Files and folders a project folder may hold, all told: more is no project folder (`/`, a home).
+MAX_PROJECT_ENTRIES = 100_000
 
 
 def load_project(root: Path | str) -> Project:
     """Parse and link every module under `root`. Raises StrataError on any mistake."""
     folder = Path(root)
-    if folder.is_file() and folder.suffix == MODULE_SUFFIX:
+    if folder.suffix == MODULE_SUFFIX and path_problem(folder) is None and folder.is_file():
         folder = folder.parent
-    if not folder.is_dir():
-        raise StrataError(
-            E_PROJECT,
-            f"project folder `{folder}` does not exist",
-            hint="pass the folder that holds *.strata files",
-        )
-    paths = sorted(path for path in folder.rglob(f"*{MODULE_SUFFIX}") if path.is_file())
+    paths = module_paths(folder)
     if not paths:
         raise StrataError(
             E_PROJECT, f"no `*{MODULE_SUFFIX}` modules under `{folder}`", hint="add a module file"
@@ -64,6 +62,73 @@ def load_project(root: Path | str) -> Project:
             errors.extend(error.errors)
     raise_collected(errors)
     return link_project(folder, modules, text_digest=digest.hexdigest())
+
+
+def module_paths(folder: Path) -> list[Path]:
+    """The `*.strata` files under `folder`, sorted. Folders whose names start with a dot (`.git`,
+    `.venv`) and links to folders are not entered. E013 for a folder that is missing, no folder,
+    unreadable, or too large to be a project's (`strata check /` is refused within a second
+    instead of walking the whole disk)."""
+    problem = path_problem(folder)
+    if problem is not None:
+        raise StrataError(
+            E_PROJECT,
+            f"project folder `{shortened(folder)}` cannot be used: {problem}",
+            hint="pass the folder that holds *.strata files",
+        )
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise StrataError(
+            E_PROJECT, f"project folder `{folder}` {what}", hint="pass the folder that holds *.strata files"
+        )
+    found: list[Path] = []
+    seen = 0
+    folders = [folder]
+    while folders:
+        current = folders.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_PROJECT_ENTRIES:
+                        raise StrataError(
+                            E_PROJECT,
+                            f"`{folder}` holds more than {MAX_PROJECT_ENTRIES:,} files and folders: "
+                            "too many for a project folder",
+                            hint="pass the folder that holds the project's *.strata files (e.g. "
+                            "`strata check examples/shop`), or move large data out of it",
+                        )
+                    try:
+                        is_folder = entry.is_dir(follow_symlinks=False)
+                        is_module = not is_folder and entry.name.endswith(MODULE_SUFFIX) and entry.is_file()
+                    except OSError as error:  # a link loop: a dangling link is no file, no error
+                        raise StrataError(
+                            E_PROJECT,
+                            f"cannot read `{entry.path}`: {error.strerror or error}",
+                            hint="fix the link, or remove it from the project folder",
+                        ) from None
+                    if is_folder and not entry.name.startswith("."):
+                        folders.append(Path(entry.path))
+                    elif is_module:
+                        found.append(Path(entry.path))
+        except FileNotFoundError:
+            continue  # removed while we walked
+        except OSError as error:
+            where = "project folder" if current == folder else "folder inside the project"
+            raise StrataError(
+                E_PROJECT,
+                f"cannot read {where} `{current}`: {error.strerror or error}",
+                hint="make it readable, or move it out of the project folder",
+            ) from None
+    return sorted(found)
+
+
+def has_modules(folder: Path) -> bool:
+    """Whether `folder` is a project folder: E013's reasons (too large, unreadable) count as no."""
+    try:
+        return bool(module_paths(folder))
+    except StrataError:
+        return False
 
 
 @functools.lru_cache(maxsize=128)

@@ -23,7 +23,9 @@ SelectorMethod = Literal["name", "glob", "tag"]
 
 TAG_PREFIX = "tag:"
 _SEPARATORS = re.compile(r"[,\s]+")
-_GRAPH = re.compile(r"(?:(?P<up_levels>\d*)(?P<up>\+))?(?P<body>[^+]+)(?:(?P<down>\+)(?P<down_levels>\d*))?")
+_GRAPH = re.compile(
+    r"(?:(?P<up_levels>[0-9]*)(?P<up>\+))?(?P<body>[^+]+)(?:(?P<down>\+)(?P<down_levels>[0-9]*))?"
+)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GLOB = re.compile(r"[A-Za-z0-9_*?\[\]!-]+")
 _FORMS = "name, stg_* (glob), tag:name, +name (with upstream), name+ (with downstream), 2+name, name+1"

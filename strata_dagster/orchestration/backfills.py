@@ -138,7 +138,7 @@ def engine_request(
             full_refresh=_full_refresh(backfill.full_refresh),
             partitions=partitions,
         )
-    except StrataError as error:
+    except StrataError as error:  # E085 already, its cause's code in the message
         raise StrataError(
             E_BACKFILL,
             f"{error.message} (from the run's {c.BACKFILL_OF_TAG} / {c.SOURCE_TAG_PREFIX}* tags)",

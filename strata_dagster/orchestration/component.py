@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.errors import E_COMPONENT, Location, StrataError
+from strata_dagster.language.loader import has_modules
 from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE
 from strata_dagster.orchestration.definitions import build_definitions
 from strata_dagster.orchestration.failures import raises_cleanly
@@ -140,7 +141,7 @@ class StrataProjectComponent(dg.Component, dg.Model, dg.Resolvable):
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         here = _folder(context.path)
         project = here / self.project_path
-        if not project.is_dir() or not any(project.rglob("*.strata")):
+        if not has_modules(project):  # bounded: a folder as large as `/` is no project
             raise StrataError(
                 E_COMPONENT,
                 f"project_path `{self.project_path}` is not a folder of .strata modules (resolved to {project})",

@@ -14,6 +14,7 @@ from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.catalog import Catalog
+from strata_dagster.engine.context import check_branch, check_branch_of
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.arrivals import ArrivingSource
@@ -37,6 +38,7 @@ from strata_dagster.orchestration.stale_partitions_check import stale_partitions
 from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
+from strata_dagster.warehouse.settings import check_environment
 
 UNPARTITIONED_JOB = "strata_unpartitioned"
 
@@ -93,7 +95,9 @@ def build_definitions(
     assets, staleness, IO manager, checks and backfill guard are the same on both engines.
     """
     choice = engine_choice(engine, spark_remote)
+    check_environment(choice.name)  # every STRATA_* variable, where the code location loads
     choose_engine(choice)  # this process reads the catalog below, and its sensors run here
+    check_branch(branch)  # E026 here, not as the resource's validation error
     resource = StrataResource(
         project_dir=str(project_dir),
         warehouse=str(warehouse if warehouse is not None else default_warehouse(project_dir)),
@@ -104,6 +108,7 @@ def build_definitions(
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
     catalog = project_catalog(resource)
+    check_branch_of(catalog.project, branch)  # not a schema the sources read: E026 where it loads
     for unread in catalog.warnings:  # shown where the code location loads (`dagster dev`'s output)
         warnings.warn(unread.render(), UserWarning, stacklevel=2)
     if select:

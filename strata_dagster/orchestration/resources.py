@@ -9,6 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import check_branch
 from strata_dagster.errors import StrataError
+from strata_dagster.language.loader import has_modules
+from strata_dagster.paths import path_problem
 from strata_dagster.warehouse.engines import EngineChoice, choose_engine, current_engine, engine_choice
 
 DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
@@ -69,12 +71,12 @@ class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     @classmethod
     def _project_dir_holds_modules(cls, value: str) -> str:
         folder = Path(value)
-        if not folder.is_dir():
+        if path_problem(folder) is not None or not folder.is_dir():
             raise ValueError(
                 f"project_dir `{value}` is not a folder: set StrataResource(project_dir=...) to the "
                 "folder that holds the project's *.strata modules, e.g. examples/shop"
             )
-        if not any(folder.rglob("*.strata")):
+        if not has_modules(folder):  # bounded: a folder as large as `/` is no project
             raise ValueError(
                 f"project_dir `{value}` holds no *.strata module: point it at the project folder "
                 "(the one `strata check` accepts)"

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from strata_dagster.engine.backfill import run_backfill_request
 from strata_dagster.engine.partition_status import PublishedState, published_state
-from strata_dagster.engine.run import RunRequest, RunResult, run
+from strata_dagster.engine.run import RunRequest, RunResult
 from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import Project
 from strata_dagster.orchestration.backfills import engine_request
@@ -83,7 +84,7 @@ def build_unpartitioned(
         return build_alone(context, strata, model)
     request = engine_request(strata, dagster_run.job_name, dagster_run.tags, models)
     try:
-        result = run(request)
+        result = run_backfill_request(request)
     except StrataError:
         builds.is_shared = False
         return build_alone(context, strata, model)
@@ -99,7 +100,7 @@ def build_alone(
     dagster_run = context.step_context.dagster_run
     # Checked again here: execute_in_process and materialize() swap in their own executor.
     request = engine_request(strata, dagster_run.job_name, dagster_run.tags, (model,), partitions)
-    result = run(request)
+    result = run_backfill_request(request)
     return ModelBuild(request, result, (model,), _state(strata, result, model, live=False), ran_here=True)
 
 

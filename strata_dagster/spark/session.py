@@ -449,7 +449,9 @@ class SparkWarehouseSession(Session):
         return None  # no warehouse file: source listings are not cached
 
     def schema_has_tables(self, schema: str) -> bool:
-        return bool(catalog.names(self.con, schema))
+        """Whether database `schema` holds tables (its views are a branch's, not counted)."""
+        tables = catalog.names(self.con, schema)
+        return bool(tables and tables - catalog.names(self.con, schema, "VIEWS"))
 
     def contract_violation(
         self, name: str, contract: Sequence[tuple[str, str, bool]]

@@ -24,6 +24,7 @@ from strata_dagster.compile.project import CompiledProject
 from strata_dagster.errors import E_BUILD, Location, StrataError, first_line
 from strata_dagster.language.definition import Model, ModelProperties, Project
 from strata_dagster.warehouse.connection import connect
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run
 
 _SOURCE_PREFIX = "source__"
@@ -46,7 +47,7 @@ def bind_models(
     if warehouse.exists():
         with connect(warehouse, read_only=True) as con:
             return _bind(con, compiled, source_schemas)
-    con = evaluate_in_utc(duckdb.connect())
+    con = evaluate_in_utc(connect_in_memory())
     try:
         return _bind(con, compiled, source_schemas)
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -13,11 +14,13 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError, first_line
-from strata_dagster.warehouse.limits import connect_within_limits
+from strata_dagster.paths import path_problem, shortened
+from strata_dagster.warehouse.limits import connect_within_limits, exceeded_error
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sql import evaluate_in_utc
 
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
+WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 DEFAULT_LOCK_TIMEOUT = 120.0
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
 _held = threading.local()  # this thread's held_open connections: resolved path -> connection
@@ -27,24 +30,53 @@ def lock_timeout() -> float:
     return seconds_from_env(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT, E_WAREHOUSE, example=120)
 
 
+# The longest wait or grace a setting may give: a year (beyond it, a typo more likely than a wish).
+MAX_SECONDS = 365 * 24 * 3600
+# A number as an operator types it: ASCII digits (Python's float() also takes `٣`, `1_0`, `1e3`, `inf`).
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+
+
 def seconds_from_env(name: str, default: float, code: str, *, example: int) -> float:
-    """A duration in seconds from the environment variable `name` (`default` when unset); a value
-    that is not a finite number of seconds, 0 or more, is `code`."""
+    """A duration in seconds from the environment variable `name` (`default` when unset): ASCII
+    digits, 0 to a year; anything else is `code`, naming the variable."""
     raw = os.environ.get(name)
     if raw is None:
         return default
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    # nan never compares past a deadline and inf never reaches one: both would wait forever.
-    if not math.isfinite(seconds) or seconds < 0:
+    seconds = float(raw.strip()) if _SECONDS.fullmatch(raw.strip()) else math.nan
+    if not 0 <= seconds <= MAX_SECONDS:  # nan never is
         raise StrataError(
             code,
-            f"{name}={raw!r} is not a number of seconds (finite, 0 or more)",
+            f"{name}={raw!r} is not a number of seconds (ASCII digits, 0 to {MAX_SECONDS})",
             hint=f"e.g. {name}={example}, or unset it for {default:.0f}s",
         )
     return seconds
+
+
+def check_warehouse_path(path: Path, *, is_file: bool = True, setting: str | None = None) -> Path:
+    """`path` if it can name a warehouse: a path the OS can use; for a DuckDB file (`is_file`), one
+    with a file name that is not a folder, else (Spark's) no file. E020 otherwise; `setting` is the
+    variable it came from."""
+    given = f"{setting}={str(path)!r}" if setting else f"warehouse `{shortened(path)}`"
+    problem = path_problem(path)
+    if problem is not None:
+        raise StrataError(
+            E_WAREHOUSE,
+            f"{given} cannot be used: {problem}",
+            hint="pass a shorter path to a DuckDB file with --warehouse (or STRATA_WAREHOUSE)",
+        )
+    if is_file and (path.name in ("", ".", "..") or path.is_dir()):
+        raise StrataError(
+            E_WAREHOUSE,
+            f"{given} is a folder, not a DuckDB file",
+            hint=f"name a file in it, e.g. {path / 'warehouse.duckdb'} (--warehouse or STRATA_WAREHOUSE)",
+        )
+    if not is_file and path.exists() and not path.is_dir():
+        raise StrataError(
+            E_WAREHOUSE,
+            f"{given} is a file, not a Spark warehouse folder",
+            hint="name a folder (a new one is created) with --warehouse (or STRATA_WAREHOUSE)",
+        )
+    return path
 
 
 @contextmanager
@@ -56,6 +88,7 @@ def connect(
     A path that does not exist becomes a new warehouse, unless the connection is read-only or
     `must_exist` (commands that only read or repoint: a typo must not leave an empty file behind).
     """
+    check_warehouse_path(path)
     held = _held_connection(path)
     if held is not None:
         with _reported_interruption(evaluate_in_utc(held.cursor())) as con:
@@ -94,6 +127,8 @@ def connect(
                 ) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+        except duckdb.OutOfMemoryException as error:  # a memory limit too small to open the file
+            raise exceeded_error(error) from None
         except duckdb.Error as error:
             raise _unreadable(path, error, creates=not (read_only or must_exist)) from None
     with _reported_interruption(evaluate_in_utc(con)) as opened:

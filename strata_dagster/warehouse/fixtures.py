@@ -13,6 +13,7 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.errors import E_TEST_RUN, Location, StrataError
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.sql import data_type, describe, evaluate_in_utc, run, table
 
 TYPES_SCHEMA = "__types"  # empty tables and views: what each relation's columns and types are
@@ -25,7 +26,7 @@ class FixtureDatabase:
     """One in-memory database for a run of unit tests; `reset()` between cases."""
 
     def __init__(self) -> None:
-        self.con = evaluate_in_utc(duckdb.connect())  # a model's unit test computes as its runs
+        self.con = evaluate_in_utc(connect_in_memory())  # a model's unit test computes as its runs
         for schema in (TYPES_SCHEMA, CASE_SCHEMA):
             run(self.con, exp.Create(this=_schema(schema), kind="SCHEMA"))
 

@@ -19,6 +19,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, migrate
 from strata_dagster.warehouse.sql import DIALECT, render, table
 
@@ -30,7 +31,7 @@ class HistoryMirror:
     """An in-memory copy of the history tables, loaded from log rows."""
 
     def __init__(self, rows: Iterable[LogRow] = ()) -> None:
-        self.con = duckdb.connect()
+        self.con = connect_in_memory()
         migrate(self.con)
         self._tables = self._history_tables()
         # The tables start empty: what was loaded is what each holds.
@@ -133,7 +134,7 @@ def read_log_files(
     if not log_files:
         return []
     owned = con is None
-    con = duckdb.connect() if con is None else con
+    con = connect_in_memory() if con is None else con
     try:
         if not commit_files:
             rows = con.execute(render(_ALL_UNMARKED), [log_files]).fetchall()

@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 
 from strata_dagster.errors import first_line
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.serving import reader_statement
 from strata_dagster.warehouse.sql import evaluate_in_utc
 
@@ -24,7 +25,7 @@ class ReaderShell:
     """An in-memory DuckDB connection that ran `reader_statement`: the live views by their names."""
 
     def __init__(self, warehouse: Path) -> None:
-        self.con = evaluate_in_utc(duckdb.connect())  # a view model's rows as verify computes them
+        self.con = evaluate_in_utc(connect_in_memory())  # a view model's rows as verify computes them
         self.con.execute(reader_statement(warehouse))
 
     def execute(self, text: str, limit: int = 1_000) -> ShellResult:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path, PurePosixPath
 
-import duckdb
 from sqlglot import exp
 
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.sql import run
 
 MARKER = "_SUCCESS"
@@ -32,7 +32,7 @@ def write_sample_events(
 ) -> int:
     """Write `days` daily folders of `rows_per_day` events each (skipping folders that exist, so a
     later call with more days adds the next drops); returns the folders written."""
-    con = duckdb.connect()
+    con = connect_in_memory()
     written = 0
     try:
         for index in range(days):

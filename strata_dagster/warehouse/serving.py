@@ -36,6 +36,7 @@ from sqlglot import exp
 
 from strata_dagster.errors import E_GC
 from strata_dagster.warehouse.connection import seconds_from_env
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.serving_catalog import (
     CatalogContents,
@@ -394,7 +395,7 @@ def grace_seconds() -> float:
 @contextmanager
 def open_live(warehouse: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory connection reading the live views through the serving catalog."""
-    con = duckdb.connect()
+    con = connect_in_memory()
     try:
         con.execute(reader_statement(warehouse))
         yield con

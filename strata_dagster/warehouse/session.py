@@ -38,7 +38,7 @@ from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
-from strata_dagster.warehouse.limits import exceeded_error, exceeded_setting
+from strata_dagster.warehouse.limits import connect_in_memory, exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
 from strata_dagster.warehouse.relocation import relocate
 from strata_dagster.warehouse.segments import (
@@ -430,8 +430,10 @@ class Session:
         return self._database
 
     def schema_has_tables(self, schema: str) -> bool:
+        """Whether schema `schema` (in any case: DuckDB resolves names ignoring it) holds tables."""
         row = self.con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND database_name = current_database()",
+            "SELECT count(*) FROM duckdb_tables() WHERE lower(schema_name) = lower(?) "
+            "AND database_name = current_database()",
             [schema],
         ).fetchone()
         return bool(row and row[0])
@@ -616,7 +618,7 @@ def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tu
     if warehouse.exists():
         with connect(warehouse, read_only=True) as con:
             return source_reading.source_schemas_with_databases(con, project)
-    con = duckdb.connect()
+    con = connect_in_memory()
     try:
         return source_reading.source_schemas_with_databases(con, project)
     finally:

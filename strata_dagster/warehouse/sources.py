@@ -12,6 +12,7 @@ from strata_dagster.compile.relations import attached_catalog, source_relation
 from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError, first_line
 from strata_dagster.language.definition import Project, Source
 from strata_dagster.warehouse.ledger import first_matching_file
+from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.sql import describe, parse_table_name, relation_exists, run
 
 
@@ -163,7 +164,7 @@ def unreadable_without_warehouse(project: Project, names: Iterable[str]) -> dict
     """The sources among `names` (files, or tables of another DuckDB database) that cannot be read
     now, each with DuckDB's first message line: described in an in-memory database, so that no
     warehouse has to exist."""
-    con = duckdb.connect()
+    con = connect_in_memory()
     try:
         attach_source_databases(con, project, is_strict=False)
         found = {}
