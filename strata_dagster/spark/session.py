@@ -17,7 +17,7 @@ What differs from DuckDB, and how the promises still hold:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
@@ -59,7 +59,7 @@ from strata_dagster.warehouse.segments import (
     typed_literal,
 )
 from strata_dagster.warehouse.session import CatalogSnapshot, Session, WarehouseError
-from strata_dagster.warehouse.snapshot_files import SnapshotFiles
+from strata_dagster.warehouse.snapshot_files import FileDamage, SnapshotFiles
 from strata_dagster.warehouse.sql import describe, snapshot_table
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
@@ -384,6 +384,10 @@ class SparkWarehouseSession(Session):
 
     def snapshot_exists(self, name: str) -> bool:
         return name in self._known_snapshots()
+
+    def damaged_files(self, tables: Iterable[str]) -> list[FileDamage]:
+        """Spark's snapshot tables are its own: their files are checked when it reads them."""
+        return []
 
     def _view_sqls(self, branch_schema: str) -> dict[str, str]:
         if branch_schema not in self._views:
