@@ -121,7 +121,8 @@ def test_a_catalog_of_the_earlier_format_is_replaced_before_readers_are_given_it
     try:
         con.execute("SET file_search_path = ?", [str(warehouse.parent)])
         for (sql,) in con.execute(
-            "SELECT sql FROM duckdb_views() WHERE schema_name = 'strata_snapshots' AND contains(sql, ?)", [relative]
+            "SELECT sql FROM duckdb_views() WHERE schema_name = 'strata_snapshots' AND contains(sql, ?)",
+            [relative],
         ).fetchall():
             absolute = sql.replace(relative, f"read_parquet('{folder_of(warehouse)}/")
             con.execute(absolute.replace("CREATE VIEW", "CREATE OR REPLACE VIEW"))
@@ -206,7 +207,8 @@ def test_rollback_to_a_state_whose_file_is_lost_changes_nothing(template, tmp_pa
     project, warehouse = copy_of(template, tmp_path / "p")
     earlier = json.loads(invoke("history", project, "--warehouse", warehouse, "--json").output)[-1]["run_id"]
     (table,) = execute(
-        warehouse, "SELECT regexp_extract(sql, 'strata_snapshots\\.(\\w+)', 1) FROM duckdb_views() WHERE view_name = 'v_stg_customers'"
+        warehouse,
+        "SELECT regexp_extract(sql, 'strata_snapshots\\.(\\w+)', 1) FROM duckdb_views() WHERE view_name = 'v_stg_customers'",
     )[0]
     execute(warehouse, "UPDATE raw.customers SET name = name || '!' WHERE customer_id = 1")
     assert invoke("run", project, "--warehouse", warehouse, "--only-stale").exit_code == 0
@@ -306,7 +308,35 @@ def test_a_truncated_warehouse_file_is_e020_for_every_command(template, tmp_path
     project, warehouse = copy_of(template, tmp_path / "p")
     with open(warehouse, "r+b") as file:
         file.truncate(warehouse.stat().st_size // 2)
-    for command in (["run"], ["run", "--only-stale"], ["history"], ["gc", "--keep", "1"], ["verify"], ["plan"]):
+    for command in (
+        ["run"],
+        ["run", "--only-stale"],
+        ["history"],
+        ["gc", "--keep", "1"],
+        ["verify"],
+        ["plan"],
+    ):
         result = invoke(command[0], project, "--warehouse", warehouse, *command[1:])
         assert result.exit_code == 1 and "error[E020]" in result.output, (command, result.output)
         assert "E035" not in result.output and "backup" in result.output
+
+
+def test_a_catalog_written_whole_leaves_out_the_views_over_a_lost_file(template, tmp_path):
+    """A run that does not rebuild the damaged model (not selected) still publishes, and readers
+    of every other view are served; the one left out is named to `strata connect` (W005)."""
+    project, warehouse = copy_of(template, tmp_path / "p")
+    before = dict((view, rest) for view, *rest in served_state(warehouse))
+    _lose_stg_customers(folder_of(warehouse))
+    _remove_catalog(warehouse)  # the next catalog is written whole: every view is bound again
+    result = invoke("run", project, "--warehouse", warehouse, "--models", "stg_orders")
+    assert result.exit_code == 0, result.output
+    printed = invoke("connect", project, "--warehouse", warehouse, "--print")
+    assert printed.exit_code == 0 and "warning[W005]" in printed.output, printed.output
+    assert "main.v_stg_customers" in printed.output and "--models stg_customers" in printed.output
+    served = dict((view, rest) for view, *rest in served_state(warehouse))
+    assert "main.v_stg_customers" not in served
+    assert served["main.v_stg_orders"] == before["main.v_stg_orders"]
+    assert invoke("run", project, "--warehouse", warehouse, "--only-stale").exit_code == 0
+    assert without_history(served_state(warehouse)) == without_history(
+        list([v, *r] for v, r in before.items())
+    )

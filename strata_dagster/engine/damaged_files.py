@@ -37,6 +37,19 @@ def rebuilt_warning(damaged: Mapping[str, Sequence[FileDamage]]) -> StrataWarnin
     )
 
 
+def unserved_warning(left_out: Mapping[str, str]) -> StrataWarning:
+    """W005 for the live views the serving copy leaves out: a snapshot file they read is damaged."""
+    views = ", ".join(f"`{view}`" for view in sorted(left_out))
+    first = left_out[min(left_out)]
+    models = [view.split(".", 1)[1].removeprefix("v_") for view in sorted(left_out)]
+    return StrataWarning(
+        W_SNAPSHOT_FILE_REBUILT,
+        f"readers are not served {views}: {first}",
+        hint=f"{repair_command(models)} rebuilds {'it' if len(models) == 1 else 'them'} (on a branch, "
+        "add `--branch BRANCH`); `strata doctor PROJECT` checks every file the warehouse refers to",
+    )
+
+
 def damaged_error(damaged: Mapping[str, Sequence[FileDamage]], branch: str, doing: str) -> StrataError:
     """E038: the live states of `damaged`'s models read files that are missing or damaged."""
     models = sorted(damaged)

@@ -37,3 +37,8 @@ def reader_statement_for(warehouse: Path) -> str:
             hint="run `strata run PROJECT` first; its views are then readable while later runs write",
         )
     return serving.reader_statement(warehouse)
+
+
+def unserved_views(warehouse: Path) -> dict[str, str]:
+    """The live views the serving copy leaves out, and why (a snapshot file they read is damaged)."""
+    return serving.left_out(warehouse) if current_engine().is_duckdb else {}

@@ -60,6 +60,7 @@ SERVING_STEPS = ("serving_exported", "serving_catalog_written", "serving_switche
 _NEW_CATALOG = "__strata_serving_new"
 _CHECKED_CATALOG = "__strata_serving_check"
 SEARCH_PATH = "file_search_path"
+LEFT_OUT = "left_out"  # a manifest's key: the live views not served, and why
 
 
 def serving_dir(warehouse: Path) -> Path:
@@ -109,6 +110,16 @@ def reader_statement(warehouse: Path) -> str:
 
 def is_served(warehouse: Path) -> bool:
     return live_path(warehouse).exists()
+
+
+def left_out(warehouse: Path) -> dict[str, str]:
+    """The live views the live catalog does not serve, and why (serving_catalog.CatalogPlan)."""
+    live = live_path(warehouse)
+    if not live.is_symlink():
+        return {}
+    listed = _read_manifest(_manifest(live.with_name(os.readlink(live))))
+    views = listed.get(LEFT_OUT) if listed is not None else None
+    return {str(view): str(why) for view, why in views.items()} if isinstance(views, dict) else {}
 
 
 def is_of_older_format(warehouse: Path) -> bool:
@@ -238,7 +249,7 @@ def _write(
     exported_seconds = time.perf_counter() - started
     on_step("serving_exported")
     # The manifest first: gc finds every catalog file through its manifest.
-    _write_manifest(catalog, plan.contents.manifest())
+    _write_manifest(catalog, {**plan.contents.manifest(), LEFT_OUT: plan.left_out})
     _write_catalog(con, catalog, previous, plan, warehouse_catalog, target.entry, target.digest)
     return written, exported_seconds, plan
 

@@ -30,7 +30,14 @@ from sqlglot import exp
 
 from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.snapshot_files import file_of, read_query, read_relation, with_file, write_query
+from strata_dagster.warehouse.snapshot_files import (
+    file_of,
+    problem_of,
+    read_query,
+    read_relation,
+    with_file,
+    write_query,
+)
 from strata_dagster.warehouse.sql import describe, table
 from strata_dagster.warehouse.view_reads import relations_read
 
@@ -179,6 +186,9 @@ class CatalogPlan:
     create: list[str | exp.Expression] = field(default_factory=list)  # snapshot views first
     exports: dict[Path, exp.Query] = field(default_factory=dict)  # files to write in data/ first
     views_kept: int = 0  # live views kept from the previous catalog as they are
+    # Live views not served, and why: a snapshot they read has a file that cannot be read (a view
+    # over it cannot be created); readers get no such view until a run rebuilds the model.
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def plan_catalog(
@@ -202,6 +212,22 @@ def plan_catalog(
     plan = CatalogPlan(contents)
     served = {name: _served_sql(kind, root) for name, kind in kinds.items()}
     snapshot_keys = {name: _snapshot_key(kind, entry, served[name]) for name, kind in kinds.items()}
+    problems: dict[str, str | None] = {}
+
+    def unbindable(snapshot: str) -> str | None:
+        """Why a snapshot view to create cannot be: its file cannot be read (a kept one is not bound again)."""
+        kind, old = kinds[snapshot], before.snapshots.get(snapshot)
+        if (
+            kind.kind != "file"
+            or kind.path is None
+            or (old is not None and old.key == snapshot_keys[snapshot])
+        ):
+            return None
+        if snapshot not in problems:
+            problem = problem_of(kind.path)
+            problems[snapshot] = None if problem is None else f"the snapshot file `{kind.path}` is {problem}"
+        return problems[snapshot]
+
     live_creates: list[str | exp.Expression] = []
     for schema, name, sql in warehouse.live_views:
         qualified = f"{schema}.{name}"
@@ -219,9 +245,13 @@ def plan_catalog(
             contents.views[qualified] = kept
             plan.views_kept += 1
             continue
+        reads = snapshot_reads(con, schema, name, sql, kinds)
+        unreadable = [problem for snapshot in sorted(reads or ()) if (problem := unbindable(snapshot))]
+        if unreadable:  # left out (dropped below if served before), not a catalog that fails to bind
+            plan.left_out[qualified] = unreadable[0]
+            continue
         if kept is not None:
             plan.drop_views.append((schema, name))
-        reads = snapshot_reads(con, schema, name, sql, kinds)
         if reads is None:  # edited to read something else: served as its rows at this entry
             path = data / f"{schema}.{name}@{entry}.parquet"
             columns = types.of(schema, name)
