@@ -340,3 +340,39 @@ def test_a_catalog_written_whole_leaves_out_the_views_over_a_lost_file(template,
     assert without_history(served_state(warehouse)) == without_history(
         list([v, *r] for v, r in before.items())
     )
+
+
+# -- strata doctor -------------------------------------------------------------------------------
+
+
+def test_doctor_names_each_damaged_file_and_the_command_that_repairs_it(template, tmp_path):
+    project, warehouse = copy_of(template, tmp_path / "p")
+    healthy = invoke("doctor", project, "--warehouse", warehouse)
+    assert healthy.exit_code == 0 and "0 problems, 0 notes" in healthy.output, healthy.output
+    folder = folder_of(warehouse)
+    (stg_customers,) = [
+        path for path in folder.glob("snap_*_stg_customers.*.parquet") if "__" not in path.name
+    ]
+    # A whole Parquet file with other rows than recorded: only a full read of its footer tells.
+    execute(warehouse, f"COPY (SELECT 1 AS customer_id) TO '{stg_customers}' (FORMAT parquet)")
+    (folder / ".snap_x_stg_orders.parquet.123").write_bytes(b"")
+    warehouse.with_name(warehouse.name + ".compact").write_bytes(b"")
+    _corrupt_manifest(warehouse)
+    report = json.loads(invoke("doctor", project, "--warehouse", warehouse, "--json").output)
+    assert not report["is_healthy"]
+    found = {
+        (finding["code"], Path(finding["subject"].split(" ")[0]).name): finding
+        for finding in report["findings"]
+    }
+    snapshot = found["E038", stg_customers.name]
+    assert "holds 1 rows" in snapshot["problem"] and "--models stg_customers" in snapshot["repair"]
+    assert snapshot["repair"].startswith("move the file away")
+    assert ("E039", _live_catalog(warehouse).with_suffix(".json").name) in found
+    assert (None, ".snap_x_stg_orders.parquet.123") in found and (None, "warehouse.duckdb.compact") in found
+    assert invoke("doctor", project, "--warehouse", warehouse).exit_code == 1
+    # The repairs it names: the model rebuilt, the catalog written again, the leftovers collected.
+    stg_customers.unlink()  # what an operator does with a file the doctor names (a run then rebuilds)
+    assert invoke("run", project, "--warehouse", warehouse, "--models", "stg_customers").exit_code == 0
+    assert invoke("gc", project, "--warehouse", warehouse, "--keep", "1", "--compact").exit_code == 0
+    after = json.loads(invoke("doctor", project, "--warehouse", warehouse, "--json").output)
+    assert after["is_healthy"], after

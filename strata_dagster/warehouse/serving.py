@@ -387,13 +387,13 @@ def _write_catalog(
     if previous is not None:
         shutil.copyfile(previous, staging)
     back = exp.Use(this=exp.table_(warehouse.default_schema, db=warehouse.database))
-    run(con, exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG)))
     # Views are bound when created: the catalog's relative file names must be found meanwhile.
     search_path = run(
         con, exp.select(exp.func("current_setting", exp.Literal.string(SEARCH_PATH)))
     ).fetchone()[0]
-    set_option(con, SEARCH_PATH, str(_root(catalog.parent)), scope="SESSION")
     try:
+        run(con, exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG)))
+        set_option(con, SEARCH_PATH, str(_root(catalog.parent)), scope="SESSION")
         # One script, in one transaction (each statement committed alone would write and sync
         # the log), with the new catalog as the default database: the warehouse's stored view
         # statements then create, and bind, their views and snapshot views in it.
@@ -413,11 +413,24 @@ def _write_catalog(
                 except duckdb.Error:
                     pass  # no transaction left open, or already back
             raise
-    finally:
-        set_option(con, SEARCH_PATH, str(search_path or ""), scope="SESSION")
-        run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
+        finally:
+            set_option(con, SEARCH_PATH, str(search_path or ""), scope="SESSION")
+    except BaseException as error:
+        _detach(con)
+        if isinstance(error, duckdb.Error):  # a crash instead leaves the staging copy to gc
+            for leftover in (staging, staging.with_name(staging.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+    run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
     fsync(staging)
     os.replace(staging, catalog)
+
+
+def _detach(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG), exists=True))
+    except duckdb.Error:
+        pass  # never attached
 
 
 def _statements(plan: CatalogPlan, entry: int, digest: str, previous: Path | None) -> list[str]:

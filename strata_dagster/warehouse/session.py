@@ -133,12 +133,16 @@ class Session:
         """The files the snapshot views read, as found when the session opened."""
         self._file_index = index
 
+    def file_index(self) -> snapshot_files.FileIndex:
+        """The file each snapshot view reads (as found when the session opened)."""
+        if self._file_index is None:
+            self._file_index = snapshot_files.FileIndex.of(snapshot_files.views_over_files(self.con))
+        return self._file_index
+
     def damaged_files(self, tables: Iterable[str]) -> list[snapshot_files.FileDamage]:
         """The snapshot files of `tables` (and of the snapshots named after them) that are missing
         or cannot be read as whole Parquet files: a state reading them is not there to build on."""
-        if self._file_index is None:
-            self._file_index = snapshot_files.FileIndex.of(snapshot_files.views_over_files(self.con))
-        return self._file_index.damaged(tables)
+        return self.file_index().damaged(tables)
 
     @property
     def files(self) -> SnapshotFiles:

@@ -270,7 +270,7 @@ class FileIndex:
         """The files of `tables` that cannot be read, and of the snapshots named after them (a
         state's keys tables, a build's per-input figures: `<table>__...`), which its next builds read."""
         found = []
-        for name in sorted({name for table in tables for name in self._with_companions(table)}):
+        for name in sorted({name for table in tables for name in self.with_companions(table)}):
             if name not in self._problems:
                 self._problems[name] = problem_of(self.paths[name])
             problem = self._problems[name]
@@ -278,7 +278,8 @@ class FileIndex:
                 found.append(FileDamage(name, self.paths[name], problem))
         return found
 
-    def _with_companions(self, table: str) -> list[str]:
+    def with_companions(self, table: str) -> list[str]:
+        """`table` (when it reads a file) and the snapshots named after it that read files."""
         prefix = f"{table}__"
         start = bisect.bisect_left(self._names, prefix)
         names = [table] if table in self.paths else []
