@@ -15,9 +15,14 @@ from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.verify import verify
+from strata_dagster.errors import StrataError
 from strata_dagster.warehouse import serving
+from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.snapshot_files import folder_of
+from strata_dagster_tests.acceptance_support import MODELS, Sources, make_project
 from strata_dagster_tests.engine_support import execute, make_shop
+from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params
 from strata_dagster_tests.serving_support import served_state, warehouse_state
 
 
@@ -340,6 +345,35 @@ def test_a_catalog_written_whole_leaves_out_the_views_over_a_lost_file(template,
     assert without_history(served_state(warehouse)) == without_history(
         list([v, *r] for v, r in before.items())
     )
+
+
+@pytest.mark.parametrize("engine_name", spark_params())
+def test_a_lost_snapshot_is_named_by_verify_and_rebuilt_by_the_next_run_on_each_engine(engine_name, tmp_path):
+    """On Spark a snapshot is a Parquet table: its folder removed is found as a DuckDB file is."""
+    with engine_under_test(engine_name, tmp_path) as engine:
+        project = make_project(tmp_path)
+        sources = Sources()
+        for cust, status, value in ((0, "open", 1), (1, "paid", 4), (2, "void", 2), (0, "paid", 5)):
+            sources.insert(cust, status, value)
+        sources.write(engine)
+        engine.run(project)
+        before = {model: normalised(engine.live(model)) for model in MODELS}
+        with engine.chosen(), open_session(engine.warehouse, read_only=True) as session:
+            (table,) = session.view_tables("main", "by_region")
+            lost = (
+                engine.warehouse / "strata_snapshots.db" / table.lower()
+                if engine_name == "spark"
+                else session.file_index().paths[table]
+            )
+        shutil.rmtree(lost) if lost.is_dir() else lost.unlink()
+        with engine.chosen(), pytest.raises(StrataError) as refused:
+            verify(project, engine.warehouse)
+        assert refused.value.code == "E038" and "by_region" in refused.value.message
+        result = engine.run(project, only_stale=True)
+        assert result.outcome("by_region").path == "full" and set(result.rebuilt_damaged) == {"by_region"}
+        assert {model: normalised(engine.live(model)) for model in MODELS} == before
+        with engine.chosen():
+            assert verify(project, engine.warehouse).is_equal
 
 
 # -- strata doctor -------------------------------------------------------------------------------
