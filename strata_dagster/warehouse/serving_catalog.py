@@ -211,7 +211,7 @@ def plan_catalog(
     contents = CatalogContents()
     plan = CatalogPlan(contents)
     served = {name: _served_sql(kind, root) for name, kind in kinds.items()}
-    snapshot_keys = {name: _snapshot_key(kind, entry, served[name]) for name, kind in kinds.items()}
+    snapshot_keys = {name: _snapshot_key(kind, entry) for name, kind in kinds.items()}
     problems: dict[str, str | None] = {}
 
     def unbindable(snapshot: str) -> str | None:
@@ -303,9 +303,9 @@ def _served_sql(kind: Kind, root: Path) -> str:
     return with_file(kind.sql, str(_named(kind.path, root)))
 
 
-def _snapshot_key(kind: Kind, entry: str, served: str) -> str:
+def _snapshot_key(kind: Kind, entry: str) -> str:
     if kind.kind == "file":
-        return digest_of(served)
+        return digest_of(kind.sql)
     if kind.kind == "table":
         return "table"  # a snapshot table never changes: exported once
     return f"view@{entry}"  # a view model reads its inputs live: its rows at this entry
