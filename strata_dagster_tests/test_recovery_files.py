@@ -7,6 +7,9 @@ for readers; a truncated warehouse file is E020 for every command, never a trace
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -18,6 +21,9 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.warehouse import serving
+from strata_dagster.warehouse.faults import KILL_AT_ENV
+from strata_dagster.warehouse.relocation import RELOCATED_STEP
+from strata_dagster.warehouse.serving import SERVING_STEPS
 from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.snapshot_files import folder_of
 from strata_dagster_tests.acceptance_support import MODELS, Sources, make_project
@@ -410,3 +416,41 @@ def test_doctor_names_each_damaged_file_and_the_command_that_repairs_it(template
     assert invoke("gc", project, "--warehouse", warehouse, "--keep", "1", "--compact").exit_code == 0
     after = json.loads(invoke("doctor", project, "--warehouse", warehouse, "--json").output)
     assert after["is_healthy"], after
+
+
+# -- kills while repairing -----------------------------------------------------------------------
+
+
+def strata(*args, env=None):
+    """The CLI in a process of its own (killed at a step by STRATA_KILL_AT)."""
+    command = [sys.executable, "-m", "strata_dagster.cli.main", *(str(arg) for arg in args)]
+    return subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("step", SERVING_STEPS)
+def test_a_kill_while_a_damaged_catalog_is_written_again_leaves_it_to_the_next_write(
+    template, tmp_path, step
+):
+    project, warehouse = copy_of(template, tmp_path / "p")
+    before = served_state(warehouse)
+    _overwrite_catalog(warehouse)
+    killed = strata("run", project, "--warehouse", warehouse, "--only-stale", env={KILL_AT_ENV: step})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    again = strata("run", project, "--warehouse", warehouse, "--only-stale")
+    assert again.returncode == 0, again.stderr
+    assert served_state(warehouse) == before
+
+
+def test_a_kill_while_a_reading_command_relocates_leaves_it_to_the_next_command(template, tmp_path):
+    copy_of(template, tmp_path / "first")
+    before = served_state(tmp_path / "first" / "warehouse.duckdb")
+    shutil.move(tmp_path / "first", tmp_path / "moved")
+    project, warehouse = tmp_path / "moved" / "shop", tmp_path / "moved" / "warehouse.duckdb"
+    killed = strata(
+        "plan", project, "--warehouse", warehouse, "--only-stale", env={KILL_AT_ENV: RELOCATED_STEP}
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert served_state(warehouse) == before  # readers never needed the relocation
+    plan = strata("plan", project, "--warehouse", warehouse, "--only-stale")
+    assert plan.returncode == 0 and "nothing to do" in plan.stdout, plan.stdout + plan.stderr
+    assert folders_read(warehouse) == {str(folder_of(warehouse))}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.snapshot_files import file_of, views_over_files
 from strata_dagster.warehouse.sql import DIALECT, run, snapshot_table
 
@@ -59,12 +60,16 @@ def moved_views(views: dict[str, str], folder: Path) -> dict[str, exp.Create]:
     return moved
 
 
+RELOCATED_STEP = "relocated"  # a crash test's step (warehouse.faults): the views just rewritten
+
+
 def apply(session: Session, moved: dict[str, exp.Create]) -> None:
     """Rewrite the `moved` views, in one transaction."""
     if moved:
         with session.transaction():
             for view in moved.values():
                 run(session.con, view, consume=True)
+        checkpoint(RELOCATED_STEP)
 
 
 def relocate(session: Session, folder: Path) -> int:
