@@ -232,6 +232,24 @@ def test_rollback_to_a_state_whose_file_is_lost_changes_nothing(template, tmp_pa
     assert served_state(warehouse) == before
 
 
+def test_a_python_models_frame_whose_snapshot_file_is_lost_is_written_again(tmp_path):
+    """The same frame published again keeps the live snapshot (early cutoff), unless its file is gone."""
+    import pyarrow as pa
+
+    from strata_dagster.engine.frames import FrameRequest, publish_frame
+
+    warehouse = tmp_path / "w.duckdb"
+    request = FrameRequest(warehouse, "frame_model", pa.table({"x": [1, 2]}), code_version="1")
+    first = publish_frame(request)
+    assert publish_frame(request).table_name == first.table_name  # kept: nothing written
+    for path in folder_of(warehouse).glob(f"{first.table_name}.*.parquet"):
+        path.unlink()
+    again = publish_frame(request)
+    assert again.table_name != first.table_name and again.is_published
+    assert sorted(served_state(warehouse)) == sorted(warehouse_state(warehouse))
+    assert execute(warehouse, "SELECT sum(x) FROM main.v_frame_model") == [(3,)]
+
+
 # -- a damaged serving catalog -------------------------------------------------------------------
 
 

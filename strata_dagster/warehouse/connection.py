@@ -22,12 +22,7 @@ DEFAULT_LOCK_TIMEOUT = 120.0
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
 # What DuckDB says when a database file's bytes are not what its header promises (a truncated
 # copy, a full disk, overwritten bytes): not a query's fault, and no retry helps.
-_DAMAGE_MARKERS = (
-    "Could not read enough bytes",
-    "Corrupt database file",
-    "checksum",
-    "not a valid DuckDB database file",
-)
+_DAMAGE_MARKERS = ("Could not read enough bytes", "Corrupt database file", "not a valid DuckDB database file")
 _held = threading.local()  # this thread's held_open connections: resolved path -> connection
 
 
@@ -131,7 +126,7 @@ def _reported_interruption(con: duckdb.DuckDBPyConnection, path: Path) -> Iterat
 
 def is_damage(error: BaseException) -> bool:
     """Whether DuckDB failed because a database file's bytes are damaged (not a query's fault)."""
-    return isinstance(error, duckdb.Error) and any(marker in str(error) for marker in _DAMAGE_MARKERS)
+    return isinstance(error, duckdb.IOException) and any(marker in str(error) for marker in _DAMAGE_MARKERS)
 
 
 def damaged_file_error(error: BaseException, path: Path | None = None) -> StrataError | None:
@@ -149,8 +144,8 @@ def damaged_file_error(error: BaseException, path: Path | None = None) -> Strata
 
 DAMAGED_HINT = (
     "the file was cut short or overwritten (a copy or restore that did not finish, a full disk): "
-    "restore it together with its `.snapshots` folder from a backup; readers of the serving copy "
-    "still see the last published state, and `strata doctor PROJECT` checks every file"
+    "restore it from a backup (a warehouse together with its `.snapshots` folder); readers of the "
+    "serving copy still see the last published state, and `strata doctor PROJECT` checks every file"
 )
 
 
