@@ -445,10 +445,10 @@ def strata(*args, env=None):
     return subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("step", SERVING_STEPS)
-def test_a_kill_while_a_damaged_catalog_is_written_again_leaves_it_to_the_next_write(
-    template, tmp_path, step
-):
+def test_a_kill_while_a_damaged_catalog_is_written_again_leaves_it_to_the_next_write(template, tmp_path):
+    """Killed after the exports, before the new catalog: the damaged one is still live (after the
+    later serving steps the new catalog is whole: test_serving kills there)."""
+    step = SERVING_STEPS[0]
     project, warehouse = copy_of(template, tmp_path / "p")
     before = served_state(warehouse)
     _overwrite_catalog(warehouse)

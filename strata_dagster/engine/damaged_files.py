@@ -31,7 +31,7 @@ def rebuilt_warning(damaged: Mapping[str, Sequence[FileDamage]]) -> StrataWarnin
     files = "; ".join(describe(found) for _, found in sorted(damaged.items()))
     return StrataWarning(
         W_SNAPSHOT_FILE_REBUILT,
-        f"rebuilt {models}: a snapshot file of the live state could not be read ({files})",
+        f"rebuilt {models}: a snapshot file the run would have kept or built on could not be read ({files})",
         hint="a snapshot file is written once and never changed: find what removed or changed it; "
         "`strata doctor PROJECT` checks every file the warehouse refers to",
     )

@@ -210,7 +210,6 @@ def plan_catalog(
     types = Types(con)
     contents = CatalogContents()
     plan = CatalogPlan(contents)
-    served = {name: _served_sql(kind, root) for name, kind in kinds.items()}
     snapshot_keys = {name: _snapshot_key(kind, entry) for name, kind in kinds.items()}
     problems: dict[str, str | None] = {}
 
@@ -276,7 +275,7 @@ def plan_catalog(
         if old is not None:
             plan.drop_snapshots.append(snapshot)
         contents.snapshots[snapshot], statement = _serve_snapshot(
-            snapshot, kinds[snapshot], served[snapshot], key, types, data, entry, plan, root
+            snapshot, kinds[snapshot], key, types, data, entry, plan, root
         )
         snapshot_creates.append(statement)
     plan.drop_snapshots.extend(sorted(before.snapshots.keys() - contents.snapshots.keys()))
@@ -314,7 +313,6 @@ def _snapshot_key(kind: Kind, entry: str) -> str:
 def _serve_snapshot(
     name: str,
     kind: Kind,
-    served: str,
     key: str,
     types: Types,
     data: Path,
@@ -324,7 +322,7 @@ def _serve_snapshot(
 ) -> tuple[ServedSnapshot, str | exp.Expression]:
     if kind.kind == "file" and _body(kind.sql, SNAPSHOT_SCHEMA, name, qualified_only=True) is not None:
         assert kind.path is not None
-        return ServedSnapshot(key, file=kind.path.name), served
+        return ServedSnapshot(key, file=kind.path.name), _served_sql(kind, root)
     columns = types.of(SNAPSHOT_SCHEMA, name)
     if kind.kind == "file":  # stored otherwise than DuckDB writes it: read its file as written
         assert kind.path is not None
