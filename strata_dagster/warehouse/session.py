@@ -563,8 +563,8 @@ def _open_duckdb(
 ) -> Iterator[Session]:
     with connect(path, read_only=read_only, must_exist=must_exist, timeout=timeout) as con:
         views = snapshot_files.views_over_files(con)
-        folder = _snapshot_folder(con)
-        moved = relocation.moved_views(views, folder) if folder is not None else {}
+        folder = snapshot_files.folder_of(path.absolute())
+        moved = relocation.moved_views(views, folder)
         if not (read_only and moved and may_relocate):
             with _opened(con, path, read_only, views, moved, folder) as session:
                 yield session
@@ -578,14 +578,6 @@ def _open_duckdb(
         yield session
 
 
-def _snapshot_folder(con: duckdb.DuckDBPyConnection) -> Path | None:
-    """The folder beside the warehouse file where its snapshot files are (None: in memory)."""
-    row = con.execute(
-        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-    ).fetchone()
-    return snapshot_files.folder_of(Path(row[0]).absolute()) if row and row[0] else None
-
-
 @contextmanager
 def _opened(
     con: duckdb.DuckDBPyConnection,
@@ -593,14 +585,14 @@ def _opened(
     read_only: bool,
     views: dict[str, str],
     moved: dict[str, exp.Create],
-    folder: Path | None,
+    folder: Path,
 ) -> Iterator[Session]:
     opened = time.time()
     session: Session | None = None
     try:
         session = Session(con, schema_version=None if read_only else migrate(con))
         paths = snapshot_files.FileIndex.of(views).paths
-        if moved and not read_only and folder is not None:
+        if moved and not read_only:
             relocation.apply(session, moved)
             paths.update({name: folder / paths[name].name for name in moved})
         session.know_files(snapshot_files.FileIndex(paths))
