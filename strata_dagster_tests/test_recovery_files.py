@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
+from strata_dagster.engine.catalog import read_catalog
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
@@ -112,9 +113,11 @@ def test_a_moved_project_opened_only_to_read_reads_the_files_beside_it(template,
     copy_of(template, tmp_path / "first")
     shutil.move(tmp_path / "first", tmp_path / "moved")
     project, warehouse = tmp_path / "moved" / "shop", tmp_path / "moved" / "warehouse.duckdb"
+    # What a Dagster code location reads when it loads: the first command after the move.
+    assert not read_catalog(project, warehouse).warnings
+    assert folders_read(warehouse) == {str(folder_of(warehouse))}
     plan = invoke("plan", project, "--warehouse", warehouse, "--only-stale")
     assert plan.exit_code == 0 and "nothing to do" in plan.output, plan.output
-    assert folders_read(warehouse) == {str(folder_of(warehouse))}
     assert warehouse_state(warehouse) == served_state(warehouse)
 
 
