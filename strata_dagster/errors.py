@@ -39,6 +39,7 @@ W_NONDETERMINISTIC_WINDOW: Final = "W001"
 W_VOLATILE: Final = "W002"
 W_BOUNDS_UNREAD: Final = "W003"
 W_REMOVED_MODEL: Final = "W004"
+W_SNAPSHOT_FILE_REBUILT: Final = "W005"
 E_WAREHOUSE: Final = "E020"
 E_WAREHOUSE_BUSY: Final = "E021"
 E_OVERRIDE: Final = "E022"
@@ -54,6 +55,8 @@ E_GC: Final = "E034"
 E_SERVING: Final = "E035"
 E_NOT_SERVED: Final = "E036"
 E_SNAPSHOT_STORAGE: Final = "E037"
+E_SNAPSHOT_FILE: Final = "E038"
+E_SERVING_DAMAGED: Final = "E039"
 E_VERIFY_PARTITIONS: Final = "E040"
 E_VERIFY_LIVE: Final = "E041"
 E_PARTITION_TYPE: Final = "E050"
@@ -112,6 +115,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_GC: "a `strata gc` option that cannot be read, or a compaction that could not complete",
     E_SERVING: "the writer published, but could not write the serving copy readers open",
     E_NOT_SERVED: "`strata connect` on a warehouse where nothing is published yet",
+    E_SNAPSHOT_FILE: "a snapshot file the warehouse reads is missing or unreadable (removed, cut short, overwritten)",
+    E_SERVING_DAMAGED: "the serving copy readers open is damaged (its catalog, link or manifest cannot be read)",
     E_VERIFY_PARTITIONS: "a `--partitions` value that is no day, month or range, or no partition of the selected "
     "models (wrong grain, before `start` or the data, in the future), or no partitioned model selected",
     E_VERIFY_LIVE: "verify or show cannot read a model's live view on the branch (never published, or broken)",

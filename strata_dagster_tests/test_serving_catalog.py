@@ -132,9 +132,10 @@ class History:
 
 def catalog_rows(catalog: Path) -> dict[str, list]:
     """Every view of a catalog file (live views and snapshot views) with its rows as a multiset
-    of row hashes."""
+    of row hashes (read as readers do: the files it names are relative to the warehouse's folder)."""
     con = duckdb.connect()
     try:
+        con.execute("SET file_search_path = ?", [str(catalog.parent.parent)])
         con.execute("ATTACH ? AS c (READ_ONLY)", [str(catalog)])
         views = con.execute(
             "SELECT schema_name, view_name FROM duckdb_views() WHERE database_name = 'c' AND NOT internal "

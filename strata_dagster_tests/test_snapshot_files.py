@@ -13,7 +13,7 @@ from sqlglot import exp
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.serving import GRACE_ENV, serving_dir
+from strata_dagster.warehouse.serving import GRACE_ENV, reader_statement, serving_dir
 from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.snapshot_files import STORAGE_ENV, file_of, folder_of
 from strata_dagster_tests.engine_support import execute, make_module_project, make_shop, sql
@@ -89,9 +89,7 @@ def test_every_type_comes_back_exactly_from_a_snapshot_and_from_the_serving_copy
         con.close()
     assert_served_as_published(warehouse)
     reader = duckdb.connect()
-    reader.execute(
-        f"ATTACH '{serving_dir(warehouse) / 'live.duckdb'}' AS strata_live (READ_ONLY); USE strata_live"
-    )
+    reader.execute(reader_statement(warehouse))
     assert rows_and_types(reader, "main.v_m") == source
     assert unread_snapshot_files(warehouse) == set()
 

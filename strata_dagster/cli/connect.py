@@ -11,8 +11,9 @@ import click
 from rich.table import Table
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
-from strata_dagster.cli.output import console, error_console, reports_errors
-from strata_dagster.engine.readers import reader_statement_for
+from strata_dagster.cli.output import console, error_console, print_warnings, reports_errors
+from strata_dagster.engine.damaged_files import unserved_warning
+from strata_dagster.engine.readers import reader_statement_for, unserved_views
 
 PROMPT = "strata> "
 
@@ -36,6 +37,9 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
     `duckdb` shell there when it is installed, else a small SQL prompt (end statements with `;`).
     """
     statement = reader_statement_for(resolve_warehouse(project, warehouse))
+    left_out = unserved_views(resolve_warehouse(project, warehouse))
+    if left_out:
+        print_warnings([unserved_warning(left_out)])
     if print_only:
         click.echo(statement)
         return

@@ -9,6 +9,7 @@ import click
 from sqlglot import exp
 
 from strata_dagster.cli.connect import connect_command
+from strata_dagster.cli.doctor import doctor_command
 from strata_dagster.cli.gc import gc_command
 from strata_dagster.cli.group import StrataGroup
 from strata_dagster.cli.options import (
@@ -220,6 +221,7 @@ main.add_command(test_command)
 main.add_command(gc_command)
 main.add_command(plan_command)
 main.add_command(connect_command)
+main.add_command(doctor_command)
 main.add_command(show_command)
 
 

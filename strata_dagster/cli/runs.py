@@ -23,6 +23,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import operations
 from strata_dagster.engine.business import SOURCE_VERSIONS
 from strata_dagster.engine.context import check_branch, check_branch_of
+from strata_dagster.engine.damaged_files import rebuilt_warning
 from strata_dagster.engine.explain import BuildExplanation, EntryBuilds, history_and_interruptions
 from strata_dagster.engine.partition_keys import describe_keys
 from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
@@ -117,6 +118,8 @@ def run_command(
     result = run(request, print_outcome)
     if result.removed:
         print_warnings([removed_warning(result.removed, result.branch)])
+    if result.rebuilt_damaged:
+        print_warnings([rebuilt_warning(result.rebuilt_damaged)])
     if result.is_noop:
         console.print(NOTHING_TO_DO)
         return

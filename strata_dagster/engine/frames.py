@@ -128,7 +128,12 @@ class _FramePublication:
         return self._result(run_id, entry, path, chosen, duration, is_published)
 
     def _is_present(self, record: SnapshotRecord | None) -> bool:
-        return record is not None and self.session.snapshot_exists(record.table_name)
+        """A snapshot there to reuse or keep: its view, and its file whole (engine.run's rule)."""
+        return (
+            record is not None
+            and self.session.snapshot_exists(record.table_name)
+            and not self.session.damaged_files([record.table_name])
+        )
 
     def _write(self, relation: exp.Table, key: str, entry: int, content: Content) -> SnapshotRecord:
         name = self.request.model

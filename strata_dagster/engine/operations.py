@@ -9,9 +9,10 @@ from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
+from strata_dagster.engine.damaged_files import describe
 from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.states import state_query
-from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
+from strata_dagster.engine.states import state_query, state_tables
+from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_FILE, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.loader import load_project
 from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
@@ -84,6 +85,16 @@ def _repoint(
                 E_SNAPSHOT_GONE,
                 f"a snapshot of model `{change.model}` no longer exists (dropped by gc)",
                 hint="choose a more recent run, or keep more runs with `strata gc --keep N`",
+            )
+        damaged = session.damaged_files(state_tables(reader, head))
+        if damaged:
+            raise StrataError(
+                E_SNAPSHOT_FILE,
+                f"cannot point `{change.model}` at the state this {kind} names: its snapshot file "
+                f"{describe(damaged)}",
+                subject=change.model,
+                hint="nothing was changed; choose another run (`strata history PROJECT`), or rebuild the "
+                "model with `strata run PROJECT --models MODEL`; `strata doctor PROJECT` lists every damaged file",
             )
         heads[change.model] = head
     if not changes:

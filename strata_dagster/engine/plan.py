@@ -12,12 +12,13 @@ snapshot stays and its readers are reused) is said as such: a model downstream o
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import sliding_window
+from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
@@ -175,7 +176,14 @@ class _Planner(_Run):
         finally:
             self.reader.remember_snapshots(False)
             self.session.rollback()
-        return Plan(self.context.branch, tuple(plans), removed)
+        return Plan(self.context.branch, tuple(self._with_damage(planned) for planned in plans), removed)
+
+    def _with_damage(self, planned: ModelPlan) -> ModelPlan:
+        """A model rebuilt because a snapshot file of its live state cannot be read says so."""
+        damaged = self.damaged.get(planned.model)
+        if damaged is None or planned.path == REUSED:
+            return planned
+        return replace(planned, reason=f"{planned.path}: {rebuilt_reason(damaged)}")
 
     def _first(self, name: str) -> ModelPlan:
         self.possible[name] = {_UNKNOWN}

@@ -12,7 +12,8 @@ from strata_dagster.warehouse.session import open_session
 
 def reader_statement_for(warehouse: Path) -> str:
     """The SQL a fresh DuckDB connection runs to read `main.v_<model>` (and the branch schemas)
-    as last published. A warehouse written before the serving copy existed gets one first."""
+    as last published. A warehouse written before the serving copy existed gets one first, and one
+    served by an earlier version's catalog a new one."""
     if not current_engine().is_duckdb:
         raise StrataError(
             E_ENGINE_UNSUPPORTED,
@@ -26,7 +27,7 @@ def reader_statement_for(warehouse: Path) -> str:
             f"warehouse `{warehouse}` does not exist",
             hint="check --warehouse (or STRATA_WAREHOUSE), or run `strata run PROJECT` first",
         )
-    if not serving.is_served(warehouse):
+    if not serving.is_served(warehouse) or serving.is_of_older_format(warehouse):
         with open_session(warehouse, must_exist=True):
             pass  # closing a write session writes the serving copy
     if serving.served_view_count(warehouse) == 0:
@@ -36,3 +37,8 @@ def reader_statement_for(warehouse: Path) -> str:
             hint="run `strata run PROJECT` first; its views are then readable while later runs write",
         )
     return serving.reader_statement(warehouse)
+
+
+def unserved_views(warehouse: Path) -> dict[str, str]:
+    """The live views the serving copy leaves out, and why (a snapshot file they read is damaged)."""
+    return serving.left_out(warehouse) if current_engine().is_duckdb else {}

@@ -26,6 +26,7 @@ from strata_dagster.engine.aggregate_builder import AggregateDeltaBuilder
 from strata_dagster.engine.aggregate_delta import AggregateShape
 from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
+from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decision import KeyChoice
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.incremental import (
@@ -85,6 +86,7 @@ from strata_dagster.warehouse.engines import current_engine, engine_label
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
+from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
 from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
@@ -159,6 +161,8 @@ class RunResult:
     branch: str
     # Models with a live view on the branch that the project no longer defines (engine/removed.py).
     removed: tuple[str, ...] = ()
+    # Models rebuilt because a snapshot file of their state could not be read (engine/damaged_files.py).
+    rebuilt_damaged: Mapping[str, tuple[FileDamage, ...]] = field(default_factory=dict)
 
     @property
     def is_noop(self) -> bool:
@@ -246,6 +250,8 @@ class _Run:
         self.requested: dict[str, tuple[str, ...]] = {}  # model -> the partition keys to rebuild
         self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
         self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
+        # model -> the damaged files of a state of it the run found (and so did not build on)
+        self.damaged: dict[str, list[FileDamage]] = {}
         # Plain models of the closure: how each is maintained row-wise, or why it is not; and
         # every model maintained from its input models' new segments (engine.model_slices).
         self.row_wise: dict[str, Maintained] = {}
@@ -295,7 +301,9 @@ class _Run:
             )
             if is_noop:
                 self.session.rollback()
-                return RunResult(None, None, tuple(self.outcomes), self.context.branch, removed)
+                return RunResult(
+                    None, None, tuple(self.outcomes), self.context.branch, removed, self._rebuilt_damaged()
+                )
             self._render_reused_sql()
             run_id = self._run_id(pointers)
             self._publish(run_id, started)
@@ -306,7 +314,13 @@ class _Run:
         finally:
             self.reader.remember_snapshots(False)
         checkpoint("committed")
-        return RunResult(run_id, self.entry, tuple(self.outcomes), self.context.branch, removed)
+        return RunResult(
+            run_id, self.entry, tuple(self.outcomes), self.context.branch, removed, self._rebuilt_damaged()
+        )
+
+    def _rebuilt_damaged(self) -> dict[str, tuple[FileDamage, ...]]:
+        built = {outcome.model for outcome in self.outcomes if outcome.path != REUSED}
+        return {name: tuple(found) for name, found in self.damaged.items() if name in built}
 
     @functools.cached_property
     def entry(self) -> int:
@@ -426,9 +440,17 @@ class _Run:
         return segments_of(self.reader, record)
 
     def _is_state_present(self, record: SnapshotRecord | None) -> bool:
-        return record is not None and all(
-            segment.table in self.catalog.snapshot_tables for segment in self._segments(record)
-        )
+        """Whether every snapshot of the state is there to read: its views, and their files whole
+        (a file removed or damaged by hand makes the state absent: rebuilt, never kept or reused)."""
+        if record is None:
+            return False
+        segments = self._segments(record)
+        if not all(segment.table in self.catalog.snapshot_tables for segment in segments):
+            return False
+        damaged = self.session.damaged_files(state_tables(self.reader, record))
+        if damaged:
+            self.damaged.setdefault(record.model, damaged)
+        return not damaged
 
     # -- decisions --------------------------------------------------------------------------------
     def _is_live(self, name: str, chosen: SnapshotRecord, current: SnapshotRecord | None) -> bool:
@@ -504,6 +526,8 @@ class _Run:
         else:
             with limits_as_errors(name, model.location):
                 chosen, path, detail = self._build(name, key, fingerprint, current, existing)
+            if name in self.damaged and current is None:
+                detail = {**detail, "full_reason": rebuilt_reason(self.damaged[name])}
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
             if name in self.requested:

@@ -30,6 +30,7 @@ from sqlglot import exp
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
+from strata_dagster.engine.damaged_files import damaged_error
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
@@ -301,7 +302,13 @@ def _rebuild_order(context: ProjectContext, selected: tuple[str, ...]) -> tuple[
 
 def _check_live(session: Session, context: ProjectContext, names: tuple[str, ...]) -> None:
     schema = branch_schema(context.branch)
-    missing = [name for name in names if session.view_tables(schema, name) is None]
+    live = {name: session.view_tables(schema, name) for name in names}
+    missing = [name for name, tables in live.items() if tables is None]
+    damaged = {
+        name: found for name, tables in live.items() if tables and (found := session.damaged_files(tables))
+    }
+    if damaged:
+        raise damaged_error(damaged, context.branch, "compare the live views with full rebuilds")
     if missing:
         raise StrataError(
             E_VERIFY_LIVE,

@@ -17,7 +17,8 @@ What differs from DuckDB, and how the promises still hold:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+import bisect
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
@@ -59,7 +60,7 @@ from strata_dagster.warehouse.segments import (
     typed_literal,
 )
 from strata_dagster.warehouse.session import CatalogSnapshot, Session, WarehouseError
-from strata_dagster.warehouse.snapshot_files import SnapshotFiles
+from strata_dagster.warehouse.snapshot_files import FileDamage, SnapshotFiles, problem_of
 from strata_dagster.warehouse.sql import describe, snapshot_table
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
@@ -97,6 +98,8 @@ class SparkWarehouseSession(Session):
         # Keys table, key columns -> its rows with a NULL key (counted when it was created).
         self._null_keys: dict[tuple[str, tuple[str, ...]], int] = {}
         self._key_bounds: dict[tuple[str, tuple[str, ...]], KeyBounds | None] = {}
+        # Snapshot table -> (its folder or damaged file, what is wrong), None when whole.
+        self._table_problems: dict[str, tuple[Path, str] | None] = {}
 
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
@@ -385,6 +388,31 @@ class SparkWarehouseSession(Session):
     def snapshot_exists(self, name: str) -> bool:
         return name in self._known_snapshots()
 
+    def damaged_files(self, tables: Iterable[str]) -> list[FileDamage]:
+        """The snapshot tables of `tables` (and those named after them, `<table>__...`) whose folder
+        is gone or holds a part file that is no whole Parquet file. Only a local Spark's folders
+        can be looked at: on Spark Connect, Spark finds them when it reads them."""
+        if not self.con.is_local:
+            return []
+        known = sorted(self._known_snapshots())
+        found = []
+        for table in sorted(set(tables)):
+            start = bisect.bisect_left(known, f"{table}__")
+            names = [table, *(name for name in known[start:] if name.startswith(f"{table}__"))]
+            for name in names:
+                if self.files.kind_of(self.con, name) != "table":
+                    continue  # a view model's snapshot has no files
+                if name not in self._table_problems:
+                    self._table_problems[name] = _table_problem(self._table_folder(name))
+                problem = self._table_problems[name]
+                if problem is not None:
+                    found.append(FileDamage(name, problem[0], problem[1]))
+        return found
+
+    def _table_folder(self, name: str) -> Path:
+        """Where a local Spark keeps a snapshot table's files (its managed table location)."""
+        return self.warehouse / f"{SNAPSHOT_SCHEMA}.db" / name.lower()
+
     def _view_sqls(self, branch_schema: str) -> dict[str, str]:
         if branch_schema not in self._views:
             self._views[branch_schema] = catalog.view_texts(self.con, branch_schema)
@@ -500,6 +528,19 @@ class SparkWarehouseSession(Session):
     def close(self) -> None:
         self.con.drop_file_views()
         self.mirror.close()
+
+
+def _table_problem(folder: Path) -> tuple[Path, str] | None:
+    """Why a Parquet table's files cannot be read, and which: its folder gone, or a part file that
+    is no whole Parquet file (cut short, overwritten)."""
+    if not folder.is_dir():
+        return folder, "missing"
+    for part in sorted(folder.iterdir()):
+        if part.name.startswith(("part-", "part_")) or part.suffix == ".parquet":
+            problem = problem_of(part)
+            if problem is not None:
+                return part, problem
+    return None
 
 
 @dataclass

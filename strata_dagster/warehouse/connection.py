@@ -23,6 +23,9 @@ LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 DEFAULT_LOCK_TIMEOUT = 120.0
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
+# What DuckDB says when a database file's bytes are not what its header promises (a truncated
+# copy, a full disk, overwritten bytes): not a query's fault, and no retry helps.
+_DAMAGE_MARKERS = ("Could not read enough bytes", "Corrupt database file", "not a valid DuckDB database file")
 _held = threading.local()  # this thread's held_open connections: resolved path -> connection
 
 
@@ -91,7 +94,7 @@ def connect(
     check_warehouse_path(path)
     held = _held_connection(path)
     if held is not None:
-        with _reported_interruption(evaluate_in_utc(held.cursor())) as con:
+        with _reported_interruption(evaluate_in_utc(held.cursor()), path) as con:
             yield con
         return
     wait = lock_timeout() if timeout is None else timeout
@@ -131,15 +134,21 @@ def connect(
             raise exceeded_error(error) from None
         except duckdb.Error as error:
             raise _unreadable(path, error, creates=not (read_only or must_exist)) from None
-    with _reported_interruption(evaluate_in_utc(con)) as opened:
+    with _reported_interruption(evaluate_in_utc(con), path) as opened:
         yield opened
 
 
 @contextmanager
-def _reported_interruption(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """`con`, closed when the block ends; DuckDB's report of a Ctrl-C as the KeyboardInterrupt it is."""
+def _reported_interruption(con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`con`, closed when the block ends; DuckDB's report of a Ctrl-C as the KeyboardInterrupt it
+    is, and of a damaged warehouse file as E020."""
     try:
         yield con
+    except duckdb.Error as error:
+        damaged = damaged_file_error(error, path)
+        if damaged is not None:
+            raise damaged from None
+        raise
     except RuntimeError as error:
         # DuckDB turns Ctrl-C during a query into this, not a duckdb.Error: it is the user's
         # interrupt, and the transaction it cut short rolls back as for any other.
@@ -148,6 +157,31 @@ def _reported_interruption(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.Du
         raise
     finally:
         con.close()
+
+
+def is_damage(error: BaseException) -> bool:
+    """Whether DuckDB failed because a database file's bytes are damaged (not a query's fault)."""
+    return isinstance(error, duckdb.IOException) and any(marker in str(error) for marker in _DAMAGE_MARKERS)
+
+
+def damaged_file_error(error: BaseException, path: Path | None = None) -> StrataError | None:
+    """E020 for a read of the warehouse file `path` (or, without it, of any database file) that
+    failed on damaged bytes: found while reading, where DuckDB first needs the missing blocks."""
+    if not is_damage(error):
+        return None
+    text = first_line(error)
+    if path is not None and not any(
+        name in text for name in (str(path), str(path.absolute()), os.path.realpath(path))
+    ):
+        return None
+    return StrataError(E_WAREHOUSE, f"the warehouse file is damaged: {text}", hint=DAMAGED_HINT)
+
+
+DAMAGED_HINT = (
+    "the file was cut short or overwritten (a copy or restore that did not finish, a full disk): "
+    "restore it from a backup (a warehouse together with its `.snapshots` folder); readers of the "
+    "serving copy still see the last published state, and `strata doctor PROJECT` checks every file"
+)
 
 
 @contextmanager

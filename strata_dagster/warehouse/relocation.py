@@ -1,11 +1,13 @@
 """A warehouse moved or copied with its snapshot folder reads the files beside it.
 
-A snapshot view names its file by absolute path (readers of the serving catalog get the same
-paths). After `mv` of the project folder, those paths name nothing; after `cp -r`, the copy reads
-the original's files, and its own `strata gc` would count every file of its own folder as
-unreferenced. So a write session first points every snapshot view that reads a file of another
+A snapshot view names its file by absolute path, so that any DuckDB client opening the warehouse
+file reads it. After `mv` of the project folder, those paths name nothing; after `cp -r`, the copy
+reads the original's files, and its own `strata gc` would count every file of its own folder as
+unreferenced. So the first session that opens a moved warehouse (a reading one too: it writes this
+and nothing else, warehouse.session) points every snapshot view that reads a file of another
 folder at the file of the same name in this warehouse's folder, when it is there: names are never
-reused and files never change, so it holds the same rows. One transaction rewrites them all.
+reused and files never change, so it holds the same rows. One transaction rewrites them all. The
+serving copy needs none of this: it names files relative to the warehouse's folder.
 """
 
 from __future__ import annotations
@@ -13,27 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
 import sqlglot
 from sqlglot import exp
 
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.snapshot_files import file_of
+from strata_dagster.warehouse.faults import checkpoint
+from strata_dagster.warehouse.snapshot_files import file_of, views_over_files
 from strata_dagster.warehouse.sql import DIALECT, run, snapshot_table
 
 if TYPE_CHECKING:
     from strata_dagster.warehouse.session import Session
-
-
-def _elsewhere(con: duckdb.DuckDBPyConnection, folder: Path) -> list[tuple[str, str]]:
-    """(view, SQL) of the snapshot views reading a file that is not in `folder`."""
-    here = "read_parquet('" + (str(folder) + "/").replace("'", "''")
-    rows = con.execute(
-        "SELECT view_name, sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database() "
-        "AND contains(sql, 'read_parquet(') AND NOT contains(sql, ?)",
-        [SNAPSHOT_SCHEMA, here],
-    ).fetchall()
-    return [(str(name), str(sql)) for name, sql in rows]
 
 
 def _moved_view(name: str, sql: str, folder: Path) -> exp.Create | None:
@@ -56,13 +46,35 @@ def _moved_view(name: str, sql: str, folder: Path) -> exp.Create | None:
     return exp.Create(this=snapshot_table(name), kind="VIEW", expression=query, replace=True)
 
 
+def moved_views(views: dict[str, str], folder: Path) -> dict[str, exp.Create]:
+    """Of `views` (snapshot view -> stored SQL), those that read a file of another folder whose
+    namesake is in `folder`: each with the statement that points it there (nothing written)."""
+    moved = {}
+    for name, sql in views.items():
+        path = file_of(sql)
+        if path is None or Path(path).parent == folder:
+            continue
+        view = _moved_view(name, sql, folder)
+        if view is not None:
+            moved[name] = view
+    return moved
+
+
+RELOCATED_STEP = "relocated"  # a crash test's step (warehouse.faults): the views just rewritten
+
+
+def apply(session: Session, moved: dict[str, exp.Create]) -> None:
+    """Rewrite the `moved` views, in one transaction."""
+    if moved:
+        with session.transaction():
+            for view in moved.values():
+                run(session.con, view, consume=True)
+        checkpoint(RELOCATED_STEP)
+
+
 def relocate(session: Session, folder: Path) -> int:
     """Point the snapshot views that read files of another folder at this `folder`'s files of the
     same names; how many were rewritten (0, from one catalog query, when none moved)."""
-    con = session.con
-    moved = [view for name, sql in _elsewhere(con, folder) if (view := _moved_view(name, sql, folder))]
-    if moved:
-        with session.transaction():
-            for view in moved:
-                run(con, view, consume=True)
+    moved = moved_views(views_over_files(session.con), folder)
+    apply(session, moved)
     return len(moved)

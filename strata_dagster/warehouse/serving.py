@@ -30,15 +30,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.errors import E_GC
+from strata_dagster.errors import E_GC, E_SERVING_DAMAGED, StrataError, first_line
 from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.limits import connect_in_memory
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.serving_catalog import (
+    CATALOG_FORMAT,
     CatalogContents,
     CatalogPlan,
     WarehouseCatalog,
@@ -46,7 +48,7 @@ from strata_dagster.warehouse.serving_catalog import (
     read_warehouse,
 )
 from strata_dagster.warehouse.snapshot_files import copy_to_file, fsync
-from strata_dagster.warehouse.sql import render, run, table
+from strata_dagster.warehouse.sql import render, run, set_option, table
 
 LIVE_NAME = "live.duckdb"
 READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
@@ -57,6 +59,9 @@ DEFAULT_GRACE = 3600.0  # seconds a retired catalog stays readable before gc rem
 # Steps after which a crash leaves the previous catalog live (crash tests, warehouse.faults).
 SERVING_STEPS = ("serving_exported", "serving_catalog_written", "serving_switched")
 _NEW_CATALOG = "__strata_serving_new"
+_CHECKED_CATALOG = "__strata_serving_check"
+SEARCH_PATH = "file_search_path"
+LEFT_OUT = "left_out"  # a manifest's key: the live views not served, and why
 
 
 def serving_dir(warehouse: Path) -> Path:
@@ -68,18 +73,67 @@ def live_path(warehouse: Path) -> Path:
     return serving_dir(warehouse) / LIVE_NAME
 
 
+def _root(serving_folder: Path) -> Path:
+    """The folder the catalog's relative file names start from: the warehouse's own."""
+    return serving_folder.absolute().parent
+
+
+def search_path_setting(root: Path) -> exp.Set:
+    """`SET file_search_path` to the connection's own search path followed by `root`, where the
+    catalog's relative file names are found (whatever the reader's working directory)."""
+    # Anonymous calls: sqlglot would otherwise rewrite CONCAT_WS with its NULL rules, and an
+    # empty search path (NULLIF: NULL) would then make the whole value NULL.
+    current = exp.Anonymous(this="current_setting", expressions=[exp.Literal.string(SEARCH_PATH)])
+    value = exp.Anonymous(
+        this="concat_ws",
+        expressions=[
+            exp.Literal.string(","),
+            exp.Anonymous(this="nullif", expressions=[current, exp.Literal.string("")]),
+            exp.Literal.string(str(root)),
+        ],
+    )
+    setting = exp.EQ(this=exp.column(SEARCH_PATH), expression=value)
+    return exp.Set(expressions=[exp.SetItem(this=setting)])
+
+
 def reader_statement(warehouse: Path) -> str:
-    """The SQL a fresh DuckDB connection runs to read the live views under their usual names."""
+    """The SQL a fresh DuckDB connection runs to read the live views under their usual names: the
+    warehouse's folder on its file search path (the catalog names files relative to it, so a
+    project folder moved or copied elsewhere reads its own files), then the catalog attached."""
+    live = live_path(warehouse).absolute()
     attach = exp.Attach(
-        this=exp.alias_(exp.Literal.string(str(live_path(warehouse).absolute())), READER_CATALOG),
+        this=exp.alias_(exp.Literal.string(str(live)), READER_CATALOG),
         expressions=[exp.AttachOption(this=exp.var("READ_ONLY"))],
     )
     use = exp.Use(this=exp.to_table(READER_CATALOG))
-    return f"{render(attach)}; {render(use)};"
+    return f"{render(search_path_setting(_root(live.parent)))}; {render(attach)}; {render(use)};"
 
 
 def is_served(warehouse: Path) -> bool:
     return live_path(warehouse).exists()
+
+
+def left_out(warehouse: Path) -> dict[str, str]:
+    """The live views the live catalog does not serve, and why (serving_catalog.CatalogPlan)."""
+    live = live_path(warehouse)
+    if not live.is_symlink():
+        return {}
+    listed = _read_manifest(_manifest(live.with_name(os.readlink(live))))
+    views = listed.get(LEFT_OUT) if listed is not None else None
+    return {str(view): str(why) for view, why in views.items()} if isinstance(views, dict) else {}
+
+
+def is_of_older_format(warehouse: Path) -> bool:
+    """Whether the live catalog was written by an earlier version (one naming files by absolute
+    path, which a moved or copied project would not find): the next write session replaces it."""
+    live = live_path(warehouse)
+    if not live.is_symlink():
+        return False
+    try:
+        listed = json.loads(_manifest(live.with_name(os.readlink(live))).read_text())
+    except (OSError, ValueError):
+        return False  # damaged: reported where it is read
+    return not isinstance(listed, dict) or listed.get("format") != CATALOG_FORMAT
 
 
 def served_view_count(warehouse: Path) -> int:
@@ -87,10 +141,13 @@ def served_view_count(warehouse: Path) -> int:
     if not is_served(warehouse):
         return 0
     with open_live(warehouse) as con:
-        row = con.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal AND schema_name NOT IN (?, ?)",
-            [READER_CATALOG, STATE_SCHEMA, SNAPSHOT_SCHEMA],
-        ).fetchone()
+        try:
+            row = con.execute(
+                "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal AND schema_name NOT IN (?, ?)",
+                [READER_CATALOG, STATE_SCHEMA, SNAPSHOT_SCHEMA],
+            ).fetchone()
+        except duckdb.Error as error:
+            raise damaged_error(warehouse, first_line(error)) from None
     return int(row[0]) if row else 0
 
 
@@ -121,27 +178,24 @@ def refresh(
         return None
     entry, identity = latest
     folder = serving_dir(warehouse)
-    data = folder / "data"
     digest = _digest(folder, entry, identity)
     catalog = folder / f"catalog-{digest}.duckdb"
     live = live_path(warehouse)
-    if live.is_symlink() and os.readlink(live) == catalog.name and catalog.exists():
+    if live.is_symlink() and os.readlink(live) == catalog.name and _is_whole(con, catalog, live):
         return ServingState(entry, digest, catalog, False, 0, 0.0)
-    previous, contents = _previous_catalog(live)
+    previous, contents = _previous_catalog(con, live)
     warehouse_catalog = read_warehouse(con)
-    plan = plan_catalog(con, warehouse_catalog, contents, data, entry_stamp(entry, identity))
+    target = _Target(catalog, entry, digest, entry_stamp(entry, identity))
     folder.mkdir(exist_ok=True)
-    started = time.perf_counter()
-    written = 0
-    if plan.exports:
-        data.mkdir(exist_ok=True)
-        written = sum(_export(con, path, query) for path, query in plan.exports.items())
-        fsync(data)
-    exported_seconds = time.perf_counter() - started
-    on_step("serving_exported")
-    # The manifest first: gc finds every catalog file through its manifest.
-    _write_manifest(catalog, plan.contents.manifest())
-    _write_catalog(con, catalog, previous, plan, warehouse_catalog, entry, digest)
+    try:
+        written, exported_seconds, plan = _write(con, target, previous, contents, warehouse_catalog, on_step)
+    except duckdb.Error:
+        if previous is None:
+            raise
+        # The live catalog could not be copied (damaged in a way its files' times did not show):
+        # the next one is written whole, as without one.
+        previous = None
+        written, exported_seconds, plan = _write(con, target, None, None, warehouse_catalog, on_step)
     on_step("serving_catalog_written")
     previous_link = os.readlink(live) if live.is_symlink() else None
     link = folder / f".{LIVE_NAME}.{os.getpid()}"
@@ -164,17 +218,109 @@ def refresh(
     )
 
 
-def _previous_catalog(live: Path) -> tuple[Path | None, CatalogContents | None]:
+@dataclass(frozen=True)
+class _Target:
+    """The catalog a refresh writes: its file, and the history entry it serves."""
+
+    catalog: Path
+    entry: int
+    digest: str
+    stamp: str  # entry_stamp: the entry in the names of what is exported at it
+
+
+def _write(
+    con: duckdb.DuckDBPyConnection,
+    target: _Target,
+    previous: Path | None,
+    contents: CatalogContents | None,
+    warehouse_catalog: WarehouseCatalog,
+    on_step: Callable[[str], None],
+) -> tuple[int, float, CatalogPlan]:
+    """Export what the catalog reads that is not a file, then write its manifest and the catalog
+    (from a copy of `previous`, whose contents are `contents`, or whole)."""
+    catalog = target.catalog
+    data = catalog.parent / "data"
+    plan = plan_catalog(con, warehouse_catalog, contents, data, target.stamp, _root(catalog.parent))
+    started = time.perf_counter()
+    written = 0
+    if plan.exports:
+        data.mkdir(exist_ok=True)
+        written = sum(_export(con, path, query) for path, query in plan.exports.items())
+        fsync(data)
+    exported_seconds = time.perf_counter() - started
+    on_step("serving_exported")
+    # The manifest first: gc finds every catalog file through its manifest.
+    _write_manifest(catalog, {**plan.contents.manifest(), LEFT_OUT: plan.left_out})
+    _write_catalog(con, catalog, previous, plan, warehouse_catalog, target.entry, target.digest)
+    return written, exported_seconds, plan
+
+
+def _is_whole(con: duckdb.DuckDBPyConnection, catalog: Path, live: Path) -> bool:
+    """Whether the catalog `live` links to can be read as written. A catalog and its manifest are
+    never written after the link to them is made, so a later modification time on either (a
+    truncation, bytes written over them) or a missing file calls for reading them (about 3 ms,
+    which a session that publishes nothing does not pay otherwise); when they read well, the
+    link's time is brought forward so the next session trusts them again."""
+    try:
+        linked = live.lstat().st_mtime_ns
+        times = (catalog.stat().st_mtime_ns, _manifest(catalog).stat().st_mtime_ns)
+    except OSError:
+        return False
+    if all(time_ns <= linked for time_ns in times):
+        return True
+    if not is_readable(con, catalog):
+        return False
+    os.utime(live, follow_symlinks=False)
+    return True
+
+
+def is_readable(con: duckdb.DuckDBPyConnection, catalog: Path) -> bool:
+    """Whether `catalog` and its manifest read as the writer wrote them: the manifest parses, of
+    the current format, and the catalog attaches and says which entry it serves."""
+    if _read_manifest(_manifest(catalog)) is None:
+        return False
+    attach = exp.Attach(
+        this=exp.alias_(exp.Literal.string(str(catalog)), _CHECKED_CATALOG),
+        expressions=[exp.AttachOption(this=exp.var("READ_ONLY"))],
+    )
+    try:
+        run(con, attach)
+    except duckdb.Error:
+        return False
+    try:
+        run(
+            con, exp.select("entry").from_(exp.table_(STATE_TABLE, db=STATE_SCHEMA, catalog=_CHECKED_CATALOG))
+        )
+        return True
+    except duckdb.Error:
+        return False
+    finally:
+        run(con, exp.Detach(this=exp.to_identifier(_CHECKED_CATALOG)))
+
+
+def _read_manifest(manifest: Path) -> dict[str, Any] | None:
+    """A catalog's manifest, or None when it is missing, unreadable or of another format."""
+    try:
+        listed = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    return listed if isinstance(listed, dict) and listed.get("format") == CATALOG_FORMAT else None
+
+
+def _previous_catalog(
+    con: duckdb.DuckDBPyConnection, live: Path
+) -> tuple[Path | None, CatalogContents | None]:
     """The live catalog and what it serves, when the next catalog can start as its copy: it
-    exists, whole (no write-ahead log beside it), with a manifest of the current format."""
+    exists, whole (no write-ahead log beside it, and it reads as written), with a manifest of the
+    current format."""
     if not live.is_symlink():
         return None, None
     catalog = live.with_name(os.readlink(live))
-    manifest = _manifest(catalog)
-    if not catalog.is_file() or not manifest.is_file() or catalog.with_name(catalog.name + ".wal").exists():
+    if catalog.with_name(catalog.name + ".wal").exists() or not _is_whole(con, catalog, live):
         return None, None
+    listed = _read_manifest(_manifest(catalog))
     try:
-        contents = CatalogContents.from_manifest(json.loads(manifest.read_text()))
+        contents = CatalogContents.from_manifest(listed) if listed is not None else None
     except (ValueError, KeyError, TypeError):
         return None, None
     return (catalog, contents) if contents is not None else (None, None)
@@ -242,8 +388,13 @@ def _write_catalog(
     if previous is not None:
         shutil.copyfile(previous, staging)
     back = exp.Use(this=exp.table_(warehouse.default_schema, db=warehouse.database))
-    run(con, exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG)))
+    # Views are bound when created: the catalog's relative file names must be found meanwhile.
+    search_path = run(
+        con, exp.select(exp.func("current_setting", exp.Literal.string(SEARCH_PATH)))
+    ).fetchone()[0]
     try:
+        run(con, exp.Attach(this=exp.alias_(exp.Literal.string(str(staging)), _NEW_CATALOG)))
+        set_option(con, SEARCH_PATH, str(_root(catalog.parent)), scope="SESSION")
         # One script, in one transaction (each statement committed alone would write and sync
         # the log), with the new catalog as the default database: the warehouse's stored view
         # statements then create, and bind, their views and snapshot views in it.
@@ -263,10 +414,24 @@ def _write_catalog(
                 except duckdb.Error:
                     pass  # no transaction left open, or already back
             raise
-    finally:
-        run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
+        finally:
+            set_option(con, SEARCH_PATH, str(search_path or ""), scope="SESSION")
+    except BaseException as error:
+        _detach(con)
+        if isinstance(error, duckdb.Error):  # a crash instead leaves the staging copy to gc
+            for leftover in (staging, staging.with_name(staging.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
+    run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG)))
     fsync(staging)
     os.replace(staging, catalog)
+
+
+def _detach(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        run(con, exp.Detach(this=exp.to_identifier(_NEW_CATALOG), exists=True))
+    except duckdb.Error:
+        pass  # never attached
 
 
 def _statements(plan: CatalogPlan, entry: int, digest: str, previous: Path | None) -> list[str]:
@@ -337,6 +502,8 @@ class ServingCollection:
     # Filled in by Session.collect_files: the snapshot files nothing read any more, removed.
     snapshot_files_removed: int = 0
     snapshot_bytes_removed: int = 0
+    # A kept catalog's manifest could not be read: what it reads is unknown, so no file is removed.
+    keeps_every_file: bool = False
 
 
 def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
@@ -352,16 +519,24 @@ def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
     kept: set[str] = set()
     kept_snapshot_files: set[str] = set()
     catalogs_removed = 0
+    keeps_every_file = False
     for manifest in sorted(folder.glob("catalog-*.json")):
         catalog = manifest.with_suffix(".duckdb")
         if catalog.name == current or now - manifest.stat().st_mtime < wait:
-            listed = json.loads(manifest.read_text())
-            kept.update(listed["files"])
-            kept_snapshot_files.update(listed.get("snapshot_files", ()))
+            listed = listed_files(manifest)
+            if listed is None:
+                keeps_every_file = True
+                continue
+            kept.update(listed[0])
+            kept_snapshot_files.update(listed[1])
             continue
         catalog.unlink(missing_ok=True)
         manifest.unlink()
         catalogs_removed += 1
+    if keeps_every_file:
+        return ServingCollection(
+            catalogs_removed, 0, 0, frozenset(kept_snapshot_files), keeps_every_file=True
+        )
     files_removed = bytes_removed = 0
     for path in sorted((folder / "data").glob("*.parquet")):
         if path.name not in kept:
@@ -375,16 +550,33 @@ def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:
     return ServingCollection(catalogs_removed, files_removed, bytes_removed, frozenset(kept_snapshot_files))
 
 
-def snapshot_files_read_since(warehouse: Path, since: float) -> set[str]:
+def listed_files(manifest: Path) -> tuple[list[str], list[str]] | None:
+    """The exports in data/ and the snapshot files a catalog's manifest lists (of any format), or
+    None when it cannot be read (damaged, or removed meanwhile)."""
+    try:
+        listed = json.loads(manifest.read_text())
+        files, snapshot_files = listed["files"], listed.get("snapshot_files", [])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not all(isinstance(names, list) for names in (files, snapshot_files)):
+        return None
+    return [str(name) for name in files], [str(name) for name in snapshot_files]
+
+
+def snapshot_files_read_since(warehouse: Path, since: float) -> set[str] | None:
     """The snapshot files read by the catalogs written or retired at or after `since` (epoch
-    seconds): those a session that started then may have made readers depend on."""
+    seconds): those a session that started then may have made readers depend on. None when one
+    of their manifests cannot be read (then any file may be read)."""
     names: set[str] = set()
     folder = serving_dir(warehouse)
     if not folder.is_dir():
         return names
     for manifest in folder.glob("catalog-*.json"):
         if manifest.stat().st_mtime >= since:
-            names.update(json.loads(manifest.read_text()).get("snapshot_files", ()))
+            listed = listed_files(manifest)
+            if listed is None:
+                return None
+            names.update(listed[1])
     return names
 
 
@@ -394,10 +586,23 @@ def grace_seconds() -> float:
 
 @contextmanager
 def open_live(warehouse: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory connection reading the live views through the serving catalog."""
+    """An in-memory connection reading the live views through the serving catalog; E039 when
+    the catalog cannot be attached."""
     con = connect_in_memory()
     try:
-        con.execute(reader_statement(warehouse))
+        try:
+            con.execute(reader_statement(warehouse))
+        except duckdb.Error as error:
+            raise damaged_error(warehouse, first_line(error)) from None
         yield con
     finally:
         con.close()
+
+
+def damaged_error(warehouse: Path, what: str) -> StrataError:
+    return StrataError(
+        E_SERVING_DAMAGED,
+        f"the serving copy readers open, `{live_path(warehouse)}`, is damaged: {what}",
+        hint="any writing command writes it again (e.g. `strata run PROJECT --only-stale`); "
+        "`strata doctor PROJECT` checks every file the warehouse refers to",
+    )

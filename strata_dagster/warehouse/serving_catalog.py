@@ -12,6 +12,10 @@ Each catalog's manifest records what it serves and from what (the stored SQL's d
 and snapshot view), so the next catalog starts from a copy of the previous file and replaces only
 what changed; a previous catalog without such a manifest (missing, or of an older format) makes the
 next one be written whole.
+
+A catalog names every file beside the warehouse (snapshot files, exports) by its path relative to
+the warehouse's folder, which readers put on DuckDB's `file_search_path` (serving.reader_statement):
+a project folder copied, moved or restored elsewhere is served its own files, with nothing rewritten.
 """
 
 from __future__ import annotations
@@ -26,11 +30,20 @@ from sqlglot import exp
 
 from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.snapshot_files import file_of, read_query, read_relation, write_query
+from strata_dagster.warehouse.snapshot_files import (
+    file_of,
+    problem_of,
+    read_query,
+    read_relation,
+    with_file,
+    write_query,
+)
 from strata_dagster.warehouse.sql import describe, table
 from strata_dagster.warehouse.view_reads import relations_read
 
-CATALOG_FORMAT = 2  # manifests of format 1 (no "format" key) list files only: written whole
+# Manifests of format 1 (no "format" key) list files only, those of format 2 describe catalogs
+# naming files by absolute path: the catalog after either is written whole.
+CATALOG_FORMAT = 3
 # Every DuckDB database has this schema and it cannot be dropped: a catalog whose `main` views are
 # all gone keeps the empty schema.
 DUCKDB_DEFAULT_SCHEMA = "main"
@@ -173,6 +186,9 @@ class CatalogPlan:
     create: list[str | exp.Expression] = field(default_factory=list)  # snapshot views first
     exports: dict[Path, exp.Query] = field(default_factory=dict)  # files to write in data/ first
     views_kept: int = 0  # live views kept from the previous catalog as they are
+    # Live views not served, and why: a snapshot they read has a file that cannot be read (a view
+    # over it cannot be created); readers get no such view until a run rebuilds the model.
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def plan_catalog(
@@ -181,18 +197,36 @@ def plan_catalog(
     previous: CatalogContents | None,
     data: Path,
     entry: str,
+    root: Path,
 ) -> CatalogPlan:
     """What the catalog serving the warehouse's live views at `entry` holds, and what changes
     from `previous` (None: an empty catalog). A view is kept when its stored SQL and every
     snapshot view it reads are unchanged; everything served from an export of this entry is new.
     `entry` names the history entry in export names and keys (serving.entry_stamp): its number
-    and run id, since a warehouse restored from a backup reuses the numbers."""
+    and run id, since a warehouse restored from a backup reuses the numbers. Files in `root`
+    (the warehouse's folder, absolute; `data` is in it) are named relative to it."""
     before = previous or CatalogContents()
     kinds = warehouse.kinds
     types = Types(con)
     contents = CatalogContents()
     plan = CatalogPlan(contents)
     snapshot_keys = {name: _snapshot_key(kind, entry) for name, kind in kinds.items()}
+    problems: dict[str, str | None] = {}
+
+    def unbindable(snapshot: str) -> str | None:
+        """Why a snapshot view to create cannot be: its file cannot be read (a kept one is not bound again)."""
+        kind, old = kinds[snapshot], before.snapshots.get(snapshot)
+        if (
+            kind.kind != "file"
+            or kind.path is None
+            or (old is not None and old.key == snapshot_keys[snapshot])
+        ):
+            return None
+        if snapshot not in problems:
+            problem = problem_of(kind.path)
+            problems[snapshot] = None if problem is None else f"the snapshot file `{kind.path}` is {problem}"
+        return problems[snapshot]
+
     live_creates: list[str | exp.Expression] = []
     for schema, name, sql in warehouse.live_views:
         qualified = f"{schema}.{name}"
@@ -210,15 +244,19 @@ def plan_catalog(
             contents.views[qualified] = kept
             plan.views_kept += 1
             continue
+        reads = snapshot_reads(con, schema, name, sql, kinds)
+        unreadable = [problem for snapshot in sorted(reads or ()) if (problem := unbindable(snapshot))]
+        if unreadable:  # left out (dropped below if served before), not a catalog that fails to bind
+            plan.left_out[qualified] = unreadable[0]
+            continue
         if kept is not None:
             plan.drop_views.append((schema, name))
-        reads = snapshot_reads(con, schema, name, sql, kinds)
         if reads is None:  # edited to read something else: served as its rows at this entry
             path = data / f"{schema}.{name}@{entry}.parquet"
             columns = types.of(schema, name)
             plan.exports.setdefault(path, write_query(table(name, schema), columns))
             contents.views[qualified] = ServedView(key, (), path.name)
-            view = exp.select("*").from_(read_relation(path, name, columns))
+            view = exp.select("*").from_(read_relation(_named(path, root), name, columns))
             live_creates.append(exp.Create(this=table(name, schema), kind="VIEW", expression=view))
             continue
         contents.views[qualified] = ServedView(key, tuple(sorted(reads)))
@@ -237,7 +275,7 @@ def plan_catalog(
         if old is not None:
             plan.drop_snapshots.append(snapshot)
         contents.snapshots[snapshot], statement = _serve_snapshot(
-            snapshot, kinds[snapshot], key, types, data, entry, plan
+            snapshot, kinds[snapshot], key, types, data, entry, plan, root
         )
         snapshot_creates.append(statement)
     plan.drop_snapshots.extend(sorted(before.snapshots.keys() - contents.snapshots.keys()))
@@ -250,6 +288,20 @@ def plan_catalog(
     return plan
 
 
+def _named(path: Path, root: Path) -> Path:
+    """`path` as a catalog names it: relative to `root` when in it (found through the readers'
+    `file_search_path`), else as it is (a warehouse copied without its folder reads another's)."""
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _served_sql(kind: Kind, root: Path) -> str:
+    """A file snapshot's statement as the catalog runs it: the warehouse's own, verbatim but for
+    the file's path, relative to the warehouse's folder."""
+    if kind.kind != "file" or kind.path is None:
+        return kind.sql
+    return with_file(kind.sql, str(_named(kind.path, root)))
+
+
 def _snapshot_key(kind: Kind, entry: str) -> str:
     if kind.kind == "file":
         return digest_of(kind.sql)
@@ -259,19 +311,26 @@ def _snapshot_key(kind: Kind, entry: str) -> str:
 
 
 def _serve_snapshot(
-    name: str, kind: Kind, key: str, types: Types, data: Path, entry: str, plan: CatalogPlan
+    name: str,
+    kind: Kind,
+    key: str,
+    types: Types,
+    data: Path,
+    entry: str,
+    plan: CatalogPlan,
+    root: Path,
 ) -> tuple[ServedSnapshot, str | exp.Expression]:
     if kind.kind == "file" and _body(kind.sql, SNAPSHOT_SCHEMA, name, qualified_only=True) is not None:
         assert kind.path is not None
-        return ServedSnapshot(key, file=kind.path.name), kind.sql
+        return ServedSnapshot(key, file=kind.path.name), _served_sql(kind, root)
     columns = types.of(SNAPSHOT_SCHEMA, name)
     if kind.kind == "file":  # stored otherwise than DuckDB writes it: read its file as written
         assert kind.path is not None
-        query = read_query(kind.path, columns)
+        query = read_query(_named(kind.path, root), columns)
         return ServedSnapshot(key, file=kind.path.name), _create_view(name, query)
     path = data / (f"{name}.parquet" if kind.kind == "table" else f"{name}@{entry}.parquet")
     plan.exports.setdefault(path, write_query(table(name, SNAPSHOT_SCHEMA), columns))
-    return ServedSnapshot(key, export=path.name), _create_view(name, read_query(path, columns))
+    return ServedSnapshot(key, export=path.name), _create_view(name, read_query(_named(path, root), columns))
 
 
 def _create_view(name: str, query: exp.Query) -> exp.Create:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
@@ -19,12 +19,12 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
-from strata_dagster.errors import E_SERVING, StrataError, first_line
+from strata_dagster.errors import E_SERVING, E_WAREHOUSE, StrataError, first_line
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
+from strata_dagster.warehouse import relocation, row_groups, serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
-from strata_dagster.warehouse.connection import connect, is_interruption
+from strata_dagster.warehouse.connection import connect, damaged_file_error, is_interruption
 from strata_dagster.warehouse.content import (
     WHOLE_ROW,
     Content,
@@ -40,7 +40,6 @@ from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.key_figures import create_changed_keys, create_key_figures, partitions_meeting
 from strata_dagster.warehouse.limits import connect_in_memory, exceeded_error, exceeded_setting
 from strata_dagster.warehouse.migrations import current_version, migrate
-from strata_dagster.warehouse.relocation import relocate
 from strata_dagster.warehouse.segments import (
     KeyRange,
     Segment,
@@ -93,6 +92,9 @@ def warehouse_errors() -> Iterator[None]:
     except duckdb.Error as error:
         if is_interruption(error):
             raise KeyboardInterrupt from None
+        damaged = damaged_file_error(error)
+        if damaged is not None:
+            raise damaged from None
         raise WarehouseError(first_line(error), missing=_is_missing(error)) from None
 
 
@@ -119,12 +121,28 @@ class Session:
         self.history = HistoryReader(con)
         self.writer = HistoryWriter(con)
         self._files: SnapshotFiles | None = None
+        self._file_index: snapshot_files.FileIndex | None = None
         # The schema version this session migrated the file to (None: not migrated, read-only),
         # and the database's name and file, read once: neither changes while the file is open.
         self._schema_version = schema_version
         self._database: tuple[str, str | None] | None = None
         self._held: dict[Hashable, exp.Table] = {}
         self._held_made = 0  # never reused: a rollback forgets names whose tables may live on
+
+    def know_files(self, index: snapshot_files.FileIndex) -> None:
+        """The files the snapshot views read, as found when the session opened."""
+        self._file_index = index
+
+    def file_index(self) -> snapshot_files.FileIndex:
+        """The file each snapshot view reads (as found when the session opened)."""
+        if self._file_index is None:
+            self._file_index = snapshot_files.FileIndex.of(snapshot_files.views_over_files(self.con))
+        return self._file_index
+
+    def damaged_files(self, tables: Iterable[str]) -> list[snapshot_files.FileDamage]:
+        """The snapshot files of `tables` (and of the snapshots named after them) that are missing
+        or cannot be read as whole Parquet files: a state reading them is not there to build on."""
+        return self.file_index().damaged(tables)
 
     @property
     def files(self) -> SnapshotFiles:
@@ -398,6 +416,8 @@ class Session:
         (serving export or snapshot file) that neither a snapshot view nor a kept catalog reads.
         Only a write session may: it holds the lock, so no other process is writing files."""
         collected = serving.collect(path, grace)
+        if collected.keeps_every_file:
+            return collected
         with warehouse_errors():
             removed = snapshot_files.remove_unreferenced(
                 self.con, snapshot_files.folder_of(path.absolute()), kept=set(collected.kept_snapshot_files)
@@ -535,26 +555,73 @@ def open_session(
         return
     if not read_only:
         snapshot_files.storage()  # a bad setting is E037 before anything is opened or written
+    with _open_duckdb(path, read_only=read_only, must_exist=must_exist, timeout=timeout) as session:
+        yield session
+
+
+@contextmanager
+def _open_duckdb(
+    path: Path, *, read_only: bool, must_exist: bool, timeout: float | None, may_relocate: bool = True
+) -> Iterator[Session]:
     with connect(path, read_only=read_only, must_exist=must_exist, timeout=timeout) as con:
-        opened = time.time()
-        session: Session | None = None
+        views = snapshot_files.views_over_files(con)
+        folder = snapshot_files.folder_of(path.absolute())
+        moved = relocation.moved_views(views, folder)
+        if not (read_only and moved and may_relocate):
+            with _opened(con, path, read_only, views, moved, folder) as session:
+                yield session
+            return
+    # A moved or copied warehouse opened to read: its snapshot views are pointed at the files
+    # beside it first (warehouse.relocation), by a short write session, then it is read.
+    _relocate_in_place(path, timeout)
+    with _open_duckdb(
+        path, read_only=True, must_exist=must_exist, timeout=timeout, may_relocate=False
+    ) as session:
+        yield session
+
+
+@contextmanager
+def _opened(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    read_only: bool,
+    views: dict[str, str],
+    moved: dict[str, exp.Create],
+    folder: Path,
+) -> Iterator[Session]:
+    opened = time.time()
+    session: Session | None = None
+    try:
+        session = Session(con, schema_version=None if read_only else migrate(con))
+        paths = snapshot_files.FileIndex.of(views).paths
+        if moved and not read_only:
+            relocation.apply(session, moved)
+            paths.update({name: folder / paths[name].name for name in moved})
+        session.know_files(snapshot_files.FileIndex(paths))
+        yield session
+    except BaseException as error:
+        if session is not None:
+            session.rollback()
+            _remove_unpublished_files(session, path, opened)
+        if isinstance(error, duckdb.OutOfMemoryException):
+            raise exceeded_error(error) from None
+        raise
+    if not read_only:
         try:
-            session = Session(con, schema_version=None if read_only else migrate(con))
-            if not read_only and session.files.folder is not None:
-                relocate(session, session.files.folder)
-            yield session
-        except BaseException as error:
-            if session is not None:
-                session.rollback()
-                _remove_unpublished_files(session, path, opened)
-            if isinstance(error, duckdb.OutOfMemoryException):
-                raise exceeded_error(error) from None
+            refresh_serving(con, path)
+        finally:
+            _remove_unpublished_files(session, path, opened)
+
+
+def _relocate_in_place(path: Path, timeout: float | None) -> None:
+    """Open `path` to write for the relocation alone (and the serving copy it refreshes). A
+    warehouse that cannot be written (read-only files or mount) is then read as it is."""
+    try:
+        with open_session(path, must_exist=True, timeout=timeout):
+            pass
+    except StrataError as error:
+        if error.code not in (E_WAREHOUSE, E_SERVING):
             raise
-        if not read_only:
-            try:
-                refresh_serving(con, path)
-            finally:
-                _remove_unpublished_files(session, path, opened)
 
 
 def _remove_unpublished_files(session: Session | None, path: Path, opened: float) -> None:
@@ -566,7 +633,8 @@ def _remove_unpublished_files(session: Session | None, path: Path, opened: float
         return
     try:
         kept = serving.snapshot_files_read_since(path, opened)
-        snapshot_files.remove_unreferenced(session.con, files.folder, kept, candidates=files.written)
+        if kept is not None:
+            snapshot_files.remove_unreferenced(session.con, files.folder, kept, candidates=files.written)
     except (duckdb.Error, OSError):
         pass
 
@@ -577,6 +645,9 @@ def refresh_serving(con: duckdb.DuckDBPyConnection, path: Path) -> serving.Servi
     try:
         return serving.refresh(con, path, on_step=checkpoint)
     except (duckdb.Error, OSError) as error:
+        damaged = damaged_file_error(error, path)
+        if damaged is not None:
+            raise damaged from None
         raise StrataError(
             E_SERVING,
             f"the warehouse `{path}` is published, but its serving copy for readers could not be written: "
