@@ -17,7 +17,7 @@ it exists. A JVM maps only a whole archive: a truncated one crashes it, so a new
 written under a temporary name and renamed once the JVM that dumped it has exited cleanly. When
 the build fails, the suite runs without one (slower, never wrong).
 
-`python -m strata_dagster_tests.spark_class_archive` runs the workload the archive is dumped from.
+`python -m strata_dagster_tests.spark_archive_workload` runs the workload the archive is dumped from.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import warnings
 from pathlib import Path
+
+from strata_dagster_tests.java import java_version
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "strata-tests"
 _options: str | None = None
@@ -68,8 +68,6 @@ def _archive_path() -> Path:
     """One archive per Spark jars folder, pyspark and Java: another of them needs its own."""
     import pyspark
 
-    from strata_dagster_tests.spark_support import java_version
-
     key = "\n".join((str(Path(pyspark.__file__).parent), pyspark.__version__, java_version() or ""))
     return CACHE / f"spark-{pyspark.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
@@ -83,7 +81,7 @@ def _build(path: Path) -> None:
     env = {**os.environ, DRIVER_JAVA_OPTIONS_ENV: f"-XX:ArchiveClassesAtExit={partial}"}
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "strata_dagster_tests.spark_class_archive"],
+            [sys.executable, "-m", "strata_dagster_tests.spark_archive_workload"],
             capture_output=True,
             text=True,
             env=env,
@@ -102,39 +100,3 @@ def _build(path: Path) -> None:
     warnings.warn(
         f"no Spark class archive (the Spark tier runs slower): {result.stderr[-1500:]}", stacklevel=2
     )
-
-
-def _workload() -> None:
-    """A first build of the acceptance project, its live views and full rebuilds read back; then
-    the JVM is stopped and waited for, since it writes the archive as it exits."""
-    from pyspark import SparkContext
-
-    from strata_dagster.spark.connect import local_session
-    from strata_dagster_tests.acceptance_support import MODELS, Sources, differences, make_project
-    from strata_dagster_tests.engines_support import EngineUnderTest
-
-    root = Path(tempfile.mkdtemp(prefix="strata-class-archive-"))
-    spark = local_session(root / "warehouse")
-    spark.sparkContext.setLogLevel("OFF")
-    engine = EngineUnderTest("spark", root / "warehouse", root, spark)
-    sources = Sources()
-    for cust, status, value in ((0, "open", 1), (1, "paid", 4), (2, "void", 2)):
-        sources.insert(cust, status, value)
-    sources.write(engine)
-    engine.run(make_project(root))
-    for model in MODELS:
-        differences(engine, model)
-    gateway = SparkContext._gateway
-    spark.stop()
-    assert gateway is not None
-    java = gateway.proc  # pyspark's launcher: the JVM exits when its stdin closes
-    gateway.shutdown()
-    java.stdin.close()
-    exited = java.wait(timeout=600)
-    shutil.rmtree(root, ignore_errors=True)
-    if exited != 0:
-        raise SystemExit(f"the JVM exited with {exited}")
-
-
-if __name__ == "__main__":
-    _workload()

@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 from sqlglot import exp
 
+from strata_dagster_tests.java import java_version
+from strata_dagster_tests.spark_class_archive import driver_env, java_options
+
 SKIP_ENV = "STRATA_SKIP_SPARK"
 REQUIRE_ENV = "STRATA_REQUIRE_SPARK"  # .ci/run sets it: there missing Java fails the tier
 SKIPPED = "Spark tier skipped: "  # conftest sums these skips up in one line
@@ -77,15 +80,6 @@ def _missing(what: str) -> None:
     pytest.skip(f"{SKIPPED}no {what} on this machine; to run it: {INSTALL}")
 
 
-def java_version() -> str | None:
-    """What `java -version` prints, of `JAVA_HOME`'s Java or the PATH's (None: no Java)."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if java is None or not Path(java).exists():
-        return None
-    return subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-
-
 def spark_session():
     """This process's local Spark (local[2], 2 shuffle partitions, UTC), over a warehouse directory
     of its own that is removed when the process ends."""
@@ -93,7 +87,6 @@ def spark_session():
     if _session is None:
         require_spark()
         from strata_dagster.spark.connect import local_session
-        from strata_dagster_tests.spark_class_archive import driver_env
 
         # This JVM and every one a test starts from here (a CLI or driver process) map the class
         # archive, unless the options were given (or another process is still building it).
@@ -152,8 +145,6 @@ def spark_connect_server(folder: Path) -> Iterator[str]:
     yields its `sc://` address and stops it afterwards."""
     require_spark()
     import pyspark
-
-    from strata_dagster_tests.spark_class_archive import java_options
 
     home = Path(pyspark.__file__).parent
     port = _free_port()

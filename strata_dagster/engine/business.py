@@ -157,7 +157,6 @@ def list_partitions(
     assert spec is not None
     if source.path is not None:
         found_partitions, stray = ledger.list_file_partitions(
-            session.con,
             file_pattern(source, context.project),
             spec.column,
             source.complete_when,

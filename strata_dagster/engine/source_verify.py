@@ -93,7 +93,6 @@ def _file_checks(
     spec = source.partitioned_by
     assert spec is not None
     listed, _ = ledger.list_file_partitions(
-        session.con,
         file_pattern(source, context.project),
         spec.column,
         source.complete_when,

@@ -53,6 +53,5 @@ def repair_interrupted(session: SparkWarehouseSession) -> Repair:
     repair = Repair(
         tuple(commit.commit_id for commit in session.interrupted), tuple(repointed), tuple(dropped)
     )
-    session.repaired = repair
     session.interrupted = []
     return repair

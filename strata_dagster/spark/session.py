@@ -199,9 +199,6 @@ class SparkWarehouseSession(Session):
                 continue
         return schemas
 
-    def attach_sources(self, project: Project) -> None:
-        _refuse_attached_databases(project)
-
     def content(
         self,
         relation: exp.Table | exp.Query,

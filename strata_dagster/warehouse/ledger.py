@@ -31,8 +31,6 @@ from strata_dagster.warehouse import listing
 from strata_dagster.warehouse.connection import is_interruption
 from strata_dagster.warehouse.sql import data_type, run
 
-LEDGER_TABLE = "strata.source_ledger"
-
 
 class PartitionEvidence(NamedTuple):
     """One partition of a source as listed now: its key (the partition value as text), its row
@@ -77,7 +75,6 @@ def hive_value(path: str, column: str) -> str | None:
 
 
 def list_file_partitions(
-    con: duckdb.DuckDBPyConnection,
     pattern: str,
     column: str,
     marker: str | None,
@@ -535,24 +532,3 @@ def write_ledger(
     rows.extend((entry, source, key, None, None, False, None) for key in expired)
     if rows:
         con.executemany("INSERT INTO strata.source_ledger VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-
-
-def ledger_history(con: duckdb.DuckDBPyConnection, entry: int) -> dict[str, tuple[str | None, int]]:
-    """Per business-versioned source an entry consumed: its last consumed partition (its version)
-    and how many partitions its ledger held then."""
-    rows = con.execute(
-        """WITH starts AS (
-               SELECT source, max(entry) AS entry FROM strata.source_ledger
-               WHERE is_reset AND entry <= ? GROUP BY source
-           )
-           SELECT l.source, list(l.partition_key) FILTER (WHERE NOT l.is_reset AND l.evidence IS NOT NULL)
-           FROM strata.source_ledger l JOIN starts s ON l.source = s.source AND l.entry >= s.entry
-           WHERE l.entry <= ?
-           GROUP BY l.source""",
-        [entry, entry],
-    ).fetchall()
-    result: dict[str, tuple[str | None, int]] = {}
-    for source, keys in rows:
-        keys = sorted(set(keys or []), key=order_of)
-        result[str(source)] = (keys[-1] if keys else None, len(keys))
-    return result

@@ -197,10 +197,6 @@ class Session:
         source_reading.check_overrides_exist(self.con, overrides)
         return source_reading.source_schemas(self.con, project, overrides)
 
-    def attach_sources(self, project: Project) -> None:
-        """Attach the source databases that exist, for reading views over them (view models)."""
-        source_reading.attach_source_databases(self.con, project, is_strict=False)
-
     def describe(self, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
         with warehouse_errors():
             return describe(self.con, relation)

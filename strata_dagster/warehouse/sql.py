@@ -11,7 +11,6 @@ from sqlglot import exp
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 
 DIALECT = "duckdb"
-ENGINE_VERSION = f"duckdb-{duckdb.__version__}"
 
 
 # Every statement strata runs is evaluated in UTC, as on Spark (`spark.sql.session.timeZone`): a
