@@ -29,10 +29,10 @@ from pathlib import Path
 import duckdb
 
 import strata_dagster
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine import business
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse.session import open_session
 
 try:  # the listing cache; absent from engines before it (the bench also measures those)
     from strata_dagster.warehouse.listing import RACY_SECONDS

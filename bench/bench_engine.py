@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.table import Table
 from sqlglot import exp
 
+from strata_dagster.backends.opening import read_source_schemas
 from strata_dagster.compile import compile_project, source_relation
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.session import read_source_schemas
 
 PROJECT = """
 source orders { table: raw.orders }

@@ -49,17 +49,20 @@ from rich.table import Table
 from sqlglot import exp
 
 import strata_dagster
+import strata_dagster.backends.duckdb.opening as opening_module
+import strata_dagster.backends.sql.figures as figures_module
+import strata_dagster.backends.sql.key_figures as key_figures_module
+import strata_dagster.backends.sql.tables as shared_tables_module
 import strata_dagster.engine.run as engine_run
-import strata_dagster.warehouse.content as content_module
-import strata_dagster.warehouse.segments as segments_module
 import strata_dagster.warehouse.serving as serving_module
 import strata_dagster.warehouse.session as session_module
-import strata_dagster.warehouse.tables as tables_module
+import strata_dagster.warehouse.snapshot_files as snapshot_files_module
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.session import Session, open_session
+from strata_dagster.warehouse.session import DuckDBSession
 from strata_dagster.warehouse.sql import render
 
 PROJECT = """
@@ -508,7 +511,7 @@ def _wrap(owner: Any, name: str, label: str | Callable[..., str]) -> None:
 
 def install_profiler() -> None:
     for name, label in STEP_OF.items():
-        _wrap(Session, name, label)
+        _wrap(DuckDBSession, name, label)
     for name in (
         "add_entry",
         "add_source",
@@ -522,9 +525,9 @@ def install_profiler() -> None:
         if callable(value) and not name.startswith("_"):
             _wrap(HistoryReader, name, "history reads")
     _wrap(engine_run, "load_context", "load + compile")
-    _wrap(session_module, "migrate", "migrations check")
+    _wrap(opening_module, "migrate", "migrations check")
 
-    original_connect = session_module.connect
+    original_connect = opening_module.connect
 
     @contextmanager
     def connect(path: Path, **kwargs: Any) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -537,24 +540,24 @@ def install_profiler() -> None:
             with PROFILER.step("close (checkpoint)"):
                 manager.__exit__(None, None, None)
 
-    session_module.connect = connect
+    opening_module.connect = connect
 
     original_keys = session_module.create_keys_table
 
-    def create_keys_table(con, name, relation, keys, window, deleted_from, merge_keys):  # type: ignore[no-untyped-def]
+    def create_keys_table(con, name, relation, keys, window, deleted_from, merge_keys, *rest, files):  # type: ignore[no-untyped-def]
         if deleted_from is not None and PROFILER.current is not None:
             # How much of the keys table is the deleted-key anti-join: build the changed keys alone
             # first (extra work, subtracted from the run's total), then the real table.
             cpu, started = cpu_seconds(), time.perf_counter()
-            original_keys(con, f"{name}__probe", relation, keys, window, None, merge_keys)
-            tables_module.drop_table(con, f"{name}__probe")
+            original_keys(con, f"{name}__probe", relation, keys, window, None, merge_keys, *rest, files=files)
+            shared_tables_module.drop_table(con, f"{name}__probe", files)
             spent, spent_cpu = time.perf_counter() - started, cpu_seconds() - cpu
             current = PROFILER.current
             current.charge(PROBE, spent, spent_cpu)
             current.charge(PROFILER.stack[0], -spent, -spent_cpu)  # not part of the enclosing step
             current.extra += spent
             current.extra_cpu += spent_cpu
-        return original_keys(con, name, relation, keys, window, deleted_from, merge_keys)
+        return original_keys(con, name, relation, keys, window, deleted_from, merge_keys, *rest, files=files)
 
     session_module.create_keys_table = create_keys_table
 
@@ -572,7 +575,7 @@ def install_profiler() -> None:
 
         return run
 
-    for module in (segments_module, content_module, tables_module):
+    for module in (figures_module, key_figures_module, shared_tables_module, snapshot_files_module):
         module.run = statement_runner(module.run)  # type: ignore[attr-defined]
 
 

@@ -53,16 +53,19 @@ from rich.table import Table
 from sqlglot import exp
 
 import strata_dagster
+import strata_dagster.backends.sql.figures as figures_module
+import strata_dagster.backends.sql.key_figures as key_figures_module
+import strata_dagster.backends.sql.tables as shared_tables_module
 import strata_dagster.engine.run as engine_run
-import strata_dagster.warehouse.content as content_module
-import strata_dagster.warehouse.segments as segments_module
-import strata_dagster.warehouse.tables as tables_module
+import strata_dagster.warehouse.snapshot_files as snapshot_files_module
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.session import Session, open_session
+from strata_dagster.warehouse.session import DuckDBSession
 from strata_dagster.warehouse.sql import render
 
 PROJECT = """
@@ -480,7 +483,7 @@ def _wrap(owner: Any, name: str, label: str | Callable[..., str]) -> None:
 
 def install_clock() -> None:
     for name, label in SESSION_STEPS.items():
-        _wrap(Session, name, label)
+        _wrap(DuckDBSession, name, label)
     for name, value in list(vars(HistoryWriter).items()):
         if callable(value) and not name.startswith("_"):
             _wrap(HistoryWriter, name, "history writes")
@@ -539,7 +542,7 @@ def install_clock() -> None:
 
         return run
 
-    for module in (segments_module, content_module, tables_module):
+    for module in (figures_module, key_figures_module, shared_tables_module, snapshot_files_module):
         module.run = statement_runner(module.run)  # type: ignore[attr-defined]
 
 

@@ -35,10 +35,10 @@ from bench_engine import (
 )
 from bench_partitions import DAYS, LATE_UPDATE, START, multiset_mismatch
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.session import open_session
 
 PROJECT = """
 source orders {

@@ -7,6 +7,7 @@ import datetime as dt
 import pyarrow.parquet as pq
 import pytest
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.backfill import backfill
 from strata_dagster.engine.gc import gc
@@ -16,7 +17,6 @@ from strata_dagster.engine.run import RunRequest
 from strata_dagster.engine.show import export_rows, show_rows
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.acceptance_support import EVENTS, MODELS, Sources, differences, make_project
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params
 

@@ -9,9 +9,9 @@ import duckdb
 import pytest
 
 from strata_dagster import build_definitions
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.business_support import make_file_project, write_file_partition
 from strata_dagster_tests.engine_support import row_multiset
 

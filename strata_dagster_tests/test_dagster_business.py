@@ -14,13 +14,13 @@ import duckdb
 from click.testing import CliRunner
 
 from strata_dagster import build_definitions
+from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
 from strata_dagster.engine.arrivals import partition_versions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.checks import VERIFY_JOB
 from strata_dagster.orchestration.source_checks import ASSUMPTIONS_CHECK, LEDGER_CHECK
 from strata_dagster.orchestration.stale_sensor import RANGE_END_TAG, RANGE_START_TAG, STALE_SENSOR_NAME
-from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.business_support import (
     day,
     make_file_project,

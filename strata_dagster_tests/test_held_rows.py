@@ -3,7 +3,7 @@ forgotten with the transaction that made them, dropped on request."""
 
 from sqlglot import exp
 
-from strata_dagster.warehouse.session import open_session
+from strata_dagster.backends.opening import open_session
 
 
 def numbers(upto: int) -> exp.Query:

@@ -7,9 +7,9 @@ import datetime as dt
 import duckdb
 import pytest
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import edit_module, snapshot_relations, sql, view_tables
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare_joined, make_joined_project

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, edit_module, sql
 from strata_dagster_tests.helpers import compile_text
 from strata_dagster_tests.partition_support import compare, make_project
@@ -238,10 +238,10 @@ def test_partition_column_must_be_an_output_column():
 
 
 def test_grouped_source_scan_gives_the_whole_table_fingerprint(orders):
+    from strata_dagster.backends.opening import open_session
     from strata_dagster.engine.context import load_context
     from strata_dagster.engine.partitions import raw_partition_of
     from strata_dagster.engine.status import read_source_state, read_source_state_by_group
-    from strata_dagster.warehouse.session import open_session
 
     project, warehouse = orders
     with open_session(warehouse) as session:

@@ -16,6 +16,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
 from strata_dagster.engine.catalog import read_catalog
 from strata_dagster.engine.run import run_project
@@ -25,7 +26,6 @@ from strata_dagster.warehouse import serving
 from strata_dagster.warehouse.faults import KILL_AT_ENV
 from strata_dagster.warehouse.relocation import RELOCATED_STEP
 from strata_dagster.warehouse.serving import SERVING_STEPS
-from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.snapshot_files import folder_of
 from strata_dagster_tests.acceptance_support import MODELS, Sources, make_project
 from strata_dagster_tests.engine_support import execute, make_shop

@@ -10,7 +10,7 @@ from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse import serving
 from strata_dagster.warehouse.relocation import relocate
-from strata_dagster.warehouse.session import Session
+from strata_dagster.warehouse.session import DuckDBSession
 from strata_dagster_tests.engine_support import execute, make_shop
 
 MODELS = ("stg_orders", "daily_revenue", "orders_enriched", "order_timeline")
@@ -101,7 +101,7 @@ def test_views_whose_files_are_not_beside_the_warehouse_keep_reading_where_they_
     shutil.copyfile(warehouse, alone / "warehouse.duckdb")
     con = duckdb.connect(str(alone / "warehouse.duckdb"))
     try:
-        assert relocate(Session(con), alone / "warehouse.duckdb.snapshots") == 0
+        assert relocate(DuckDBSession(con), alone / "warehouse.duckdb.snapshots") == 0
     finally:
         con.close()
     assert _rows(alone / "warehouse.duckdb") == _rows(warehouse)

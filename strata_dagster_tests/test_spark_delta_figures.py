@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp
 
+from strata_dagster.backends.opening import open_session
+from strata_dagster.backends.sql.session import SqlSession
 from strata_dagster.engine.incremental import KEY_BOUNDS
 from strata_dagster.spark.connection import ECHO_ENV
 from strata_dagster.warehouse.content import WHOLE_ROW
 from strata_dagster.warehouse.segments import typed_literal
-from strata_dagster.warehouse.session import Session, open_session
 from strata_dagster_tests.engines_support import engine_under_test
 from strata_dagster_tests.spark_support import UPSERT_PROJECT as PROJECT
 
@@ -61,7 +62,7 @@ def test_the_window_read_with_max_cdc_in_one_job_is_what_the_separate_queries_gi
                 merged = session.window_stats(relation, cdc, _ts(low), late, totals, basis)
                 jobs = [line for line in capsys.readouterr().err.splitlines() if "TYPEOF(MAX(" in line]
                 monkeypatch.delenv(ECHO_ENV)
-                separate = Session.window_stats(session, relation, cdc, _ts(low), late, totals, basis)
+                separate = SqlSession.window_stats(session, relation, cdc, _ts(low), late, totals, basis)
                 assert merged == separate, (basis, low, late)
                 assert len(jobs) == (1 if low != "2025-02-01" else 2), jobs
             session.rollback()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
 from strata_dagster.engine import operations
 from strata_dagster.engine.gc import gc
@@ -18,7 +19,6 @@ from strata_dagster.engine.run import CUTOFF, FULL, REUSED, VIEW, run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.session import open_session
 from strata_dagster_tests.engine_support import (
     edit_module,
     execute,

@@ -71,9 +71,9 @@ def load_and_compile(
     """The compiled project, each model's statement as `engine` runs it (E070 for what the engine
     would compute differently) and, with `bind` on DuckDB, how many models DuckDB bound against
     the sources' schemas (E032 for those it refuses, all of them)."""
+    from strata_dagster.backends.opening import read_source_schemas
     from strata_dagster.compile.engine_check import check_engine
     from strata_dagster.warehouse.binding import bind_models
-    from strata_dagster.warehouse.session import read_source_schemas
 
     loaded = load_project(project)
     schemas = read_source_schemas(warehouse, loaded)

@@ -88,11 +88,13 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
     engine = current_engine()
     from_env = os.environ.get(WAREHOUSE_ENV)
     if warehouse is None and from_env:
-        return check_warehouse_path(Path(from_env), is_file=engine.is_duckdb, setting=WAREHOUSE_ENV)
+        return check_warehouse_path(
+            Path(from_env), is_file=engine.capabilities.has_warehouse_file, setting=WAREHOUSE_ENV
+        )
     if warehouse is None:
         folder = project.parent if project.is_file() else project
         warehouse = folder / engine.default_warehouse_name
-    return check_warehouse_path(warehouse, is_file=engine.is_duckdb)
+    return check_warehouse_path(warehouse, is_file=engine.capabilities.has_warehouse_file)
 
 
 def models_option(action: str) -> Callable[[F], F]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import WarehouseError
 from strata_dagster.engine import aggregate_delta
 from strata_dagster.engine.aggregate_delta import MAINTAINED, AggregateShape
 from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
@@ -24,7 +25,6 @@ from strata_dagster.engine.partitions import NULL_PARTITION, partition_column, p
 from strata_dagster.language.definition import JoinStep
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, keyed_rows, partition_key, union_all
-from strata_dagster.warehouse.session import WarehouseError
 from strata_dagster.warehouse.sql import data_type
 
 

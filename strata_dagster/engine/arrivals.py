@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import business
 from strata_dagster.engine.business import Violation
@@ -23,7 +25,6 @@ from strata_dagster.errors import E_PARTITION_BACKFILLED, E_PARTITION_CHANGED, S
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse import ledger
 from strata_dagster.warehouse.ledger import PartitionEvidence
-from strata_dagster.warehouse.session import Session, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import render
 

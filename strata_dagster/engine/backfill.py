@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import select_models
 from strata_dagster.engine.operations import find_entry
@@ -33,7 +34,6 @@ from strata_dagster.errors import (
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse.history import Entry
-from strata_dagster.warehouse.session import open_session
 from strata_dagster.warehouse.sources import parse_overrides
 
 BACKFILL = "backfill"

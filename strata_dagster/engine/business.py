@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.business_digest import (
@@ -52,7 +53,6 @@ from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence, orde
 from strata_dagster.warehouse.listing import FolderListing
 from strata_dagster.warehouse.partitions import partition_key
 from strata_dagster.warehouse.segments import typed_literal
-from strata_dagster.warehouse.session import Session, WarehouseError
 from strata_dagster.warehouse.sources import file_pattern, schema_relation, source_table
 from strata_dagster.warehouse.sql import render
 
@@ -177,9 +177,7 @@ def list_partitions(
     else:
         relation = source_table(source, context.project, context.overrides)
         types = dict(session.describe(relation))
-        found_partitions = ledger.list_table_partitions(
-            session.con, relation, key_expression(source, types), spec.column
-        )
+        found_partitions = session.partition_evidence(relation, key_expression(source, types), spec.column)
     if source.settle:
         settled = len(found_partitions) - source.settle
         found_partitions = [

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, overload
 
+from strata_dagster.backends.base import Session
 from strata_dagster.language.definition import Source
 from strata_dagster.warehouse import ledger
 from strata_dagster.warehouse.ledger import PartitionEvidence, order_of
 from strata_dagster.warehouse.listing import FolderListing
-from strata_dagster.warehouse.session import Session
 
 
 class ConsumedLedger(NamedTuple):

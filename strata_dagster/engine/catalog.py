@@ -14,6 +14,8 @@ from pathlib import Path
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.lineage import ColumnDeps
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
@@ -27,7 +29,6 @@ from strata_dagster.errors import E_WAREHOUSE, W_BOUNDS_UNREAD, Location, Strata
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, PartitionSpec, Project
 from strata_dagster.language.expressions import DIALECT
 from strata_dagster.warehouse.partitions import partition_bounds
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 
 _PARTITION = "__partition"
@@ -118,7 +119,7 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
             removed = removed_models(reader, reader.pointers(branch), context.project)
             if removed:
                 unread.append(removed_warning(removed, branch))
-        engine = session.engine
+        engine = session.backend
     lineage = read_lineage(context, columns)
     reading = WarehouseReading(engine, dict(context.source_schemas), bounds, columns, tuple(unread), lineage)
     return _catalog(context, reading, arrivals)

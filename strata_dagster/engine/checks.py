@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata_dagster.backends.base import WarehouseError
+from strata_dagster.backends.opening import open_live_session, open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine.context import load_context, select_models
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify_context
@@ -25,7 +27,6 @@ from strata_dagster.warehouse.pins import (
     duplicate_keys,
     row_count,
 )
-from strata_dagster.warehouse.session import WarehouseError, open_live_session, open_session
 from strata_dagster.warehouse.sql import render
 
 Contract = tuple[tuple[str, str, bool], ...]  # (column, type, is_not_null)

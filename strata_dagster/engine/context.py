@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strata_dagster.backends.base import Session
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.engine_check import for_engine
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
@@ -16,7 +17,6 @@ from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
 from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA
-from strata_dagster.warehouse.session import Session
 
 _BRANCH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # A branch is a schema of views (`<branch>.v_<model>`) in the warehouse and in the serving catalog
@@ -153,7 +153,7 @@ def load_context(
     project = project or load_project(project_dir)
     check_branch_in(session, branch, project)
     schemas = session.prepare_sources(project, overrides)
-    return compiled_context(project, schemas, session.engine, overrides, branch, listings)
+    return compiled_context(project, schemas, session.backend, overrides, branch, listings)
 
 
 def compiled_context(

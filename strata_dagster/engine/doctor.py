@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.damaged_files import repair_command
 from strata_dagster.engine.states import state_tables
@@ -26,7 +28,6 @@ from strata_dagster.errors import (
 from strata_dagster.warehouse import inspection, serving, snapshot_files
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.history import HistoryReader
-from strata_dagster.warehouse.session import Session, open_session
 
 _WRITE_AGAIN = "any writing command writes it again: `strata run PROJECT --only-stale`"
 _GC = "`strata gc PROJECT --keep N` removes it (or delete it when no strata command runs)"
@@ -67,7 +68,7 @@ class DoctorReport:
 
 def doctor(warehouse: Path) -> DoctorReport:
     """Every problem found with the files of `warehouse` (which must exist: E020 otherwise)."""
-    if not current_engine().is_duckdb:
+    if not current_engine().capabilities.has_warehouse_file:
         raise StrataError(
             E_ENGINE_UNSUPPORTED,
             "`strata doctor` checks a DuckDB warehouse's files; Spark keeps its own",

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.aggregate_delta import MAINTAINED
 from strata_dagster.warehouse.history import Entry, EntryModel, HistoryReader
-from strata_dagster.warehouse.session import open_session
 
 # What a path means when the history has nothing more specific to say.
 _PATH_MEANING = {

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
 from strata_dagster.engine.run import CUTOFF, FULL, REUSED, UNPARTITIONED
@@ -24,7 +26,6 @@ from strata_dagster.language import load_project
 from strata_dagster.warehouse.content import Content
 from strata_dagster.warehouse.frames import registered_frame
 from strata_dagster.warehouse.history import PYTHON_ENTRY_KIND, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.tables import snapshot_table_name
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from strata_dagster.backends.base import ServingCollection, Session
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.joined_inputs import FIGURES
@@ -23,11 +25,9 @@ from strata_dagster.warehouse import ledger, listing
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.serving import ServingCollection, grace_seconds
-from strata_dagster.warehouse.session import Session, open_session
+from strata_dagster.warehouse.serving import grace_seconds
 
 # Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
-SPARK_GRACE = dt.timedelta(hours=1)
 _DURATION = re.compile(r"^\s*([0-9]+)\s*([mhdw])\s*$", re.IGNORECASE | re.ASCII)
 # The longest age a run is kept by: a century (a datetime cannot reach back much further).
 MAX_AGE = dt.timedelta(days=36_500)
@@ -97,8 +97,8 @@ def gc(
         )
     if keep is not None and keep < 0:
         raise StrataError(E_GC, f"--keep {keep} is negative", hint="give a number of runs, 0 or more")
-    is_duckdb = current_engine().is_duckdb
-    if compact_file and not is_duckdb:
+    has_file = current_engine().capabilities.has_warehouse_file
+    if compact_file and not has_file:
         raise StrataError(
             E_ENGINE_UNSUPPORTED,
             "`--compact` rewrites a DuckDB file; a Spark warehouse frees a snapshot's files when gc drops it",
@@ -107,7 +107,7 @@ def gc(
     serving_grace = grace_seconds()  # read before anything is dropped: a bad value changes nothing
     live_grace = grace if grace is not None else default_grace()
     moment = now if now is not None else _now()
-    before = file_bytes(warehouse) if is_duckdb and warehouse.exists() else 0
+    before = file_bytes(warehouse) if has_file and warehouse.exists() else 0
     with open_session(warehouse, must_exist=True) as session:
         reader = session.history
         kept_entries = _kept_runs(reader.entries(), keep, older_than, moment)
@@ -125,9 +125,7 @@ def gc(
         reclaimed = session.free_bytes() - free_before
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
         session.refresh_serving(warehouse)
-        collected = (
-            session.collect_files(warehouse, serving_grace) if is_duckdb else ServingCollection(0, 0, 0)
-        )
+        collected = session.collect_files(warehouse, serving_grace)
         cache_dir = ledger.listing_cache_dir(session.database_path())
         listings_removed = listing.prune_cache(cache_dir) if cache_dir is not None else 0
     if compact_file:
@@ -140,7 +138,7 @@ def gc(
         len(kept_entries),
         max(reclaimed, 0),
         before,
-        file_bytes(warehouse) if is_duckdb else 0,
+        file_bytes(warehouse) if has_file else 0,
         compact_file,
         collected,
         listings_removed,
@@ -175,7 +173,7 @@ def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
 
 def default_grace() -> dt.timedelta:
     """How long a superseded snapshot outlives its last publication, by engine."""
-    return dt.timedelta(0) if current_engine().is_duckdb else SPARK_GRACE
+    return current_engine().capabilities.gc_grace
 
 
 def _recently_live(reader: HistoryReader, since: dt.datetime) -> set[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import segment_compaction
 from strata_dagster.fingerprint import digest
@@ -35,7 +36,6 @@ from strata_dagster.warehouse.segments import (
     typed_literal,
     window_predicate,
 )
-from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import render, snapshot_table
 from strata_dagster.warehouse.states import KEYS_NULL_FREE
 

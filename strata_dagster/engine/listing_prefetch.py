@@ -78,7 +78,7 @@ def listed_while_opening(
     thread; the listings not taken when the block ends are cancelled or waited for. None for a full
     refresh (it reads every partition, from a listing made under the lock), nor for another engine
     than DuckDB (its sources' listings are not cached beside a warehouse file)."""
-    if is_full_refresh or not current_engine().is_duckdb:
+    if is_full_refresh or not current_engine().capabilities.lists_sources_while_opening:
         yield Listings()
         return
     requests = {

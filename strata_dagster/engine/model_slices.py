@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import joined_inputs, partitions, state_figures
@@ -61,7 +62,6 @@ from strata_dagster.warehouse.content import ROW_ALIAS
 from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, replaced_rows_key, union_all
 from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
-from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
 from strata_dagster.warehouse.states import KEYS_NULL_FREE
 

@@ -26,7 +26,7 @@ def refuse_new_warehouse_without_sources(
     """E020 when `warehouse` does not exist and the models `models` select (with everything they
     read) read a source table from it; E012 when a file source (or a table of another DuckDB
     database) they read cannot be read. Nothing is created."""
-    if warehouse.exists() or not current_engine().is_duckdb:
+    if warehouse.exists() or not current_engine().capabilities.has_warehouse_file:
         return
     source = _first_source_in_warehouse(project, models, overrides)
     if source is None:

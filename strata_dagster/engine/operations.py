@@ -7,6 +7,8 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
 from strata_dagster.engine.damaged_files import describe
@@ -16,7 +18,6 @@ from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_FILE, E_SNAPSHOT_GONE, E_
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.loader import load_project
 from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.session import Session, open_session
 
 
 @dataclass(frozen=True)

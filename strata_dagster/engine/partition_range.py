@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session
 from strata_dagster.engine import joined_inputs
 from strata_dagster.engine.catalog import model_bounds
 from strata_dagster.engine.context import ProjectContext, with_upstream
@@ -29,7 +30,6 @@ from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import Segment
-from strata_dagster.warehouse.session import Session
 
 # A model outcome's detail key: the partitions the run was asked to rebuild.
 REQUESTED_PARTITIONS = "requested_partitions"

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.opening import open_live_session, open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
 from strata_dagster.engine.catalog import partition_input
 from strata_dagster.engine.context import load_context
@@ -28,7 +30,6 @@ from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.partitions import content_by_partition, read_rows
-from strata_dagster.warehouse.session import Session, WarehouseError, open_live_session, open_session
 from strata_dagster.warehouse.sources import source_table
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module

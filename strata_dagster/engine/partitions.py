@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import joined_inputs, segment_compaction, state_figures
 from strata_dagster.engine.incremental import (
@@ -43,7 +44,6 @@ from strata_dagster.warehouse.segments import (
     replaced_rows_key,
     typed_literal,
 )
-from strata_dagster.warehouse.session import WarehouseError
 from strata_dagster.warehouse.sql import snapshot_table
 
 STRATEGY = "partitions"

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from strata_dagster.backends.opening import open_session
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_NOT_SERVED, E_WAREHOUSE, StrataError
 from strata_dagster.warehouse import serving
 from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.session import open_session
 
 
 def reader_statement_for(warehouse: Path) -> str:
     """The SQL a fresh DuckDB connection runs to read `main.v_<model>` (and the branch schemas)
     as last published. A warehouse written before the serving copy existed gets one first, and one
     served by an earlier version's catalog a new one."""
-    if not current_engine().is_duckdb:
+    if not current_engine().capabilities.has_serving_copy:
         raise StrataError(
             E_ENGINE_UNSUPPORTED,
             "`strata connect` opens DuckDB's serving copy; on Spark, readers query the live views "
@@ -41,4 +41,4 @@ def reader_statement_for(warehouse: Path) -> str:
 
 def unserved_views(warehouse: Path) -> dict[str, str]:
     """The live views the serving copy leaves out, and why (a snapshot file they read is damaged)."""
-    return serving.left_out(warehouse) if current_engine().is_duckdb else {}
+    return serving.left_out(warehouse) if current_engine().capabilities.has_serving_copy else {}

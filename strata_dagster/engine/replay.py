@@ -14,11 +14,12 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.explain import BuildExplanation, explain_entry
 from strata_dagster.engine.operations import find_entry
 from strata_dagster.errors import E_UNKNOWN_RUN, StrataError
 from strata_dagster.warehouse.history import Entry, EntryModel, EntrySource
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sql import DIALECT, parse_table_name, snapshot_table
 
 SCRATCH_PREFIX = "scratch_replay_"

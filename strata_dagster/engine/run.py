@@ -19,6 +19,8 @@ from pathlib import Path
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import aggregate_delta, business, partitions, sliding_window
@@ -85,7 +87,6 @@ from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, R
 from strata_dagster.warehouse.engines import current_engine, engine_label
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, keyed_rows
-from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table

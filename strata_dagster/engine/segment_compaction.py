@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from strata_dagster.backends.base import Session
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, composite_query, merged_keys_query
-from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
 from strata_dagster.warehouse.states import KEYS_NULL_FREE
 

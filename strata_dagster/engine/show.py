@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strata_dagster.backends.base import WarehouseError
+from strata_dagster.backends.opening import open_live_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
 from strata_dagster.engine.context import check_branch, check_branch_of
 from strata_dagster.errors import E_SHOW_OUTPUT, E_UNKNOWN_MODEL, E_VERIFY_LIVE, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.language.selection import select
-from strata_dagster.warehouse.session import WarehouseError, open_live_session
 
 FORMATS = {".parquet": "parquet", ".csv": "csv"}
 

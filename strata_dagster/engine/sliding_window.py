@@ -17,13 +17,13 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.incremental import DeltaBuild, Fallback
 from strata_dagster.language.definition import Project
 from strata_dagster.warehouse import ledger
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import typed_literal
-from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sources import schema_relation, source_table
 from strata_dagster.warehouse.sql import data_type, snapshot_table
 

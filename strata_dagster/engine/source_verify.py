@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.errors import E_PARTITION_VERIFY, StrataError
 from strata_dagster.language.definition import Source
 from strata_dagster.warehouse import ledger
 from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import file_pattern, source_table
 
 

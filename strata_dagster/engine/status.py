@@ -12,6 +12,8 @@ from pathlib import Path
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
@@ -21,7 +23,6 @@ from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
 from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, is_summed
 from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import render
 

@@ -27,6 +27,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
+from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
@@ -41,7 +43,6 @@ from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
 from strata_dagster.warehouse.engines import engine_label
 from strata_dagster.warehouse.segments import partition_key
-from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
 

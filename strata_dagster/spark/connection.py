@@ -24,11 +24,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Row, SparkSession
 from sqlglot import exp
 
+from strata_dagster.backends.base import WarehouseError
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError, first_line
 from strata_dagster.spark import statements
 from strata_dagster.spark.types import duckdb_type_name
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.session import WarehouseError
 
 # Answers of at most this many rows are remembered for the connection's later identical questions.
 _REMEMBERED_ROWS = 1000

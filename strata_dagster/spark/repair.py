@@ -39,7 +39,7 @@ def repair_interrupted(session: SparkWarehouseSession) -> Repair:
             if record is None:
                 continue
             if session.view_tables(schema, model) != state_tables(session.history, record):
-                session._point(schema, model, state_query(session.history, record))
+                session.point_now(schema, model, state_query(session.history, record))
                 repointed.append(f"{branch}.{model}")
         recorded = {view_table(schema, model).name for model in pointers}
         for name in sorted(catalog.view_texts(session.con, schema)):

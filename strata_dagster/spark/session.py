@@ -18,14 +18,19 @@ What differs from DuckDB, and how the promises still hold:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
 from sqlglot import exp
 
+from strata_dagster.backends.base import CatalogSnapshot, WarehouseError
+from strata_dagster.backends.sql import tables as shared_tables
+from strata_dagster.backends.sql.figures import content_and_key_sum_where, content_where, key_sum_and_extremes
+from strata_dagster.backends.sql.session import SqlSession
+from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_WAREHOUSE, StrataError
 from strata_dagster.language.definition import Project
@@ -42,40 +47,29 @@ from strata_dagster.warehouse.content import (
     is_summed,
     row_hash_aggregates,
 )
+from strata_dagster.warehouse.engines import SPARK_CAPABILITIES
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.history_mirror import HistoryMirror
 from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.segments import (
-    KeyRange,
-    Segment,
-    WindowStats,
-    composite_query,
-    content_and_key_sum_where,
-    content_where,
-    key_extremes,
-    key_sum_and_extremes,
-    keys_query,
-    typed_literal,
-)
-from strata_dagster.warehouse.session import CatalogSnapshot, Session, WarehouseError
-from strata_dagster.warehouse.snapshot_files import FileDamage, SnapshotFiles, problem_of
+from strata_dagster.warehouse.segments import KeyRange, WindowStats, key_extremes, keys_query, typed_literal
+from strata_dagster.warehouse.snapshot_files import FileDamage, problem_of
 from strata_dagster.warehouse.sql import describe, snapshot_table
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
 PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")
 
 
-class SparkWarehouseSession(Session):
-    """One open Spark warehouse, behind the same methods as DuckDB's Session."""
+class SparkWarehouseSession(SqlSession):
+    """One open Spark warehouse, behind the Session interface (backends/base.py)."""
 
-    engine = "spark"
+    backend = "spark"
+    capabilities = SPARK_CAPABILITIES
     prefers_anti_join = True  # a broadcast anti-join: one scan instead of two
 
     def __init__(self, con: SparkConnection, warehouse: Path, *, read_only: bool) -> None:
-        # Not Session.__init__: there is no DuckDB connection to the warehouse here.
-        self.con = con  # type: ignore[assignment]
+        self.con: SparkConnection = con
         self.warehouse = warehouse
         self.read_only = read_only
         self.mirror = HistoryMirror()
@@ -93,7 +87,7 @@ class SparkWarehouseSession(Session):
         self._pending_views: dict[tuple[str, str], exp.Query | None] = {}
         self._created: list[str] = []
         self._views: dict[str, dict[str, str]] = {}
-        self._files: SnapshotFiles | None = None
+        self._files: _SnapshotKinds | None = None
         self._contents: dict[tuple[str, RowBasis], Content] = {}
         # Keys table, key columns -> its rows with a NULL key (counted when it was created).
         self._null_keys: dict[tuple[str, tuple[str, ...]], int] = {}
@@ -101,17 +95,11 @@ class SparkWarehouseSession(Session):
         # Snapshot table -> (its folder or damaged file, what is wrong), None when whole.
         self._table_problems: dict[str, tuple[Path, str] | None] = {}
 
-    # -- transactions -----------------------------------------------------------------------------
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.begin()
-        try:
-            yield
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
+    def statement_errors(self) -> AbstractContextManager[None]:
+        """Nothing to translate: the connection raises SparkError (a WarehouseError) itself."""
+        return nullcontext()
 
+    # -- transactions -----------------------------------------------------------------------------
     def begin(self) -> None:
         self.meta.execute("BEGIN TRANSACTION")
         self._in_transaction = True
@@ -167,18 +155,12 @@ class SparkWarehouseSession(Session):
             if query is None:
                 self._drop_view(schema, model)
             else:
-                self._point(schema, model, query)
+                self.point_now(schema, model, query)
             checkpoint("spark_view_published")
         history_log.mark(self.con, commit_id, len(rows))
         checkpoint("spark_committed")
         self._contents.clear()  # live views now read other snapshots
         self.con.forget_answers()
-
-    def checkpoint(self) -> None:
-        """Nothing to fold into a file: Spark tables are their files."""
-
-    def free_bytes(self) -> int:
-        return 0
 
     # -- sources ----------------------------------------------------------------------------------
     def prepare_sources(
@@ -243,7 +225,7 @@ class SparkWarehouseSession(Session):
         of a single key (key_range)."""
         query = keys_query(relation, keys, window, deleted_from, merge_keys, reread)
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
-        tables.create_snapshot(self.con, name, query, self.files)
+        shared_tables.create_snapshot(self.con, name, query, self.files)
         names = tuple(key for key, _ in keys)
         has_null = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in names))
         figures: list[exp.Expression] = [exp.Count(this=exp.Star()), exp.CountIf(this=has_null)]
@@ -341,7 +323,7 @@ class SparkWarehouseSession(Session):
 
     # -- snapshots and views ----------------------------------------------------------------------
     @property
-    def files(self) -> SnapshotFiles:
+    def files(self) -> _SnapshotKinds:
         """No snapshot files of strata's own: a Spark snapshot is a Parquet table (its files are
         Spark's). What each snapshot name is (table or view) is read from the catalog once."""
         if self._files is None:
@@ -354,20 +336,20 @@ class SparkWarehouseSession(Session):
     def create_snapshot(self, name: str, query: exp.Query) -> None:
         self._forget_keys(name)
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
-        tables.create_snapshot(self.con, name, query, self.files)
+        shared_tables.create_snapshot(self.con, name, query, self.files)
         self._created.append(name)
         self._known_snapshots().add(name)
 
     def create_view_snapshot(self, name: str, query: exp.Query) -> None:
         self._forget_keys(name)
         catalog.ensure_schema(self.con, SNAPSHOT_SCHEMA)
-        tables.create_view_snapshot(self.con, name, query, self.files)
+        shared_tables.create_view_snapshot(self.con, name, query, self.files)
         self._created.append(name)
         self._known_snapshots().add(name)
 
     def _drop(self, name: str) -> None:
         self._forget_keys(name)
-        tables.drop_table(self.con, name, self.files)
+        shared_tables.drop_table(self.con, name, self.files)
         self._known_snapshots().discard(name)
 
     def drop_snapshot(self, name: str) -> None:
@@ -376,7 +358,7 @@ class SparkWarehouseSession(Session):
     def rename_snapshot(self, name: str, new_name: str) -> None:
         self._forget_keys(name)
         self._forget_keys(new_name)
-        tables.rename_snapshot(self.con, name, new_name, self.files)
+        shared_tables.rename_snapshot(self.con, name, new_name, self.files)
         self._created = [new_name if created == name else created for created in self._created]
         known = self._known_snapshots()
         known.discard(name)
@@ -422,11 +404,8 @@ class SparkWarehouseSession(Session):
         sql = self._view_sqls(branch_schema).get(tables.view_table(branch_schema, model).name)
         return None if sql is None else tables.tables_of_view(sql, dialect="spark")
 
-    def catalog(self, branch_schema: str) -> CatalogSnapshot:
-        return _SparkCatalog(frozenset(self._known_snapshots()), dict(self._view_sqls(branch_schema)))
-
-    def point_view(self, branch_schema: str, model: str, table_names: Sequence[str]) -> None:
-        self.point_view_at(branch_schema, model, composite_query([Segment(name) for name in table_names]))
+    def catalog(self, branch_schema: str) -> SparkCatalog:
+        return SparkCatalog(frozenset(self._known_snapshots()), dict(self._view_sqls(branch_schema)))
 
     def point_view_at(self, branch_schema: str, model: str, query: exp.Query) -> None:
         """Repoint at commit (in the order views were pointed), or now outside a transaction."""
@@ -447,7 +426,9 @@ class SparkWarehouseSession(Session):
         self.con.run_statement(exp.Drop(tables=[view], kind="VIEW", exists=True))
         self._view_sqls(branch_schema).pop(view.name, None)
 
-    def _point(self, branch_schema: str, model: str, query: exp.Query) -> None:
+    def point_now(self, branch_schema: str, model: str, query: exp.Query) -> None:
+        """Repoint a model's live view at once, outside any publication (a publication and the
+        repair of one cut short, spark/repair.py)."""
         catalog.ensure_schema(self.con, branch_schema)
         view = tables.view_table(branch_schema, model)
         existing = self._view_sqls(branch_schema)
@@ -459,10 +440,6 @@ class SparkWarehouseSession(Session):
             statement = exp.Create(this=view, kind="VIEW", expression=query)
         self.con.run_statement(statement)
         existing[view.name] = self.con.render(query)
-
-    def refresh_serving(self, path: Path) -> None:
-        """No serving copy: readers query the live views in Spark, which never locks them out."""
-        return None
 
     def has_history(self) -> bool:
         return self._has_log
@@ -477,11 +454,6 @@ class SparkWarehouseSession(Session):
         """Whether database `schema` holds tables (its views are a branch's, not counted)."""
         tables = catalog.names(self.con, schema)
         return bool(tables and tables - catalog.names(self.con, schema, "VIEWS"))
-
-    def contract_violation(
-        self, name: str, contract: Sequence[tuple[str, str, bool]]
-    ) -> tables.PinViolation | None:
-        return tables.contract_violation(self.con, name, contract)
 
     def held_rows(self, key: Hashable, query: Callable[[], exp.Query]) -> exp.Table | exp.Query:
         """Not kept here: each statement reads the query again (Spark plans it lazily anyway)."""
@@ -541,7 +513,7 @@ def _table_problem(folder: Path) -> tuple[Path, str] | None:
 
 
 @dataclass
-class _SnapshotKinds(SnapshotFiles):
+class _SnapshotKinds(SnapshotKinds):
     """What each snapshot name is, asked of the catalog only when needed: a name the snapshot
     schema does not hold (every new snapshot's) is none, with no call; the schema's views are
     listed once, the first time a name it holds is asked about. Kept up to date by the session's
@@ -569,8 +541,13 @@ class _SnapshotKinds(SnapshotFiles):
             self.dropped.discard(name)
 
 
-class _SparkCatalog(CatalogSnapshot):
-    """CatalogSnapshot whose view SQL is Spark's."""
+@dataclass
+class SparkCatalog(CatalogSnapshot):
+    """A branch's catalog as Spark stored it: its views' SQL is Spark's."""
+
+    snapshot_tables: frozenset[str]
+    views: dict[str, str]  # view name -> stored SQL
+    _parsed: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def view_tables(self, model: str) -> tuple[str, ...] | None:
         name = view_name(model)

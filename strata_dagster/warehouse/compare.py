@@ -16,8 +16,8 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.warehouse.content import ROW_ALIAS
-from strata_dagster.warehouse.session import Session, WarehouseError
 from strata_dagster.warehouse.sql import run
 
 Total = int | float | Decimal | None

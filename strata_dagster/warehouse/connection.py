@@ -196,7 +196,11 @@ def held_open(path: Path) -> Iterator[None]:
     does not exist yet is not held (the first session creates it)."""
     from strata_dagster.warehouse.engines import current_engine  # engines reads settings only
 
-    if _held_connection(path) is not None or not path.exists() or not current_engine().is_duckdb:
+    if (
+        _held_connection(path) is not None
+        or not path.exists()
+        or not current_engine().capabilities.has_warehouse_file
+    ):
         yield
         return
     connections: dict[str, duckdb.DuckDBPyConnection] = _held.__dict__.setdefault("connections", {})

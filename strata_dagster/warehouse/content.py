@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
 from sqlglot import exp
 
 from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.sql import data_type, describe, run
+from strata_dagster.warehouse.sql import data_type
 
 # The alias a row is hashed through: hash(<alias>) hashes the whole row as a struct.
 ROW_ALIAS = "__strata_row"
@@ -86,56 +85,3 @@ def _change_range(basis: RowBasis) -> exp.Expression:
     for bound in bounds[1:]:
         text = exp.DPipe(this=text, expression=exp.DPipe(this=exp.Literal.string(" .. "), expression=bound))
     return exp.func("coalesce", text, exp.Literal.string(EMPTY_FIGURE))
-
-
-def content_of(
-    con: duckdb.DuckDBPyConnection,
-    relation: exp.Table | exp.Query,
-    basis: RowBasis = WHOLE_ROW,
-    columns: tuple[tuple[str, str], ...] | None = None,
-) -> Content:
-    """The relation's content; `columns` when the caller has described it already."""
-    columns = describe(con, relation) if columns is None else columns
-    row = run(con, exp.select(*row_hash_aggregates(basis)).from_(as_rows(relation))).fetchone()
-    return Content(columns, int(row[0]), str(row[1]), basis)
-
-
-def content_by_group(
-    con: duckdb.DuckDBPyConnection,
-    relation: exp.Table | exp.Query,
-    key: exp.Expression,
-    basis: RowBasis = WHOLE_ROW,
-) -> dict[str | None, tuple[int, str]]:
-    """Row count and row-hash sum per value of `key` (e.g. a partition expression), keyed by the
-    value as text (None for NULL)."""
-    groups = content_by_groups(con, relation, [key], basis)
-    return {values[0]: figures for values, figures in groups.items()}
-
-
-def content_by_groups(
-    con: duckdb.DuckDBPyConnection,
-    relation: exp.Table | exp.Query,
-    keys: list[exp.Expression],
-    basis: RowBasis = WHOLE_ROW,
-    limit: int | None = None,
-) -> dict[tuple[str | None, ...], tuple[int, str]]:
-    """`content_by_group` over several keys at once: the figures per combination of their values
-    (at most `limit` combinations, any of them, when given)."""
-    names = [f"__key{index}" for index in range(len(keys))]
-    # Group by the values themselves; cast to text only once per group.
-    grouped = (
-        exp.select(
-            *(key.copy().as_(name) for key, name in zip(keys, names, strict=True)),
-            *row_hash_aggregates(basis),
-        )
-        .from_(as_rows(relation))
-        .group_by(*(exp.Literal.number(index + 1) for index in range(len(keys))))
-    )
-    query = exp.select(
-        *(exp.cast(exp.column(name), data_type("VARCHAR")) for name in names),
-        exp.Star(**{"except_": [exp.column(name) for name in names]}),
-    ).from_(grouped.subquery("__groups"))
-    if limit is not None:
-        query = query.limit(limit)
-    width = len(keys)
-    return {tuple(row[:width]): (int(row[width]), str(row[width + 1])) for row in run(con, query).fetchall()}

@@ -1,23 +1,25 @@
 """Which engine a process builds on: DuckDB (embedded, the default) or Spark.
 
-Every engine opens the same `Session` interface (warehouse/session.py); the engine code above it
-never knows which one it talks to. The choice is made once per process, by the CLI's `--engine`,
+Every engine opens the same `Session` interface (backends/base.py); the engine code above it
+never knows which one it talks to, and asks a backend's `Capabilities` where they differ. The choice is made once per process, by the CLI's `--engine`,
 `build_definitions(engine=...)`, or `STRATA_ENGINE`, the way a database driver is chosen. Engines
-other than DuckDB are found by module path, so this package never imports them (only
-`strata_dagster.spark` imports pyspark).
+are found by module path, so this module never imports them (only `strata_dagster.spark`
+imports pyspark).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import importlib
 import importlib.metadata
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from strata_dagster.backends.base import Capabilities, Opener
 from strata_dagster.errors import E_ENGINE, StrataError
 
 EngineName = Literal["duckdb", "spark"]
@@ -27,7 +29,29 @@ SPARK_REMOTE_ENV: Final = "STRATA_SPARK_REMOTE"
 DEFAULT_ENGINE: Final = "duckdb"
 
 # Engine -> "module:function" that opens its sessions, imported only when the engine is chosen.
-_OPENERS: Final[dict[str, str]] = {"spark": "strata_dagster.spark.opening:open_spark_session"}
+_OPENERS: Final[dict[str, str]] = {
+    "duckdb": "strata_dagster.backends.duckdb.opening:open_duckdb_session",
+    "spark": "strata_dagster.spark.opening:open_spark_session",
+}
+
+DUCKDB_CAPABILITIES: Final = Capabilities(
+    has_warehouse_file=True,
+    has_serving_copy=True,
+    lists_sources_while_opening=True,
+    maintains_aggregates_from_delta=True,
+    gc_grace=dt.timedelta(0),
+    default_warehouse_name="warehouse.duckdb",
+)
+SPARK_CAPABILITIES: Final = Capabilities(
+    has_warehouse_file=False,
+    has_serving_copy=False,
+    lists_sources_while_opening=False,
+    maintains_aggregates_from_delta=False,
+    # Readers query the snapshots themselves: a dropped one fails a query still running.
+    gc_grace=dt.timedelta(hours=1),
+    default_warehouse_name="spark-warehouse",
+)
+_CAPABILITIES: Final[dict[str, Capabilities]] = {"duckdb": DUCKDB_CAPABILITIES, "spark": SPARK_CAPABILITIES}
 
 
 @dataclass(frozen=True)
@@ -43,9 +67,19 @@ class EngineChoice:
         return self.name == "duckdb"
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What this engine does differently (backends/base.py), known before a session opens."""
+        return capabilities_of(self.name)
+
+    @property
     def default_warehouse_name(self) -> str:
         """The warehouse a project uses when none is given: a DuckDB file, or a Spark warehouse folder."""
-        return "warehouse.duckdb" if self.is_duckdb else "spark-warehouse"
+        return self.capabilities.default_warehouse_name
+
+
+def capabilities_of(name: str) -> Capabilities:
+    """What the engine named `name` (one of ENGINE_NAMES) does differently."""
+    return _CAPABILITIES[name]
 
 
 def engine_choice(name: str | None = None, spark_remote: str | None = None) -> EngineChoice:
@@ -99,9 +133,14 @@ def using_engine(choice: EngineChoice) -> Iterator[EngineChoice]:
         choose_engine(before)
 
 
-def engine_opener(choice: EngineChoice) -> Callable[..., object]:
-    """The function that opens sessions of a non-DuckDB engine."""
-    module_name, _, function = _OPENERS[choice.name].partition(":")
+def engine_opener(choice: EngineChoice) -> Opener:
+    """The function that opens sessions of the engine `choice` (imported on first use)."""
+    return _opener(choice.name)
+
+
+@functools.lru_cache(maxsize=4)
+def _opener(name: str) -> Opener:
+    module_name, _, function = _OPENERS[name].partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
@@ -109,10 +148,11 @@ def engine_opener(choice: EngineChoice) -> Callable[..., object]:
             raise  # a module of strata's own: a bug to show, not an installation to ask for
         raise StrataError(
             E_ENGINE,
-            f"the {choice.name} engine is not installed ({error.name or error})",
+            f"the {name} engine is not installed ({error.name or error})",
             hint="pip install 'strata_dagster[spark]' (pyspark) and make sure Java 17 is on the PATH",
         ) from None
-    return getattr(module, function)
+    opener: Opener = getattr(module, function)
+    return opener
 
 
 @functools.lru_cache(maxsize=4)

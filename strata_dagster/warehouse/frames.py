@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from strata_dagster.warehouse.session import Session
+from strata_dagster.backends.base import Session
 from strata_dagster.warehouse.sql import table
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module

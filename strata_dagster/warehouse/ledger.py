@@ -29,7 +29,7 @@ from sqlglot import exp
 from strata_dagster.errors import first_line
 from strata_dagster.warehouse import listing
 from strata_dagster.warehouse.connection import is_interruption
-from strata_dagster.warehouse.sql import data_type, run
+from strata_dagster.warehouse.sql import Connection, data_type, run
 
 
 class PartitionEvidence(NamedTuple):
@@ -417,7 +417,7 @@ def _first_unreadable(
 
 
 def list_table_partitions(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table, key: exp.Expression, column: str
+    con: Connection, relation: exp.Table, key: exp.Expression, column: str
 ) -> list[PartitionEvidence]:
     """Each partition's row count and the range of its partition column, from that column alone."""
     value = exp.column(column)

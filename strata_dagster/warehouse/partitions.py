@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, content_by_group
-from strata_dagster.warehouse.session import Session, warehouse_errors
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.sql.figures import content_by_group
+from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
+from strata_dagster.warehouse.session import warehouse_errors
 from strata_dagster.warehouse.sql import run
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module

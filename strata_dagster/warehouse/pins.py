@@ -17,9 +17,9 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from strata_dagster.warehouse.session import Session, WarehouseError
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.sql.tables import canonical_type
 from strata_dagster.warehouse.sql import describe, run
-from strata_dagster.warehouse.tables import canonical_type
 
 _COPIES = "__copies"
 _DUPLICATES = "__duplicates"

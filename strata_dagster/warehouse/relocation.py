@@ -4,7 +4,7 @@ A snapshot view names its file by absolute path, so that any DuckDB client openi
 file reads it. After `mv` of the project folder, those paths name nothing; after `cp -r`, the copy
 reads the original's files, and its own `strata gc` would count every file of its own folder as
 unreferenced. So the first session that opens a moved warehouse (a reading one too: it writes this
-and nothing else, warehouse.session) points every snapshot view that reads a file of another
+and nothing else, backends/duckdb/opening.py) points every snapshot view that reads a file of another
 folder at the file of the same name in this warehouse's folder, when it is there: names are never
 reused and files never change, so it holds the same rows. One transaction rewrites them all. The
 serving copy needs none of this: it names files relative to the warehouse's folder.
@@ -23,7 +23,7 @@ from strata_dagster.warehouse.snapshot_files import file_of, views_over_files
 from strata_dagster.warehouse.sql import DIALECT, run, snapshot_table
 
 if TYPE_CHECKING:
-    from strata_dagster.warehouse.session import Session
+    from strata_dagster.warehouse.session import DuckDBSession
 
 
 def _moved_view(name: str, sql: str, folder: Path) -> exp.Create | None:
@@ -63,7 +63,7 @@ def moved_views(views: dict[str, str], folder: Path) -> dict[str, exp.Create]:
 RELOCATED_STEP = "relocated"  # a crash test's step (warehouse.faults): the views just rewritten
 
 
-def apply(session: Session, moved: dict[str, exp.Create]) -> None:
+def apply(session: DuckDBSession, moved: dict[str, exp.Create]) -> None:
     """Rewrite the `moved` views, in one transaction."""
     if moved:
         with session.transaction():
@@ -72,7 +72,7 @@ def apply(session: Session, moved: dict[str, exp.Create]) -> None:
         checkpoint(RELOCATED_STEP)
 
 
-def relocate(session: Session, folder: Path) -> int:
+def relocate(session: DuckDBSession, folder: Path) -> int:
     """Point the snapshot views that read files of another folder at this `folder`'s files of the
     same names; how many were rewritten (0, from one catalog query, when none moved)."""
     moved = moved_views(views_over_files(session.con), folder)

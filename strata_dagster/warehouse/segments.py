@@ -13,21 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-import duckdb
 from sqlglot import exp
 
 from strata_dagster.warehouse.content import (
-    EMPTY_FIGURE,
-    ROW_ALIAS,
-    WHOLE_ROW,
-    RowBasis,
     as_rows,
-    is_summed,
-    row_hash_aggregates,
 )
-from strata_dagster.warehouse.snapshot_files import SnapshotFiles
-from strata_dagster.warehouse.sql import data_type, run, snapshot_table
-from strata_dagster.warehouse.tables import create_snapshot
+from strata_dagster.warehouse.sql import data_type, snapshot_table
 
 KEYS_ALIAS = "__keys"
 
@@ -272,76 +263,11 @@ def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.
     return exp.and_(exp.GT(this=cdc.copy(), expression=low.copy()), upper)
 
 
-def window_stats(
-    con: duckdb.DuckDBPyConnection,
-    relation: exp.Table,
-    cdc: exp.Expression,
-    low: exp.Expression | None,
-    lateness: exp.Expression | None,
-    totals: tuple[int, str] | None = None,
-    basis: RowBasis = WHOLE_ROW,
-) -> WindowStats:
-    """The frozen upper bound (MAX(cdc) now), the window (low, high], and the region outside it.
-
-    `totals` (row count and row-hash sum of the whole relation, read in this transaction) spare a
-    scan: the regions are then the totals less the few rows above a bound, which DuckDB reads with
-    the bound pushed into the scan. NULL cdc values count as outside every window. The figures are
-    over `basis`, the totals' basis; on a change-column basis only the counts subtract."""
-    bound = run(
-        con,
-        exp.select(
-            exp.cast(exp.func("max", cdc.copy()), "VARCHAR"), exp.func("typeof", exp.func("max", cdc.copy()))
-        ).from_(as_rows(relation)),
-    ).fetchone()
-    high_text, cdc_type = bound[0], str(bound[1])
-    count, figure = content_where(con, relation, basis=basis) if totals is None else totals
-    window, above_next = (0, EMPTY_FIGURE), (0, EMPTY_FIGURE)
-    if high_text is not None:
-        high = _typed(high_text, cdc_type)
-        if low is not None:
-            window = content_where(con, relation, window_predicate(cdc, low, high), basis)
-        if lateness is not None:
-            threshold = exp.Sub(this=high.copy(), expression=lateness.copy())
-            above_next = content_where(con, relation, exp.GT(this=cdc.copy(), expression=threshold), basis)
-    return WindowStats(
-        high=high_text,
-        cdc_type=cdc_type,
-        window_rows=window[0] if low is not None else None,
-        old_count=count - window[0],
-        old_hash_sum=_less(figure, window[1], basis),
-        next_count=count - above_next[0],
-        next_hash_sum=_less(figure, above_next[1], basis),
-    )
-
-
-def _less(total: str, part: str, basis: RowBasis) -> str | None:
-    """The row-hash sum of the rows outside `part`; None when the figures are ranges, not sums."""
-    return str(int(total) - int(part)) if is_summed(basis) else None
-
-
 def typed_literal(text: str, type_name: str) -> exp.Expression:
     return _typed(text, type_name)
 
 
 REREAD_ALIAS = "__reread"
-
-
-def create_keys_table(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    relation: exp.Table,
-    keys: Sequence[tuple[str, exp.Expression]],
-    window: exp.Expression,
-    deleted_from: exp.Query | None,
-    merge_keys: Sequence[str],
-    reread: tuple[exp.Query, exp.Expression] | None = None,
-    files: SnapshotFiles | None = None,
-) -> int:
-    """Keys of the raw source rows in the window (before any filter), plus keys no longer in the
-    source at all when `deleted_from` (the previous state) is given, plus the keys of the previous
-    state's rows where `reread` = (state, condition) holds. Returns how many."""
-    create_snapshot(con, name, keys_query(relation, keys, window, deleted_from, merge_keys, reread), files)
-    return int(run(con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name))).fetchone()[0])
 
 
 def keys_query(
@@ -456,70 +382,6 @@ def keyed_rows(
     return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(relation).where(match))
 
 
-def max_value(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, column: str
-) -> tuple[str | None, str]:
-    """MAX(column) of a relation's rows as text, with its type."""
-    value = exp.func("max", exp.column(column))
-    row = run(
-        con,
-        exp.select(exp.cast(value, "VARCHAR"), exp.func("typeof", value.copy())).from_(as_rows(relation)),
-    ).fetchone()
-    return row[0], str(row[1])
-
-
-def counts_at_or_below(
-    con: duckdb.DuckDBPyConnection,
-    relation: exp.Table | exp.Query,
-    column: exp.Expression,
-    bounds: Sequence[exp.Expression],
-) -> list[int]:
-    """How many rows of `relation` have `column` at or below each bound, in one scan."""
-    counts = [exp.func("count_if", exp.LTE(this=column.copy(), expression=bound.copy())) for bound in bounds]
-    row = run(con, exp.select(*counts).from_(as_rows(relation))).fetchone()
-    return [int(value or 0) for value in row]
-
-
-def content_where(
-    con: duckdb.DuckDBPyConnection,
-    relation: exp.Table | exp.Query,
-    condition: exp.Expression | None = None,
-    basis: RowBasis = WHOLE_ROW,
-) -> tuple[int, str]:
-    """Row count and row-hash sum (over `basis`) of the rows of `relation` (aliased ROW_ALIAS)
-    meeting `condition`."""
-    statement = exp.select(*row_hash_aggregates(basis)).from_(as_rows(relation))
-    if condition is not None:
-        statement = statement.where(condition.copy())
-    row = run(con, statement).fetchone()
-    return int(row[0]), str(row[1])
-
-
-def _key_hash_sum(columns: Sequence[str]) -> exp.Expression:
-    hashed = exp.func("hash", *(exp.column(column, table=ROW_ALIAS) for column in columns))
-    summed = exp.func("sum", exp.cast(hashed, data_type("HUGEINT")))
-    return exp.func("coalesce", summed, exp.Literal.number(0))
-
-
-def content_and_key_sum_where(
-    con: duckdb.DuckDBPyConnection, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
-) -> tuple[int, str, str]:
-    """`content_where`, plus the sum of a hash of only `columns` over the same rows, in one scan."""
-    count, hash_sum = row_hash_aggregates()
-    statement = exp.select(count, hash_sum, _key_hash_sum(columns)).from_(as_rows(query)).where(condition)
-    row = run(con, statement).fetchone()
-    return int(row[0]), str(row[1]), str(row[2])
-
-
-def key_sum(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, columns: Sequence[str]
-) -> tuple[int, str]:
-    """Row count and the sum of a hash of only `columns` (e.g. merge keys and cdc column)."""
-    statement = exp.select(exp.func("count_star"), _key_hash_sum(columns)).from_(as_rows(relation))
-    row = run(con, statement).fetchone()
-    return int(row[0]), str(row[1])
-
-
 def key_extremes(key: exp.Expression) -> list[exp.Expression]:
     """The least and the greatest `key` as text, and the type of the least (warehouse.key_bounds)."""
     least = exp.func("min", key.copy())
@@ -528,88 +390,3 @@ def key_extremes(key: exp.Expression) -> list[exp.Expression]:
         exp.cast(exp.func("max", key.copy()), "VARCHAR"),
         exp.func("typeof", least),
     ]
-
-
-def key_sum_and_extremes(
-    con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query, columns: Sequence[str], key: str
-) -> tuple[int, str, str | None, str | None, str | None]:
-    """`key_sum`, and `key_extremes` of `key`, in one scan."""
-    statement = exp.select(
-        exp.func("count_star"), _key_hash_sum(columns), *key_extremes(exp.column(key, table=ROW_ALIAS))
-    ).from_(as_rows(relation))
-    row = run(con, statement).fetchone()
-    return int(row[0]), str(row[1]), row[2], row[3], None if row[4] is None else str(row[4])
-
-
-def create_values_table(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    column: str,
-    values: Sequence[exp.Expression],
-    files: SnapshotFiles | None = None,
-) -> None:
-    """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
-    typed = _typed_texts(values) if getattr(con, "run_statement", None) is None else None
-    if typed is not None:
-        _create_from_texts(con, name, column, *typed, files)
-        return
-    rows = exp.values(
-        [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
-    )
-    query = exp.select(exp.column(column)).from_(rows)
-    create_snapshot(con, name, query, files)
-
-
-_VALUES_STAGING = exp.Table(this=exp.to_identifier("__strata_values"), db=exp.to_identifier("temp"))
-
-
-def _typed_texts(values: Sequence[exp.Expression]) -> tuple[exp.DataType, list[str | None]] | None:
-    """`values` as texts of one type (each `CAST('text' AS type)` or NULL), None otherwise."""
-    to: exp.DataType | None = None
-    texts: list[str | None] = []
-    for value in values:
-        if isinstance(value, exp.Null):
-            texts.append(None)
-            continue
-        if not (isinstance(value, exp.Cast) and isinstance(value.this, exp.Literal) and value.this.is_string):
-            return None
-        if to is None:
-            to = value.to
-        elif value.to != to:
-            return None
-        texts.append(value.this.this)
-    return None if to is None else (to, texts)
-
-
-def _create_from_texts(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    column: str,
-    to: exp.DataType,
-    texts: list[str | None],
-    files: SnapshotFiles | None,
-) -> None:
-    """The values table from one list parameter (DuckDB): a literal VALUES of thousands of keys
-    costs more to build, render and parse than the table's write (the keys of 1,000 changed
-    orders: about 40 ms against 5)."""
-    listed = exp.cast(exp.Placeholder(), data_type("VARCHAR[]"))
-    staged = exp.select(exp.cast(exp.Unnest(expressions=[listed]), to.copy()).as_(column))
-    temporary = exp.Properties(expressions=[exp.TemporaryProperty()])
-    run(
-        con,
-        exp.Create(this=_VALUES_STAGING, kind="TABLE", expression=staged, properties=temporary, replace=True),
-        [texts],
-    )
-    try:
-        create_snapshot(con, name, exp.select(exp.column(column)).from_(_VALUES_STAGING.copy()), files)
-    finally:
-        run(con, exp.Drop(tables=[_VALUES_STAGING.copy()], kind="TABLE", exists=True))
-
-
-def count_null_keys(con: duckdb.DuckDBPyConnection, name: str, keys: Sequence[str]) -> int:
-    """Rows of a keys table with a NULL in any key column."""
-    condition = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in keys))
-    row = run(
-        con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name)).where(condition)
-    ).fetchone()
-    return int(row[0]) if row else 0

@@ -35,6 +35,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.base import ServingCollection
 from strata_dagster.errors import E_GC, E_SERVING_DAMAGED, StrataError, first_line
 from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.limits import connect_in_memory
@@ -490,20 +491,6 @@ def _retire(catalog: Path) -> None:
     manifest = _manifest(catalog)
     if manifest.exists():
         os.utime(manifest)
-
-
-@dataclass(frozen=True)
-class ServingCollection:
-    catalogs_removed: int
-    files_removed: int
-    bytes_removed: int
-    # The snapshot files (snapshot_files.py) the kept catalogs read: gc keeps them for the readers.
-    kept_snapshot_files: frozenset[str] = frozenset()
-    # Filled in by Session.collect_files: the snapshot files nothing read any more, removed.
-    snapshot_files_removed: int = 0
-    snapshot_bytes_removed: int = 0
-    # A kept catalog's manifest could not be read: what it reads is unknown, so no file is removed.
-    keeps_every_file: bool = False
 
 
 def collect(warehouse: Path, grace: float | None = None) -> ServingCollection:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from strata_dagster.warehouse.connection import WAREHOUSE_ENV, check_warehouse_path, lock_timeout
-from strata_dagster.warehouse.engines import engine_choice
+from strata_dagster.warehouse.engines import capabilities_of, engine_choice
 from strata_dagster.warehouse.limits import resource_limits
 from strata_dagster.warehouse.serving import grace_seconds
 from strata_dagster.warehouse.snapshot_files import storage
@@ -26,4 +26,5 @@ def check_environment(engine: str | None = None) -> None:
     resource_limits(Path("warehouse.duckdb"))  # reads the limits only: nothing is opened
     warehouse = os.environ.get(WAREHOUSE_ENV)
     if warehouse and engine is not None:
-        check_warehouse_path(Path(warehouse), is_file=engine == "duckdb", setting=WAREHOUSE_ENV)
+        is_file = capabilities_of(engine).has_warehouse_file
+        check_warehouse_path(Path(warehouse), is_file=is_file, setting=WAREHOUSE_ENV)

@@ -20,6 +20,7 @@ exporting each snapshot once more.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import re
 import secrets
@@ -31,11 +32,15 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
+from strata_dagster.backends.sql.tables import drop_table
 from strata_dagster.errors import E_SNAPSHOT_STORAGE, StrataError
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.sql import data_type, render, run
+from strata_dagster.warehouse.sql import data_type, describe, render, run, snapshot_table
 
 FOLDER_SUFFIX = ".snapshots"
+# A temporary view: the query of a snapshot being written, bound once.
+_PENDING = exp.Table(this=exp.to_identifier("__strata_pending_snapshot"))
 STORAGE_ENV = "STRATA_SNAPSHOT_STORAGE"
 STORAGES = ("parquet", "table")
 # Types Parquet would change in value (128-bit integers become doubles, an INTERVAL loses its
@@ -299,16 +304,14 @@ def fsync(path: Path) -> None:
 
 
 @dataclass
-class SnapshotFiles:
-    """Where one session writes snapshot files, and the files it wrote (to remove the unpublished)."""
+class SnapshotFiles(SnapshotKinds):
+    """Where one session writes snapshot files, and the files it wrote (to remove the unpublished).
+    `folder` None: snapshots are tables (an in-memory database, or storage `table`). The kinds are
+    forgotten when a transaction rolls back; asking DuckDB each time lists every view of the
+    catalog: tens of ms with thousands."""
 
-    folder: Path | None  # None: snapshots are tables (an in-memory database, or storage `table`)
     written: list[Path] = field(default_factory=list)
     unsynced: list[Path] = field(default_factory=list)
-    # Snapshot name -> 'table' or 'view', read once and kept up to date by this session's own
-    # writes (only the writer changes the snapshot schema); forgotten when a transaction rolls back.
-    # Asking DuckDB each time lists every view of the catalog: tens of ms with thousands.
-    kinds: dict[str, str] | None = None
 
     def kind_of(self, con: duckdb.DuckDBPyConnection, name: str) -> str | None:
         if self.kinds is None:
@@ -320,12 +323,47 @@ class SnapshotFiles:
             self.kinds = {str(row[0]): str(row[1]) for row in rows}
         return self.kinds.get(name)
 
-    def set_kind(self, name: str, kind: str | None) -> None:
-        if self.kinds is not None:
-            if kind is None:
-                self.kinds.pop(name, None)
+    def write_snapshot(
+        self, con: duckdb.DuckDBPyConnection, name: str, query: exp.Query, replaces: str | None
+    ) -> None:
+        """Snapshot `name` as a Parquet file in `folder` and a view over it, or a table when the file
+        would not give the columns back exactly; `replaces`: the kind of a leftover of that name,
+        dropped first. `query` is consumed."""
+        temporary = exp.Properties(expressions=[exp.TemporaryProperty()])
+        pending = exp.Create(this=_PENDING, kind="VIEW", expression=query, properties=temporary, replace=True)
+        run(con, pending, consume=True)
+        try:
+            if replaces is not None:
+                drop_table(con, name, self)
+            columns = list(describe(con, _PENDING))
+            if is_storable(columns) and self._write_file(con, name, columns):
+                self.set_kind(name, "view")
             else:
-                self.kinds[name] = kind
+                rows = exp.select("*").from_(_PENDING)
+                run(con, exp.Create(this=snapshot_table(name), kind="TABLE", expression=rows))
+                self.set_kind(name, "table")
+        except BaseException:
+            # The failed statement may have aborted the transaction (the view goes with it).
+            with contextlib.suppress(duckdb.Error):
+                run(con, exp.Drop(tables=[_PENDING], kind="VIEW", exists=True))
+            raise
+        run(con, exp.Drop(tables=[_PENDING], kind="VIEW", exists=True))
+
+    def _write_file(self, con: duckdb.DuckDBPyConnection, name: str, columns: list[tuple[str, str]]) -> bool:
+        """The pending rows as a file and the snapshot as a view over it; False (nothing left but an
+        unreferenced file) when the view would not give back exactly the columns' types."""
+        assert self.folder is not None
+        self.folder.mkdir(exist_ok=True)
+        path = new_file(self.folder, name)
+        self.written.append(path)
+        copy_to_file(con, path, write_query(_PENDING, columns), sync=False)
+        self.unsynced.append(path)
+        view = exp.Create(this=snapshot_table(name), kind="VIEW", expression=read_query(path, columns))
+        run(con, view, consume=True)
+        if is_known_exact(columns) or list(describe(con, snapshot_table(name))) == columns:
+            return True
+        run(con, exp.Drop(tables=[snapshot_table(name)], kind="VIEW", exists=True))
+        return False
 
     def sync(self) -> None:
         """Make the files written since the last call durable, and their names (before a COMMIT

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypeAlias
 
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.base import SqlRunner, WarehouseError
 from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 
 DIALECT = "duckdb"
+
+# What the SQL shared by both backends runs on: a DuckDB connection, or another backend's
+# connection that renders the trees in its own dialect (spark/connection.py).
+Connection: TypeAlias = duckdb.DuckDBPyConnection | SqlRunner
 
 
 # Every statement strata runs is evaluated in UTC, as on Spark (`spark.sql.session.timeZone`): a
@@ -49,17 +54,21 @@ def render(statement: exp.Expression, *, consume: bool = False) -> str:
     return statement.sql(dialect=DIALECT, copy=not consume)
 
 
+def is_duckdb(con: Connection) -> bool:
+    """Whether `con` is DuckDB's own connection (else another backend's SqlRunner)."""
+    return isinstance(con, duckdb.DuckDBPyConnection)
+
+
 def run(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     statement: exp.Expression,
     params: list[Any] | None = None,
     *,
     consume: bool = False,
 ) -> Any:
-    runner = getattr(con, "run_statement", None)
-    if runner is not None:  # another engine's connection renders the tree in its own dialect
-        return runner(statement, params, consume=consume)
-    return con.execute(render(statement, consume=consume), params or [])
+    if isinstance(con, duckdb.DuckDBPyConnection):
+        return con.execute(render(statement, consume=consume), params or [])
+    return con.run_statement(statement, params, consume=consume)
 
 
 def table(name: str, schema: str | None = None) -> exp.Table:
@@ -85,20 +94,20 @@ def parse_table_name(text: str) -> exp.Table:
     return node
 
 
-def describe(con: duckdb.DuckDBPyConnection, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
+def describe(con: Connection, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
     """(column, type) of any relation DuckDB can read."""
     source = relation.subquery("__described") if isinstance(relation, exp.Query) else relation.copy()
     query = exp.Describe(this=exp.select("*").from_(source))
     return tuple((str(row[0]), str(row[1])) for row in run(con, query).fetchall())
 
 
-def relation_exists(con: duckdb.DuckDBPyConnection, relation: exp.Table) -> bool:
+def relation_exists(con: Connection, relation: exp.Table) -> bool:
     try:
         describe(con, relation)
     except duckdb.CatalogException:
         return False
-    except Exception as error:
-        if getattr(error, "is_missing_relation", False):  # another engine's "no such table"
+    except WarehouseError as error:
+        if error.is_missing_relation:  # another backend's "no such table"
             return False
         raise
     return True

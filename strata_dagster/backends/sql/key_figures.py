@@ -11,25 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
+from strata_dagster.backends.sql.tables import create_snapshot
 from strata_dagster.warehouse.content import ROW_ALIAS, as_rows, row_hash_aggregates
 from strata_dagster.warehouse.segments import keyed_rows
-from strata_dagster.warehouse.snapshot_files import SnapshotFiles
-from strata_dagster.warehouse.sql import run, snapshot_table
-from strata_dagster.warehouse.tables import create_snapshot
+from strata_dagster.warehouse.sql import Connection, run, snapshot_table
 
 ROWS, HASH_SUM = "__rows", "__hash_sum"
 _BEFORE, _AFTER = "__before", "__after"
 
 
 def create_key_figures(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     name: str,
     relation: exp.Table | exp.Query,
     keys: Sequence[str],
-    files: SnapshotFiles | None = None,
+    files: SnapshotKinds,
 ) -> None:
     """A table of `relation`'s row count and row-hash sum per value of `keys` (none NULL)."""
     columns = [exp.column(key, table=ROW_ALIAS) for key in keys]
@@ -45,12 +44,12 @@ def create_key_figures(
 
 
 def create_changed_keys(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     name: str,
     before: str,
     after: str,
     keys: Sequence[str],
-    files: SnapshotFiles | None = None,
+    files: SnapshotKinds,
 ) -> int:
     """A table of the keys whose figures differ between figures tables `before` and `after` (a key
     in one of them only, or with other figures). Returns how many."""
@@ -84,7 +83,7 @@ def create_changed_keys(
 
 
 def partitions_meeting(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     relation: exp.Table | exp.Query,
     partition: exp.Expression,
     values: Sequence[exp.Expression],

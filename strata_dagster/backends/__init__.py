@@ -1,0 +1,1 @@
+"""The backends strata builds on, behind one interface (base.py): DuckDB and Spark."""

@@ -1,0 +1,1 @@
+"""The DuckDB backend: one warehouse file, its snapshot files, and the serving copy readers open."""

@@ -1,0 +1,56 @@
+"""Opening a warehouse on the backend this process builds on (warehouse/engines.py chooses it):
+the engine, the CLI and the Dagster layer open sessions here and never name a backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.duckdb.opening import open_served, source_schemas_of
+from strata_dagster.language.definition import Project
+from strata_dagster.warehouse.engines import current_engine, engine_opener
+
+
+@contextmanager
+def open_session(
+    path: Path, *, read_only: bool = False, must_exist: bool = False, timeout: float | None = None
+) -> Iterator[Session]:
+    """Open the warehouse (waiting up to `timeout` seconds, default $STRATA_LOCK_TIMEOUT, for
+    another process's lock), migrated unless read-only.
+
+    With `must_exist`, a missing warehouse is an error (E020) instead of a new, empty one. `path`
+    is the chosen backend's warehouse: a DuckDB file, or a Spark warehouse directory.
+    """
+    choice = current_engine()
+    opener = engine_opener(choice)
+    with opener(path, choice, read_only=read_only, must_exist=must_exist, timeout=timeout) as session:
+        yield session
+
+
+@contextmanager
+def open_live_session(path: Path) -> Iterator[Session]:
+    """A session that reads the live views as readers see them, never locking out a writer: the
+    serving copy where the backend keeps one (a warehouse published before it existed gets one
+    first), else the live views themselves (Spark never locks readers out)."""
+    if not current_engine().capabilities.has_serving_copy:
+        with open_session(path, read_only=True) as session:
+            yield session
+        return
+    with open_served(path) as session:
+        yield session
+
+
+def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tuple[str, str], ...]]:
+    """(column, type) of every source that can be read now, without writing anything.
+
+    A warehouse that does not exist is not created: file sources are then described from an
+    in-memory DuckDB, and table sources are simply not known yet.
+    """
+    if current_engine().capabilities.has_warehouse_file:
+        return source_schemas_of(warehouse, project)
+    if warehouse.exists():
+        with open_session(warehouse, read_only=True) as session:
+            return session.source_schemas(project, {})
+    return source_schemas_of(None, project)  # describe file sources in memory
