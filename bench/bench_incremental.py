@@ -59,11 +59,10 @@ import strata_dagster.warehouse.session as session_module
 import strata_dagster.warehouse.snapshot_files as snapshot_files_module
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render
+from strata_dagster.state.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.session import DuckDBSession
-from strata_dagster.warehouse.sql import render
 
 PROJECT = """
 source orders {

@@ -62,11 +62,10 @@ from strata_dagster.backends.base import Session
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render
+from strata_dagster.state.history import HistoryReader, HistoryWriter
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster.warehouse.session import DuckDBSession
-from strata_dagster.warehouse.sql import render
 
 PROJECT = """
 source orders {

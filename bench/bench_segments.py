@@ -15,7 +15,7 @@ them), how many segments `stg_orders` and the models following it hold, and the 
 
 `--trace N`: the N slowest statements of each run, each with its model and kind (the statement's
 first words): what grows; `--dump DIR`: every statement of each run, timed, to DIR/SIDE/run-NN.sql. Statements are timed where the warehouse runs its sqlglot trees
-(`warehouse.sql.run` as imported by each warehouse module); the few `con.execute` text statements
+(`backends.sql.runner.run` as imported by each module); the few `con.execute` text statements
 are not.
 
 `--base DIR`: a second project state to alternate with, e.g. main exported to /tmp/strata-main:
@@ -51,15 +51,17 @@ class Tracer:
         self.active = False
 
     def install(self) -> None:
-        import strata_dagster.warehouse as package
-        from strata_dagster.warehouse import sql
-
-        original = sql.run
+        try:
+            from strata_dagster.backends.sql.runner import run as original
+            from strata_dagster.sql.render import render
+        except ImportError:  # a tree from before the backends package (`--base`)
+            from strata_dagster.warehouse.sql import render
+            from strata_dagster.warehouse.sql import run as original
 
         def run(con, statement, params=None, **options):  # type: ignore[no-untyped-def]
             if not self.active:
                 return original(con, statement, params, **options)
-            text = sql.render(statement)
+            text = render(statement)
             started = time.perf_counter()
             try:
                 return original(con, statement, params, **options)
@@ -68,7 +70,7 @@ class Tracer:
 
         for module in list(sys.modules.values()):
             name = getattr(module, "__name__", "")
-            if name.startswith(package.__name__ + ".") and getattr(module, "run", None) is original:
+            if name.startswith("strata_dagster.") and getattr(module, "run", None) is original:
                 module.run = run  # type: ignore[attr-defined]
 
 
@@ -89,7 +91,7 @@ def side(rows: int, folder: Path, trace: int, dump: Path | None) -> None:
 
     from strata_dagster.compile.relations import DEFAULT_BRANCH
     from strata_dagster.engine.run import run_project
-    from strata_dagster.warehouse.history import HistoryReader
+    from strata_dagster.state.history import HistoryReader
     from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop
 
     if os.environ.get("BENCH_MAX_SEGMENTS"):  # an experiment: compaction at another count

@@ -26,7 +26,7 @@ from dagster._core.loader import LoadingContextForTest
 
 from strata_dagster import build_definitions
 from strata_dagster.backends.opening import open_session
-from strata_dagster.warehouse.history import Entry
+from strata_dagster.state.history import Entry
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.engine_support import SHOP, UNPARTITIONED_MODELS, execute
 

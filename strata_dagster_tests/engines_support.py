@@ -25,10 +25,10 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.backends.opening import open_session
+from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import RunResult, run_project
 from strata_dagster.warehouse.engines import EngineChoice, engine_choice, using_engine
-from strata_dagster.warehouse.sql import describe, run
 from strata_dagster_tests.spark_class_archive import driver_env
 from strata_dagster_tests.spark_support import drop_databases, spark_session
 

@@ -1,4 +1,4 @@
-"""The ledger's digest (warehouse.ledger.LedgerDigest): a run whose listing starts with exactly the
+"""The ledger's digest (state.ledger.LedgerDigest): a run whose listing starts with exactly the
 consumed partitions compares one digest instead of every partition's ledger row. It must decide
 what the per-partition comparison decides: the same reading when nothing consumed changed, and
 the same coded error, naming the same partition, when any single consumed partition did."""
@@ -16,7 +16,7 @@ from strata_dagster.engine import business
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse import ledger
+from strata_dagster.state import ledger
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 from strata_dagster_tests.engine_support import execute, sql
 

@@ -1,4 +1,4 @@
-"""The partition listing of a business-versioned Parquet folder (warehouse.ledger) finds exactly
+"""The partition listing of a business-versioned Parquet folder (warehouse.partition_evidence) finds exactly
 what Python's glob (and so DuckDB's) finds for the same pattern, on the scandir fast path and off it;
 with its cache of folder names (warehouse.listing) it still sees every change a listing shows."""
 
@@ -14,8 +14,9 @@ import pytest
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
+from strata_dagster.state.ledger import order_of
 from strata_dagster.warehouse import listing
-from strata_dagster.warehouse.ledger import matching_files, order_of
+from strata_dagster.warehouse.partition_evidence import matching_files
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 
 

@@ -1,4 +1,4 @@
-"""A snapshot record's detail read from history (warehouse.history.StoredDetail) is its JSON, parsed
+"""A snapshot record's detail read from history (state.history.StoredDetail) is its JSON, parsed
 when first read: it answers as the parsed dict does, an absent plain key is told without parsing,
 and it is written back as the dict it holds."""
 
@@ -8,7 +8,7 @@ import json
 import duckdb
 import pytest
 
-from strata_dagster.warehouse.history import (
+from strata_dagster.state.history import (
     KEPT_FACTS,
     EntryModel,
     HistoryReader,
@@ -17,8 +17,8 @@ from strata_dagster.warehouse.history import (
     StoredDetail,
     _as_json,
 )
-from strata_dagster.warehouse.migrations import migrate
-from strata_dagster.warehouse.states import state_tables
+from strata_dagster.state.migrations import migrate
+from strata_dagster.state.states import state_tables
 
 NOW = dt.datetime(2026, 3, 2, 12, 0)
 

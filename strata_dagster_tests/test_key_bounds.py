@@ -1,7 +1,7 @@
-"""An upsert state's key bounds (warehouse.key_bounds) compare keys by their values, not their text,
+"""An upsert state's key bounds (sql.key_bounds) compare keys by their values, not their text,
 and are kept only for types whose text has a known order."""
 
-from strata_dagster.warehouse.key_bounds import KeyBounds
+from strata_dagster.sql.key_bounds import KeyBounds
 
 
 def test_integer_decimal_and_temporal_bounds_compare_by_value():

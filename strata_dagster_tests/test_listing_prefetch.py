@@ -12,7 +12,7 @@ from strata_dagster.engine.listing_prefetch import Listings, listing_request
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
-from strata_dagster.warehouse import ledger
+from strata_dagster.warehouse import partition_evidence
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 
 
@@ -27,13 +27,13 @@ def _project_of_days(tmp_path, days: int):
 def test_an_unchanged_run_lists_its_file_source_once_while_the_warehouse_opens(tmp_path, monkeypatch):
     project, warehouse = _project_of_days(tmp_path, 3)
     listed_in: list[str] = []
-    real = ledger.file_listing
+    real = partition_evidence.file_listing
 
     def recorded(*request):
         listed_in.append(threading.current_thread().name)
         return real(*request)
 
-    monkeypatch.setattr(ledger, "file_listing", recorded)
+    monkeypatch.setattr(partition_evidence, "file_listing", recorded)
     assert run_project(project, warehouse, only_stale=True).is_noop
     assert len(listed_in) == 1 and listed_in[0].startswith("strata-listing"), listed_in
     listed_in.clear()
@@ -58,7 +58,7 @@ def test_a_listing_made_before_another_run_consumed_partitions_decides_nothing(t
     loaded = load_project(project)
     request = listing_request(loaded.sources["events"], loaded, str(warehouse))
     early = Future()
-    early.set_result(ledger.file_listing(*request))  # listed as this run started...
+    early.set_result(partition_evidence.file_listing(*request))  # listed as this run started...
     write_file_partition(project, 3, 10)
     other = run_project(project, warehouse, only_stale=True)  # ...and another run consumed day 3
     assert other.outcome("events_log").is_published

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse.history import HistoryReader
+from strata_dagster.state.history import HistoryReader
 from strata_dagster_tests.incremental_support import compaction_thresholds
 from strata_dagster_tests.model_slices_support import SLICED_MODELS, START, compare, make_project
 

@@ -96,7 +96,7 @@ def test_the_recompute_reads_the_affected_days_as_ranges_of_the_raw_column(order
 def test_many_scattered_days_are_read_as_one_span_and_matched_by_key(orders):
     """Past MAX_EXACT_RANGES runs of days, the recompute reads one span of the raw column (for
     pruning) and matches the days' keys beside it: a per-row OR of many ranges costs more."""
-    from strata_dagster.warehouse.segments import MAX_EXACT_RANGES
+    from strata_dagster.sql.segments import MAX_EXACT_RANGES
 
     project, warehouse = orders
     run_project(project, warehouse)
@@ -256,7 +256,7 @@ def test_grouped_source_scan_gives_the_whole_table_fingerprint(orders):
 def test_partition_ranges_merge_consecutive_months_across_a_year_and_keep_the_null_partition():
     from sqlglot import exp
 
-    from strata_dagster.warehouse.segments import partition_ranges
+    from strata_dagster.sql.segments import partition_ranges
 
     keys = ["2025-11-01", "2025-12-01", "2026-01-01", "2026-03-01"]
     ranges = partition_ranges(exp.column("d"), "DATE", "month", keys, has_null=True)
@@ -282,7 +282,7 @@ def test_partition_ranges_select_exactly_the_partitions_rows_or_say_they_only_pr
     every such row (the build then matches the keys too)."""
     from sqlglot import exp
 
-    from strata_dagster.warehouse.segments import MAX_EXACT_RANGES, partition_ranges
+    from strata_dagster.sql.segments import MAX_EXACT_RANGES, partition_ranges
 
     start = dt.date(2025, 11, 20)
     asked = {start + dt.timedelta(days=day) for day in days}

@@ -22,8 +22,8 @@ from strata_dagster.engine.catalog import read_catalog
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
+from strata_dagster.faults import KILL_AT_ENV
 from strata_dagster.warehouse import serving
-from strata_dagster.warehouse.faults import KILL_AT_ENV
 from strata_dagster.warehouse.relocation import RELOCATED_STEP
 from strata_dagster.warehouse.serving import SERVING_STEPS
 from strata_dagster.warehouse.snapshot_files import folder_of

@@ -8,8 +8,8 @@ import duckdb
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.run import run_project
+from strata_dagster.state.history import HistoryReader
 from strata_dagster.warehouse import row_groups
-from strata_dagster.warehouse.history import HistoryReader
 from strata_dagster_tests.engine_support import make_module_project, sql
 from strata_dagster_tests.partition_support import compare_with_full
 

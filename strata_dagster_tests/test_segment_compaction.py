@@ -8,8 +8,8 @@ import pytest
 
 from strata_dagster.engine import segment_compaction
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse.segments import Segment, composite_query
-from strata_dagster.warehouse.sql import render
+from strata_dagster.sql.render import render
+from strata_dagster.sql.segments import Segment, composite_query
 from strata_dagster_tests.engine_support import sql
 from strata_dagster_tests.incremental_support import FULL_UP, make_project, multiset
 
@@ -120,7 +120,7 @@ def test_deltas_that_only_add_rows_are_merged_later(events, monkeypatch):
 
 
 def test_keys_without_null_are_anti_joined_in_one_read_with_the_same_rows():
-    """The composite's short anti-join for keys tables with no NULL (warehouse.segments) keeps
+    """The composite's short anti-join for keys tables with no NULL (sql.segments) keeps
     exactly the rows the NULL-safe one keeps, a row with a NULL key among them."""
     con = duckdb.connect()
     con.execute("CREATE SCHEMA strata_snapshots")

@@ -17,7 +17,7 @@ from strata_dagster.engine.readers import reader_statement_for
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.faults import KILL_AT_ENV
+from strata_dagster.faults import KILL_AT_ENV
 from strata_dagster.warehouse.serving import (
     GRACE_ENV,
     READER_CATALOG,

@@ -11,7 +11,8 @@ from sqlglot import exp
 from strata_dagster.backends.opening import open_session
 from strata_dagster.backends.sql.figures import count_null_keys
 from strata_dagster.spark.connection import ECHO_ENV
-from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
+from strata_dagster.state.migrations import HISTORY_SCHEMA
 from strata_dagster_tests.engines_support import engine_under_test
 from strata_dagster_tests.spark_support import UPSERT_PROJECT as PROJECT
 

@@ -1,11 +1,11 @@
 """DuckDB's own parse of a stored view (warehouse/view_reads.py) names the same snapshot tables as
-sqlglot's (tables.tables_of_view), on the live views of real runs and on views edited by hand."""
+sqlglot's (sql/views.py tables_of_view), on the live views of real runs and on views edited by hand."""
 
 import duckdb
 import pytest
 
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse.tables import tables_of_view
+from strata_dagster.sql.views import tables_of_view
 from strata_dagster.warehouse.view_reads import snapshot_tables_read
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop
 

@@ -29,15 +29,15 @@ if TYPE_CHECKING:  # annotations only: none of these is loaded by the interface 
     import pyarrow as pa
 
     from strata_dagster.language.definition import Project
-    from strata_dagster.warehouse.content import Content, RowBasis
-    from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-    from strata_dagster.warehouse.key_bounds import KeyBounds
-    from strata_dagster.warehouse.ledger import PartitionEvidence
-    from strata_dagster.warehouse.segments import KeyRange, WindowStats
+    from strata_dagster.sql.content import Content, RowBasis
+    from strata_dagster.sql.key_bounds import KeyBounds
+    from strata_dagster.sql.segments import KeyRange, WindowStats
+    from strata_dagster.sql.views import PinViolation
+    from strata_dagster.state.history import HistoryReader, HistoryWriter
+    from strata_dagster.state.ledger import PartitionEvidence
     from strata_dagster.warehouse.snapshot_files import FileDamage
-    from strata_dagster.warehouse.tables import PinViolation
 
-_WHOLE_ROW: tuple[str, ...] = ()  # warehouse.content.WHOLE_ROW: every column of every row
+_WHOLE_ROW: tuple[str, ...] = ()  # sql.content.WHOLE_ROW: every column of every row
 
 
 class WarehouseError(Exception):
@@ -111,7 +111,7 @@ class Rows(Protocol):
 
 
 class SqlRunner(Protocol):
-    """A connection of a backend other than DuckDB as the shared SQL sees it (warehouse.sql.run):
+    """A connection of a backend other than DuckDB as the shared SQL sees it (backends.sql.runner.run):
     sqlglot trees in, rendered in its own dialect; rows out as tuples, types as DuckDB spells them."""
 
     dialect: str

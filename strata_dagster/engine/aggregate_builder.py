@@ -23,9 +23,9 @@ from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalC
 from strata_dagster.engine.model_slices import SlicedBuilder, UpstreamChange, replaced_rows
 from strata_dagster.engine.partitions import NULL_PARTITION, partition_column, partition_grain
 from strata_dagster.language.definition import JoinStep
-from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, keyed_rows, partition_key, union_all
-from strata_dagster.warehouse.sql import data_type
+from strata_dagster.sql.render import data_type
+from strata_dagster.sql.segments import Segment, composite_query, keyed_rows, partition_key, union_all
+from strata_dagster.state.history import SnapshotRecord
 
 
 class AggregateDeltaBuilder(SlicedBuilder):

@@ -43,8 +43,8 @@ from strata_dagster.language.definition import (
     LetStep,
     Model,
 )
-from strata_dagster.warehouse.segments import union_all
-from strata_dagster.warehouse.sql import data_type
+from strata_dagster.sql.render import data_type
+from strata_dagster.sql.segments import union_all
 
 COUNT_STAR, COUNT, SUM, COUNT_DISTINCT, MIN, MAX = (
     "count_star",

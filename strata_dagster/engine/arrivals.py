@@ -23,10 +23,10 @@ from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partition_staleness import cut_like_stale
 from strata_dagster.errors import E_PARTITION_BACKFILLED, E_PARTITION_CHANGED, StrataError
 from strata_dagster.fingerprint import digest
-from strata_dagster.warehouse import ledger
-from strata_dagster.warehouse.ledger import PartitionEvidence
+from strata_dagster.sql.render import render
+from strata_dagster.state import ledger
+from strata_dagster.state.ledger import PartitionEvidence
 from strata_dagster.warehouse.sources import source_table
-from strata_dagster.warehouse.sql import render
 
 
 def partition_version(item: PartitionEvidence) -> str:

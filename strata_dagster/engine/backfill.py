@@ -33,7 +33,7 @@ from strata_dagster.errors import (
 )
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse.history import Entry
+from strata_dagster.state.history import Entry
 from strata_dagster.warehouse.sources import parse_overrides
 
 BACKFILL = "backfill"

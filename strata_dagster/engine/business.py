@@ -1,7 +1,7 @@
 """Business-driven versioning (seed 004): a source without change signals is versioned by the
 partitions it holds, under the assumptions its declaration states.
 
-Each run lists the source's partitions with cheap evidence (warehouse.ledger) and compares them
+Each run lists the source's partitions with cheap evidence (warehouse.partition_evidence) and compares them
 with the ledger of consumed partitions: a consumed partition whose evidence changed or that
 disappeared breaks immutability; a new partition at or before the last consumed one breaks
 monotonic arrival. `on_violation: error` stops the run (E052 / E053, nothing published);
@@ -48,13 +48,14 @@ from strata_dagster.errors import (
 )
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import Model, Source
-from strata_dagster.warehouse import ledger
-from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence, order_of
+from strata_dagster.sql.render import render
+from strata_dagster.sql.segments import typed_literal
+from strata_dagster.state import ledger
+from strata_dagster.state.ledger import LedgerEntry, PartitionEvidence, order_of
+from strata_dagster.warehouse import partition_evidence
 from strata_dagster.warehouse.listing import FolderListing
 from strata_dagster.warehouse.partitions import partition_key
-from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.sources import file_pattern, schema_relation, source_table
-from strata_dagster.warehouse.sql import render
 
 # A detail key on a run's entry and a model's outcome: the business-versioned sources read.
 SOURCE_VERSIONS = "source_versions"
@@ -156,11 +157,11 @@ def list_partitions(
     spec = source.partitioned_by
     assert spec is not None
     if source.path is not None:
-        found_partitions, stray = ledger.list_file_partitions(
+        found_partitions, stray = partition_evidence.list_file_partitions(
             file_pattern(source, context.project),
             spec.column,
             source.complete_when,
-            ledger.listing_cache_dir(session.database_path()),
+            partition_evidence.listing_cache_dir(session.database_path()),
             found,
         )
         if stray:
@@ -229,13 +230,15 @@ def _counted(
     if not any(item.rows == ledger.UNCOUNTED for item in items):
         return items
     try:
-        counted = ledger.with_footer_rows(session.meta, items)
-    except ledger.UnreadableFile as unreadable:
+        counted = partition_evidence.with_footer_rows(session.meta, items)
+    except partition_evidence.UnreadableFile as unreadable:
         raise _unreadable_error(source, items, unreadable) from None
     assert source.partitioned_by is not None
     hive = source.partitioned_by.column.lower()
     columns = [name for name, _ in _columns(session, context, source) if name.lower() != hive]
-    lacking = ledger.lacking_columns(session.meta, [file for item in items for file in item.files], columns)
+    lacking = partition_evidence.lacking_columns(
+        session.meta, [file for item in items for file in item.files], columns
+    )
     if lacking is not None:
         path, missing = lacking
         item = _holding(items, path)
@@ -255,7 +258,7 @@ def _holding(items: Sequence[PartitionEvidence], path: str) -> PartitionEvidence
 
 
 def _unreadable_error(
-    source: Source, items: Sequence[PartitionEvidence], unreadable: ledger.UnreadableFile
+    source: Source, items: Sequence[PartitionEvidence], unreadable: partition_evidence.UnreadableFile
 ) -> StrataError:
     """E056: a partition about to be consumed holds a file that cannot be read. Refused, not waited
     for: a folder that counts as complete (its marker is there, or none is declared) and stays
@@ -396,7 +399,7 @@ def read_business_source(
         # (engine.listing_prefetch); anything else is decided from one made now.
         reading = unchanged_reading(context.listings.take(request))
         if reading is None:
-            found = ledger.file_listing(*request)
+            found = partition_evidence.file_listing(*request)
             reading = unchanged_reading(found)
         if reading is not None:
             return reading
@@ -576,7 +579,7 @@ def _with_row_hashes(
     which cannot be read."""
     try:
         groups = partition_figures(session, source, context, key, items)
-    except ledger.UnreadableFile as unreadable:
+    except partition_evidence.UnreadableFile as unreadable:
         raise _unreadable_error(source, items, unreadable) from None
     return [item._replace(row_hash_sum=groups.get(order_of(item.key), EMPTY_PARTITION)[1]) for item in items]
 
@@ -593,7 +596,7 @@ def partition_figures(
     items: Sequence[PartitionEvidence],
 ) -> dict[tuple[int, object], tuple[int, str]]:
     """The row count and row-hash sum of each of `items` that holds a row, keyed by `order_of` its
-    key, read from their own files (or partitions) only. Raises ledger.UnreadableFile for a file
+    key, read from their own files (or partitions) only. Raises partition_evidence.UnreadableFile for a file
     some row of which cannot be read (found by reading each file alone, once all together failed)."""
     if not items:
         return {}
@@ -612,9 +615,11 @@ def partition_figures(
             .where(exp.In(this=text, expressions=keys))
         )
     try:
-        return ledger.by_partition_value(session.content_by_group(relation, key))
+        return partition_evidence.by_partition_value(session.content_by_group(relation, key))
     except WarehouseError:
-        unreadable = ledger.first_unreadable_file(session.meta, files) if source.path is not None else None
+        unreadable = (
+            partition_evidence.first_unreadable_file(session.meta, files) if source.path is not None else None
+        )
         if unreadable is None:
             raise
         raise unreadable from None

@@ -29,8 +29,8 @@ from strata_dagster.engine.business import BusinessReading, files_relation, is_a
 from strata_dagster.engine.incremental import IncrementalContext, cdc_on_raw_rows
 from strata_dagster.engine.partitions import partition_grain
 from strata_dagster.language.definition import Model, Source
-from strata_dagster.warehouse.ledger import PartitionEvidence
-from strata_dagster.warehouse.sql import render
+from strata_dagster.sql.render import render
+from strata_dagster.state.ledger import PartitionEvidence
 
 
 def narrowed_context(

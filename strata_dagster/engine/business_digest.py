@@ -10,8 +10,9 @@ from typing import NamedTuple, overload
 
 from strata_dagster.backends.base import Session
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse import ledger
-from strata_dagster.warehouse.ledger import PartitionEvidence, order_of
+from strata_dagster.state import ledger
+from strata_dagster.state.ledger import PartitionEvidence, order_of
+from strata_dagster.warehouse import partition_evidence
 from strata_dagster.warehouse.listing import FolderListing
 
 
@@ -38,9 +39,9 @@ def unchanged_listing(session: Session, source: Source, found: FolderListing) ->
     if recorded is None or len(recorded.row_counts) != len(found.folders):
         return None
     evidence = found.summary  # the listing's digest in key order, when listed with its column
-    found = ledger.in_key_order(found, spec.column)
+    found = partition_evidence.in_key_order(found, spec.column)
     if evidence is None:
-        evidence = ledger.listing_digest(found, spec.column)
+        evidence = partition_evidence.listing_digest(found, spec.column)
     if evidence != recorded.digest:
         return None
     column, marker, rows = spec.column, source.complete_when, recorded.row_counts
@@ -49,7 +50,7 @@ def unchanged_listing(session: Session, source: Source, found: FolderListing) ->
         _Keys(found.folders, skip),
         rows,
         evidence,
-        lambda: ledger.listed_partitions(found, column, marker, rows),
+        lambda: partition_evidence.listed_partitions(found, column, marker, rows),
     )
 
 
@@ -78,7 +79,7 @@ class _Keys(Sequence[str]):
 
 def evidence_digest(consumed: Sequence[PartitionEvidence]) -> str:
     """One digest over consumed partitions' keys and evidence, in order: what the ledger's digest
-    records (warehouse.ledger.evidence_digest)."""
+    records (state.ledger.evidence_digest)."""
     return ledger.evidence_digest([part for item in consumed for part in (item.key, item.evidence)])
 
 

@@ -20,6 +20,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, mode
 from strata_dagster.engine.context import load_context, select_models
 from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify_context
 from strata_dagster.language.definition import Project
+from strata_dagster.sql.render import render
 from strata_dagster.warehouse.pins import (
     ContractProblem,
     Duplicates,
@@ -27,7 +28,6 @@ from strata_dagster.warehouse.pins import (
     duplicate_keys,
     row_count,
 )
-from strata_dagster.warehouse.sql import render
 
 Contract = tuple[tuple[str, str, bool], ...]  # (column, type, is_not_null)
 # Metadata stays readable (and small) for a model with hundreds of differing partitions.

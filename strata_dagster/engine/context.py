@@ -15,7 +15,8 @@ from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
-from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
+from strata_dagster.state.migrations import HISTORY_SCHEMA
 from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA
 
 _BRANCH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.state.history import SnapshotRecord
 
 
 @dataclass(frozen=True)

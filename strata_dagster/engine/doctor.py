@@ -25,9 +25,9 @@ from strata_dagster.errors import (
     W_SNAPSHOT_FILE_REBUILT,
     StrataError,
 )
+from strata_dagster.state.history import HistoryReader
 from strata_dagster.warehouse import inspection, serving, snapshot_files
 from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.history import HistoryReader
 
 _WRITE_AGAIN = "any writing command writes it again: `strata run PROJECT --only-stale`"
 _GC = "`strata gc PROJECT --keep N` removes it (or delete it when no strata command runs)"

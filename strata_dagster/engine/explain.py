@@ -15,7 +15,7 @@ from typing import Any
 
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.aggregate_delta import MAINTAINED
-from strata_dagster.warehouse.history import Entry, EntryModel, HistoryReader
+from strata_dagster.state.history import Entry, EntryModel, HistoryReader
 
 # What a path means when the history has nothing more specific to say.
 _PATH_MEANING = {

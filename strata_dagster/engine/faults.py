@@ -6,7 +6,7 @@ Set STRATA_KILL_AT to one of WRITE_STEPS; never set in production. The crash tes
 
 from __future__ import annotations
 
-from strata_dagster.warehouse.faults import KILL_AT_ENV, checkpoint
+from strata_dagster.faults import KILL_AT_ENV, checkpoint
 
 __all__ = ["COMPACT_STEPS", "KILL_AT_ENV", "WRITE_STEPS", "checkpoint"]
 WRITE_STEPS = (

@@ -23,10 +23,10 @@ from strata_dagster.engine.run import CUTOFF, FULL, REUSED, UNPARTITIONED
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_DUPLICATE_NAME, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import digest, short_id
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.content import Content
+from strata_dagster.sql.content import Content
+from strata_dagster.sql.views import snapshot_table_name
+from strata_dagster.state.history import PYTHON_ENTRY_KIND, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.frames import registered_frame
-from strata_dagster.warehouse.history import PYTHON_ENTRY_KIND, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.tables import snapshot_table_name
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa

@@ -21,10 +21,10 @@ from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.sliding_window import WINDOW_STATE
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.fingerprint import digest
-from strata_dagster.warehouse import ledger, listing
+from strata_dagster.state.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
+from strata_dagster.warehouse import listing, partition_evidence
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.serving import grace_seconds
 
 # Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
@@ -126,7 +126,7 @@ def gc(
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
         session.refresh_serving(warehouse)
         collected = session.collect_files(warehouse, serving_grace)
-        cache_dir = ledger.listing_cache_dir(session.database_path())
+        cache_dir = partition_evidence.listing_cache_dir(session.database_path())
         listings_removed = listing.prune_cache(cache_dir) if cache_dir is not None else 0
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)

@@ -21,11 +21,10 @@ from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import segment_compaction
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
-from strata_dagster.warehouse.content import ROW_ALIAS, WHOLE_ROW, Content, RowBasis
-from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
-from strata_dagster.warehouse.key_bounds import KeyBounds
-from strata_dagster.warehouse.segments import (
+from strata_dagster.sql.content import ROW_ALIAS, WHOLE_ROW, Content, RowBasis
+from strata_dagster.sql.key_bounds import KeyBounds
+from strata_dagster.sql.render import render, snapshot_table
+from strata_dagster.sql.segments import (
     REREAD_ALIAS,
     Segment,
     WindowStats,
@@ -36,8 +35,9 @@ from strata_dagster.warehouse.segments import (
     typed_literal,
     window_predicate,
 )
-from strata_dagster.warehouse.sql import render, snapshot_table
-from strata_dagster.warehouse.states import KEYS_NULL_FREE
+from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
+from strata_dagster.state.states import KEYS_NULL_FREE
+from strata_dagster.warehouse.engines import engine_version
 
 DELTA = "delta"
 # A model computed in full before its window (its cdc column cannot be traced to the source): how

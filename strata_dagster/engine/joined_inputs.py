@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import JoinKeys
 from strata_dagster.engine.incremental import Fallback, IncrementalContext
-from strata_dagster.warehouse.content import ROW_ALIAS
+from strata_dagster.sql.content import ROW_ALIAS
 
 FIGURES = "join_figures"  # detail key: joined input -> {"table", "keys", "columns"}
 

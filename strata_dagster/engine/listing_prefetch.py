@@ -24,14 +24,14 @@ from typing import NamedTuple
 
 from strata_dagster.language import Project
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse import ledger
+from strata_dagster.warehouse import partition_evidence
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.listing import FolderListing
 from strata_dagster.warehouse.sources import file_pattern
 
 
 class ListingRequest(NamedTuple):
-    """What `ledger.file_listing` is asked for a source (its arguments, in order)."""
+    """What `partition_evidence.file_listing` is asked for a source (its arguments, in order)."""
 
     pattern: str
     marker: str | None
@@ -53,7 +53,7 @@ def listing_request(source: Source, project: Project, database_path: str | None)
     return ListingRequest(
         file_pattern(source, project),
         source.complete_when,
-        ledger.listing_cache_dir(database_path),
+        partition_evidence.listing_cache_dir(database_path),
         spec.column,
     )
 
@@ -95,6 +95,8 @@ def listed_while_opening(
         return
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-listing")
     try:
-        yield Listings({key: pool.submit(ledger.file_listing, *request) for key, request in requests.items()})
+        yield Listings(
+            {key: pool.submit(partition_evidence.file_listing, *request) for key, request in requests.items()}
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

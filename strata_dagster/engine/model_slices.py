@@ -58,12 +58,12 @@ from strata_dagster.language.definition import (
     Project,
     SetOperationStep,
 )
-from strata_dagster.warehouse.content import ROW_ALIAS
-from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, replaced_rows_key, union_all
-from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
-from strata_dagster.warehouse.sql import snapshot_table
-from strata_dagster.warehouse.states import KEYS_NULL_FREE
+from strata_dagster.sql.content import ROW_ALIAS
+from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.segments import Segment, composite_query, replaced_rows_key, union_all
+from strata_dagster.sql.segments import replaced_rows as segments_replaced_rows
+from strata_dagster.state.history import HistoryReader, SnapshotRecord
+from strata_dagster.state.states import KEYS_NULL_FREE
 
 APPENDED = "appended"  # strategy of a state that only gains the rows its inputs' new rows give
 

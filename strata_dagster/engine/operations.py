@@ -17,7 +17,7 @@ from strata_dagster.engine.states import state_query, state_tables
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_FILE, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.loader import load_project
-from strata_dagster.warehouse.history import Entry, HistoryReader, SnapshotRecord
+from strata_dagster.state.history import Entry, HistoryReader, SnapshotRecord
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from strata_dagster.engine.partition_keys import PartitionRequest, keys_for_mode
 from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
-from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.segments import Segment
+from strata_dagster.sql.segments import Segment
+from strata_dagster.state.history import SnapshotRecord
 
 # A model outcome's detail key: the partitions the run was asked to rebuild.
 REQUESTED_PARTITIONS = "requested_partitions"

@@ -31,7 +31,7 @@ from strata_dagster.engine.partitions import (
 from strata_dagster.engine.status import fingerprint_models, read_source_state, source_basis
 from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
-from strata_dagster.warehouse.content import WHOLE_ROW
+from strata_dagster.sql.content import WHOLE_ROW
 from strata_dagster.warehouse.sources import source_table
 
 

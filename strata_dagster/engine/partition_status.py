@@ -28,7 +28,7 @@ from strata_dagster.engine.status import checked_basis, unreadable_source
 from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
+from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.partitions import content_by_partition, read_rows
 from strata_dagster.warehouse.sources import source_table
 

@@ -28,9 +28,9 @@ from strata_dagster.engine.incremental import (
     SchemaChanged,
 )
 from strata_dagster.language.definition import Model
-from strata_dagster.warehouse.content import ROW_ALIAS, Content
-from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.segments import (
+from strata_dagster.sql.content import ROW_ALIAS, Content
+from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.segments import (
     MAX_EXACT_RANGES,
     MAX_SKIPPING_RANGES,
     RANGE_TYPES,
@@ -44,7 +44,7 @@ from strata_dagster.warehouse.segments import (
     replaced_rows_key,
     typed_literal,
 )
-from strata_dagster.warehouse.sql import snapshot_table
+from strata_dagster.state.history import SnapshotRecord
 
 STRATEGY = "partitions"
 NULL_PARTITION = state_figures.NULL_KEY

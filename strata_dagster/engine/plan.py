@@ -27,7 +27,7 @@ from strata_dagster.engine.partition_range import PartitionRangeBuilder, request
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
 from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run, opened_project
-from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.state.history import SnapshotRecord
 
 CUTOFF_CANDIDATE = "cutoff-candidate"  # rebuilt, its rows expected equal: the live snapshot stays
 DEPENDS = "depends"  # reused or rebuilt, as an upstream rebuilt first comes out

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.errors import W_REMOVED_MODEL, StrataWarning
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse.history import PYTHON_ENTRY_KIND, HistoryReader
+from strata_dagster.state.history import PYTHON_ENTRY_KIND, HistoryReader
 
 
 def removed_models(

@@ -19,8 +19,8 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.explain import BuildExplanation, explain_entry
 from strata_dagster.engine.operations import find_entry
 from strata_dagster.errors import E_UNKNOWN_RUN, StrataError
-from strata_dagster.warehouse.history import Entry, EntryModel, EntrySource
-from strata_dagster.warehouse.sql import DIALECT, parse_table_name, snapshot_table
+from strata_dagster.sql.render import DIALECT, parse_table_name, snapshot_table
+from strata_dagster.state.history import Entry, EntryModel, EntrySource
 
 SCRATCH_PREFIX = "scratch_replay_"
 

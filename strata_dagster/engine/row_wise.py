@@ -33,7 +33,7 @@ from strata_dagster.language.definition import (
     Project,
     SetOperationStep,
 )
-from strata_dagster.warehouse.segments import RANGE_TYPES
+from strata_dagster.sql.segments import RANGE_TYPES
 
 ROW_WISE = "row_wise"  # detail key: the slicing a row-wise model is maintained by, e.g. `day(updated_at)`
 NOT_ROW_WISE = "not maintained row-wise"

@@ -82,15 +82,15 @@ from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, shor
 from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
+from strata_dagster.sql.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
+from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.segments import Segment, WindowStats, keyed_rows
+from strata_dagster.sql.views import PinViolation, snapshot_table_name
+from strata_dagster.state.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.connection import check_warehouse_path
-from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import current_engine, engine_label
-from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, WindowStats, keyed_rows
 from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.sources import source_table
-from strata_dagster.warehouse.sql import snapshot_table
-from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
 UNPARTITIONED = ""

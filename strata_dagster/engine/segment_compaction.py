@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from strata_dagster.backends.base import Session
-from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, merged_keys_query
-from strata_dagster.warehouse.sql import snapshot_table
-from strata_dagster.warehouse.states import KEYS_NULL_FREE
+from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.segments import Segment, composite_query, merged_keys_query
+from strata_dagster.state.history import SnapshotRecord
+from strata_dagster.state.states import KEYS_NULL_FREE
 
 MAX_SEGMENTS = 8  # segments of a state some of which replace rows: more, and they are merged
 MAX_ADDED_SEGMENTS = 32  # segments of a state that only gains rows: more, and they are merged

@@ -21,11 +21,11 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.incremental import DeltaBuild, Fallback
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse import ledger
-from strata_dagster.warehouse.history import SnapshotRecord
-from strata_dagster.warehouse.segments import typed_literal
+from strata_dagster.sql.render import data_type, snapshot_table
+from strata_dagster.sql.segments import typed_literal
+from strata_dagster.state import ledger
+from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.warehouse.sources import schema_relation, source_table
-from strata_dagster.warehouse.sql import data_type, snapshot_table
 
 SLIDING_WINDOW = "sliding_window"
 # Detail keys of a maintained aggregate's state.

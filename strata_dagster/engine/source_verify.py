@@ -19,8 +19,9 @@ from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.errors import E_PARTITION_VERIFY, StrataError
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse import ledger
-from strata_dagster.warehouse.ledger import LedgerEntry, PartitionEvidence
+from strata_dagster.state import ledger
+from strata_dagster.state.ledger import LedgerEntry, PartitionEvidence
+from strata_dagster.warehouse import partition_evidence
 from strata_dagster.warehouse.sources import file_pattern, source_table
 
 
@@ -76,7 +77,7 @@ def _table_checks(
     relation = source_table(source, context.project, {})
     try:
         types = dict(session.describe(relation))
-        now = ledger.by_partition_value(
+        now = partition_evidence.by_partition_value(
             session.content_by_group(relation, business.key_expression(source, types))
         )
     except WarehouseError as error:
@@ -93,11 +94,11 @@ def _file_checks(
     """A file source's consumed partitions, each read from the files its folder lists now."""
     spec = source.partitioned_by
     assert spec is not None
-    listed, _ = ledger.list_file_partitions(
+    listed, _ = partition_evidence.list_file_partitions(
         file_pattern(source, context.project),
         spec.column,
         source.complete_when,
-        ledger.listing_cache_dir(session.database_path()),
+        partition_evidence.listing_cache_dir(session.database_path()),
     )
     present = {item.key: item for item in listed if item.key in recorded}
     figures, problems = _figures(session, context, source, list(present.values()))
@@ -123,7 +124,7 @@ def _figures(
     while True:
         try:
             return business.partition_figures(session, source, context, key, remaining), problems
-        except ledger.UnreadableFile as unreadable:
+        except partition_evidence.UnreadableFile as unreadable:
             bad = next(item for item in remaining if unreadable.path in item.files)
             problems[bad.key] = f"`{unreadable.path}`: {unreadable.reason}"
             remaining = [item for item in remaining if item is not bad]
@@ -133,7 +134,7 @@ def _figures(
     for item in remaining:
         try:
             figures.update(business.partition_figures(session, source, context, key, [item]))
-        except (ledger.UnreadableFile, WarehouseError) as error:
+        except (partition_evidence.UnreadableFile, WarehouseError) as error:
             problems[item.key] = str(error)
     return figures, problems
 

@@ -26,8 +26,8 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
-from strata_dagster.warehouse.content import Content
-from strata_dagster.warehouse.history import SnapshotRecord
+from strata_dagster.sql.content import Content
+from strata_dagster.state.history import SnapshotRecord
 
 FIGURES = "slice_figures"  # detail key
 # Past this many (partition, slice) groups a state records none: its followers read rows.

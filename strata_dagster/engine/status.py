@@ -21,10 +21,10 @@ from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis, is_summed
+from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis, is_summed
+from strata_dagster.sql.render import render
 from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.sources import source_table
-from strata_dagster.warehouse.sql import render
 
 PartitionGroups = dict[str | None, tuple[int, str]]  # a key's value -> its rows' count and hash sum
 

@@ -37,9 +37,9 @@ from strata_dagster.errors import (
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import FixtureTable, ModelTest, Project
 from strata_dagster.language.selection import select
+from strata_dagster.sql.render import table
+from strata_dagster.sql.segments import keyed_rows
 from strata_dagster.warehouse.fixtures import CASE_SCHEMA, TYPES_SCHEMA, FixtureDatabase, TypedColumns
-from strata_dagster.warehouse.segments import keyed_rows
-from strata_dagster.warehouse.sql import table
 
 CaseKind = Literal["full", "incremental step"]
 _PREVIOUS = "__previous"

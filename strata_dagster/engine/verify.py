@@ -40,11 +40,11 @@ from strata_dagster.engine.partition_range import partition_keys
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import PartitionSpec
+from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.segments import partition_key
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
 from strata_dagster.warehouse.engines import engine_label
-from strata_dagster.warehouse.segments import partition_key
 from strata_dagster.warehouse.sources import source_table
-from strata_dagster.warehouse.sql import snapshot_table
 
 SCRATCH_PREFIX = "scratch_verify_"
 HISTORY_STRATEGIES = ("append", "append_new")

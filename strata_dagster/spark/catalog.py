@@ -7,7 +7,7 @@ import re
 from sqlglot import exp
 
 from strata_dagster.spark.connection import SparkConnection, SparkError
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 
 _VIEW_TEXT = re.compile(r"^View Original Text: (.*)$", re.MULTILINE)
 _TYPE = re.compile(r"^Type: (\w+)$", re.MULTILINE)

@@ -1,6 +1,6 @@
 """A Spark session as the warehouse code's connection: sqlglot statements in, rows out.
 
-`warehouse.sql.run(con, statement)` hands a tree to `run_statement` when the connection has one:
+`backends.sql.runner.run(con, statement)` hands a tree to `run_statement` when the connection has one:
 here the tree is rewritten for Spark (spark.statements, and the language-level rewrites of
 compile.spark_dialect rewrote the models' own statements when the project was compiled for
 Spark: engine.context), rendered, and run. Results come back as
@@ -28,7 +28,7 @@ from strata_dagster.backends.base import WarehouseError
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError, first_line
 from strata_dagster.spark import statements
 from strata_dagster.spark.types import duckdb_type_name
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 
 # Answers of at most this many rows are remembered for the connection's later identical questions.
 _REMEMBERED_ROWS = 1000
@@ -110,7 +110,7 @@ class _Rows(SparkResult):
 
 
 class SparkConnection:
-    """What `warehouse.sql.run` talks to on Spark."""
+    """What `backends.sql.runner.run` talks to on Spark."""
 
     dialect = statements.DIALECT
 

@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from strata_dagster.spark.catalog import ensure_schema
 from strata_dagster.spark.connection import SparkConnection, SparkError, spark_errors
-from strata_dagster.warehouse.history_mirror import HistoryMirror, LogRow, read_log_files
-from strata_dagster.warehouse.migrations import HISTORY_SCHEMA
+from strata_dagster.state.history_mirror import HistoryMirror, LogRow, read_log_files
+from strata_dagster.state.migrations import HISTORY_SCHEMA
 
 LOG_TABLE = f"{HISTORY_SCHEMA}.history_log"
 COMMITS_TABLE = f"{HISTORY_SCHEMA}.history_commits"

@@ -17,8 +17,8 @@ from sqlglot import exp
 from strata_dagster.compile.relations import VIEW_PREFIX, branch_schema
 from strata_dagster.spark import catalog, history_log
 from strata_dagster.spark.session import SparkWarehouseSession
-from strata_dagster.warehouse.states import state_query, state_tables
-from strata_dagster.warehouse.tables import view_table
+from strata_dagster.sql.views import view_table
+from strata_dagster.state.states import state_query, state_tables
 
 
 @dataclass(frozen=True)

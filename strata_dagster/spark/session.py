@@ -29,16 +29,17 @@ from sqlglot import exp
 from strata_dagster.backends.base import CatalogSnapshot, WarehouseError
 from strata_dagster.backends.sql import tables as shared_tables
 from strata_dagster.backends.sql.figures import content_and_key_sum_where, content_where, key_sum_and_extremes
+from strata_dagster.backends.sql.runner import describe
 from strata_dagster.backends.sql.session import SqlSession
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_WAREHOUSE, StrataError
+from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Project
 from strata_dagster.spark import catalog, history_log
 from strata_dagster.spark.connection import SparkConnection, spark_errors
-from strata_dagster.warehouse import sources as source_reading
-from strata_dagster.warehouse import tables
-from strata_dagster.warehouse.content import (
+from strata_dagster.sql import views
+from strata_dagster.sql.content import (
     EMPTY_FIGURE,
     WHOLE_ROW,
     Content,
@@ -47,15 +48,14 @@ from strata_dagster.warehouse.content import (
     is_summed,
     row_hash_aggregates,
 )
+from strata_dagster.sql.key_bounds import KeyBounds
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, snapshot_table
+from strata_dagster.sql.segments import KeyRange, WindowStats, key_extremes, keys_query, typed_literal
+from strata_dagster.state.history import HistoryReader, HistoryWriter
+from strata_dagster.state.history_mirror import HistoryMirror
+from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.engines import SPARK_CAPABILITIES
-from strata_dagster.warehouse.faults import checkpoint
-from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.history_mirror import HistoryMirror
-from strata_dagster.warehouse.key_bounds import KeyBounds
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.segments import KeyRange, WindowStats, key_extremes, keys_query, typed_literal
 from strata_dagster.warehouse.snapshot_files import FileDamage, problem_of
-from strata_dagster.warehouse.sql import describe, snapshot_table
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
 PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")
@@ -400,9 +400,9 @@ class SparkWarehouseSession(SqlSession):
     def view_tables(self, branch_schema: str, model: str) -> tuple[str, ...] | None:
         if (branch_schema, model) in self._pending_views:
             pending = self._pending_views[(branch_schema, model)]
-            return None if pending is None else tables.tables_of_view(pending.sql(dialect="duckdb"))
-        sql = self._view_sqls(branch_schema).get(tables.view_table(branch_schema, model).name)
-        return None if sql is None else tables.tables_of_view(sql, dialect="spark")
+            return None if pending is None else views.tables_of_view(pending.sql(dialect="duckdb"))
+        sql = self._view_sqls(branch_schema).get(views.view_table(branch_schema, model).name)
+        return None if sql is None else views.tables_of_view(sql, dialect="spark")
 
     def catalog(self, branch_schema: str) -> SparkCatalog:
         return SparkCatalog(frozenset(self._known_snapshots()), dict(self._view_sqls(branch_schema)))
@@ -422,7 +422,7 @@ class SparkWarehouseSession(SqlSession):
             self.flush()
 
     def _drop_view(self, branch_schema: str, model: str) -> None:
-        view = tables.view_table(branch_schema, model)
+        view = views.view_table(branch_schema, model)
         self.con.run_statement(exp.Drop(tables=[view], kind="VIEW", exists=True))
         self._view_sqls(branch_schema).pop(view.name, None)
 
@@ -430,7 +430,7 @@ class SparkWarehouseSession(SqlSession):
         """Repoint a model's live view at once, outside any publication (a publication and the
         repair of one cut short, spark/repair.py)."""
         catalog.ensure_schema(self.con, branch_schema)
-        view = tables.view_table(branch_schema, model)
+        view = views.view_table(branch_schema, model)
         existing = self._view_sqls(branch_schema)
         # ALTER VIEW is one catalog call: a reader sees the old or the new query, never no view
         # (CREATE OR REPLACE VIEW drops first; readers then fail).
@@ -554,7 +554,7 @@ class SparkCatalog(CatalogSnapshot):
         if name not in self.views:
             return None
         if name not in self._parsed:
-            self._parsed[name] = tables.tables_of_view(self.views[name], dialect="spark")
+            self._parsed[name] = views.tables_of_view(self.views[name], dialect="spark")
         return self._parsed[name]
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from strata_dagster.compile.spark_dialect import rename_nested_ctes
-from strata_dagster.warehouse.content import ROW_ALIAS
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.content import ROW_ALIAS
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 
 DIALECT = "spark"
 # Integer types wider than Spark's BIGINT hold sums of 64-bit hashes: DECIMAL(38,0) holds them

@@ -19,13 +19,15 @@ import duckdb
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.compile.compiler import compile_model
 from strata_dagster.compile.project import CompiledProject
 from strata_dagster.errors import E_BUILD, Location, StrataError, first_line
 from strata_dagster.language.definition import Model, ModelProperties, Project
+from strata_dagster.sql.render import data_type
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.limits import connect_in_memory
-from strata_dagster.warehouse.sql import data_type, evaluate_in_utc, run
+from strata_dagster.warehouse.sql import evaluate_in_utc
 
 _SOURCE_PREFIX = "source__"
 _MODEL_PREFIX = "model__"

@@ -18,10 +18,11 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.errors import E_GC, StrataError, first_line
+from strata_dagster.sql.render import render, table
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.limits import exceeded_error, resource_limits
-from strata_dagster.warehouse.sql import render, run, table
 
 STAGING_SUFFIX = ".compact"
 _STAGING_CATALOG = "strata_compacted"

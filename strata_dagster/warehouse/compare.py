@@ -17,8 +17,8 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
-from strata_dagster.warehouse.content import ROW_ALIAS
-from strata_dagster.warehouse.sql import run
+from strata_dagster.backends.sql.runner import run
+from strata_dagster.sql.content import ROW_ALIAS
 
 Total = int | float | Decimal | None
 

@@ -15,8 +15,9 @@ import duckdb
 
 from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError, first_line
 from strata_dagster.paths import path_problem, shortened
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
+from strata_dagster.state.migrations import HISTORY_SCHEMA
 from strata_dagster.warehouse.limits import connect_within_limits, exceeded_error
-from strata_dagster.warehouse.migrations import HISTORY_SCHEMA, SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.sql import evaluate_in_utc
 
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"

@@ -12,9 +12,11 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.errors import E_TEST_RUN, Location, StrataError
+from strata_dagster.sql.render import data_type, table
 from strata_dagster.warehouse.limits import connect_in_memory
-from strata_dagster.warehouse.sql import data_type, describe, evaluate_in_utc, run, table
+from strata_dagster.warehouse.sql import evaluate_in_utc
 
 TYPES_SCHEMA = "__types"  # empty tables and views: what each relation's columns and types are
 CASE_SCHEMA = "__case"  # one test case's fixtures and results, dropped between cases

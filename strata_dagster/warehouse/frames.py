@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
-from strata_dagster.warehouse.sql import table
+from strata_dagster.sql.render import table
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa

@@ -14,13 +14,13 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.errors import first_line
+from strata_dagster.state.migrations import HISTORY_SCHEMA
 from strata_dagster.warehouse import serving
 from strata_dagster.warehouse.compaction import STAGING_SUFFIX
 from strata_dagster.warehouse.connection import is_damage
-from strata_dagster.warehouse.migrations import HISTORY_SCHEMA
 from strata_dagster.warehouse.snapshot_files import problem_of
-from strata_dagster.warehouse.sql import run
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session
 from strata_dagster.backends.sql.figures import content_by_group
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
+from strata_dagster.backends.sql.runner import run
+from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.session import warehouse_errors
-from strata_dagster.warehouse.sql import run
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa

@@ -18,8 +18,8 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.backends.sql.tables import canonical_type
-from strata_dagster.warehouse.sql import describe, run
 
 _COPIES = "__copies"
 _DUPLICATES = "__duplicates"

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 import sqlglot
 from sqlglot import exp
 
-from strata_dagster.warehouse.faults import checkpoint
+from strata_dagster.backends.sql.runner import run
+from strata_dagster.faults import checkpoint
+from strata_dagster.sql.render import DIALECT, snapshot_table
 from strata_dagster.warehouse.snapshot_files import file_of, views_over_files
-from strata_dagster.warehouse.sql import DIALECT, run, snapshot_table
 
 if TYPE_CHECKING:
     from strata_dagster.warehouse.session import DuckDBSession
@@ -60,7 +61,7 @@ def moved_views(views: dict[str, str], folder: Path) -> dict[str, exp.Create]:
     return moved
 
 
-RELOCATED_STEP = "relocated"  # a crash test's step (warehouse.faults): the views just rewritten
+RELOCATED_STEP = "relocated"  # a crash test's step (strata_dagster.faults): the views just rewritten
 
 
 def apply(session: DuckDBSession, moved: dict[str, exp.Create]) -> None:

@@ -10,10 +10,10 @@ from datetime import date
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.segments import typed_literal
+from strata_dagster.backends.sql.runner import run
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, data_type
+from strata_dagster.sql.segments import typed_literal
 from strata_dagster.warehouse.snapshot_files import file_of
-from strata_dagster.warehouse.sql import data_type, run
 
 
 def snapshot_files(con: duckdb.DuckDBPyConnection, tables: Sequence[str]) -> list[str] | None:

@@ -9,8 +9,8 @@ from pathlib import Path, PurePosixPath
 
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.warehouse.limits import connect_in_memory
-from strata_dagster.warehouse.sql import run
 
 MARKER = "_SUCCESS"
 KINDS = ("view", "click", "cart", "purchase")

@@ -36,10 +36,11 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.base import ServingCollection
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.errors import E_GC, E_SERVING_DAMAGED, StrataError, first_line
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render, table
 from strata_dagster.warehouse.connection import seconds_from_env
 from strata_dagster.warehouse.limits import connect_in_memory
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
 from strata_dagster.warehouse.serving_catalog import (
     CATALOG_FORMAT,
     CatalogContents,
@@ -49,7 +50,7 @@ from strata_dagster.warehouse.serving_catalog import (
     read_warehouse,
 )
 from strata_dagster.warehouse.snapshot_files import copy_to_file, fsync
-from strata_dagster.warehouse.sql import render, run, set_option, table
+from strata_dagster.warehouse.sql import set_option
 
 LIVE_NAME = "live.duckdb"
 READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
@@ -57,7 +58,7 @@ STATE_SCHEMA = "strata_serving"
 STATE_TABLE = "publication"  # one row: the history entry and digest the catalog serves
 GRACE_ENV = "STRATA_SERVING_GRACE"
 DEFAULT_GRACE = 3600.0  # seconds a retired catalog stays readable before gc removes it
-# Steps after which a crash leaves the previous catalog live (crash tests, warehouse.faults).
+# Steps after which a crash leaves the previous catalog live (crash tests, strata_dagster.faults).
 SERVING_STEPS = ("serving_exported", "serving_catalog_written", "serving_switched")
 _NEW_CATALOG = "__strata_serving_new"
 _CHECKED_CATALOG = "__strata_serving_check"

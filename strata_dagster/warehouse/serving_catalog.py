@@ -28,8 +28,9 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import describe
 from strata_dagster.compile.relations import VIEW_PREFIX
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, table
 from strata_dagster.warehouse.snapshot_files import (
     file_of,
     problem_of,
@@ -38,7 +39,6 @@ from strata_dagster.warehouse.snapshot_files import (
     with_file,
     write_query,
 )
-from strata_dagster.warehouse.sql import describe, table
 from strata_dagster.warehouse.view_reads import relations_read
 
 # Manifests of format 1 (no "format" key) list files only, those of format 2 describe catalogs

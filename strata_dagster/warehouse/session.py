@@ -26,23 +26,24 @@ from strata_dagster.backends.base import (
 )
 from strata_dagster.backends.sql import tables as shared_tables
 from strata_dagster.backends.sql.figures import create_keys_table
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.backends.sql.session import SqlSession
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_SERVING, StrataError, first_line
+from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Project
+from strata_dagster.sql.key_bounds import KeyBounds
+from strata_dagster.sql.render import render
+from strata_dagster.sql.segments import KeyRange
+from strata_dagster.state.history import HistoryReader, HistoryWriter
+from strata_dagster.state.migrations import current_version
 from strata_dagster.warehouse import row_groups, serving, snapshot_files, tables
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.compaction import free_bytes
 from strata_dagster.warehouse.connection import damaged_file_error, is_interruption
 from strata_dagster.warehouse.engines import DUCKDB_CAPABILITIES
-from strata_dagster.warehouse.faults import checkpoint
-from strata_dagster.warehouse.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.key_bounds import KeyBounds
 from strata_dagster.warehouse.limits import exceeded_setting
-from strata_dagster.warehouse.migrations import current_version
-from strata_dagster.warehouse.segments import KeyRange
 from strata_dagster.warehouse.snapshot_files import SnapshotFiles
-from strata_dagster.warehouse.sql import render, run
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa
@@ -222,7 +223,7 @@ class DuckDBSession(SqlSession):
 
     def key_bounds(self, name: str, keys: Sequence[str]) -> KeyBounds | None:
         """None here: DuckDB finds a state's replaced rows with a join that costs little when
-        there are none (warehouse.key_bounds)."""
+        there are none (sql.key_bounds)."""
         return None
 
     # -- held rows and pruning hints --------------------------------------------------------------

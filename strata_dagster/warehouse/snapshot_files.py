@@ -32,11 +32,11 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.backends.sql.tables import drop_table
 from strata_dagster.errors import E_SNAPSHOT_STORAGE, StrataError
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.sql import data_type, describe, render, run, snapshot_table
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA, data_type, render, snapshot_table
 
 FOLDER_SUFFIX = ".snapshots"
 # A temporary view: the query of a snapshot being written, bound once.

@@ -8,12 +8,13 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import describe, relation_exists, run
 from strata_dagster.compile.relations import attached_catalog, source_relation
 from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError, first_line
 from strata_dagster.language.definition import Project, Source
-from strata_dagster.warehouse.ledger import first_matching_file
+from strata_dagster.sql.render import parse_table_name
 from strata_dagster.warehouse.limits import connect_in_memory
-from strata_dagster.warehouse.sql import describe, parse_table_name, relation_exists, run
+from strata_dagster.warehouse.partition_evidence import first_matching_file
 
 
 def attach_source_databases(

@@ -3,20 +3,12 @@ snapshots and views, and checks pins, is shared by both backends: backends/sql/t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import duckdb
-import sqlglot
-from sqlglot import exp
 
 from strata_dagster.compile.relations import view_name
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
+from strata_dagster.sql.views import tables_of_view
 from strata_dagster.warehouse import view_reads
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
-from strata_dagster.warehouse.sql import DIALECT, table
-
-
-def snapshot_table_name(snapshot_id: str, model: str) -> str:
-    return f"snap_{snapshot_id}_{model}"
 
 
 def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -25,10 +17,6 @@ def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
         [SNAPSHOT_SCHEMA, name],
     ).fetchone()
     return bool(row and row[0])
-
-
-def view_table(branch_schema: str, model: str) -> exp.Table:
-    return table(view_name(model), branch_schema)
 
 
 def view_snapshot_tables(
@@ -58,22 +46,6 @@ def view_sqls(con: duckdb.DuckDBPyConnection, branch_schema: str) -> dict[str, s
     return {row[0]: row[1] for row in rows}
 
 
-def tables_of_view(sql: str, dialect: str = DIALECT) -> tuple[str, ...]:
-    """The snapshot tables a view's stored SQL (in `dialect`) reads; () when it reads anything else."""
-    try:
-        parsed = sqlglot.parse_one(sql, read=dialect)
-    except sqlglot.errors.ParseError:
-        return ()
-    query = parsed.expression if isinstance(parsed, exp.Create) else parsed
-    if query is None:
-        return ()
-    tables = [node for node in query.find_all(exp.Table) if node.db == SNAPSHOT_SCHEMA]
-    other = [node for node in query.find_all(exp.Table) if node.db != SNAPSHOT_SCHEMA]
-    if other:
-        return ()  # the view was edited to read something else
-    return tuple(sorted({node.name for node in tables}))
-
-
 def snapshot_table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
     """Every snapshot: tables, and the views of `materialize: view` models."""
     rows = con.execute(
@@ -90,9 +62,3 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
         [SNAPSHOT_SCHEMA, name],
     ).fetchone()
     return bool(row and row[0]) or _is_view(con, name)
-
-
-@dataclass(frozen=True)
-class PinViolation:
-    kind: str  # "unique" | "contract"
-    message: str

@@ -2,7 +2,7 @@
 
 DuckDB parses it (`json_serialize_sql`): a few milliseconds for a live view over a state of many
 segments, where sqlglot took ten or more, and every run asks it of every live view it may reuse
-(tables.tables_of_view), as every serving refresh does of every changed one (serving_catalog).
+(sql/views.py tables_of_view), as every serving refresh does of every changed one (serving_catalog).
 A view reads something reusable only when every table it names is a `strata_snapshots` relation
 and it calls no table function; anything else (another schema, a catalog, a CTE, `read_parquet`)
 is what a view someone edited reads.
@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from strata_dagster.warehouse.migrations import SNAPSHOT_SCHEMA
+from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 
 _NAME = r'(?:"(?:[^"]|"")*"|[^\s".(]+)'
 # What DuckDB stores before the query: CREATE VIEW [schema.]name AS

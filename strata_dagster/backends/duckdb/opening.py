@@ -14,12 +14,12 @@ from sqlglot import exp
 
 from strata_dagster.errors import E_SERVING, E_WAREHOUSE, StrataError
 from strata_dagster.language.definition import Project
+from strata_dagster.state.migrations import migrate
 from strata_dagster.warehouse import relocation, serving, snapshot_files
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.warehouse.engines import EngineChoice
 from strata_dagster.warehouse.limits import connect_in_memory, exceeded_error
-from strata_dagster.warehouse.migrations import migrate
 from strata_dagster.warehouse.session import DuckDBSession, refresh_serving
 
 

@@ -1,6 +1,6 @@
 """Content figures both SQL backends compute the same way: row counts, row-hash sums, windows,
 and the small work tables a delta reads (keys, values). Each runs one statement (or a few) through
-the session's connection, in that backend's dialect (warehouse.sql.run)."""
+the session's connection, in that backend's dialect (backends.sql.runner.run)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import Connection, describe, is_duckdb, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.backends.sql.tables import create_snapshot
-from strata_dagster.warehouse.content import (
+from strata_dagster.sql.content import (
     EMPTY_FIGURE,
     ROW_ALIAS,
     WHOLE_ROW,
@@ -20,14 +21,8 @@ from strata_dagster.warehouse.content import (
     is_summed,
     row_hash_aggregates,
 )
-from strata_dagster.warehouse.segments import (
-    WindowStats,
-    key_extremes,
-    keys_query,
-    typed_literal,
-    window_predicate,
-)
-from strata_dagster.warehouse.sql import Connection, data_type, describe, is_duckdb, run, snapshot_table
+from strata_dagster.sql.render import data_type, snapshot_table
+from strata_dagster.sql.segments import WindowStats, key_extremes, keys_query, typed_literal, window_predicate
 
 
 def content_of(

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import Connection, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.backends.sql.tables import create_snapshot
-from strata_dagster.warehouse.content import ROW_ALIAS, as_rows, row_hash_aggregates
-from strata_dagster.warehouse.segments import keyed_rows
-from strata_dagster.warehouse.sql import Connection, run, snapshot_table
+from strata_dagster.sql.content import ROW_ALIAS, as_rows, row_hash_aggregates
+from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.segments import keyed_rows
 
 ROWS, HASH_SUM = "__rows", "__hash_sum"
 _BEFORE, _AFTER = "__before", "__after"

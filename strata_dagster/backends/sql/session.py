@@ -18,13 +18,14 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session
 from strata_dagster.backends.sql import figures, key_figures, tables
+from strata_dagster.backends.sql.runner import Connection, describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
-from strata_dagster.warehouse.content import WHOLE_ROW, Content, RowBasis
-from strata_dagster.warehouse.key_bounds import KeyBounds
-from strata_dagster.warehouse.ledger import PartitionEvidence, list_table_partitions
-from strata_dagster.warehouse.segments import Segment, WindowStats, composite_query
-from strata_dagster.warehouse.sql import Connection, describe, run
-from strata_dagster.warehouse.tables import PinViolation
+from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
+from strata_dagster.sql.key_bounds import KeyBounds
+from strata_dagster.sql.segments import Segment, WindowStats, composite_query
+from strata_dagster.sql.views import PinViolation
+from strata_dagster.state.ledger import PartitionEvidence
+from strata_dagster.warehouse.partition_evidence import list_table_partitions
 
 
 class SqlSession(Session):

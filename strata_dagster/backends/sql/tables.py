@@ -10,9 +10,10 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.backends.sql.runner import Connection, describe, is_duckdb, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
-from strata_dagster.warehouse.sql import DIALECT, Connection, describe, is_duckdb, run, snapshot_table
-from strata_dagster.warehouse.tables import PinViolation, view_table
+from strata_dagster.sql.render import DIALECT, snapshot_table
+from strata_dagster.sql.views import PinViolation, view_table
 
 
 def create_snapshot(con: Connection, name: str, query: exp.Query, files: SnapshotKinds) -> None:

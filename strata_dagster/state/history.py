@@ -11,8 +11,8 @@ from typing import Any
 
 import duckdb
 
+from strata_dagster.state.ledger import LedgerDigest, PartitionEvidence, write_ledger
 from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.ledger import LedgerDigest, PartitionEvidence, write_ledger
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from strata_dagster.warehouse.history import HistoryReader, SnapshotRecord
-from strata_dagster.warehouse.segments import Segment, composite_query, composite_tables
+from strata_dagster.sql.segments import Segment, composite_query, composite_tables
+from strata_dagster.state.history import HistoryReader, SnapshotRecord
 
 KEYS_NULL_FREE = "keys_null_free"  # detail: the state's keys table holds no NULL key
 

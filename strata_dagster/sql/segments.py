@@ -15,10 +15,8 @@ from datetime import date, timedelta
 
 from sqlglot import exp
 
-from strata_dagster.warehouse.content import (
-    as_rows,
-)
-from strata_dagster.warehouse.sql import data_type, snapshot_table
+from strata_dagster.sql.content import as_rows
+from strata_dagster.sql.render import data_type, snapshot_table
 
 KEYS_ALIAS = "__keys"
 
@@ -383,7 +381,7 @@ def keyed_rows(
 
 
 def key_extremes(key: exp.Expression) -> list[exp.Expression]:
-    """The least and the greatest `key` as text, and the type of the least (warehouse.key_bounds)."""
+    """The least and the greatest `key` as text, and the type of the least (sql.key_bounds)."""
     least = exp.func("min", key.copy())
     return [
         exp.cast(least.copy(), "VARCHAR"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 
 HISTORY_SCHEMA = "strata"
-SNAPSHOT_SCHEMA = "strata_snapshots"
+
 
 # Each migration is a list of constant statements (no values are ever spliced into them).
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -96,7 +96,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE strata.entry_sources ADD COLUMN row_basis VARCHAR[]",
     ),
     (
-        # Partition ledgers of business-versioned sources (warehouse.ledger): each consumed
+        # Partition ledgers of business-versioned sources (state.ledger): each consumed
         # partition with the evidence of its content; a reset row (evidence: why) starts a new one.
         """CREATE TABLE strata.source_ledger (
             entry BIGINT NOT NULL,
@@ -110,7 +110,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
     ),
     (
-        # The whole of a ledger in one row (warehouse.ledger.LedgerDigest): one digest of the
+        # The whole of a ledger in one row (state.ledger.LedgerDigest): one digest of the
         # partitions it holds and their row counts in order, so a run whose listing starts with
         # exactly those partitions compares one digest instead of every partition's row.
         """CREATE TABLE strata.source_ledger_digest (
