@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # annotations only: none of these is loaded by the interface 
     from strata_dagster.sql.views import PinViolation
     from strata_dagster.state.history import HistoryReader, HistoryWriter
     from strata_dagster.state.ledger import PartitionEvidence
-    from strata_dagster.warehouse.snapshot_files import FileDamage
 
 _WHOLE_ROW: tuple[str, ...] = ()  # sql.content.WHOLE_ROW: every column of every row
 
@@ -83,6 +82,15 @@ class Capabilities:
     gc_grace: dt.timedelta
     # The warehouse a project uses when none is given.
     default_warehouse_name: str
+
+
+@dataclass(frozen=True)
+class FileDamage:
+    """A snapshot whose file cannot be read: the snapshot, its file, and what is wrong with it."""
+
+    snapshot: str
+    path: Path
+    problem: str
 
 
 @dataclass(frozen=True)

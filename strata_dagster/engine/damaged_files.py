@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from strata_dagster.backends.base import FileDamage
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.errors import E_SNAPSHOT_FILE, W_SNAPSHOT_FILE_REBUILT, StrataError, StrataWarning
-from strata_dagster.warehouse.snapshot_files import FileDamage
 
 
 def describe(damaged: Sequence[FileDamage]) -> str:

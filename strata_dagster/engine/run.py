@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
+from strata_dagster.backends.base import FileDamage, ResourceLimitExceeded, Session, WarehouseError
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
@@ -89,7 +89,6 @@ from strata_dagster.sql.views import PinViolation, snapshot_table_name
 from strata_dagster.state.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.connection import check_warehouse_path
 from strata_dagster.warehouse.engines import current_engine, engine_label
-from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.sources import source_table
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from strata_dagster.backends.base import CatalogSnapshot, WarehouseError
+from strata_dagster.backends.base import CatalogSnapshot, FileDamage, WarehouseError
 from strata_dagster.backends.sql import tables as shared_tables
 from strata_dagster.backends.sql.figures import content_and_key_sum_where, content_where, key_sum_and_extremes
 from strata_dagster.backends.sql.runner import describe
@@ -55,7 +55,7 @@ from strata_dagster.state.history import HistoryReader, HistoryWriter
 from strata_dagster.state.history_mirror import HistoryMirror
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.engines import SPARK_CAPABILITIES
-from strata_dagster.warehouse.snapshot_files import FileDamage, problem_of
+from strata_dagster.warehouse.snapshot_files import problem_of
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
 PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")

@@ -22,9 +22,8 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.backends.sql.runner import Connection, run
+from strata_dagster.backends.sql.runner import run
 from strata_dagster.errors import first_line
-from strata_dagster.sql.render import data_type
 from strata_dagster.state.ledger import UNCOUNTED, PartitionEvidence, evidence_digest, is_key, order_of
 from strata_dagster.warehouse import listing
 from strata_dagster.warehouse.connection import is_interruption
@@ -369,27 +368,3 @@ def _first_unreadable(
     finally:
         cursor.close()
     return None
-
-
-def list_table_partitions(
-    con: Connection, relation: exp.Table, key: exp.Expression, column: str
-) -> list[PartitionEvidence]:
-    """Each partition's row count and the range of its partition column, from that column alone."""
-    value = exp.column(column)
-    query = (
-        exp.select(
-            exp.cast(key.copy(), data_type("VARCHAR")).as_("__key"),
-            exp.func("count_star"),
-            exp.cast(exp.func("min", value), data_type("VARCHAR")),
-            exp.cast(exp.func("max", value.copy()), data_type("VARCHAR")),
-        )
-        .from_(relation.copy())
-        .where(exp.not_(exp.Is(this=value.copy(), expression=exp.null())))
-        .group_by(exp.Literal.number(1))
-    )
-    partitions = [
-        PartitionEvidence(str(name), int(rows), f"rows={rows} min={low} max={high}")
-        for name, rows, low, high in run(con, query).fetchall()
-    ]
-    partitions.sort(key=lambda item: order_of(item.key))
-    return partitions

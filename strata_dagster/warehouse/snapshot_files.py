@@ -32,6 +32,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.base import FileDamage
 from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.backends.sql.tables import drop_table
@@ -237,15 +238,6 @@ def problem_of(path: Path) -> str | None:
     if tail[4:] != _MAGIC or footer + 12 > size:
         return "not a whole Parquet file (cut short or overwritten)"
     return None
-
-
-@dataclass(frozen=True)
-class FileDamage:
-    """A snapshot whose file cannot be read: the snapshot, its file, and what is wrong with it."""
-
-    snapshot: str
-    path: Path
-    problem: str
 
 
 def views_over_files(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

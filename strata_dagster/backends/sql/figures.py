@@ -23,6 +23,7 @@ from strata_dagster.sql.content import (
 )
 from strata_dagster.sql.render import data_type, snapshot_table
 from strata_dagster.sql.segments import WindowStats, key_extremes, keys_query, typed_literal, window_predicate
+from strata_dagster.state.ledger import PartitionEvidence, order_of
 
 
 def content_of(
@@ -287,3 +288,27 @@ def count_null_keys(con: Connection, name: str, keys: Sequence[str]) -> int:
         con, exp.select(exp.Count(this=exp.Star())).from_(snapshot_table(name)).where(condition)
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def list_table_partitions(
+    con: Connection, relation: exp.Table, key: exp.Expression, column: str
+) -> list[PartitionEvidence]:
+    """Each partition's row count and the range of its partition column, from that column alone."""
+    value = exp.column(column)
+    query = (
+        exp.select(
+            exp.cast(key.copy(), data_type("VARCHAR")).as_("__key"),
+            exp.func("count_star"),
+            exp.cast(exp.func("min", value), data_type("VARCHAR")),
+            exp.cast(exp.func("max", value.copy()), data_type("VARCHAR")),
+        )
+        .from_(relation.copy())
+        .where(exp.not_(exp.Is(this=value.copy(), expression=exp.null())))
+        .group_by(exp.Literal.number(1))
+    )
+    partitions = [
+        PartitionEvidence(str(name), int(rows), f"rows={rows} min={low} max={high}")
+        for name, rows, low, high in run(con, query).fetchall()
+    ]
+    partitions.sort(key=lambda item: order_of(item.key))
+    return partitions

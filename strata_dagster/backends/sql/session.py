@@ -25,7 +25,6 @@ from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.segments import Segment, WindowStats, composite_query
 from strata_dagster.sql.views import PinViolation
 from strata_dagster.state.ledger import PartitionEvidence
-from strata_dagster.warehouse.partition_evidence import list_table_partitions
 
 
 class SqlSession(Session):
@@ -46,7 +45,7 @@ class SqlSession(Session):
     def partition_evidence(
         self, relation: exp.Table, key: exp.Expression, column: str
     ) -> list[PartitionEvidence]:
-        return list_table_partitions(self.con, relation, key, column)
+        return figures.list_table_partitions(self.con, relation, key, column)
 
     def describe(self, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
         with self.statement_errors():
