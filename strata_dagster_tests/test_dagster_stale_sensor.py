@@ -14,8 +14,8 @@ from strata_dagster import build_definitions
 from strata_dagster.engine import operations
 from strata_dagster.engine.partition_staleness import stale_partitions
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration import stale_sensor
-from strata_dagster.orchestration.stale_sensor import (
+from strata_dagster.orchestration.sensors import stale_sensor
+from strata_dagster.orchestration.sensors.stale_sensor import (
     OBSERVE_JOB,
     RANGE_END_TAG,
     RANGE_START_TAG,

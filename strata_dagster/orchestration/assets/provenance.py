@@ -1,0 +1,80 @@
+"""The versions on the materializations strata's model steps log themselves, read from Dagster's
+public event records.
+
+A ranged run of a partitioned model gives each partition its own data version (its content), which
+an op's output cannot: Dagster gives every partition of an output one version. So a model's step
+logs one `AssetMaterialization` per partition (one for an unpartitioned model), tagged as Dagster
+tags its own: the code version, the data version, and for each input the data version and the
+storage id of the latest event it was read from (what Dagster's staleness compares). The inputs'
+events are read when the model's events are logged, after the step's own events for them (the
+sources it found changed, the companions it refreshed, the upstream models built in the same step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import dagster as dg
+
+from strata_dagster.orchestration import constants as c
+
+# Dagster's data version of an input it has no event of (a source never observed).
+INITIAL_DATA_VERSION = "INITIAL"
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """An asset a model reads: a source or companion (observed) or a model (materialized)."""
+
+    key: dg.AssetKey
+    is_observed: bool
+
+
+def latest_record(instance: dg.DagsterInstance, item: ModelInput) -> dg.EventLogRecord | None:
+    """The latest observation of an observed input, or materialization of a materialized one (of
+    any partition): the event Dagster reads the input's current data version from."""
+    fetch = instance.fetch_observations if item.is_observed else instance.fetch_materializations
+    records = fetch(dg.AssetRecordsFilter(asset_key=item.key), limit=1).records
+    return records[0] if records else None
+
+
+def recorded_data_version(record: dg.EventLogRecord | None) -> str | None:
+    """The data version an event carries (None: no event, or one without a version)."""
+    if record is None:
+        return None
+    entry = record.event_log_entry
+    event = entry.asset_materialization or entry.asset_observation
+    return (event.tags or {}).get(c.DATA_VERSION_TAG) if event is not None else None
+
+
+def input_tags(instance: dg.DagsterInstance, inputs: Iterable[ModelInput]) -> dict[str, str]:
+    """Each input's data version and event pointer, as Dagster's own materializations record them."""
+    tags: dict[str, str] = {}
+    for item in inputs:
+        record = latest_record(instance, item)
+        name = item.key.to_user_string()
+        tags[f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"] = (
+            recorded_data_version(record) or INITIAL_DATA_VERSION
+        )
+        tags[f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}"] = (
+            str(record.storage_id) if record is not None else c.NULL_EVENT_POINTER
+        )
+    return tags
+
+
+def materialization_tags(
+    provenance: Mapping[str, str], data_version: str, code_version: str, run_tags: Mapping[str, str]
+) -> dict[str, str]:
+    """The tags of one materialization: its versions, the inputs' `provenance`, and the Dagster
+    backfill of the run (as Dagster tags its own materializations in a backfill)."""
+    tags = {
+        **provenance,
+        c.CODE_VERSION_TAG: code_version,
+        c.DATA_VERSION_TAG: data_version,
+        c.DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
+    }
+    backfill = run_tags.get(c.BACKFILL_ID_TAG)
+    if backfill:
+        tags[c.BACKFILL_ID_TAG] = backfill
+    return tags
