@@ -77,6 +77,8 @@ DURATION_KEY: Final = "strata/duration_ms"
 SQL_KEY: Final = "strata/sql"
 DETAIL_KEY: Final = "strata/detail"
 PARTITION_RECOMPUTED_KEY: Final = "strata/partition_recomputed"
+# On a partitioned model's output events: the partition's own event (its content version) follows.
+VERSIONS_FOLLOW_KEY: Final = "strata/versions"
 FINGERPRINT_KEY: Final = "strata/fingerprint"
 RELATION_KEY: Final = "strata/relation"
 UNIQUE_KEY: Final = "strata/unique"

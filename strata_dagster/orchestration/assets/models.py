@@ -4,11 +4,15 @@ engine invocation.
 
 A step builds the models Dagster selected of its partitioning in one engine run: the engine writes
 their immutable snapshots, checks their pins and repoints their views in one transaction; no row
-crosses into Python. The step then logs each model's materialization itself, with its data version =
-the content identity of what the view now shows (one per partition for a partitioned model, each
-its own), and the provenance Dagster's staleness reads (assets.provenance). A Python model or
-another asset between two models of one partitioning splits the op into steps around it (Dagster
-does that for a subsettable multi-asset), so every model reads what is upstream of it.
+crosses into Python. The step then reports each model, upstream first: an unpartitioned model's
+`MaterializeResult` carries its data version = the content identity of what its view now shows,
+with the provenance Dagster's staleness reads as tags (assets.provenance: read after the step's own
+events, which Dagster's cache of the inputs would miss). A partitioned model's result is Dagster's
+event per partition of the run, and then the step logs one materialization per partition with its
+own data version (its content) and provenance: no output can give the partitions of one run
+different versions, and these later events are what staleness reads. A Python model or another
+asset that reads one model of a partitioning and feeds another splits the op into steps around it
+(Dagster does that for a subsettable multi-asset), so every model reads what is upstream of it.
 
 When the engine run fails, the step builds its models one by one, upstream first (a model reading
 a failed one is not built), logs what was built, then fails with the first failure: each failure
@@ -48,6 +52,7 @@ from strata_dagster.orchestration.translator import StrataAssetProps, StrataDags
 from strata_dagster.warehouse.connection import held_open
 
 UNPARTITIONED = "unpartitioned"
+VERSIONS_FOLLOW = "this run's next materialization of the partition carries its content version"
 
 
 @dataclass(frozen=True)
@@ -329,12 +334,19 @@ class ModelsStep:
         if self.partition_keys is None:
             # A view model's rows are not counted: counting would read every row its view exists not to.
             counts = {} if state.is_view else {c.ROWS_KEY: state.row_count, c.ROW_COUNT_KEY: state.row_count}
-            yield dg.AssetMaterialization(
+            yield dg.MaterializeResult(
                 asset_key=plan.key,
+                data_version=dg.DataVersion(state.content_hash),
                 tags=materialization_tags(provenance, state.content_hash, plan.code_version, run_tags),
                 metadata={**metadata, **counts},
             )
             return
+        # The output (steps after this one wait for it), with Dagster's event per partition; the
+        # partitions' own versions follow.
+        yield dg.MaterializeResult(
+            asset_key=plan.key,
+            metadata={c.RUN_ID_KEY: metadata[c.RUN_ID_KEY], c.VERSIONS_FOLLOW_KEY: VERSIONS_FOLLOW},
+        )
         keys = self.partition_keys
         contents = model_partitions(self.project, strata.warehouse_path, plan.name, keys, strata.branch)
         # The partitions this engine run recomputed (a partition-complete build says which).

@@ -1,27 +1,31 @@
-"""The unpartitioned SQL models of a Dagster run share one engine run (orchestration.shared_builds):
-the same snapshots and data versions as the CLI, one history entry, and each model still waits
-for what Dagster would do before it (a blocking check, another run's publication, a failure)."""
+"""The SQL models of a partitioning are one multi-asset (orchestration.assets.models): the models a
+run selects build in one engine run, with the same snapshots and data versions as the CLI and one
+history entry; Dagster's record and the warehouse agree whatever happens between steps (a blocking
+check, another writer, a failure), and no other step runs while a strata step holds the warehouse."""
 
 import shutil
 import subprocess
 import sys
 
 import dagster as dg
-import duckdb
 import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.status import peek_live_contents
+from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
     SOURCES,
     UNPARTITIONED_MODELS,
     execute_assets,
     history_entries,
+    launch_in_process,
     make_small_shop,
     observe_sources,
+    run_events,
 )
-from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT
+
+MODELS_OP = UNSCOPED.models_op("unpartitioned")
 
 
 def _materialization(instance: dg.DagsterInstance, name: str) -> dg.AssetMaterialization | None:
@@ -75,7 +79,7 @@ def test_a_run_that_observes_its_sources_first_builds_its_models_in_one_engine_r
 
     assert result.success
     steps = [event.step_key for event in result.all_events if event.is_step_start]
-    assert steps.index("customers") < steps.index("stg_customers")
+    assert steps.index("customers") < steps.index(MODELS_OP)
     (entry,) = history_entries(warehouse)  # stg_customers was built alone before: three entries
     assert {_metadata(instance, name, "strata/run_id") for name in UNPARTITIONED_MODELS} == {entry.run_id}
     live = _live(warehouse, UNPARTITIONED_MODELS)
@@ -85,14 +89,15 @@ def test_a_run_that_observes_its_sources_first_builds_its_models_in_one_engine_r
 @pytest.mark.parametrize(
     ("checked", "selection", "below"),
     [
-        # A model's check: the run's models after the sources' observation in a run before.
-        ("stg_orders", UNPARTITIONED_MODELS, {"orders_enriched", "order_tags"}),
-        # A source's check, in the run that observes it: its step succeeded, its check did not.
-        ("customers", (*SOURCES, *UNPARTITIONED_MODELS), {"stg_customers", "orders_enriched"}),
+        # A model's check: its step's models are built with it (one engine run, as dagster-dbt's
+        # models in one dbt build); the steps after it are skipped.
+        ("stg_orders", (*UNPARTITIONED_MODELS, "a_reader"), {"a_reader"}),
+        # A source's check, in the run that observes it: the models' step after it is skipped.
+        ("customers", (*SOURCES, *UNPARTITIONED_MODELS), set(UNPARTITIONED_MODELS)),
     ],
     ids=["on a model", "on an observed source"],
 )
-def test_an_asset_below_a_failed_blocking_check_is_neither_built_nor_materialized(
+def test_a_step_below_a_failed_blocking_check_is_skipped_and_dagster_agrees_with_the_warehouse(
     tmp_path, checked, selection, below
 ):
     project, warehouse = make_small_shop(tmp_path)
@@ -101,8 +106,13 @@ def test_an_asset_below_a_failed_blocking_check_is_neither_built_nor_materialize
     def refused() -> dg.AssetCheckResult:
         return dg.AssetCheckResult(passed=False, description="refused by the team's own check")
 
+    @dg.asset(deps=["stg_orders"])
+    def a_reader() -> None:
+        return None
+
     defs = dg.Definitions.merge(
-        build_definitions(project, warehouse=warehouse), dg.Definitions(asset_checks=[refused])
+        build_definitions(project, warehouse=warehouse, python_assets=[a_reader]),
+        dg.Definitions(asset_checks=[refused]),
     )
     instance = dg.DagsterInstance.ephemeral()
     if checked not in selection:
@@ -112,15 +122,15 @@ def test_an_asset_below_a_failed_blocking_check_is_neither_built_nor_materialize
 
     assert not result.success  # Dagster skips `below`, which reads `checked`
     live = _live(warehouse, UNPARTITIONED_MODELS)
-    for name in UNPARTITIONED_MODELS:
+    for name in selection:
         if name in below:
             assert _materialization(instance, name) is None, name
-            assert live[name] is None, f"{name} was published although Dagster skipped it"
-        else:
-            assert _data_version(instance, name) == live[name] is not None, name
+        if name in UNPARTITIONED_MODELS:  # materialized exactly when published, with its content
+            assert _data_version(instance, name) == live[name], name
+            assert (live[name] is None) == (name in below), name
 
 
-def test_a_failure_in_the_shared_run_is_reported_by_its_model_and_the_others_are_built(tmp_path):
+def test_a_failure_in_the_engine_run_is_reported_by_its_model_and_the_others_are_built(tmp_path):
     project, warehouse = make_small_shop(tmp_path)
     marts = project / "marts.strata"
     marts.write_text(marts.read_text().replace("unique: [order_id, tag]", "unique: [tag]"))
@@ -132,56 +142,39 @@ def test_a_failure_in_the_shared_run_is_reported_by_its_model_and_the_others_are
 
     assert not result.success
     (failure,) = [event for event in result.all_events if event.is_step_failure]
-    assert failure.step_key == "order_tags"
+    assert failure.step_key == MODELS_OP
     error = str(failure.step_failure_data.error)
-    assert "E030" in error and "order_tags" in error  # its own unique pin, named by its own step
+    assert "E030" in error and "order_tags" in error  # its own unique pin, named in the step's failure
     live = _live(warehouse, UNPARTITIONED_MODELS)
     assert live["order_tags"] is None and _materialization(instance, "order_tags") is None
     for name in set(UNPARTITIONED_MODELS) - {"order_tags"}:
         assert _data_version(instance, name) == live[name] is not None, name
 
 
-# Another writer between two steps of the run: it changes a customer and rebuilds orders_enriched
-# (a separate process, as another run's worker would be).
-_MEDDLE = """
-import sys, duckdb
-from pathlib import Path
-from strata_dagster.engine.run import run_project
-project, warehouse = Path(sys.argv[1]), Path(sys.argv[2])
-con = duckdb.connect(str(warehouse))
-con.execute("UPDATE raw.customers SET region = 'elsewhere' WHERE customer_id = 1")
-con.close()
-run_project(project, warehouse, models=("orders_enriched",))
-"""
+OPENS = "import sys, duckdb; duckdb.connect(sys.argv[1], read_only=True).close()"
 
 
-def test_a_model_whose_view_changed_after_the_shared_run_is_built_again_at_its_step(tmp_path):
+def _another_process_opens(warehouse) -> bool:
+    return subprocess.run([sys.executable, "-c", OPENS, str(warehouse)], capture_output=True).returncode == 0
+
+
+def test_a_users_step_between_strata_steps_runs_with_the_warehouse_free(tmp_path):
     project, warehouse = make_small_shop(tmp_path)
 
-    @dg.asset(deps=["stg_orders"])
-    def a_meddler() -> None:  # sorts before orders_enriched among stg_orders's readers
-        subprocess.run([sys.executable, "-c", _MEDDLE, str(project), str(warehouse)], check=True)
+    @dg.asset(deps=[dg.AssetKey("stg_orders")])
+    def a_user_step() -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata={"free": _another_process_opens(warehouse)})
 
-    defs = dg.Definitions.merge(
-        build_definitions(project, warehouse=warehouse), dg.Definitions(assets=[a_meddler])
-    )
+    defs = build_definitions(project, warehouse=warehouse, python_assets=[a_user_step])
     instance = dg.DagsterInstance.ephemeral()
-    observe_sources(defs, instance)
-    assert execute_assets(defs, instance, ["stg_customers"]).success
-    con = duckdb.connect(str(warehouse))
-    con.execute(f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id = 1")
-    con.close()
-
-    result = execute_assets(defs, instance, ["stg_orders", "a_meddler", "orders_enriched"])
-
-    assert result.success
-    steps = [event.step_key for event in result.all_events if event.is_step_start]
-    assert steps.index("stg_orders") < steps.index("a_meddler") < steps.index("orders_enriched")
-    live = _live(warehouse, ["stg_orders", "orders_enriched"])
-    assert _data_version(instance, "orders_enriched") == live["orders_enriched"]
-    assert _data_version(instance, "stg_orders") == live["stg_orders"]
-    # Built by the shared run first, then by the meddler: its step reported the meddler's build.
-    assert _metadata(instance, "orders_enriched", "strata/run_id") != _metadata(
-        instance, "stg_orders", "strata/run_id"
+    # Through the definitions' executor, as a run's worker runs it (execute_in_process swaps in Dagster's).
+    run = launch_in_process(
+        defs, instance, ["orders", "customers", "stg_orders", "a_user_step", "stg_customers"]
     )
-    assert len(history_entries(warehouse)) == 3  # stg_customers; the shared run; the meddler's
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    steps = [event.step_key for event in run_events(instance, run.run_id, dg.DagsterEventType.STEP_START)]
+    # strata's steps before and after the user's: the warehouse was free for it.
+    assert steps.index(MODELS_OP) < steps.index("a_user_step") < steps.index(UNSCOPED.checks_op)
+    event = instance.get_latest_materialization_event(dg.AssetKey("a_user_step"))
+    assert event is not None and event.asset_materialization.metadata["free"].value is True
+    assert _another_process_opens(warehouse)  # and released when the run's steps end
