@@ -110,12 +110,12 @@ class ProjectNames:
 
     @property
     def materialize_all_op(self) -> str:
-        return "materialize_all" if self.scope is None else self.scoped("strata_materialize_all")
+        return "materialize_all" if self.scope is None else self.scoped("strata_materialize_all_waves")
 
     @property
     def backfill_range_op(self) -> str:
         """Its run config: `ops: {<this name>: {config: {assets, first, last}}}`."""
-        return "backfill_range" if self.scope is None else self.scoped("strata_backfill_range")
+        return "backfill_range" if self.scope is None else self.scoped("strata_backfill_range_waves")
 
     # -- sensors and schedules ------------------------------------------------------------------
     @property
