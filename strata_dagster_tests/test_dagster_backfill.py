@@ -16,6 +16,7 @@ from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,
     change_order,
+    content_materializations,
     day_keys,
     execute_assets,
     history_entries,
@@ -162,7 +163,7 @@ def test_a_backfill_with_a_reason_is_recorded_in_the_history_and_on_every_materi
     with dg.DagsterInstance.ephemeral() as instance:
         run = launch_in_process(defs, instance, ["daily_revenue"], partitions=FIRST_DAYS, tags=tags)
         assert run.status == dg.DagsterRunStatus.SUCCESS
-        events = run_events(instance, run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+        events = content_materializations(instance, run.run_id)
     entry = history_entries(warehouse)[-1]
     assert (entry.kind, entry.reason, entry.backfill_of) == ("backfill", "late payment corrections", None)
     assert entry.models == ("daily_revenue",)

@@ -32,7 +32,7 @@ from strata_dagster_tests.business_support import (
     write_file_partition,
     write_table_partition,
 )
-from strata_dagster_tests.dagster_support import execute_assets, launch_in_process, run_events
+from strata_dagster_tests.dagster_support import content_materializations, execute_assets, launch_in_process
 from strata_dagster_tests.engine_support import sql
 
 VERIFY_JOB = UNSCOPED.verify_job
@@ -108,7 +108,7 @@ class DaemonTicks:
 def _materialized(instance, run: dg.DagsterRun) -> list[tuple[str, str | None, str]]:
     """(asset, partition, strata build path) of every materialization of a run."""
     found = []
-    for entry in run_events(instance, run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION):
+    for entry in content_materializations(instance, run.run_id):
         materialization = entry.asset_materialization
         path = materialization.metadata.get(c.PATH_KEY)
         found.append(

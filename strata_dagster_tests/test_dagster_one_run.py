@@ -5,7 +5,6 @@ rebuilds exactly its partitions, recorded with its reason; without a reason it i
 any step (E085, canceled, nothing written); a range the asset does not have is E068; a failed wave
 stops the later ones."""
 
-
 import dagster as dg
 import pytest
 from dagster._core.definitions.job_base import InMemoryJob
@@ -16,6 +15,7 @@ from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.jobs.one_run import LAUNCHED_BY_TAG, wave_plan
 from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
+    content_materializations,
     day_keys,
     history_entries,
     make_small_shop,
@@ -133,7 +133,7 @@ def test_a_range_backfill_rebuilds_exactly_its_partitions_with_its_reason(shop):
     (inner,) = launched_by(instance, run)
     assert inner.job_name == "strata_backfill_daily_revenue_partitions"
     assert inner.tags[c.REASON_TAG] == "restated three days"
-    materialized = run_events(instance, inner.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+    materialized = content_materializations(instance, inner.run_id)
     assert sorted(event.dagster_event.partition for event in materialized) == days
     entries = history_entries(warehouse)
     assert len(entries) == built + 1
