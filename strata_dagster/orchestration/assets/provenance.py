@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -78,3 +79,63 @@ def materialization_tags(
     if backfill:
         tags[c.BACKFILL_ID_TAG] = backfill
     return tags
+
+
+def is_stale_by_provenance(
+    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partition: str
+) -> bool:
+    """Whether Dagster shows `partition` of strata model `key` stale, read as Dagster's staleness
+    reads it from the provenance on the partition's latest materialization (strata's own, above):
+    another code version, an input it did not read, or an input partition with a newer data
+    version than the one before the recorded event pointer. False when never materialized
+    (missing, not stale)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+    ).records
+    if not records:
+        return False
+    materialization = records[0].event_log_entry.asset_materialization
+    tags = (materialization.tags if materialization is not None else None) or {}
+    if tags.get(c.CODE_VERSION_TAG) != (asset_graph.get(key).code_version or ""):
+        return True
+    parents: dict[dg.AssetKey, list[str | None]] = {}
+    for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
+        parents.setdefault(parent.asset_key, []).append(parent.partition_key)
+    for parent_key, partitions in parents.items():
+        name = parent_key.to_user_string()
+        pointer = tags.get(f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}")
+        if pointer is None:
+            return True  # a new input
+        item = ModelInput(parent_key, is_observed=not asset_graph.get(parent_key).is_materializable)
+        if partitions == [None]:
+            recorded = tags.get(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}")
+            if (recorded_data_version(latest_record(instance, item)) or INITIAL_DATA_VERSION) != recorded:
+                return True
+            continue
+        cursor = None if pointer == c.NULL_EVENT_POINTER else int(pointer)
+        if any(_is_updated(instance, item, part, cursor) for part in partitions if part is not None):
+            return True
+    return False
+
+
+def _is_updated(instance: dg.DagsterInstance, item: ModelInput, partition: str, cursor: int | None) -> bool:
+    """An event of `item`'s `partition` after `cursor` whose data version differs from the latest
+    one at or before it."""
+    fetch = instance.fetch_observations if item.is_observed else instance.fetch_materializations
+    after = fetch(
+        dg.AssetRecordsFilter(asset_key=item.key, asset_partitions=[partition], after_storage_id=cursor),
+        limit=1,
+    ).records
+    if not after:
+        return False
+    before = (
+        fetch(
+            dg.AssetRecordsFilter(
+                asset_key=item.key, asset_partitions=[partition], before_storage_id=cursor + 1
+            ),
+            limit=1,
+        ).records
+        if cursor is not None
+        else []
+    )
+    return recorded_data_version(after[0]) != recorded_data_version(before[0] if before else None)

@@ -77,7 +77,7 @@ def strata_python_model(
                 c.TABLE_NAME_KEY: model_relation(model, DEFAULT_BRANCH),
                 # Where the user's function is (Dagster's with_source_code_references would point
                 # at the wrapper it calls).
-                c.CODE_REFERENCES_KEY: _code_reference(fn),
+                **_code_reference(fn),
             },
             **({"dagster_type": dagster_type} if dagster_type is not None else {}),
             **asset_kwargs,
@@ -87,13 +87,17 @@ def strata_python_model(
     return decorator
 
 
-def _code_reference(fn: Callable[..., Any]) -> dg.CodeReferencesMetadataValue:
-    """Where `fn` is declared (its first decorator's line), as Dagster's code references word it."""
-    source = inspect.getsourcefile(fn)
-    reference = dg.LocalFileCodeReference(
-        file_path=os.path.abspath(source or ""), line_number=inspect.getsourcelines(fn)[1]
-    )
-    return dg.CodeReferencesMetadataValue(code_references=[reference])
+def _code_reference(fn: Callable[..., Any]) -> dict[str, dg.CodeReferencesMetadataValue]:
+    """Where `fn` is declared (its first decorator's line), as Dagster's code references word it;
+    nothing for a function without a source file (defined in a REPL)."""
+    try:
+        source, line = inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        return {}
+    if source is None:
+        return {}
+    reference = dg.LocalFileCodeReference(file_path=os.path.abspath(source), line_number=line)
+    return {c.CODE_REFERENCES_KEY: dg.CodeReferencesMetadataValue(code_references=[reference])}
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:

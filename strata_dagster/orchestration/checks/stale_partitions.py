@@ -34,6 +34,7 @@ import dagster as dg
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.partition_staleness import StalePartitions, stale_partitions
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.assets.provenance import is_stale_by_provenance
 from strata_dagster.orchestration.checks.family import CheckFamily
 from strata_dagster.orchestration.constants import LOCK_WAIT_SECONDS
 from strata_dagster.orchestration.resources.strata import StrataResource
@@ -147,11 +148,10 @@ def stale_evaluations(
 
 
 def dagster_is_stale(instance: dg.DagsterInstance, asset_graph) -> Callable[[dg.AssetKey, str], bool]:  # type: ignore[no-untyped-def]
-    """Dagster's own status of one asset partition: is it stale? (Read through Dagster's private
-    stale-status resolver, imported only when a reading asks: orchestration.dagster_private.)"""
-    from strata_dagster.orchestration.dagster_private import StaleStatusReader
-
-    return StaleStatusReader(instance, asset_graph).is_stale
+    """Dagster's own status of one partition of a partitioned strata model: is it stale? Read from
+    the provenance strata's own materialization of it records, as Dagster's staleness reads it
+    (assets.provenance), through Dagster's public event records."""
+    return lambda key, partition: is_stale_by_provenance(instance, asset_graph, key, partition)
 
 
 def stale_partitions_family(models: Mapping[dg.AssetKey, tuple[str, str]]) -> CheckFamily:
