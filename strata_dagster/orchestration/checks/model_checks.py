@@ -249,9 +249,7 @@ def equivalence_family(models: Mapping[dg.AssetKey, str], names: ProjectNames) -
         selected = {key.asset_key: models[key.asset_key] for key in selected_keys}
         building: AbstractSet[dg.AssetKey] = frozenset()
         if context.run.tags.get(VERIFY_TAG) != VERIFY_ALWAYS:
-            building = context.instance.get_asset_keys_for_run(
-                context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
-            )
+            building = _planned_assets(context.instance, context.run.run_id)
         skipped = sorted(model for key, model in selected.items() if key in building)
         if skipped:
             # No result: Dagster shows the check as skipped in this run.
@@ -280,6 +278,14 @@ def equivalence_family(models: Mapping[dg.AssetKey, str], names: ProjectNames) -
             )
 
     return CheckFamily(specs, evaluate)
+
+
+def _planned_assets(instance: dg.DagsterInstance, run_id: str) -> set[dg.AssetKey]:
+    """The assets the run plans to materialize (its planned-materialization events)."""
+    records = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    ).records
+    return {key for record in records if (key := record.event_log_entry.dagster_event.asset_key) is not None}
 
 
 def _not_published(key: dg.AssetCheckKey, model: str, branch: str) -> dg.AssetCheckResult:
