@@ -58,9 +58,9 @@ def strata_python_model(
         signature = _signature(fn)
         returned = signature.return_annotation
         is_typed = returned is not inspect.Signature.empty and not isinstance(returned, str)
-        content_versioned.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            return_annotation=dg.Output[returned] if is_typed else dg.Output
-        )
+        output = dg.Output[returned] if is_typed else dg.Output
+        content_versioned.__signature__ = signature.replace(return_annotation=output)  # type: ignore[attr-defined]
+        content_versioned.__annotations__ = {**getattr(fn, "__annotations__", {}), "return": output}
 
         asset = dg.asset(
             name=model,

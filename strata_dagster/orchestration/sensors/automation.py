@@ -42,14 +42,29 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
         return stale_candidates(context, lambda instance: is_due(instance, context.key, refresh))
 
 
+class CompanionCondition(dg.AutomationCondition):  # type: ignore[type-arg]
+    """True for all of a partitions companion (tag `strata/companion`), false for any other asset."""
+
+    @property
+    def name(self) -> str:
+        return "partitions companion"
+
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]
+        tags = context.asset_graph.get(context.key).tags or {}
+        is_companion = tags.get(c.COMPANION_TAG) == c.PARTITIONS_COMPANION
+        return dg.AutomationResult(
+            context, context.candidate_subset if is_companion else context.get_empty_subset()
+        )
+
+
 def stale_condition() -> dg.AutomationCondition:
     """Stale, with every input fresh and nothing of it running: upstream goes first. A model read
-    through a partitions companion (never stale itself) waits for the companion's model too."""
+    through a partitions companion (never stale itself) waits for the companion's model too.
+    (Through a condition on the dependency, not `any_deps_match(...).allow(...)`: Dagster 1.12's
+    `allow` and `ignore` remove the other dependencies from the code location's asset graph itself.)"""
     stale = StaleAutomationCondition()
     waiting = stale | AC.in_progress()
-    through_companions = AC.any_deps_match(AC.any_deps_match(waiting)).allow(
-        dg.AssetSelection.kind(c.COMPANION_KIND, include_sources=True)
-    )
+    through_companions = AC.any_deps_match(CompanionCondition() & AC.any_deps_match(waiting))
     return (stale & ~AC.any_deps_match(waiting) & ~through_companions & ~AC.in_progress()).with_label(
         "strata: stale, inputs fresh"
     )
