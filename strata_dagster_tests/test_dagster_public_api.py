@@ -160,3 +160,39 @@ def test_the_stale_sensors_tick_reads_dagsters_stale_status_through_dagster_priv
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip().splitlines()[-1] == "True"
     assert dg.AssetKey  # the public API the rest of the layer uses
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_dagster_layer_has_no_import_cycle():
+    """Module-level imports between the layer's modules (a package's `__init__` included, a
+    `from package import submodule` counting as the submodule) form no cycle."""
+    modules = {_module_name(path): path for path in LAYER.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.parse(path.read_text()).body:
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+                targets = [item for item in submodules if item in modules] or [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            found |= {target for target in targets if target in modules and target != name}
+        edges[name] = found
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        if seen.get(name) == 2:
+            return
+        assert seen.get(name) != 1, " -> ".join([*path[path.index(name) :], name])
+        seen[name] = 1
+        for target in sorted(edges[name]):
+            visit(target, [*path, name])
+        seen[name] = 2
+
+    for name in sorted(modules):
+        visit(name, [])

@@ -23,7 +23,7 @@ OBSERVATION_CRON = "* * * * *"
 
 class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg]
     """True for the candidate asset partitions whose stale status is STALE, and for all of an asset
-    whose refresh period has passed (see orchestration.refresh)."""
+    whose refresh period has passed (see sensors.refresh)."""
 
     @property
     def name(self) -> str:

@@ -1,7 +1,7 @@
 """`strata_materialize_stale`: a sensor that materializes exactly the stale asset partitions.
 
 Business-versioned sources come first: new complete partitions are observed and their models
-launched within the tick that lists them (orchestration.arrivals). Each tick then compares the sources' content fingerprints (read by the sensor, read-only) with the
+launched within the tick that lists them (sensors.arrivals). Each tick then compares the sources' content fingerprints (read by the sensor, read-only) with the
 data versions Dagster recorded for them: a source that changed is observed by a run of
 `strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
 no source changed, it reads Dagster's own stale status (what the UI shows), takes the stale asset
@@ -86,7 +86,7 @@ def plan_stale_runs(
     """The stale partitions of the assets of `job_of`, and runs (in the job each asset belongs to)
     for those whose upstream is fresh and idle, tagged with what they rebuild and why. `known`:
     the stale partitions a tick found when the event log ended at storage id `since` (same code
-    versions); only what may have changed since is asked again (see orchestration.stale_changes).
+    versions); only what may have changed since is asked again (see sensors.stale_changes).
     `pending`: the partitions not read yet (asset -> index of its next partition): a first reading
     of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
     once it is complete. `explain`: the engine's words for why the ready assets are rebuilt (it
