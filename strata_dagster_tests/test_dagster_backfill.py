@@ -299,3 +299,24 @@ def test_partitioned_models_and_the_backfill_jobs_name_the_backfill_tags(shop):
     # The model's own description comes first; unpartitioned models are not cluttered.
     assert graph.get(dg.AssetKey("daily_revenue")).description.startswith("Paid and shipped revenue per day")
     assert "strata/reason" not in graph.get(dg.AssetKey("stg_orders")).description
+
+
+def test_a_backfill_of_other_assets_in_the_code_location_is_not_stratas_business(shop):
+    """The guard checks the strata project whose assets a run materializes: a Dagster backfill's
+    run of a user's own asset in the same code location runs without `strata/reason`."""
+    defs, warehouse, _ = shop
+
+    @dg.asset
+    def a_users_asset() -> None:
+        return None
+
+    merged = dg.Definitions.merge(defs, dg.Definitions(assets=[a_users_asset]))
+    before = warehouse_digest(warehouse)
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = launch_in_process(merged, instance, ["a_users_asset"], tags=IN_DAGSTER_BACKFILL)
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        assert instance.get_latest_materialization_event(dg.AssetKey("a_users_asset")) is not None
+        # The same backfill tags on a strata model's run: refused.
+        refused = launch_in_process(merged, instance, ["stg_customers"], tags=IN_DAGSTER_BACKFILL)
+        assert refused.status == dg.DagsterRunStatus.CANCELED
+    assert warehouse_digest(warehouse) == before
