@@ -387,7 +387,8 @@ class GraphQL:
         )["logsForRun"]["events"]
 
     def materializations(self, name: str, partitions: list[str]) -> list[dict]:
-        """The latest materialization of each partition: partition, run id and text metadata."""
+        """The materializations of the partitions that carry their content versions: partition, run
+        id and text metadata."""
         events = self(
             "query($k: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $k) { ... on Asset { "
             "assetMaterializations(partitions: $p) { partition runId metadataEntries { label "
@@ -397,7 +398,8 @@ class GraphQL:
         )["assetOrError"]["assetMaterializations"]
         for event in events:
             event["metadata"] = {entry["label"]: entry.get("text") for entry in event.pop("metadataEntries")}
-        return events
+        # Those that carry the content versions (a partitioned model's output events precede them).
+        return [event for event in events if VERSIONS_FOLLOW_KEY not in event["metadata"]]
 
     def partition_stats(self, name: str) -> dict:
         """What the asset's partitions bar shows: numPartitions, numMaterialized, numFailed,

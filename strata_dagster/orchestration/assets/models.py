@@ -7,10 +7,11 @@ their immutable snapshots, checks their pins and repoints their views in one tra
 crosses into Python. The step then reports each model, upstream first: an unpartitioned model's
 `MaterializeResult` carries its data version = the content identity of what its view now shows,
 with the provenance Dagster's staleness reads as tags (assets.provenance: read after the step's own
-events, which Dagster's cache of the inputs would miss). A partitioned model's result is Dagster's
-event per partition of the run, and then the step logs one materialization per partition with its
-own data version (its content) and provenance: no output can give the partitions of one run
-different versions, and these later events are what staleness reads. A Python model or another
+events, which Dagster's cache of the inputs would miss); so does a run of one partition's. In a
+ranged run a partitioned model's result is Dagster's event per partition of the run, and then the
+step logs one materialization per partition with its own data version (its content) and
+provenance: no output can give the partitions of one run different versions, and these later
+events are what staleness reads. A Python model or another
 asset that reads one model of a partitioning and feeds another splits the op into steps around it
 (Dagster does that for a subsettable multi-asset), so every model reads what is upstream of it.
 
@@ -18,7 +19,6 @@ When the engine run fails, the step builds its models one by one, upstream first
 a failed one is not built), logs what was built, then fails with the first failure: each failure
 is reported in the message of the model that causes it, and nothing of a failed model is published.
 """
-
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -341,32 +341,51 @@ class ModelsStep:
                 metadata={**metadata, **counts},
             )
             return
-        # The output (steps after this one wait for it), with Dagster's event per partition; the
-        # partitions' own versions follow.
-        yield dg.MaterializeResult(
-            asset_key=plan.key,
-            metadata={c.RUN_ID_KEY: metadata[c.RUN_ID_KEY], c.VERSIONS_FOLLOW_KEY: VERSIONS_FOLLOW},
-        )
         keys = self.partition_keys
         contents = model_partitions(self.project, strata.warehouse_path, plan.name, keys, strata.branch)
         # The partitions this engine run recomputed (a partition-complete build says which).
         recomputed = set((outcome.detail or {}).get("partitions") or ())
         # The model's SQL and lineage once per run: on its last event, the one the UI shows as the latest.
         once = {name: metadata.pop(name) for name in (c.SQL_KEY, c.COLUMN_LINEAGE_KEY) if name in metadata}
-        for key in keys:
+
+        def partition_metadata(key: str) -> dict[str, Any]:
             part = contents[key]
-            yield dg.AssetMaterialization(
+            return {
+                **metadata,
+                c.ROWS_KEY: part.row_count,
+                c.ROW_COUNT_KEY: part.row_count,
+                c.PARTITION_RECOMPUTED_KEY: key in recomputed,
+                **(once if key == keys[-1] else {}),
+            }
+
+        if len(keys) == 1:  # the output's one event is the partition's, with its own version
+            (key,) = keys
+            yield dg.MaterializeResult(
                 asset_key=plan.key,
-                partition=key,
-                tags=materialization_tags(provenance, part.fingerprint, plan.code_version, run_tags),
+                data_version=dg.DataVersion(contents[key].fingerprint),
+                tags=materialization_tags(provenance, contents[key].fingerprint, plan.code_version, run_tags),
+                metadata=partition_metadata(key),
+            )
+        else:
+            # The output (steps after this one wait for it), with Dagster's event per partition;
+            # the partitions' own versions follow.
+            yield dg.MaterializeResult(
+                asset_key=plan.key,
                 metadata={
-                    **metadata,
-                    c.ROWS_KEY: part.row_count,
-                    c.ROW_COUNT_KEY: part.row_count,
-                    c.PARTITION_RECOMPUTED_KEY: key in recomputed,
-                    **(once if key == keys[-1] else {}),
+                    c.RUN_ID_KEY: metadata[c.RUN_ID_KEY],
+                    **_request_metadata(request),
+                    c.VERSIONS_FOLLOW_KEY: VERSIONS_FOLLOW,
                 },
             )
+            for key in keys:
+                yield dg.AssetMaterialization(
+                    asset_key=plan.key,
+                    partition=key,
+                    tags=materialization_tags(
+                        provenance, contents[key].fingerprint, plan.code_version, run_tags
+                    ),
+                    metadata=partition_metadata(key),
+                )
         if plan.whole_key is not None:
             whole = whole_content(strata.warehouse_path, model_view(plan.name, strata.branch))
             yield dg.AssetObservation(
