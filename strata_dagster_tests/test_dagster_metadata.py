@@ -384,6 +384,7 @@ def test_column_lineage_is_on_the_materializations_too(materialized):
     the SQL: on every unpartitioned model's event, on a partitioned run's last partition."""
     defs, instance, result, keys = materialized
     graph = defs.resolve_asset_graph()
+
     def deps(value) -> dict[str, set]:
         lineage = value.value if isinstance(value, dg.MetadataValue) else value
         return {column: set(found) for column, found in lineage.deps_by_column.items()}

@@ -125,7 +125,8 @@ def source_ledger_checks(sources: Mapping[dg.AssetKey, str], names: ProjectNames
         selected = sorted(context.selected_asset_check_keys, key=lambda key: key.to_user_string())
         wanted = [sources[key.asset_key] for key in selected]
         found = {
-            check.source: check for check in verify_sources(strata.project_path, strata.warehouse_path, wanted)
+            check.source: check
+            for check in verify_sources(strata.project_path, strata.warehouse_path, wanted)
         }
         for key in selected:
             check = found.get(sources[key.asset_key])
