@@ -21,7 +21,7 @@ is reported in the message of the model that causes it, and nothing of a failed 
 """
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -72,7 +72,6 @@ class ModelPlan:
     companions: tuple[PartitionCompanion, ...] = ()
     column_schema: dg.TableSchema | None = None  # the definition's: its constraints carry over
     lineage: dg.TableColumnLineage | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 def model_assets(
@@ -239,6 +238,8 @@ class ModelsStep:
         self.project = load_project(strata.project_path)
 
     def build(self, selected: Sequence[ModelPlan]) -> Iterator[Any]:
+        if not selected:  # a run of this op's checks alone
+            return
         instance = self.context.instance
         # The source versions Dagster knew when the step started: a build that read another one
         # records it (`_drifted`).
