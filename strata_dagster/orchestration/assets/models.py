@@ -238,7 +238,7 @@ class ModelsStep:
         self.project = load_project(strata.project_path)
 
     def build(self, selected: Sequence[ModelPlan]) -> Iterator[Any]:
-        if not selected:  # a run of this op's checks alone
+        if not selected:  # nothing of this partitioning selected: no engine run (it would build all)
             return
         instance = self.context.instance
         # The source versions Dagster knew when the step started: a build that read another one
