@@ -114,18 +114,16 @@ defs = dg.Definitions(
 # The example's whole graph with nothing to do (`--mirror`), written out by `mirror_module` from the
 # example's definitions: a twin of every asset with the same deps, partitions, partition mappings,
 # backfill policy, pool and executor; a twin of each check op with the same checks (each passes at
-# once); the companion's per-day observations logged by the twin of `stg_orders`, batched as strata's
-# IO manager logs them. No strata in it: what Dagster itself takes for this click on this graph (its
+# once); the companion's per-day observations logged by the twin of `stg_orders`, as strata's
+# models' step logs them. No strata in it: what Dagster itself takes for this click on this graph (its
 # runs, steps, per-partition events and check results).
 MIRROR_HEAD = """
 import dagster as dg
-from strata_dagster.orchestration.event_storage import batched_asset_events
 
 
 def observed(context, key, days):
-    with batched_asset_events(context.instance):
-        for day in days:
-            context.log_event(dg.AssetObservation(asset_key=key, partition=day))
+    for day in days:
+        context.log_event(dg.AssetObservation(asset_key=key, partition=day))
 
 
 def passing(context):
