@@ -11,7 +11,9 @@ webserver's GraphQL, as the UI reads it) and what the strata CLI says of the war
 - the daemon and the run worker killed mid-run: the run is marked failed, the warehouse is a
   consistent state (`strata verify`), and once the daemon is back the next tick completes it.
 
-Marker `production`; `STRATA_SKIP_PRODUCTION=1` skips them."""
+Marker `production`; `STRATA_SKIP_PRODUCTION=1` skips them. Those also marked `compat` are the
+compatibility tier's selection (.ci/run): on the lowest supported Dagster minor they load the
+example in a code server, materialize it, take a backfill with a reason and the stale sensor's ticks."""
 
 from __future__ import annotations
 
@@ -118,7 +120,7 @@ def verified(stack, *selection: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("storage", ["postgres", "sqlite"])
+@pytest.mark.parametrize("storage", ["postgres", pytest.param("sqlite", marks=pytest.mark.compat)])
 def test_a_changed_source_row_is_observed_and_exactly_its_stale_partitions_are_materialized_unattended(
     deploy, storage
 ):
@@ -173,6 +175,7 @@ def history(stack) -> list[dict]:
     return json.loads(done.stdout)
 
 
+@pytest.mark.compat
 def test_a_backfill_from_the_api_needs_a_reason_and_a_refused_one_writes_nothing(deploy):
     stack = deploy("postgres")
     graphql = stack.graphql
