@@ -440,17 +440,27 @@ def prepare_instance(root: Path, postgres: Postgres | None, database: str) -> tu
 
 @contextmanager
 def production_stack(
-    root: Path, project: Path, warehouse: Path, home: Path, environment: dict[str, str], storage: str
+    root: Path,
+    project: Path,
+    warehouse: Path,
+    home: Path,
+    environment: dict[str, str],
+    storage: str,
+    definitions: Path | None = None,
 ) -> Iterator[Stack]:
-    """The code server (the project's definitions.py), then the webserver and the daemon, until
-    the webserver shows the code location loaded; every process stopped on exit."""
+    """The code server (`definitions`, default the project's definitions.py), then the webserver
+    and the daemon, until the webserver shows the code location loaded; every process stopped on
+    exit."""
     code_port, web_port = free_port(), free_port()
     (root / "workspace.yaml").write_text(workspace_yaml(HOST, code_port))
     stack = Stack(root, home, project, warehouse, StackGraphQL(web_port), environment, storage)
     with ExitStack() as cleanup:
         cleanup.callback(stack.stop)
         code_server = stack.start(
-            "code_server", code_server_command(HOST, code_port, str(project / "definitions.py"), str(project))
+            "code_server",
+            code_server_command(
+                HOST, code_port, str(definitions or project / "definitions.py"), str(project)
+            ),
         )
         wait_for(
             lambda: _port_is_open(code_port) or code_server.poll() is not None,
