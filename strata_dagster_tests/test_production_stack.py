@@ -147,7 +147,7 @@ def test_a_changed_source_row_is_observed_and_exactly_its_stale_partitions_are_m
         return bool(graphql.materialized_since("daily_revenue", changed_at))
 
     runs = wait_for(
-        lambda: settled(stack, started, rebuilt), 240, "the sensor to freshen everything", stack.log("daemon")
+        lambda: settled(stack, started, rebuilt), 300, "the sensor to freshen everything", stack.log("daemon")
     )
     # Exactly the stale partitions: the changed order's day and month, nothing else.
     assert graphql.materialized_since("daily_revenue", changed_at) == [day]
@@ -238,7 +238,7 @@ def test_the_daemon_and_a_run_worker_killed_mid_run_fail_the_run_and_the_next_ti
                     return run, pid
         return None
 
-    run, pid = wait_for(rebuilding, 240, "a rebuild run of the sensor's", stack.log("daemon"), interval=0.1)
+    run, pid = wait_for(rebuilding, 300, "a rebuild run of the sensor's", stack.log("daemon"), interval=0.1)
     # The host loses the daemon and the run's process at once (the code server, which started the
     # run, survives: with the default run launcher it is what watches its run workers).
     stack.kill("daemon")
@@ -268,7 +268,7 @@ def test_the_daemon_and_a_run_worker_killed_mid_run_fail_the_run_and_the_next_ti
         return day in graphql.materialized_since("daily_revenue", killed_at)
 
     runs = wait_for(
-        lambda: settled(stack, started, rebuilt), 240, "the next ticks to complete it", stack.log("daemon")
+        lambda: settled(stack, started, rebuilt), 300, "the next ticks to complete it", stack.log("daemon")
     )
     later = [item for item in runs if item["runId"] != run["runId"]]
     assert {item["status"] for item in later} == {"SUCCESS"}, later
