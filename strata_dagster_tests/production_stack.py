@@ -46,7 +46,7 @@ POSTGRES_ENV = (
     "DAGSTER_POSTGRES_PASSWORD",
     "DAGSTER_POSTGRES_DB",
 )
-# Shorter intervals than production's for the tests, each one of Dagster's documented settings.
+# For the tests, shorter intervals than production's and threaded sensors: Dagster's documented settings.
 TEST_INSTANCE = {
     "run_queue": {"dequeue_interval_seconds": 1},
     "run_monitoring": {"poll_interval_seconds": 2, "free_slots_after_run_end_seconds": 2},
@@ -476,7 +476,3 @@ def production_stack(
             stack.graphql.is_loaded, 180, "the webserver to load the code location", stack.log("webserver")
         )
         yield stack
-
-
-def elapsed(since: float) -> str:
-    return f"{time.monotonic() - since:.1f}s"
