@@ -1,15 +1,16 @@
 """Journeys on the stack teams deploy (strata_dagster_tests.production_stack): PostgreSQL (or
 Dagster's default SQLite) storage, a stock instance configured by deploy/dagster.yaml, webserver,
-daemon and a gRPC code server as separate processes, the shop example copied into tmp with a
-warehouse from `strata sample-data`. What they check is what Dagster's public surfaces show (the
+daemon and a gRPC code server as separate processes, the shop example copied into tmp over
+`strata sample-data`'s tables (500 orders over 40 days). What they check is what Dagster's public surfaces show (the
 webserver's GraphQL, as the UI reads it) and what the strata CLI says of the warehouse.
 
 - a changed source row is observed by the stale sensor and exactly the stale partitions are
   materialized, with no human action;
 - a backfill from the GraphQL API as the UI sends it: without `strata/reason` refused (E085) with
   nothing written, with it recorded;
-- the daemon and the run worker killed mid-run: the run is marked failed, the warehouse is a
-  consistent state (`strata verify`), and once the daemon is back the next tick completes it.
+- the daemon and the run worker killed mid-run: the run is marked failed, the warehouse is the
+  state before the run or after it, and once the daemon is back the next ticks complete it
+  (`strata verify` passes).
 
 Marker `production`; `STRATA_SKIP_PRODUCTION=1` skips them. Those also marked `compat` are the
 compatibility tier's selection (.ci/run): on the lowest supported Dagster minor they load the
@@ -71,9 +72,9 @@ def postgres():
 
 @pytest.fixture
 def deploy(request, tmp_path, monkeypatch):
-    """`deploy(storage, materialized=False)`: the example over a fresh warehouse and instance
-    (`postgres` or `sqlite`), everything materialized first if asked; returns a context manager
-    of the running stack."""
+    """`deploy(storage, materialized=False)`: the running stack over the example, a fresh warehouse
+    and a fresh instance (`postgres` or `sqlite` storage), everything materialized first if asked;
+    stopped when the test ends."""
     stacks = ExitStack()
     request.addfinalizer(stacks.close)
 
