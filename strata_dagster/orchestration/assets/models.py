@@ -27,12 +27,12 @@ from typing import Any
 import dagster as dg
 
 from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.backfill import run_backfill_request
 from strata_dagster.engine.business import SOURCE_VERSIONS
 from strata_dagster.engine.columns import live_columns
 from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.partition_keys import as_request_texts
 from strata_dagster.engine.partition_status import model_partitions, published_state, whole_content
-from strata_dagster.engine.backfill import run_backfill_request
 from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, RunResult
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
