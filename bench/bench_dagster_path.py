@@ -114,18 +114,16 @@ defs = dg.Definitions(
 # The example's whole graph with nothing to do (`--mirror`), written out by `mirror_module` from the
 # example's definitions: a twin of every asset with the same deps, partitions, partition mappings,
 # backfill policy, pool and executor; a twin of each check op with the same checks (each passes at
-# once); the companion's per-day observations logged by the twin of `stg_orders`, batched as strata's
-# IO manager logs them. No strata in it: what Dagster itself takes for this click on this graph (its
+# once); the companion's per-day observations logged by the twin of `stg_orders`, as strata's
+# models' step logs them. No strata in it: what Dagster itself takes for this click on this graph (its
 # runs, steps, per-partition events and check results).
 MIRROR_HEAD = """
 import dagster as dg
-from strata_dagster.orchestration.event_storage import batched_asset_events
 
 
 def observed(context, key, days):
-    with batched_asset_events(context.instance):
-        for day in days:
-            context.log_event(dg.AssetObservation(asset_key=key, partition=day))
+    for day in days:
+        context.log_event(dg.AssetObservation(asset_key=key, partition=day))
 
 
 def passing(context):
@@ -134,13 +132,18 @@ def passing(context):
 """
 
 
-def mirror_module(project: Path) -> str:
-    """The source of a code location mirroring the example's graph with do-nothing twins."""
+def mirror_module(
+    project: Path, *, prefix: str = "mirror_", head: str = MIRROR_HEAD, observable_sources: bool = False
+) -> str:
+    """The source of a code location mirroring the example's graph with do-nothing twins, each
+    named `prefix` + the example's name; `head` defines `observed` and `passing`. With
+    `observable_sources`, the example's unpartitioned observable sources are observable twins
+    (a constant data version), else external assets."""
     # The example's own definitions.py (its Python model too), over the copy's warehouse.
     graph = runpy.run_path(str(project / "definitions.py"))["defs"].resolve_asset_graph()
 
     def twin(key: dg.AssetKey) -> str:
-        return "mirror_" + "_".join(key.path)
+        return prefix + "_".join(key.path)
 
     def partitions(definition: dg.PartitionsDefinition | None) -> str:
         if definition is None:
@@ -166,10 +169,17 @@ def mirror_module(project: Path) -> str:
         if graph.get(key).is_observable and graph.get(key).partitions_def is not None
         for parent in graph.get(key).parent_keys
     }
-    lines = [MIRROR_HEAD]
+    lines = [head]
     names = []
     for key in sorted(graph.get_all_asset_keys(), key=str):
         node = graph.get(key)
+        if observable_sources and node.is_observable and node.partitions_def is None:
+            lines.append(
+                f"@dg.observable_source_asset(name={twin(key)!r}, pool='duckdb')\n"
+                f"def {twin(key)}() -> dg.DataVersion:\n    return dg.DataVersion('unchanged')\n"
+            )
+            names.append(twin(key))
+            continue
         if not node.is_materializable:
             lines.append(
                 f"{twin(key)} = dg.AssetSpec({twin(key)!r}, partitions_def={partitions(node.partitions_def)})"
@@ -196,7 +206,7 @@ def mirror_module(project: Path) -> str:
             f"dg.AssetCheckSpec({spec.name!r}, asset={twin(spec.asset_key)!r})"
             for spec in assets_def.check_specs
         )
-        name = "mirror_" + assets_def.node_def.name
+        name = prefix + assets_def.node_def.name
         lines.append(
             f"@dg.multi_asset_check(name={name!r}, specs=[{specs}], can_subset=True, pool='duckdb')\n"
             f"def {name}(context):\n    yield from passing(context)\n"

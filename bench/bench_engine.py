@@ -58,7 +58,7 @@ model customers_by_region {
 """
 ORDERS_MODELS = ("orders_clean", "daily")  # the models that read raw.orders
 
-# What the engine computes per source to decide staleness (warehouse/content.py), bare.
+# What the engine computes per source to decide staleness (sql/content.py), bare.
 FINGERPRINT = "SELECT count(*), sum(hash(t)::HUGEINT) FROM raw.orders AS t"
 # What strata hashes per row of raw.orders for each `versioning` of the source in the incremental
 # and partition benches (their changes all advance updated_at, so the cdc contract holds).

@@ -8,6 +8,7 @@ from strata_dagster.errors import StrataError
 
 __all__ = [
     "StrataDagsterTranslator",
+    "StrataDuckDBResource",
     "StrataError",
     "StrataGcPolicy",
     "StrataIOManager",

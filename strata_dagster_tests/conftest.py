@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 
 from strata_dagster.wording import counted
-from strata_dagster_tests import browser_support, spark_support
+from strata_dagster_tests import browser_support, production_stack, spark_support
 from strata_dagster_tests.spark_support import clean_spark, spark  # noqa: F401  (the Spark tier's fixtures)
 
 # Nothing phones home: Dagster telemetry off for every test process.
@@ -51,13 +51,13 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line for each tier skipped on this machine (no Chromium, no Java), saying how to run it:
+    """One line for each tier skipped on this machine (no Chromium, no Java, no PostgreSQL), saying how to run it:
     `pytest -q` on a fresh machine passes, and says what it left out."""
     reasons: Counter[str] = Counter()
     for report in terminalreporter.stats.get("skipped", []):
         if isinstance(report.longrepr, tuple):
             reason = report.longrepr[2].removeprefix("Skipped: ")
-            if reason.startswith((browser_support.SKIPPED, spark_support.SKIPPED)):
+            if reason.startswith((browser_support.SKIPPED, spark_support.SKIPPED, production_stack.SKIPPED)):
                 reasons[reason] += 1
     for reason, count in reasons.items():
         terminalreporter.write_line(f"{reason} ({counted(count, 'test')} skipped)", yellow=True)

@@ -26,6 +26,7 @@ from dagster._core.loader import LoadingContextForTest
 
 from strata_dagster import build_definitions
 from strata_dagster.backends.opening import open_session
+from strata_dagster.orchestration.constants import VERSIONS_FOLLOW_KEY
 from strata_dagster.state.history import Entry
 from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.engine_support import SHOP, UNPARTITIONED_MODELS, execute
@@ -189,11 +190,27 @@ def order_day(warehouse: Path, order_id: int) -> str:
     )
 
 
+def is_content_event(materialization: dg.AssetMaterialization) -> bool:
+    """Not a partitioned model's output event: its partition's own event (the content version) follows."""
+    return VERSIONS_FOLLOW_KEY not in materialization.metadata
+
+
 def materializations(result, name):
+    """The run's materializations of asset `name` that carry its content versions."""
     return [
         event.event_specific_data.materialization
         for event in result.get_asset_materialization_events()
         if event.event_specific_data.materialization.asset_key == dg.AssetKey(name)
+        and is_content_event(event.event_specific_data.materialization)
+    ]
+
+
+def content_materializations(instance: dg.DagsterInstance, run_id: str) -> list:
+    """The run's materialization entries that carry their content versions (see `materializations`)."""
+    return [
+        entry
+        for entry in run_events(instance, run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if is_content_event(entry.asset_materialization)
     ]
 
 
@@ -370,7 +387,8 @@ class GraphQL:
         )["logsForRun"]["events"]
 
     def materializations(self, name: str, partitions: list[str]) -> list[dict]:
-        """The latest materialization of each partition: partition, run id and text metadata."""
+        """The materializations of the partitions that carry their content versions: partition, run
+        id and text metadata."""
         events = self(
             "query($k: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $k) { ... on Asset { "
             "assetMaterializations(partitions: $p) { partition runId metadataEntries { label "
@@ -380,7 +398,8 @@ class GraphQL:
         )["assetOrError"]["assetMaterializations"]
         for event in events:
             event["metadata"] = {entry["label"]: entry.get("text") for entry in event.pop("metadataEntries")}
-        return events
+        # Those that carry the content versions (a partitioned model's output events precede them).
+        return [event for event in events if VERSIONS_FOLLOW_KEY not in event["metadata"]]
 
     def partition_stats(self, name: str) -> dict:
         """What the asset's partitions bar shows: numPartitions, numMaterialized, numFailed,

@@ -144,3 +144,13 @@ def test_the_stale_sensor_observes_first_then_materializes_exactly_the_stale_par
     assert [len(wave) for wave in waves][0] == 3 and waves[-1] == {f"monthly_revenue[{month}]"}
     # The 40 stale days of daily_revenue went as one ranged run.
     assert len(waves) == 3
+
+
+def test_evaluating_the_conditions_leaves_the_code_locations_asset_graph_as_it_was(shop):
+    """Dagster 1.12's `any_deps_match(...).allow(...)` removed every other dependency from the asset
+    graph it evaluated (in the code server: the stale sensor's graph too); strata's conditions use none."""
+    project, warehouse, defs, instance = shop
+    graph = defs.resolve_asset_graph()
+    before = {key: set(graph.get(key).parent_keys) for key in graph.get_all_asset_keys()}
+    dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    assert {key: set(graph.get(key).parent_keys) for key in graph.get_all_asset_keys()} == before

@@ -12,9 +12,11 @@ import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.engine.run import run_project
+from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,
     change_order,
+    content_materializations,
     day_keys,
     execute_assets,
     history_entries,
@@ -161,7 +163,7 @@ def test_a_backfill_with_a_reason_is_recorded_in_the_history_and_on_every_materi
     with dg.DagsterInstance.ephemeral() as instance:
         run = launch_in_process(defs, instance, ["daily_revenue"], partitions=FIRST_DAYS, tags=tags)
         assert run.status == dg.DagsterRunStatus.SUCCESS
-        events = run_events(instance, run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+        events = content_materializations(instance, run.run_id)
     entry = history_entries(warehouse)[-1]
     assert (entry.kind, entry.reason, entry.backfill_of) == ("backfill", "late payment corrections", None)
     assert entry.models == ("daily_revenue",)
@@ -253,7 +255,8 @@ def test_execute_in_process_is_refused_at_the_first_write(shop):
     with dg.DagsterInstance.ephemeral() as instance:
         result = execute_assets(defs, instance, ["stg_customers"], tags=IN_DAGSTER_BACKFILL)
     assert not result.success
-    assert "E085" in str(result.failure_data_for_node("stg_customers").error)
+    # The step that builds the unpartitioned models (stg_customers among them) refused.
+    assert "E085" in str(result.failure_data_for_node(UNSCOPED.models_op("unpartitioned")).error)
     assert materializations(result, "stg_customers") == []
     assert warehouse_digest(warehouse) == before
 
@@ -316,3 +319,24 @@ def test_partitioned_models_and_the_backfill_jobs_name_the_backfill_tags(shop):
     # The model's own description comes first; unpartitioned models are not cluttered.
     assert graph.get(dg.AssetKey("daily_revenue")).description.startswith("Paid and shipped revenue per day")
     assert "strata/reason" not in graph.get(dg.AssetKey("stg_orders")).description
+
+
+def test_a_backfill_of_other_assets_in_the_code_location_is_not_stratas_business(shop):
+    """The guard checks the strata project whose assets a run materializes: a Dagster backfill's
+    run of a user's own asset in the same code location runs without `strata/reason`."""
+    defs, warehouse, _ = shop
+
+    @dg.asset
+    def a_users_asset() -> None:
+        return None
+
+    merged = dg.Definitions.merge(defs, dg.Definitions(assets=[a_users_asset]))
+    before = warehouse_digest(warehouse)
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = launch_in_process(merged, instance, ["a_users_asset"], tags=IN_DAGSTER_BACKFILL)
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        assert instance.get_latest_materialization_event(dg.AssetKey("a_users_asset")) is not None
+        # The same backfill tags on a strata model's run: refused.
+        refused = launch_in_process(merged, instance, ["stg_customers"], tags=IN_DAGSTER_BACKFILL)
+        assert refused.status == dg.DagsterRunStatus.CANCELED
+    assert warehouse_digest(warehouse) == before

@@ -18,9 +18,13 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
 from strata_dagster.engine.arrivals import partition_versions
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.checks import VERIFY_JOB
-from strata_dagster.orchestration.source_checks import ASSUMPTIONS_CHECK, LEDGER_CHECK
-from strata_dagster.orchestration.stale_sensor import RANGE_END_TAG, RANGE_START_TAG, STALE_SENSOR_NAME
+from strata_dagster.orchestration.checks.source_checks import ASSUMPTIONS_CHECK, LEDGER_CHECK
+from strata_dagster.orchestration.naming import UNSCOPED
+from strata_dagster.orchestration.sensors.stale_sensor import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    STALE_SENSOR_NAME,
+)
 from strata_dagster_tests.business_support import (
     day,
     make_file_project,
@@ -28,8 +32,10 @@ from strata_dagster_tests.business_support import (
     write_file_partition,
     write_table_partition,
 )
-from strata_dagster_tests.dagster_support import execute_assets, launch_in_process, run_events
+from strata_dagster_tests.dagster_support import content_materializations, execute_assets, launch_in_process
 from strata_dagster_tests.engine_support import sql
+
+VERIFY_JOB = UNSCOPED.verify_job
 
 EVENTS_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "events"
 
@@ -102,7 +108,7 @@ class DaemonTicks:
 def _materialized(instance, run: dg.DagsterRun) -> list[tuple[str, str | None, str]]:
     """(asset, partition, strata build path) of every materialization of a run."""
     found = []
-    for entry in run_events(instance, run.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION):
+    for entry in content_materializations(instance, run.run_id):
         materialization = entry.asset_materialization
         path = materialization.metadata.get(c.PATH_KEY)
         found.append(

@@ -108,7 +108,7 @@ def test_runs_that_keep_failing_are_not_launched_again_forever(tmp_path):
     """A cause that stays (here a broken worker) fails the runs of one arrival MAX_RELAUNCHES times
     in a row; then the sensor stops launching them and says why, until someone fixes the cause and
     materializes them (or a new partition arrives)."""
-    from strata_dagster.orchestration.arrivals import MAX_RELAUNCHES
+    from strata_dagster.orchestration.sensors.arrivals import MAX_RELAUNCHES
 
     start, project, warehouse, tick = _two_days_consumed_so_far(tmp_path)
     tick()

@@ -11,18 +11,16 @@ import polars as pl
 import pytest
 
 from strata_dagster import build_definitions, strata_python_model
-from strata_dagster.orchestration.check_op import CHECKS_OP
-from strata_dagster.orchestration.checks import (
+from strata_dagster.orchestration.checks.model_checks import (
     CONTRACT_CHECK,
     EQUIVALENCE_CHECK,
     SCHEMA_CHANGE_CHECK,
     UNIQUE_CHECK,
-    VERIFY_JOB,
-    VERIFY_SCHEDULE,
     VERIFY_TAG,
 )
-from strata_dagster.orchestration.stale_partitions_check import STALE_PARTITIONS_CHECK
-from strata_dagster.orchestration.unit_test_checks import UNIT_TEST_CHECK
+from strata_dagster.orchestration.checks.stale_partitions import STALE_PARTITIONS_CHECK
+from strata_dagster.orchestration.checks.unit_tests import UNIT_TEST_CHECK
+from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
     DAYS,
     execute_assets,
@@ -32,6 +30,10 @@ from strata_dagster_tests.dagster_support import (
 )
 from strata_dagster_tests.engine_support import SHOP, VERIFY_COUNTS, execute
 from strata_dagster_tests.test_verify import replace_live
+
+CHECKS_OP = UNSCOPED.checks_op
+VERIFY_JOB = UNSCOPED.verify_job
+VERIFY_SCHEDULE = UNSCOPED.verify_schedule
 
 UNIQUE = {
     "stg_orders",

@@ -15,8 +15,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.execution.api import execute_run
 
 from strata_dagster import build_definitions
+from strata_dagster.engine.status import peek_live_contents
 from strata_dagster.errors import E_COMPONENT, StrataError
 from strata_dagster_tests.dagster_support import START, make_small_shop
 from strata_dagster_tests.engine_support import SHOP
@@ -192,3 +195,91 @@ def test_select_keeps_the_selected_models_and_the_models_they_read(tmp_path, mon
     with pytest.raises(StrataError) as caught:
         build_definitions(tmp_path / "shop", warehouse=tmp_path / "warehouse.duckdb", select="monthly_revenu")
     assert caught.value.code == "E025"
+
+
+TWO_COMPONENTS = {
+    "one": (
+        "warehouse.duckdb",
+        'translation:\n  key_prefix: [one]\n  group_name: "{{ node.module }}_one"',
+    ),
+    "two": (
+        "second.duckdb",
+        'translation:\n  key: "two/{{ node.name }}"\n  tags: {team: "{{ node.kind }}s"}',
+    ),
+}
+
+
+def load_components(root: Path, package: str, monkeypatch) -> dg.Definitions:
+    """A dg project whose defs folder holds one component per entry of TWO_COMPONENTS (the shop
+    project on two warehouses), loaded in process as `dg dev` loads it."""
+    (root / "pyproject.toml").write_text(
+        f'[tool.dg]\ndirectory_type = "project"\n\n[tool.dg.project]\nroot_module = "{package}"\n'
+    )
+    (root / package).mkdir()
+    (root / package / "__init__.py").touch()
+    for name, (warehouse, translation) in TWO_COMPONENTS.items():
+        folder = root / package / "defs" / name
+        folder.mkdir(parents=True)
+        (folder / "defs.yaml").write_text(
+            "type: strata_dagster.StrataProjectComponent\nattributes:\n"
+            f"  project_path: ../../../shop\n  warehouse: ../../../{warehouse}\n  name: {name}\n"
+            + "".join(f"  {line}\n" for line in translation.splitlines())
+        )
+    monkeypatch.syspath_prepend(str(root))
+    return dg.load_from_defs_folder(project_root=root)
+
+
+def test_two_components_in_one_code_location_load_and_materialize_side_by_side(tmp_path, monkeypatch):
+    project, warehouse = make_small_shop(tmp_path, rows=300, days=3)
+    shutil.copy(warehouse, tmp_path / "second.duckdb")
+    defs = load_components(tmp_path, "strata_two_components", monkeypatch)
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    # Resource keys, jobs, sensors and schedules are each project's own.
+    assert {"strata_one", "strata_one_io_manager", "strata_two", "strata_two_io_manager"} <= set(
+        defs.resources
+    )
+    jobs = {job.name for job in defs.resolve_all_job_defs()}
+    assert {"strata_one_unpartitioned", "strata_two_unpartitioned", "strata_one_backfill"} <= jobs
+    assert {sensor.name for sensor in defs.sensors or []} == {
+        "strata_one_materialize_stale",
+        "strata_one_automation",
+        "strata_two_materialize_stale",
+        "strata_two_automation",
+    }
+    assert {schedule.name for schedule in defs.schedules or []} == {
+        "strata_one_verify_schedule",
+        "strata_two_verify_schedule",
+    }
+    # The translation is Dagster's templated asset attributes.
+    assert graph.get(dg.AssetKey(["one", "stg_orders"])).group_name == "staging_one"
+    assert graph.get(dg.AssetKey(["two", "stg_orders"])).tags["team"] == "models"
+    assert graph.get(dg.AssetKey(["two", "orders"])).tags["team"] == "sources"
+    # Both materialize, each into its own warehouse, through the code location's executor.
+    with dg.instance_for_test() as instance:
+        for name, (file, _) in TWO_COMPONENTS.items():
+            sources = [dg.AssetKey([name, source]) for source in ("orders", "customers")]
+            models = [
+                key
+                for key in graph.materializable_asset_keys
+                if key.path[0] == name and graph.get(key).partitions_def is None
+            ]
+            for keys in (sources, models):
+                job = defs.resolve_implicit_job_def_def_for_assets(keys)
+                run = instance.create_run_for_job(job, asset_selection=frozenset(keys))
+                execute_run(InMemoryJob(job), run, instance)
+                assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS
+            live = peek_live_contents(tmp_path / file, ["stg_orders", "orders_enriched"], timeout=10)
+            for model, content in live.items():
+                record = instance.get_latest_data_version_record(dg.AssetKey([name, model]))
+                assert content is not None
+                assert record.event_log_entry.tags["dagster/data_version"] == content
+        # A backfill of one project's models without a reason is refused before any step; the
+        # other project's runs are not its business.
+        keys = [dg.AssetKey(["one", "stg_orders"])]
+        job = defs.resolve_implicit_job_def_def_for_assets(keys)
+        run = instance.create_run_for_job(
+            job, asset_selection=frozenset(keys), tags={"dagster/backfill": "x"}
+        )
+        execute_run(InMemoryJob(job), run, instance)
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED

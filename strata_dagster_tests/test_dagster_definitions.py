@@ -1,8 +1,10 @@
 """build_definitions on the shop example: keys, groups, descriptions, code versions, partitions,
 pools, the resource's validation and the translator's override points."""
 
+import re
 import runpy
 import warnings
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -10,11 +12,13 @@ import pytest
 from strata_dagster import StrataDagsterTranslator, StrataResource, build_definitions
 from strata_dagster.engine.status import model_states
 from strata_dagster.errors import StrataError
-from strata_dagster.orchestration.backfill_guard import EXECUTOR_NAME
 from strata_dagster.orchestration.constants import COMPANION_KIND, COMPANION_TAG, PARTITIONS_COMPANION
+from strata_dagster.orchestration.jobs.executor import EXECUTOR_NAME
 from strata_dagster_tests.dagster_support import SOURCES, day_keys, make_small_shop
 from strata_dagster_tests.engine_support import SHOP
 
+REPO = Path(__file__).resolve().parents[1]
+BETA_SECTION = "## Beta APIs strata uses"
 MODELS = {
     "stg_orders": "staging",
     "stg_customers": "staging",
@@ -174,17 +178,29 @@ def test_importing_strata_dagster_does_not_import_dagster():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_loading_the_shop_definitions_emits_no_beta_warning(shop, monkeypatch):
-    """Every load of a code location runs its definitions module: a BetaWarning there is noise in
-    every log. The automation condition selects the companions by their kind, a stable API."""
+def _documented_beta_apis() -> str:
+    text = (REPO / "docs" / "dagster.md").read_text()
+    start = text.index(BETA_SECTION)
+    end = text.find("\n## ", start + len(BETA_SECTION))
+    return text[start : end if end != -1 else None]
+
+
+def test_loading_the_shop_definitions_warns_only_of_the_beta_apis_the_docs_list(shop, monkeypatch):
+    """Every load of a code location runs its definitions module: its beta warnings are Dagster's
+    (not silenced), and each beta API it warns of is listed, with why, in docs/dagster.md. The
+    automation condition selects the companions by their kind, a stable API."""
     _, warehouse = shop
     monkeypatch.setenv("STRATA_WAREHOUSE", str(warehouse))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         defs = runpy.run_path(str(SHOP / "definitions.py"))["defs"]
         graph = defs.resolve_asset_graph()
-    beta = [str(warning.message) for warning in caught if issubclass(warning.category, dg.BetaWarning)]
-    assert beta == []
+    beta = {str(warning.message) for warning in caught if issubclass(warning.category, dg.BetaWarning)}
+    assert beta  # Dagster still warns: the day it stops, the list in the docs is shortened
+    documented = _documented_beta_apis()
+    for message in beta:
+        names = [name.removesuffix(".__init__") for name in re.findall(r"`([^`]+)`", message)]
+        assert names and all(f"`{name}`" in documented for name in names), (message, names)
     companions = dg.AssetSelection.kind(COMPANION_KIND, include_sources=True).resolve(graph)
     assert companions == {dg.AssetKey("stg_orders__by_day")}
     assert graph.get(dg.AssetKey("stg_orders__by_day")).tags[COMPANION_TAG] == PARTITIONS_COMPANION

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from strata_dagster import build_definitions, strata_python_model
+from strata_dagster.errors import StrataError
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,
     execute_assets,
@@ -145,3 +146,20 @@ def test_a_partitioned_consumer_loads_only_its_partitions_rows(shop):
         warehouse, "SELECT count(*) FROM main.v_daily_revenue WHERE order_day = DATE '2025-01-07'"
     )
     assert frame.height == expected[0][0]
+
+
+def test_a_named_projects_python_model_names_its_project(shop):
+    """A Python model publishes through its project's IO manager: in a project given a `name`, it
+    says which (`strata_python_model(project=...)`), else the load fails with E067 saying so."""
+    project, warehouse, _, _ = shop
+
+    @strata_python_model(name="named_regions", code_version="1", project="sales")
+    def named(orders_enriched: pl.DataFrame) -> pl.DataFrame:
+        return orders_enriched.select("region").unique()
+
+    defs = build_definitions(project, warehouse=warehouse, name="sales", python_assets=[named])
+    assert defs.resolve_asset_graph().get(dg.AssetKey("named_regions")) is not None
+    assert "strata_sales_io_manager" in defs.resources
+    with pytest.raises(StrataError) as caught:
+        build_definitions(project, warehouse=warehouse, name="returns", python_assets=[named])
+    assert caught.value.code == "E067" and "project='returns'" in (caught.value.hint or "")

@@ -8,7 +8,7 @@ import pytest
 
 from strata_dagster import StrataDagsterTranslator, build_definitions, strata_python_model
 from strata_dagster.engine.explain import history as read_history
-from strata_dagster.orchestration.checks import SCHEMA_CHANGE_CHECK
+from strata_dagster.orchestration.checks.model_checks import SCHEMA_CHANGE_CHECK
 from strata_dagster_tests.dagster_support import (
     dagster_dev,
     example_workspace,
@@ -377,3 +377,21 @@ def test_the_ui_shows_schema_lineage_code_references_owners_and_kinds(tmp_path):
     assert entries["region_summary"][TABLE_KEY]["text"] == "main.v_region_summary"
     (reference,) = entries["region_summary"][REFERENCES_KEY]["codeReferences"]
     assert reference["filePath"] == str(project / "definitions.py")
+
+
+def test_column_lineage_is_on_the_materializations_too(materialized):
+    """Each run's latest materialization carries the model's column lineage (the definition's), as
+    the SQL: on every unpartitioned model's event, on a partitioned run's last partition."""
+    defs, instance, result, keys = materialized
+    graph = defs.resolve_asset_graph()
+
+    def deps(value) -> dict[str, set]:
+        lineage = value.value if isinstance(value, dg.MetadataValue) else value
+        return {column: set(found) for column, found in lineage.deps_by_column.items()}
+
+    for name in ("stg_orders", "daily_revenue"):
+        event = instance.get_latest_materialization_event(dg.AssetKey(name)).asset_materialization
+        declared = deps(graph.get(dg.AssetKey(name)).metadata[LINEAGE_KEY])
+        assert declared and deps(event.metadata[LINEAGE_KEY]) == declared, name
+    events = materializations(result, "daily_revenue")
+    assert [event.partition for event in events if LINEAGE_KEY in event.metadata] == [keys[-1]]

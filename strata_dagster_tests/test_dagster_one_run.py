@@ -5,8 +5,6 @@ rebuilds exactly its partitions, recorded with its reason; without a reason it i
 any step (E085, canceled, nothing written); a range the asset does not have is E068; a failed wave
 stops the later ones."""
 
-import os
-
 import dagster as dg
 import pytest
 from dagster._core.definitions.job_base import InMemoryJob
@@ -14,15 +12,10 @@ from dagster._core.execution.api import execute_run
 
 from strata_dagster import build_definitions
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.one_run import (
-    BACKFILL_RANGE_JOB,
-    BACKFILL_RANGE_OP,
-    LAUNCHED_BY_TAG,
-    MATERIALIZE_ALL_JOB,
-    PLANNED_SUBSET_ENV,
-    wave_plan,
-)
+from strata_dagster.orchestration.jobs.one_run import LAUNCHED_BY_TAG, wave_plan
+from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
+    content_materializations,
     day_keys,
     history_entries,
     make_small_shop,
@@ -54,7 +47,7 @@ def launched_by(instance, run: dg.DagsterRun) -> list[dg.DagsterRun]:
 
 
 def range_config(assets, first, last):
-    return {"ops": {BACKFILL_RANGE_OP: {"config": {"assets": assets, "first": first, "last": last}}}}
+    return {"ops": {UNSCOPED.backfill_range_op: {"config": {"assets": assets, "first": first, "last": last}}}}
 
 
 @pytest.fixture
@@ -87,7 +80,7 @@ def test_materialize_all_leaves_everything_fresh_with_the_versions_of_the_waves_
     shop, tmp_path
 ):
     project, warehouse, defs, instance = shop
-    run = launch_job(defs, instance, MATERIALIZE_ALL_JOB)
+    run = launch_job(defs, instance, UNSCOPED.materialize_all_job)
     assert run.status == dg.DagsterRunStatus.SUCCESS
     inner = launched_by(instance, run)
     assert [item.job_name for item in inner] == [
@@ -106,13 +99,6 @@ def test_materialize_all_leaves_everything_fresh_with_the_versions_of_the_waves_
         days[0],
         days[-1],
     )
-    # One planned materialization for the wave's range, not one per day (Dagster writes each event
-    # in its own transaction); the switch is set only while a wave is created and run.
-    (planned,) = run_events(instance, inner[2].run_id, dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
-    data = planned.dagster_event.event_specific_data
-    assert (data.asset_key, data.partition) == (dg.AssetKey("daily_revenue"), None)
-    assert sorted(data.partitions_subset.get_partition_keys()) == days
-    assert PLANNED_SUBSET_ENV not in os.environ
     assert stale_set(defs, instance) == set()
     entries = history_entries(warehouse)
     assert {model for entry in entries for model in entry.models} == SHOP_MODELS
@@ -133,13 +119,13 @@ def test_materialize_all_leaves_everything_fresh_with_the_versions_of_the_waves_
 
 def test_a_range_backfill_rebuilds_exactly_its_partitions_with_its_reason(shop):
     project, warehouse, defs, instance = shop
-    assert launch_job(defs, instance, MATERIALIZE_ALL_JOB).status == dg.DagsterRunStatus.SUCCESS
+    assert launch_job(defs, instance, UNSCOPED.materialize_all_job).status == dg.DagsterRunStatus.SUCCESS
     built = len(history_entries(warehouse))
     days = day_keys()[3:6]
     run = launch_job(
         defs,
         instance,
-        BACKFILL_RANGE_JOB,
+        UNSCOPED.backfill_range_job,
         tags={c.REASON_TAG: "restated three days"},
         config=range_config(["daily_revenue"], days[0], days[-1]),
     )
@@ -147,7 +133,7 @@ def test_a_range_backfill_rebuilds_exactly_its_partitions_with_its_reason(shop):
     (inner,) = launched_by(instance, run)
     assert inner.job_name == "strata_backfill_daily_revenue_partitions"
     assert inner.tags[c.REASON_TAG] == "restated three days"
-    materialized = run_events(instance, inner.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+    materialized = content_materializations(instance, inner.run_id)
     assert sorted(event.dagster_event.partition for event in materialized) == days
     entries = history_entries(warehouse)
     assert len(entries) == built + 1
@@ -162,7 +148,7 @@ def test_a_range_backfill_without_a_reason_is_refused_before_any_step(shop):
     before = warehouse_digest(warehouse)
     days = day_keys()[:3]
     run = launch_job(
-        defs, instance, BACKFILL_RANGE_JOB, config=range_config(["daily_revenue"], days[0], days[-1])
+        defs, instance, UNSCOPED.backfill_range_job, config=range_config(["daily_revenue"], days[0], days[-1])
     )
     assert run.status == dg.DagsterRunStatus.CANCELED
     assert run_events(instance, run.run_id, dg.DagsterEventType.STEP_START) == []
@@ -187,7 +173,7 @@ def test_a_range_the_assets_do_not_have_is_e068(shop, assets, first, last, says)
     run = launch_job(
         defs,
         instance,
-        BACKFILL_RANGE_JOB,
+        UNSCOPED.backfill_range_job,
         tags={c.REASON_TAG: "why"},
         config=range_config(assets, first, last),
     )
@@ -205,7 +191,7 @@ def test_a_failed_wave_stops_the_later_ones(shop):
     # A contract the data breaks: stg_customers fails its build (E031) in the unpartitioned wave.
     edit_module(project / "staging.strata", "    name: VARCHAR,\n", "    name: BIGINT,\n")
     defs = build_definitions(project, warehouse=warehouse)
-    run = launch_job(defs, instance, MATERIALIZE_ALL_JOB)
+    run = launch_job(defs, instance, UNSCOPED.materialize_all_job)
     assert run.status == dg.DagsterRunStatus.FAILURE
     inner = launched_by(instance, run)
     assert [(item.job_name, item.status) for item in inner] == [

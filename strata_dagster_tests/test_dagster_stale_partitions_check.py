@@ -6,7 +6,7 @@ per-partition status, read by the engine in one scan."""
 import dagster as dg
 
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.stale_partitions_check import STALE_PARTITIONS_CHECK
+from strata_dagster.orchestration.checks.stale_partitions import STALE_PARTITIONS_CHECK
 from strata_dagster_tests.dagster_support import change_order, day_keys, order_day, resolver
 from strata_dagster_tests.test_dagster_stale_sensor import Ticks, launch, shop  # noqa: F401 (a fixture)
 from strata_dagster_tests.test_dagster_staleness import paid_order

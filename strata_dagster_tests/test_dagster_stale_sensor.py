@@ -14,8 +14,9 @@ from strata_dagster import build_definitions
 from strata_dagster.engine import operations
 from strata_dagster.engine.partition_staleness import stale_partitions
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration import stale_sensor
-from strata_dagster.orchestration.stale_sensor import (
+from strata_dagster.orchestration.naming import UNSCOPED
+from strata_dagster.orchestration.sensors import stale_sensor
+from strata_dagster.orchestration.sensors.stale_sensor import (
     OBSERVE_JOB,
     RANGE_END_TAG,
     RANGE_START_TAG,
@@ -253,7 +254,7 @@ def test_a_first_reading_of_the_stale_status_is_spread_over_ticks_and_plans_when
     model here is one the engine does not answer for (it reads a view model), so its partitions'
     statuses are Dagster's, read tick after tick."""
     project, warehouse, defs, instance = shop_over_a_view
-    strata = defs.resources[c.STRATA_RESOURCE_KEY]
+    strata = defs.resources[UNSCOPED.resource_key]
     assert "daily_revenue" not in stale_partitions(strata.project_path, strata.warehouse_path)
     change_order(warehouse, paid_order(warehouse))
     tick = Ticks(defs, instance)

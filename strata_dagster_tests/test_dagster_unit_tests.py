@@ -4,7 +4,7 @@ materializes the model and alone, against a real Dagster instance and DuckDB fil
 import dagster as dg
 
 from strata_dagster import build_definitions
-from strata_dagster.orchestration.unit_test_checks import (
+from strata_dagster.orchestration.checks.unit_tests import (
     TESTS_RAN_IN_KEY,
     UNCHANGED_KEY,
     UNIT_TEST_CHECK,

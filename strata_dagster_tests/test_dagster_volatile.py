@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from strata_dagster import build_definitions
-from strata_dagster.orchestration import refresh, stale_sensor
+from strata_dagster.orchestration.sensors import refresh, stale_sensor
 from strata_dagster_tests.dagster_support import execute_assets, materializations
 from strata_dagster_tests.engine_support import make_module_project
 from strata_dagster_tests.test_dagster_automation import requested

@@ -20,7 +20,7 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
-from strata_dagster.orchestration.stale_sensor import STALE_SENSOR_NAME
+from strata_dagster.orchestration.sensors.stale_sensor import STALE_SENSOR_NAME
 from strata_dagster.warehouse.partition_evidence import first_matching_file
 from strata_dagster_tests.business_support import (
     day,

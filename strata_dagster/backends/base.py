@@ -8,7 +8,7 @@ name. Both SQL backends share their statements on purpose through `backends/sql/
 (`SqlSession`); nothing here is DuckDB's or Spark's.
 
 The history store (`meta`, `history`, `writer`) is DuckDB on every backend: the warehouse file
-itself on DuckDB, an in-memory mirror of a logged history on Spark (warehouse/history_mirror.py).
+itself on DuckDB, an in-memory mirror of a logged history on Spark (state/history_mirror.py).
 """
 
 from __future__ import annotations

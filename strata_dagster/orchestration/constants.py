@@ -4,20 +4,34 @@ from __future__ import annotations
 
 from typing import Final
 
-# Resource keys under which build_definitions registers the resource and the IO manager.
-STRATA_RESOURCE_KEY: Final = "strata"
-STRATA_IO_MANAGER_KEY: Final = "strata_io_manager"
+# Resource keys, job, op, sensor and schedule names are a project's own: orchestration.naming.
 
 # Every asset and observation that opens the warehouse runs in this pool. DuckDB allows one writer
 # per file: with the pool's limit at 1 (dagster.yaml: concurrency.pools.default_limit), concurrent
 # runs take turns instead of failing on the file lock.
 DUCKDB_POOL: Final = "duckdb"
+# How long a sensor's tick waits for a run's write lock on the warehouse before skipping: short, so
+# the tick stays well within Dagster's budget and the run is never kept waiting behind it for long.
+LOCK_WAIT_SECONDS: Final = 1.0
 
-# Dagster's own event tags (dagster._core.definitions.data_version), spelled out once here.
+# The tags Dagster reads a materialization's or observation's versions from (its data versions
+# documentation), spelled out once here. A step that logs its own events (one per partition, each
+# with its own data version) writes the provenance Dagster's staleness reads: the code version, and
+# for each input its data version and the storage id of the event it was read from (those two
+# prefixes are Dagster's event-log format, not a documented API: test_dagster_public_api.py fails if
+# Dagster renames them).
 DATA_VERSION_TAG: Final = "dagster/data_version"
 CODE_VERSION_TAG: Final = "dagster/code_version"
+DATA_VERSION_IS_USER_PROVIDED_TAG: Final = "dagster/data_version_is_user_provided"
+INPUT_DATA_VERSION_TAG_PREFIX: Final = "dagster/input_data_version"
+INPUT_EVENT_POINTER_TAG_PREFIX: Final = "dagster/input_event_pointer"
+NULL_EVENT_POINTER: Final = "NULL"
+BACKFILL_ID_TAG: Final = "dagster/backfill"
+# Dagster's run tags of a ranged run (a single-run backfill policy's run, a partition range).
+RANGE_START_TAG: Final = "dagster/asset_partition_range_start"
+RANGE_END_TAG: Final = "dagster/asset_partition_range_end"
 
-# The tag that marks a partitions companion (`<model>__by_<grain>`, see orchestration.companions).
+# The tag that marks a partitions companion (`<model>__by_<grain>`, see orchestration.assets.companions).
 COMPANION_TAG: Final = "strata/companion"
 # Tags of a model rebuilt by its refresh period (`refresh:`, or `always` for a volatile model
 # without one), and of one that calls a volatile function (now(), random(), ...).
@@ -45,13 +59,8 @@ PURPOSE_REBUILD: Final = "rebuild"
 WHY_TAG: Final = "strata/why"
 STALE_PARTITIONS_TAG: Final = "strata/stale_partitions"
 
-# The jobs whose every run is a backfill: `strata_backfill` (unpartitioned models) and
-# `strata_backfill_<asset>_partitions` (one per partitioning).
-BACKFILL_JOB: Final = "strata_backfill"
-# The jobs that run a Dagster backfill's waves inside one run (orchestration.one_run), and the tag
-# on each wave's run naming the run that launched it.
-MATERIALIZE_ALL_JOB: Final = "strata_materialize_all"
-BACKFILL_RANGE_JOB: Final = f"{BACKFILL_JOB}_range"
+# The tag on each wave's run of `strata_materialize_all` and `strata_backfill_range`
+# (orchestration.jobs.one_run) naming the run that launched it.
 LAUNCHED_BY_TAG: Final = "strata/launched_by"
 
 # Metadata keys on definitions and materializations.
@@ -68,6 +77,8 @@ DURATION_KEY: Final = "strata/duration_ms"
 SQL_KEY: Final = "strata/sql"
 DETAIL_KEY: Final = "strata/detail"
 PARTITION_RECOMPUTED_KEY: Final = "strata/partition_recomputed"
+# On a partitioned model's output events: the partition's own event (its content version) follows.
+VERSIONS_FOLLOW_KEY: Final = "strata/versions"
 FINGERPRINT_KEY: Final = "strata/fingerprint"
 RELATION_KEY: Final = "strata/relation"
 UNIQUE_KEY: Final = "strata/unique"
@@ -86,14 +97,15 @@ READERS_KEY: Final = "strata/readers"
 REFRESH_KEY: Final = "strata/refresh"
 VOLATILE_CALLS_KEY: Final = "strata/volatile_calls"
 
-# Dagster's own metadata keys (dagster._core.definitions.metadata), spelled out once here.
+# Dagster's own metadata keys (its documented `dagster/...` keys), spelled out once here.
 COLUMN_SCHEMA_KEY: Final = "dagster/column_schema"
 COLUMN_LINEAGE_KEY: Final = "dagster/column_lineage"
 CODE_REFERENCES_KEY: Final = "dagster/code_references"
 TABLE_NAME_KEY: Final = "dagster/table_name"
+ROW_COUNT_KEY: Final = "dagster/row_count"
 KIND_TAG_PREFIX: Final = "dagster/kind/"
 
-# Metadata of a refused run's event (orchestration.backfill_guard).
+# Metadata of a refused run's event (orchestration.jobs.executor).
 ERROR_CODE_KEY: Final = "strata/error_code"
 ERROR_KEY: Final = "strata/error"
 HINT_KEY: Final = "strata/hint"

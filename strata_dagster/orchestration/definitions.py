@@ -6,41 +6,45 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.catalog import Catalog
+from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.engine.context import check_branch, check_branch_of
+from strata_dagster.errors import E_COMPONENT, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.arrivals import ArrivingSource
-from strata_dagster.orchestration.assets import build_model_asset
-from strata_dagster.orchestration.automation import automation_sensor
-from strata_dagster.orchestration.backfill_guard import strata_executor
-from strata_dagster.orchestration.backfills import build_backfill_jobs
-from strata_dagster.orchestration.check_op import CHECKS_OP, strata_checks_op
-from strata_dagster.orchestration.checks import DEFAULT_VERIFICATION_SCHEDULE, StrataChecks, build_checks
-from strata_dagster.orchestration.companions import companion_asset, partition_companions
+from strata_dagster.orchestration.assets.companions import companion_asset, partition_companions
+from strata_dagster.orchestration.assets.models import model_assets
+from strata_dagster.orchestration.assets.python_models import on_branch
+from strata_dagster.orchestration.assets.selection import selected_project
+from strata_dagster.orchestration.assets.sources import build_source_assets, build_whole_model_asset
+from strata_dagster.orchestration.checks.family import strata_checks_op
+from strata_dagster.orchestration.checks.model_checks import (
+    DEFAULT_VERIFICATION_SCHEDULE,
+    StrataChecks,
+    build_checks,
+)
+from strata_dagster.orchestration.checks.stale_partitions import stale_partitions_family
 from strata_dagster.orchestration.failures import raises_cleanly
-from strata_dagster.orchestration.gc_job import StrataGcPolicy, build_gc_job
-from strata_dagster.orchestration.io_manager import StrataIOManager
-from strata_dagster.orchestration.one_run import DefinitionsRef, build_one_run_jobs
-from strata_dagster.orchestration.project_selection import selected_project
-from strata_dagster.orchestration.python_models import on_branch
-from strata_dagster.orchestration.reconstruction import project_catalog
-from strata_dagster.orchestration.resources import StrataResource, default_warehouse
-from strata_dagster.orchestration.sources import build_source_assets, build_whole_model_asset
-from strata_dagster.orchestration.stale_partitions_check import stale_partitions_family
-from strata_dagster.orchestration.stale_sensor import OBSERVE_JOB, stale_partitions_sensor
+from strata_dagster.orchestration.io.io_manager import StrataIOManager
+from strata_dagster.orchestration.jobs.asset_jobs import build_asset_jobs
+from strata_dagster.orchestration.jobs.backfills import build_backfill_jobs
+from strata_dagster.orchestration.jobs.executor import GuardedProject, guard, strata_executor
+from strata_dagster.orchestration.jobs.gc import StrataGcPolicy, build_gc_job
+from strata_dagster.orchestration.jobs.one_run import DefinitionsRef, build_one_run_jobs
+from strata_dagster.orchestration.naming import ProjectNames
+from strata_dagster.orchestration.resources.duckdb import StrataDuckDBResource
+from strata_dagster.orchestration.resources.strata import StrataResource, default_warehouse
+from strata_dagster.orchestration.sensors.arrivals import ArrivingSource
+from strata_dagster.orchestration.sensors.automation import automation_sensor
+from strata_dagster.orchestration.sensors.stale_sensor import stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
 from strata_dagster.warehouse.settings import check_environment
-
-UNPARTITIONED_JOB = "strata_unpartitioned"
 
 
 @raises_cleanly
@@ -49,6 +53,7 @@ def build_definitions(
     *,
     warehouse: Path | str | None = None,
     branch: str = DEFAULT_BRANCH,
+    name: str | None = None,
     translator: StrataDagsterTranslator | None = None,
     python_assets: Sequence[dg.AssetsDefinition] = (),
     stale_sensor_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
@@ -62,17 +67,24 @@ def build_definitions(
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
-    Every source becomes an observable source asset (data version = content fingerprint), every
-    model an asset (code version = model fingerprint, data version = snapshot content; a
-    partitioned model reads an unpartitioned `from` through its partitions companion
-    `<from>__by_<grain>`, see orchestration.companions), with a
-    `StrataResource` ("strata"), a `StrataIOManager` ("strata_io_manager"), the in-process executor
-    (DuckDB has one writer per file) refusing backfill runs without a `strata/reason` tag, the
-    `strata_backfill` jobs (see orchestration.backfills), the `strata_materialize_stale` sensor (stopped unless
-    `stale_sensor_status` says otherwise) and the `strata_automation` sensor for declarative
-    automation (stopped). `warehouse` defaults to `$STRATA_WAREHOUSE`, else
+    Every source becomes an observable source asset (data version = content fingerprint); the
+    models of each partitioning one subsettable multi-asset (code version = model fingerprint,
+    data version = snapshot content, per partition for partitioned models; a partitioned model
+    reads an unpartitioned `from` through its partitions companion `<from>__by_<grain>`, see
+    orchestration.assets.companions), with a `StrataResource` ("strata"), a `StrataIOManager`
+    ("strata_io_manager": Python models, and models read as frames), a `StrataDuckDBResource`
+    ("strata_duckdb": your assets' read-only DuckDB connection to the live views), the in-process
+    executor refusing strata backfill runs without a `strata/reason` tag (orchestration.jobs.executor),
+    the `strata_backfill` jobs (see orchestration.jobs.backfills), the `strata_materialize_stale`
+    sensor (stopped unless `stale_sensor_status` says otherwise) and the `strata_automation`
+    sensor for declarative automation (stopped). `warehouse` defaults to `$STRATA_WAREHOUSE`, else
     `warehouse.duckdb` in the project folder. `python_assets` are added as they are: Python models
     (see `strata_python_model`) and Python consumers of strata models.
+
+    `name`: the project's name in a code location holding several projects (or one project on
+    several warehouses): its resource keys, jobs, ops, sensors and schedules are then
+    `strata_<name>...` (`strata_shop`, `strata_shop_materialize_stale`; orchestration.naming).
+    None (the default): the names above.
 
     Asset checks (see strata_dagster.orchestration.checks): `strata_unique` and `strata_contract`
     on the live view of every model with those pins, run with each materialization;
@@ -94,6 +106,7 @@ def build_definitions(
     Spark over `warehouse` (a directory; default `spark-warehouse/` in the project folder). The
     assets, staleness, IO manager, checks and backfill guard are the same on both engines.
     """
+    names = ProjectNames(name)
     choice = engine_choice(engine, spark_remote)
     check_environment(choice.name)  # every STRATA_* variable, where the code location loads
     choose_engine(choice)  # this process reads the catalog below, and its sensors run here
@@ -107,34 +120,52 @@ def build_definitions(
     )
     translator = translator or StrataDagsterTranslator()
     python_assets = [on_branch(asset, branch) for asset in python_assets]
-    catalog = project_catalog(resource)
+    _check_python_models(python_assets, names)
+    catalog = read_catalog(resource.project_path, resource.warehouse_path, resource.branch)
     check_branch_of(catalog.project, branch)  # not a schema the sources read: E026 where it loads
     for unread in catalog.warnings:  # shown where the code location loads (`dagster dev`'s output)
         warnings.warn(unread.render(), UserWarning, stacklevel=2)
     if select:
         catalog = replace(catalog, project=selected_project(catalog.project, select))
-    with warnings.catch_warnings():
-        # Observable source assets and single-run backfill policies are beta in Dagster 1.13; both
-        # are what per-partition versions and ranged runs need, and the version is pinned.
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        checks = build_checks(
-            catalog.project,
-            describe_nodes(catalog),
-            translator,
-            python_assets,
-            verification_schedule=verification_schedule,
-            schedule_status=verification_schedule_status,
-        )
-        defs = _definitions(catalog, resource, translator, python_assets, stale_sensor_status, checks)
+    checks = build_checks(
+        catalog.project,
+        describe_nodes(catalog),
+        translator,
+        python_assets,
+        names=names,
+        executor=strata_executor,
+        verification_schedule=verification_schedule,
+        schedule_status=verification_schedule_status,
+    )
+    defs = _definitions(catalog, resource, names, translator, python_assets, stale_sensor_status, checks)
     if gc is None:
         return defs
-    gc_job, gc_schedule = build_gc_job(gc, gc_schedule_status)
+    gc_job, gc_schedule = build_gc_job(gc, gc_schedule_status, names)
+    guard(GuardedProject(resource, names), (), [gc_job.name])
     return dg.Definitions.merge(defs, dg.Definitions(jobs=[gc_job], schedules=[gc_schedule]))
+
+
+def _check_python_models(python_assets: Sequence[dg.AssetsDefinition], names: ProjectNames) -> None:
+    """A Python model publishes through its project's IO manager: `strata_python_model(project=)`
+    must name the project this one is (build_definitions' `name`)."""
+    for asset in python_assets:
+        for key in asset.keys:
+            if c.MODEL_KEY not in asset.metadata_by_key.get(key, {}):
+                continue  # a consumer of strata models, not a model
+            found = asset.get_io_manager_key_for_asset_key(key)
+            if found != names.io_manager_key:
+                raise StrataError(
+                    E_COMPONENT,
+                    f"Python model `{key.to_user_string()}` publishes through `{found}`, not this "
+                    f"project's `{names.io_manager_key}`",
+                    hint=f"decorate it with strata_python_model(project={names.scope!r})",
+                )
 
 
 def _definitions(
     catalog: Catalog,
     resource: StrataResource,
+    names: ProjectNames,
     translator: StrataDagsterTranslator,
     python_assets: Sequence[dg.AssetsDefinition],
     stale_sensor_status: dg.DefaultSensorStatus,
@@ -146,103 +177,79 @@ def _definitions(
     unique = {item.key: item for item in companions.values()}
     assets: list[dg.AssetsDefinition | dg.SourceAsset] = []
     fingerprinted: dict[dg.AssetKey, str] = {}  # observable asset -> the source its version is
-    for name in sorted(catalog.project.sources):
-        observed = [item for item in unique.values() if item.upstream == name]
-        built = build_source_assets(nodes[name], translator, observed)
+    for source in sorted(catalog.project.sources):
+        observed = [item for item in unique.values() if item.upstream == source]
+        built = build_source_assets(nodes[source], translator, names, observed)
         assets.extend(built)
-        fingerprinted.update((item.key, name) for item in built)
-    for name in catalog.project.order:
-        assets.append(build_model_asset(nodes[name], nodes, translator, whole_keys, companions))
-        if name in whole_keys:
-            assets.append(build_whole_model_asset(nodes[name], translator))
-    # strata's own steps (its models, observations and checks; Dagster's schema check reads only
-    # the event log): the run keeps the warehouse open from one to the next (held_steps.py)
-    holding = {
-        CHECKS_OP,
-        *(name for item in assets if (name := _op_name(item)) is not None),
-        *(check.node_def.name for check in checks.asset_checks),
-    }
+        fingerprinted.update((item.key, source) for item in built)
+    assets.extend(model_assets(catalog.project.order, nodes, translator, whole_keys, companions, names))
+    for model, _ in whole_keys.items():
+        if model in catalog.project.models:
+            assets.append(build_whole_model_asset(nodes[model], translator, names))
+    strata_keys = [key for item in assets for key in _keys(item)]
     assets.extend(python_assets)
     # Partitions companions: observable assets, observed by the builds of their models (or the
     # observations of their sources); in no job, sensor or selection of ours.
-    observers = [companion_asset(item, nodes, translator) for item in unique.values()]
+    observers = [companion_asset(item, nodes, translator, names) for item in unique.values()]
     keys = [key for item in assets for key in _keys(item)]
-    jobs, job_of, observable = _jobs(assets)
-    observe_job = dg.define_asset_job(
-        OBSERVE_JOB,
-        selection=dg.AssetSelection.assets(*observable),
-        description="Observes the strata sources; strata_materialize_stale launches it when a source changed.",
-    )
+    asset_jobs = build_asset_jobs(assets, names, strata_executor)
     backfill_jobs, backfill_job_of = build_backfill_jobs(
-        assets, [translator.get_asset_key(nodes[name]) for name in catalog.project.order]
+        assets,
+        [translator.get_asset_key(nodes[model]) for model in catalog.project.order],
+        names,
+        strata_executor,
     )
     ref = DefinitionsRef()
-    one_run_jobs = build_one_run_jobs(ref, job_of, OBSERVE_JOB, observable, backfill_job_of)
+    one_run_jobs = build_one_run_jobs(
+        ref,
+        asset_jobs.job_of,
+        names.observe_job,
+        asset_jobs.observable,
+        backfill_job_of,
+        names,
+        strata_executor,
+    )
     partitioned = partition_built_models(catalog, nodes, translator)
     stale_checks = [stale_partitions_family(partitioned)] if partitioned else []
+    jobs = [*one_run_jobs, *asset_jobs.jobs, asset_jobs.observe_job, *checks.jobs, *backfill_jobs]
+    guard(
+        GuardedProject(resource, names),
+        [*strata_keys, *(key for item in python_assets for key in item.keys)],
+        [job.name for job in jobs],
+    )
+    resources: dict[str, object] = {
+        names.resource_key: resource,
+        names.io_manager_key: StrataIOManager(strata=resource, name=names.scope),
+    }
+    if resource.engine_choice.is_duckdb:
+        resources[names.duckdb_resource_key] = StrataDuckDBResource(warehouse=resource.warehouse)
     defs = dg.Definitions(
         assets=[*assets, *observers],
-        asset_checks=[*checks.asset_checks, *strata_checks_op([*stale_checks, *checks.families])],
-        jobs=[*one_run_jobs, *jobs, observe_job, *checks.jobs, *backfill_jobs],
+        asset_checks=[*checks.asset_checks, *strata_checks_op([*stale_checks, *checks.families], names)],
+        jobs=jobs,
         schedules=checks.schedules,
-        resources={
-            c.STRATA_RESOURCE_KEY: resource,
-            c.STRATA_IO_MANAGER_KEY: StrataIOManager(strata=resource),
-        },
-        executor=strata_executor(resource, frozenset(holding)),
+        resources=resources,
+        executor=strata_executor,
         sensors=[
             stale_partitions_sensor(
-                [*jobs, observe_job],
-                job_of,
-                {key: fingerprinted.get(key) for key in observable},
+                [*asset_jobs.jobs, asset_jobs.observe_job],
+                asset_jobs.job_of,
+                {key: fingerprinted.get(key) for key in asset_jobs.observable},
                 resource,
+                observe_job=names.observe_job,
+                name=names.stale_sensor,
                 default_status=stale_sensor_status,
                 whole_models={
-                    key: name for name, key in whole_keys.items() if name in catalog.project.models
+                    key: model for model, key in whole_keys.items() if model in catalog.project.models
                 },
                 partitioned=partitioned,
                 arriving=arriving_sources(catalog, nodes, translator),
             ),
-            automation_sensor(dg.AssetSelection.assets(*keys)),
+            automation_sensor(dg.AssetSelection.assets(*keys), name=names.automation_sensor),
         ],
     )
     ref.set(defs)
     return defs
-
-
-def _jobs(
-    assets: Sequence[dg.AssetsDefinition | dg.SourceAsset],
-) -> tuple[list[Any], dict[dg.AssetKey, str], list[dg.AssetKey]]:
-    """One asset job per partitions definition (a run cannot mix them): the unpartitioned models
-    with the unpartitioned sources, and each distinct daily or monthly partitioning. Returns the
-    jobs, the job of every materializable asset, and the sources the unpartitioned job observes."""
-    groups: dict[str, list[dg.AssetKey]] = {}
-    names: dict[str, str] = {}
-    job_of: dict[dg.AssetKey, str] = {}
-    observable: list[dg.AssetKey] = []
-    for item in assets:
-        partitions_def = item.partitions_def
-        if isinstance(item, dg.SourceAsset):
-            if partitions_def is None:  # partitioned sources are observed through their companion
-                observable.append(item.key)
-                groups.setdefault("", []).append(item.key)
-            continue
-        identity = "" if partitions_def is None else repr(partitions_def)
-        for key in item.keys:
-            groups.setdefault(identity, []).append(key)
-            if identity not in names:
-                names[identity] = UNPARTITIONED_JOB if not identity else f"strata_{key.path[-1]}_partitions"
-            job_of[key] = names[identity]
-    names.setdefault("", UNPARTITIONED_JOB)
-    jobs = [
-        dg.define_asset_job(
-            names[identity],
-            selection=dg.AssetSelection.assets(*keys),
-            description="Strata assets of one partitioning; strata_materialize_stale launches its runs.",
-        )
-        for identity, keys in groups.items()
-    ]
-    return jobs, job_of, observable
 
 
 def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
@@ -370,13 +377,6 @@ def arriving_sources(
             )
         )
     return found
-
-
-def _op_name(item: dg.AssetsDefinition | dg.SourceAsset) -> str | None:
-    """The op (a run's step key) that materializes or observes `item`; None when it has none."""
-    if isinstance(item, dg.AssetsDefinition):
-        return item.node_def.name if item.is_executable else None
-    return item.op.name if item.is_observable else None
 
 
 def _keys(item: dg.AssetsDefinition | dg.SourceAsset) -> list[dg.AssetKey]:

@@ -22,9 +22,12 @@ from strata_dagster.engine.columns import RelationColumns
 from strata_dagster.errors import Location
 from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.automation import observation_condition, stale_condition
-from strata_dagster.orchestration.backfills import BACKFILL_TAGS_HELP, FAST_PATHS_HELP
-from strata_dagster.orchestration.partitions import arriving_partitions, coarser_time_mapping, time_partitions
+from strata_dagster.orchestration.assets.partitions import (
+    arriving_partitions,
+    coarser_time_mapping,
+    time_partitions,
+)
+from strata_dagster.orchestration.sensors.automation import observation_condition, stale_condition
 
 NodeKind = Literal["source", "model"]
 _GROUP_CHARACTERS = re.compile(r"[^A-Za-z0-9_]")
@@ -87,7 +90,7 @@ class StrataDagsterTranslator:
 
         Dagster makes every partition stale when an unpartitioned dependency changes; the engine
         rebuilds only the partitions whose input rows changed, and so does the companion's
-        staleness (see strata_dagster.orchestration.companions).
+        staleness (see strata_dagster.orchestration.assets.companions).
         """
         assert reader.partitioned_by is not None
         return dg.AssetKey([f"{props.name}__by_{reader.partitioned_by.grain}"])
@@ -96,17 +99,15 @@ class StrataDagsterTranslator:
         return _GROUP_CHARACTERS.sub("_", props.module) or None
 
     def get_description(self, props: StrataAssetProps) -> str | None:
-        """The model's `description:`, then notes: its refresh period, and for a partitioned model
-        the run tags a backfill needs (`strata/reason`, ...) and the jobs that do a first load or a
-        range backfill in one run."""
+        """The model's `description:`, then a note of its refresh period. (A partitioned model's
+        description then names the run tags a backfill needs and the jobs that do a first load or a
+        range backfill in one run.)"""
         notes = [props.description] if props.description else []
         if props.refresh is not None:
             why = f"it calls {', '.join(props.volatile_calls)}" if props.volatile_calls else "declared"
             notes.append(
                 f"Refresh: {props.refresh} ({why}); the stale sensor rebuilds it once its period has passed."
             )
-        if props.kind == "model" and props.partitioned_by is not None:
-            notes.extend((BACKFILL_TAGS_HELP, FAST_PATHS_HELP))
         return "\n\n".join(notes) or None
 
     def get_freshness_policy(self, props: StrataAssetProps) -> dg.FreshnessPolicy | None:
@@ -119,7 +120,7 @@ class StrataDagsterTranslator:
     def get_partitions_def(self, props: StrataAssetProps) -> dg.PartitionsDefinition | None:
         """Daily or monthly partitions over the data's days (see `is_open_ended_partitions`); for a
         business-versioned source and the models cut like it, partitions that follow its arriving
-        partitions (orchestration.partitions.arriving_partitions)."""
+        partitions (orchestration.assets.partitions.arriving_partitions)."""
         if props.partitioned_by is None:
             return None
         if props.arrives_from is not None:
@@ -147,7 +148,7 @@ class StrataDagsterTranslator:
 
     def get_automation_condition(self, props: StrataAssetProps) -> dg.AutomationCondition | None:
         """Sources are observed every minute; models are requested when an input's data version or
-        their code version changed (see strata_dagster.orchestration.automation). Conditions act
+        their code version changed (see strata_dagster.orchestration.sensors.automation). Conditions act
         only while the `strata_automation` sensor is running."""
         if props.kind == "source":
             return None if props.partitioned_by is not None else observation_condition()

@@ -379,10 +379,14 @@ class SparkWarehouseSession(SqlSession):
             start = bisect.bisect_left(known, f"{table}__")
             names = [table, *(name for name in known[start:] if name.startswith(f"{table}__"))]
             for name in names:
-                if self.files.kind_of(self.con, name) != "table":
-                    continue  # a view model's snapshot has no files
                 if name not in self._table_problems:
-                    self._table_problems[name] = _table_problem(self._table_folder(name))
+                    problem = _table_problem(self._table_folder(name))
+                    # A view model's snapshot has no folder: the catalog's views are listed only
+                    # then, so a run over whole tables asks Spark for no listing of views.
+                    if problem is not None and not problem[0].exists():
+                        if self.files.kind_of(self.con, name) != "table":
+                            problem = None
+                    self._table_problems[name] = problem
                 problem = self._table_problems[name]
                 if problem is not None:
                     found.append(FileDamage(name, problem[0], problem[1]))

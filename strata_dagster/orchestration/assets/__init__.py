@@ -1,0 +1,2 @@
+"""Assets: sources (observable), the SQL models (one multi-asset per partitioning), Python models,
+partitions and the partitions companions."""

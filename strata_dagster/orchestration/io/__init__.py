@@ -1,0 +1,1 @@
+"""IO: the StrataIOManager (Python models written, models read as frames) and frame types."""

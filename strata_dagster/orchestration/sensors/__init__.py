@@ -1,0 +1,1 @@
+"""Sensors: the stale sensor (`strata_materialize_stale`) and declarative automation."""
