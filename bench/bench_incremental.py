@@ -162,7 +162,7 @@ def serving_skipped() -> Iterator[None]:
     """Runs in this block publish to the warehouse only, not to readers: the baseline of what the
     serving refresh costs (the bench's own switch; the product always refreshes)."""
     original = serving_module.refresh
-    serving_module.refresh = lambda *args, **kwargs: None  # type: ignore[assignment]
+    serving_module.refresh = lambda *args, **kwargs: None  # type: ignore[assignment]  # the bench's switch
     try:
         yield
     finally:
@@ -543,7 +543,7 @@ def install_profiler() -> None:
 
     original_keys = session_module.create_keys_table
 
-    def create_keys_table(con, name, relation, keys, window, deleted_from, merge_keys, *rest, files):  # type: ignore[no-untyped-def]
+    def create_keys_table(con, name, relation, keys, window, deleted_from, merge_keys, *rest, files):  # type: ignore[no-untyped-def]  # the wrapped function's signature
         if deleted_from is not None and PROFILER.current is not None:
             # How much of the keys table is the deleted-key anti-join: build the changed keys alone
             # first (extra work, subtracted from the run's total), then the real table.
@@ -575,7 +575,7 @@ def install_profiler() -> None:
         return run
 
     for module in (figures_module, key_figures_module, shared_tables_module, snapshot_files_module):
-        module.run = statement_runner(module.run)  # type: ignore[attr-defined]
+        module.run = statement_runner(module.run)  # type: ignore[attr-defined]  # the module's imported run
 
 
 def profiled(label: str, call: Callable[[], object]) -> Breakdown:

@@ -58,7 +58,7 @@ class Tracer:
             from strata_dagster.warehouse.sql import render
             from strata_dagster.warehouse.sql import run as original
 
-        def run(con, statement, params=None, **options):  # type: ignore[no-untyped-def]
+        def run(con, statement, params=None, **options):  # type: ignore[no-untyped-def]  # stands in for run's own signature
             if not self.active:
                 return original(con, statement, params, **options)
             text = render(statement)
@@ -71,7 +71,7 @@ class Tracer:
         for module in list(sys.modules.values()):
             name = getattr(module, "__name__", "")
             if name.startswith("strata_dagster.") and getattr(module, "run", None) is original:
-                module.run = run  # type: ignore[attr-defined]
+                module.run = run  # type: ignore[attr-defined]  # a module that imported run
 
 
 MODEL_OF = re.compile(r'"?snap_[0-9a-f]+_([a-z_]+?)(?:__[a-z_]+)?"?(?:\W|$)')

@@ -69,7 +69,7 @@ def idle_ticks(days: int, rows: int, ticks: int, root: Path) -> tuple[float, lis
     return setup, reading, times, requested, changed
 
 
-def _after_a_change(defs, instance, warehouse, sensor, repository, cursor) -> list[float]:  # type: ignore[no-untyped-def]
+def _after_a_change(defs, instance, warehouse, sensor, repository, cursor) -> list[float]:  # type: ignore[no-untyped-def]  # Dagster's objects, as the caller has them
     """Tick times after one order changed: the tick that asks for its observation, then (after the
     observation ran, untimed) the tick that plans the rebuild from the cursor."""
     order = execute(warehouse, "SELECT min(order_id) FROM raw.orders WHERE status = 'paid'")[0][0]

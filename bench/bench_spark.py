@@ -215,7 +215,7 @@ class Floor:
         added = self._figures(rows)
         self.state = tuple(
             before - out + new for before, out, new in zip(self.state, replaced, added, strict=True)
-        )  # type: ignore[assignment]
+        )  # type: ignore[assignment]  # the same three figures
         if least_new[1] is not None:
             self.greatest_key = max(self.greatest_key, int(least_new[1]))
 

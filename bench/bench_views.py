@@ -191,8 +191,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-views-", dir=args.dir) as work:
         found = bench(args.rows, args.repeat, Path(work), args.versioning)
-    sides: dict[str, Timings] = found["sides"]  # type: ignore[assignment]
-    staging: dict[str, list[float]] = found["staging_ms"]  # type: ignore[assignment]
+    sides: dict[str, Timings] = found["sides"]  # type: ignore[assignment]  # bench() returns a dict of both
+    staging: dict[str, list[float]] = found["staging_ms"]  # type: ignore[assignment]  # bench() returns a dict of both
     floor = statistics.median(sides["floor"].wall)
     console.print(f"\n{args.rows:,} orders, versioning {args.versioning}, {args.repeat} repeats; {machine()}")
     console.print(f"floor: {FLOOR_IS}")

@@ -125,7 +125,7 @@ class SqlRunner(Protocol):
     dialect: str
 
     def run_statement(
-        self, statement: exp.Expression, params: Sequence[Any] | None = None, *, consume: bool = False
+        self, statement: exp.Expr, params: Sequence[Any] | None = None, *, consume: bool = False
     ) -> Rows: ...
 
     def canonical_type(self, type_text: str) -> str: ...
@@ -205,9 +205,7 @@ class Session(ABC):
         """(column, type) of every source that can be read now; unreadable ones are left out."""
 
     @abstractmethod
-    def partition_evidence(
-        self, relation: exp.Table, key: exp.Expression, column: str
-    ) -> list[PartitionEvidence]:
+    def partition_evidence(self, relation: exp.Table, key: exp.Expr, column: str) -> list[PartitionEvidence]:
         """A partitioned table source's partitions (`key`: the partition of a row), each with its
         row count and the range of `column` as evidence, read from that column alone."""
 
@@ -227,25 +225,25 @@ class Session(ABC):
     # -- figures ----------------------------------------------------------------------------------
     @abstractmethod
     def content_by_group(
-        self, relation: exp.Table | exp.Query, key: exp.Expression, basis: RowBasis = _WHOLE_ROW
+        self, relation: exp.Table | exp.Query, key: exp.Expr, basis: RowBasis = _WHOLE_ROW
     ) -> dict[str | None, tuple[int, str]]:
         """Row count and row-hash sum per value of `key`, keyed by the value as text."""
 
     @abstractmethod
     def content_by_groups(
-        self, relation: exp.Table | exp.Query, keys: list[exp.Expression], limit: int | None = None
+        self, relation: exp.Table | exp.Query, keys: Sequence[exp.Expr], limit: int | None = None
     ) -> dict[tuple[str | None, ...], tuple[int, str]]:
         """`content_by_group` over several keys (at most `limit` combinations)."""
 
     @abstractmethod
     def content_where(
-        self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
+        self, relation: exp.Table | exp.Query, condition: exp.Expr | None = None
     ) -> tuple[int, str]:
         """Row count and row-hash sum of the rows meeting `condition`."""
 
     @abstractmethod
     def content_and_key_sum_where(
-        self, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
+        self, query: exp.Query, condition: exp.Expr, columns: Sequence[str]
     ) -> tuple[int, str, str]:
         """`content_where`, and the sum of a hash of `columns` over the same rows."""
 
@@ -267,7 +265,7 @@ class Session(ABC):
 
     @abstractmethod
     def counts_at_or_below(
-        self, relation: exp.Table | exp.Query, column: exp.Expression, bounds: Sequence[exp.Expression]
+        self, relation: exp.Table | exp.Query, column: exp.Expr, bounds: Sequence[exp.Expr]
     ) -> list[int]:
         """How many rows have `column` at or below each bound, in one scan."""
 
@@ -279,9 +277,9 @@ class Session(ABC):
     def window_stats(
         self,
         relation: exp.Table,
-        cdc: exp.Expression,
-        low: exp.Expression | None,
-        lateness: exp.Expression | None,
+        cdc: exp.Expr,
+        low: exp.Expr | None,
+        lateness: exp.Expr | None,
         totals: tuple[int, str] | None = None,
         basis: RowBasis = _WHOLE_ROW,
     ) -> WindowStats:
@@ -336,16 +334,16 @@ class Session(ABC):
         self,
         name: str,
         relation: exp.Table,
-        keys: Sequence[tuple[str, exp.Expression]],
-        window: exp.Expression,
+        keys: Sequence[tuple[str, exp.Expr]],
+        window: exp.Expr,
         deleted_from: exp.Query | None,
         merge_keys: Sequence[str],
-        reread: tuple[exp.Query, exp.Expression] | None = None,
+        reread: tuple[exp.Query, exp.Expr] | None = None,
     ) -> int:
         """The keys a delta replaces, as a table; how many."""
 
     @abstractmethod
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr]) -> None:
         """A one-column table holding `values`."""
 
     @abstractmethod
@@ -372,8 +370,8 @@ class Session(ABC):
     def partitions_meeting(
         self,
         relation: exp.Table | exp.Query,
-        partition: exp.Expression,
-        values: Sequence[exp.Expression],
+        partition: exp.Expr,
+        values: Sequence[exp.Expr],
         keys_table: str,
         keys: Sequence[str],
     ) -> set[str | None]:

@@ -21,9 +21,10 @@ INTERRUPTED_EARLY = "interrupted: nothing was done"
 class UsageMistake(click.UsageError):
     """A usage error of click's, shown as strata's E074."""
 
+    exit_code = USAGE_EXIT
+
     def __init__(self, error: click.UsageError) -> None:
         super().__init__(error.format_message(), error.ctx)
-        self.exit_code = USAGE_EXIT
 
     def show(self, file: Any = None) -> None:
         command = self.ctx.command_path if self.ctx is not None else "strata"

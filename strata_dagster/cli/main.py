@@ -67,7 +67,7 @@ def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Pa
 
 def load_and_compile(
     project: Path, warehouse: Path, engine: str = "duckdb", *, strict: bool = False, bind: bool = False
-) -> tuple[CompiledProject, dict[str, exp.Expression | None], int]:
+) -> tuple[CompiledProject, dict[str, exp.Expr | None], int]:
     """The compiled project, each model's statement as `engine` runs it (E070 for what the engine
     would compute differently) and, with `bind` on DuckDB, how many models DuckDB bound against
     the sources' schemas (E032 for those it refuses, all of them)."""
@@ -148,7 +148,7 @@ def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ..
 
 
 def _statement_sql(
-    compiled: CompiledProject, statements: dict[str, exp.Expression | None], name: str, engine: str
+    compiled: CompiledProject, statements: dict[str, exp.Expr | None], name: str, engine: str
 ) -> str:
     if engine == "duckdb":
         return compiled.sql(name)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from rich.console import Console
 
 from strata_dagster.errors import StrataError, StrataWarning
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 INTERRUPTED = "interrupted: nothing was published"
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report it
@@ -30,12 +31,12 @@ def print_warnings(warnings: tuple[StrataWarning, ...] | list[StrataWarning]) ->
         error_console.print(warning.render(), markup=False, style="yellow", soft_wrap=True)
 
 
-def reports_errors(command: F) -> F:
+def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Print a StrataError as `error[E0xx]: ...` with its location and exit 1, never a traceback;
     on Ctrl-C say that nothing was published and exit 130."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except StrataError as error:
@@ -49,4 +50,4 @@ def reports_errors(command: F) -> F:
             error_console.print(INTERRUPTED, markup=False, style="red")
             sys.exit(INTERRUPTED_EXIT)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

@@ -385,7 +385,7 @@ def promote(project: Path, source: str, target: str, warehouse: Path | None) -> 
     print_pointer_result(result, f"promoted {source} to {target}")
 
 
-COMMANDS = (run_command, history, replay, rollback, retire, branch, promote)
+COMMANDS: tuple[click.Command, ...] = (run_command, history, replay, rollback, retire, branch, promote)
 
 
 @click.command()

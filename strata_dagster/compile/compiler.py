@@ -53,7 +53,7 @@ BASE_CTE = "__base"
 _ATOMIC = (exp.Column, exp.Literal, exp.Func, exp.Cast, exp.Paren, exp.Boolean, exp.Null)
 STAGE_CTE_PREFIX = "__s"
 
-RelationResolver = Callable[[str], exp.Table]
+RelationResolver = Callable[[str], exp.Table | exp.Query]
 ColumnsResolver = Callable[[str], Columns]
 
 
@@ -86,7 +86,7 @@ class CompiledModel:
     # unchanged; only for base passthrough models. What incremental builds trace keys and
     # cdc columns back to, before any filter.
     lineage: tuple[tuple[str, str], ...] = ()
-    lets: tuple[tuple[str, exp.Expression], ...] = field(default=(), compare=False)
+    lets: tuple[tuple[str, exp.Expr], ...] = field(default=(), compare=False)
     has_window: bool = False
     has_set_operation: bool = False
     joins: tuple[JoinKeys, ...] = ()
@@ -105,7 +105,7 @@ class CompiledModel:
         """The base-scope name an output column carries unchanged through joins and group keys."""
         return dict(self.lineage).get(output)
 
-    def base_expression(self, name: str, qualifier: str | None = None) -> exp.Expression:
+    def base_expression(self, name: str, qualifier: str | None = None) -> exp.Expr:
         """A base-scope name as an expression over the raw source row (lets inlined)."""
         lets = dict(self.lets)
         if name in lets:
@@ -122,7 +122,7 @@ class CompiledModel:
 
     def bound(self, relation: RelationResolver) -> exp.Select:
         """The statement reading the tables `relation` names for each source and model."""
-        return bind(self.statement, relation)  # type: ignore[return-value]
+        return bind(self.statement, relation)  # type: ignore[return-value]  # bind keeps a SELECT a SELECT
 
     def base(self) -> exp.Select:
         """The base CTE's query (a copy; the statement is never mutated)."""
@@ -131,7 +131,7 @@ class CompiledModel:
                 return cte.this.copy()
         raise AssertionError("compiled model without base CTE")
 
-    def with_base_predicate(self, predicate: exp.Expression) -> exp.Select:
+    def with_base_predicate(self, predicate: exp.Expr) -> exp.Select:
         """The statement with `predicate` ANDed into the base CTE's WHERE."""
         statement = self.statement.copy()
         for cte in statement.args["with_"].expressions:
@@ -145,16 +145,16 @@ class CompiledModel:
 class _Stage:
     """The SELECT under construction on top of the previous stage."""
 
-    source: exp.Expression  # what it reads: the previous CTE, aliased
+    source: exp.Expr  # what it reads: the previous CTE, aliased
     scope: Scope  # columns its expressions may read
     output: Columns  # columns it produces
-    where: list[exp.Expression] = field(default_factory=list)
+    where: list[exp.Expr] = field(default_factory=list)
     joins: list[exp.Join] = field(default_factory=list)
-    star_replace: list[exp.Alias] = field(default_factory=list)
+    star_replace: list[exp.Expr] = field(default_factory=list)  # aliases
     star_except: list[exp.Column] = field(default_factory=list)
-    extra: list[exp.Expression] = field(default_factory=list)  # appended after `*`
-    projection: list[exp.Expression] | None = None  # explicit: replaces `*` entirely
-    group_by: list[exp.Expression] | None = None
+    extra: list[exp.Expr] = field(default_factory=list)  # appended after `*`
+    projection: list[exp.Expr] | None = None  # explicit: replaces `*` entirely
+    group_by: list[exp.Expr] | None = None
     derived: set[str] = field(default_factory=set)
     is_expanded: bool = False
     # Lets after this stage's joins: listed last (`* EXCLUDE (name), base.name`), where the
@@ -195,8 +195,8 @@ class _PipelineCompiler:
         self.relation = role_relation
         self.columns_of = columns_of
         self.ctes: list[tuple[str, exp.Query]] = []
-        self.lets: dict[str, exp.Expression] = {}
-        self.base_where: list[exp.Expression] = []
+        self.lets: dict[str, exp.Expr] = {}
+        self.base_where: list[exp.Expr] = []
         self.stage: _Stage | None = None
         self.is_pushdown_open = True  # filters may still move into the base CTE
         self.is_base_passthrough = True
@@ -298,11 +298,11 @@ class _PipelineCompiler:
     def base_scope(self) -> Scope:
         return Scope(self.base_columns, {self.base_alias: self.base_columns})
 
-    def inline_lets(self, node: exp.Expression) -> exp.Expression:
+    def inline_lets(self, node: exp.Expr) -> exp.Expr:
         """Replace references to earlier lets by their expressions (the base SELECT has no aliases yet)."""
         lets = self.lets
 
-        def replace(child: exp.Expression) -> exp.Expression:
+        def replace(child: exp.Expr) -> exp.Expr:
             if isinstance(child, exp.Column) and child.name in lets and child.table in ("", self.base_alias):
                 value = lets[child.name].copy()
                 return value if isinstance(value, _ATOMIC) else exp.paren(value, copy=False)
@@ -360,7 +360,7 @@ class _PipelineCompiler:
         check_expression(step.condition, stage.scope, model=self.model.name)
         stage.where.append(node.copy())
 
-    def _reads_only_base(self, node: exp.Expression) -> bool:
+    def _reads_only_base(self, node: exp.Expr) -> bool:
         base = self.base_columns
         has_joins = self.stage is not None and bool(self.stage.joins)
         for column in node.find_all(exp.Column):
@@ -469,8 +469,8 @@ class _PipelineCompiler:
         stage = self.current_stage()
         if not stage.is_plain or stage.group_by is not None:
             stage = self.wrap()
-        projection: list[exp.Expression] = []
-        group_by: list[exp.Expression] = []
+        projection: list[exp.Expr] = []
+        group_by: list[exp.Expr] = []
         names: list[tuple[str, Location]] = []
         for key in keys.keys if keys else ():
             check_expression(key, stage.scope, model=self.model.name)
@@ -641,7 +641,7 @@ class _PipelineCompiler:
             )
         return JoinKeys(step.relation, tuple((base, right) for base, right in pairs if base is not None))
 
-    def _equality_keys(self, node: exp.Expression, relation: str) -> tuple[str | None, str] | None:
+    def _equality_keys(self, node: exp.Expr, relation: str) -> tuple[str | None, str] | None:
         if not isinstance(node, exp.EQ):
             return None
         sides = [side.unnest() for side in (node.this, node.expression)]
@@ -688,9 +688,7 @@ class _PipelineCompiler:
             return column.name
         return self.lineage.get(column.name)
 
-    def _note_windows(
-        self, node: exp.Expression, *, in_base: bool = False, is_traceable: bool = True
-    ) -> None:
+    def _note_windows(self, node: exp.Expr, *, in_base: bool = False, is_traceable: bool = True) -> None:
         """Narrow `window_keys` to the base columns in the PARTITION BY of each window in `node`."""
         for window in node.find_all(exp.Window):
             keys: set[str] = set()
@@ -788,10 +786,10 @@ class _NotAStar:
     pass
 
 
-_NOT_A_STAR: tuple[str, ...] | None = _NotAStar()  # type: ignore[assignment]
+_NOT_A_STAR: tuple[str, ...] | None = _NotAStar()  # type: ignore[assignment]  # a sentinel no answer equals
 
 
-def _star_columns(node: exp.Expression, scope: Scope) -> tuple[str, ...] | None:
+def _star_columns(node: exp.Expr, scope: Scope) -> tuple[str, ...] | None:
     """The columns a `*` item expands to; _NOT_A_STAR for other items; None when not known."""
     if isinstance(node, exp.Star):
         star, columns = node, scope.columns

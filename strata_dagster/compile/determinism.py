@@ -60,7 +60,7 @@ def _order_names(window: exp.Window) -> list[str]:
     return [ordered.this.name for ordered in order.expressions if isinstance(ordered.this, exp.Column)]
 
 
-def _tie_breaker(select: exp.Select | None, name: str) -> exp.Expression | None:
+def _tie_breaker(select: exp.Select | None, name: str) -> exp.Expr | None:
     """What the output column `name` is computed from, as the window's own SELECT sees it: a window is
     evaluated before the projection names its columns, so `customer_id` of a join must be written
     `stg_orders.customer_id`, and a computed column as its expression. None: the column is itself a
@@ -79,7 +79,7 @@ _JOINED = exp.Null()  # `_through_stage`: the expression reads a joined relation
 
 def _tie_breaker_below(
     statement: exp.Select, select: exp.Select | None, name: str, base_columns: Sequence[str] | None
-) -> exp.Expression | None:
+) -> exp.Expr | None:
     """The model's output column `name` as the SELECT that computes the window can compute it:
     followed down through the stages above that SELECT, each stage's projection put in place of
     the column it names (`select order_id as id` gives `order_id`; `select amount * 2 as twice`
@@ -88,8 +88,8 @@ def _tie_breaker_below(
     joined above it: neither has a value where the window is computed, so neither can break its
     ties."""
     stages = {cte.alias: cte.this for cte in (statement.args.get("with_") or exp.With()).expressions}
-    expression: exp.Expression = exp.column(name)
-    current: exp.Expression | None = statement
+    expression: exp.Expr = exp.column(name)
+    current: exp.Expr | None = statement
     while current is not select and isinstance(current, exp.Select):
         source = current.args.get("from_")
         below = source.this if source is not None else None
@@ -105,8 +105,8 @@ def _tie_breaker_below(
 
 
 def _through_stage(
-    expression: exp.Expression, stage: exp.Select, below: str, from_below: set[str] | None
-) -> exp.Expression | None:
+    expression: exp.Expr, stage: exp.Select, below: str, from_below: set[str] | None
+) -> exp.Expr | None:
     """`expression` over the output of `stage`, rewritten over the output of the relation `stage`
     reads from (named `below` in it; `from_below` its columns when `stage` joins others to it and
     they are known). None when a column it reads is a window's or an aggregate's; `_JOINED` when
@@ -164,7 +164,7 @@ def _outputs(
     return None if passed is None else names | passed
 
 
-def _over_window_select(expression: exp.Expression, select: exp.Select | None) -> exp.Expression | None:
+def _over_window_select(expression: exp.Expr, select: exp.Select | None) -> exp.Expr | None:
     """`expression`, over the output names of the window's SELECT, as that SELECT computes it."""
     if isinstance(expression, exp.Column):
         return _tie_breaker(select, expression.name)
@@ -299,7 +299,7 @@ class VolatileCall:
     location: Location
 
 
-def _is_volatile(node: exp.Expression) -> bool:
+def _is_volatile(node: exp.Expr) -> bool:
     if isinstance(node, VOLATILE):
         return True
     return isinstance(node, exp.Anonymous) and node.name.lower() in VOLATILE_NAMES

@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
-from typing import Final, Literal, get_args
+from typing import Final, Literal, TypeAlias, cast, get_args
 
 from sqlglot import exp
 
@@ -45,7 +45,7 @@ def check_engine(
     source_schemas: SourceSchemas | None = None,
     *,
     strict: bool = False,
-) -> dict[str, exp.Expression | None]:
+) -> dict[str, exp.Expr | None]:
     """Each model's statement as `engine` runs it (relations still named by role, for binding), in
     dependency order; None for a model whose rewrite needs columns that are not known (only when
     not `strict`). Raises the E070 refusals found, all of them."""
@@ -59,7 +59,7 @@ def check_engine(
         _role(name): {column: kind for column, kind in _typed(columns)}
         for name, columns in (source_schemas or {}).items()
     }
-    statements: dict[str, exp.Expression | None] = {}
+    statements: dict[str, exp.Expr | None] = {}
     errors: list[StrataError] = []
     project = compiled.project
     for name in project.order:
@@ -99,10 +99,8 @@ def check_engine(
 # compile all end up there) and the typed columns of every relation known when it was checked.
 # A run on Spark checks every model each time it opens the project; a project that did not
 # change asks the same questions again. Refusals are never kept (their error needs the location).
-_CHECKED: OrderedDict[
-    tuple[str, str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]],
-    tuple[exp.Expression, dict[str, str] | None],
-] = OrderedDict()
+_CheckKey: TypeAlias = tuple[str, str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]
+_CHECKED: OrderedDict[_CheckKey, tuple[exp.Expr, dict[str, str] | None]] = OrderedDict()
 _CHECKED_LIMIT: Final = 512
 _CHECK_COUNTS: dict[str, int] = {"hits": 0, "misses": 0}
 
@@ -112,14 +110,12 @@ def check_cache_counts() -> dict[str, int]:
     return dict(_CHECK_COUNTS)
 
 
-def _check_key(
-    engine: str, statement: exp.Expression, schema: dict[str, dict[str, str]]
-) -> tuple[str, str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]:
+def _check_key(engine: str, statement: exp.Expr, schema: dict[str, dict[str, str]]) -> _CheckKey:
     known = tuple(sorted((relation, tuple(columns.items())) for relation, columns in schema.items()))
     return engine, statement.sql(dialect="duckdb"), known
 
 
-def _remember(key, rewritten: exp.Expression, columns: dict[str, str] | None) -> None:
+def _remember(key: _CheckKey, rewritten: exp.Expr, columns: dict[str, str] | None) -> None:
     _CHECKED[key] = (rewritten.copy(), None if columns is None else dict(columns))
     while len(_CHECKED) > _CHECKED_LIMIT:
         _CHECKED.popitem(last=False)
@@ -129,15 +125,15 @@ def _role(name: str) -> str:
     return f"{ROLE_SCHEMA}.{name}"
 
 
-def _typed(columns: object) -> Iterator[tuple[str, str]]:
-    for column in columns:  # type: ignore[attr-defined]
+def _typed(columns: Sequence[tuple[str, str]] | Sequence[str]) -> Iterator[tuple[str, str]]:
+    for column in columns:
         if isinstance(column, str):
             yield column, "UNKNOWN"
         else:
             yield column[0], column[1]
 
 
-def _statement(model: Model, compiled: CompiledProject, schema: dict[str, dict[str, str]]) -> exp.Expression:
+def _statement(model: Model, compiled: CompiledProject, schema: dict[str, dict[str, str]]) -> exp.Expr:
     """The model compiled again from its tagged copy, as compile_project compiles it."""
 
     def columns_of(relation: str) -> tuple[str, ...] | None:
@@ -161,7 +157,7 @@ def _tagged(model: Model) -> tuple[Model, list[Expr]]:
     return tagged, expressions
 
 
-def _location(node: exp.Expression | None, expressions: list[Expr], model: Model) -> Location:
+def _location(node: exp.Expr | None, expressions: list[Expr], model: Model) -> Location:
     """Where the refused construct is written: its own position when sqlglot kept one, else the
     first position inside it, else the start of its expression, else the model."""
     if node is None:
@@ -208,7 +204,8 @@ def for_engine(
         return compiled
     statements = check_engine(compiled, engine, source_schemas, strict=True)
     models = {
-        name: dataclasses.replace(model, statement=statements[name] or model.statement)
+        # Spark's rewrite of a model's SELECT is a SELECT.
+        name: dataclasses.replace(model, statement=cast(exp.Select, statements[name] or model.statement))
         for name, model in compiled.models.items()
     }
     return dataclasses.replace(compiled, models=models)

@@ -42,7 +42,9 @@ def column_lineage(
 def _traced(
     sql: str, upstream: tuple[tuple[str, tuple[str, ...]], ...], columns: tuple[str, ...]
 ) -> tuple[tuple[str, ColumnDeps], ...]:
-    schema = {ROLE_SCHEMA: {name: {column: "UNKNOWN" for column in names} for name, names in upstream}}
+    schema: dict[str, object] = {
+        ROLE_SCHEMA: {name: {column: "UNKNOWN" for column in names} for name, names in upstream}
+    }
     # Re-read from its text: qualification needs the tree the parser makes.
     statement = sqlglot.parse_one(sql, dialect=DIALECT)
     try:
@@ -72,5 +74,5 @@ def _traced(
     return tuple(found)
 
 
-def _relations(statement: exp.Expression) -> list[str]:
+def _relations(statement: exp.Expr) -> list[str]:
     return sorted({table.name for table in statement.find_all(exp.Table) if table.db == ROLE_SCHEMA})

@@ -40,13 +40,13 @@ def role_relation(name: str) -> exp.Table:
 
 
 def bind(
-    statement: exp.Expression, relation: Callable[[str], exp.Table | exp.Query], *, copy: bool = True
-) -> exp.Expression:
+    statement: exp.Expr, relation: Callable[[str], exp.Table | exp.Query], *, copy: bool = True
+) -> exp.Expr:
     """A copy of `statement` (`copy=False`: the statement itself, when the caller owns it) with
     every role relation replaced by what `relation` gives: a table, or a query (read as a
     subquery, so the statement stays self-contained)."""
 
-    def replace(node: exp.Expression) -> exp.Expression:
+    def replace(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table) and node.db == ROLE_SCHEMA:
             target = relation(node.name).copy()
             alias = node.args.get("alias")
@@ -67,7 +67,7 @@ def source_relation(source: Source, project_root: str | None = None) -> exp.Tabl
         if project_root is not None and not PurePosixPath(path).is_absolute():
             path = str(PurePosixPath(project_root) / path)
         reader = _FILE_READERS[f".{file_format(source.path)}"]
-        arguments: list[exp.Expression] = [exp.Literal.string(path)]
+        arguments: list[exp.Expr] = [exp.Literal.string(path)]
         if source.is_business_versioned and reader == "read_parquet":
             # Its partitions are `col=value/` folders: a file outside them is an error, never a
             # silent loss of the partition column.

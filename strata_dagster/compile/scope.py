@@ -26,12 +26,12 @@ class Scope:
         return Scope(self.columns, dict(self.relations))
 
 
-def column_references(node: exp.Expression) -> list[exp.Column]:
+def column_references(node: exp.Expr) -> list[exp.Column]:
     """Column nodes an expression reads (lambda parameters are identifiers, not columns, in sqlglot)."""
     return [column for column in node.find_all(exp.Column) if not isinstance(column.this, exp.Star)]
 
 
-def referenced_names(node: exp.Expression) -> set[str]:
+def referenced_names(node: exp.Expr) -> set[str]:
     """Names an expression reads: columns, and qualifiers (a struct column `s` in `s.a`)."""
     names = set()
     for column in column_references(node):
@@ -41,11 +41,11 @@ def referenced_names(node: exp.Expression) -> set[str]:
     return names
 
 
-def has_window(node: exp.Expression) -> bool:
+def has_window(node: exp.Expr) -> bool:
     return node.find(exp.Window) is not None
 
 
-def check_expression(expr: Expr, scope: Scope, *, model: str, node: exp.Expression | None = None) -> None:
+def check_expression(expr: Expr, scope: Scope, *, model: str, node: exp.Expr | None = None) -> None:
     """Raise E009 for the first column the expression reads that the scope does not have."""
     for column in column_references(node if node is not None else expr.node):
         _check_column(column, expr, scope, model)

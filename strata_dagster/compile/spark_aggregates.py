@@ -33,9 +33,9 @@ _NEEDS_ORDER = (
 )
 
 
-def _clauses(node: exp.Expression) -> tuple[exp.Expression, exp.Filter | None, exp.Window | None]:
+def _clauses(node: exp.Expr) -> tuple[exp.Expr, exp.Filter | None, exp.Window | None]:
     """The outermost node of an aggregate call with its FILTER and OVER, and those two clauses."""
-    outer: exp.Expression = node
+    outer: exp.Expr = node
     clause = None
     if isinstance(node.parent, exp.Filter) and node.parent.this is node:
         clause = node.parent
@@ -47,9 +47,7 @@ def _clauses(node: exp.Expression) -> tuple[exp.Expression, exp.Filter | None, e
     return outer, clause, window
 
 
-def _with_clauses(
-    aggregate: exp.Expression, clause: exp.Filter | None, window: exp.Window | None
-) -> exp.Expression:
+def _with_clauses(aggregate: exp.Expr, clause: exp.Filter | None, window: exp.Window | None) -> exp.Expr:
     result = aggregate
     if clause is not None:
         result = exp.Filter(this=result, expression=clause.expression.copy())
@@ -60,9 +58,7 @@ def _with_clauses(
     return result
 
 
-def _replace_call(
-    node: exp.Expression, build: Callable[[Callable[[exp.Expression], exp.Expression]], exp.Expression]
-) -> None:
+def _replace_call(node: exp.Expr, build: Callable[[Callable[[exp.Expr], exp.Expr]], exp.Expr]) -> None:
     """Replace the aggregate `node` (with its clauses) by `build(wrap)`, where `wrap(aggregate)` puts
     the clauses back on each inner aggregate call."""
     outer, clause, window = _clauses(node)
@@ -71,7 +67,7 @@ def _replace_call(
     outer.replace(replacement)
 
 
-def _list(node: exp.Expression) -> exp.Expression | None:
+def _list(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's list/array_agg keeps NULL elements, honours its ORDER BY and is NULL over no rows;
     Spark's collect_list drops NULLs and any order, and gives []."""
     value = node.this
@@ -93,11 +89,11 @@ def _list(node: exp.Expression) -> exp.Expression | None:
     fields = [exp.alias_(value.copy(), "v")]
     fields.extend(exp.alias_(item.this.copy(), f"k{index}") for index, item in enumerate(order))
 
-    def build(wrap: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    def build(wrap: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
         collected = wrap(call("COLLECT_LIST", exp.Struct(expressions=fields)))
         if order:
             collected = call("ARRAY_SORT", collected, _comparator(order))
-        values: exp.Expression = call("TRANSFORM", collected, lambda_of("__e", exp.column("v", table="__e")))
+        values: exp.Expr = call("TRANSFORM", collected, lambda_of("__e", exp.column("v", table="__e")))
         if is_distinct:
             values = call("ARRAY_DISTINCT", values)
         is_empty = exp.EQ(
@@ -113,7 +109,7 @@ def _list(node: exp.Expression) -> exp.Expression | None:
 def _comparator(order: list[exp.Ordered]) -> exp.Lambda:
     """(l, r) -> -1 | 0 | 1 ordering struct elements by their k0, k1, ... fields as DuckDB's ORDER
     BY does: NULLs last unless NULLS FIRST, for ASC and DESC alike."""
-    result: exp.Expression = exp.Literal.number(0)
+    result: exp.Expr = exp.Literal.number(0)
     for index in reversed(range(len(order))):
         item = order[index]
         is_desc = bool(item.args.get("desc"))
@@ -151,9 +147,7 @@ def _comparator(order: list[exp.Ordered]) -> exp.Lambda:
     return exp.Lambda(this=result, expressions=[exp.to_identifier("l"), exp.to_identifier("r")])
 
 
-def _typed_like_input(
-    result: exp.Expression, value: exp.Expression, quantiles: exp.Expression
-) -> exp.Expression:
+def _typed_like_input(result: exp.Expr, value: exp.Expr, quantiles: exp.Expr) -> exp.Expr:
     """Spark's percentiles are DOUBLE; DuckDB's keep a DECIMAL input's type."""
     kind = known_type(value)
     if kind is None or not kind.is_type(exp.DataType.Type.DECIMAL):
@@ -166,7 +160,7 @@ def _typed_like_input(
     return exp.Cast(this=result, to=target)
 
 
-def _refuse_temporal(value: exp.Expression, name: str, node: exp.Expression) -> None:
+def _refuse_temporal(value: exp.Expr, name: str, node: exp.Expr) -> None:
     if is_kind(value, *_TEMPORAL):
         raise refuse(
             f"{name} of a date, timestamp or interval",
@@ -176,7 +170,7 @@ def _refuse_temporal(value: exp.Expression, name: str, node: exp.Expression) -> 
         )
 
 
-def _quantile_cont(node: exp.Expression) -> exp.Expression | None:
+def _quantile_cont(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's quantile_cont(x, q) and median(x) interpolate, as Spark's percentile does."""
     value = node.this
     quantiles = exp.Literal.number(0.5) if isinstance(node, exp.Median) else node.expression
@@ -190,7 +184,7 @@ def _quantile_cont(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _quantile_disc(node: exp.Expression) -> exp.Expression | None:
+def _quantile_disc(node: exp.Expr) -> exp.Expr | None:
     value = node.this
     quantiles = node.args.get("quantile") if isinstance(node, exp.Quantile) else node.expression
     _refuse_temporal(value, "quantile_disc", node)
@@ -201,8 +195,9 @@ def _quantile_disc(node: exp.Expression) -> exp.Expression | None:
             "compute one aggregate per quantile",
             node,
         )
+    assert quantiles is not None  # sqlglot parses quantile_disc with its quantile
 
-    def build(wrap: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    def build(wrap: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
         ordered = exp.Order(expressions=[exp.Ordered(this=value.copy(), nulls_first=False)])
         within = exp.WithinGroup(this=call("PERCENTILE_DISC", quantiles.copy()), expression=ordered)
         kind = known_type(value)
@@ -213,7 +208,7 @@ def _quantile_disc(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _average(node: exp.Expression) -> exp.Expression | None:
+def _average(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's avg of a DECIMAL is a DOUBLE (the exact sum over the count); Spark's a DECIMAL."""
     value = node.this
     if not is_kind(value, exp.DataType.Type.DECIMAL):
@@ -229,7 +224,7 @@ def _average(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _sum(node: exp.Expression) -> exp.Expression | None:
+def _sum(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's sum of a DECIMAL(p, s) is a DECIMAL(38, s); Spark's a DECIMAL(p + 10, s): the same
     value, another type (which a contract, or a schema comparison, would see)."""
     value = node.this
@@ -245,7 +240,7 @@ def _sum(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _arg_extreme(node: exp.Expression) -> exp.Expression | None:
+def _arg_extreme(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's arg_max(a, b) skips rows whose `a` is NULL; Spark's max_by does not."""
     value, by = node.this, node.expression
     node.set(
@@ -255,7 +250,7 @@ def _arg_extreme(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _window(node: exp.Expression) -> exp.Expression | None:
+def _window(node: exp.Expr) -> exp.Expr | None:
     function = node.this
     if function is not None and function.find(exp.Distinct) is not None:
         raise refuse(
@@ -272,7 +267,7 @@ def _window(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _union(node: exp.Expression) -> exp.Expression | None:
+def _union(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's UNION [ALL] BY NAME matches columns by name (case-insensitively) and fills the
     columns one side lacks with NULL; Spark's SQL has no BY NAME."""
     if not node.args.get("by_name"):
@@ -281,7 +276,7 @@ def _union(node: exp.Expression) -> exp.Expression | None:
     left_names, right_names = list(left.named_selects), list(right.named_selects)
     names = left_names + [name for name in right_names if name.lower() not in {n.lower() for n in left_names}]
 
-    def side(query: exp.Expression, available: list[str], alias: str) -> exp.Select:
+    def side(query: exp.Query, available: list[str], alias: str) -> exp.Select:
         by_lower = {name.lower(): name for name in available}
         items = [
             exp.alias_(exp.column(by_lower[name.lower()], table=alias, quoted=True), name, quoted=True)
@@ -302,7 +297,7 @@ def _union(node: exp.Expression) -> exp.Expression | None:
     return combined
 
 
-AGGREGATE_RULES: dict[type[exp.Expression], Callable[[exp.Expression], exp.Expression | None]] = {
+AGGREGATE_RULES: dict[type[exp.Expr], Callable[[exp.Expr], exp.Expr | None]] = {
     exp.ArrayAgg: _list,
     exp.PercentileCont: _quantile_cont,
     exp.Median: _quantile_cont,

@@ -17,7 +17,7 @@ from strata_dagster.compile.spark_support import (
     refuse,
 )
 
-Rule = Callable[[exp.Expression], exp.Expression | None]
+Rule = Callable[[exp.Expr], exp.Expr | None]
 
 _TEMPORAL = (
     exp.DataType.Type.DATE,
@@ -60,20 +60,20 @@ _PARTS = {
 
 
 # -- dates and times ----------------------------------------------------------------------------
-def _timestamp(value: exp.Expression) -> exp.Expression:
+def _timestamp(value: exp.Expr) -> exp.Expr:
     return exp.cast(value, "TIMESTAMP")
 
 
-def _micros(value: exp.Expression) -> exp.Expression:
+def _micros(value: exp.Expr) -> exp.Expr:
     return call("UNIX_MICROS", _timestamp(value))
 
 
-def _naive(value: exp.Expression) -> exp.Expression:
+def _naive(value: exp.Expr) -> exp.Expr:
     """A Spark TIMESTAMP (session time zone UTC) as the TIMESTAMP_NTZ DuckDB's TIMESTAMP maps to."""
     return exp.Cast(this=value, to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
 
 
-def date_part(part: str, value: exp.Expression, node: exp.Expression) -> exp.Expression:
+def date_part(part: str, value: exp.Expr, node: exp.Expr) -> exp.Expr:
     """DuckDB's date_part(part, value) in Spark terms."""
     canonical = _PARTS.get(part.lower())
     if canonical is None or is_kind(value, exp.DataType.Type.INTERVAL):
@@ -121,11 +121,11 @@ def date_part(part: str, value: exp.Expression, node: exp.Expression) -> exp.Exp
     return exp.cast(call("FLOOR", exp.Mul(this=seconds, expression=exp.Literal.number(scale))), "BIGINT")
 
 
-def _extract(node: exp.Expression) -> exp.Expression | None:
+def _extract(node: exp.Expr) -> exp.Expr | None:
     return date_part(node.this.name, node.expression, node)
 
 
-def _date_part_call(node: exp.Expression) -> exp.Expression | None:
+def _date_part_call(node: exp.Expr) -> exp.Expr | None:
     part, value = node.expressions
     text = literal_text(part)
     if text is None:
@@ -141,13 +141,13 @@ def _named_part(part: str) -> Rule:
     return lambda node: date_part(part, node.expressions[0], node)
 
 
-def _month_name(node: exp.Expression) -> exp.Expression | None:
+def _month_name(node: exp.Expr) -> exp.Expr | None:
     """Spark's monthname and dayname abbreviate (Jan, Mon); DuckDB's spell out."""
     pattern = "MMMM" if isinstance(node, exp.Monthname) else "EEEE"
     return call("DATE_FORMAT", node.this, exp.Literal.string(pattern))
 
 
-def _date_diff(node: exp.Expression) -> exp.Expression | None:
+def _date_diff(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's date_diff counts the unit boundaries crossed (Jan 31 to Mar 1 is 2 months); Spark's
     datediff(unit) counts whole units elapsed."""
     end, start = node.this, node.expression
@@ -183,7 +183,7 @@ def _date_diff(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _floor_div(value: exp.Expression, size: exp.Expression) -> exp.Expression:
+def _floor_div(value: exp.Expr, size: exp.Expr) -> exp.Expr:
     """floor(value / size) in exact integer arithmetic (DIV truncates toward zero)."""
     return exp.Paren(
         this=exp.IntDiv(
@@ -193,7 +193,7 @@ def _floor_div(value: exp.Expression, size: exp.Expression) -> exp.Expression:
     )
 
 
-def _date_sub(node: exp.Expression) -> exp.Expression | None:
+def _date_sub(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's date_sub(part, a, b) counts whole parts elapsed, as Spark's timestampdiff does for
     fixed-length parts; for months and years the two differ at month ends."""
     part, start, end = node.expressions
@@ -208,7 +208,7 @@ def _date_sub(node: exp.Expression) -> exp.Expression | None:
     return call("TIMESTAMPDIFF", exp.var(unit), start, end)
 
 
-def _date_minus_date(node: exp.Expression) -> exp.Expression | None:
+def _date_minus_date(node: exp.Expr) -> exp.Expr | None:
     """DATE - DATE is a BIGINT count of days in DuckDB, an INTERVAL in Spark; DATE +/- INTERVAL is a
     TIMESTAMP in DuckDB, a DATE in Spark."""
     left, right = node.this, node.expression
@@ -231,7 +231,7 @@ def _date_minus_date(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _date_add(node: exp.Expression) -> exp.Expression | None:
+def _date_add(node: exp.Expr) -> exp.Expr | None:
     """date_add(d, INTERVAL ...): Spark's date_add takes a day count."""
     value, amount = node.this, node.expression
     if not (isinstance(amount, exp.Interval) or is_kind(amount, exp.DataType.Type.INTERVAL)):
@@ -240,7 +240,7 @@ def _date_add(node: exp.Expression) -> exp.Expression | None:
     return _naive(exp.Paren(this=total)) if is_kind(value, *_NAIVE) else exp.Paren(this=total)
 
 
-def _date_trunc(node: exp.Expression) -> exp.Expression | None:
+def _date_trunc(node: exp.Expr) -> exp.Expr | None:
     unit = (node.text("unit") or "").upper()
     if unit not in (
         "YEAR",
@@ -264,7 +264,7 @@ def _date_trunc(node: exp.Expression) -> exp.Expression | None:
     return _naive(truncated) if is_kind(node.this, *_NAIVE) else truncated
 
 
-def _epoch_scaled(node: exp.Expression) -> exp.Expression | None:
+def _epoch_scaled(node: exp.Expr) -> exp.Expr | None:
     """epoch_ms(timestamp) is milliseconds since 1970; epoch_ms(integer) and to_timestamp(seconds)
     are timestamps (sqlglot reads them all as one node)."""
     scale = integer_literal(node.args.get("scale"))
@@ -281,22 +281,22 @@ def _epoch_scaled(node: exp.Expression) -> exp.Expression | None:
     raise refuse("an epoch conversion", "this scale is not rewritten", "use epoch_ms or to_timestamp", node)
 
 
-def _epoch(node: exp.Expression) -> exp.Expression | None:
+def _epoch(node: exp.Expr) -> exp.Expr | None:
     return date_part("epoch", node.this, node)
 
 
-def _epoch_us(node: exp.Expression) -> exp.Expression | None:
+def _epoch_us(node: exp.Expr) -> exp.Expr | None:
     return _micros(node.expressions[0])
 
 
-def _epoch_ns(node: exp.Expression) -> exp.Expression | None:
+def _epoch_ns(node: exp.Expr) -> exp.Expr | None:
     return exp.Paren(this=exp.Mul(this=_micros(node.expressions[0]), expression=exp.Literal.number(1000)))
 
 
 _STRFTIME_SAFE = frozenset("YmdHMSyBbAaIp%")
 
 
-def _strftime(node: exp.Expression) -> exp.Expression | None:
+def _strftime(node: exp.Expr) -> exp.Expr | None:
     """Only formats whose every directive sqlglot maps to Spark's pattern letters alike, and whose
     literal text holds no letter (a Spark pattern letter unless quoted)."""
     text = literal_text(node.args.get("format"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import cast
 
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, OptimizeError, UnsupportedError
@@ -49,7 +50,7 @@ _STRING_OR_QUOTED = re.compile(r"'(?:[^'\\]|\\.|'')*'|`(?:[^`]|``)*`")
 _CALL = re.compile(r"(?<!AS )\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
-def to_spark(statement: exp.Expression, schema: SparkSchema | None = None) -> exp.Expression:
+def to_spark(statement: exp.Expr, schema: SparkSchema | None = None) -> exp.Expr:
     """A copy of `statement` (DuckDB semantics) whose `.sql(dialect="spark")` returns on Spark 4.3 the
     rows DuckDB returns for the original. `schema` gives the columns (and DuckDB types) of the
     relations it reads; without them stars cannot be expanded, and what needs that is refused.
@@ -64,7 +65,7 @@ def to_spark(statement: exp.Expression, schema: SparkSchema | None = None) -> ex
     return tree
 
 
-def statement_columns(statement: exp.Expression, schema: SparkSchema | None = None) -> dict[str, str] | None:
+def statement_columns(statement: exp.Expr, schema: SparkSchema | None = None) -> dict[str, str] | None:
     """The output columns of `statement` with their DuckDB types (UNKNOWN where sqlglot cannot
     tell), or None when the schema does not cover it: what a model downstream is checked against."""
     tree = _prepared(statement.copy())
@@ -83,7 +84,7 @@ def statement_columns(statement: exp.Expression, schema: SparkSchema | None = No
     }
 
 
-def check_spark_sql(tree: exp.Expression) -> None:
+def check_spark_sql(tree: exp.Expr) -> None:
     """Refuse what sqlglot's Spark generator marks unsupported, and every call of a function Spark
     does not have (a DuckDB function passed through under its own name)."""
     try:
@@ -114,7 +115,7 @@ def check_spark_sql(tree: exp.Expression) -> None:
         )
 
 
-def _prepared(tree: exp.Expression) -> exp.Expression:
+def _prepared(tree: exp.Expr) -> exp.Expr:
     """Normalise what sqlglot's optimizer expects and the compiler builds otherwise: table aliases as
     TableAlias (the builders leave a bare identifier), and `UNNEST(x) AS name` in a select list as
     the `EXPLODE(x) AS name` DuckDB's own parser gives."""
@@ -141,14 +142,14 @@ def _prepared(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def rename_nested_ctes(tree: exp.Expression) -> None:
+def rename_nested_ctes(tree: exp.Expr) -> None:
     """Give the CTEs of a nested query (an upstream model bound as a subquery) names of their own,
     in place: Spark's generator lifts every CTE to the top, where two `__base` would collide."""
     nested = [node for node in tree.find_all(exp.Query) if node is not tree and node.args.get("with_")]
     if not nested:
         return
     # Each table reads the CTE of its nearest enclosing query that defines the name.
-    readers: list[tuple[exp.Table, exp.Expression]] = []
+    readers: list[tuple[exp.Table, exp.Expr]] = []
     for table in tree.find_all(exp.Table):
         if table.args.get("db"):
             continue
@@ -180,12 +181,12 @@ def _mapping_schema(schema: SparkSchema | None) -> MappingSchema:
         parts = name.split(".") if len(depths) == 1 else [name.split(".")[-1]]
         level = nested
         for part in parts[:-1]:
-            level = level.setdefault(part, {})  # type: ignore[assignment]
-        level[parts[-1]] = dict(columns)  # type: ignore[index]
+            level = cast("dict[str, object]", level.setdefault(part, {}))  # a level is a dict
+        level[parts[-1]] = dict(columns)
     return MappingSchema(nested, dialect=SOURCE_DIALECT, normalize=False)
 
 
-def _qualify(tree: exp.Expression, schema: MappingSchema) -> bool:
+def _qualify(tree: exp.Expr, schema: MappingSchema) -> bool:
     """Qualify columns and expand stars in place; False when the schema does not cover the tree
     (the tree is then left as it was, with its stars)."""
     attempt = tree.copy()
@@ -207,7 +208,7 @@ def _is_count_star(star: exp.Star) -> bool:
     return isinstance(star.parent, (exp.Count, exp.AggFunc)) or isinstance(star.parent, exp.Func)
 
 
-def _check_stars(tree: exp.Expression, is_qualified: bool) -> None:
+def _check_stars(tree: exp.Expr, is_qualified: bool) -> None:
     """With stars left unexpanded (columns unknown), refuse what only an expansion makes right."""
     if is_qualified:
         return

@@ -43,7 +43,7 @@ from strata_dagster.compile.spark_support import (
     refuse,
 )
 
-Rule = Callable[[exp.Expression], exp.Expression | None]
+Rule = Callable[[exp.Expr], exp.Expr | None]
 
 _INTEGERS = (
     exp.DataType.Type.TINYINT,
@@ -80,7 +80,7 @@ _TEMPORAL = (
 )
 
 
-def rewrite(tree: exp.Expression) -> exp.Expression:
+def rewrite(tree: exp.Expr) -> exp.Expr:
     """Apply the rules to every node, children first; returns the (possibly replaced) root."""
     from strata_dagster.compile.spark_aggregates import AGGREGATE_RULES
 
@@ -107,7 +107,7 @@ def rewrite(tree: exp.Expression) -> exp.Expression:
 
 
 # -- arithmetic ---------------------------------------------------------------------------------
-def _divide(node: exp.Expression) -> exp.Expression | None:
+def _divide(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's `/` is a DOUBLE division (decimals too) that gives inf/-inf/NaN for a zero divisor;
     Spark's ANSI `/` keeps decimals and raises DIVIDE_BY_ZERO."""
     if is_kind(node.this, exp.DataType.Type.INTERVAL) or is_kind(node.expression, exp.DataType.Type.INTERVAL):
@@ -126,14 +126,14 @@ def _divide(node: exp.Expression) -> exp.Expression | None:
     return exp.Paren(this=result)
 
 
-def _log(node: exp.Expression) -> exp.Expression | None:
+def _log(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's one-argument `log` is base 10; Spark's is the natural logarithm."""
     if node.expression is None:
         return call("LOG10", node.this)
     return None
 
 
-def _cast(node: exp.Expression) -> exp.Expression | None:
+def _cast(node: exp.Expr) -> exp.Expr | None:
     """DuckDB rounds a DOUBLE (half to even) or a DECIMAL (half away from zero) cast to an integer;
     Spark truncates. Types Spark lacks are refused."""
     target = node.args["to"]
@@ -154,7 +154,7 @@ def _cast(node: exp.Expression) -> exp.Expression | None:
 
 
 # -- strings ------------------------------------------------------------------------------------
-def _concat(node: exp.Expression) -> exp.Expression | None:
+def _concat(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's concat skips NULLs and converts any argument to text (lists: list_concat)."""
     parts = list(node.expressions)
     if any(is_kind(part, exp.DataType.Type.ARRAY) for part in parts):
@@ -171,7 +171,7 @@ def _concat(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _concat_ws(node: exp.Expression) -> exp.Expression | None:
+def _concat_ws(node: exp.Expr) -> exp.Expr | None:
     separator, *parts = node.expressions
     return call(
         "CONCAT_WS",
@@ -185,23 +185,23 @@ def _concat_ws(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _list_concat(node: exp.Expression) -> exp.Expression | None:
+def _list_concat(node: exp.Expr) -> exp.Expr | None:
     return _list_concat_of([node.this, *node.expressions])
 
 
-def _list_concat_of(parts: list[exp.Expression]) -> exp.Expression:
+def _list_concat_of(parts: list[exp.Expr]) -> exp.Expr:
     """DuckDB's list_concat reads a NULL list as empty; Spark's concat gives NULL."""
     return call("CONCAT", *(exp.Coalesce(this=part, expressions=[call("ARRAY")]) for part in parts))
 
 
-def _length(node: exp.Expression) -> exp.Expression | None:
+def _length(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's `len`/`length` of a list is its size; Spark's `length` is for text only."""
     if is_kind(node.this, exp.DataType.Type.ARRAY):
         return call("SIZE", node.this)
     return None
 
 
-def _left(node: exp.Expression) -> exp.Expression | None:
+def _left(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's left(s, -n) drops the last n characters; Spark's gives ''."""
     count = integer_literal(node.expression)
     if count is not None and count >= 0:
@@ -215,7 +215,7 @@ def _left(node: exp.Expression) -> exp.Expression | None:
     return call("SUBSTRING", text.copy(), exp.Literal.number(1), length)
 
 
-def _right(node: exp.Expression) -> exp.Expression | None:
+def _right(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's right(s, -n) drops the first n characters; Spark's gives ''."""
     count = integer_literal(node.expression)
     if count is not None and count >= 0:
@@ -228,7 +228,7 @@ def _right(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _substring(node: exp.Expression) -> exp.Expression | None:
+def _substring(node: exp.Expr) -> exp.Expr | None:
     """DuckDB counts start 0 as the place before the first character (substring(s, 0, 2) is one
     character); Spark reads it as 1."""
     if integer_literal(node.args.get("start")) != 0 or node.args.get("length") is None:
@@ -242,7 +242,7 @@ def _substring(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _like(node: exp.Expression) -> exp.Expression | None:
+def _like(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's LIKE has no escape character; Spark's escapes with a backslash."""
     if isinstance(node.parent, exp.Escape):
         return None
@@ -254,12 +254,12 @@ def _like(node: exp.Expression) -> exp.Expression | None:
     return exp.Escape(this=node.copy(), expression=exp.Literal.string(escape))
 
 
-def _refuse_pattern_operator(node: exp.Expression) -> exp.Expression | None:
+def _refuse_pattern_operator(node: exp.Expr) -> exp.Expr | None:
     operator = "GLOB" if isinstance(node, exp.Glob) else "SIMILAR TO"
     raise refuse(operator, f"Spark has no {operator}", "write the pattern with LIKE or regexp_matches", node)
 
 
-def _regexp_flags(node: exp.Expression, flags: exp.Expression | None, allowed: str) -> str:
+def _regexp_flags(node: exp.Expr, flags: exp.Expr | None, allowed: str) -> str:
     if flags is None:
         return ""
     text = literal_text(flags)
@@ -273,7 +273,7 @@ def _regexp_flags(node: exp.Expression, flags: exp.Expression | None, allowed: s
     return text
 
 
-def _with_case_flag(pattern: exp.Expression, flags: str, node: exp.Expression) -> exp.Expression:
+def _with_case_flag(pattern: exp.Expr, flags: str, node: exp.Expr) -> exp.Expr:
     if "i" not in flags or "c" in flags.split("i")[-1]:
         return pattern
     text = literal_text(pattern)
@@ -287,19 +287,19 @@ def _with_case_flag(pattern: exp.Expression, flags: str, node: exp.Expression) -
     return exp.Literal.string(f"(?i){text}")
 
 
-def _regexp_like(node: exp.Expression) -> exp.Expression | None:
+def _regexp_like(node: exp.Expr) -> exp.Expr | None:
     flags = _regexp_flags(node, node.args.get("flag"), "ic")
     return exp.RegexpLike(this=node.this, expression=_with_case_flag(node.expression, flags, node))
 
 
-def _regexp_full_match(node: exp.Expression) -> exp.Expression | None:
+def _regexp_full_match(node: exp.Expr) -> exp.Expr | None:
     flags = _regexp_flags(node, node.args.get("options"), "ic")
     pattern = _with_case_flag(node.expression, flags, node)
     anchored = call("CONCAT", exp.Literal.string("\\A(?:"), pattern, exp.Literal.string(")\\z"))
     return exp.RegexpLike(this=node.this, expression=anchored)
 
 
-def _regexp_replace(node: exp.Expression) -> exp.Expression | None:
+def _regexp_replace(node: exp.Expr) -> exp.Expr | None:
     """DuckDB replaces the first match unless 'g' is given, and writes groups as \\1; Spark
     replaces every match and writes groups as $1."""
     flags = _regexp_flags(node, node.args.get("modifiers"), "igc")
@@ -345,7 +345,7 @@ def _java_replacement(text: str) -> str:
     return "".join(out)
 
 
-def _format(node: exp.Expression) -> exp.Expression | None:
+def _format(node: exp.Expr) -> exp.Expr | None:
     raise refuse(
         "format(...)",
         "DuckDB's format uses {} placeholders, Spark's format_string printf ones",
@@ -354,7 +354,7 @@ def _format(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _hash(node: exp.Expression) -> exp.Expression | None:
+def _hash(node: exp.Expr) -> exp.Expr | None:
     raise refuse(
         "hash(...)",
         "Spark's hash is a 32-bit murmur3 that ignores where the NULLs are, DuckDB's a 64-bit hash",
@@ -364,7 +364,7 @@ def _hash(node: exp.Expression) -> exp.Expression | None:
 
 
 # -- lists --------------------------------------------------------------------------------------
-def _element(node: exp.Expression, array: exp.Expression, index: exp.Expression) -> exp.Expression:
+def _element(node: exp.Expr, array: exp.Expr, index: exp.Expr) -> exp.Expr:
     """DuckDB's l[i] (1-based, negative from the end, NULL out of range or at 0); Spark's l[i] is
     0-based and raises out of range under ANSI."""
     position = integer_literal(index)
@@ -375,7 +375,7 @@ def _element(node: exp.Expression, array: exp.Expression, index: exp.Expression)
     return call("TRY_ELEMENT_AT", array, index)
 
 
-def _bracket(node: exp.Expression) -> exp.Expression | None:
+def _bracket(node: exp.Expr) -> exp.Expr | None:
     if len(node.expressions) != 1:
         return None
     (index,) = node.expressions
@@ -398,39 +398,39 @@ def _bracket(node: exp.Expression) -> exp.Expression | None:
     return _element(node, node.this, duckdb_index)
 
 
-def _list_extract(node: exp.Expression) -> exp.Expression | None:
+def _list_extract(node: exp.Expr) -> exp.Expr | None:
     array, index = node.expressions
     return _element(node, array, index)
 
 
-def _list_count(node: exp.Expression) -> exp.Expression | None:
+def _list_count(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's list_count counts the non-NULL elements."""
     return call("SIZE", _without_nulls(node.expressions[0]))
 
 
-def _without_nulls(array: exp.Expression) -> exp.Expression:
+def _without_nulls(array: exp.Expr) -> exp.Expr:
     return call(
         "FILTER", array, lambda_of("__e", exp.Not(this=exp.Is(this=exp.column("__e"), expression=exp.Null())))
     )
 
 
-def _list_contains(node: exp.Expression) -> exp.Expression | None:
+def _list_contains(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's list_contains is false (Spark's NULL) when the list holds a NULL and no match."""
     return exp.ArrayContains(this=_without_nulls(node.this), expression=node.expression)
 
 
-def _list_position(node: exp.Expression) -> exp.Expression | None:
+def _list_position(node: exp.Expr) -> exp.Expr | None:
     """Not found: NULL in DuckDB, 0 in Spark."""
     array, value = (node.this, node.expression) if not isinstance(node, exp.Anonymous) else node.expressions
     return exp.Nullif(this=call("ARRAY_POSITION", array, value), expression=exp.Literal.number(0))
 
 
-def _list_distinct(node: exp.Expression) -> exp.Expression | None:
+def _list_distinct(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's list_distinct drops NULL; Spark's array_distinct keeps one."""
     return call("ARRAY_DISTINCT", _without_nulls(node.this))
 
 
-def _two_argument_lambda(node: exp.Expression) -> exp.Expression | None:
+def _two_argument_lambda(node: exp.Expr) -> exp.Expr | None:
     for argument in node.iter_expressions():
         if isinstance(argument, exp.Lambda) and len(argument.expressions) > 1:
             raise refuse(
@@ -442,7 +442,7 @@ def _two_argument_lambda(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
-def _series(node: exp.Expression) -> exp.Expression | None:
+def _series(node: exp.Expr) -> exp.Expr | None:
     """DuckDB's range(a, b[, s]) excludes b and generate_series includes it, both empty when the
     bounds are the wrong way round; Spark's sequence includes its stop and fails on such bounds."""
     start = node.args.get("start") or exp.Literal.number(0)
@@ -461,10 +461,8 @@ def _series(node: exp.Expression) -> exp.Expression | None:
     if isinstance(node.parent, exp.Table):
         return _series_table(node.parent, start, end, step, exclusive)
     if exclusive:
-        stop: exp.Expression = (exp.Sub if step > 0 else exp.Add)(
-            this=end.copy(), expression=exp.Literal.number(1)
-        )
-        has_rows: exp.Expression = (exp.LT if step > 0 else exp.GT)(this=start.copy(), expression=end.copy())
+        stop: exp.Expr = (exp.Sub if step > 0 else exp.Add)(this=end.copy(), expression=exp.Literal.number(1))
+        has_rows: exp.Expr = (exp.LT if step > 0 else exp.GT)(this=start.copy(), expression=end.copy())
     else:
         stop = end.copy()
         has_rows = (exp.LTE if step > 0 else exp.GTE)(this=start.copy(), expression=end.copy())
@@ -474,9 +472,7 @@ def _series(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _series_table(
-    table: exp.Table, start: exp.Expression, end: exp.Expression, step: int, exclusive: bool
-) -> exp.Expression:
+def _series_table(table: exp.Table, start: exp.Expr, end: exp.Expr, step: int, exclusive: bool) -> exp.Expr:
     """`FROM range(a, b) t(i)`: Spark's range table function (end excluded, column `id`)."""
     if not exclusive:
         end = exp.Add(this=end, expression=exp.Literal.number(1 if step > 0 else -1))
@@ -488,7 +484,7 @@ def _series_table(
     return call("RANGE", start, end, exp.Literal.number(step))
 
 
-RULES: dict[type[exp.Expression], Rule] = {
+RULES: dict[type[exp.Expr], Rule] = {
     exp.Div: _divide,
     exp.Log: _log,
     exp.Cast: _cast,

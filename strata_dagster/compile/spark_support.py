@@ -31,7 +31,7 @@ class EngineDialectError(StrataError):
         construct: str,
         reason: str,
         hint: str,
-        node: exp.Expression | None = None,
+        node: exp.Expr | None = None,
         *,
         engine: str = "spark",
         needs_schema: bool = False,
@@ -67,22 +67,22 @@ class EngineDialectError(StrataError):
 
 
 def refuse(
-    construct: str, reason: str, hint: str, node: exp.Expression | None = None, *, needs_schema: bool = False
+    construct: str, reason: str, hint: str, node: exp.Expr | None = None, *, needs_schema: bool = False
 ) -> EngineDialectError:
     return EngineDialectError(construct, reason, hint, node, needs_schema=needs_schema)
 
 
-def call(name: str, *arguments: exp.Expression) -> exp.Expression:
+def call(name: str, *arguments: exp.Expr) -> exp.Expr:
     """A call of a Spark function by name, written as given."""
     return exp.Anonymous(this=name, expressions=list(arguments))
 
 
-def atom(node: exp.Expression) -> exp.Expression:
+def atom(node: exp.Expr) -> exp.Expr:
     """`node`, parenthesised unless it is an atom, for use as an operand."""
     return node if isinstance(node, _ATOMS) else exp.Paren(this=node)
 
 
-def known_type(node: exp.Expression | None) -> exp.DataType | None:
+def known_type(node: exp.Expr | None) -> exp.DataType | None:
     """The DuckDB type sqlglot's annotator gave `node`, or None when it is not known."""
     if node is None:
         return None
@@ -92,18 +92,18 @@ def known_type(node: exp.Expression | None) -> exp.DataType | None:
     return found
 
 
-def is_kind(node: exp.Expression | None, *kinds: exp.DataType.Type) -> bool:
+def is_kind(node: exp.Expr | None, *kinds: exp.DType) -> bool:
     found = known_type(node)
     return found is not None and found.this in kinds
 
 
-def as_double(node: exp.Expression) -> exp.Expression:
+def as_double(node: exp.Expr) -> exp.Expr:
     if is_kind(node, exp.DataType.Type.DOUBLE):
         return atom(node)
     return exp.cast(node, exp.DataType.Type.DOUBLE)
 
 
-def integer_literal(node: exp.Expression | None) -> int | None:
+def integer_literal(node: exp.Expr | None) -> int | None:
     """The value of an integer constant (`3`, `-3`), else None."""
     if isinstance(node, exp.Neg):
         inner = integer_literal(node.this)
@@ -118,12 +118,12 @@ def integer_literal(node: exp.Expression | None) -> int | None:
     return None
 
 
-def literal_text(node: exp.Expression | None) -> str | None:
+def literal_text(node: exp.Expr | None) -> str | None:
     """The value of a string constant, else None."""
     if isinstance(node, exp.Literal) and node.is_string:
         return str(node.this)
     return None
 
 
-def lambda_of(parameter: str, body: exp.Expression) -> exp.Lambda:
+def lambda_of(parameter: str, body: exp.Expr) -> exp.Lambda:
     return exp.Lambda(this=body, expressions=[exp.to_identifier(parameter)])

@@ -70,7 +70,7 @@ def _plain(value: object) -> object:
         return value
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
-    if hasattr(value, "grain"):
+    if hasattr(value, "grain") and hasattr(value, "column"):
         return {"grain": value.grain, "column": value.column}  # PartitionSpec, without its location
     return str(value)
 

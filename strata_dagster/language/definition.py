@@ -44,7 +44,7 @@ class Expr:
 
     text: str
     location: Location
-    node: exp.Expression = field(compare=False, hash=False, repr=False)
+    node: exp.Expr = field(compare=False, hash=False, repr=False)
 
     @property
     def output_name(self) -> str | None:
@@ -314,7 +314,9 @@ class Project:
 
     def module_of(self, name: str) -> Module:
         for module in self.modules:
-            if any(item.name == name for item in (*module.sources, *module.models)):
+            if any(source.name == name for source in module.sources) or any(
+                model.name == name for model in module.models
+            ):
                 return module
         raise KeyError(name)
 

@@ -23,7 +23,7 @@ def shift(location: Location, text: str, offset: int) -> Location:
     return Location(location.file, location.line + newlines, offset - before.rfind("\n"))
 
 
-def parse_item(text: str, location: Location, *, allow_alias: bool) -> exp.Expression:
+def parse_item(text: str, location: Location, *, allow_alias: bool) -> exp.Expr:
     """One projection item: an expression, with `AS name` only where `allow_alias`."""
     try:
         statement = sqlglot.parse_one(_PREFIX + text, read=DIALECT)
@@ -92,7 +92,7 @@ def is_type(text: str) -> bool:
     return isinstance(parsed, exp.DataType) and parsed.this != exp.DataType.Type.USERDEFINED
 
 
-def _nested_alias(item: exp.Expression) -> exp.Alias | None:
+def _nested_alias(item: exp.Expr) -> exp.Alias | None:
     """An `x AS y` below the item's top, outside any subquery's own SELECT list (`(ts as date)`)."""
     return next(
         (
@@ -104,7 +104,7 @@ def _nested_alias(item: exp.Expression) -> exp.Alias | None:
     )
 
 
-def _node_location(node: exp.Expression, text: str, location: Location) -> Location:
+def _node_location(node: exp.Expr, text: str, location: Location) -> Location:
     start = node.meta.get("start")
     if not isinstance(start, int):
         return location

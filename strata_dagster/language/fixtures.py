@@ -222,11 +222,11 @@ def _span(node: Tree | Token, text: str) -> str:
 
 
 def _start(node: Tree | Token) -> int:
-    return node.start_pos if isinstance(node, Token) else node.meta.start_pos  # type: ignore[return-value]
+    return node.start_pos if isinstance(node, Token) else node.meta.start_pos  # type: ignore[return-value]  # positions are propagated
 
 
 def _end(node: Tree | Token) -> int:
-    return node.end_pos if isinstance(node, Token) else node.meta.end_pos  # type: ignore[return-value]
+    return node.end_pos if isinstance(node, Token) else node.meta.end_pos  # type: ignore[return-value]  # positions are propagated
 
 
 def _unknown_model_hint(name: str, sources: Mapping[str, Source], models: Mapping[str, Model]) -> str:

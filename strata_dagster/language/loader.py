@@ -153,7 +153,8 @@ def link_project(root: Path, modules: list[Module], *, text_digest: str = "") ->
     models: dict[str, Model] = {}
     errors: list[StrataError] = []
     for module in modules:
-        for item in (*module.sources, *module.models):
+        items: tuple[Source | Model, ...] = (*module.sources, *module.models)
+        for item in items:
             previous = sources.get(item.name) or models.get(item.name)
             if previous is not None:
                 errors.append(

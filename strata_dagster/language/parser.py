@@ -80,9 +80,10 @@ def parse_module(text: str, path: Path | str) -> Module:
         raise StrataError(E_SYNTAX, "the module nests brackets too deeply", Location(file, 1, 1)) from None
     builder = _ModuleBuilder(text, file)
     try:
-        sources = tuple(builder.source(node) for node in tree.children if node.data == "source")
-        models = tuple(builder.model(node) for node in tree.children if node.data == "model")
-        tests = tuple(build_model_test(node, text, file) for node in tree.children if node.data == "test")
+        nodes = [node for node in tree.children if isinstance(node, Tree)]  # a module's items
+        sources = tuple(builder.source(node) for node in nodes if node.data == "source")
+        models = tuple(builder.model(node) for node in nodes if node.data == "model")
+        tests = tuple(build_model_test(node, text, file) for node in nodes if node.data == "test")
     except RecursionError:
         raise StrataError(E_SYNTAX, "the module nests brackets too deeply", Location(file, 1, 1)) from None
     return Module(Path(path), sources, models, tests)
@@ -258,9 +259,9 @@ class _ModuleBuilder:
             relation = children[-2]
             condition = children[-1]
             if condition.data == "join_on":
-                return JoinStep(join_kind, str(relation), self.expr(condition.children[0]), (), location)  # type: ignore[arg-type]
+                return JoinStep(join_kind, str(relation), self.expr(condition.children[0]), (), location)  # type: ignore[arg-type]  # the grammar's join words
             using = tuple(str(token) for token in condition.children)
-            return JoinStep(join_kind, str(relation), None, using, location)  # type: ignore[arg-type]
+            return JoinStep(join_kind, str(relation), None, using, location)  # type: ignore[arg-type]  # the grammar's join words
         if kind == "filter_step":
             return FilterStep(self.expr(children[1]), location)
         if kind == "let_step":
@@ -277,7 +278,7 @@ class _ModuleBuilder:
             operator = str(children[0])
             if len(children) == 3:
                 operator += " all"
-            return SetOperationStep(operator, str(children[-1]), location)  # type: ignore[arg-type]
+            return SetOperationStep(operator, str(children[-1]), location)  # type: ignore[arg-type]  # the grammar's set words
         if kind == "expand_step":
             return ExpandStep(self.expr(children[1], allow_alias=True), location)
         raise AssertionError(f"grammar rule without a step: {kind}")
@@ -321,8 +322,8 @@ class _ModuleBuilder:
 
 
 def _start(node: Tree | Token) -> int:
-    return node.start_pos if isinstance(node, Token) else node.meta.start_pos  # type: ignore[return-value]
+    return node.start_pos if isinstance(node, Token) else node.meta.start_pos  # type: ignore[return-value]  # positions are propagated
 
 
 def _end(node: Tree | Token) -> int:
-    return node.end_pos if isinstance(node, Token) else node.meta.end_pos  # type: ignore[return-value]
+    return node.end_pos if isinstance(node, Token) else node.meta.end_pos  # type: ignore[return-value]  # positions are propagated

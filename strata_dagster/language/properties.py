@@ -230,7 +230,7 @@ def as_partition(prop: RawProperty) -> PartitionSpec:
         raise _bad_value(prop, "day(column), month(column) or a date column", "day(order_ts)")
     if match.group(3):
         return PartitionSpec("key", match.group(3), value.location)
-    return PartitionSpec(match.group(1), match.group(2), value.location)  # type: ignore[arg-type]
+    return PartitionSpec(match.group(1), match.group(2), value.location)  # type: ignore[arg-type]  # the pattern's grains
 
 
 def as_versioning(prop: RawProperty) -> Versioning:
@@ -245,7 +245,7 @@ def as_versioning(prop: RawProperty) -> Versioning:
     if kind == "append_only_partitions" and argument is None:
         return Versioning("append_only_partitions")
     if kind in ("sliding_window", "partition_expiry") and argument is not None and argument.isdigit():
-        return Versioning(kind, window=int(argument))  # type: ignore[arg-type]
+        return Versioning(kind, window=int(argument))  # type: ignore[arg-type]  # one of the kinds just tested
     raise _bad_value(
         prop,
         "full, cdc(column), append_only_partitions, sliding_window(N) or partition_expiry(N)",
@@ -445,14 +445,14 @@ def build_model_properties(model: str, raw: list[RawProperty]) -> ModelPropertie
     values, errors = _collect(f"model `{model}`", raw, _MODEL_PROPERTIES)
     raise_collected(errors)
     locations = tuple((prop.name, prop.value.location if prop.value else prop.location) for prop in raw)
-    return ModelProperties(**values, locations=locations)  # type: ignore[arg-type]
+    return ModelProperties(**values, locations=locations)  # type: ignore[arg-type]  # each value checked above
 
 
 def build_source(name: str, location: Location, raw: list[RawProperty]) -> Source:
     values, errors = _collect(f"source `{name}`", raw, _SOURCE_PROPERTIES)
     raise_collected(errors)
     where = {prop.name: prop.location for prop in raw}
-    source = Source(name=name, location=location, start_location=where.get("start"), **values)  # type: ignore[arg-type]
+    source = Source(name=name, location=location, start_location=where.get("start"), **values)  # type: ignore[arg-type]  # each value checked above
     raise_collected(_source_errors(source, where))
     return source
 

@@ -128,7 +128,7 @@ class SparkConnection:
         self._file_views: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], str] = {}
 
     # -- statements -------------------------------------------------------------------------------
-    def render(self, statement: exp.Expression) -> str:
+    def render(self, statement: exp.Expr) -> str:
         tree = statements.rewrite(statement, self._file_relation, self._row_columns)
         return tree.sql(dialect=statements.DIALECT)
 
@@ -150,7 +150,7 @@ class SparkConnection:
         return self._columns[key]
 
     def run_statement(
-        self, statement: exp.Expression, params: Sequence[Any] | None = None, *, consume: bool = False
+        self, statement: exp.Expr, params: Sequence[Any] | None = None, *, consume: bool = False
     ) -> SparkResult:
         del consume  # the rewrite always works on a copy
         if isinstance(statement, exp.Create) and statement.kind == "TABLE":
@@ -235,7 +235,7 @@ class SparkConnection:
         return duckdb_type_name(str(row[0])) if row else type_text
 
     # -- files ------------------------------------------------------------------------------------
-    def _file_relation(self, node: exp.Table, reader: str) -> exp.Expression:
+    def _file_relation(self, node: exp.Table, reader: str) -> exp.Expr:
         """A DuckDB file read (`read_parquet('events/*/*.parquet', hive_partitioning = true)`) as
         a temporary view Spark's own reader made over the same files (once per connection)."""
         function = node.this
@@ -293,7 +293,7 @@ class SparkConnection:
 
 def _native_file_relation(
     node: exp.Table, reader: str, paths: list[str], options: dict[str, str]
-) -> exp.Expression:
+) -> exp.Expr:
     r"""Plain Parquet files as Spark SQL's own `parquet.\`path\`` (what a permanent view may read);
     anything that needs reader options cannot be read from a permanent view (E072)."""
     if reader != "parquet" or len(paths) != 1 or options.get("hive_partitioning") == "true":

@@ -14,9 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -73,7 +74,7 @@ def read_log(
     no marker at all (write sessions that died while publishing), in one query; None when the
     warehouse has no history log yet. A local log is read through `mirror`'s connection when given."""
     log_files = _local_files(local_folder, "history_log") if local_folder is not None else None
-    if log_files is not None:
+    if local_folder is not None and log_files is not None:
         # A local warehouse: the log's own files, read without a Spark job (the table is append-
         # only, and a file Spark has not committed is not in the folder, as for Spark itself).
         rows = read_log_files(
@@ -93,7 +94,7 @@ def read_log(
     return _split(rows)
 
 
-def _split(rows) -> tuple[list[LogRow], list[InterruptedCommit]]:
+def _split(rows: Iterable[tuple[Any, ...]]) -> tuple[list[LogRow], list[InterruptedCommit]]:
     committed: list[LogRow] = []
     unmarked: dict[str, int] = {}
     for table, row, commit_id, state in rows:

@@ -8,6 +8,7 @@ import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from strata_dagster.errors import E_ENGINE, E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
 from strata_dagster.spark.connect import local_session, remote_session
@@ -16,17 +17,20 @@ from strata_dagster.spark.repair import repair_interrupted
 from strata_dagster.spark.session import SparkWarehouseSession
 from strata_dagster.warehouse.engines import EngineChoice
 
+if TYPE_CHECKING:  # for annotations (the function imports it where it runs)
+    from pyspark.sql import SparkSession
+
 _LOCK_NAME = ".strata-writer.lock"
 
 
-def _spark_for(warehouse: Path, choice: EngineChoice):  # -> pyspark SparkSession
+def _spark_for(warehouse: Path, choice: EngineChoice) -> SparkSession:
     if choice.spark_remote is not None:
         return remote_session(choice.spark_remote)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
-        running = Path(active.conf.get("spark.sql.warehouse.dir").removeprefix("file:")).resolve()
+        running = Path((active.conf.get("spark.sql.warehouse.dir") or "").removeprefix("file:")).resolve()
         if running != warehouse.resolve():
             raise StrataError(
                 E_ENGINE,

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -56,6 +57,9 @@ from strata_dagster.state.history_mirror import HistoryMirror
 from strata_dagster.warehouse import sources as source_reading
 from strata_dagster.warehouse.engines import SPARK_CAPABILITIES
 from strata_dagster.warehouse.snapshot_files import problem_of
+
+if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
+    import pyarrow as pa
 
 # The steps of a Spark publication, after each of which a crash test kills the driver.
 PUBLISH_STEPS = ("spark_history_logged", "spark_view_published", "spark_committed")
@@ -214,11 +218,11 @@ class SparkWarehouseSession(SqlSession):
         self,
         name: str,
         relation: exp.Table,
-        keys: Sequence[tuple[str, exp.Expression]],
-        window: exp.Expression,
+        keys: Sequence[tuple[str, exp.Expr]],
+        window: exp.Expr,
         deleted_from: exp.Query | None,
         merge_keys: Sequence[str],
-        reread: tuple[exp.Query, exp.Expression] | None = None,
+        reread: tuple[exp.Query, exp.Expr] | None = None,
     ) -> int:
         """As on DuckDB, and the keys with a NULL are counted in the same Spark job (a delta asks
         for both, and each job costs tens of milliseconds however small the table), with the range
@@ -228,7 +232,7 @@ class SparkWarehouseSession(SqlSession):
         shared_tables.create_snapshot(self.con, name, query, self.files)
         names = tuple(key for key, _ in keys)
         has_null = exp.or_(*(exp.Is(this=exp.column(key), expression=exp.null()) for key in names))
-        figures: list[exp.Expression] = [exp.Count(this=exp.Star()), exp.CountIf(this=has_null)]
+        figures: list[exp.Expr] = [exp.Count(this=exp.Star()), exp.CountIf(this=has_null)]
         if len(names) == 1:
             figures += key_extremes(exp.column(names[0]))
         row = self.con.run_statement(exp.select(*figures).from_(snapshot_table(name))).fetchone()
@@ -238,7 +242,7 @@ class SparkWarehouseSession(SqlSession):
             self._key_bounds[(name, names)] = KeyBounds.of(row[2], row[3], str(row[4]))
         return int(row[0])
 
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr]) -> None:
         """As on DuckDB; its NULL keys are counted from `values` (a Spark job less, when a segment
         of partitions records whether its keys table is free of NULLs)."""
         super().create_values_table(name, column, values)
@@ -280,9 +284,9 @@ class SparkWarehouseSession(SqlSession):
     def window_stats(
         self,
         relation: exp.Table,
-        cdc: exp.Expression,
-        low: exp.Expression | None,
-        lateness: exp.Expression | None,
+        cdc: exp.Expr,
+        low: exp.Expr | None,
+        lateness: exp.Expr | None,
         totals: tuple[int, str] | None = None,
         basis: RowBasis = WHOLE_ROW,
     ) -> WindowStats:
@@ -439,7 +443,7 @@ class SparkWarehouseSession(SqlSession):
         # ALTER VIEW is one catalog call: a reader sees the old or the new query, never no view
         # (CREATE OR REPLACE VIEW drops first; readers then fail).
         if view.name in existing:
-            statement: exp.Expression = exp.Alter(this=view, kind="VIEW", actions=[query])
+            statement: exp.Expr = exp.Alter(this=view, kind="VIEW", actions=[query])
         else:
             statement = exp.Create(this=view, kind="VIEW", expression=query)
         self.con.run_statement(statement)
@@ -471,11 +475,11 @@ class SparkWarehouseSession(SqlSession):
     ) -> float | None:
         return None  # the tables' statistics are not read here: the key match stays
 
-    def read_arrow(self, query: exp.Query):  # -> pyarrow.Table
+    def read_arrow(self, query: exp.Query) -> pa.Table:
         with spark_errors():
             return self.con.spark.sql(self.con.render(query)).toArrow()
 
-    def register_frame(self, name: str, frame) -> None:  # frame: pyarrow.Table
+    def register_frame(self, name: str, frame: pa.Table) -> None:
         with spark_errors():
             self.con.spark.createDataFrame(_signed(frame)).createOrReplaceTempView(name)
 
@@ -526,7 +530,7 @@ class _SnapshotKinds(SnapshotKinds):
     views: set[str] | None = None
     dropped: set[str] = field(default_factory=set)  # by this session, whatever the listing said
 
-    def kind_of(self, con, name: str) -> str | None:  # con: SparkConnection
+    def kind_of(self, con: SparkConnection, name: str) -> str | None:
         assert self.kinds is not None
         if name in self.kinds or name in self.dropped:
             return self.kinds.get(name)
@@ -574,7 +578,7 @@ def _refuse_attached_databases(project: Project) -> None:
             )
 
 
-def _signed(frame):  # pyarrow.Table -> pyarrow.Table
+def _signed(frame: pa.Table) -> pa.Table:
     """Spark has no unsigned integers (polars counts are UInt32): each becomes the signed type that
     holds every value of it, the way DuckDB reads them into its own columns."""
     import pyarrow as pa

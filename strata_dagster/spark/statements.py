@@ -24,34 +24,34 @@ _WIDE_INTEGERS = {exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataT
 _READERS = {"read_parquet": "parquet", "read_csv_auto": "csv", "read_csv": "csv", "read_json_auto": "json"}
 
 
-def _wide_integers(node: exp.Expression) -> exp.Expression:
+def _wide_integers(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.DataType) and node.this in _WIDE_INTEGERS:
         return exp.DataType.build("DECIMAL(38,0)")
     return node
 
 
-def _count_star(node: exp.Expression) -> exp.Expression:
+def _count_star(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.Anonymous) and node.name.lower() == "count_star":
         return exp.Count(this=exp.Star())
     return node
 
 
-def _is_whole_row(argument: exp.Expression) -> bool:
+def _is_whole_row(argument: exp.Expr) -> bool:
     """`hash(__strata_row)`: DuckDB hashes the row alias as one struct."""
     return isinstance(argument, exp.Column) and not argument.table and argument.name == ROW_ALIAS
 
 
-def _marked(arguments: list[exp.Expression]) -> exp.Expression:
+def _marked(arguments: list[exp.Expr]) -> exp.Expr:
     """Spark's xxhash64 skips NULL arguments: each value goes with an IS NULL marker, so (NULL, 1)
     and (1, NULL) hash apart (never Spark's 32-bit `hash`)."""
-    marked: list[exp.Expression] = []
+    marked: list[exp.Expr] = []
     for argument in arguments:
         marked.append(exp.Is(this=argument.copy(), expression=exp.null()))
         marked.append(argument.copy())
     return exp.func("xxhash64", *marked)
 
 
-def _row_hash(node: exp.Expression, row_columns: Callable[[exp.Select], list[str]]) -> exp.Expression:
+def _row_hash(node: exp.Expr, row_columns: Callable[[exp.Select], list[str]]) -> exp.Expr:
     """DuckDB's `hash(...)` as Spark's xxhash64 with NULL markers; a whole row (`hash(__strata_row)`)
     as every column of the row, named (Spark refuses `*` in an aggregate query)."""
     if not (isinstance(node, exp.Anonymous) and node.name.lower() == "hash"):
@@ -64,7 +64,7 @@ def _row_hash(node: exp.Expression, row_columns: Callable[[exp.Select], list[str
     return _marked(arguments)
 
 
-def _group_by_ordinals(node: exp.Expression) -> exp.Expression:
+def _group_by_ordinals(node: exp.Expr) -> exp.Expr:
     """GROUP BY 1 as GROUP BY <the first select expression>: Spark refuses ordinals in a query
     whose select list has a star anywhere (the whole-row hash's `struct(__strata_row.*)`)."""
     if not isinstance(node, exp.Select):
@@ -84,7 +84,7 @@ def _group_by_ordinals(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _is_segment_read(query: exp.Expression) -> bool:
+def _is_segment_read(query: exp.Expr) -> bool:
     """`SELECT * FROM strata_snapshots.<table>` (with a WHERE, for an upsert's replaced keys)."""
     if isinstance(query, exp.Union):
         return _is_segment_read(query.this) and _is_segment_read(query.expression)
@@ -95,7 +95,7 @@ def _is_segment_read(query: exp.Expression) -> bool:
     return isinstance(table, exp.Table) and table.db == SNAPSHOT_SCHEMA
 
 
-def _segments_by_position(node: exp.Expression) -> exp.Expression:
+def _segments_by_position(node: exp.Expr) -> exp.Expr:
     """The segments of one state, UNION ALL BY NAME in DuckDB: Spark has no BY NAME, and the
     segments of a state have one schema in one column order (a schema change builds in full)."""
     if isinstance(node, exp.Union) and node.args.get("by_name") and _is_segment_read(node):
@@ -103,7 +103,7 @@ def _segments_by_position(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _file_reader_name(node: exp.Expression) -> str | None:
+def _file_reader_name(node: exp.Expr) -> str | None:
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
         function = node.this
         name = function.name.lower() if isinstance(function, exp.Anonymous) else function.sql_name().lower()
@@ -111,7 +111,7 @@ def _file_reader_name(node: exp.Expression) -> str | None:
     return None
 
 
-RULES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
+RULES: tuple[Callable[[exp.Expr], exp.Expr], ...] = (
     _wide_integers,
     _count_star,
     _group_by_ordinals,
@@ -119,7 +119,7 @@ RULES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
 )
 
 
-def row_source(select: exp.Select) -> exp.Expression | None:
+def row_source(select: exp.Select) -> exp.Expr | None:
     """The relation a SELECT reads as `__strata_row` (whose columns a whole-row hash covers)."""
     source = select.args.get("from_") or select.args.get("from")
     relation = source.this if source is not None else None
@@ -129,7 +129,7 @@ def row_source(select: exp.Select) -> exp.Expression | None:
 _CHANGING_COLUMNS = ("joins", "group", "laterals", "distinct", "pivots")
 
 
-def named_like(relation: exp.Expression) -> exp.Expression:
+def named_like(relation: exp.Expr) -> exp.Expr:
     """The relation whose column names `relation`'s are, looking through subqueries that only
     filter (`SELECT * FROM r WHERE ...`) and set operations (named by their first branch): a
     replaced-rows query is then described as the snapshot it reads, not analysed in full."""
@@ -153,17 +153,17 @@ def named_like(relation: exp.Expression) -> exp.Expression:
 
 
 def rewrite(
-    statement: exp.Expression,
-    relations: Callable[[exp.Table, str], exp.Expression],
+    statement: exp.Expr,
+    relations: Callable[[exp.Table, str], exp.Expr],
     row_columns: Callable[[exp.Select], list[str]],
-) -> exp.Expression:
+) -> exp.Expr:
     """A copy of `statement` for Spark. `relations` turns a DuckDB file read (`read_parquet(...)`
     and friends, with the reader's format) into a relation Spark reads; `row_columns` names the
     columns of a SELECT's `__strata_row` relation, for whole-row hashes."""
 
-    def apply(node: exp.Expression) -> exp.Expression:
+    def apply(node: exp.Expr) -> exp.Expr:
         reader = _file_reader_name(node)
-        if reader is not None:
+        if reader is not None and isinstance(node, exp.Table):  # a reader is only ever a table's
             return relations(node, reader)
         node = _row_hash(node, row_columns)
         for rule in RULES:
@@ -176,7 +176,7 @@ def rewrite(
     return tree
 
 
-def snapshot_ddl(statement: exp.Expression) -> exp.Expression:
+def snapshot_ddl(statement: exp.Expr) -> exp.Expr:
     """CREATE TABLE ... AS as an immutable Parquet table (Spark has no CREATE OR REPLACE TABLE AS
     on Parquet: the caller drops a leftover first)."""
     if isinstance(statement, exp.Create) and statement.kind == "TABLE":

@@ -58,7 +58,9 @@ def _field(part: str) -> str:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char in "<(":
             depth += 1

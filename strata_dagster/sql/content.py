@@ -45,7 +45,7 @@ class Content:
         return cls(columns, 0, EMPTY_FIGURE, basis)
 
 
-def as_rows(relation: exp.Table | exp.Query) -> exp.Expression:
+def as_rows(relation: exp.Table | exp.Query) -> exp.Expr:
     """`relation` aliased ROW_ALIAS, to read from (a copy: the caller's tree stays its own)."""
     if isinstance(relation, exp.Query):
         return relation.subquery(ROW_ALIAS)
@@ -63,7 +63,7 @@ def is_summed(basis: RowBasis) -> bool:
 EMPTY_FIGURE = "0"  # the second figure of a relation with no row, on every basis
 
 
-def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expression]:
+def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expr]:
     """Row count and the second content figure: the row-hash sum, or the change column's range."""
     if not is_summed(basis):
         return [exp.func("count_star"), _change_range(basis)]
@@ -75,9 +75,9 @@ def row_hash_aggregates(basis: RowBasis = WHOLE_ROW) -> list[exp.Expression]:
     ]
 
 
-def _change_range(basis: RowBasis) -> exp.Expression:
+def _change_range(basis: RowBasis) -> exp.Expr:
     """`min .. max` of each change column, as text (EMPTY_FIGURE when every value is NULL)."""
-    bounds: list[exp.Expression] = []
+    bounds: list[exp.Expr] = []
     for column in basis:
         for aggregate in ("min", "max"):
             bounds.append(exp.cast(exp.func(aggregate, exp.column(column, table=ROW_ALIAS)), "VARCHAR"))

@@ -23,7 +23,7 @@ def data_type(name: str) -> exp.DataType:
     return _parsed_type(name).copy()
 
 
-def render(statement: exp.Expression, *, consume: bool = False) -> str:
+def render(statement: exp.Expr, *, consume: bool = False) -> str:
     """The statement's DuckDB SQL. `consume`: the caller's last use of a tree no one else holds;
     sqlglot's generator may then rewrite it in place instead of deep-copying it first (most of the
     cost of rendering a large tree)."""

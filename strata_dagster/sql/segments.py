@@ -28,7 +28,7 @@ class Segment:
     is_null_free: bool = False  # its keys table holds no NULL key (as its build counted)
 
 
-def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expression:
+def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expr:
     return exp.and_(
         *(
             exp.NullSafeEQ(this=exp.column(key, table=left), expression=exp.column(key, table=right))
@@ -37,7 +37,7 @@ def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expressi
     )
 
 
-def partition_key(value: exp.Expression, grain: str | None) -> exp.Expression:
+def partition_key(value: exp.Expr, grain: str | None) -> exp.Expr:
     """The partition a value falls in: its day, its month (first day), or itself."""
     if grain == "day":
         return exp.cast(value.copy(), data_type("DATE"))
@@ -69,7 +69,7 @@ MAX_SKIPPING_RANGES = 24
 
 @dataclass(frozen=True)
 class PartitionRanges:
-    predicate: exp.Expression
+    predicate: exp.Expr
     is_exact: bool  # the predicate holds for exactly the partitions' rows: no key match is needed
 
 
@@ -87,7 +87,7 @@ def partition_runs(grain: str, keys: Sequence[str]) -> list[tuple[date, date]]:
 
 
 def partition_ranges(
-    column: exp.Expression,
+    column: exp.Expr,
     type_name: str,
     grain: str,
     keys: Sequence[str],
@@ -105,10 +105,10 @@ def partition_ranges(
     if not is_exact:
         runs = [(runs[0][0], runs[-1][1])]
 
-    def bound(day: date) -> exp.Expression:
+    def bound(day: date) -> exp.Expr:
         return _typed(day.isoformat(), type_name)
 
-    ranges: list[exp.Expression] = [
+    ranges: list[exp.Expr] = [
         exp.and_(
             exp.GTE(this=column.copy(), expression=bound(first)),
             exp.LT(this=column.copy(), expression=bound(after)),
@@ -129,7 +129,7 @@ def _not_replaced(
     keys_tables: Sequence[str],
     grain: str | None,
     is_null_free: bool = False,
-) -> exp.Expression:
+) -> exp.Expr:
     """NOT EXISTS a later key equal (NULL-safe) to this row's: an anti-join, never NOT IN.
 
     `is_null_free` (the keys tables hold no NULL key) with one key: `NOT COALESCE(value IN
@@ -164,7 +164,9 @@ def union_all(parts: Sequence[exp.Query], *, by_name: bool = False) -> exp.Query
     """`parts` one after the other (UNION ALL, left-deep), taking them as they are: each is built
     for this union alone. (sqlglot copies both sides of every `union` by default, which made a
     state of many segments cost time quadratic in its segments to build.)"""
-    return exp.union(*parts, distinct=False, by_name=by_name, copy=False) if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return parts[0]
+    return exp.union(*parts, distinct=False, by_name=by_name, copy=False)  # type: ignore[call-arg]  # sqlglot hands its options to each Union
 
 
 def composite_query(
@@ -201,7 +203,7 @@ def replaced_rows(
     keys_tables: Sequence[str],
     *,
     is_null_free: bool,
-    exact: exp.Expression | None = None,
+    exact: exp.Expr | None = None,
     key_range: KeyRange | None = None,
 ) -> exp.Query:
     """The rows of the state `segments` stand for whose keys (partitions, with a `grain`) the keys
@@ -249,11 +251,11 @@ class WindowStats:
     next_hash_sum: str | None
 
 
-def _typed(text: str, type_name: str) -> exp.Expression:
+def _typed(text: str, type_name: str) -> exp.Expr:
     return exp.Cast(this=exp.Literal.string(text), to=data_type(type_name))
 
 
-def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.Expression) -> exp.Expression:
+def window_predicate(cdc: exp.Expr, low: exp.Expr | None, high: exp.Expr) -> exp.Expr:
     """(low, high] on the cdc expression; rows whose cdc is NULL are never in a window."""
     upper = exp.LTE(this=cdc.copy(), expression=high.copy())
     if low is None:
@@ -261,7 +263,7 @@ def window_predicate(cdc: exp.Expression, low: exp.Expression | None, high: exp.
     return exp.and_(exp.GT(this=cdc.copy(), expression=low.copy()), upper)
 
 
-def typed_literal(text: str, type_name: str) -> exp.Expression:
+def typed_literal(text: str, type_name: str) -> exp.Expr:
     return _typed(text, type_name)
 
 
@@ -270,11 +272,11 @@ REREAD_ALIAS = "__reread"
 
 def keys_query(
     relation: exp.Table,
-    keys: Sequence[tuple[str, exp.Expression]],
-    window: exp.Expression,
+    keys: Sequence[tuple[str, exp.Expr]],
+    window: exp.Expr,
     deleted_from: exp.Query | None,
     merge_keys: Sequence[str],
-    reread: tuple[exp.Query, exp.Expression] | None = None,
+    reread: tuple[exp.Query, exp.Expr] | None = None,
 ) -> exp.Query:
     """What create_keys_table writes: the distinct keys, one column per key name."""
     changed = (
@@ -316,19 +318,19 @@ def keys_query(
 class KeyRange:
     """The least and the greatest key of a one-column keys table (typed literals)."""
 
-    low: exp.Expression
-    high: exp.Expression
+    low: exp.Expr
+    high: exp.Expr
 
 
 def keyed_rows(
     keys: Sequence[str],
-    values: Sequence[exp.Expression],
+    values: Sequence[exp.Expr],
     *,
     keys_table: str | None = None,
     source: exp.Query | None = None,
     is_null_free_filter: bool = False,
     key_range: KeyRange | None = None,
-) -> exp.Expression:
+) -> exp.Expr:
     """Whether a row of `keys_table` (or `source`) has `keys` equal to `values`, NULL-safe: a
     semi-join. Never NULL itself, so `NOT keyed_rows(...)` is a sound anti-join (never NOT IN).
 
@@ -338,7 +340,7 @@ def keyed_rows(
     `IN`, which every matching row meets, for an engine that does not derive it from the join
     (Spark): its Parquet reader then skips the row groups outside it."""
     if keys_table is not None:
-        relation: exp.Expression = snapshot_table(keys_table).as_(KEYS_ALIAS)
+        relation: exp.Expr = snapshot_table(keys_table).as_(KEYS_ALIAS)
     elif source is not None:
         relation = source.subquery(KEYS_ALIAS)
     else:
@@ -380,7 +382,7 @@ def keyed_rows(
     return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(relation).where(match))
 
 
-def key_extremes(key: exp.Expression) -> list[exp.Expression]:
+def key_extremes(key: exp.Expr) -> list[exp.Expr]:
     """The least and the greatest `key` as text, and the type of the least (sql.key_bounds)."""
     least = exp.func("min", key.copy())
     return [

@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 
@@ -181,10 +181,11 @@ def _as_json(value: object) -> object:
 
 
 def _snapshot(row: tuple[Any, ...]) -> SnapshotRecord:
+    leading = cast("tuple[str, str, str, str, str, str, int, str | None, int]", row[:9])
     return SnapshotRecord(
-        *row[:9],
+        *leading,
         row_hash_sum=row[9] or "0",
-        detail=StoredDetail(row[10]) if row[10] else {},  # type: ignore[arg-type]
+        detail=StoredDetail(row[10]) if row[10] else {},  # type: ignore[arg-type]  # a Mapping read as the dict
         is_dropped=bool(row[11]),
     )
 
@@ -313,7 +314,13 @@ class HistoryReader:
             "FROM strata.entry_models WHERE entry = ? ORDER BY rowid",
             [entry],
         ).fetchall()
-        return [EntryModel(*row[:8], detail=json.loads(row[8]) if row[8] else {}) for row in rows]
+        return [
+            EntryModel(
+                *cast("tuple[str, str, str, str, str, int, float, str]", row[:8]),
+                detail=json.loads(row[8]) if row[8] else {},
+            )
+            for row in rows
+        ]
 
     def last_build_of(self, model: str, snapshot_id: str) -> int | None:
         """The latest entry that built or kept `model` as `snapshot_id`: the inputs it read."""
@@ -359,7 +366,10 @@ class HistoryReader:
             "WHERE entry = ? ORDER BY source, partition_key",
             [entry],
         ).fetchall()
-        return [EntrySource(*row[:5], row_basis=tuple(row[5] or ())) for row in rows]
+        return [
+            EntrySource(*cast("tuple[str, str, str, str, int]", row[:5]), row_basis=tuple(row[5] or ()))
+            for row in rows
+        ]
 
 
 class HistoryWriter:

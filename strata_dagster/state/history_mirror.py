@@ -104,8 +104,8 @@ def _on(template: str, name: str) -> str:
     return render(_tree_on(template, name))
 
 
-def _tree_on(template: str, name: str) -> exp.Expression:
-    def swap(node: exp.Expression) -> exp.Expression:
+def _tree_on(template: str, name: str) -> exp.Expr:
+    def swap(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Table) and node.name == "__history":
             target = table(name, HISTORY_SCHEMA)
             if node.args.get("alias") is not None:

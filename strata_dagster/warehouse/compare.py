@@ -11,13 +11,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
-from strata_dagster.backends.sql.runner import run
+from strata_dagster.backends.sql.runner import Connection, run
+from strata_dagster.backends.sql.session import connection_of
 from strata_dagster.sql.content import ROW_ALIAS
 
 Total = int | float | Decimal | None
@@ -141,13 +142,13 @@ def combine(figures: Iterable[Figures]) -> Figures:
 
 def _add(values: Iterable[Total]) -> Total:
     present = [value for value in values if value is not None]
-    return sum(present[1:], present[0]) if present else None  # type: ignore[arg-type]
+    return sum(present[1:], present[0]) if present else None
 
 
 def schema_differences(session: Session, full: exp.Table, incremental: exp.Table) -> tuple[str, ...]:
     """Human-readable differences between the two sides' columns (names, types, order)."""
-    full_columns = _describe(session.con, full)
-    incremental_columns = dict(_describe(session.con, incremental))
+    full_columns = _describe(connection_of(session), full)
+    incremental_columns = dict(_describe(connection_of(session), incremental))
     problems = []
     for name, type_ in full_columns:
         if name not in incremental_columns:
@@ -167,8 +168,8 @@ def compare(
     incremental: exp.Table,
     *,
     columns: Sequence[str] | None = None,
-    partition_key: exp.Expression | None = None,
-    where: exp.Expression | None = None,
+    partition_key: exp.Expr | None = None,
+    where: exp.Expr | None = None,
     is_history: bool = False,
 ) -> dict[str | None, Figures]:
     """Figures per partition (the key as text; None when unpartitioned or for a NULL key).
@@ -181,10 +182,10 @@ def compare(
     """
     try:
         sides = (_rows_of(full, columns), _rows_of(incremental, columns))
-        numeric = [_numeric_columns(session.con, side) for side in sides]
+        numeric = [_numeric_columns(connection_of(session), side) for side in sides]
         names = list(dict.fromkeys([*numeric[0], *numeric[1]]))
         query = _comparison(sides, numeric, names, partition_key, where, is_history)
-        rows = run(session.con, query).fetchall()
+        rows = run(connection_of(session), query).fetchall()
     except duckdb.Error as error:
         raise WarehouseError(str(error).splitlines()[0]) from None
     figures = {row[0]: _figures(row[1:], names) for row in rows}
@@ -199,10 +200,11 @@ def _figures(values: Sequence[Any], names: list[str]) -> Figures:
     totals = tuple(
         ColumnTotal(name, sums[2 * index], sums[2 * index + 1]) for index, name in enumerate(names)
     )
-    return Figures(*counts[:6], totals=totals, history_rows=counts[6])
+    leading = cast("tuple[int, int, int, int, int, int]", tuple(counts[:6]))
+    return Figures(*leading, totals=totals, history_rows=counts[6])
 
 
-def _describe(con: duckdb.DuckDBPyConnection, relation: exp.Expression) -> tuple[tuple[str, str], ...]:
+def _describe(con: Connection, relation: exp.Expr) -> tuple[tuple[str, str], ...]:
     query = relation if isinstance(relation, exp.Query) else exp.select("*").from_(relation.copy())
     try:
         return tuple((str(row[0]), str(row[1])) for row in run(con, exp.Describe(this=query)).fetchall())
@@ -216,7 +218,7 @@ def _rows_of(relation: exp.Table, columns: Sequence[str] | None) -> exp.Query:
     return exp.select(*projection).from_(relation.copy())
 
 
-def _numeric_columns(con: duckdb.DuckDBPyConnection, rows: exp.Query) -> dict[str, str]:
+def _numeric_columns(con: Connection, rows: exp.Query) -> dict[str, str]:
     """Numeric column -> the aggregate that sums it (`fsum` for floats: order matters less)."""
     sums = {}
     for name, type_ in _describe(con, rows):
@@ -231,8 +233,8 @@ def _side(
     rows: exp.Query,
     numeric: dict[str, str],
     names: list[str],
-    partition_key: exp.Expression | None,
-    where: exp.Expression | None,
+    partition_key: exp.Expr | None,
+    where: exp.Expr | None,
 ) -> exp.Select:
     """Per (partition, row hash): the row count and the sums of the numeric columns."""
     key = partition_key.copy() if partition_key is not None else exp.null()
@@ -258,8 +260,8 @@ def _comparison(
     sides: tuple[exp.Query, exp.Query],
     numeric: list[dict[str, str]],
     names: list[str],
-    partition_key: exp.Expression | None,
-    where: exp.Expression | None,
+    partition_key: exp.Expr | None,
+    where: exp.Expr | None,
     is_history: bool,
 ) -> exp.Select:
     def col(side: str, name: str) -> exp.Column:
@@ -268,13 +270,13 @@ def _comparison(
     # In history mode the incremental side only counts in groups the full side also has.
     kept = col(_FULL, _HASH).is_(exp.null()).not_() if is_history else None
 
-    def aggregate(function: exp.Expression, *conditions: exp.Expression | None) -> exp.Expression:
+    def aggregate(function: exp.Expr, *conditions: exp.Expr | None) -> exp.Expr:
         present = [condition for condition in conditions if condition is not None]
         if present:
             function = exp.Filter(this=function, expression=exp.Where(this=exp.and_(*present)))
         return exp.func("coalesce", function, exp.Literal.number(0))
 
-    def rows(side: str) -> exp.Expression:
+    def rows(side: str) -> exp.Expr:
         return exp.func("coalesce", col(side, _ROWS), exp.Literal.number(0))
 
     only_in_full = col(_INCREMENTAL, _HASH).is_(exp.null())
@@ -286,11 +288,11 @@ def _comparison(
         if is_history
         else exp.Literal.number(0)
     )
-    sums: list[exp.Expression] = []
+    sums: list[exp.Expr] = []
     for index, name in enumerate(names):
         for side, condition in ((_FULL, None), (_INCREMENTAL, kept)):
             is_present = name in numeric[0 if side == _FULL else 1]
-            value = exp.func("sum", col(side, f"{_SUM}{index}")) if is_present else exp.null()
+            value: exp.Expr = exp.func("sum", col(side, f"{_SUM}{index}")) if is_present else exp.null()
             if is_present and condition is not None:
                 value = exp.Filter(this=value, expression=exp.Where(this=condition.copy()))
             sums.append(value)

@@ -72,7 +72,7 @@ class FixtureDatabase:
         name: str,
         schema: TypedColumns | None,
         columns: Sequence[str],
-        rows: Sequence[tuple[Sequence[exp.Expression], Location]],
+        rows: Sequence[tuple[Sequence[exp.Expr], Location]],
         location: Location,
         other_columns: Sequence[str] = (),
     ) -> None:
@@ -109,7 +109,7 @@ class FixtureDatabase:
         self,
         target: exp.Table,
         columns: Sequence[str],
-        rows: Sequence[tuple[Sequence[exp.Expression], Location]],
+        rows: Sequence[tuple[Sequence[exp.Expr], Location]],
         location: Location,
         other_columns: Sequence[str],
     ) -> None:
@@ -126,7 +126,7 @@ class FixtureDatabase:
             query = exp.select(*(exp.null().as_(column) for column in columns), *others).limit(0)
         self._execute(exp.Create(this=target, kind="TABLE", expression=query), location, "a fixture table")
 
-    def _execute(self, statement: exp.Expression, location: Location, what: str) -> None:
+    def _execute(self, statement: exp.Expr, location: Location, what: str) -> None:
         try:
             run(self.con, statement)
         except duckdb.Error as error:
@@ -139,9 +139,7 @@ class FixtureDatabase:
             ) from None
 
 
-def _insert(
-    target: exp.Table, columns: Sequence[str], rows: Sequence[Sequence[exp.Expression]]
-) -> exp.Insert:
+def _insert(target: exp.Table, columns: Sequence[str], rows: Sequence[Sequence[exp.Expr]]) -> exp.Insert:
     return exp.Insert(
         this=exp.Schema(this=target.copy(), expressions=[exp.to_identifier(column) for column in columns]),
         expression=exp.Values(

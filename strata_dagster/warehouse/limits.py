@@ -54,7 +54,7 @@ class ResourceLimits:
     temp_directory: Path
     threads: int | None = None  # None: DuckDB's own (one per core)
 
-    def duckdb_config(self) -> dict[str, str]:
+    def duckdb_config(self) -> dict[str, str | bool | int | float | list[str]]:
         return {
             "memory_limit": self.memory_limit,
             "max_temp_directory_size": self.max_temp_directory_size,

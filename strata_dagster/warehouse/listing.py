@@ -211,12 +211,12 @@ def _trusted(
     return found if summarize is None or summary is not None else found._replace(summary=summarize[1](found))
 
 
-def _scan_root(  # type: ignore[no-untyped-def]
+def _scan_root(
     descriptor: int,
     root: str,
     root_stat: Signature,
     cached: dict[str, _Folder],
-    is_match,
+    is_match: Callable[[str], re.Match[str] | None],
     marker: str | None,
     found: FolderListing,
 ) -> tuple[str, ...] | None:
@@ -278,7 +278,13 @@ def _scan_root(  # type: ignore[no-untyped-def]
     return folder_names if is_changed else None
 
 
-def _scan(folder: str, signature: Signature, now: int, is_match, marker: str | None) -> _Folder | None:  # type: ignore[no-untyped-def]
+def _scan(
+    folder: str,
+    signature: Signature,
+    now: int,
+    is_match: Callable[[str], re.Match[str] | None],
+    marker: str | None,
+) -> _Folder | None:
     try:
         with os.scandir(folder) as entries:
             names = [entry.name for entry in entries]
@@ -327,14 +333,30 @@ class _Columns(NamedTuple):
     summary_of: str  # what that summary is (`Summarize`'s name; "": none)
 
 
-_COLUMN_TYPES = (tuple, bool, str, bytes, bytes, bytes, bytes, bytes, bytes, bytes, str, str, bytes, str, str)
+_COLUMN_TYPES: tuple[type, ...] = (
+    tuple,
+    bool,
+    str,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    str,
+    str,
+    bytes,
+    str,
+    str,
+)
 
 
 def _split(joined: str) -> list[str]:
     return joined.split("\0") if joined else []
 
 
-def _packed(code: str, field: operator.attrgetter, infos: list[os.stat_result]) -> bytes:  # type: ignore[type-arg]
+def _packed(code: str, field: operator.attrgetter, infos: list[os.stat_result]) -> bytes:
     return array(code, map(field, infos)).tobytes()
 
 

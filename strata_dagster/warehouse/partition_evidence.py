@@ -206,7 +206,7 @@ def _listed(
                 zip(found.folders, found.names, found.sizes, found.markers, strict=True)
             )
         ]
-    listed = []
+    listed: list[tuple[str, str, tuple[tuple[str, int], ...], bool, tuple[str, ...]]] = []
     for path in matching_files(pattern):
         folder = os.path.dirname(path)
         has_marker = marker is not None and os.path.exists(os.path.join(folder, marker))

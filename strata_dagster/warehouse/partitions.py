@@ -16,6 +16,7 @@ from sqlglot import exp
 from strata_dagster.backends.base import Session
 from strata_dagster.backends.sql.figures import content_by_group
 from strata_dagster.backends.sql.runner import run
+from strata_dagster.backends.sql.session import connection_of
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.session import warehouse_errors
 
@@ -26,15 +27,15 @@ _DATE = exp.DataType.build("DATE")
 _KEY_ALIAS = "__partition"
 
 
-def partition_key(column: str, grain: str, qualifier: str | None = None) -> exp.Expression:
+def partition_key(column: str, grain: str, qualifier: str | None = None) -> exp.Expr:
     """The partition a row falls in, as a DATE: its day (`day`, `key`) or the month's first day."""
-    value: exp.Expression = exp.column(column, table=qualifier)
+    value: exp.Expr = exp.column(column, table=qualifier)
     if grain == "month":
         value = exp.func("date_trunc", exp.Literal.string("month"), value)
     return exp.cast(value, _DATE)
 
 
-def _key_condition(column: str, grain: str, keys: Sequence[str]) -> exp.Expression:
+def _key_condition(column: str, grain: str, keys: Sequence[str]) -> exp.Expr:
     dates = [exp.cast(exp.Literal.string(key), _DATE) for key in keys]
     return exp.In(this=partition_key(column, grain), expressions=dates)
 
@@ -52,9 +53,9 @@ def content_by_partition(
     Rows whose partition column is NULL belong to no partition and are left out.
     """
     with warehouse_errors():
-        groups = content_by_group(session.con, relation, partition_key(column, grain), basis)
+        groups = content_by_group(connection_of(session), relation, partition_key(column, grain), basis)
     return {
-        key: Content(columns, rows, hash_sum, basis)
+        key: Content(columns, rows, hash_sum, basis)  # type: ignore[misc]  # NULL's key is None, not "None": kept
         for key, (rows, hash_sum) in groups.items()
         if key != "None"
     }
@@ -67,7 +68,7 @@ def partition_bounds(
     key = partition_key(column, grain, qualifier=_KEY_ALIAS)
     bounds = exp.select(exp.func("min", key), exp.func("max", key)).from_(query.subquery(_KEY_ALIAS))
     with warehouse_errors():
-        row = run(session.con, bounds).fetchone()
+        row = run(connection_of(session), bounds).fetchone()
     if row is None or row[0] is None:
         return None
     return row[0], row[1]

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.sql.runner import describe, run
+from strata_dagster.backends.sql.session import connection_of
 from strata_dagster.backends.sql.tables import canonical_type
 
 _COPIES = "__copies"
@@ -85,8 +86,8 @@ def duplicate_keys(
         .limit(sample)
     )
     try:
-        key_values, rows, max_copies = run(session.con, totals).fetchone() or (0, 0, 0)
-        shown = run(session.con, examples).fetchall() if key_values else []
+        key_values, rows, max_copies = run(connection_of(session), totals).fetchone() or (0, 0, 0)
+        shown = run(connection_of(session), examples).fetchall() if key_values else []
     except duckdb.Error as error:
         raise WarehouseError(str(error).splitlines()[0]) from None
     return Duplicates(
@@ -110,7 +111,7 @@ def contract_problems(
     """How `relation` breaks `contract`, a list of (column, type, is_not_null): missing columns,
     other types, NULLs in `not null` columns (counted in one scan)."""
     try:
-        actual = dict(describe(session.con, relation))
+        actual = dict(describe(connection_of(session), relation))
         problems: list[ContractProblem] = []
         not_null: list[str] = []
         for column, type_text, is_not_null in contract:
@@ -118,7 +119,7 @@ def contract_problems(
                 problems.append(ContractProblem(column, "missing", type_text))
                 continue
             try:
-                expected = canonical_type(session.con, type_text)
+                expected = canonical_type(connection_of(session), type_text)
             except (sqlglot.errors.ParseError, duckdb.Error, ValueError):
                 problems.append(ContractProblem(column, "unknown_type", type_text, actual[column]))
                 continue
@@ -145,7 +146,7 @@ def _null_problems(
             for column in columns
         )
     ).from_(relation.copy())
-    row = run(session.con, counts).fetchone() or ()
+    row = run(connection_of(session), counts).fetchone() or ()
     return [
         ContractProblem(column, "nulls", "not null", actual[column], int(nulls))
         for column, nulls in zip(columns, row, strict=False)
@@ -155,7 +156,9 @@ def _null_problems(
 
 def row_count(session: Session, relation: exp.Table) -> int:
     try:
-        row = run(session.con, exp.select(exp.func("count_star")).from_(relation.copy())).fetchone()
+        row = run(
+            connection_of(session), exp.select(exp.func("count_star")).from_(relation.copy())
+        ).fetchone()
     except duckdb.Error as error:
         raise WarehouseError(str(error).splitlines()[0]) from None
     return int(row[0]) if row else 0

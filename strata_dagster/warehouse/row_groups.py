@@ -42,10 +42,10 @@ def share_read(
     when the files have no row group of that column."""
     kind = data_type(type_name)
 
-    def stat(name: str) -> exp.Expression:
+    def stat(name: str) -> exp.Expr:
         return exp.TryCast(this=exp.column(name), to=kind.copy())
 
-    def bound(day: date) -> exp.Expression:
+    def bound(day: date) -> exp.Expr:
         return typed_literal(day.isoformat(), type_name)
 
     overlaps = [

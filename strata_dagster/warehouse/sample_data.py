@@ -212,7 +212,7 @@ def build_sample_statements(rows: int, *, seed: int, days: int, start: date) -> 
     """The statements `write_sample_data` runs, in one transaction, rendered for DuckDB."""
     customers = customer_count(rows)
     period_seconds = days * _SECONDS_PER_DAY
-    values: dict[str, exp.Expression] = {
+    values: dict[str, exp.Expr] = {
         "seed": exp.Literal.number(seed),
         "rows": exp.Literal.number(rows),
         "customers": exp.Literal.number(customers),
@@ -226,9 +226,7 @@ def build_sample_statements(rows: int, *, seed: int, days: int, start: date) -> 
         CUSTOMERS_TABLE: exp.replace_placeholders(sqlglot.parse_one(_CUSTOMERS_SQL, read=DIALECT), **values),
         ORDERS_TABLE: exp.replace_placeholders(sqlglot.parse_one(_ORDERS_SQL, read=DIALECT), **values),
     }
-    statements: list[exp.Expression] = [
-        exp.Create(this=exp.to_identifier(RAW_SCHEMA), kind="SCHEMA", exists=True)
-    ]
+    statements: list[exp.Expr] = [exp.Create(this=exp.to_identifier(RAW_SCHEMA), kind="SCHEMA", exists=True)]
     for name, query in queries.items():
         statements.append(exp.Create(this=_staging(name), kind="TABLE", replace=True, expression=query))
     # The swap: still inside the transaction, so readers see the old tables or the new ones.

@@ -438,7 +438,7 @@ def _detach(con: duckdb.DuckDBPyConnection) -> None:
 
 def _statements(plan: CatalogPlan, entry: int, digest: str, previous: Path | None) -> list[str]:
     """What turns the previous catalog (or an empty one) into the planned one, in order."""
-    trees: list[exp.Expression] = [
+    trees: list[exp.Expr] = [
         *(
             exp.Drop(tables=[table(name, schema)], kind="VIEW", exists=True)
             for schema, name in plan.drop_views

@@ -183,7 +183,7 @@ class CatalogPlan:
     drop_snapshots: list[str] = field(default_factory=list)
     drop_schemas: list[str] = field(default_factory=list)
     create_schemas: list[str] = field(default_factory=list)
-    create: list[str | exp.Expression] = field(default_factory=list)  # snapshot views first
+    create: list[str | exp.Expr] = field(default_factory=list)  # snapshot views first
     exports: dict[Path, exp.Query] = field(default_factory=dict)  # files to write in data/ first
     views_kept: int = 0  # live views kept from the previous catalog as they are
     # Live views not served, and why: a snapshot they read has a file that cannot be read (a view
@@ -227,7 +227,7 @@ def plan_catalog(
             problems[snapshot] = None if problem is None else f"the snapshot file `{kind.path}` is {problem}"
         return problems[snapshot]
 
-    live_creates: list[str | exp.Expression] = []
+    live_creates: list[str | exp.Expr] = []
     for schema, name, sql in warehouse.live_views:
         qualified = f"{schema}.{name}"
         key = digest_of(sql)
@@ -265,7 +265,7 @@ def plan_catalog(
         schema, name = view_name.split(".", 1)
         plan.drop_views.append((schema, name))
     wanted = sorted({snapshot for view in contents.views.values() for snapshot in view.reads})
-    snapshot_creates: list[str | exp.Expression] = []
+    snapshot_creates: list[str | exp.Expr] = []
     for snapshot in wanted:
         key = snapshot_keys[snapshot]
         old = before.snapshots.get(snapshot)
@@ -319,7 +319,7 @@ def _serve_snapshot(
     entry: str,
     plan: CatalogPlan,
     root: Path,
-) -> tuple[ServedSnapshot, str | exp.Expression]:
+) -> tuple[ServedSnapshot, str | exp.Expr]:
     if kind.kind == "file" and _body(kind.sql, SNAPSHOT_SCHEMA, name, qualified_only=True) is not None:
         assert kind.path is not None
         return ServedSnapshot(key, file=kind.path.name), _served_sql(kind, root)

@@ -206,11 +206,11 @@ class DuckDBSession(SqlSession):
         self,
         name: str,
         relation: exp.Table,
-        keys: Sequence[tuple[str, exp.Expression]],
-        window: exp.Expression,
+        keys: Sequence[tuple[str, exp.Expr]],
+        window: exp.Expr,
         deleted_from: exp.Query | None,
         merge_keys: Sequence[str],
-        reread: tuple[exp.Query, exp.Expression] | None = None,
+        reread: tuple[exp.Query, exp.Expr] | None = None,
     ) -> int:
         with warehouse_errors():
             return create_keys_table(

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.backends.sql.runner import describe, relation_exists, run
+from strata_dagster.backends.sql.runner import Connection, describe, relation_exists, run
 from strata_dagster.compile.relations import attached_catalog, source_relation
 from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError, first_line
 from strata_dagster.language.definition import Project, Source
@@ -125,7 +125,7 @@ def schema_relation(source: Source, project: Project, overrides: Mapping[str, st
     return exp.Table(this=one)
 
 
-def check_overrides_exist(con: duckdb.DuckDBPyConnection, overrides: Mapping[str, str]) -> None:
+def check_overrides_exist(con: Connection, overrides: Mapping[str, str]) -> None:
     for name, target in overrides.items():
         if not relation_exists(con, parse_table_name(target)):
             raise StrataError(

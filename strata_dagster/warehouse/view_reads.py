@@ -46,7 +46,7 @@ class Relations:
 def relations_read(con: duckdb.DuckDBPyConnection, query: str) -> Relations | None:
     """What `query` reads; None when DuckDB does not serialize it as one statement."""
     row = con.execute(_SERIALIZE, [query]).fetchone()
-    tree = json.loads(row[0]) if row else {"error": True}
+    tree: dict[str, Any] = json.loads(row[0]) if row else {"error": True}
     if tree.get("error") or len(tree.get("statements", ())) != 1:
         return None
     tables: set[tuple[str, str, str]] = set()

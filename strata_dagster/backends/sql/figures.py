@@ -41,7 +41,7 @@ def content_of(
 def content_by_group(
     con: Connection,
     relation: exp.Table | exp.Query,
-    key: exp.Expression,
+    key: exp.Expr,
     basis: RowBasis = WHOLE_ROW,
 ) -> dict[str | None, tuple[int, str]]:
     """Row count and row-hash sum per value of `key` (e.g. a partition expression), keyed by the
@@ -53,7 +53,7 @@ def content_by_group(
 def content_by_groups(
     con: Connection,
     relation: exp.Table | exp.Query,
-    keys: list[exp.Expression],
+    keys: Sequence[exp.Expr],
     basis: RowBasis = WHOLE_ROW,
     limit: int | None = None,
 ) -> dict[tuple[str | None, ...], tuple[int, str]]:
@@ -82,9 +82,9 @@ def content_by_groups(
 def window_stats(
     con: Connection,
     relation: exp.Table,
-    cdc: exp.Expression,
-    low: exp.Expression | None,
-    lateness: exp.Expression | None,
+    cdc: exp.Expr,
+    low: exp.Expr | None,
+    lateness: exp.Expr | None,
     totals: tuple[int, str] | None = None,
     basis: RowBasis = WHOLE_ROW,
 ) -> WindowStats:
@@ -130,11 +130,11 @@ def create_keys_table(
     con: Connection,
     name: str,
     relation: exp.Table,
-    keys: Sequence[tuple[str, exp.Expression]],
-    window: exp.Expression,
+    keys: Sequence[tuple[str, exp.Expr]],
+    window: exp.Expr,
     deleted_from: exp.Query | None,
     merge_keys: Sequence[str],
-    reread: tuple[exp.Query, exp.Expression] | None = None,
+    reread: tuple[exp.Query, exp.Expr] | None = None,
     *,
     files: SnapshotKinds,
 ) -> int:
@@ -158,8 +158,8 @@ def max_value(con: Connection, relation: exp.Table | exp.Query, column: str) -> 
 def counts_at_or_below(
     con: Connection,
     relation: exp.Table | exp.Query,
-    column: exp.Expression,
-    bounds: Sequence[exp.Expression],
+    column: exp.Expr,
+    bounds: Sequence[exp.Expr],
 ) -> list[int]:
     """How many rows of `relation` have `column` at or below each bound, in one scan."""
     counts = [exp.func("count_if", exp.LTE(this=column.copy(), expression=bound.copy())) for bound in bounds]
@@ -170,7 +170,7 @@ def counts_at_or_below(
 def content_where(
     con: Connection,
     relation: exp.Table | exp.Query,
-    condition: exp.Expression | None = None,
+    condition: exp.Expr | None = None,
     basis: RowBasis = WHOLE_ROW,
 ) -> tuple[int, str]:
     """Row count and row-hash sum (over `basis`) of the rows of `relation` (aliased ROW_ALIAS)
@@ -182,14 +182,14 @@ def content_where(
     return int(row[0]), str(row[1])
 
 
-def _key_hash_sum(columns: Sequence[str]) -> exp.Expression:
+def _key_hash_sum(columns: Sequence[str]) -> exp.Expr:
     hashed = exp.func("hash", *(exp.column(column, table=ROW_ALIAS) for column in columns))
     summed = exp.func("sum", exp.cast(hashed, data_type("HUGEINT")))
     return exp.func("coalesce", summed, exp.Literal.number(0))
 
 
 def content_and_key_sum_where(
-    con: Connection, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
+    con: Connection, query: exp.Query, condition: exp.Expr, columns: Sequence[str]
 ) -> tuple[int, str, str]:
     """`content_where`, plus the sum of a hash of only `columns` over the same rows, in one scan."""
     count, hash_sum = row_hash_aggregates()
@@ -220,7 +220,7 @@ def create_values_table(
     con: Connection,
     name: str,
     column: str,
-    values: Sequence[exp.Expression],
+    values: Sequence[exp.Expr],
     files: SnapshotKinds,
 ) -> None:
     """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
@@ -238,7 +238,7 @@ def create_values_table(
 _VALUES_STAGING = exp.Table(this=exp.to_identifier("__strata_values"), db=exp.to_identifier("temp"))
 
 
-def _typed_texts(values: Sequence[exp.Expression]) -> tuple[exp.DataType, list[str | None]] | None:
+def _typed_texts(values: Sequence[exp.Expr]) -> tuple[exp.DataType, list[str | None]] | None:
     """`values` as texts of one type (each `CAST('text' AS type)` or NULL), None otherwise."""
     to: exp.DataType | None = None
     texts: list[str | None] = []
@@ -291,7 +291,7 @@ def count_null_keys(con: Connection, name: str, keys: Sequence[str]) -> int:
 
 
 def list_table_partitions(
-    con: Connection, relation: exp.Table, key: exp.Expression, column: str
+    con: Connection, relation: exp.Table, key: exp.Expr, column: str
 ) -> list[PartitionEvidence]:
     """Each partition's row count and the range of its partition column, from that column alone."""
     value = exp.column(column)

@@ -86,8 +86,8 @@ def create_changed_keys(
 def partitions_meeting(
     con: Connection,
     relation: exp.Table | exp.Query,
-    partition: exp.Expression,
-    values: Sequence[exp.Expression],
+    partition: exp.Expr,
+    values: Sequence[exp.Expr],
     keys_table: str,
     keys: Sequence[str],
 ) -> set[str | None]:

@@ -23,7 +23,7 @@ def is_duckdb(con: Connection) -> bool:
 
 def run(
     con: Connection,
-    statement: exp.Expression,
+    statement: exp.Expr,
     params: list[Any] | None = None,
     *,
     consume: bool = False,

@@ -42,9 +42,7 @@ class SqlSession(Session):
         """Around each shared statement: the backend's failures as WarehouseError."""
 
     # -- sources ----------------------------------------------------------------------------------
-    def partition_evidence(
-        self, relation: exp.Table, key: exp.Expression, column: str
-    ) -> list[PartitionEvidence]:
+    def partition_evidence(self, relation: exp.Table, key: exp.Expr, column: str) -> list[PartitionEvidence]:
         return figures.list_table_partitions(self.con, relation, key, column)
 
     def describe(self, relation: exp.Table | exp.Query) -> tuple[tuple[str, str], ...]:
@@ -62,25 +60,25 @@ class SqlSession(Session):
 
     # -- figures ----------------------------------------------------------------------------------
     def content_by_group(
-        self, relation: exp.Table | exp.Query, key: exp.Expression, basis: RowBasis = WHOLE_ROW
+        self, relation: exp.Table | exp.Query, key: exp.Expr, basis: RowBasis = WHOLE_ROW
     ) -> dict[str | None, tuple[int, str]]:
         with self.statement_errors():
             return figures.content_by_group(self.con, relation, key, basis)
 
     def content_by_groups(
-        self, relation: exp.Table | exp.Query, keys: list[exp.Expression], limit: int | None = None
+        self, relation: exp.Table | exp.Query, keys: Sequence[exp.Expr], limit: int | None = None
     ) -> dict[tuple[str | None, ...], tuple[int, str]]:
         with self.statement_errors():
             return figures.content_by_groups(self.con, relation, keys, limit=limit)
 
     def content_where(
-        self, relation: exp.Table | exp.Query, condition: exp.Expression | None = None
+        self, relation: exp.Table | exp.Query, condition: exp.Expr | None = None
     ) -> tuple[int, str]:
         with self.statement_errors():
             return figures.content_where(self.con, relation, condition)
 
     def content_and_key_sum_where(
-        self, query: exp.Query, condition: exp.Expression, columns: Sequence[str]
+        self, query: exp.Query, condition: exp.Expr, columns: Sequence[str]
     ) -> tuple[int, str, str]:
         with self.statement_errors():
             return figures.content_and_key_sum_where(self.con, query, condition, columns)
@@ -102,7 +100,7 @@ class SqlSession(Session):
         return self.key_sum(relation, columns), None
 
     def counts_at_or_below(
-        self, relation: exp.Table | exp.Query, column: exp.Expression, bounds: Sequence[exp.Expression]
+        self, relation: exp.Table | exp.Query, column: exp.Expr, bounds: Sequence[exp.Expr]
     ) -> list[int]:
         with self.statement_errors():
             return figures.counts_at_or_below(self.con, relation, column, bounds)
@@ -114,9 +112,9 @@ class SqlSession(Session):
     def window_stats(
         self,
         relation: exp.Table,
-        cdc: exp.Expression,
-        low: exp.Expression | None,
-        lateness: exp.Expression | None,
+        cdc: exp.Expr,
+        low: exp.Expr | None,
+        lateness: exp.Expr | None,
         totals: tuple[int, str] | None = None,
         basis: RowBasis = WHOLE_ROW,
     ) -> WindowStats:
@@ -128,7 +126,7 @@ class SqlSession(Session):
         self.point_view_at(branch_schema, model, composite_query([Segment(name) for name in table_names]))
 
     # -- delta work tables ------------------------------------------------------------------------
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expression]) -> None:
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr]) -> None:
         with self.statement_errors():
             figures.create_values_table(self.con, name, column, values, self.files)
 
@@ -147,8 +145,8 @@ class SqlSession(Session):
     def partitions_meeting(
         self,
         relation: exp.Table | exp.Query,
-        partition: exp.Expression,
-        values: Sequence[exp.Expression],
+        partition: exp.Expr,
+        values: Sequence[exp.Expr],
         keys_table: str,
         keys: Sequence[str],
     ) -> set[str | None]:
@@ -177,3 +175,11 @@ class SqlSession(Session):
         with self.statement_errors():
             rows = [tuple(row) for row in run(self.con, query).fetchall()]
         return columns, rows
+
+
+def connection_of(session: Session) -> Connection:
+    """The SQL connection under `session`, for the helpers that run statements of their own (pins,
+    compare, partition figures). Both backends' sessions are SqlSessions."""
+    if not isinstance(session, SqlSession):
+        raise TypeError(f"{type(session).__name__} runs no SQL statements")
+    return session.con

@@ -10,7 +10,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from strata_dagster.backends.sql.runner import Connection, describe, is_duckdb, run
+from strata_dagster.backends.sql.runner import Connection, describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.sql.render import DIALECT, snapshot_table
 from strata_dagster.sql.views import PinViolation, view_table
@@ -114,7 +114,7 @@ def unique_violation(
 
 def canonical_type(con: Connection, type_text: str) -> str:
     """DuckDB's own spelling of a type (INT -> INTEGER); the text goes through sqlglot, never spliced."""
-    if not is_duckdb(con):  # another backend spells the type its way, then as DuckDB would
+    if not isinstance(con, duckdb.DuckDBPyConnection):  # another backend spells it, then as DuckDB would
         return con.canonical_type(type_text)
     data_type = exp.DataType.build(type_text, dialect=DIALECT)
     row = run(con, exp.select(exp.func("typeof", exp.cast(exp.null(), data_type)))).fetchone()
