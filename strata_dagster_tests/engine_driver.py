@@ -24,9 +24,9 @@ from pathlib import Path
 import sqlglot
 
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.faults import KILL_AT_ENV
 from strata_dagster.engine.run import run_project
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
+from strata_dagster.warehouse.faults import KILL_AT_ENV
 from strata_dagster.warehouse.session import WarehouseError, open_session
 from strata_dagster_tests.engines_support import EngineUnderTest
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.damaged_files import repair_command
-from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import (
     E_ENGINE_UNSUPPORTED,
     E_SERVING_DAMAGED,
@@ -27,6 +26,7 @@ from strata_dagster.warehouse import inspection, serving, snapshot_files
 from strata_dagster.warehouse.engines import current_engine
 from strata_dagster.warehouse.history import HistoryReader
 from strata_dagster.warehouse.session import Session, open_session
+from strata_dagster.warehouse.states import state_tables
 
 _WRITE_AGAIN = "any writing command writes it again: `strata run PROJECT --only-stale`"
 _GC = "`strata gc PROJECT --keep N` removes it (or delete it when no strata command runs)"

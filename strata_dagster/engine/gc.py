@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.sliding_window import WINDOW_STATE
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
@@ -22,6 +21,7 @@ from strata_dagster.fingerprint import digest
 from strata_dagster.warehouse import ledger, listing
 from strata_dagster.warehouse.compaction import compact, file_bytes
 from strata_dagster.warehouse.engines import current_engine
+from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse.serving import ServingCollection, grace_seconds
 from strata_dagster.warehouse.session import Session, open_session

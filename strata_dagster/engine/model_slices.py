@@ -47,7 +47,6 @@ from strata_dagster.engine.partitions import (
 )
 from strata_dagster.engine.row_wise import RowWise, describe
 from strata_dagster.engine.state_figures import SliceFigures
-from strata_dagster.engine.states import grain_of, merge_keys_of, segments_of
 from strata_dagster.language.definition import (
     AggregateStep,
     GroupStep,
@@ -63,7 +62,7 @@ from strata_dagster.warehouse.segments import Segment, composite_query, replaced
 from strata_dagster.warehouse.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import snapshot_table
-from strata_dagster.warehouse.states import KEYS_NULL_FREE
+from strata_dagster.warehouse.states import KEYS_NULL_FREE, grain_of, merge_keys_of, segments_of
 
 APPENDED = "appended"  # strategy of a state that only gains the rows its inputs' new rows give
 

@@ -28,7 +28,6 @@ from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decision import KeyChoice
-from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.incremental import (
     DELTA,
     DeltaBuild,
@@ -67,7 +66,6 @@ from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
 from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
-from strata_dagster.engine.states import merge_keys_of, segments_of, state_query, state_tables
 from strata_dagster.engine.status import (
     SourceState,
     fingerprint_models,
@@ -83,12 +81,14 @@ from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.warehouse.connection import check_warehouse_path
 from strata_dagster.warehouse.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
 from strata_dagster.warehouse.engines import current_engine, engine_label
+from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
 from strata_dagster.warehouse.segments import Segment, WindowStats, keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import snapshot_table
+from strata_dagster.warehouse.states import merge_keys_of, segments_of, state_query, state_tables
 from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"

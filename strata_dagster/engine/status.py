@@ -15,7 +15,6 @@ from sqlglot import exp
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
-from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
@@ -24,6 +23,7 @@ from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.session import Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
 from strata_dagster.warehouse.sql import render
+from strata_dagster.warehouse.states import state_tables
 
 PartitionGroups = dict[str | None, tuple[int, str]]  # a key's value -> its rows' count and hash sum
 

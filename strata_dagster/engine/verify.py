@@ -31,7 +31,6 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, mode
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.damaged_files import damaged_error
-from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
 from strata_dagster.engine.partition_range import partition_keys
@@ -40,6 +39,7 @@ from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
 from strata_dagster.warehouse.engines import engine_label
+from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.segments import partition_key
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.sources import source_table
