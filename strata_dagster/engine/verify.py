@@ -28,7 +28,7 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
-from strata_dagster.engine import sliding_window
+from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.damaged_files import damaged_error
 from strata_dagster.engine.limits import limit_error
@@ -327,7 +327,7 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
     windows = {
         name: window
         for name in project.sources
-        if (window := sliding_window.ledger_window(session, project, name, context.overrides)) is not None
+        if (window := business.ledger_window(session, project, name, context.overrides)) is not None
     }
 
     def relation(name: str) -> exp.Table | exp.Query:
