@@ -39,7 +39,6 @@ from strata_dagster.warehouse.session import Session
 from strata_dagster.warehouse.sql import render, snapshot_table
 from strata_dagster.warehouse.states import KEYS_NULL_FREE
 
-DELTA = "delta"
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
 # many of its rows lie at or below the next build's low, for that build to see rows appear there.
 OUTPUT_NEXT_COUNT = "output_next_count"

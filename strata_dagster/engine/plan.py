@@ -19,18 +19,26 @@ from typing import Any
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.damaged_files import rebuilt_reason
-from strata_dagster.engine.decision import KeyChoice
+from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
 from strata_dagster.engine.explain import partition_ranges
-from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
+from strata_dagster.engine.incremental import DeltaBuilder, Fallback
 from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
 from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
+from strata_dagster.engine.paths import (
+    CUTOFF,
+    CUTOFF_CANDIDATE,
+    DELTA,
+    DEPENDS,
+    FULL,
+    PARTITIONS,
+    REUSED,
+    VIEW,
+)
 from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run, opened_project
+from strata_dagster.engine.run import RunRequest, _Run, opened_project
 from strata_dagster.warehouse.history import SnapshotRecord
 
-CUTOFF_CANDIDATE = "cutoff-candidate"  # rebuilt, its rows expected equal: the live snapshot stays
-DEPENDS = "depends"  # reused or rebuilt, as an upstream rebuilt first comes out
 _UNKNOWN = ""  # a content identity only the build will tell
 _MAX_SCENARIOS = 64  # upstream outcomes tried for one model; beyond, the plan says "depends"
 
@@ -202,8 +210,9 @@ class _Planner(_Run):
         ]
         reusable = [choice for choice in choices if choice.is_reused]
         if not pending:
-            choice = choices[0]
-            if choice.is_reused:
+            decision = ModelDecision(name, choices[0], current)
+            choice = decision.choice
+            if decision.is_reused:
                 assert choice.existing is not None
                 self.chosen[name] = choice.existing
                 self.possible[name] = {choice.existing.content_hash}
@@ -216,7 +225,7 @@ class _Planner(_Run):
                     reason = f"{_reused_reason(choice)}; {shown}"
                     return ModelPlan(name, REUSED, (REUSED,), reason, publishes_again=True)
                 return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
-            planned = self._build_plan(name, choice, current)
+            planned = self._build_plan(decision)
         else:
             has_key = any(choice.existing is not None for choice in choices)
             planned = self._pending_plan(name, current, pending, bool(reusable), has_key)
@@ -228,7 +237,8 @@ class _Planner(_Run):
         return planned
 
     # -- a model whose inputs are known -----------------------------------------------------------
-    def _build_plan(self, name: str, choice: KeyChoice, current: SnapshotRecord | None) -> ModelPlan:
+    def _build_plan(self, decision: ModelDecision) -> ModelPlan:
+        name, choice, current = decision.model, decision.choice, decision.live
         model = self.project.models[name]
         changes = self._changes(name, current, choice)
         if choice.existing is not None:

@@ -27,9 +27,8 @@ from strata_dagster.engine.aggregate_delta import AggregateShape
 from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.damaged_files import rebuilt_reason
-from strata_dagster.engine.decision import KeyChoice
+from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
 from strata_dagster.engine.incremental import (
-    DELTA,
     DeltaBuild,
     DeltaBuilder,
     Fallback,
@@ -63,6 +62,7 @@ from strata_dagster.engine.partition_range import (
     requested_partitions,
 )
 from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
+from strata_dagster.engine.paths import CUTOFF, DELTA, FULL, PARTITIONS, REUSED, UNPARTITIONED, VIEW
 from strata_dagster.engine.removed import removed_models
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
@@ -92,15 +92,6 @@ from strata_dagster.warehouse.states import merge_keys_of, segments_of, state_qu
 from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
-UNPARTITIONED = ""
-
-# Paths a model can take in a run.
-REUSED = "reused"  # a snapshot with this build key existed
-FULL = "full"  # rebuilt into a new snapshot
-CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
-# DELTA: a delta segment on top of the previous state (engine.incremental)
-PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
-VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no rows stored
 
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
@@ -509,7 +500,8 @@ class _Run:
         fingerprint = self.fingerprints[name]
         current = self._current_state(current_ids)
         upstream = {ref: self.chosen[ref].content_hash for ref in model.references if ref in self.chosen}
-        choice = self._key_choice(name, current, upstream)
+        decision = ModelDecision(name, self._key_choice(name, current, upstream), current)
+        choice = decision.choice
         key, inputs, existing, refresh, period = (
             choice.key,
             list(choice.inputs),
@@ -520,7 +512,7 @@ class _Run:
         is_incremental = self._is_incremental(name)
         started = time.perf_counter()
         detail: dict[str, object] = {}
-        if choice.is_reused:
+        if decision.is_reused:
             assert existing is not None
             chosen, path = existing, REUSED
         else:
@@ -554,7 +546,15 @@ class _Run:
             sql = compiled.sql(self._relation_for_build)
         self.entry_models.append(
             EntryModel(
-                name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, detail
+                name,
+                decision.partition,
+                chosen.snapshot_id,
+                key,
+                path,
+                chosen.row_count,
+                duration,
+                sql,
+                detail,
             )
         )
         outcome = ModelOutcome(

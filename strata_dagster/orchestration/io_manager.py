@@ -35,7 +35,8 @@ from strata_dagster.engine.partition_status import (
     read_model,
     whole_content,
 )
-from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, RunResult
+from strata_dagster.engine.paths import CUTOFF, REUSED
+from strata_dagster.engine.run import ModelOutcome, RunRequest, RunResult
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c

@@ -1,19 +1,23 @@
 """What a run decides for a model before building it, shared by `strata run` and `strata plan`.
 
 The build key (definition + input identities + merge state + refresh period), the snapshot that
-already has it, and whether the run rebuilds the model anyway: `run` reuses or builds from this,
-`plan` tells it, so the two cannot disagree about it.
+already has it, whether the run rebuilds the model anyway, and the state it builds on: `run`
+reuses or builds from these values, `plan` (and the Dagster stale sensor, through it) tells them,
+so the two cannot disagree about them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strata_dagster.engine.paths import UNPARTITIONED
 from strata_dagster.warehouse.history import SnapshotRecord
 
 
 @dataclass(frozen=True)
 class KeyChoice:
+    """A model's build key given its inputs' contents, and whether a snapshot has it."""
+
     key: str
     inputs: tuple[tuple[str, str], ...]  # ("source:name" | "model:name", identity)
     existing: SnapshotRecord | None  # a present snapshot with this build key
@@ -24,3 +28,17 @@ class KeyChoice:
     @property
     def is_reused(self) -> bool:
         return self.existing is not None and not self.is_forced
+
+
+@dataclass(frozen=True)
+class ModelDecision:
+    """What the run does with one model, decided before anything of it is written."""
+
+    model: str
+    choice: KeyChoice
+    live: SnapshotRecord | None  # the state the branch shows now (None: first build, or a table is gone)
+    partition: str = UNPARTITIONED  # decisions are per model today
+
+    @property
+    def is_reused(self) -> bool:
+        return self.choice.is_reused
