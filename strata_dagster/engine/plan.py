@@ -1,9 +1,10 @@
 """`strata plan`: what a run with the same arguments would do, and why, without writing anything.
 
-The planner is the run itself up to its decisions: it reads the sources and the history the way
-`run` does (engine.run._Run), computes each model's build key with the same code
-(`_key_choice`), and asks the same builders for the reason a delta would fall back to full
-(`precheck`, the window gate) and for the partitions whose input changed. It opens the warehouse
+The planner is the run itself up to its decisions: it reads the sources and the history with the
+run's scope (engine.decisions.scope), decides each model with the run's decider
+(engine.decisions.decider), and asks the builder the run would use (engine.decisions.dispatch)
+for the reason a delta would fall back to full (`precheck`, the window gate) and for the
+partitions whose input changed. It opens the warehouse
 read-only. What only a build can tell (whether a rebuilt model's rows come out equal, so the live
 snapshot stays and its readers are reused) is said as such: a model downstream of a rebuild
 "depends on" it, and `allowed` lists every path the run may then take.
@@ -19,7 +20,10 @@ from typing import Any
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.damaged_files import rebuilt_reason
+from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
+from strata_dagster.engine.decisions.dispatch import delta_builder
+from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DeltaBuilder, Fallback
 from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
@@ -35,7 +39,7 @@ from strata_dagster.engine.paths import (
     REUSED,
     VIEW,
 )
-from strata_dagster.engine.run import RunRequest, _Run, opened_project
+from strata_dagster.engine.run import RunRequest, opened_project
 from strata_dagster.warehouse.history import SnapshotRecord
 
 _UNKNOWN = ""  # a content identity only the build will tell
@@ -155,10 +159,24 @@ def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
     """What `run(request)` would do, read from a read-only session (nothing is written); waits at
     most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
     with opened_project(request, read_only=True, timeout=timeout) as (session, context):
-        return _Planner(session, context, request, None).plan()
+        return Planner(Decider(RunScope(session, context, request))).plan()
 
 
-class _Planner(_Run):
+class Planner:
+    """Tells what a run would do with each model: the run's decisions, for the contents each
+    upstream model may come out with."""
+
+    def __init__(self, decider: Decider) -> None:
+        self.decider = decider
+        self.scope = decider.scope
+        self.session = self.scope.session
+        self.reader = self.scope.reader
+        self.context = self.scope.context
+        self.project = self.scope.project
+        self.request = self.scope.request
+        # model -> the content identities it may have after the run (_UNKNOWN: a new one)
+        self.possible: dict[str, set[str]] = {}
+
     def plan(self) -> Plan:
         self.scope.read_requested()
         self.session.begin()  # one consistent reading, as the run's transaction has
@@ -167,13 +185,10 @@ class _Planner(_Run):
             self.scope.read()
             has_history = self.session.has_history()
             self.scope.assume_entry(self.reader.next_entry() if has_history else 1)
-            pointers = self.scope.read_pointers(has_history=has_history)
+            self.scope.read_pointers(has_history=has_history)
             removed = self.scope.removed
-            # model -> the content identities it may have after the run (_UNKNOWN: a new one)
-            self.possible: dict[str, set[str]] = {}
             plans = [
-                self._plan_model(name, pointers.get(name)) if has_history else self._first(name)
-                for name in self.scope.closure
+                self._plan_model(name) if has_history else self._first(name) for name in self.scope.closure
             ]
         finally:
             self.reader.remember_snapshots(False)
@@ -182,7 +197,7 @@ class _Planner(_Run):
 
     def _with_damage(self, planned: ModelPlan) -> ModelPlan:
         """A model rebuilt because a snapshot file of its live state cannot be read says so."""
-        damaged = self.damaged.get(planned.model)
+        damaged = self.decider.damaged.get(planned.model)
         if damaged is None or planned.path == REUSED:
             return planned
         return replace(planned, reason=f"{planned.path}: {rebuilt_reason(damaged)}")
@@ -192,25 +207,25 @@ class _Planner(_Run):
         path = VIEW if self.project.models[name].properties.is_view else FULL
         return ModelPlan(name, path, (path,), "first build (the warehouse has no history yet)")
 
-    def _plan_model(self, name: str, current_ids: tuple[str, ...] | None) -> ModelPlan:
+    def _plan_model(self, name: str) -> ModelPlan:
         model = self.project.models[name]
-        current = self._current_state(current_ids)
+        current = self.decider.current_state(name)
         refs = [ref for ref in model.references if ref not in self.scope.sources]
         pending = tuple(ref for ref in refs if _UNKNOWN in self.possible[ref])
         known = [sorted(self.possible[ref] - {_UNKNOWN}) for ref in refs]
         scenarios = list(itertools.islice(itertools.product(*known), _MAX_SCENARIOS))
         choices = [
-            self._key_choice(name, current, dict(zip(refs, combo, strict=True))) for combo in scenarios
+            self.decider.key_choice(name, current, dict(zip(refs, combo, strict=True))) for combo in scenarios
         ]
         reusable = [choice for choice in choices if choice.is_reused]
         if not pending:
-            decision = ModelDecision(name, choices[0], current)
+            decision = self.decider.decision(name, current, choices[0])
             choice = decision.choice
             if decision.is_reused:
                 assert choice.existing is not None
                 self.scope.chosen[name] = choice.existing
                 self.possible[name] = {choice.existing.content_hash}
-                if not self._is_live(name, choice.existing, current):
+                if decision.publishes_again:
                     shown = (
                         "the branch has no view of it yet: the run publishes it"
                         if current is None
@@ -286,13 +301,13 @@ class _Planner(_Run):
     ) -> ModelPlan:
         if current is None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), "full: first build", changes)
-        reason = self._full_reason_before_delta(name, current, self.scope.replaced_sources(name))
+        reason = self.decider.full_reason_before_delta(name, current)
         if reason is not None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         ctx = self.scope.incremental_context(name, "plan", "plan")
         segments = self.scope.segments(current)
         if name not in self.scope.requested:
-            maintained = self._builder(name, ctx, current)
+            maintained = delta_builder(self.scope, name, ctx, current)
             if isinstance(maintained, (SlicedBuilder, AppendedBuilder)):
                 return self._sliced_plan(name, maintained, changes)
         if self.scope.is_partitioned(name):

@@ -20,16 +20,15 @@ from sqlglot import exp
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine import aggregate_delta, business, partitions, sliding_window
-from strata_dagster.engine.aggregate_builder import AggregateDeltaBuilder
-from strata_dagster.engine.aggregate_delta import AggregateShape
+from strata_dagster.engine import business, partitions, sliding_window
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.damaged_files import rebuilt_reason
-from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
+from strata_dagster.engine.decisions.decider import REPLACED_SOURCES, Decider
+from strata_dagster.engine.decisions.definition import ModelDecision
+from strata_dagster.engine.decisions.dispatch import delta_builder
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.incremental import (
     DeltaBuild,
-    DeltaBuilder,
     Fallback,
     IncrementalContext,
     SchemaChanged,
@@ -41,24 +40,19 @@ from strata_dagster.engine.incremental import (
 from strata_dagster.engine.limits import limit_error, limits_as_errors
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.model_slices import (
-    AppendedBuilder,
-    ModelSlices,
-    SlicedBuilder,
     appended_detail,
     sliced_detail,
 )
 from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.engine.partition_range import (
     REQUESTED_PARTITIONS,
-    PartitionRangeBuilder,
 )
-from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
+from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS
 from strata_dagster.engine.paths import CUTOFF, DELTA, FULL, PARTITIONS, REUSED, UNPARTITIONED, VIEW
-from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
+from strata_dagster.engine.row_wise import NOT_ROW_WISE
 from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
-from strata_dagster.fingerprint.refresh import refresh_period
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.connection import check_warehouse_path
 from strata_dagster.warehouse.content import Content
@@ -69,26 +63,13 @@ from strata_dagster.warehouse.segments import keyed_rows
 from strata_dagster.warehouse.session import ResourceLimitExceeded, Session, WarehouseError, open_session
 from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.sql import snapshot_table
-from strata_dagster.warehouse.states import merge_keys_of, state_query, state_tables
+from strata_dagster.warehouse.states import merge_keys_of, state_query
 from strata_dagster.warehouse.tables import PinViolation, snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
 
-# A state's detail key: the sources its full build read through an override replacing their rows.
-REPLACED_SOURCES = "replaced_sources"
 # A state's detail key: the `unique` columns its rows were checked to be unique by.
 UNIQUE_CHECKED = "unique_checked"
-
-
-def _replaced_reason(now: list[str], before: list[str]) -> str:
-    """Why an incremental model rebuilds fully around a correction: its recorded watermark and
-    figures were read from other rows than the ones the model reads now."""
-    if now:
-        names = ", ".join(f"`{name}`" for name in now)
-        verb = "is" if len(now) == 1 else "are"
-        return f"{names} {verb} read through an override with other rows: a delta against the last build does not apply"
-    names = ", ".join(f"`{name}`" for name in before)
-    return f"the last build read {names} through an override: a delta against it does not apply"
 
 
 @dataclass(frozen=True)
@@ -202,6 +183,7 @@ class _Run:
         self.request = request
         self.progress = progress
         self.scope = RunScope(session, context, request)
+        self.decider = Decider(self.scope)
         self.reader = session.history
         self.writer = session.writer
         self.project = context.project
@@ -211,8 +193,6 @@ class _Run:
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
         self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
-        # model -> the damaged files of a state of it the run found (and so did not build on)
-        self.damaged: dict[str, list[FileDamage]] = {}
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -229,7 +209,7 @@ class _Run:
                 [id_ for name in self.scope.closure for id_ in pointers.get(name, ())]
             )
             for name in self.scope.closure:
-                self._decide(name, pointers.get(name))
+                self._decide(name)
             # A cutoff is work done: its build key is recorded so the next run reuses it.
             # Partitions asked for by name are rebuilt and recorded, equal rows or not.
             is_noop = self.request.only_stale and not (
@@ -261,7 +241,7 @@ class _Run:
 
     def _rebuilt_damaged(self) -> dict[str, tuple[FileDamage, ...]]:
         built = {outcome.model for outcome in self.outcomes if outcome.path != REUSED}
-        return {name: tuple(found) for name, found in self.damaged.items() if name in built}
+        return {name: tuple(found) for name, found in self.decider.damaged.items() if name in built}
 
     def _render_reused_sql(self) -> None:
         """The SQL of the models this run reused, for its history entry."""
@@ -276,72 +256,15 @@ class _Run:
 
     # -- inputs -----------------------------------------------------------------------------------
 
-    def _is_state_present(self, record: SnapshotRecord | None) -> bool:
-        """Whether every snapshot of the state is there to read: its views, and their files whole
-        (a file removed or damaged by hand makes the state absent: rebuilt, never kept or reused)."""
-        if record is None:
-            return False
-        segments = self.scope.segments(record)
-        if not all(segment.table in self.scope.catalog.snapshot_tables for segment in segments):
-            return False
-        damaged = self.session.damaged_files(state_tables(self.reader, record))
-        if damaged:
-            self.damaged.setdefault(record.model, damaged)
-        return not damaged
-
     # -- decisions --------------------------------------------------------------------------------
-    def _is_live(self, name: str, chosen: SnapshotRecord, current: SnapshotRecord | None) -> bool:
-        """Whether the live view already exposes `chosen` (else the run publishes it)."""
-        return (
-            current is not None
-            and chosen.snapshot_id == current.snapshot_id
-            and self.scope.catalog.view_tables(name) == state_tables(self.reader, chosen)
-        )
-
-    def _current_state(self, current_ids: tuple[str, ...] | None) -> SnapshotRecord | None:
-        current = self.reader.snapshot(current_ids[-1]) if current_ids else None
-        if current is not None and not self._is_state_present(current):
-            return None  # a table of the live state is gone: nothing to build on
-        return None if current is None else self.reader.with_kept_facts(current, self.context.branch)
-
-    def _key_choice(
-        self, name: str, current: SnapshotRecord | None, upstream: Mapping[str, str]
-    ) -> KeyChoice:
-        """The build key of `name` given its upstream models' contents (`upstream`), whether a
-        snapshot has it, and whether the run rebuilds the model anyway: what `run` and `plan` decide on."""
-        model = self.project.models[name]
-        fingerprint = self.scope.fingerprints[name]
-        inputs = tuple(
-            (f"source:{ref}", self.scope.source_identity(name, ref))
-            if ref in self.scope.sources
-            else (f"model:{ref}", upstream[ref])
-            for ref in model.references
-        )
-        merge_state = current.snapshot_id if self.scope.is_incremental(name) and current is not None else None
-        # A model whose rows depend on the clock: reused within its refresh period, or never.
-        refresh = effective_refresh(model)
-        period = refresh_period(refresh, self.scope.now)
-        key = build_key(fingerprint, list(inputs), merge_state=merge_state, period=period).value
-        existing = self.reader.snapshot_for_build_key(key)
-        if existing is not None and not self._is_state_present(existing):
-            existing = None  # a table was removed behind our back: rebuild
-        is_forced = (
-            ((not self.request.only_stale or self.request.full_refresh) and name in self.scope.selected)
-            or refresh == "always"
-            or name in self.scope.requested
-        )
-        return KeyChoice(key, inputs, existing, is_forced, refresh, period)
-
-    def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
+    def _decide(self, name: str) -> None:
         model = self.project.models[name]
         compiled = self.context.compiled.models[name]
         fingerprint = self.scope.fingerprints[name]
-        current = self._current_state(current_ids)
-        upstream = {
-            ref: self.scope.chosen[ref].content_hash for ref in model.references if ref in self.scope.chosen
-        }
-        decision = ModelDecision(name, self._key_choice(name, current, upstream), current)
-        choice = decision.choice
+        chosen_now = self.scope.chosen
+        upstream = {ref: chosen_now[ref].content_hash for ref in model.references if ref in chosen_now}
+        decision = self.decider.decide(name, upstream)
+        choice, current = decision.choice, decision.live
         key, inputs, existing, refresh, period = (
             choice.key,
             list(choice.inputs),
@@ -357,9 +280,9 @@ class _Run:
             chosen, path = existing, REUSED
         else:
             with limits_as_errors(name, model.location):
-                chosen, path, detail = self._build(name, key, fingerprint, current, existing)
-            if name in self.damaged and current is None:
-                detail = {**detail, "full_reason": rebuilt_reason(self.damaged[name])}
+                chosen, path, detail = self._build(decision, fingerprint)
+            if name in self.decider.damaged and current is None:
+                detail = {**detail, "full_reason": rebuilt_reason(self.decider.damaged[name])}
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
             if name in self.scope.requested:
@@ -374,7 +297,11 @@ class _Run:
         if versions:
             detail = {**detail, business.SOURCE_VERSIONS: versions}
         self.scope.chosen[name] = chosen
-        is_published = not self._is_live(name, chosen, current)
+        is_published = (
+            decision.publishes_again
+            if decision.is_reused
+            else not self.decider.is_live(name, chosen, current)
+        )
         if is_published:
             self.to_publish[name] = chosen
         duration = (time.perf_counter() - started) * 1000
@@ -423,17 +350,13 @@ class _Run:
         return snapshot_id
 
     def _build(
-        self,
-        name: str,
-        key: str,
-        fingerprint: ModelFingerprint,
-        current: SnapshotRecord | None,
-        existing: SnapshotRecord | None,
+        self, decision: ModelDecision, fingerprint: ModelFingerprint
     ) -> tuple[SnapshotRecord, str, dict[str, object]]:
+        name, key = decision.model, decision.choice.key
+        current, existing = decision.live, decision.choice.existing
         model = self.project.models[name]
         snapshot_id = self._new_snapshot_id(key)
         table_name = snapshot_table_name(snapshot_id, name)
-        reason = "first build" if current is None else None
         if model.properties.is_view:
             record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
             return record, path, {}
@@ -444,8 +367,7 @@ class _Run:
         if self.scope.is_incremental(name):
             context = self.scope.incremental_context(name, snapshot_id, table_name)
             replaced = self.scope.replaced_sources(name)
-            if current is not None:
-                reason = self._full_reason_before_delta(name, current, replaced)
+            reason = decision.full_reason
             if current is not None and reason is None:
                 outcome = self._delta(self.scope.narrowed(context, current), current)
                 if isinstance(outcome, DeltaBuild):
@@ -532,77 +454,13 @@ class _Run:
         )
         return record, FULL, {"full_reason": reason}
 
-    def _full_reason_before_delta(
-        self, name: str, current: SnapshotRecord, replaced: list[str]
-    ) -> str | None:
-        """Why an incremental model with a live state is built in full before any delta is tried."""
-        if self.scope.is_refreshed(name):
-            return "full refresh requested"
-        if volatile_calls(self.project.models[name]):
-            # Rows kept from an earlier build were computed at another time than a full build now.
-            return "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
-        if replaced or current.detail.get(REPLACED_SOURCES):
-            return _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
-        maintained = self.scope.row_wise.get(name)
-        if isinstance(maintained, (RowWise, ModelSlices)) and current.detail.get(ROW_WISE) != maintained.text:
-            return f"the last build was not maintained row-wise by `{maintained.text}`"
-        return self._restarted_ledger(name)
-
-    def _restarted_ledger(self, name: str) -> str | None:
-        """Why a model reading a business-versioned source whose ledger starts anew rebuilds fully;
-        None for a partitioned model, whose changed partitions are found from the evidence."""
-        if self.scope.is_partitioned(name):
-            return None
-        for ref in self.project.models[name].references:
-            reading = self.scope.business.get(ref)
-            if reading is not None and reading.reset_reason is not None:
-                return f"source `{ref}` starts a new partition ledger ({reading.reset_reason})"
-            if reading is not None and reading.expired:
-                return f"partitions of `{ref}` expired ({', '.join(reading.expired)}): their rows leave the model"
-        return None
-
     def _delta(self, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuild | Fallback:
         name = context.model.name
         try:
             with self._as_build_error(name):
-                if name in self.scope.requested:
-                    builder: DeltaBuilder = PartitionRangeBuilder(
-                        context,
-                        current,
-                        self.scope.segments(current),
-                        self.scope.identities(name),
-                        self.scope.requested[name],
-                    )
-                else:
-                    builder = self._builder(name, context, current)
-                return builder.build()
+                return delta_builder(self.scope, name, context, current).build()
         except SchemaChanged:
             return Fallback("the delta's columns differ from the previous state's")
-
-    def _builder(self, name: str, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuilder:
-        """How the delta of an incremental model is built on its live state (what `plan` asks too)."""
-        segments, identities = self.scope.segments(current), self.scope.identities(name)
-        followed = self.scope.followed.get(name)
-        if followed is not None:
-            changes = self.scope.upstream_changes(name, current)
-            if followed.spec is None:
-                return AppendedBuilder(context, current, segments, identities, changes)
-            has_fingerprints = "partition_fingerprints" in current.detail
-            if not (isinstance(changes, str) and has_fingerprints):
-                shape = aggregate_delta.shape_of(context.model, context.compiled)
-                if (
-                    isinstance(shape, AggregateShape)
-                    and self.scope.model(name).properties.partitioned_by is not None
-                ):
-                    return AggregateDeltaBuilder(context, current, segments, identities, changes, shape)
-                return SlicedBuilder(context, current, segments, identities, changes)
-            # The input's change is not a list of segments: its fingerprints per partition tell.
-            compared = PartitionBuilder(context, current, segments, identities)
-            compared.upstream_segments = self.scope.upstream_segments(name)
-            return compared
-        if self.scope.is_partitioned(name):
-            return PartitionBuilder(context, current, segments, identities)
-        return DeltaBuilder(context, current, segments)
 
     def _accept_delta(
         self, name: str, key: str, build: DeltaBuild, path: str
@@ -673,7 +531,11 @@ class _Run:
         else:
             kept = self._partition_cutoff(name, fingerprint, current)
         for same in kept:
-            if same is not None and same.content_hash == content.fingerprint and self._is_state_present(same):
+            if (
+                same is not None
+                and same.content_hash == content.fingerprint
+                and self.decider.is_state_present(same)
+            ):
                 self.session.drop_snapshot(table_name)
                 self.new_keys.append((key, same.snapshot_id))
                 return same, CUTOFF
@@ -792,7 +654,7 @@ class _Run:
         # `--full-refresh` rebuilds the view whatever its identity: the way to repair a broken one.
         is_refresh = self.scope.is_refreshed(name)
         for same in () if is_refresh else (existing, current):
-            if same is not None and same.content_hash == content_hash and self._is_state_present(same):
+            if same is not None and same.content_hash == content_hash and self.decider.is_state_present(same):
                 self._check_contract(name, same.table_name)  # a contract edit does not change the key
                 self.new_keys.append((key, same.snapshot_id))
                 return same, CUTOFF

@@ -9,9 +9,15 @@ so the two cannot disagree about them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from strata_dagster.engine.paths import UNPARTITIONED
 from strata_dagster.warehouse.history import SnapshotRecord
+
+# Which kind of build rebuilds a model (engine.decisions.dispatch builds it).
+StrategyName = Literal[
+    "view", "sliding_window", "full", "requested", "appended", "sliced", "partitions", "delta"
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class ModelDecision:
     model: str
     choice: KeyChoice
     live: SnapshotRecord | None  # the state the branch shows now (None: first build, or a table is gone)
+    strategy: StrategyName | None = None  # how it is rebuilt; None: reused
+    # Why an incremental model is built in full before any delta is tried ("first build", ...).
+    full_reason: str | None = None
+    publishes_again: bool = False  # reused, but the live view shows another state
     partition: str = UNPARTITIONED  # decisions are per model today
 
     @property
