@@ -60,6 +60,7 @@ import strata_dagster.engine.run as engine_run
 import strata_dagster.warehouse.snapshot_files as snapshot_files_module
 from strata_dagster.backends.base import Session
 from strata_dagster.backends.opening import open_session
+from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render
@@ -444,7 +445,7 @@ CLOCK = Clock()
 def _content_label(_session: Session, relation: exp.Table | exp.Query, *_: Any, **__: Any) -> str:
     if isinstance(relation, exp.Table) and relation.db == SNAPSHOT_SCHEMA:
         return "content hash of the new segment"
-    return "content scan of an input"  # a source read outside _Run._read_sources, or replay
+    return "content scan of an input"  # a source read outside RunScope.read_sources, or replay
 
 
 SESSION_STEPS: dict[str, str | Callable[..., str]] = {
@@ -493,7 +494,7 @@ def install_clock() -> None:
     # The run's source read: for a source that a partitioned model reads as its `from`, ONE grouped
     # scan (Session.content_by_group) gives the source fingerprint and that model's per-partition
     # fingerprints; other sources get a whole-table Session.content. Outermost, so both land here.
-    _wrap(engine_run._Run, "_read_sources", SOURCE_READ)
+    _wrap(RunScope, "read_sources", SOURCE_READ)
 
     original_session = engine_run.open_session
 

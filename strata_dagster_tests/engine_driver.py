@@ -26,8 +26,8 @@ import sqlglot
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.faults import KILL_AT_ENV
 from strata_dagster.engine.run import run_project
+from strata_dagster.faults import KILL_AT_ENV
 from strata_dagster.warehouse.engines import choose_engine, engine_choice
 from strata_dagster_tests.engines_support import EngineUnderTest
 

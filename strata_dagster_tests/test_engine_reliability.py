@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from strata_dagster.engine.faults import KILL_AT_ENV, WRITE_STEPS
 from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
+from strata_dagster.faults import KILL_AT_ENV, WRITE_STEPS
 from strata_dagster_tests.engine_support import execute, history_count, make_shop
 from strata_dagster_tests.serving_support import served_state, unread_snapshot_files, warehouse_state
 

@@ -14,8 +14,9 @@ from strata_dagster.cli.main import main
 from strata_dagster.engine import operations
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.partition_status import read_model
+from strata_dagster.engine.paths import CUTOFF, FULL, REUSED, VIEW
 from strata_dagster.engine.replay import replay
-from strata_dagster.engine.run import CUTOFF, FULL, REUSED, VIEW, run_project
+from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project

@@ -31,10 +31,9 @@ from strata_dagster.language.definition import (
 )
 from strata_dagster.language.expressions import PREFIX_LENGTH, shift
 
+# The dialects a statement is checked for (the engine names of warehouse.engines).
 Engine = Literal["duckdb", "spark"]
 ENGINES: Final[tuple[str, ...]] = get_args(Engine)
-ENGINE_ENV: Final = "STRATA_ENGINE"
-DEFAULT_ENGINE: Final = "duckdb"
 # The meta key that ties a node of a compiled statement to the step expression it came from.
 _ORIGIN = "strata_expr"
 
@@ -200,7 +199,7 @@ def for_engine(
 ) -> CompiledProject:
     """The compiled project with every model's statement as `engine` runs it (strict: a run knows
     its sources' columns). The engine binds and rewrites these statements like DuckDB's."""
-    if engine == DEFAULT_ENGINE:
+    if engine == "duckdb":
         return compiled
     statements = check_engine(compiled, engine, source_schemas, strict=True)
     models = {

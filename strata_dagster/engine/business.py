@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ from strata_dagster.errors import (
     StrataError,
 )
 from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import Model, Source
+from strata_dagster.language.definition import Model, Project, Source
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import typed_literal
 from strata_dagster.state import ledger
@@ -147,6 +147,25 @@ def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
     ):
         return exp.column(spec.column)
     return partition_key(spec.column, spec.grain)
+
+
+def ledger_window(
+    session: Session, project: Project, name: str, overrides: Mapping[str, str]
+) -> exp.Query | None:
+    """A sliding-window source as the last run read it (its last N consumed partitions, from the
+    ledger): what `strata verify` rebuilds its models from. None for any other source."""
+    source = project.sources[name]
+    size = source.versioning.window
+    if source.versioning.kind != SLIDING_WINDOW or size is None or name in overrides:
+        return None
+    spec = source.partitioned_by
+    assert spec is not None
+    recorded = ledger.read_ledger(session.meta, name) or {}
+    keys = sorted(recorded, key=ledger.order_of)[-size:] if size else []
+    types = dict(session.describe(schema_relation(source, project, {})))
+    key = key_expression(source, types)
+    key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
+    return sliding_window.partitions_relation(source_table(source, project, {}), key, key_type, keys)
 
 
 def list_partitions(

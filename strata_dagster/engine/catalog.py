@@ -92,11 +92,6 @@ class Catalog:
     # what of the above was read from the warehouse (the rest follows from the project's files)
     reading: WarehouseReading | None = field(default=None, compare=False, repr=False)
 
-    def partition_spec(self, name: str) -> PartitionSpec | None:
-        if name in self.project.sources:
-            return self.project.sources[name].partitioned_by
-        return self.project.models[name].properties.partitioned_by
-
 
 def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = DEFAULT_BRANCH) -> Catalog:
     """Fingerprints and partition bounds of every model and source. Raises StrataError (E020) when

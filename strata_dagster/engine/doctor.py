@@ -16,7 +16,6 @@ from strata_dagster.backends.base import Session
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.damaged_files import repair_command
-from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import (
     E_ENGINE_UNSUPPORTED,
     E_SERVING_DAMAGED,
@@ -26,6 +25,7 @@ from strata_dagster.errors import (
     StrataError,
 )
 from strata_dagster.state.history import HistoryReader
+from strata_dagster.state.states import state_tables
 from strata_dagster.warehouse import inspection, serving, snapshot_files
 from strata_dagster.warehouse.engines import current_engine
 

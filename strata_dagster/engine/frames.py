@@ -19,7 +19,7 @@ from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
-from strata_dagster.engine.run import CUTOFF, FULL, REUSED, UNPARTITIONED
+from strata_dagster.engine.paths import CUTOFF, FULL, REUSED, UNPARTITIONED
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_DUPLICATE_NAME, E_UNIQUE, StrataError
 from strata_dagster.fingerprint import digest, short_id
 from strata_dagster.language import load_project

@@ -16,10 +16,10 @@ from pathlib import Path
 from strata_dagster.backends.base import ServingCollection, Session
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.sliding_window import WINDOW_STATE
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
+from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest
 from strata_dagster.state.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 from strata_dagster.warehouse import listing, partition_evidence

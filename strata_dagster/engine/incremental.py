@@ -39,7 +39,6 @@ from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecor
 from strata_dagster.state.states import KEYS_NULL_FREE
 from strata_dagster.warehouse.engines import engine_version
 
-DELTA = "delta"
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
 # many of its rows lie at or below the next build's low, for that build to see rows appear there.
 OUTPUT_NEXT_COUNT = "output_next_count"

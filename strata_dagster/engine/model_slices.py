@@ -48,7 +48,6 @@ from strata_dagster.engine.partitions import (
 )
 from strata_dagster.engine.row_wise import RowWise, describe
 from strata_dagster.engine.state_figures import SliceFigures
-from strata_dagster.engine.states import grain_of, merge_keys_of, segments_of
 from strata_dagster.language.definition import (
     AggregateStep,
     GroupStep,
@@ -63,7 +62,7 @@ from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import Segment, composite_query, replaced_rows_key, union_all
 from strata_dagster.sql.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.state.history import HistoryReader, SnapshotRecord
-from strata_dagster.state.states import KEYS_NULL_FREE
+from strata_dagster.state.states import KEYS_NULL_FREE, grain_of, merge_keys_of, segments_of
 
 APPENDED = "appended"  # strategy of a state that only gains the rows its inputs' new rows give
 

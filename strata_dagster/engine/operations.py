@@ -13,11 +13,11 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
 from strata_dagster.engine.damaged_files import describe
 from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.states import state_query, state_tables
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_FILE, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.loader import load_project
 from strata_dagster.state.history import Entry, HistoryReader, SnapshotRecord
+from strata_dagster.state.states import state_query, state_tables
 
 
 @dataclass(frozen=True)

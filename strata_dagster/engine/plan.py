@@ -1,9 +1,10 @@
 """`strata plan`: what a run with the same arguments would do, and why, without writing anything.
 
-The planner is the run itself up to its decisions: it reads the sources and the history the way
-`run` does (engine.run._Run), computes each model's build key with the same code
-(`_key_choice`), and asks the same builders for the reason a delta would fall back to full
-(`precheck`, the window gate) and for the partitions whose input changed. It opens the warehouse
+The planner is the run itself up to its decisions: it reads the sources and the history with the
+run's scope (engine.decisions.scope), decides each model with the run's decider
+(engine.decisions.decider), and asks the builder the run would use (engine.decisions.dispatch)
+for the reason a delta would fall back to full (`precheck`, the window gate) and for the
+partitions whose input changed. It opens the warehouse
 read-only. What only a build can tell (whether a rebuilt model's rows come out equal, so the live
 snapshot stays and its readers are reused) is said as such: a model downstream of a rebuild
 "depends on" it, and `allowed` lists every path the run may then take.
@@ -19,18 +20,19 @@ from typing import Any
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.damaged_files import rebuilt_reason
-from strata_dagster.engine.decision import KeyChoice
+from strata_dagster.engine.decisions.decider import Decider
+from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
+from strata_dagster.engine.decisions.dispatch import delta_builder
+from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.explain import partition_ranges
-from strata_dagster.engine.incremental import DELTA, DeltaBuilder, Fallback
+from strata_dagster.engine.incremental import DeltaBuilder, Fallback
 from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
-from strata_dagster.engine.partition_range import PartitionRangeBuilder, requested_partitions
+from strata_dagster.engine.partition_range import PartitionRangeBuilder
 from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
-from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, _Run, opened_project
+from strata_dagster.engine.paths import CUTOFF_CANDIDATE, DELTA, DEPENDS
+from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, opened_project
 from strata_dagster.state.history import SnapshotRecord
 
-CUTOFF_CANDIDATE = "cutoff-candidate"  # rebuilt, its rows expected equal: the live snapshot stays
-DEPENDS = "depends"  # reused or rebuilt, as an upstream rebuilt first comes out
 _UNKNOWN = ""  # a content identity only the build will tell
 _MAX_SCENARIOS = 64  # upstream outcomes tried for one model; beyond, the plan says "depends"
 
@@ -148,30 +150,36 @@ def plan(request: RunRequest, *, timeout: float | None = None) -> Plan:
     """What `run(request)` would do, read from a read-only session (nothing is written); waits at
     most `timeout` seconds (default $STRATA_LOCK_TIMEOUT) for a writer's lock."""
     with opened_project(request, read_only=True, timeout=timeout) as (session, context):
-        return _Planner(session, context, request, None).plan()
+        return Planner(Decider(RunScope(session, context, request))).plan()
 
 
-class _Planner(_Run):
+class Planner:
+    """Tells what a run would do with each model: the run's decisions, for the contents each
+    upstream model may come out with."""
+
+    def __init__(self, decider: Decider) -> None:
+        self.decider = decider
+        self.scope = decider.scope
+        self.session = self.scope.session
+        self.reader = self.scope.reader
+        self.context = self.scope.context
+        self.project = self.scope.project
+        self.request = self.scope.request
+        # model -> the content identities it may have after the run (_UNKNOWN: a new one)
+        self.possible: dict[str, set[str]] = {}
+
     def plan(self) -> Plan:
-        self.requested = requested_partitions(
-            self.session, self.context, self.selected, self.partition_requests, self.now.date()
-        )
+        self.scope.read_requested()
         self.session.begin()  # one consistent reading, as the run's transaction has
         self.reader.remember_snapshots(True)
         try:
-            self.catalog = self.session.catalog(self.schema)
-            self.sources = self._read_sources()
-            self.source_totals = self._source_totals()
-            self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
+            self.scope.read()
             has_history = self.session.has_history()
-            self.entry = self.reader.next_entry() if has_history else 1
-            pointers = self.reader.pointers(self.context.branch) if has_history else {}
-            removed = removed_models(self.reader, pointers, self.project)
-            # model -> the content identities it may have after the run (_UNKNOWN: a new one)
-            self.possible: dict[str, set[str]] = {}
+            self.scope.assume_entry(self.reader.next_entry() if has_history else 1)
+            self.scope.read_pointers(has_history=has_history)
+            removed = self.scope.removed
             plans = [
-                self._plan_model(name, pointers.get(name)) if has_history else self._first(name)
-                for name in self.closure
+                self._plan_model(name) if has_history else self._first(name) for name in self.scope.closure
             ]
         finally:
             self.reader.remember_snapshots(False)
@@ -180,7 +188,7 @@ class _Planner(_Run):
 
     def _with_damage(self, planned: ModelPlan) -> ModelPlan:
         """A model rebuilt because a snapshot file of its live state cannot be read says so."""
-        damaged = self.damaged.get(planned.model)
+        damaged = self.decider.damaged.get(planned.model)
         if damaged is None or planned.path == REUSED:
             return planned
         return replace(planned, reason=f"{planned.path}: {rebuilt_reason(damaged)}")
@@ -190,24 +198,25 @@ class _Planner(_Run):
         path = VIEW if self.project.models[name].properties.is_view else FULL
         return ModelPlan(name, path, (path,), "first build (the warehouse has no history yet)")
 
-    def _plan_model(self, name: str, current_ids: tuple[str, ...] | None) -> ModelPlan:
+    def _plan_model(self, name: str) -> ModelPlan:
         model = self.project.models[name]
-        current = self._current_state(current_ids)
-        refs = [ref for ref in model.references if ref not in self.sources]
+        current = self.decider.current_state(name)
+        refs = [ref for ref in model.references if ref not in self.scope.sources]
         pending = tuple(ref for ref in refs if _UNKNOWN in self.possible[ref])
         known = [sorted(self.possible[ref] - {_UNKNOWN}) for ref in refs]
         scenarios = list(itertools.islice(itertools.product(*known), _MAX_SCENARIOS))
         choices = [
-            self._key_choice(name, current, dict(zip(refs, combo, strict=True))) for combo in scenarios
+            self.decider.key_choice(name, current, dict(zip(refs, combo, strict=True))) for combo in scenarios
         ]
         reusable = [choice for choice in choices if choice.is_reused]
         if not pending:
-            choice = choices[0]
-            if choice.is_reused:
+            decision = self.decider.decision(name, current, choices[0])
+            choice = decision.choice
+            if decision.is_reused:
                 assert choice.existing is not None
-                self.chosen[name] = choice.existing
+                self.scope.chosen[name] = choice.existing
                 self.possible[name] = {choice.existing.content_hash}
-                if not self._is_live(name, choice.existing, current):
+                if decision.publishes_again:
                     shown = (
                         "the branch has no view of it yet: the run publishes it"
                         if current is None
@@ -216,7 +225,7 @@ class _Planner(_Run):
                     reason = f"{_reused_reason(choice)}; {shown}"
                     return ModelPlan(name, REUSED, (REUSED,), reason, publishes_again=True)
                 return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
-            planned = self._build_plan(name, choice, current)
+            planned = self._build_plan(decision)
         else:
             has_key = any(choice.existing is not None for choice in choices)
             planned = self._pending_plan(name, current, pending, bool(reusable), has_key)
@@ -224,21 +233,22 @@ class _Planner(_Run):
         kept |= {choice.existing.content_hash for choice in choices if choice.existing is not None}
         self.possible[name] = kept | {_UNKNOWN}
         if current is not None:
-            self.chosen[name] = current  # what a reader sees until the build says otherwise
+            self.scope.chosen[name] = current  # what a reader sees until the build says otherwise
         return planned
 
     # -- a model whose inputs are known -----------------------------------------------------------
-    def _build_plan(self, name: str, choice: KeyChoice, current: SnapshotRecord | None) -> ModelPlan:
+    def _build_plan(self, decision: ModelDecision) -> ModelPlan:
+        name, choice, current = decision.model, decision.choice, decision.live
         model = self.project.models[name]
         changes = self._changes(name, current, choice)
         if choice.existing is not None:
             return self._forced_plan(name, choice, current)
         if model.properties.is_view:
             return ModelPlan(name, VIEW, (VIEW, CUTOFF), _why(current, changes, VIEW), changes)
-        window = self._sliding_source_of(name)
+        window = self.scope.sliding_source_of(name)
         if window is not None:
             return self._window_plan(name, window, current, changes)
-        if not self._is_incremental(name):
+        if not self.scope.is_incremental(name):
             reason = _why(current, changes, FULL)
             return ModelPlan(name, FULL, (FULL, CUTOFF), reason, changes)
         return self._incremental_plan(name, current, changes)
@@ -248,7 +258,7 @@ class _Planner(_Run):
     ) -> ModelPlan:
         """A model over a sliding-window source (engine.sliding_window): the run decides the rest."""
         shape = sliding_window.shape_of(self.context.compiled.models[name], source)
-        if isinstance(shape, str) or self._is_partitioned(name):
+        if isinstance(shape, str) or self.scope.is_partitioned(name):
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: `{source}` is a sliding window", changes)
         if current is None:
             return ModelPlan(name, FULL, (FULL,), "full: first build", changes)
@@ -257,10 +267,10 @@ class _Planner(_Run):
 
     def _forced_plan(self, name: str, choice: KeyChoice, current: SnapshotRecord | None) -> ModelPlan:
         """Inputs and code unchanged, rebuilt anyway: equal rows keep the live snapshot."""
-        if name in self.requested:
+        if name in self.scope.requested:
             return self._incremental_plan(name, current, ())
         model = self.project.models[name]
-        if self.request.full_refresh and name in self.selected and self._is_incremental(name):
+        if self.scope.is_refreshed(name) and self.scope.is_incremental(name):
             return ModelPlan(name, FULL, (FULL, CUTOFF), "full: full refresh requested")
         if choice.refresh == "always":
             why = "`refresh: always`: rebuilt on every run"
@@ -268,7 +278,7 @@ class _Planner(_Run):
             why = "selected without --only-stale: recomputed"
         path = VIEW if model.properties.is_view else FULL
         allowed = (CUTOFF, path)
-        if self._is_incremental(name) or self._sliding_source_of(name):
+        if self.scope.is_incremental(name) or self.scope.sliding_source_of(name):
             allowed = (CUTOFF, FULL, DELTA, PARTITIONS)
         return ModelPlan(
             name,
@@ -282,20 +292,20 @@ class _Planner(_Run):
     ) -> ModelPlan:
         if current is None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), "full: first build", changes)
-        reason = self._full_reason_before_delta(name, current, self._replaced_sources(name))
+        reason = self.decider.full_reason_before_delta(name, current)
         if reason is not None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
-        ctx = self._incremental_context(name, "plan", "plan")
-        segments = self._segments(current)
-        if name not in self.requested:
-            maintained = self._builder(name, ctx, current)
+        ctx = self.scope.incremental_context(name, "plan", "plan")
+        segments = self.scope.segments(current)
+        if name not in self.scope.requested:
+            maintained = delta_builder(self.scope, name, ctx, current)
             if isinstance(maintained, (SlicedBuilder, AppendedBuilder)):
                 return self._sliced_plan(name, maintained, changes)
-        if self._is_partitioned(name):
-            identities = self._identities(name)
+        if self.scope.is_partitioned(name):
+            identities = self.scope.identities(name)
             builder: PartitionBuilder = (
-                PartitionRangeBuilder(ctx, current, segments, identities, self.requested[name])
-                if name in self.requested
+                PartitionRangeBuilder(ctx, current, segments, identities, self.scope.requested[name])
+                if name in self.scope.requested
                 else PartitionBuilder(ctx, current, segments, identities)
             )
             return self._partition_plan(name, builder, changes)
@@ -332,14 +342,14 @@ class _Planner(_Run):
         if fallback is not None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {fallback.reason}", changes)
         joined = builder.changed_inputs()
-        if joined and name in self.requested:
+        if joined and name in self.scope.requested:
             reason = f"`{joined[0]}` changed, and every partition reads it"
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         now = partition_fingerprints(builder.ctx)
         keys = builder.changed_partitions()
         grain = partition_grain(builder.ctx)
         rows = sum(int(now[key][0]) for key in keys if key in now)
-        if name in self.requested:
+        if name in self.scope.requested:
             reason = "partition-complete rebuild of the partitions requested with --partitions"
         else:
             reason = "partition-complete rebuild of the partitions whose input changed"
@@ -428,21 +438,25 @@ class _Planner(_Run):
     ) -> ModelPlan:
         model = self.project.models[name]
         names = ", ".join(f"`{ref}`" for ref in pending)
-        code = self.fingerprints[name].value
+        code = self.scope.fingerprints[name].value
         changes = tuple(
             InputChange("code", current.model_fingerprint, code)
             for _ in (1,)
             if current is not None and current.model_fingerprint != code
         )
         changes += tuple(
-            InputChange(f"model:{ref}", self.chosen[ref].content_hash if ref in self.chosen else None, None)
+            InputChange(
+                f"model:{ref}",
+                self.scope.chosen[ref].content_hash if ref in self.scope.chosen else None,
+                None,
+            )
             for ref in pending
         )
         if model.properties.is_view:
             build: tuple[str, ...] = (VIEW, CUTOFF)
-        elif not self._is_incremental(name) or current is None or volatile_calls(model):
+        elif not self.scope.is_incremental(name) or current is None or volatile_calls(model):
             build = (FULL, CUTOFF)
-        elif self._is_partitioned(name):
+        elif self.scope.is_partitioned(name):
             build = (PARTITIONS, CUTOFF, FULL)
         else:
             build = (DELTA, CUTOFF, FULL)
@@ -474,19 +488,21 @@ class _Planner(_Run):
         }
         old_models = {built.model: built.snapshot_id for built in self.reader.entry_models(entry)}
         changes = []
-        fingerprint = self.fingerprints[name].value
+        fingerprint = self.scope.fingerprints[name].value
         if current.model_fingerprint != fingerprint:
             changes.append(InputChange("code", current.model_fingerprint, fingerprint))
         for ref in self.project.models[name].references:
-            if ref in self.sources:
+            if ref in self.scope.sources:
                 old = old_sources.get(ref)
-                new: str | None = self.sources[ref].fingerprint
+                new: str | None = self.scope.sources[ref].fingerprint
             else:
                 snapshot = self.reader.snapshot(old_models[ref]) if ref in old_models else None
                 old = snapshot.content_hash if snapshot is not None else None
-                new = self.chosen[ref].content_hash if ref in self.chosen else None
+                new = self.scope.chosen[ref].content_hash if ref in self.scope.chosen else None
             if old != new:
-                changes.append(InputChange(f"{'source' if ref in self.sources else 'model'}:{ref}", old, new))
+                changes.append(
+                    InputChange(f"{'source' if ref in self.scope.sources else 'model'}:{ref}", old, new)
+                )
         return tuple(changes)
 
 

@@ -10,7 +10,6 @@ the last published state, and the next run starts clean.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,19 +21,16 @@ from sqlglot import exp
 from strata_dagster.backends.base import FileDamage, ResourceLimitExceeded, Session, WarehouseError
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
-from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine import aggregate_delta, business, partitions, sliding_window
-from strata_dagster.engine.aggregate_builder import AggregateDeltaBuilder
-from strata_dagster.engine.aggregate_delta import AggregateShape
-from strata_dagster.engine.business_delta import narrowed_context
-from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine import business, partitions, sliding_window
+from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.damaged_files import rebuilt_reason
-from strata_dagster.engine.decision import KeyChoice
-from strata_dagster.engine.faults import checkpoint
+from strata_dagster.engine.decisions.decider import REPLACED_SOURCES, Decider
+from strata_dagster.engine.decisions.definition import ModelDecision
+from strata_dagster.engine.decisions.dispatch import delta_builder
+from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.incremental import (
-    DELTA,
     DeltaBuild,
-    DeltaBuilder,
     Fallback,
     IncrementalContext,
     SchemaChanged,
@@ -46,77 +42,34 @@ from strata_dagster.engine.incremental import (
 from strata_dagster.engine.limits import limit_error, limits_as_errors
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.model_slices import (
-    AppendedBuilder,
-    Maintained,
-    ModelSlices,
-    SlicedBuilder,
-    UpstreamChange,
     appended_detail,
-    follower_slices,
-    partitioned_over_model,
     sliced_detail,
-    slicing,
-    upstream_change,
 )
 from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
-from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.partition_range import (
     REQUESTED_PARTITIONS,
-    PartitionRangeBuilder,
-    requested_partitions,
 )
-from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS, PartitionBuilder
-from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise, is_plain, row_wise
+from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS
+from strata_dagster.engine.paths import CUTOFF, DELTA, FULL, PARTITIONS, REUSED, UNPARTITIONED, VIEW
+from strata_dagster.engine.row_wise import NOT_ROW_WISE
 from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
-from strata_dagster.engine.states import merge_keys_of, segments_of, state_query, state_tables
-from strata_dagster.engine.status import (
-    SourceState,
-    fingerprint_models,
-    read_source_state,
-    read_source_state_by_group,
-)
-from strata_dagster.engine.view_lineage import source_partition_through_views
 from strata_dagster.errors import E_BUILD, E_CONTRACT, E_UNIQUE, StrataError
+from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id, view_identity
-from strata_dagster.fingerprint.refresh import refresh_period, utc_now
 from strata_dagster.language import load_project
-from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
-from strata_dagster.sql.content import EMPTY_FIGURE, WHOLE_ROW, Content, RowBasis
+from strata_dagster.sql.content import Content
 from strata_dagster.sql.render import snapshot_table
-from strata_dagster.sql.segments import Segment, WindowStats, keyed_rows
+from strata_dagster.sql.segments import keyed_rows
 from strata_dagster.sql.views import PinViolation, snapshot_table_name
 from strata_dagster.state.history import MATERIALIZE_KEY, READS_KEY, EntryModel, SnapshotRecord
+from strata_dagster.state.states import merge_keys_of, state_query
 from strata_dagster.warehouse.connection import check_warehouse_path
 from strata_dagster.warehouse.engines import current_engine, engine_label
-from strata_dagster.warehouse.sources import source_table
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
-UNPARTITIONED = ""
 
-# Paths a model can take in a run.
-REUSED = "reused"  # a snapshot with this build key existed
-FULL = "full"  # rebuilt into a new snapshot
-CUTOFF = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
-# DELTA: a delta segment on top of the previous state (engine.incremental)
-PARTITIONS = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
-VIEW = "view"  # a `materialize: view` model: a new view over its inputs, no rows stored
-
-# A state's detail key: the sources its full build read through an override replacing their rows.
-REPLACED_SOURCES = "replaced_sources"
 # A state's detail key: the `unique` columns its rows were checked to be unique by.
 UNIQUE_CHECKED = "unique_checked"
-
-
-def _replaced_reason(now: list[str], before: list[str]) -> str:
-    """Why an incremental model rebuilds fully around a correction: its recorded watermark and
-    figures were read from other rows than the ones the model reads now."""
-    if now:
-        names = ", ".join(f"`{name}`" for name in now)
-        verb = "is" if len(now) == 1 else "are"
-        return f"{names} {verb} read through an override with other rows: a delta against the last build does not apply"
-    names = ", ".join(f"`{name}`" for name in before)
-    return f"the last build read {names} through an override: a delta against it does not apply"
 
 
 @dataclass(frozen=True)
@@ -229,75 +182,38 @@ class _Run:
         self.context = context
         self.request = request
         self.progress = progress
+        self.scope = RunScope(session, context, request)
+        self.decider = Decider(self.scope)
         self.reader = session.history
         self.writer = session.writer
         self.project = context.project
-        self.selected = select_models(self.project, request.models)
-        self.closure = with_upstream(self.project, self.selected)
-        self.schema = branch_schema(context.branch)
-        self.fingerprints: dict[str, ModelFingerprint] = fingerprint_models(context)
-        self.chosen: dict[str, SnapshotRecord] = {}
         self.outcomes: list[ModelOutcome] = []
         self.new_snapshots: list[SnapshotRecord] = []
         self.new_keys: list[tuple[str, str]] = []
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
-        self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
-        self.lazy_partition_groups: dict[str, Callable[[], dict[str | None, tuple[int, str]]]] = {}
-        self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
-        self.now = request.now or utc_now()
-        self.partition_requests = parse_partitions(request.partitions)
-        self.requested: dict[str, tuple[str, ...]] = {}  # model -> the partition keys to rebuild
         self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
-        self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
-        # model -> the damaged files of a state of it the run found (and so did not build on)
-        self.damaged: dict[str, list[FileDamage]] = {}
-        # Plain models of the closure: how each is maintained row-wise, or why it is not; and
-        # every model maintained from its input models' new segments (engine.model_slices).
-        self.row_wise: dict[str, Maintained] = {}
-        self.followed: dict[str, ModelSlices] = {}
-        for name in self.closure:
-            model, compiled = self.project.models[name], context.compiled.models[name]
-            if is_plain(model) and compiled.base_relation in self.project.models:
-                self.row_wise[name] = slicing(self.project, compiled, model, self.row_wise)
-            elif is_plain(model):
-                self.row_wise[name] = row_wise(self.project, compiled, model, self._types)
-            over_model = self.row_wise.get(name) or partitioned_over_model(
-                self.project, compiled, model, self.row_wise
-            )
-            if isinstance(over_model, ModelSlices):
-                self.followed[name] = over_model
-        self.as_built: dict[str, Model] = {
-            name: maintained.as_partitioned(self.project.models[name])
-            for name, maintained in self.row_wise.items()
-            if isinstance(maintained, (RowWise, ModelSlices)) and maintained.spec is not None
-        }
-        models_as_built = {name: self._model(name) for name in self.followed}
-        self.follower_slices = follower_slices(models_as_built, context.compiled.models, self.followed)
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         # Checked before the transaction: a failed probe of the data must not abort it.
-        self.requested = requested_partitions(
-            self.session, self.context, self.selected, self.partition_requests, self.now.date()
-        )
+        self.scope.read_requested()
         self.session.begin()
         self.reader.remember_snapshots(True)
         try:
             checkpoint("transaction_started")
-            self.catalog = self.session.catalog(self.schema)
-            self.sources = self._read_sources()
-            self.source_totals = self._source_totals()
-            self.fingerprints = {name: self.fingerprints[name] for name in self.closure}
-            pointers = self.reader.pointers(self.context.branch)
-            removed = removed_models(self.reader, pointers, self.project)
-            self.reader.prefetch_snapshots([id_ for name in self.closure for id_ in pointers.get(name, ())])
-            for name in self.closure:
-                self._decide(name, pointers.get(name))
+            self.scope.read()
+            pointers = self.scope.read_pointers()
+            removed = self.scope.removed
+            self.reader.prefetch_snapshots(
+                [id_ for name in self.scope.closure for id_ in pointers.get(name, ())]
+            )
+            for name in self.scope.closure:
+                self._decide(name)
             # A cutoff is work done: its build key is recorded so the next run reuses it.
             # Partitions asked for by name are rebuilt and recorded, equal rows or not.
             is_noop = self.request.only_stale and not (
-                self.new_snapshots or self.to_publish or self.new_keys or self.requested
+                self.new_snapshots or self.to_publish or self.new_keys or self.scope.requested
             )
             if is_noop:
                 self.session.rollback()
@@ -315,24 +231,23 @@ class _Run:
             self.reader.remember_snapshots(False)
         checkpoint("committed")
         return RunResult(
-            run_id, self.entry, tuple(self.outcomes), self.context.branch, removed, self._rebuilt_damaged()
+            run_id,
+            self.scope.entry,
+            tuple(self.outcomes),
+            self.context.branch,
+            removed,
+            self._rebuilt_damaged(),
         )
 
     def _rebuilt_damaged(self) -> dict[str, tuple[FileDamage, ...]]:
         built = {outcome.model for outcome in self.outcomes if outcome.path != REUSED}
-        return {name: tuple(found) for name, found in self.damaged.items() if name in built}
-
-    @functools.cached_property
-    def entry(self) -> int:
-        """The history entry this run records, read when first needed: a run that builds nothing
-        records nothing (the writer's lock is held: no other run takes the number meanwhile)."""
-        return self.reader.next_entry()
+        return {name: tuple(found) for name, found in self.decider.damaged.items() if name in built}
 
     def _render_reused_sql(self) -> None:
         """The SQL of the models this run reused, for its history entry."""
         for index, item in enumerate(self.entry_models):
             if item.path == REUSED and not item.sql:
-                sql = self.context.compiled.models[item.model].sql(self._relation_for_build)
+                sql = self.context.compiled.models[item.model].sql(self.scope.relation_for_build)
                 self.entry_models[index] = replace(item, sql=sql)
                 self.outcomes = [
                     replace(outcome, sql=sql) if outcome.model == item.model else outcome
@@ -340,176 +255,16 @@ class _Run:
                 ]
 
     # -- inputs -----------------------------------------------------------------------------------
-    def _types(self, source: str) -> dict[str, str]:
-        relation = source_table(self.project.sources[source], self.project, self.context.overrides)
-        try:
-            return dict(self.session.describe(relation))
-        except WarehouseError:
-            return {}  # an unreadable source fails the run where it is read, with its own error
-
-    def _model(self, name: str) -> Model:
-        """A model as it is built: a row-wise one as partitioned by its implicit slicing."""
-        return self.as_built.get(name) or self.project.models[name]
-
-    def _read_sources(self) -> dict[str, SourceState]:
-        references = {ref for name in self.closure for ref in self.project.models[name].references}
-        needed = sorted(references & set(self.project.sources))
-        states = {}
-        for name in needed:
-            if self.project.sources[name].is_business_versioned and name not in self.context.overrides:
-                states[name] = self._read_business_source(name)
-                continue
-            reader = self._partitioned_reader_of(name)
-            if reader is None:
-                states[name] = read_source_state(self.session, self.context, name)
-                continue
-            # The model's partition fingerprints, scanned when it builds (with the source's own
-            # fingerprint in the same scan where their figures add up).
-            grouped_by, key = reader
-            states[name], self.lazy_partition_groups[grouped_by] = read_source_state_by_group(
-                self.session, self.context, name, key
-            )
-        return states
-
-    def _read_business_source(self, name: str) -> SourceState:
-        """A business-versioned source: its ledger checked and advanced, its version its partitions'
-        evidence; a partitioned model cut like it compares that evidence, no row read."""
-        reading = business.read_business_source(
-            self.session, self.context, name, is_full_refresh=self.request.full_refresh
-        )
-        self.business[name] = reading
-        reader = None if reading.is_sliding else self._partitioned_reader_of(name)
-        if reader is not None and business.is_cut_like_source(
-            self.project.models[reader[0]],
-            self.context.compiled.models[reader[0]],
-            self.project.sources[name],
-        ):
-            # Grouped only when the model builds: a run that reuses it never needs them.
-            grain = partitions.partition_grain(self.project.models[reader[0]])
-            self.lazy_partition_groups[reader[0]] = lambda: business.partition_groups(reading, grain)
-        return SourceState(
-            name,
-            business.describe_relation(reading),
-            reading.fingerprint,
-            reading.row_count,
-            # The ledger's row count is the relation's: an append model's window gate subtracts
-            # from it instead of counting every consumed file again (no sum on a column basis).
-            EMPTY_FIGURE,
-            reading.basis,
-        )
-
-    def _partitioned_reader_of(self, source: str) -> tuple[str, exp.Expression] | None:
-        """A partitioned model in the selection that reads `source` as its `from` (itself, or
-        through view models), if any, and its partition expression over the source's rows."""
-        for name in self.closure:
-            model = self._model(name)
-            compiled = self.context.compiled.models[name]
-            if not self._is_partitioned(name):
-                continue
-            if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
-                return name, partitions.raw_partition_of(model, compiled)
-            traced = source_partition_through_views(self.project, self.context.compiled.models, name)
-            if traced is not None and traced[0] == source:
-                return name, traced[1]
-        return None
-
-    def _source_totals(self) -> dict[str, tuple[int, str]]:
-        return {
-            state.relation: (state.row_count, state.row_hash_sum)
-            for state in self.sources.values()
-            if state.row_hash_sum is not None
-        }
-
-    def _base_basis(self, name: str) -> RowBasis:
-        """What the run hashed the rows of `name`'s `from` source over (whole rows for a model)."""
-        state = self.sources.get(self.context.compiled.models[name].base_relation)
-        return WHOLE_ROW if state is None else state.row_basis
-
-    def _relation_for_build(self, name: str) -> exp.Table | exp.Query:
-        if name in self.business:
-            return self.business[name].relation
-        if name in self.project.sources:
-            return source_table(self.project.sources[name], self.project, self.context.overrides)
-        record = self.chosen[name]
-        segments = self._segments(record)
-        if len(segments) == 1:
-            return snapshot_table(segments[0].table)
-        return state_query(self.reader, record)
-
-    def _segments(self, record: SnapshotRecord) -> list[Segment]:
-        return segments_of(self.reader, record)
-
-    def _is_state_present(self, record: SnapshotRecord | None) -> bool:
-        """Whether every snapshot of the state is there to read: its views, and their files whole
-        (a file removed or damaged by hand makes the state absent: rebuilt, never kept or reused)."""
-        if record is None:
-            return False
-        segments = self._segments(record)
-        if not all(segment.table in self.catalog.snapshot_tables for segment in segments):
-            return False
-        damaged = self.session.damaged_files(state_tables(self.reader, record))
-        if damaged:
-            self.damaged.setdefault(record.model, damaged)
-        return not damaged
 
     # -- decisions --------------------------------------------------------------------------------
-    def _is_live(self, name: str, chosen: SnapshotRecord, current: SnapshotRecord | None) -> bool:
-        """Whether the live view already exposes `chosen` (else the run publishes it)."""
-        return (
-            current is not None
-            and chosen.snapshot_id == current.snapshot_id
-            and self.catalog.view_tables(name) == state_tables(self.reader, chosen)
-        )
-
-    def _current_state(self, current_ids: tuple[str, ...] | None) -> SnapshotRecord | None:
-        current = self.reader.snapshot(current_ids[-1]) if current_ids else None
-        if current is not None and not self._is_state_present(current):
-            return None  # a table of the live state is gone: nothing to build on
-        return None if current is None else self.reader.with_kept_facts(current, self.context.branch)
-
-    def _is_incremental(self, name: str) -> bool:
-        model = self.project.models[name]
-        return (
-            model.properties.merge_strategy in INCREMENTAL_STRATEGIES
-            or self._is_partitioned(name)
-            or name in self.followed
-        )
-
-    def _key_choice(
-        self, name: str, current: SnapshotRecord | None, upstream: Mapping[str, str]
-    ) -> KeyChoice:
-        """The build key of `name` given its upstream models' contents (`upstream`), whether a
-        snapshot has it, and whether the run rebuilds the model anyway: what `run` and `plan` decide on."""
-        model = self.project.models[name]
-        fingerprint = self.fingerprints[name]
-        inputs = tuple(
-            (f"source:{ref}", self._source_identity(name, ref))
-            if ref in self.sources
-            else (f"model:{ref}", upstream[ref])
-            for ref in model.references
-        )
-        merge_state = current.snapshot_id if self._is_incremental(name) and current is not None else None
-        # A model whose rows depend on the clock: reused within its refresh period, or never.
-        refresh = effective_refresh(model)
-        period = refresh_period(refresh, self.now)
-        key = build_key(fingerprint, list(inputs), merge_state=merge_state, period=period).value
-        existing = self.reader.snapshot_for_build_key(key)
-        if existing is not None and not self._is_state_present(existing):
-            existing = None  # a table was removed behind our back: rebuild
-        is_forced = (
-            ((not self.request.only_stale or self.request.full_refresh) and name in self.selected)
-            or refresh == "always"
-            or name in self.requested
-        )
-        return KeyChoice(key, inputs, existing, is_forced, refresh, period)
-
-    def _decide(self, name: str, current_ids: tuple[str, ...] | None) -> None:
+    def _decide(self, name: str) -> None:
         model = self.project.models[name]
         compiled = self.context.compiled.models[name]
-        fingerprint = self.fingerprints[name]
-        current = self._current_state(current_ids)
-        upstream = {ref: self.chosen[ref].content_hash for ref in model.references if ref in self.chosen}
-        choice = self._key_choice(name, current, upstream)
+        fingerprint = self.scope.fingerprints[name]
+        chosen_now = self.scope.chosen
+        upstream = {ref: chosen_now[ref].content_hash for ref in model.references if ref in chosen_now}
+        decision = self.decider.decide(name, upstream)
+        choice, current = decision.choice, decision.live
         key, inputs, existing, refresh, period = (
             choice.key,
             list(choice.inputs),
@@ -517,30 +272,36 @@ class _Run:
             choice.refresh,
             choice.period,
         )
-        is_incremental = self._is_incremental(name)
+        is_incremental = self.scope.is_incremental(name)
         started = time.perf_counter()
         detail: dict[str, object] = {}
-        if choice.is_reused:
+        if decision.is_reused:
             assert existing is not None
             chosen, path = existing, REUSED
         else:
             with limits_as_errors(name, model.location):
-                chosen, path, detail = self._build(name, key, fingerprint, current, existing)
-            if name in self.damaged and current is None:
-                detail = {**detail, "full_reason": rebuilt_reason(self.damaged[name])}
+                chosen, path, detail = self._build(decision, fingerprint)
+            if name in self.decider.damaged and current is None:
+                detail = {**detail, "full_reason": rebuilt_reason(self.decider.damaged[name])}
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
-            if name in self.requested:
-                detail = {**detail, REQUESTED_PARTITIONS: list(self.requested[name])}
+            if name in self.scope.requested:
+                detail = {**detail, REQUESTED_PARTITIONS: list(self.scope.requested[name])}
             if is_incremental and path != CUTOFF and name not in self.partial_states:
                 # Building on the new state with these same inputs gives that state again.
                 again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id, period=period).value
                 self.new_keys.append((again, chosen.snapshot_id))
-        versions = {ref: self.business[ref].version() for ref in model.references if ref in self.business}
+        versions = {
+            ref: self.scope.business[ref].version() for ref in model.references if ref in self.scope.business
+        }
         if versions:
             detail = {**detail, business.SOURCE_VERSIONS: versions}
-        self.chosen[name] = chosen
-        is_published = not self._is_live(name, chosen, current)
+        self.scope.chosen[name] = chosen
+        is_published = (
+            decision.publishes_again
+            if decision.is_reused
+            else not self.decider.is_live(name, chosen, current)
+        )
         if is_published:
             self.to_publish[name] = chosen
         duration = (time.perf_counter() - started) * 1000
@@ -551,10 +312,18 @@ class _Run:
         elif path == REUSED:
             sql = ""  # rendered only when the run records history (a no-op run records nothing)
         else:
-            sql = compiled.sql(self._relation_for_build)
+            sql = compiled.sql(self.scope.relation_for_build)
         self.entry_models.append(
             EntryModel(
-                name, UNPARTITIONED, chosen.snapshot_id, key, path, chosen.row_count, duration, sql, detail
+                name,
+                decision.partition,
+                chosen.snapshot_id,
+                key,
+                path,
+                chosen.row_count,
+                duration,
+                sql,
+                detail,
             )
         )
         outcome = ModelOutcome(
@@ -573,74 +342,50 @@ class _Run:
         if self.progress is not None:
             self.progress(outcome)
 
-    def _source_identity(self, name: str, source: str) -> str:
-        """A source's identity as model `name` consumes it: its content, and for a view model also
-        the relation an override points it at, since the view keeps reading that relation (an
-        identical override must not let a later run reuse a view bound to the override's table)."""
-        fingerprint = self.sources[source].fingerprint
-        override = self.context.overrides.get(source)
-        if override is None or not self.project.models[name].properties.is_view:
-            return fingerprint
-        return f"{fingerprint}@{override}"
-
     def _new_snapshot_id(self, key: str) -> str:
         snapshot_id = short_id(key)
         if self.reader.snapshot(snapshot_id) is not None:
             # Rebuilding a key whose snapshot table went missing: a fresh id, never a second record.
-            snapshot_id = short_id(digest(key, self.entry))
+            snapshot_id = short_id(digest(key, self.scope.entry))
         return snapshot_id
 
     def _build(
-        self,
-        name: str,
-        key: str,
-        fingerprint: ModelFingerprint,
-        current: SnapshotRecord | None,
-        existing: SnapshotRecord | None,
+        self, decision: ModelDecision, fingerprint: ModelFingerprint
     ) -> tuple[SnapshotRecord, str, dict[str, object]]:
+        name, key = decision.model, decision.choice.key
+        current, existing = decision.live, decision.choice.existing
         model = self.project.models[name]
         snapshot_id = self._new_snapshot_id(key)
         table_name = snapshot_table_name(snapshot_id, name)
-        reason = "first build" if current is None else None
         if model.properties.is_view:
             record, path = self._view(name, key, snapshot_id, table_name, fingerprint, current, existing)
             return record, path, {}
-        window = self._sliding_source_of(name)
+        window = self.scope.sliding_source_of(name)
         if window is not None:
             return self._build_over_window(name, key, window, snapshot_id, table_name, fingerprint, current)
-        maintained = self.row_wise.get(name)
-        if self._is_incremental(name):
-            context = self._incremental_context(name, snapshot_id, table_name)
-            replaced = self._replaced_sources(name)
-            if current is not None:
-                reason = self._full_reason_before_delta(name, current, replaced)
+        maintained = self.scope.row_wise.get(name)
+        if self.scope.is_incremental(name):
+            context = self.scope.incremental_context(name, snapshot_id, table_name)
+            replaced = self.scope.replaced_sources(name)
+            reason = decision.full_reason
             if current is not None and reason is None:
-                outcome = self._delta(self._narrowed(context, current), current)
+                outcome = self._delta(self.scope.narrowed(context, current), current)
                 if isinstance(outcome, DeltaBuild):
                     record, path, detail = self._accept_delta(
-                        name, key, outcome, PARTITIONS if self._is_partitioned(name) else DELTA
+                        name, key, outcome, PARTITIONS if self.scope.is_partitioned(name) else DELTA
                     )
-                    return record, path, self._with_row_wise(name, detail)
+                    return record, path, self.scope.row_wise_detail(name, detail)
                 reason = outcome.reason
             record, path = self._full(
                 name, key, snapshot_id, table_name, fingerprint, current, existing, context, replaced
             )
-            return record, path, self._with_row_wise(name, {"full_reason": reason})
+            return record, path, self.scope.row_wise_detail(name, {"full_reason": reason})
         record, path = self._full(name, key, snapshot_id, table_name, fingerprint, current, existing, None)
         if isinstance(maintained, str) and current is not None and path == FULL:
             return record, path, {"full_reason": f"{NOT_ROW_WISE}: {maintained}"}
         return record, path, {}
 
     # -- sliding_window(N) sources (engine.sliding_window) ------------------------------------------
-    def _sliding_source_of(self, name: str) -> str | None:
-        return next(
-            (
-                ref
-                for ref in self.project.models[name].references
-                if ref in self.business and self.business[ref].is_sliding
-            ),
-            None,
-        )
 
     def _build_over_window(
         self,
@@ -655,9 +400,9 @@ class _Run:
         """A model over a sliding-window source: an aggregate kept from the window's weighted delta,
         any other shape built in full (and why)."""
         compiled = self.context.compiled.models[name]
-        reading = self.business[source]
+        reading = self.scope.business[source]
         shape = sliding_window.shape_of(compiled, source)
-        if isinstance(shape, str) or self._is_partitioned(name):
+        if isinstance(shape, str) or self.scope.is_partitioned(name):
             reason = (
                 shape
                 if isinstance(shape, str)
@@ -670,29 +415,31 @@ class _Run:
             self.session,
             compiled,
             shape,
-            self._relation_for_build,
+            self.scope.relation_for_build,
             source,
             reading.window,
             reading.columns,
             reading.partitions_relation,
         )
         reason = "first build" if current is None else None
-        if self.request.full_refresh and name in self.selected:
+        if self.scope.is_refreshed(name):
             reason = "full refresh requested"
         elif reading.reset_reason is not None:
             reason = f"source `{source}` starts a new partition ledger ({reading.reset_reason})"
         elif current is not None:
             consumed = {item.key for item in reading.consumed}
-            reason = maintained.precheck(current, fingerprint.value, consumed, self.catalog.snapshot_tables)
+            reason = maintained.precheck(
+                current, fingerprint.value, consumed, self.scope.catalog.snapshot_tables
+            )
         if reason is None:
             assert current is not None
             with self._as_build_error(name):
-                build = maintained.delta(current, snapshot_id, table_name, self.entry)
+                build = maintained.delta(current, snapshot_id, table_name, self.scope.entry)
             if isinstance(build, DeltaBuild):
                 return self._accept_delta(name, key, build, DELTA)
             reason = build.reason
         with self._as_build_error(name):
-            self.session.create_snapshot(table_name, compiled.bound(self._relation_for_build))
+            self.session.create_snapshot(table_name, compiled.bound(self.scope.relation_for_build))
             self._check_pins(name, table_name)
             maintained.full(table_name)
             content = self.session.content(snapshot_table(table_name))
@@ -707,159 +454,19 @@ class _Run:
         )
         return record, FULL, {"full_reason": reason}
 
-    def _incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
-        if name in self.lazy_partition_groups and name not in self.partition_groups:
-            self.partition_groups[name] = self.lazy_partition_groups[name]()
-        return IncrementalContext(
-            self.session,
-            self._model(name),
-            self.context.compiled.models[name],
-            self._relation_for_build,
-            self.fingerprints[name].value,
-            snapshot_id,
-            table_name,
-            self.entry,
-            self.partition_groups.get(name),
-            self.source_totals,
-            self._base_basis(name),
-            self.window_stats_read,
-            self.follower_slices.get(name, {}),
-        )
-
-    def _narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:
-        """The delta's context, reading a business-versioned folder's needed files by name."""
-        name = context.model.name
-        base = context.compiled.base_relation
-        reading = self.business.get(base)
-        if reading is None or name in self.requested:
-            return context
-        source = self.project.sources[base]
-        is_cut_like = business.is_cut_like_source(context.model, context.compiled, source)
-        return narrowed_context(context, reading, source, current.detail, current.watermark, is_cut_like)
-
-    def _full_reason_before_delta(
-        self, name: str, current: SnapshotRecord, replaced: list[str]
-    ) -> str | None:
-        """Why an incremental model with a live state is built in full before any delta is tried."""
-        if self.request.full_refresh and name in self.selected:
-            return "full refresh requested"
-        if volatile_calls(self.project.models[name]):
-            # Rows kept from an earlier build were computed at another time than a full build now.
-            return "the model calls a volatile function (now(), random(), ...): a delta would keep stale rows"
-        if replaced or current.detail.get(REPLACED_SOURCES):
-            return _replaced_reason(replaced, current.detail.get(REPLACED_SOURCES) or [])
-        maintained = self.row_wise.get(name)
-        if isinstance(maintained, (RowWise, ModelSlices)) and current.detail.get(ROW_WISE) != maintained.text:
-            return f"the last build was not maintained row-wise by `{maintained.text}`"
-        return self._restarted_ledger(name)
-
-    def _restarted_ledger(self, name: str) -> str | None:
-        """Why a model reading a business-versioned source whose ledger starts anew rebuilds fully;
-        None for a partitioned model, whose changed partitions are found from the evidence."""
-        if self._is_partitioned(name):
-            return None
-        for ref in self.project.models[name].references:
-            reading = self.business.get(ref)
-            if reading is not None and reading.reset_reason is not None:
-                return f"source `{ref}` starts a new partition ledger ({reading.reset_reason})"
-            if reading is not None and reading.expired:
-                return f"partitions of `{ref}` expired ({', '.join(reading.expired)}): their rows leave the model"
-        return None
-
-    def _with_row_wise(self, name: str, detail: dict[str, object]) -> dict[str, object]:
-        """A row-wise model's build detail names its slicing (what history explains it by)."""
-        maintained = self.row_wise.get(name)
-        is_row_wise = isinstance(maintained, (RowWise, ModelSlices))
-        return {**detail, ROW_WISE: maintained.text} if is_row_wise else detail
-
-    def _replaced_sources(self, name: str) -> list[str]:
-        """The sources upstream of `name` (transitively) that this run reads through an override
-        replacing their rows."""
-        upstream = with_upstream(self.project, [name])
-        return sorted(
-            {
-                ref
-                for model in upstream
-                for ref in self.project.models[model].references
-                if ref in self.sources and self.sources[ref].is_replaced
-            }
-        )
-
-    def _is_partitioned(self, name: str) -> bool:
-        props = self._model(name).properties
-        return props.partitioned_by is not None and props.merge_strategy not in INCREMENTAL_STRATEGIES
-
-    def _identities(self, name: str) -> dict[str, str]:
-        """What each input of a model holds in this run: content fingerprints, never names."""
-        return {
-            ref: self.sources[ref].fingerprint if ref in self.sources else self.chosen[ref].content_hash
-            for ref in self.project.models[name].references
-        }
-
     def _delta(self, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuild | Fallback:
         name = context.model.name
         try:
             with self._as_build_error(name):
-                if name in self.requested:
-                    builder: DeltaBuilder = PartitionRangeBuilder(
-                        context,
-                        current,
-                        self._segments(current),
-                        self._identities(name),
-                        self.requested[name],
-                    )
-                else:
-                    builder = self._builder(name, context, current)
-                return builder.build()
+                return delta_builder(self.scope, name, context, current).build()
         except SchemaChanged:
             return Fallback("the delta's columns differ from the previous state's")
-
-    def _builder(self, name: str, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuilder:
-        """How the delta of an incremental model is built on its live state (what `plan` asks too)."""
-        segments, identities = self._segments(current), self._identities(name)
-        followed = self.followed.get(name)
-        if followed is not None:
-            changes = self._upstream_changes(name, current)
-            if followed.spec is None:
-                return AppendedBuilder(context, current, segments, identities, changes)
-            has_fingerprints = "partition_fingerprints" in current.detail
-            if not (isinstance(changes, str) and has_fingerprints):
-                shape = aggregate_delta.shape_of(context.model, context.compiled)
-                if (
-                    isinstance(shape, AggregateShape)
-                    and self._model(name).properties.partitioned_by is not None
-                ):
-                    return AggregateDeltaBuilder(context, current, segments, identities, changes, shape)
-                return SlicedBuilder(context, current, segments, identities, changes)
-            # The input's change is not a list of segments: its fingerprints per partition tell.
-            compared = PartitionBuilder(context, current, segments, identities)
-            compared.upstream_segments = self._upstream_segments(name)
-            return compared
-        if self._is_partitioned(name):
-            return PartitionBuilder(context, current, segments, identities)
-        return DeltaBuilder(context, current, segments)
-
-    def _upstream_changes(self, name: str, current: SnapshotRecord) -> list[UpstreamChange] | str:
-        """What each input model `name` follows gained since its live state was built."""
-        recorded = current.detail.get(UPSTREAM_SEGMENTS) or {}
-        changes = []
-        for ref in self.followed[name].inputs:
-            change = upstream_change(
-                self.reader, ref, recorded.get(ref), self.chosen[ref], self.session.snapshot_exists
-            )
-            if isinstance(change, str):
-                return change
-            changes.append(change)
-        return changes
-
-    def _upstream_segments(self, name: str) -> dict[str, list[str]]:
-        return {ref: list(self.chosen[ref].segment_ids) for ref in self.followed[name].inputs}
 
     def _accept_delta(
         self, name: str, key: str, build: DeltaBuild, path: str
     ) -> tuple[SnapshotRecord, str, dict[str, object]]:
         # A state that rebuilt only the requested partitions is not what these inputs give: no key.
-        is_partial = name in self.requested
+        is_partial = name in self.scope.requested
         if is_partial:
             self.partial_states.add(name)
         if build.is_unchanged:
@@ -903,7 +510,7 @@ class _Run:
         incremental: IncrementalContext | None,
         replaced: list[str] | None = None,
     ) -> tuple[SnapshotRecord, str]:
-        query = self.context.compiled.models[name].bound(self._relation_for_build)
+        query = self.context.compiled.models[name].bound(self.scope.relation_for_build)
         with self._as_build_error(name):
             self.session.create_snapshot(table_name, query)
         checkpoint("snapshot_created")
@@ -924,29 +531,37 @@ class _Run:
         else:
             kept = self._partition_cutoff(name, fingerprint, current)
         for same in kept:
-            if same is not None and same.content_hash == content.fingerprint and self._is_state_present(same):
+            if (
+                same is not None
+                and same.content_hash == content.fingerprint
+                and self.decider.is_state_present(same)
+            ):
                 self.session.drop_snapshot(table_name)
                 self.new_keys.append((key, same.snapshot_id))
                 return same, CUTOFF
         detail: dict[str, object] = {}
         watermark = None
-        followed = self.followed.get(name)
+        followed = self.scope.followed.get(name)
         if incremental is not None and followed is not None and followed.spec is None:
-            detail = appended_detail(self._identities(name), followed.inputs, self._upstream_segments(name))
+            detail = appended_detail(
+                self.scope.identities(name), followed.inputs, self.scope.upstream_segments(name)
+            )
             detail["columns"] = [list(column) for column in content.columns]
-            detail = self._with_row_wise(name, detail)
-        elif incremental is not None and self._is_partitioned(name):
+            detail = self.scope.row_wise_detail(name, detail)
+        elif incremental is not None and self.scope.is_partitioned(name):
             with self._as_build_error(name):
-                if followed is not None and name in self.row_wise:
-                    detail = sliced_detail(incremental, self._identities(name), self._upstream_segments(name))
+                if followed is not None and name in self.scope.row_wise:
+                    detail = sliced_detail(
+                        incremental, self.scope.identities(name), self.scope.upstream_segments(name)
+                    )
                 else:
-                    detail = partitions.full_detail(incremental, self._identities(name))
+                    detail = partitions.full_detail(incremental, self.scope.identities(name))
                 if followed is not None:
-                    detail[UPSTREAM_SEGMENTS] = self._upstream_segments(name)
+                    detail[UPSTREAM_SEGMENTS] = self.scope.upstream_segments(name)
                 detail["columns"] = [list(column) for column in content.columns]
                 if figures is not None:
                     detail[FIGURES] = figures.as_detail()
-            detail = self._with_row_wise(name, detail)
+            detail = self.scope.row_wise_detail(name, detail)
         elif incremental is not None:
             with self._as_build_error(name):
                 detail = full_detail(incremental)
@@ -970,7 +585,11 @@ class _Run:
     ) -> SliceFigures | None:
         """What a full build of a day- or month-partitioned model records of its rows for its next
         builds and its followers (engine.state_figures): the scan that counts and hashes them."""
-        if context is None or not self._is_partitioned(name) or volatile_calls(self.project.models[name]):
+        if (
+            context is None
+            or not self.scope.is_partitioned(name)
+            or volatile_calls(self.project.models[name])
+        ):
             return None
         if partitions.partition_grain(context) not in RECORDED_GRAINS:
             return None
@@ -998,7 +617,7 @@ class _Run:
             content_hash=content.fingerprint,
             row_count=content.row_count,
             watermark=str(watermark) if watermark is not None else None,
-            created_entry=self.entry,
+            created_entry=self.scope.entry,
             row_hash_sum=content.row_hash_sum,
             detail=detail,
         )
@@ -1010,8 +629,8 @@ class _Run:
         self, name: str, fingerprint: ModelFingerprint, current: SnapshotRecord | None
     ) -> tuple[SnapshotRecord, ...]:
         """The live state a full build of a partitioned model may keep when its rows are equal."""
-        is_refresh = self.request.full_refresh and name in self.selected
-        if not self._is_partitioned(name) or is_refresh or current is None:
+        is_refresh = self.scope.is_refreshed(name)
+        if not self.scope.is_partitioned(name) or is_refresh or current is None:
             return ()
         return (current,) if current.model_fingerprint == fingerprint.value else ()
 
@@ -1031,15 +650,15 @@ class _Run:
         if effective_refresh(self.project.models[name]) == "always":
             # Its rows change with the clock while its inputs do not: a new identity every run, so
             # its readers are rebuilt (and cut off when their rows come out equal).
-            content_hash = view_identity(digest(key, "entry", self.entry))
+            content_hash = view_identity(digest(key, "entry", self.scope.entry))
         # `--full-refresh` rebuilds the view whatever its identity: the way to repair a broken one.
-        is_refresh = self.request.full_refresh and name in self.selected
+        is_refresh = self.scope.is_refreshed(name)
         for same in () if is_refresh else (existing, current):
-            if same is not None and same.content_hash == content_hash and self._is_state_present(same):
+            if same is not None and same.content_hash == content_hash and self.decider.is_state_present(same):
                 self._check_contract(name, same.table_name)  # a contract edit does not change the key
                 self.new_keys.append((key, same.snapshot_id))
                 return same, CUTOFF
-        query = self.context.compiled.models[name].bound(self._relation_for_build)
+        query = self.context.compiled.models[name].bound(self.scope.relation_for_build)
         with self._as_build_error(name):
             self.session.create_view_snapshot(table_name, query)
         checkpoint("snapshot_created")
@@ -1048,8 +667,8 @@ class _Run:
             {
                 segment_id
                 for ref in self.project.models[name].references
-                if ref in self.chosen
-                for segment_id in self.chosen[ref].segment_ids
+                if ref in self.scope.chosen
+                for segment_id in self.scope.chosen[ref].segment_ids
             }
         )
         record = SnapshotRecord(
@@ -1061,7 +680,7 @@ class _Run:
             content_hash=content_hash,
             row_count=0,  # not counted: counting reads every row, which a view exists to avoid
             watermark=None,
-            created_entry=self.entry,
+            created_entry=self.scope.entry,
             detail={MATERIALIZE_KEY: "view", READS_KEY: reads},
         )
         self.new_snapshots.append(record)
@@ -1152,20 +771,20 @@ class _Run:
             "run",
             self.request.kind,
             self.context.branch,
-            list(self.selected),
+            list(self.scope.selected),
             self.request.only_stale,
             self.request.full_refresh,
             self.request.backfill_of,
-            *([sorted(self.requested.items())] if self.requested else []),
-            sorted((state.name, state.fingerprint) for state in self.sources.values()),
-            sorted((name, fp.value) for name, fp in self.fingerprints.items()),
+            *([sorted(self.scope.requested.items())] if self.scope.requested else []),
+            sorted((state.name, state.fingerprint) for state in self.scope.sources.values()),
+            sorted((name, fp.value) for name, fp in self.scope.fingerprints.items()),
             self._branch_contents(pointers),
         )
 
     def _branch_contents(self, pointers: Mapping[str, tuple[str, ...]]) -> list[tuple[str, str]]:
         """(model, content identity) of every view of the branch after the run: the run's models
         as built, the others as `pointers` (before the run) have them."""
-        contents = {name: record.content_hash for name, record in self.chosen.items()}
+        contents = {name: record.content_hash for name, record in self.scope.chosen.items()}
         for name, ids in pointers.items():
             if name not in contents and ids:
                 head = self.reader.snapshot(ids[-1])
@@ -1174,15 +793,15 @@ class _Run:
 
     def _publish(self, run_id: str, started: dt.datetime) -> None:
         for name, record in self.to_publish.items():
-            self.session.point_view_at(self.schema, name, state_query(self.reader, record))
+            self.session.point_view_at(self.scope.schema, name, state_query(self.reader, record))
         checkpoint("views_pointed")
         self.writer.add_entry(
-            entry=self.entry,
+            entry=self.scope.entry,
             run_id=run_id,
             kind=self.request.kind,
             branch=self.context.branch,
             started_at=started,
-            models=list(self.selected),
+            models=list(self.scope.selected),
             overrides=dict(self.context.overrides),
             backfill_of=self.request.backfill_of,
             reason=self.request.reason,
@@ -1191,24 +810,28 @@ class _Run:
                 "full_refresh": self.request.full_refresh,
                 **({"partitions": list(self.request.partitions)} if self.request.partitions else {}),
                 **(
-                    {business.SOURCE_VERSIONS: {name: read.version() for name, read in self.business.items()}}
-                    if self.business
+                    {
+                        business.SOURCE_VERSIONS: {
+                            name: read.version() for name, read in self.scope.business.items()
+                        }
+                    }
+                    if self.scope.business
                     else {}
                 ),
             },
         )
-        for name, read in self.business.items():
+        for name, read in self.scope.business.items():
             self.writer.add_ledger(
-                self.entry,
+                self.scope.entry,
                 name,
                 read.consumed if read.reset_reason else read.new,
                 read.reset_reason,
                 read.expired,
                 read.ledger_digest(),
             )
-        for read in self.sources.values():
+        for read in self.scope.sources.values():
             self.writer.add_source(
-                self.entry,
+                self.scope.entry,
                 read.name,
                 UNPARTITIONED,
                 read.relation,
@@ -1217,10 +840,10 @@ class _Run:
                 read.row_basis,
             )
         self.writer.add_snapshots(self.new_snapshots)
-        self.writer.add_build_keys(self.new_keys, self.entry)
-        self.writer.add_entry_models(self.entry, self.entry_models)
+        self.writer.add_build_keys(self.new_keys, self.scope.entry)
+        self.writer.add_entry_models(self.scope.entry, self.entry_models)
         self.writer.add_publications(
-            self.entry,
+            self.scope.entry,
             self.context.branch,
             {name: list(record.segment_ids) for name, record in self.to_publish.items()},
         )

@@ -11,7 +11,7 @@ groups the delta touches only. Every other model shape over such a source builds
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +20,9 @@ from sqlglot import exp
 from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.incremental import DeltaBuild, Fallback
-from strata_dagster.language.definition import Project
 from strata_dagster.sql.render import data_type, snapshot_table
 from strata_dagster.sql.segments import typed_literal
-from strata_dagster.state import ledger
 from strata_dagster.state.history import SnapshotRecord
-from strata_dagster.warehouse.sources import schema_relation, source_table
 
 SLIDING_WINDOW = "sliding_window"
 # Detail keys of a maintained aggregate's state.
@@ -402,24 +399,3 @@ class WindowAggregate:
             ifs=[exp.If(this=exp.column(TOUCHED, table="__r"), true=exp.column(name, table="__r"))],
             default=exp.column(name, table="__p"),
         )
-
-
-def ledger_window(
-    session: Session, project: Project, name: str, overrides: Mapping[str, str]
-) -> exp.Query | None:
-    """A sliding-window source as the last run read it (its last N consumed partitions, from the
-    ledger): what `strata verify` rebuilds its models from. None for any other source."""
-    source = project.sources[name]
-    size = source.versioning.window
-    if source.versioning.kind != SLIDING_WINDOW or size is None or name in overrides:
-        return None
-    from strata_dagster.engine.business import key_expression  # business reads sources through this module
-
-    spec = source.partitioned_by
-    assert spec is not None
-    recorded = ledger.read_ledger(session.meta, name) or {}
-    keys = sorted(recorded, key=ledger.order_of)[-size:] if size else []
-    types = dict(session.describe(schema_relation(source, project, {})))
-    key = key_expression(source, types)
-    key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
-    return partitions_relation(source_table(source, project, {}), key, key_type, keys)

@@ -17,12 +17,12 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
-from strata_dagster.engine.states import state_tables
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis, is_summed
 from strata_dagster.sql.render import render
+from strata_dagster.state.states import state_tables
 from strata_dagster.warehouse.engines import engine_version
 from strata_dagster.warehouse.sources import source_table
 

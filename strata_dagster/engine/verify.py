@@ -30,14 +30,14 @@ from sqlglot import exp
 from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
-from strata_dagster.engine import sliding_window
+from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.damaged_files import damaged_error
-from strata_dagster.engine.faults import checkpoint
 from strata_dagster.engine.limits import limit_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
 from strata_dagster.engine.partition_range import partition_keys
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
+from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.sql.render import snapshot_table
@@ -328,7 +328,7 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
     windows = {
         name: window
         for name in project.sources
-        if (window := sliding_window.ledger_window(session, project, name, context.overrides)) is not None
+        if (window := business.ledger_window(session, project, name, context.overrides)) is not None
     }
 
     def relation(name: str) -> exp.Table | exp.Query:

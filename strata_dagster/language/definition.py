@@ -24,7 +24,6 @@ PartitionGrain = Literal["day", "month", "key"]
 JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
-VERSIONING_KINDS: tuple[str, ...] = get_args(VersioningKind)
 # Versioned by their partition structure (seed 004) rather than by their rows.
 BUSINESS_VERSIONINGS: tuple[str, ...] = ("append_only_partitions", "sliding_window", "partition_expiry")
 # How often a model whose rows depend on the clock (now(), random(), ...) is rebuilt.
@@ -322,6 +321,3 @@ class Project:
 
     def upstream_models(self, name: str) -> tuple[str, ...]:
         return tuple(ref for ref in self.models[name].references if ref in self.models)
-
-    def downstream_models(self, name: str) -> tuple[str, ...]:
-        return tuple(model for model in self.order if name in self.models[model].references)

@@ -199,14 +199,6 @@ def _date_of(text: str) -> dt.date | None:
     return None
 
 
-def as_date(prop: RawProperty) -> dt.date:
-    value = _needs_value(prop, "2025-01-01")
-    day = _date_of(value.text)
-    if day is None:
-        raise _bad_value(prop, "a date YYYY-MM-DD", "2025-01-01")
-    return day
-
-
 _INTEGER = re.compile(r"-?\d+")
 
 
