@@ -253,8 +253,9 @@ class RunScope:
     def row_wise_detail(self, name: str, detail: dict[str, object]) -> dict[str, object]:
         """A row-wise model's build detail names its slicing (what history explains it by)."""
         maintained = self.row_wise.get(name)
-        is_row_wise = isinstance(maintained, (RowWise, ModelSlices))
-        return {**detail, ROW_WISE: maintained.text} if is_row_wise else detail
+        if isinstance(maintained, (RowWise, ModelSlices)):
+            return {**detail, ROW_WISE: maintained.text}
+        return detail
 
     # -- inputs -------------------------------------------------------------------------------------
     def base_basis(self, name: str) -> RowBasis:
