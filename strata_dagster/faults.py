@@ -1,7 +1,8 @@
 """Fault injection for the crash tests: the process kills itself (SIGKILL) at a named write step.
 
-It lives in the warehouse so that its own write steps (the serving copy, warehouse/serving.py) can
-be crash-tested like the engine's; engine/faults.py names the engine's steps.
+It sits at the package's top so that any layer's write steps (the serving copy, warehouse/serving.py)
+can be crash-tested like the engine's; engine/faults.py names the engine's steps
+(docs/architecture.md, Crash safety).
 """
 
 from __future__ import annotations
