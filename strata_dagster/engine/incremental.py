@@ -74,7 +74,7 @@ class DeltaBuild:
 
 
 def content_hash(columns: list[list[str]] | tuple[tuple[str, str], ...], count: int, hash_sum: str) -> str:
-    """The same identity warehouse.content.Content.fingerprint gives a table with these rows."""
+    """The same identity sql.content.Content.fingerprint gives a table with these rows."""
     return digest("content", engine_version(), tuple(tuple(column) for column in columns), count, hash_sum)
 
 
