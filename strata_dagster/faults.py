@@ -1,9 +1,8 @@
 """Fault injection for the crash tests: the process kills itself (SIGKILL) at a named write step.
 
-Set STRATA_KILL_AT to one of the steps below; never set in production. The crash tests run a real
-`strata run` subprocess once per step and check the warehouse afterwards. It lives in the warehouse
-so that the warehouse's own write steps (the serving copy, warehouse/serving.py) can be
-crash-tested like the engine's.
+It sits at the package's top so that any layer's write steps (the serving copy, warehouse/serving.py)
+can be crash-tested like the engine's; WRITE_STEPS and COMPACT_STEPS name the run's and gc's steps
+(docs/architecture.md, Crash safety).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """What the linters cannot see, read from the repository's own text: every `type: ignore` names its
-error code and says why (mypy only checks the code)."""
+error code and says why (mypy only checks the code), and nothing cites a document outside the
+repository (its design is docs/architecture.md)."""
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import tokenize
 from collections.abc import Iterator
@@ -13,6 +15,27 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON_FOLDERS = ("strata_dagster", "strata_dagster_tests", "bench", "examples")
 # Folders still being reorganised, checked once they settle; this list only shrinks.
 IGNORES_NOT_CHECKED_YET = ("strata_dagster/engine/", "strata_dagster/orchestration/")
+
+# Text files of the repository that could cite a document (not data, not generated output).
+TEXT_SUFFIXES = (".py", ".md", ".toml", ".yaml", ".yml", ".txt", ".cfg", ".strata", ".sh")
+SKIPPED_FOLDERS = {"__pycache__", "build", "node_modules", "dagster_home"}
+# Rewritten on another branch; leaves this list when it lands. This list only shrinks.
+CITATIONS_NOT_CHECKED_YET = ("bench/README.md",)
+# The design documents the repository grew from, which a reader of it has never seen: their names
+# (spelled here in parts, so that this file does not cite them), "seed 00x", and the folder beside
+# the repository they lived in.
+_OUTSIDE = re.compile(
+    "|".join(
+        [
+            r"\b(?:"
+            + "|".join(["ARCHITECTURE", "STYLE", "SPARK" + "_NOTES", "DAGSTER" + "_NOTES", "LANGUAGE"])
+            + r")\.md\b",
+            r"\b" + "SPARK" + r"_NOTES\b",
+            r"\b[Ss]eeds? ?0\d\d\b",
+            r"\.\./" + "shared",
+        ]
+    )
+)
 
 _IGNORE = re.compile(r"#\s*type:\s*ignore\b")
 # An ignore with its codes in brackets, then a comment of its own that says why.
@@ -55,3 +78,52 @@ def test_every_type_ignore_has_a_code_and_a_reason() -> None:
             continue
         found += [f"{relative}:{line}" for line in unexplained_ignores(path.read_text())]
     assert found == [], "write `# type: ignore[code]  # why` (or fix the type):\n" + "\n".join(found)
+
+
+def _text_files() -> Iterator[Path]:
+    for folder, subfolders, files in os.walk(ROOT):
+        # Hidden folders (.git, .venv, caches) hold nothing of the repository's own but .ci.
+        subfolders[:] = sorted(
+            name
+            for name in subfolders
+            if name not in SKIPPED_FOLDERS and (not name.startswith(".") or name == ".ci")
+        )
+        for name in sorted(files):
+            path = Path(folder, name)
+            if path.suffix in TEXT_SUFFIXES or path.relative_to(ROOT).as_posix() == ".ci/run":
+                yield path
+
+
+def outside_citations(text: str) -> list[int]:
+    """Lines of `text` that cite a document outside the repository."""
+    return [number for number, line in enumerate(text.splitlines(), 1) if _OUTSIDE.search(line)]
+
+
+def test_outside_citations_are_found() -> None:
+    text = "\n".join(
+        [
+            "see docs/architecture.md, R6",
+            "(" + "ARCHITECTURE" + ".md, Layering)",
+            "the rule of seed" + " 003",
+            "../" + "shared/peer_bench",
+            "what " + "SPARK" + "_NOTES measured",
+            "docs/language.md; random seed 42",
+        ]
+    )
+    assert outside_citations(text) == [2, 3, 4, 5]
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    found = []
+    for path in _text_files():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in CITATIONS_NOT_CHECKED_YET:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += [f"{relative}:{line}" for line in outside_citations(text)]
+    assert found == [], "cite docs/architecture.md (or the doc of this repository) instead:\n" + "\n".join(
+        found
+    )

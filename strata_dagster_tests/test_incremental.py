@@ -235,9 +235,10 @@ def test_an_update_and_a_delete_together_run_the_anti_join(events):
 
 
 def test_in_place_change_without_advancing_cdc_is_not_in_the_delta(events):
-    """Seed 000: by the cdc contract such a change is invisible to the next run (verify finds it).
-    The source is versioned by `ts`, so its fingerprint hashes `ts` alone: nothing to do at all,
-    and a later change that advances `ts` does not carry the silent edit along."""
+    """By the cdc contract (docs/architecture.md, R5) such a change is invisible to the next run
+    (verify finds it). The source is versioned by `ts`, so its fingerprint hashes `ts` alone:
+    nothing to do at all, and a later change that advances `ts` does not carry the silent edit
+    along."""
     project, warehouse = events
     run_project(project, warehouse)
     sql(warehouse, "UPDATE raw.events SET v = 99 WHERE id = 7")

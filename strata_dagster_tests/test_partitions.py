@@ -1,4 +1,5 @@
-"""Partition-complete builds: affected partitions only, each recomputed completely (seed 003)."""
+"""Partition-complete builds (docs/architecture.md, R6): affected partitions only, each recomputed
+completely."""
 
 import datetime as dt
 
@@ -44,7 +45,7 @@ ALL_EQUAL = {model: {"rows": 0, "groups": 0, "totals": True} for model in ("dail
 
 
 def test_late_updates_to_old_days_rebuild_exactly_those_partitions(orders):
-    """Seed 003: late updates to February 1-16 after the cutoff lose no row in day or month models."""
+    """R6 (docs/architecture.md): late updates to February 1-16 after the cutoff lose no row in day or month models."""
     project, warehouse = orders
     run_project(project, warehouse)
     now = sql(warehouse, "SELECT max(updated_at) FROM raw.orders")[0][0]

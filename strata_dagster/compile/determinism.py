@@ -1,4 +1,4 @@
-"""Determinism (seed 003): identical inputs must give identical rows, or the model must say so.
+"""Determinism (docs/architecture.md, R12): identical inputs must give identical rows, or the model must say so.
 
 A window function such as row_number() ordered by columns that can tie gives an arbitrary
 order among the ties. With an `order_by` property its columns are appended to every such

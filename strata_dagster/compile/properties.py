@@ -159,7 +159,7 @@ def _is_month_truncated(column: exp.Column) -> bool:
 
 
 def partial_month_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
-    """Seed 003: a month partition fed a partial-month cutoff (a filter on its days) loses rows."""
+    """docs/architecture.md, R6: a month partition fed a partial-month cutoff (a filter on its days) loses rows."""
     spec = model.properties.partitioned_by
     if spec is None or spec.grain != "month":
         return []

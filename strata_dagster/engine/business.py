@@ -1,5 +1,5 @@
-"""Business-driven versioning (seed 004): a source without change signals is versioned by the
-partitions it holds, under the assumptions its declaration states.
+"""Business-driven versioning: a source without change signals is versioned by the partitions it
+holds, under the assumptions its declaration states (docs/architecture.md, R8).
 
 Each run lists the source's partitions with cheap evidence (warehouse.partition_evidence) and compares them
 with the ledger of consumed partitions: a consumed partition whose evidence changed or that

@@ -3,8 +3,8 @@
 - Pins (`unique`, `contract`) measured on the live view, read-only: the build gate already refused
   any snapshot that broke them, so a failure here means the warehouse changed behind the engine's
   back (an edited view, a dropped snapshot, a Python model's pins changed since its last build).
-- Incremental equals full: `verify` (seed 003) on the selected models that are published, with
-  the figures of every differing partition for the check's metadata.
+- Incremental equals full: `verify` (docs/architecture.md, R12) on the selected models that are
+  published, with the figures of every differing partition for the check's metadata.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The window is (low, high]: low is the previous state's watermark (less `lateness`), high is
 MAX(cdc) read at build start inside the build's transaction, so a row committed later is read by
 the next build, never half. Before trusting a delta the build checks that the source still holds
-what the previous build saw below the watermark (seed 001's rule); anything it cannot prove safe
+what the previous build saw below the watermark (docs/architecture.md, R5); anything it cannot prove safe
 falls back to a full build, with the reason.
 """
 
@@ -73,7 +73,7 @@ class DeltaBuild:
 
 
 def content_hash(columns: list[list[str]] | tuple[tuple[str, str], ...], count: int, hash_sum: str) -> str:
-    """The same identity warehouse.content.Content.fingerprint gives a table with these rows."""
+    """The same identity sql.content.Content.fingerprint gives a table with these rows."""
     return digest("content", engine_version(), tuple(tuple(column) for column in columns), count, hash_sum)
 
 
@@ -235,11 +235,11 @@ class DeltaBuilder:
         )
 
     def _gate(self, count: int, expected_count: int | None) -> Fallback | None:
-        """Seed 001's window gate, for every merge strategy: the region at or below `low` was
-        consumed by earlier builds (the previous build counted `expected_count` rows there), so a
-        row that appeared there (a writer committing later than `lateness`, a reload) is in no
-        window; only a full build is sure to see it. No recorded count: nothing proves the region
-        unchanged."""
+        """The window gate (docs/architecture.md, R5), for every merge strategy: the region at or
+        below `low` was consumed by earlier builds (the previous build counted `expected_count` rows
+        there), so a row that appeared there (a writer committing later than `lateness`, a reload)
+        is in no window; only a full build is sure to see it. No recorded count: nothing proves the
+        region unchanged."""
         if expected_count is None:
             return Fallback("the previous build recorded no count of the rows at or below its watermark")
         if count > expected_count:

@@ -4,7 +4,7 @@ A row of `from` meets, in an inner or left equi-join, only the joined rows with 
 when a joined input changes, the only partitions whose rows can change are those holding a row of
 `from` whose key is one whose joined rows changed (inserted, deleted or edited). Each build records
 per-key figures of every such joined input (a row count and row-hash sum per key, in a figures
-table, see warehouse.key_figures); the next build compares them with the input's figures now. A
+table, see backends.sql.key_figures); the next build compares them with the input's figures now. A
 join that is not an inner or left join on equalities of `from` columns carried unchanged, or a
 build that recorded no figures, rebuilds every partition, with the reason.
 """

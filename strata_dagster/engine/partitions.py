@@ -1,4 +1,4 @@
-"""Partition-complete builds for models with `partitioned_by` (seed 003).
+"""Partition-complete builds for models with `partitioned_by` (docs/architecture.md, R6).
 
 Affected partitions are found from what changed in the raw `from` input: its rows are grouped by
 the partition of the model's partition column traced back to them (before any filter), and each

@@ -1,12 +1,13 @@
-"""`sliding_window(N)`: a business-versioned source read as its last N consumed partitions (seed 004).
+"""`sliding_window(N)`: a business-versioned source read as its last N consumed partitions.
 
 An unpartitioned `group ... aggregate` model over such a source keeps a hidden state table beside
 its snapshot: per group, the row count (`__count`) and, per decomposable aggregate, the sum and
 the non-NULL count of its argument. Each run the partitions entering the window count +1 and the
-leaving ones -1 (seed 004's `__weight`); the weighted per-group figures are added to the kept
+leaving ones -1 (`__weight`); the weighted per-group figures are added to the kept
 state, a group whose count drops to 0 disappears, and count / sum / avg come from the state alone.
 min, max and count(distinct) cannot be taken back, so they are recomputed over the window for the
-groups the delta touches only. Every other model shape over such a source builds in full.
+groups the delta touches only. Every other model shape over such a source builds in full
+(docs/architecture.md, R8).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""`strata verify`: does each live model hold exactly the rows a full rebuild gives (seed 003)?
+"""`strata verify`: does each live model hold exactly the rows a full rebuild gives?
 
 The selected models and everything upstream of them are rebuilt fully, in dependency order, from
 the sources as they are now, into scratch tables inside a transaction that is always rolled back:
 live snapshots, views and history are never touched, and nothing survives even a crash. Each
 rebuilt model is then compared with its live view: row counts, row-hash multisets and numeric
-totals, per partition for partitioned models.
+totals, per partition for partitioned models (docs/architecture.md, R12).
 
 `append` and `append_new` models keep history a full rebuild cannot give (earlier versions of a
 row; the first version of a key; keys since deleted from the source). They are compared in

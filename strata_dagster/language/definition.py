@@ -24,7 +24,7 @@ PartitionGrain = Literal["day", "month", "key"]
 JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
-# Versioned by their partition structure (seed 004) rather than by their rows.
+# Versioned by their partition structure (docs/architecture.md, R8) rather than by their rows.
 BUSINESS_VERSIONINGS: tuple[str, ...] = ("append_only_partitions", "sliding_window", "partition_expiry")
 # How often a model whose rows depend on the clock (now(), random(), ...) is rebuilt.
 Refresh = Literal["always", "hourly", "daily"]

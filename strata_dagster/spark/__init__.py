@@ -1,1 +1,1 @@
-"""The Spark engine: the only package that imports pyspark (ARCHITECTURE.md, Layering)."""
+"""The Spark backend: the only package that imports pyspark (docs/architecture.md, Layering)."""

@@ -10,7 +10,7 @@ What differs from DuckDB, and how the promises still hold:
   (a logged commit without its marker): a writer repoints every view to what the committed history
   says and marks the commit abandoned (spark/repair.py); a reader reports it.
 - **Readers** query the live views in Spark itself: no lock keeps them out, and ALTER VIEW never
-  fails a concurrent read (SPARK_NOTES.md). Superseded snapshots are dropped only after a grace
+  fails a concurrent read (docs/spark.md). Superseded snapshots are dropped only after a grace
   period (`strata gc --grace`), so a running query never loses its files.
 - **Fingerprints** are Spark's own (spark/statements.py) and never compared with DuckDB's.
 """

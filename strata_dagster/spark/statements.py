@@ -1,7 +1,7 @@
 """The engine's statements, built with DuckDB semantics as sqlglot trees, as Spark SQL.
 
 The warehouse code builds every statement once, for DuckDB; these rules turn a copy of a tree into
-one Spark 4 runs with the same meaning (SPARK_NOTES.md): snapshots become Parquet tables, content
+one Spark 4 runs with the same meaning (docs/spark.md): snapshots become Parquet tables, content
 hashes become 64-bit xxhash sums with NULL markers in DECIMAL(38,0) (never Spark's 32-bit `hash`,
 which also ignores NULL positions), and DuckDB-only spellings become Spark's. A model's own SQL
 goes through the language-level rewrites (compile.spark_dialect) as well.

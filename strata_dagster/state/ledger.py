@@ -1,5 +1,5 @@
 """Partition ledgers of business-versioned sources: which partitions were consumed, and the cheap
-evidence of what each held (seed 004), as the history records them.
+evidence of what each held (docs/architecture.md, R8), as the history records them.
 
 The ledger lives in the history schema, append-only: a run adds the partitions it consumed, and a
 reset row starts a new ledger (a first read, a full refresh, or a rebuild after a broken

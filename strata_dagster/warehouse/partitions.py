@@ -55,7 +55,7 @@ def content_by_partition(
     with warehouse_errors():
         groups = content_by_group(connection_of(session), relation, partition_key(column, grain), basis)
     return {
-        key: Content(columns, rows, hash_sum, basis)  # type: ignore[misc]  # NULL's key is None, not "None": kept
+        key: Content(columns, rows, hash_sum, basis)  # type: ignore[misc]  # a NULL partition (key None) passes this test: a known gap
         for key, (rows, hash_sum) in groups.items()
         if key != "None"
     }

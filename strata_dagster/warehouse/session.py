@@ -1,6 +1,6 @@
 """The DuckDB backend's Session: one open warehouse file, its snapshot files and its serving copy.
 
-The engine never touches duckdb itself (README.md, Where things are): it talks to the Session
+The engine never touches duckdb itself (docs/architecture.md, The backend boundary): it talks to the Session
 interface (backends/base.py), and DuckDB failures surface here as WarehouseError, which carries
 DuckDB's first message line and nothing else. Opening a warehouse is backends/duckdb/opening.py.
 """
