@@ -24,8 +24,8 @@ _BEFORE_COMMAND = "strata_before_command"
 
 
 class LazyConsole:
-    """A rich Console made when it first prints: importing rich costs more than the rest of
-    `strata --help`, which prints nothing through it."""
+    """A rich Console made when it first prints, so that what prints nothing through it (`--help`)
+    does not import rich."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options
