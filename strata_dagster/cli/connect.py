@@ -8,12 +8,9 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, error_console, print_warnings, reports_errors
-from strata_dagster.engine.damaged_files import unserved_warning
-from strata_dagster.engine.readers import reader_statement_for, unserved_views
 
 PROMPT = "strata> "
 
@@ -36,6 +33,9 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
     new connection (or running the statement again) sees the latest. Without --print, opens the
     `duckdb` shell there when it is installed, else a small SQL prompt (end statements with `;`).
     """
+    from strata_dagster.engine.damaged_files import unserved_warning
+    from strata_dagster.engine.readers import reader_statement_for, unserved_views
+
     statement = reader_statement_for(resolve_warehouse(project, warehouse))
     left_out = unserved_views(resolve_warehouse(project, warehouse))
     if left_out:
@@ -50,6 +50,8 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
 
 
 def _prompt(warehouse: Path) -> None:
+    from rich.table import Table
+
     from strata_dagster.warehouse.reader_shell import ReaderShell
 
     shell = ReaderShell(warehouse)

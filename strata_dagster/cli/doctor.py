@@ -9,7 +9,6 @@ import click
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import reports_errors, say
-from strata_dagster.engine.doctor import doctor
 from strata_dagster.wording import counted
 
 
@@ -26,6 +25,8 @@ def doctor_command(project: Path, warehouse: Path | None, as_json: bool) -> None
     catalog, the entry it serves and the files it reads) and what is left over beside them.
     Exits 1 when something is damaged (leftovers alone do not fail it).
     """
+    from strata_dagster.engine.doctor import doctor
+
     report = doctor(resolve_warehouse(project, warehouse))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=2))

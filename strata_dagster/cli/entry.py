@@ -1,6 +1,6 @@
-"""The `strata` console script. Ctrl-C while the command line is still importing (about a second
-on a busy machine) ends it with one line and exit status 130, not a KeyboardInterrupt traceback;
-so it imports nothing of its own before it can catch one."""
+"""The `strata` console script. Ctrl-C while the command line is still importing ends it with one
+line and exit status 130, not a KeyboardInterrupt traceback; so it imports nothing of its own
+before it can catch one."""
 
 import sys
 

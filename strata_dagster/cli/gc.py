@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import reports_errors, say
-from strata_dagster.engine.gc import GcResult, gc, parse_age
 from strata_dagster.wording import counted
+
+if TYPE_CHECKING:
+    from strata_dagster.engine.gc import GcResult
 
 
 @click.command("gc")
@@ -56,6 +59,8 @@ def gc_command(
     Runs are kept by --keep N (the last N), by --older-than AGE (those younger), or both (either
     keeps). A branch's live snapshots are never dropped.
     """
+    from strata_dagster.engine.gc import gc, parse_age
+
     result = gc(
         resolve_warehouse(project, warehouse),
         keep,

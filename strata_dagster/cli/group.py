@@ -11,11 +11,10 @@ from typing import Any
 
 import click
 
-from strata_dagster.cli.output import INTERRUPTED_EXIT, error_console
+from strata_dagster.cli.output import INTERRUPTED_EARLY, INTERRUPTED_EXIT, error_console
 from strata_dagster.errors import E_USAGE, StrataError
 
 USAGE_EXIT = 2  # as click and POSIX utilities exit on a command line they cannot read
-INTERRUPTED_EARLY = "interrupted: nothing was done"
 
 
 class UsageMistake(click.UsageError):

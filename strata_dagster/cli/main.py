@@ -1,12 +1,13 @@
-"""The `strata` command line."""
+"""The `strata` command line. Each command imports what it runs when it runs: `strata --help` and
+`strata CMD --help` import click and the command modules alone (no engine, no DuckDB, no rich)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from sqlglot import exp
 
 from strata_dagster.cli.connect import connect_command
 from strata_dagster.cli.doctor import doctor_command
@@ -19,22 +20,21 @@ from strata_dagster.cli.options import (
     resolve_warehouse,
     warehouse_option,
 )
-from strata_dagster.cli.output import console, print_warnings, reports_errors, say
+from strata_dagster.cli.output import before_each_command, console, print_warnings, reports_errors, say
 from strata_dagster.cli.plan import plan_command
 from strata_dagster.cli.runs import COMMANDS
 from strata_dagster.cli.show import show_command
 from strata_dagster.cli.unit_tests import test_command
 from strata_dagster.cli.verify import verify_command
-from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.errors import StrataError, StrataErrorGroup
-from strata_dagster.language import Project, load_project
-from strata_dagster.language.selection import select
-from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.sample_data import MAX_ROWS as MAX_SAMPLE_ROWS
-from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
-from strata_dagster.warehouse.settings import check_environment
+from strata_dagster.names import MAX_SAMPLE_ROWS
 from strata_dagster.wording import counted
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from strata_dagster.compile import CompiledProject
+    from strata_dagster.language import Project
 
 
 @click.group(cls=StrataGroup)
@@ -61,8 +61,16 @@ from strata_dagster.wording import counted
 @reports_errors
 def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None) -> None:
     """strata: incremental, versioned models on DuckDB, as Dagster assets."""
+    # Once the command's own arguments are read (so `strata CMD --help` is only click's), before it
+    # reads or writes anything.
+    before_each_command(lambda: _prepare(memory_limit, max_temp_size, temp_directory))
+
+
+def _prepare(memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None) -> None:
+    from strata_dagster.warehouse.settings import check_environment
+
     apply_resource_limits(memory_limit, max_temp_size, temp_directory)
-    check_environment()  # every STRATA_* variable, before a command reads or writes anything
+    check_environment()  # every STRATA_* variable
 
 
 def load_and_compile(
@@ -72,7 +80,9 @@ def load_and_compile(
     would compute differently) and, with `bind` on DuckDB, how many models DuckDB bound against
     the sources' schemas (E032 for those it refuses, all of them)."""
     from strata_dagster.backends.opening import read_source_schemas
+    from strata_dagster.compile import compile_project
     from strata_dagster.compile.engine_check import check_engine
+    from strata_dagster.language import load_project
     from strata_dagster.warehouse.binding import bind_models
 
     loaded = load_project(project)
@@ -111,6 +121,8 @@ def check(project: Path, warehouse: Path | None) -> None:
     """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas,
     and DuckDB binds every model's SQL against them; with --engine spark, every construct is also
     checked against Spark)."""
+    from strata_dagster.warehouse.engines import current_engine
+
     engine = current_engine().name
     compiled, _, bound = load_and_compile(project, resolve_warehouse(project, warehouse), engine, bind=True)
     loaded = compiled.project
@@ -133,6 +145,9 @@ def check(project: Path, warehouse: Path | None) -> None:
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
     """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --engine spark), in dependency order."""
+    from strata_dagster.language.selection import select
+    from strata_dagster.warehouse.engines import current_engine
+
     selection = tuple(selector for item in models for selector in model_selection(item, "--model"))
     engine = current_engine().name
     compiled, statements, _ = load_and_compile(
@@ -185,6 +200,10 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, day
     """Write deterministic sample orders and customers into the warehouse (tables raw.*), and daily
     hive-partitioned Parquet drops (`dt=YYYY-MM-DD/part-0.parquet` + `_SUCCESS`) for the project's
     business-versioned file sources."""
+    from strata_dagster.language import load_project
+    from strata_dagster.warehouse.sample_data import write_sample_data
+    from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
+
     try:
         loaded: Project | None = load_project(project)
     except StrataError:

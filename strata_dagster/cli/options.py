@@ -1,4 +1,4 @@
-"""Options every command shares."""
+"""Options every command shares (what they check is imported when they check it: `--help` imports none of it)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,8 @@ import click
 
 from strata_dagster.cli.output import error_console
 from strata_dagster.errors import E_PROJECT, E_UNKNOWN_MODEL, E_VERIFY_PARTITIONS, StrataError
-from strata_dagster.language.selection import split_selection
+from strata_dagster.names import ENGINE_ENV, ENGINE_NAMES, SPARK_REMOTE_ENV, WAREHOUSE_ENV
 from strata_dagster.paths import path_problem, shortened
-from strata_dagster.warehouse.connection import WAREHOUSE_ENV, check_warehouse_path
-from strata_dagster.warehouse.engines import (
-    ENGINE_ENV,
-    ENGINE_NAMES,
-    SPARK_REMOTE_ENV,
-    choose_engine,
-    chosen_engine,
-    current_engine,
-    engine_choice,
-)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +24,8 @@ project_argument = click.argument("project", type=click.Path(path_type=Path))
 def _choose_engine(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """`--engine` and `--spark-remote` choose this process's engine (warehouse.engines) before the
     command body runs; a bad value is the usual `error[E071]`, never a traceback."""
+    from strata_dagster.warehouse.engines import choose_engine, chosen_engine, engine_choice
+
     ctx.meta[f"strata_{param.name}"] = value
     if "strata_engine_before" not in ctx.meta:
         # The choice lasts for this command: a command invoked in-process (tests) leaves none behind.
@@ -85,6 +77,9 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
             f"project folder `{shortened(project)}` cannot be used: {project_problem}",
             hint="pass the folder that holds *.strata files",
         )
+    from strata_dagster.warehouse.connection import check_warehouse_path
+    from strata_dagster.warehouse.engines import current_engine
+
     engine = current_engine()
     from_env = os.environ.get(WAREHOUSE_ENV)
     if warehouse is None and from_env:
@@ -152,6 +147,8 @@ def model_selection(text: str | None, option: str = "--models") -> tuple[str, ..
     given but names nothing (`--models ''`, `--models ','`): that is no way to select all."""
     if text is None:
         return ()
+    from strata_dagster.language.selection import split_selection
+
     selection = split_selection(text)
     if not selection:
         raise StrataError(

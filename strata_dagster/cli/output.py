@@ -5,20 +5,42 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from rich.console import Console
+import click
 
 from strata_dagster.errors import StrataError, StrataWarning
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 INTERRUPTED = "interrupted: nothing was published"
+INTERRUPTED_EARLY = "interrupted: nothing was done"
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report it
+_BEFORE_COMMAND = "strata_before_command"
 
-console = Console(highlight=False)
-error_console = Console(stderr=True, highlight=False)
+
+class LazyConsole:
+    """A rich Console made when it first prints, so that what prints nothing through it (`--help`)
+    does not import rich."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        self._console.print(*objects, **options)
+
+
+console = LazyConsole(highlight=False)
+error_console = LazyConsole(stderr=True, highlight=False)
 
 
 def say(text: str, style: str | None = None) -> None:
@@ -31,13 +53,25 @@ def print_warnings(warnings: tuple[StrataWarning, ...] | list[StrataWarning]) ->
         error_console.print(warning.render(), markup=False, style="yellow", soft_wrap=True)
 
 
+def before_each_command(prepare: Callable[[], None]) -> None:
+    """Have `prepare` (a group's checks) run once the sub-command has read its own arguments, as its
+    body starts (`reports_errors` runs it): `strata CMD --help` neither waits for it nor fails on it."""
+    click.get_current_context().meta[_BEFORE_COMMAND] = prepare
+
+
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Print a StrataError as `error[E0xx]: ...` with its location and exit 1, never a traceback;
     on Ctrl-C say that nothing was published and exit 130."""
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        interrupted = INTERRUPTED_EARLY
         try:
+            context = click.get_current_context(silent=True)
+            prepare = context.meta.pop(_BEFORE_COMMAND, None) if context is not None else None
+            if prepare is not None:
+                prepare()
+            interrupted = INTERRUPTED
             return command(*args, **kwargs)
         except StrataError as error:
             error_console.print(error.render(), markup=False, style="red", soft_wrap=True)
@@ -47,7 +81,7 @@ def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
             sys.exit(1)
         except KeyboardInterrupt:
             # Every command publishes in one transaction, which the interrupt rolled back.
-            error_console.print(INTERRUPTED, markup=False, style="red")
+            error_console.print(interrupted, markup=False, style="red")
             sys.exit(INTERRUPTED_EXIT)
 
     return wrapper

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
 
 from strata_dagster.cli.options import (
     model_selection,
@@ -23,11 +23,9 @@ from strata_dagster.cli.runs import (
     rebuild_partitions_option,
     source_option,
 )
-from strata_dagster.engine.plan import Plan, plan
-from strata_dagster.engine.removed import removed_warning
-from strata_dagster.engine.run import RunRequest
-from strata_dagster.language import load_project
-from strata_dagster.warehouse.sources import parse_overrides
+
+if TYPE_CHECKING:
+    from strata_dagster.engine.plan import Plan
 
 WOULD_RUN_EXIT = 1  # as `terraform plan -detailed-exitcode` says "changes present"
 
@@ -63,6 +61,12 @@ def plan_command(
     showing it), 1 when it would build or publish something, as `terraform plan -detailed-exitcode`
     (errors also exit 1, after error[E0xx]).
     """
+    from strata_dagster.engine.plan import plan
+    from strata_dagster.engine.removed import removed_warning
+    from strata_dagster.engine.run import RunRequest
+    from strata_dagster.language import load_project
+    from strata_dagster.warehouse.sources import parse_overrides
+
     loaded = load_project(project)
     request = RunRequest(
         project_dir=project,
@@ -86,6 +90,8 @@ def plan_command(
 
 
 def print_plan(result: Plan) -> None:
+    from rich.table import Table
+
     table = Table("model", "path", "why", "rows to read", title=f"strata plan on branch {result.branch}")
     for model in result.models:
         rows = f"{model.rows_to_read:,}" if model.rows_to_read is not None else ""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from strata_dagster.cli.options import (
     model_selection,
@@ -19,21 +18,14 @@ from strata_dagster.cli.options import (
     warehouse_option,
 )
 from strata_dagster.cli.output import console, error_console, print_warnings, reports_errors, say
-from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine import operations
-from strata_dagster.engine.business import SOURCE_VERSIONS
-from strata_dagster.engine.context import check_branch, check_branch_of
-from strata_dagster.engine.damaged_files import rebuilt_warning
-from strata_dagster.engine.explain import BuildExplanation, EntryBuilds, history_and_interruptions
-from strata_dagster.engine.partition_keys import describe_keys
-from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
-from strata_dagster.engine.removed import removed_warning
-from strata_dagster.engine.replay import replay as replay_run
-from strata_dagster.engine.run import NOTHING_TO_DO, ModelOutcome, RunRequest, RunResult, run
-from strata_dagster.language import load_project
-from strata_dagster.language.definition import Project
-from strata_dagster.warehouse.sources import parse_overrides
+from strata_dagster.names import DEFAULT_BRANCH
 from strata_dagster.wording import counted
+
+if TYPE_CHECKING:
+    from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
+    from strata_dagster.engine.operations import PointerResult
+    from strata_dagster.engine.run import ModelOutcome, RunResult
+    from strata_dagster.language.definition import Project
 
 build_models_option = models_option("build")
 branch_option = click.option(
@@ -100,6 +92,13 @@ def run_command(
     kept); with it, only models downstream of changed sources or changed code are. With
     --partitions, the selected partitioned models rebuild exactly those partitions.
     """
+    from strata_dagster.engine.context import check_branch, check_branch_of
+    from strata_dagster.engine.damaged_files import rebuilt_warning
+    from strata_dagster.engine.removed import removed_warning
+    from strata_dagster.engine.run import NOTHING_TO_DO, RunRequest, run
+    from strata_dagster.language import load_project
+    from strata_dagster.warehouse.sources import parse_overrides
+
     check_branch(branch)  # every mistake in the command line is refused before the banner
     loaded = load_project(project)
     check_branch_of(loaded, branch)
@@ -141,6 +140,9 @@ def print_published(result: RunResult, what: str) -> None:
 
 def print_partitions(result: RunResult, project: Project) -> None:
     """What `--partitions` rebuilt, per model: the partitions asked for, and how they were built."""
+    from strata_dagster.engine.partition_keys import describe_keys
+    from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
+
     for outcome in result.outcomes:
         requested = outcome.detail.get(REQUESTED_PARTITIONS)
         spec = project.models[outcome.model].properties.partitioned_by
@@ -167,6 +169,10 @@ def print_partitions(result: RunResult, project: Project) -> None:
 def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
     """List runs, backfills, rollbacks, branches and promotions, oldest first, and how and why each
     run built each model (path, the reason a delta was not trusted, window, partitions rebuilt)."""
+    from rich.table import Table
+
+    from strata_dagster.engine.explain import history_and_interruptions
+
     entries, interrupted = history_and_interruptions(resolve_warehouse(project, warehouse))
     if as_json:
         click.echo(json.dumps([_entry_json(item) for item in entries], indent=2))
@@ -201,6 +207,8 @@ def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
 
 
 def _entry_json(item: EntryBuilds) -> dict[str, object]:
+    from strata_dagster.engine.business import SOURCE_VERSIONS
+
     entry = item.entry
     return {
         "run_id": entry.run_id,
@@ -221,6 +229,8 @@ def _entry_json(item: EntryBuilds) -> dict[str, object]:
 
 def print_source_versions(detail: dict[str, Any]) -> None:
     """The version of each business-versioned source a run read: its last consumed partition."""
+    from strata_dagster.engine.business import SOURCE_VERSIONS
+
     for source, version in sorted((detail.get(SOURCE_VERSIONS) or {}).items()):
         parts = [f"{version.get('partitions', 0):,} partitions consumed"]
         if version.get("new_partitions"):
@@ -253,6 +263,10 @@ def print_builds(builds: tuple[BuildExplanation, ...]) -> None:
 @reports_errors
 def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) -> None:
     """Show what RUN_ID ran: inputs' fingerprints, snapshots and the path each model took."""
+    from rich.table import Table
+
+    from strata_dagster.engine.replay import replay as replay_run
+
     report = replay_run(resolve_warehouse(project, warehouse), run_id, execute=execute)
     entry = report.entry
     console.print(
@@ -309,6 +323,8 @@ def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) ->
 @reports_errors
 def rollback(project: Path, run_id: str, warehouse: Path | None) -> None:
     """Point the views back at what RUN_ID published (recorded as its own history entry)."""
+    from strata_dagster.engine import operations
+
     result = operations.rollback(resolve_warehouse(project, warehouse), run_id)
     print_pointer_result(result, f"rolled back to {run_id[:12]}")
 
@@ -322,6 +338,8 @@ def retire(project: Path, warehouse: Path | None, branch: str) -> None:
     """Drop the live views of models PROJECT no longer defines (renamed or deleted), recorded as a
     history entry; `strata rollback` to an earlier run brings them back. Python models' views
     (defined in Dagster code) are kept."""
+    from strata_dagster.engine import operations
+
     result = operations.retire_removed(project, resolve_warehouse(project, warehouse), branch)
     if not result.changes:
         say(f"every live view on branch {branch} belongs to a model of the project (nothing to do)")
@@ -329,7 +347,7 @@ def retire(project: Path, warehouse: Path | None, branch: str) -> None:
     print_pointer_result(result, f"retired on branch {branch} (run {(result.run_id or '-')[:12]})")
 
 
-def print_pointer_result(result: operations.PointerResult, what: str) -> None:
+def print_pointer_result(result: PointerResult, what: str) -> None:
     if not result.changes:
         say(f"{what}: views already point there (nothing to do)")
         return
@@ -357,6 +375,8 @@ def branch() -> None:
 @reports_errors
 def branch_create(project: Path, name: str, source: str, warehouse: Path | None) -> None:
     """Create branch NAME pointing at the snapshots of --from (zero-copy)."""
+    from strata_dagster.engine import operations
+
     result = operations.create_branch(resolve_warehouse(project, warehouse), name, source)
     print_pointer_result(result, f"branch {name} created from {source}")
 
@@ -369,6 +389,8 @@ def branch_create(project: Path, name: str, source: str, warehouse: Path | None)
 def branch_delete(project: Path, name: str, warehouse: Path | None) -> None:
     """Drop every view of branch NAME (recorded in the history; `strata rollback` to one of its runs
     brings it back)."""
+    from strata_dagster.engine import operations
+
     result = operations.delete_branch(resolve_warehouse(project, warehouse), name)
     print_pointer_result(result, f"branch {name} deleted (run {(result.run_id or '-')[:12]})")
 
@@ -381,6 +403,8 @@ def branch_delete(project: Path, name: str, warehouse: Path | None) -> None:
 @reports_errors
 def promote(project: Path, source: str, target: str, warehouse: Path | None) -> None:
     """Point --to's views at the snapshots branch SOURCE exposes (zero-copy)."""
+    from strata_dagster.engine import operations
+
     result = operations.promote(resolve_warehouse(project, warehouse), source, target)
     print_pointer_result(result, f"promoted {source} to {target}")
 
@@ -417,6 +441,8 @@ def backfill(
     With --partitions, the selected partitioned models rebuild exactly those partitions."""
     from strata_dagster.engine.backfill import backfill as run_backfill
     from strata_dagster.engine.backfill import backfill_errors
+    from strata_dagster.engine.run import NOTHING_TO_DO
+    from strata_dagster.language import load_project
 
     with backfill_errors():  # every error a backfill reports is E085, its cause's code in the message
         selection, items = model_selection(models), split_partitions(partitions)

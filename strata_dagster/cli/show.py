@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from strata_dagster.cli.options import project_argument, resolve_warehouse, warehouse_option
 from strata_dagster.cli.output import console, reports_errors, say
-from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.show import export_rows, show_rows
+from strata_dagster.names import DEFAULT_BRANCH
 from strata_dagster.wording import counted
 
 
@@ -40,6 +38,10 @@ def show_command(
 ) -> None:
     """Print MODEL's live rows as readers see them (a table of the first --limit rows), or write them all
     to --output, on either engine."""
+    from rich.table import Table
+
+    from strata_dagster.engine.show import export_rows, show_rows
+
     where = resolve_warehouse(project, warehouse)
     if output is not None:
         written = export_rows(project, where, model, output, branch=branch)

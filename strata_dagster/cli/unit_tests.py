@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich import box
-from rich.table import Table
 
 from strata_dagster.cli.options import (
     model_selection,
@@ -17,8 +16,10 @@ from strata_dagster.cli.options import (
     warehouse_option,
 )
 from strata_dagster.cli.output import console, reports_errors, say
-from strata_dagster.engine.unit_tests import DiffRow, UnitTestReport, UnitTestResult, run_unit_tests
 from strata_dagster.errors import E_WAREHOUSE, StrataError
+
+if TYPE_CHECKING:
+    from strata_dagster.engine.unit_tests import DiffRow, UnitTestReport, UnitTestResult
 
 
 @click.command("test")
@@ -31,6 +32,8 @@ def test_command(project: Path, models: str | None, warehouse: Path | None, as_j
     """Run the unit tests of PROJECT's models: each model over its fixture rows, in an in-memory
     DuckDB, against the expected rows. The warehouse is only read (for its sources' columns and
     types), never written. Exits 1 when a test fails."""
+    from strata_dagster.engine.unit_tests import run_unit_tests
+
     selection = model_selection(models)
     if warehouse is not None and not warehouse.exists():
         # Without a warehouse the tests run on declared columns alone; a typo must not go unnoticed.
@@ -49,6 +52,9 @@ def test_command(project: Path, models: str | None, warehouse: Path | None, as_j
 
 
 def print_report(report: UnitTestReport) -> None:
+    from rich import box
+    from rich.table import Table
+
     if not report.results:
         console.print("test: no unit tests (write `test MODEL NAME { ... }` blocks)", markup=False)
         return

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from strata_dagster.cli.options import (
     model_selection,
@@ -20,12 +18,14 @@ from strata_dagster.cli.options import (
 )
 from strata_dagster.cli.output import console, reports_errors, say
 from strata_dagster.cli.runs import branch_option, source_option
-from strata_dagster.engine.source_verify import mismatch_error, verify_sources
-from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify
-from strata_dagster.language import load_project
-from strata_dagster.warehouse.compare import ColumnTotal, Figures, Total
-from strata_dagster.warehouse.sources import parse_overrides
 from strata_dagster.wording import counted
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
+
+    from strata_dagster.engine.verify import ModelVerification, VerifyReport
+    from strata_dagster.warehouse.compare import ColumnTotal, Figures, Total
 
 _HEADERS = ("rows\n(full)", "row\ndelta", "only\nfull", "only\nincr", "count\n≠", "rows\nin ≠", "totals")
 _LEGEND = (
@@ -72,6 +72,10 @@ def verify_command(
     history are never touched. Rows are compared as multisets of row hashes, with the totals of
     every numeric column, per partition for partitioned models. Exits 1 on any difference.
     """
+    from strata_dagster.engine.verify import verify
+    from strata_dagster.language import load_project
+    from strata_dagster.warehouse.sources import parse_overrides
+
     if deep_sources:
         _verify_sources(project, resolve_warehouse(project, warehouse))
         return
@@ -90,6 +94,8 @@ def verify_command(
 
 
 def _verify_sources(project: Path, warehouse: Path) -> None:
+    from strata_dagster.engine.source_verify import mismatch_error, verify_sources
+
     checks = verify_sources(project, warehouse)
     for check in checks:
         bad = len(check.mismatched)
@@ -109,6 +115,9 @@ def _verify_sources(project: Path, warehouse: Path) -> None:
 
 
 def print_report(report: VerifyReport) -> None:
+    from rich import box
+    from rich.table import Table
+
     scope = f", partitions {', '.join(report.partitions)}" if report.partitions else ""
     table = Table(
         title=f"live models on branch {report.branch} vs a full rebuild{scope}",
@@ -156,6 +165,8 @@ def print_report(report: VerifyReport) -> None:
 def _add_rows(table: Table, model: ModelVerification, *, show_all: bool) -> list[str]:
     """Add the model's row, then its partitions' (all when a selection was given, else the differing
     ones); return a line per numeric total that differs."""
+    from rich.text import Text
+
     name = Text(model.model)
     notes = [counted(len(model.partitions), "partition")] if model.partitioned_by else []
     if model.compared_columns:
@@ -175,6 +186,8 @@ def _add_rows(table: Table, model: ModelVerification, *, show_all: bool) -> list
 
 
 def _cells(figures: Figures, *, is_equal: bool) -> list[Text]:
+    from rich.text import Text
+
     delta = Text(
         f"{figures.row_delta:+,}" if figures.row_delta else "0", style="red" if figures.row_delta else ""
     )

@@ -8,8 +8,8 @@ from pathlib import PurePosixPath
 from sqlglot import exp
 
 from strata_dagster.language.definition import Project, Source
+from strata_dagster.names import DEFAULT_BRANCH
 
-DEFAULT_BRANCH = "main"
 # Compiled statements name relations by role, `__rel__.<name>`; binding swaps in real tables.
 ROLE_SCHEMA = "__rel__"
 VIEW_PREFIX = "v_"

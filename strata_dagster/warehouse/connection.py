@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from strata_dagster.errors import E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError, first_line
+from strata_dagster.names import WAREHOUSE_ENV as WAREHOUSE_ENV  # read here by settings and the CLI
 from strata_dagster.paths import path_problem, shortened
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.state.migrations import HISTORY_SCHEMA
@@ -21,7 +22,6 @@ from strata_dagster.warehouse.limits import connect_within_limits, exceeded_erro
 from strata_dagster.warehouse.sql import evaluate_in_utc
 
 LOCK_TIMEOUT_ENV = "STRATA_LOCK_TIMEOUT"
-WAREHOUSE_ENV = "STRATA_WAREHOUSE"
 DEFAULT_LOCK_TIMEOUT = 120.0
 _LOCK_MARKERS = ("Could not set lock", "Conflicting lock", "lock on file")
 # What DuckDB says when a database file's bytes are not what its header promises (a truncated

@@ -17,15 +17,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final
 
 from strata_dagster.backends.base import Capabilities, Opener
 from strata_dagster.errors import E_ENGINE, StrataError
+from strata_dagster.names import ENGINE_ENV, ENGINE_NAMES, SPARK_REMOTE_ENV
 
-EngineName = Literal["duckdb", "spark"]
-ENGINE_NAMES: Final[tuple[str, ...]] = get_args(EngineName)
-ENGINE_ENV: Final = "STRATA_ENGINE"
-SPARK_REMOTE_ENV: Final = "STRATA_SPARK_REMOTE"
 DEFAULT_ENGINE: Final = "duckdb"
 
 # Engine -> "module:function" that opens its sessions, imported only when the engine is chosen.

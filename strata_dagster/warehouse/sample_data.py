@@ -18,6 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.errors import E_WAREHOUSE, StrataError
+from strata_dagster.names import MAX_SAMPLE_ROWS as MAX_ROWS
 from strata_dagster.warehouse.connection import connect
 from strata_dagster.wording import counted
 
@@ -27,8 +28,6 @@ CUSTOMERS_TABLE: Final = "customers"
 ORDERS_TABLE: Final = "orders"
 _STAGING_SUFFIX: Final = "__staging"
 
-# Ten times what the benchmarks use: beyond it a typo (an extra zero or three) fills the disk.
-MAX_ROWS: Final = 100_000_000
 ORDERS_PER_CUSTOMER: Final = 50
 MIN_CUSTOMERS: Final = 10
 # Orders whose customer_id is missing from raw.customers, so that left joins matter: one in a
