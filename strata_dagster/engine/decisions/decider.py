@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
+from strata_dagster.engine.builds.full import REPLACED_SOURCES
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, StrategyName
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.model_slices import ModelSlices
@@ -22,9 +23,6 @@ from strata_dagster.fingerprint.refresh import refresh_period
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.snapshot_files import FileDamage
 from strata_dagster.warehouse.states import state_tables
-
-# A state's detail key: the sources its full build read through an override replacing their rows.
-REPLACED_SOURCES = "replaced_sources"
 
 
 def replaced_reason(now: list[str], before: list[str]) -> str:
