@@ -17,31 +17,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine import business, sliding_window
-from strata_dagster.engine.builds.full import FullBuild, full_record
-from strata_dagster.engine.builds.pins import check_delta_pins, check_pins, unique_checked
-from strata_dagster.engine.builds.strategy import Built, Target, as_build_error
-from strata_dagster.engine.builds.view import ViewBuild
+from strata_dagster.engine import business
+from strata_dagster.engine.builds.dispatch import strategy_for
+from strata_dagster.engine.builds.strategy import Built, Target
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision
-from strata_dagster.engine.decisions.dispatch import delta_builder
 from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.incremental import (
-    DeltaBuild,
-    Fallback,
-    IncrementalContext,
-    SchemaChanged,
-)
 from strata_dagster.engine.limits import limits_as_errors
 from strata_dagster.engine.listing_prefetch import listed_while_opening
-from strata_dagster.engine.model_slices import ModelSlices
 from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
-from strata_dagster.engine.paths import CUTOFF, DELTA, FULL, PARTITIONS, REUSED
+from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
 from strata_dagster.engine.publish import Publication, publish
-from strata_dagster.engine.row_wise import NOT_ROW_WISE, RowWise
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language import load_project
 from strata_dagster.warehouse.connection import check_warehouse_path
@@ -50,7 +39,6 @@ from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.history import EntryModel, SnapshotRecord
 from strata_dagster.warehouse.session import Session, open_session
 from strata_dagster.warehouse.snapshot_files import FileDamage
-from strata_dagster.warehouse.sql import snapshot_table
 from strata_dagster.warehouse.tables import snapshot_table_name
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
@@ -171,7 +159,6 @@ class _Run:
         self.new_keys: list[tuple[str, str]] = []
         self.entry_models: list[EntryModel] = []
         self.to_publish: dict[str, SnapshotRecord] = {}
-        self.partial_states: set[str] = set()  # models whose new state rebuilt only requested partitions
 
     def execute(self) -> RunResult:
         started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -284,14 +271,16 @@ class _Run:
             chosen, path = existing, REUSED
         else:
             with limits_as_errors(name, model.location):
-                chosen, path, detail = self._build(decision, fingerprint)
+                built = self._build(decision, fingerprint)
+            chosen, path, detail = built.record, built.path, built.detail
             if name in self.decider.damaged and current is None:
                 detail = {**detail, "full_reason": rebuilt_reason(self.decider.damaged[name])}
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
             if name in self.scope.requested:
                 detail = {**detail, REQUESTED_PARTITIONS: list(self.scope.requested[name])}
-            if is_incremental and path != CUTOFF and name not in self.partial_states:
+            # A state that rebuilt only the requested partitions is not what these inputs give: no key.
+            if is_incremental and path != CUTOFF and not built.is_partial:
                 # Building on the new state with these same inputs gives that state again.
                 again = build_key(fingerprint, inputs, merge_state=chosen.snapshot_id, period=period).value
                 self.new_keys.append((again, chosen.snapshot_id))
@@ -353,12 +342,10 @@ class _Run:
             snapshot_id = short_id(digest(key, self.scope.entry))
         return snapshot_id
 
-    def _build(
-        self, decision: ModelDecision, fingerprint: ModelFingerprint
-    ) -> tuple[SnapshotRecord, str, dict[str, object]]:
-        scope = self.scope
+    def _build(self, decision: ModelDecision, fingerprint: ModelFingerprint) -> Built:
+        """The model built by the strategy its decision names (engine.builds.dispatch); what it
+        wrote is recorded for the publication."""
         name, key = decision.model, decision.choice.key
-        current, existing = decision.live, decision.choice.existing
         snapshot_id = self._new_snapshot_id(key)
         target = Target(
             self.project.models[name],
@@ -367,162 +354,14 @@ class _Run:
             snapshot_id,
             snapshot_table_name(snapshot_id, name),
             fingerprint.value,
-            scope.entry,
+            self.scope.entry,
         )
-        if decision.strategy == "view":
-            view = ViewBuild(
-                target,
-                self.session,
-                scope.relation_for_build,
-                current,
-                existing,
-                scope.chosen,
-                scope.is_refreshed(name),
-                self.decider.is_state_present,
-            )
-            built = self._record(target, view.build())
-            return built.record, built.path, {}
-        window = scope.sliding_source_of(name)
-        if window is not None:
-            return self._build_over_window(target, window, current)
-        maintained = scope.row_wise.get(name)
-        if scope.is_incremental(name):
-            context = scope.incremental_context(name, target.snapshot_id, target.table_name)
-            reason = decision.full_reason
-            if current is not None and reason is None:
-                outcome = self._delta(scope.narrowed(context, current), current)
-                if isinstance(outcome, DeltaBuild):
-                    record, path, detail = self._accept_delta(
-                        name, key, outcome, PARTITIONS if scope.is_partitioned(name) else DELTA
-                    )
-                    return record, path, scope.row_wise_detail(name, detail)
-                reason = outcome.reason
-            built = self._record(target, self._full_build(target, current, existing, context).build())
-            return built.record, built.path, scope.row_wise_detail(name, {"full_reason": reason})
-        built = self._record(target, self._full_build(target, current, existing, None).build())
-        if isinstance(maintained, str) and current is not None and built.path == FULL:
-            return built.record, built.path, {"full_reason": f"{NOT_ROW_WISE}: {maintained}"}
-        return built.record, built.path, {}
-
-    def _full_build(
-        self,
-        target: Target,
-        current: SnapshotRecord | None,
-        existing: SnapshotRecord | None,
-        context: IncrementalContext | None,
-    ) -> FullBuild:
-        scope, name = self.scope, target.model.name
-        followed = scope.followed.get(name)
-        maintained = scope.row_wise.get(name)
-        return FullBuild(
-            target,
-            self.session,
-            scope.relation_for_build,
-            current,
-            existing,
-            self.decider.is_state_present,
-            context,
-            scope.replaced_sources(name) if context is not None else (),
-            scope.is_partitioned(name),
-            scope.is_refreshed(name),
-            followed,
-            name in scope.row_wise,
-            scope.identities(name) if context is not None else {},
-            scope.upstream_segments(name) if followed is not None and context is not None else {},
-            maintained.text if isinstance(maintained, (RowWise, ModelSlices)) else None,
-        )
-
-    def _record(self, target: Target, built: Built) -> Built:
-        """A build's new snapshot, and the state it left under the model's build key."""
+        built = strategy_for(decision, self.scope, target, self.decider.is_state_present).build()
         if built.is_new:
             self.new_snapshots.append(built.record)
         if not built.is_partial:
-            self.new_keys.append((target.key, built.record.snapshot_id))
+            self.new_keys.append((key, built.record.snapshot_id))
         return built
-
-    def _build_over_window(
-        self, target: Target, source: str, current: SnapshotRecord | None
-    ) -> tuple[SnapshotRecord, str, dict[str, object]]:
-        """A model over a sliding-window source: an aggregate kept from the window's weighted delta,
-        any other shape built in full (and why)."""
-        name, key, compiled = target.model.name, target.key, target.compiled
-        snapshot_id, table_name = target.snapshot_id, target.table_name
-        reading = self.scope.business[source]
-        shape = sliding_window.shape_of(compiled, source)
-        if isinstance(shape, str) or self.scope.is_partitioned(name):
-            reason = (
-                shape
-                if isinstance(shape, str)
-                else f"a partitioned model over `{source}` builds in full over the window"
-            )
-            reason = f"`{source}` is a sliding window: {reason}"
-            built = self._record(target, self._full_build(target, current, None, None).build())
-            return built.record, built.path, {"full_reason": reason}
-        maintained = sliding_window.WindowAggregate(
-            self.session,
-            compiled,
-            shape,
-            self.scope.relation_for_build,
-            source,
-            reading.window,
-            reading.columns,
-            reading.partitions_relation,
-        )
-        reason = "first build" if current is None else None
-        if self.scope.is_refreshed(name):
-            reason = "full refresh requested"
-        elif reading.reset_reason is not None:
-            reason = f"source `{source}` starts a new partition ledger ({reading.reset_reason})"
-        elif current is not None:
-            consumed = {item.key for item in reading.consumed}
-            reason = maintained.precheck(
-                current, target.fingerprint, consumed, self.scope.catalog.snapshot_tables
-            )
-        if reason is None:
-            assert current is not None
-            with as_build_error(target.model):
-                build = maintained.delta(current, snapshot_id, table_name, self.scope.entry)
-            if isinstance(build, DeltaBuild):
-                return self._accept_delta(name, key, build, DELTA)
-            reason = build.reason
-        with as_build_error(target.model):
-            self.session.create_snapshot(table_name, compiled.bound(self.scope.relation_for_build))
-            check_pins(self.session, target.model, table_name)
-            maintained.full(table_name)
-            content = self.session.content(snapshot_table(table_name))
-        record = full_record(target, content, maintained.detail(table_name, content.columns))
-        self._record(target, Built(record, FULL))
-        return record, FULL, {"full_reason": reason}
-
-    def _delta(self, context: IncrementalContext, current: SnapshotRecord) -> DeltaBuild | Fallback:
-        name = context.model.name
-        try:
-            with as_build_error(self.project.models[name]):
-                return delta_builder(self.scope, name, context, current).build()
-        except SchemaChanged:
-            return Fallback("the delta's columns differ from the previous state's")
-
-    def _accept_delta(
-        self, name: str, key: str, build: DeltaBuild, path: str
-    ) -> tuple[SnapshotRecord, str, dict[str, object]]:
-        model = self.project.models[name]
-        # A state that rebuilt only the requested partitions is not what these inputs give: no key.
-        is_partial = name in self.scope.requested
-        if is_partial:
-            self.partial_states.add(name)
-        if build.is_unchanged:
-            if not is_partial:
-                self.new_keys.append((key, build.record.snapshot_id))
-            return build.record, CUTOFF, build.detail
-        record = build.record
-        checkpoint("snapshot_created")
-        check_delta_pins(self.session, self.reader, model, record)
-        checkpoint("pins_checked")
-        record = replace(record, detail={**record.detail, **unique_checked(model)})
-        self.new_snapshots.append(record)
-        if not is_partial:
-            self.new_keys.append((key, record.snapshot_id))
-        return record, path, build.detail
 
 
 def run_project(

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import partitions
 from strata_dagster.engine.builds.pins import check_pins, unique_checked
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
+from strata_dagster.engine.decisions.definition import StrategyName
 from strata_dagster.engine.incremental import (
     IncrementalContext,
     full_detail,
@@ -39,7 +41,25 @@ REPLACED_SOURCES = "replaced_sources"
 
 @dataclass
 class FullBuild:
-    """The model's query into a new snapshot; equal rows keep a present state instead (early cutoff)."""
+    """The model's query into a new snapshot; equal rows keep a present state instead (early cutoff).
+
+    Args:
+        target: what the build writes.
+        session: the run's session.
+        relation: what each input is read from in this run.
+        current: the live state (None: first build, or a table of it went missing).
+        existing: the present state the build key names, if any (kept when the rows are equal).
+        is_state_present: whether a state is there to keep.
+        context: an incremental model's build context (None for a `replace` model).
+        replaced .. row_wise: what an incremental model's new state records (see each field).
+        not_maintained: why a model read row-wise is not maintained so (recorded on a new state).
+
+    Returns (from `build`):
+        Built: a new snapshot ("full"), or a present state with the same rows ("cutoff",
+        `is_new=False`; the new table is dropped).
+    """
+
+    strategy: ClassVar[StrategyName] = "full"
 
     target: Target
     session: Session
@@ -57,6 +77,7 @@ class FullBuild:
     identities: Mapping[str, str] = field(default_factory=dict)  # each input's content identity
     upstream_segments: Mapping[str, list[str]] = field(default_factory=dict)  # of the followed inputs
     row_wise: str | None = None  # the slicing a row-wise model is maintained by (history's words)
+    not_maintained: str | None = None  # why a model read row-wise is not maintained so
 
     def build(self) -> Built:
         target, session, context = self.target, self.session, self.context
@@ -89,7 +110,10 @@ class FullBuild:
         if self.replaced:
             detail[REPLACED_SOURCES] = list(self.replaced)
         detail.update(unique_checked(target.model))
-        return Built(full_record(target, content, detail, watermark), FULL)
+        outcome: dict[str, object] = {}
+        if self.not_maintained is not None and self.current is not None:
+            outcome["full_reason"] = self.not_maintained
+        return Built(full_record(target, content, detail, watermark), FULL, outcome)
 
     def _state_detail(
         self, content: Content, figures: SliceFigures | None

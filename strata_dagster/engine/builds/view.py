@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from strata_dagster.compile.determinism import effective_refresh
 from strata_dagster.engine.builds.pins import check_contract
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
+from strata_dagster.engine.decisions.definition import StrategyName
 from strata_dagster.engine.paths import CUTOFF, UNPARTITIONED, VIEW
 from strata_dagster.fingerprint import digest, view_identity
 from strata_dagster.warehouse.faults import checkpoint
@@ -19,7 +21,23 @@ from strata_dagster.warehouse.session import Session
 class ViewBuild:
     """A view model's state: a view whose identity comes from the build key (its definition and
     its inputs' identities), never from hashing its rows. A present view with that identity (the
-    live one, or the one the key names) is kept instead: early cutoff without reading a row."""
+    live one, or the one the key names) is kept instead: early cutoff without reading a row.
+
+    Args:
+        target: what the build writes.
+        session: the run's session.
+        relation: what each input is read from in this run.
+        current: the live state; existing: the present state the build key names, if any.
+        inputs: each input model's state as the run leaves it (the segments the view reads).
+        is_refresh: `--full-refresh` of this model.
+        is_state_present: whether a state is there to keep.
+
+    Returns (from `build`):
+        Built: a new view ("view"), or a present one with the same identity ("cutoff",
+        `is_new=False`), its contract checked either way.
+    """
+
+    strategy: ClassVar[StrategyName] = "view"
 
     target: Target
     session: Session

@@ -122,7 +122,7 @@ class Decider:
 
     # -- how a rebuilt model is built ---------------------------------------------------------------
     def strategy(self, name: str, full_reason: str | None) -> StrategyName:
-        """Which kind of build rebuilds `name` (engine.decisions.dispatch builds it)."""
+        """Which kind of build rebuilds `name` (engine.builds.dispatch builds it)."""
         scope = self.scope
         if scope.project.models[name].properties.is_view:
             return "view"
