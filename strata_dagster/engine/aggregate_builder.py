@@ -18,7 +18,8 @@ from sqlglot import exp
 
 from strata_dagster.engine import aggregate_delta
 from strata_dagster.engine.aggregate_delta import MAINTAINED, AggregateShape
-from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
+from strata_dagster.engine.builds.segment import DeltaBuild
+from strata_dagster.engine.incremental import Fallback, IncrementalContext
 from strata_dagster.engine.model_slices import SlicedBuilder, UpstreamChange, replaced_rows
 from strata_dagster.engine.partitions import NULL_PARTITION, partition_column, partition_grain
 from strata_dagster.language.definition import JoinStep

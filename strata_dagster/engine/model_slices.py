@@ -37,7 +37,8 @@ from sqlglot import exp
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import joined_inputs, partitions, state_figures
-from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, IncrementalContext
+from strata_dagster.engine.builds.segment import DeltaBuild
+from strata_dagster.engine.incremental import DeltaBuilder, Fallback, IncrementalContext
 from strata_dagster.engine.partitions import (
     NULL_PARTITION,
     STRATEGY,
@@ -540,7 +541,15 @@ class AppendedBuilder(DeltaBuilder):
         facts = {UPSTREAM_SEGMENTS: recorded_segments(self.changes), "other_inputs": self._others()}
         new_rows = sum(len(change.added) for change in self.changes)
         detail: dict[str, Any] = {"segments_read": new_rows}
-        return self._finish(self.ctx.compiled.statement.copy(), (0, "0"), None, detail, facts)
+        return self.writer.write(
+            self.ctx,
+            self.ctx.compiled.statement.copy(),
+            (0, "0"),
+            None,
+            detail,
+            facts,
+            rows_left_below=self.has_rows_left_below,
+        )
 
     def _others(self) -> dict[str, str]:
         followed = {change.model for change in self.changes} if not isinstance(self.changes, str) else set()

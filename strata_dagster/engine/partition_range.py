@@ -17,12 +17,10 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
-from sqlglot import exp
-
 from strata_dagster.engine import joined_inputs
 from strata_dagster.engine.catalog import model_bounds
 from strata_dagster.engine.context import ProjectContext, with_upstream
-from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
+from strata_dagster.engine.incremental import Fallback, IncrementalContext
 from strata_dagster.engine.partition_keys import PartitionRequest, keys_for_model, request_grain
 from strata_dagster.engine.partitions import PartitionBuilder
 from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
@@ -145,6 +143,7 @@ class PartitionRangeBuilder(PartitionBuilder):
     ) -> None:
         super().__init__(ctx, previous, segments, identities)
         self.keys = keys
+        self.completes_state = False
 
     def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
         return list(self.keys)
@@ -160,22 +159,3 @@ class PartitionRangeBuilder(PartitionBuilder):
         recorded = {key: value for key, value in before.items() if key not in self.keys}
         recorded.update({key: now[key] for key in self.keys if key in now})
         return recorded
-
-    def _finish(
-        self,
-        delta_query: exp.Query,
-        removed: tuple[int, str],
-        keys_table: str | None,
-        detail: dict[str, Any],
-        facts: dict[str, Any],
-        kept_key_sum: tuple[int, int] | None = None,
-    ) -> DeltaBuild:
-        build = super()._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
-        if build.is_unchanged or build.record.content_hash != self.previous.content_hash:
-            return build
-        # The rebuilt partitions hold the rows they held: the current snapshot stays.
-        self.ctx.session.drop_snapshot(build.record.table_name)
-        replaced = build.record.detail.get("keys_table")
-        if replaced:
-            self.ctx.session.drop_snapshot(str(replaced))
-        return self.kept({**build.detail, "rows_equal": True}, facts)

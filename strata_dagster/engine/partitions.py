@@ -19,12 +19,11 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import joined_inputs, segment_compaction, state_figures
+from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.incremental import (
-    DeltaBuild,
     DeltaBuilder,
     Fallback,
     IncrementalContext,
-    SchemaChanged,
 )
 from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.content import ROW_ALIAS, Content
@@ -181,6 +180,11 @@ class PartitionBuilder(DeltaBuilder):
         # (engine.model_slices): recorded so that its next build follows them again.
         self.upstream_segments: dict[str, list[str]] | None = None
         self._measured: tuple[str, state_figures.SliceFigures] | None = None  # segment, its figures
+        # The new segment's figures per partition are measured in the scan that counts its rows.
+        self.writer = replace(self.writer, measure=self._measured_content)
+        # False: only some partitions are rebuilt (engine.partition_range), and recomputed rows
+        # equal to the live ones keep the live state.
+        self.completes_state = True
 
     def precheck(self) -> Fallback | None:
         previous = self.previous.detail
@@ -229,7 +233,7 @@ class PartitionBuilder(DeltaBuilder):
             detail["partitions_reached_by_joins"] = len(joined.partitions)
         if not affected:
             self._drop(joined.tables)
-            return self.kept(detail, facts)
+            return self.writer.kept(detail, facts)
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
         self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
@@ -249,11 +253,21 @@ class PartitionBuilder(DeltaBuilder):
             str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
         )
         try:
-            build = self._finish(delta_query, removed, keys_table, detail, facts)
+            build = self.writer.write(
+                self.ctx,
+                delta_query,
+                removed,
+                keys_table,
+                detail,
+                facts,
+                rows_left_below=self.has_rows_left_below,
+            )
         except SchemaChanged:
             self._forget_replaced(keys_table)
             self._drop(joined.tables)
             raise
+        if not self.completes_state:
+            build = self._kept_if_rows_equal(build, facts)
         if _replacing_keys_table(build.record) != keys_table:  # also a kept state: the previous one
             self._forget_replaced(keys_table)  # no segment replaces those rows by this keys table
         if build.is_unchanged:
@@ -267,7 +281,7 @@ class PartitionBuilder(DeltaBuilder):
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._forget_replaced(keys_table)
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
-        return self.kept({**detail, "partitions_unchanged": len(affected)}, facts)
+        return self.writer.kept({**detail, "partitions_unchanged": len(affected)}, facts)
 
     def _partition_rows(self, affected: list[str], keys_table: str, detail: dict[str, Any]) -> exp.Query:
         """The new rows of the affected partitions (named by `keys_table`): each recomputed
@@ -416,7 +430,17 @@ class PartitionBuilder(DeltaBuilder):
         by day or month, few enough to record."""
         return partition_grain(self.ctx) in state_figures.RECORDED_GRAINS
 
-    def _segment_content(self, name: str) -> Content:
+    def _kept_if_rows_equal(self, build: DeltaBuild, facts: dict[str, Any]) -> DeltaBuild:
+        """A partial rebuild whose partitions hold the rows they held: the current snapshot stays."""
+        if build.is_unchanged or build.record.content_hash != self.previous.content_hash:
+            return build
+        self.ctx.session.drop_snapshot(build.record.table_name)
+        replaced = build.record.detail.get("keys_table")
+        if replaced:
+            self.ctx.session.drop_snapshot(str(replaced))
+        return self.writer.kept({**build.detail, "rows_equal": True}, facts)
+
+    def _measured_content(self, name: str) -> Content:
         """The new segment's content, from the scan that measures its figures when this model
         records them (one scan of its rows, not two)."""
         if self._records_figures():
@@ -427,7 +451,7 @@ class PartitionBuilder(DeltaBuilder):
             if figures is not None:
                 self._measured = (name, figures)
                 return figures.content(self.ctx.session.describe(snapshot_table(name)))
-        return super()._segment_content(name)
+        return self.ctx.session.content(snapshot_table(name))
 
     def _segment_figures(self, record: SnapshotRecord) -> state_figures.SliceFigures | None:
         """The figures of the rows the new segment holds, as its build measured them."""

@@ -18,7 +18,8 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.incremental import DeltaBuild, Fallback
+from strata_dagster.engine.builds.segment import DeltaBuild
+from strata_dagster.engine.incremental import Fallback
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.segments import typed_literal
 from strata_dagster.warehouse.session import Session

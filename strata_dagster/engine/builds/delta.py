@@ -12,9 +12,10 @@ from dataclasses import dataclass, replace
 
 from strata_dagster.engine.builds.full import FullBuild
 from strata_dagster.engine.builds.pins import check_delta_pins, unique_checked
+from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.builds.strategy import Built, Target, as_build_error
 from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, SchemaChanged
+from strata_dagster.engine.incremental import DeltaBuilder, Fallback
 from strata_dagster.engine.paths import CUTOFF, BuildPath
 from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.faults import checkpoint

@@ -10,10 +10,10 @@ from strata_dagster.engine import sliding_window
 from strata_dagster.engine.builds.delta import accepted
 from strata_dagster.engine.builds.full import FullBuild, full_record
 from strata_dagster.engine.builds.pins import check_pins
+from strata_dagster.engine.builds.segment import DeltaBuild
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
 from strata_dagster.engine.business import BusinessReading
 from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.incremental import DeltaBuild
 from strata_dagster.engine.paths import DELTA, FULL
 from strata_dagster.warehouse.history import SnapshotRecord
 from strata_dagster.warehouse.session import Session
