@@ -182,6 +182,28 @@ def full_key_sum(
     return recorded
 
 
+def is_keyed_like(previous: SnapshotRecord, merge_keys: Sequence[str]) -> bool:
+    """Whether the previous state's segments replace rows by these merge keys."""
+    detail = previous.detail
+    return tuple(detail.get("merge_keys") or ()) == tuple(merge_keys) and not detail.get("partition_grain")
+
+
+def segment_writer(
+    ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]
+) -> SegmentWriter:
+    """What writes a build's new segment over `previous`: with an upsert's key-and-cdc columns when
+    its state records their figures, and its key bounds when its segments replace rows by its keys."""
+    merge_keys = list(ctx.model.properties.merge_keys or ())
+    recorded = KEY_SUM in previous.detail
+    key_columns = key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
+    state_bounds = (
+        KeyBounds.from_detail(previous.detail.get(KEY_BOUNDS))
+        if is_keyed_like(previous, merge_keys)
+        else None
+    )
+    return SegmentWriter(previous, segments, merge_keys, key_columns, state_bounds)
+
+
 class DeltaBuilder:
     def __init__(self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]) -> None:
         self.ctx = ctx
@@ -189,10 +211,9 @@ class DeltaBuilder:
         self.segments = segments
         self.props = ctx.model.properties
         self.merge_keys = list(self.props.merge_keys or ())
-        recorded = KEY_SUM in previous.detail
-        self.key_columns = (
-            key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
-        )
+        # Writes the delta's rows as the new state's segment (engine.builds.segment).
+        self.writer = segment_writer(ctx, previous, segments)
+        self.key_columns = self.writer.key_columns
         # Rows left the region at or below `low` since the previous state counted it: that count
         # no longer describes the source, so this build records a new state even if no row changes.
         self.has_rows_left_below = False
@@ -201,11 +222,7 @@ class DeltaBuilder:
             self.previous.detail.get("merge_keys") or (),
             self.previous.detail.get("partition_grain"),
         )
-        self.state_bounds = (
-            KeyBounds.from_detail(previous.detail.get(KEY_BOUNDS)) if self._is_keyed_like_now() else None
-        )
-        # Writes the delta's rows as the new state's segment (engine.builds.segment).
-        self.writer = SegmentWriter(previous, segments, self.merge_keys, self.key_columns, self.state_bounds)
+        self.state_bounds = self.writer.state_bounds
 
     def _gate(self, count: int, expected_count: int | None) -> Fallback | None:
         """Seed 001's window gate, for every merge strategy: the region at or below `low` was
@@ -457,10 +474,7 @@ class DeltaBuilder:
 
     def _is_keyed_like_now(self) -> bool:
         """Whether the previous state's segments replace rows by this build's merge keys."""
-        detail = self.previous.detail
-        return tuple(detail.get("merge_keys") or ()) == tuple(self.merge_keys) and not detail.get(
-            "partition_grain"
-        )
+        return is_keyed_like(self.previous, self.merge_keys)
 
     def _replaced_rows_key(self, keys_table: str) -> tuple[object, ...]:
         return replaced_rows_key(self.segments, self.merge_keys, None, [keys_table])

@@ -26,8 +26,8 @@ from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DeltaBuilder, Fallback
-from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
-from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
+from strata_dagster.engine.model_slices import AppendedBuilder
+from strata_dagster.engine.partitions import PartitionBuild, partition_fingerprints, partition_grain
 from strata_dagster.engine.paths import (
     CUTOFF,
     CUTOFF_CANDIDATE,
@@ -306,12 +306,14 @@ class Planner:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         ctx = self.scope.incremental_context(name, "plan", "plan")
         builder = delta_builder(self.scope, name, ctx, current)  # the run's, asked without writing
-        if isinstance(builder, (SlicedBuilder, AppendedBuilder)):
+        if isinstance(builder, AppendedBuilder) or (
+            isinstance(builder, PartitionBuild) and builder.changes.follows_segments
+        ):
             return self._sliced_plan(name, builder, changes)
         if self.scope.is_partitioned(name):
-            assert isinstance(builder, PartitionBuilder)
+            assert isinstance(builder, PartitionBuild)
             return self._partition_plan(name, builder, changes)
-        if isinstance(builder, PartitionBuilder):
+        if isinstance(builder, PartitionBuild):
             # Partitioned only as the run reads it (requested partitions of a merge model, or a
             # followed input's fingerprints compared): the plan tells the window of its delta.
             builder = DeltaBuilder(ctx, current, builder.segments)
@@ -342,7 +344,7 @@ class Planner:
         )
 
     def _partition_plan(
-        self, name: str, builder: PartitionBuilder, changes: tuple[InputChange, ...]
+        self, name: str, builder: PartitionBuild, changes: tuple[InputChange, ...]
     ) -> ModelPlan:
         fallback = builder.precheck()
         if fallback is not None:
@@ -392,7 +394,7 @@ class Planner:
         )
 
     def _sliced_plan(
-        self, name: str, builder: SlicedBuilder | AppendedBuilder, changes: tuple[InputChange, ...]
+        self, name: str, builder: PartitionBuild | AppendedBuilder, changes: tuple[InputChange, ...]
     ) -> ModelPlan:
         """A model maintained from its input models' new segments (engine.model_slices)."""
         fallback = builder.precheck()
@@ -402,7 +404,7 @@ class Planner:
             why = "delta: the rows its pipeline gives for its inputs' new rows, appended"
             return ModelPlan(name, DELTA, (DELTA, CUTOFF), why, changes)
         joined = builder.changed_inputs()
-        keys = builder.upstream_slices()
+        keys = builder.changed_partitions()
         grain = partition_grain(builder.ctx)
         reason = "slice-complete rebuild of the slices its input models' new segments reach"
         if joined:

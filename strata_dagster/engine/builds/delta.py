@@ -9,17 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from strata_dagster.engine.builds.full import FullBuild
 from strata_dagster.engine.builds.pins import check_delta_pins, unique_checked
 from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.builds.strategy import Built, Target, as_build_error
 from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.incremental import DeltaBuilder, Fallback
+from strata_dagster.engine.incremental import Fallback
 from strata_dagster.engine.paths import CUTOFF, BuildPath
 from strata_dagster.language.definition import Model
 from strata_dagster.warehouse.faults import checkpoint
 from strata_dagster.warehouse.session import Session
+
+
+class DeltaBuilding(Protocol):
+    """A delta's builder (engine.builds.dispatch.delta_builder): a `DeltaBuilder`, an
+    `AppendedBuilder` or a `PartitionBuild`."""
+
+    def build(self) -> DeltaBuild | Fallback:
+        """Write the delta's segment (or keep the live state), or say why the model is built in full."""
+        ...
 
 
 @dataclass
@@ -47,7 +57,7 @@ class IncrementalBuild:
     strategy: StrategyName
     target: Target
     session: Session
-    delta: Callable[[], DeltaBuilder] | None
+    delta: Callable[[], DeltaBuilding] | None
     full_reason: str | None
     full: FullBuild
     path: BuildPath
@@ -69,7 +79,7 @@ class IncrementalBuild:
         return {**detail, **self.outcome} if self.outcome else detail
 
 
-def tried_delta(model: Model, builder: Callable[[], DeltaBuilder]) -> DeltaBuild | Fallback:
+def tried_delta(model: Model, builder: Callable[[], DeltaBuilding]) -> DeltaBuild | Fallback:
     """The delta `builder` makes and builds, or why the model is built in full instead."""
     try:
         with as_build_error(model):

@@ -10,10 +10,10 @@ precheck, window, partitions or slices) without writing.
 | view | ViewBuild (builds/view.py) | a view over the inputs, no rows stored |
 | sliding_window | WindowBuild (builds/window.py) | weighted delta of the window (engine.sliding_window) |
 | full | FullBuild (builds/full.py) | the whole query; an incremental model's first build or full reason |
-| requested | IncrementalBuild + PartitionRangeBuilder (engine.partition_range) | exactly the partitions asked for |
+| requested | IncrementalBuild + PartitionBuild(ByRequest) (engine.partition_range) | exactly the partitions asked for |
 | appended | IncrementalBuild + AppendedBuilder (engine.model_slices) | the pipeline over the inputs' new rows |
-| sliced | IncrementalBuild + SlicedBuilder / AggregateDeltaBuilder | the slices the inputs' new segments reach |
-| partitions | IncrementalBuild + PartitionBuilder (engine.partitions) | partitions whose input fingerprints changed |
+| sliced | IncrementalBuild + PartitionBuild(ByUpstreamSegments[, AggregateMaintained]) | the slices the inputs' new segments reach |
+| partitions | IncrementalBuild + PartitionBuild(ByPartitionFingerprints) (engine.partitions) | partitions whose input fingerprints changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.incremental) | a window (low, high] of an append or upsert |
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from functools import partial
 
 from strata_dagster.engine import aggregate_delta
-from strata_dagster.engine.aggregate_builder import AggregateDeltaBuilder
+from strata_dagster.engine.aggregate_builder import AggregateMaintained
 from strata_dagster.engine.aggregate_delta import AggregateShape
 from strata_dagster.engine.builds.delta import IncrementalBuild
 from strata_dagster.engine.builds.full import FullBuild
@@ -33,9 +33,9 @@ from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.incremental import DeltaBuilder, IncrementalContext
-from strata_dagster.engine.model_slices import AppendedBuilder, ModelSlices, SlicedBuilder
-from strata_dagster.engine.partition_range import PartitionRangeBuilder
-from strata_dagster.engine.partitions import PartitionBuilder
+from strata_dagster.engine.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
+from strata_dagster.engine.partition_range import ByRequest
+from strata_dagster.engine.partitions import PartitionBuild
 from strata_dagster.engine.paths import DELTA, PARTITIONS
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
 from strata_dagster.warehouse.history import SnapshotRecord
@@ -162,7 +162,7 @@ def _row_wise(scope: RunScope, name: str) -> dict[str, object]:
 
 def delta_builder(
     scope: RunScope, name: str, context: IncrementalContext, current: SnapshotRecord
-) -> DeltaBuilder:
+) -> DeltaBuilder | PartitionBuild:
     """How the delta of incremental model `name` is built on its live state `current`.
 
     Args:
@@ -172,16 +172,17 @@ def delta_builder(
         current: its live state.
 
     Returns:
-        DeltaBuilder: a `PartitionRangeBuilder` for partitions requested by name; for a model
-        following its input models' segments, an `AppendedBuilder` (no slicing), an
-        `AggregateDeltaBuilder` (a partitioned `group ... aggregate`), a `SlicedBuilder`, or a
-        `PartitionBuilder` comparing fingerprints when the input's change is no list of segments;
-        a `PartitionBuilder` for a partitioned model; else a `DeltaBuilder` (append, upsert,
-        append_new over a window).
+        DeltaBuilder | PartitionBuild: a `PartitionBuild` of the partitions requested by name
+        (`ByRequest`); for a model following its input models' segments, an `AppendedBuilder` (no
+        slicing), a `PartitionBuild` of the slices their new segments reach (`ByUpstreamSegments`,
+        its rows `AggregateMaintained` for a partitioned `group ... aggregate`), or one comparing
+        fingerprints when the input's change is no list of segments; a `PartitionBuild` by
+        fingerprints (`ByPartitionFingerprints`) for a partitioned model; else a `DeltaBuilder`
+        (append, upsert, append_new over a window).
     """
     segments, identities = scope.segments(current), scope.identities(name)
     if name in scope.requested:
-        return PartitionRangeBuilder(context, current, segments, identities, scope.requested[name])
+        return PartitionBuild(context, current, segments, identities, ByRequest(scope.requested[name]))
     followed = scope.followed.get(name)
     if followed is not None:
         changes = scope.upstream_changes(name, current)
@@ -190,13 +191,14 @@ def delta_builder(
         has_fingerprints = "partition_fingerprints" in current.detail
         if not (isinstance(changes, str) and has_fingerprints):
             shape = aggregate_delta.shape_of(context.model, context.compiled)
+            rows = None
             if isinstance(shape, AggregateShape) and scope.model(name).properties.partitioned_by is not None:
-                return AggregateDeltaBuilder(context, current, segments, identities, changes, shape)
-            return SlicedBuilder(context, current, segments, identities, changes)
+                rows = AggregateMaintained(shape, changes)
+            return PartitionBuild(context, current, segments, identities, ByUpstreamSegments(changes), rows)
         # The input's change is not a list of segments: its fingerprints per partition tell.
-        compared = PartitionBuilder(context, current, segments, identities)
-        compared.upstream_segments = scope.upstream_segments(name)
-        return compared
+        return PartitionBuild(
+            context, current, segments, identities, upstream_segments=scope.upstream_segments(name)
+        )
     if scope.is_partitioned(name):
-        return PartitionBuilder(context, current, segments, identities)
+        return PartitionBuild(context, current, segments, identities)
     return DeltaBuilder(context, current, segments)
