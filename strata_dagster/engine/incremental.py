@@ -205,6 +205,27 @@ def segment_writer(
 
 
 class DeltaBuilder:
+    """The delta of an `append`, `upsert` or `append_new` model: the rows of the window (low, high]
+    of its cdc column, as a new segment over its live state (engine.builds.segment).
+
+    How an upsert is built: `build` checks the live state (`precheck`) and the window gate (rows
+    that appeared at or below the watermark make it full), writes the window's keys to a keys
+    table, proves that the rows it keeps are what the model gives now outside the window
+    (`_kept_rows_match`), then writes the window's rows as a segment that replaces the previous
+    rows with those keys (`_upsert`). An append reads the window (pushed down to the source when
+    its cdc column passes through unchanged, else taken from the model computed in full) and adds
+    it (`_append`); `append_new` keeps only the window's rows whose keys are new.
+
+    Args:
+        ctx: the build's context (engine.decisions.scope.RunScope.incremental_context).
+        previous: the live state the delta goes over.
+        segments: the live state's segments.
+
+    Returns (from `build`):
+        DeltaBuild | Fallback: the new state, or the live state kept when no row changed; a
+        Fallback says why the model is built in full instead (nothing is left written).
+    """
+
     def __init__(self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]) -> None:
         self.ctx = ctx
         self.previous = previous
@@ -274,6 +295,7 @@ class DeltaBuilder:
         return watermark, low, lateness
 
     def build(self) -> DeltaBuild | Fallback:
+        """Write the window's rows as the new state's segment (see the class)."""
         fallback = self.precheck()
         if fallback is not None:
             return fallback

@@ -454,6 +454,14 @@ class ByUpstreamSegments:
     def changed_slices(
         self, build: PartitionBuild, joined: joined_inputs.JoinedChange
     ) -> tuple[list[str], dict[str, Any], int | None]:
+        """The slices to recompute, and the facts the new state records.
+
+        Returns:
+            tuple: the slices whose rows the new segments (or the changed joined inputs) change,
+            the facts (the followed segments, the other inputs' identities, a declared
+            partitioned model's fingerprints brought up to date), and how many slices there are
+            (None for slices by key).
+        """
         assert not isinstance(self.changes, str)
         reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
         added, replaced = slice_figures(build.ctx, self.changes)
@@ -493,7 +501,19 @@ def _partition_count(ctx: IncrementalContext) -> int | None:
 
 
 class AppendedBuilder(DeltaBuilder):
-    """A model that only gains rows: its pipeline over its inputs' new rows, as a new segment."""
+    """A model that only gains rows: its pipeline over its inputs' new rows, as a new segment.
+
+    Args:
+        ctx, previous, segments: as for `DeltaBuilder`.
+        identities: each input's content identity in this run (an input it does not follow
+            that changed makes the model full: every row may read it).
+        changes: what each followed input gained since the live state was built, or why that is
+            not a list of segments.
+
+    Returns (from `build`):
+        DeltaBuild | Fallback: the new state (the pipeline over the new rows appended), or the
+        live state kept when they give no row; a Fallback when an input replaced rows it held.
+    """
 
     def __init__(
         self,
@@ -529,6 +549,7 @@ class AppendedBuilder(DeltaBuilder):
         return None
 
     def build(self) -> DeltaBuild | Fallback:
+        """Write the model's pipeline over its inputs' new rows as the new state's segment."""
         fallback = self.precheck()
         if fallback is not None:
             return fallback

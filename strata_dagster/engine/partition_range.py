@@ -137,7 +137,15 @@ def _declared_start(context: ProjectContext, name: str) -> dt.date | None:
 class ByRequest:
     """A `PartitionBuild`'s change finder for `--partitions`: exactly the partitions `keys`,
     changed or not. The new state holds only these rebuilt (`completes_state` is False): no build
-    key names it, and rebuilt partitions holding the rows they held keep the live state."""
+    key names it, and rebuilt partitions holding the rows they held keep the live state.
+
+    Args:
+        keys: the partition keys `--partitions` names for this model (engine.partition_keys).
+
+    Returns (from `changed_slices`):
+        tuple: `keys`, the facts the new state records (the requested partitions' fingerprints
+        now, the others' as the live state recorded them), and how many partitions there are.
+    """
 
     follows_segments = False
     completes_state = False

@@ -220,7 +220,13 @@ class PartitionRows(Protocol):
 
 
 class Recomputed:
-    """Each affected partition recomputed completely from its input rows."""
+    """A `PartitionBuild`'s rows: each affected partition recomputed completely from its input
+    rows (the model's query over the `from` rows of those partitions only).
+
+    Returns (from `rows`):
+        exp.Query: the model's query with a predicate selecting the affected partitions' input
+        rows (by ranges of the raw column when exact, else by the keys table).
+    """
 
     def rows(
         self, build: PartitionBuild, affected: list[str], keys_table: str, detail: dict[str, Any]
@@ -232,9 +238,15 @@ class Recomputed:
 
 
 class ByPartitionFingerprints:
-    """The partitions whose raw `from` rows changed since the last build (their row-hash
-    fingerprints differ from those the live state recorded), and those the changed joined inputs
-    reach."""
+    """A `PartitionBuild`'s change finder for a `partitioned_by` model: the partitions whose raw
+    `from` rows changed since the last build (their row-hash fingerprints differ from those the
+    live state recorded), and those the changed joined inputs reach.
+
+    Returns (from `changed_slices`):
+        tuple: the partitions to recompute, the facts the new state records (the fingerprints
+        now, the other inputs' identities, the joined inputs' figures), and how many partitions
+        the input has now.
+    """
 
     follows_segments = False
     completes_state = True

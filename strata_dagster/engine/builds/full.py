@@ -50,8 +50,15 @@ class FullBuild:
         current: the live state (None: first build, or a table of it went missing).
         existing: the present state the build key names, if any (kept when the rows are equal).
         is_state_present: whether a state is there to keep.
-        context: an incremental model's build context (None for a `replace` model).
-        replaced .. row_wise: what an incremental model's new state records (see each field).
+        context: an incremental model's build context (None for a `replace` model): its new
+            state records what its next delta checks the input against.
+        replaced: the sources read through an override replacing their rows (recorded).
+        is_partitioned: partitioned as built: the state records fingerprints per partition.
+        is_refresh: `--full-refresh` of this model: no live state is kept for equal rows.
+        followed: how the model follows its input models' segments, if it does.
+        is_sliced: a plain model sliced by its input model's key (engine.model_slices).
+        identities: each input's content identity; upstream_segments: the followed inputs'.
+        row_wise: the slicing a row-wise model is maintained by (history's words).
         not_maintained: why a model read row-wise is not maintained so (recorded on a new state).
 
     Returns (from `build`):
