@@ -19,59 +19,62 @@ from sqlglot import exp
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.engine import aggregate_delta
 from strata_dagster.engine.aggregate_delta import MAINTAINED, AggregateShape
-from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
-from strata_dagster.engine.model_slices import SlicedBuilder, UpstreamChange, replaced_rows
-from strata_dagster.engine.partitions import NULL_PARTITION, partition_column, partition_grain
+from strata_dagster.engine.incremental import IncrementalContext
+from strata_dagster.engine.model_slices import UpstreamChange, replaced_rows
+from strata_dagster.engine.partitions import (
+    NULL_PARTITION,
+    PartitionBuild,
+    Recomputed,
+    partition_column,
+    partition_grain,
+)
 from strata_dagster.language.definition import JoinStep
 from strata_dagster.sql.render import data_type
-from strata_dagster.sql.segments import Segment, composite_query, keyed_rows, partition_key, union_all
-from strata_dagster.state.history import SnapshotRecord
+from strata_dagster.sql.segments import composite_query, keyed_rows, partition_key, union_all
 
 
-class AggregateDeltaBuilder(SlicedBuilder):
-    """A partitioned aggregate following its input's segments, maintained from their delta."""
+class AggregateMaintained:
+    """A `PartitionBuild`'s rows for a partitioned aggregate following its input's segments: the
+    partitions whose every group the input's delta decides are kept from their old rows and the
+    delta, the others recomputed (`Recomputed`).
 
-    def __init__(
-        self,
-        ctx: IncrementalContext,
-        previous: SnapshotRecord,
-        segments: list[Segment],
-        identities: dict[str, str],
-        changes: list[UpstreamChange] | str,
-        shape: AggregateShape,
-    ) -> None:
-        super().__init__(ctx, previous, segments, identities, changes)
+    Args:
+        shape: the model's `group ... aggregate` shape (engine.aggregate_delta).
+        changes: what the followed input gained since the live state was built.
+    """
+
+    def __init__(self, shape: AggregateShape, changes: list[UpstreamChange] | str) -> None:
         self.shape = shape
+        self.changes = changes
         self._held: list[Hashable] = []
         self._tables: list[str] = []
 
-    def build(self) -> DeltaBuild | Fallback:
-        try:
-            return super().build()
-        finally:
-            for key in self._held:
-                self.ctx.session.forget_held(key)
-            for table in self._tables:
-                self.ctx.session.drop_snapshot(table)
-            self._held, self._tables = [], []
+    def release(self, build: PartitionBuild) -> None:
+        for key in self._held:
+            build.ctx.session.forget_held(key)
+        for table in self._tables:
+            build.ctx.session.drop_snapshot(table)
+        self._held, self._tables = [], []
 
-    def _partition_rows(self, affected: list[str], keys_table: str, detail: dict[str, Any]) -> exp.Query:
-        change = self._usable_change()
-        rows = None if change is None else self._maintained(change, affected, keys_table, detail)
-        return rows if rows is not None else super()._partition_rows(affected, keys_table, detail)
+    def rows(
+        self, build: PartitionBuild, affected: list[str], keys_table: str, detail: dict[str, Any]
+    ) -> exp.Query:
+        change = self._usable_change(build)
+        rows = None if change is None else self._maintained(build, change, affected, keys_table, detail)
+        return rows if rows is not None else Recomputed().rows(build, affected, keys_table, detail)
 
-    def _usable_change(self) -> UpstreamChange | None:
+    def _usable_change(self, build: PartitionBuild) -> UpstreamChange | None:
         """The input's change, when its delta can maintain this model's partitions."""
-        ctx = self.ctx
+        ctx = build.ctx
         if ctx.session.engine != "duckdb" or isinstance(self.changes, str) or len(self.changes) != 1:
             return None
         change = self.changes[0]
         # Segments that replace whole partitions take away as many rows as a recomputation reads.
-        if change.grain is not None or change.model != ctx.compiled.base_relation or self.changed_inputs():
+        if change.grain is not None or change.model != ctx.compiled.base_relation or build.changed_inputs():
             return None
         if partition_column(ctx) not in self.shape.key_names:
             return None
-        columns = self.previous.detail.get("columns")
+        columns = build.previous.detail.get("columns")
         if not columns or aggregate_delta.exactness_problem(self.shape, columns) is not None:
             return None
         try:
@@ -82,15 +85,20 @@ class AggregateDeltaBuilder(SlicedBuilder):
         return change if types == [list(column) for column in columns] else None
 
     def _maintained(
-        self, change: UpstreamChange, affected: list[str], keys_table: str, detail: dict[str, Any]
+        self,
+        build: PartitionBuild,
+        change: UpstreamChange,
+        affected: list[str],
+        keys_table: str,
+        detail: dict[str, Any],
     ) -> exp.Query | None:
-        ctx, shape = self.ctx, self.shape
+        ctx, shape = build.ctx, self.shape
         session = ctx.session
         removed = replaced_rows(session, change)
         added = composite_query(change.added, change.merge_keys, change.grain) if change.added else None
         changes = aggregate_delta.changed_rows(ctx.compiled, shape, ctx.relation, removed, added)
-        delta = self._hold("delta", lambda: aggregate_delta.delta_figures(shape, changes))
-        old_rows = self._replaced_rows(keys_table, affected)
+        delta = self._hold(build, "delta", lambda: aggregate_delta.delta_figures(shape, changes))
+        old_rows = build.live_rows(keys_table, affected)
         column, grain = partition_column(ctx), partition_grain(ctx)
         partition = partition_key(aggregate_delta.group_key(shape, column), grain)
         in_affected = keyed_rows(
@@ -109,21 +117,22 @@ class AggregateDeltaBuilder(SlicedBuilder):
         if len(undecided) == len(affected):
             return None
         distinct = {
-            item.name: self._distinct_change(item, changes, affected, keys_table) for item in shape.distinct
+            item.name: self._distinct_change(build, item, changes, affected, keys_table)
+            for item in shape.distinct
         }
         new_rows = aggregate_delta.maintained_rows(
             shape,
-            self.previous.detail["columns"],
+            build.previous.detail["columns"],
             old_rows,
             delta,
             distinct,
-            exp.and_(in_affected, self._not_in(partition, undecided)),
+            exp.and_(in_affected, self._not_in(build, partition, undecided)),
         )
         if undecided:
             recompute_table = f"{ctx.table_name}__recomputed"
-            session.create_values_table(recompute_table, column, [self._literal(key) for key in undecided])
+            session.create_values_table(recompute_table, column, [build.literal(key) for key in undecided])
             self._tables.append(recompute_table)
-            recomputed = ctx.compiled.with_base_predicate(self._input_rows_of(undecided, recompute_table))
+            recomputed = ctx.compiled.with_base_predicate(build.input_rows_of(undecided, recompute_table))
             new_rows = union_all(
                 [
                     exp.select("*").from_(new_rows.subquery("__maintained")),
@@ -134,14 +143,19 @@ class AggregateDeltaBuilder(SlicedBuilder):
         return new_rows
 
     def _distinct_change(
-        self, item: aggregate_delta.Aggregate, changes: exp.Query, affected: list[str], keys_table: str
+        self,
+        build: PartitionBuild,
+        item: aggregate_delta.Aggregate,
+        changes: exp.Query,
+        affected: list[str],
+        keys_table: str,
     ) -> exp.Query:
-        ctx = self.ctx
+        ctx = build.ctx
         pairs = self._hold(
-            f"pairs:{item.name}", lambda: aggregate_delta.distinct_pairs(self.shape, item, changes)
+            build, f"pairs:{item.name}", lambda: aggregate_delta.distinct_pairs(self.shape, item, changes)
         )
-        narrowing = self._input_rows_of(affected, keys_table)
-        traced = aggregate_delta.traced_argument(ctx.compiled, item, self._joined_columns())
+        narrowing = build.input_rows_of(affected, keys_table)
+        traced = aggregate_delta.traced_argument(ctx.compiled, item, _joined_columns(ctx))
         if traced is not None:
             # Only the rows of the values the delta touched can hold a touched pair.
             values = exp.select(exp.column(aggregate_delta.VALUE)).from_(pairs.copy())
@@ -149,24 +163,18 @@ class AggregateDeltaBuilder(SlicedBuilder):
         rows_now = aggregate_delta.rows_before_grouping(ctx.compiled, self.shape, ctx.relation, narrowing)
         return aggregate_delta.distinct_change(self.shape, item, pairs, rows_now)
 
-    def _joined_columns(self) -> list[tuple[JoinStep, list[str]]]:
-        found = []
-        for step in self.ctx.model.steps:
-            if isinstance(step, JoinStep):
-                columns = [name for name, _ in self.ctx.session.describe(self.ctx.relation(step.relation))]
-                found.append((step, columns))
-        return found
-
-    def _hold(self, name: str, query: Any) -> exp.Table:
-        key = ("aggregate_delta", self.ctx.snapshot_id, name)
-        held = self.ctx.session.held_rows(key, query)
+    def _hold(self, build: PartitionBuild, name: str, query: Any) -> exp.Table:
+        key = ("aggregate_delta", build.ctx.snapshot_id, name)
+        held = build.ctx.session.held_rows(key, query)
         self._held.append(key)
         assert isinstance(held, exp.Table)  # DuckDB holds rows in a temporary table
         return held
 
-    def _not_in(self, partition: exp.Expression, undecided: list[str]) -> exp.Expression:
+    def _not_in(
+        self, build: PartitionBuild, partition: exp.Expression, undecided: list[str]
+    ) -> exp.Expression:
         """Whether `partition` is none of the `undecided` ones (NULL_PARTITION: the NULL one)."""
-        literals = [self._literal(key) for key in undecided if key != NULL_PARTITION]
+        literals = [build.literal(key) for key in undecided if key != NULL_PARTITION]
         outside: exp.Expression = exp.true()
         if literals:
             listed = exp.In(this=partition.copy(), expressions=literals)
@@ -174,3 +182,12 @@ class AggregateDeltaBuilder(SlicedBuilder):
         if NULL_PARTITION in undecided:
             outside = exp.and_(outside, exp.not_(exp.Is(this=partition.copy(), expression=exp.null())))
         return outside
+
+
+def _joined_columns(ctx: IncrementalContext) -> list[tuple[JoinStep, list[str]]]:
+    found = []
+    for step in ctx.model.steps:
+        if isinstance(step, JoinStep):
+            columns = [name for name, _ in ctx.session.describe(ctx.relation(step.relation))]
+            found.append((step, columns))
+    return found

@@ -9,7 +9,6 @@ falls back to a full build, with the reason.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +17,16 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine import segment_compaction
-from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
-from strata_dagster.sql.content import ROW_ALIAS, WHOLE_ROW, Content, RowBasis
+from strata_dagster.engine.builds.segment import (
+    KEY_BOUNDS,
+    KEY_SUM,
+    OUTPUT_NEXT_COUNT,
+    DeltaBuild,
+    SegmentWriter,
+    bind_relations,
+)
+from strata_dagster.language.definition import Model
+from strata_dagster.sql.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import render, snapshot_table
 from strata_dagster.sql.segments import (
@@ -35,26 +40,8 @@ from strata_dagster.sql.segments import (
     typed_literal,
     window_predicate,
 )
-from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
-from strata_dagster.state.states import KEYS_NULL_FREE
-from strata_dagster.warehouse.engines import engine_version
+from strata_dagster.state.history import SnapshotRecord
 
-# A model computed in full before its window (its cdc column cannot be traced to the source): how
-# many of its rows lie at or below the next build's low, for that build to see rows appear there.
-OUTPUT_NEXT_COUNT = "output_next_count"
-# What a new state records for the next build to check the input against.
-FACTS_CARRIED = (
-    "source_relation",
-    "cdc_type",
-    "next_count",
-    "next_hash_sum",
-    "row_basis",
-    "partition_fingerprints",
-    "other_inputs",
-    "join_figures",
-    "upstream_segments",
-    OUTPUT_NEXT_COUNT,
-)
 FULL_SUFFIX = "__full"
 
 
@@ -63,18 +50,6 @@ class Fallback:
     """The delta is not provably safe: build fully, and record why."""
 
     reason: str
-
-
-@dataclass(frozen=True)
-class DeltaBuild:
-    record: SnapshotRecord
-    is_unchanged: bool  # no row entered or left: the previous state stays
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-def content_hash(columns: list[list[str]] | tuple[tuple[str, str], ...], count: int, hash_sum: str) -> str:
-    """The same identity sql.content.Content.fingerprint gives a table with these rows."""
-    return digest("content", engine_version(), tuple(tuple(column) for column in columns), count, hash_sum)
 
 
 def lateness_interval(model: Model) -> exp.Expression | None:
@@ -181,10 +156,6 @@ def full_output_facts(
     return {OUTPUT_NEXT_COUNT: count}
 
 
-KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
-KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's state can hold (Spark)
-
-
 def key_cdc_columns(model: Model, columns: Sequence[Sequence[str]]) -> list[str] | None:
     """An upsert's merge keys and cdc column, when all are output columns: what identifies a row's
     version, so the kept-rows check can hash them alone instead of whole rows."""
@@ -211,17 +182,59 @@ def full_key_sum(
     return recorded
 
 
+def is_keyed_like(previous: SnapshotRecord, merge_keys: Sequence[str]) -> bool:
+    """Whether the previous state's segments replace rows by these merge keys."""
+    detail = previous.detail
+    return tuple(detail.get("merge_keys") or ()) == tuple(merge_keys) and not detail.get("partition_grain")
+
+
+def segment_writer(
+    ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]
+) -> SegmentWriter:
+    """What writes a build's new segment over `previous`: with an upsert's key-and-cdc columns when
+    its state records their figures, and its key bounds when its segments replace rows by its keys."""
+    merge_keys = list(ctx.model.properties.merge_keys or ())
+    recorded = KEY_SUM in previous.detail
+    key_columns = key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
+    state_bounds = (
+        KeyBounds.from_detail(previous.detail.get(KEY_BOUNDS))
+        if is_keyed_like(previous, merge_keys)
+        else None
+    )
+    return SegmentWriter(previous, segments, merge_keys, key_columns, state_bounds)
+
+
 class DeltaBuilder:
+    """The delta of an `append`, `upsert` or `append_new` model: the rows of the window (low, high]
+    of its cdc column, as a new segment over its live state (engine.builds.segment).
+
+    How an upsert is built: `build` checks the live state (`precheck`) and the window gate (rows
+    that appeared at or below the watermark make it full), writes the window's keys to a keys
+    table, proves that the rows it keeps are what the model gives now outside the window
+    (`_kept_rows_match`), then writes the window's rows as a segment that replaces the previous
+    rows with those keys (`_upsert`). An append reads the window (pushed down to the source when
+    its cdc column passes through unchanged, else taken from the model computed in full) and adds
+    it (`_append`); `append_new` keeps only the window's rows whose keys are new.
+
+    Args:
+        ctx: the build's context (engine.decisions.scope.RunScope.incremental_context).
+        previous: the live state the delta goes over.
+        segments: the live state's segments.
+
+    Returns (from `build`):
+        DeltaBuild | Fallback: the new state, or the live state kept when no row changed; a
+        Fallback says why the model is built in full instead (nothing is left written).
+    """
+
     def __init__(self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment]) -> None:
         self.ctx = ctx
         self.previous = previous
         self.segments = segments
         self.props = ctx.model.properties
         self.merge_keys = list(self.props.merge_keys or ())
-        recorded = KEY_SUM in previous.detail
-        self.key_columns = (
-            key_cdc_columns(ctx.model, previous.detail.get("columns") or ()) if recorded else None
-        )
+        # Writes the delta's rows as the new state's segment (engine.builds.segment).
+        self.writer = segment_writer(ctx, previous, segments)
+        self.key_columns = self.writer.key_columns
         # Rows left the region at or below `low` since the previous state counted it: that count
         # no longer describes the source, so this build records a new state even if no row changes.
         self.has_rows_left_below = False
@@ -230,9 +243,7 @@ class DeltaBuilder:
             self.previous.detail.get("merge_keys") or (),
             self.previous.detail.get("partition_grain"),
         )
-        self.state_bounds = (
-            KeyBounds.from_detail(previous.detail.get(KEY_BOUNDS)) if self._is_keyed_like_now() else None
-        )
+        self.state_bounds = self.writer.state_bounds
 
     def _gate(self, count: int, expected_count: int | None) -> Fallback | None:
         """The window gate (docs/architecture.md, R5), for every merge strategy: the region at or
@@ -284,6 +295,7 @@ class DeltaBuilder:
         return watermark, low, lateness
 
     def build(self) -> DeltaBuild | Fallback:
+        """Write the window's rows as the new state's segment (see the class)."""
         fallback = self.precheck()
         if fallback is not None:
             return fallback
@@ -417,7 +429,16 @@ class DeltaBuilder:
             )
         )
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
-        return self._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
+        return self.writer.write(
+            self.ctx,
+            delta_query,
+            removed,
+            keys_table,
+            detail,
+            facts,
+            kept_key_sum,
+            rows_left_below=self.has_rows_left_below,
+        )
 
     def _edits_below(self, facts: dict[str, Any]) -> list[str]:
         """A note when the rows at or below `low` are as many as before but hash differently (a
@@ -473,19 +494,9 @@ class DeltaBuilder:
             self.state_bounds is not None and bounds is not None and self.state_bounds.is_apart_from(bounds)
         )
 
-    def _widened_bounds(self, keys_table: str | None) -> dict[str, Any]:
-        """The new state's key bounds: the previous state's and its new segment's, whose keys are
-        among its keys table's."""
-        bounds = None if keys_table is None else self.ctx.session.key_bounds(keys_table, self.merge_keys)
-        widened = None if self.state_bounds is None or bounds is None else self.state_bounds.widened(bounds)
-        return {} if widened is None else {KEY_BOUNDS: widened.as_detail()}
-
     def _is_keyed_like_now(self) -> bool:
         """Whether the previous state's segments replace rows by this build's merge keys."""
-        detail = self.previous.detail
-        return tuple(detail.get("merge_keys") or ()) == tuple(self.merge_keys) and not detail.get(
-            "partition_grain"
-        )
+        return is_keyed_like(self.previous, self.merge_keys)
 
     def _replaced_rows_key(self, keys_table: str) -> tuple[object, ...]:
         return replaced_rows_key(self.segments, self.merge_keys, None, [keys_table])
@@ -532,7 +543,8 @@ class DeltaBuilder:
             )
             conditions = [outside, exp.and_(outside.copy(), replaced)]
         queries = [
-            _bind(compiled.with_base_predicate(condition), self.ctx.relation) for condition in conditions
+            bind_relations(compiled.with_base_predicate(condition), self.ctx.relation)
+            for condition in conditions
         ]
         if self.key_columns is not None:
             key_columns = self.key_columns
@@ -626,7 +638,9 @@ class DeltaBuilder:
             delta_query = exp.except_(
                 exp.select("*").from_(delta_query.subquery("__delta")), overlap, distinct=False
             )
-        return self._finish(delta_query, (0, "0"), None, detail, facts)
+        return self.writer.write(
+            self.ctx, delta_query, (0, "0"), None, detail, facts, rows_left_below=self.has_rows_left_below
+        )
 
     # -- shared -------------------------------------------------------------------------------
     def _window_detail(self, facts: dict[str, Any]) -> dict[str, Any]:
@@ -638,136 +652,3 @@ class DeltaBuilder:
             },
             "rows_read": facts.get("window_rows"),
         }
-
-    def kept(self, detail: dict[str, Any], facts: Mapping[str, Any]) -> DeltaBuild:
-        """The live state stays (its rows are this build's rows), with the facts that moved."""
-        if any(
-            key in facts and _as_recorded(facts[key]) != _as_recorded(self.previous.detail.get(key))
-            for key in MOVING_FACTS
-        ):
-            detail[KEPT_FACTS] = {key: facts[key] for key in MOVING_FACTS if key in facts}
-        return DeltaBuild(self.previous, True, detail)
-
-    def _segment_content(self, name: str) -> Content:
-        """The content figures of the new segment `name`."""
-        return self.ctx.session.content(snapshot_table(name))
-
-    def _finish(
-        self,
-        delta_query: exp.Query,
-        removed: tuple[int, str],
-        keys_table: str | None,
-        detail: dict[str, Any],
-        facts: dict[str, Any],
-        kept_key_sum: tuple[int, int] | None = None,
-    ) -> DeltaBuild:
-        session = self.ctx.session
-        name = self.ctx.table_name
-        bound = _bind(delta_query, self.ctx.relation)
-        segment_sql = render(bound)  # before create_snapshot consumes the tree
-        session.create_snapshot(name, bound)
-        detail.update(self._widened_bounds(keys_table))  # before the keys table may be dropped
-        segment_key_sum: tuple[int, str] | None = None
-        if kept_key_sum is not None and self.key_columns is not None:
-            # The segment's content and key-and-cdc figures, in one scan of it.
-            segment, segment_key_sum = session.content_and_key_sum(snapshot_table(name), self.key_columns)
-        else:
-            segment = self._segment_content(name)
-        # A merge delta that gives back exactly the rows it replaces (e.g. a `lateness` re-read of
-        # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
-        # Partition builds keep their own rule (engine.partitions).
-        is_same_rows = (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1]))
-        is_cutoff = (segment.row_count == 0 and removed[0] == 0) or (
-            is_same_rows and self.props.merge_strategy in INCREMENTAL_STRATEGIES
-        )
-        if is_cutoff and not self.has_rows_left_below:
-            session.drop_snapshot(name)
-            if keys_table:
-                session.drop_snapshot(keys_table)
-            detail.update(rows_merged=0)
-            return self.kept(detail, facts)
-        count = self.previous.row_count - removed[0] + segment.row_count
-        hash_sum = str(int(self.previous.row_hash_sum) - int(removed[1]) + int(segment.row_hash_sum))
-        columns = self.previous.detail.get("columns")
-        if columns is not None and [list(column) for column in segment.columns] != columns:
-            session.drop_snapshot(name)
-            if keys_table:
-                session.drop_snapshot(keys_table)
-            raise SchemaChanged()
-        if kept_key_sum is not None and segment_key_sum is not None:
-            segment_count, segment_sum = segment_key_sum
-            detail[KEY_SUM] = [kept_key_sum[0] + segment_count, str(kept_key_sum[1] + int(segment_sum))]
-        if keys_table and removed[0] == 0:
-            # No live row has a key of this delta (e.g. only new orders): nothing earlier to hide.
-            session.drop_snapshot(keys_table)
-            keys_table = None
-        if keys_table:
-            # Recorded for the composite query: keys with no NULL are anti-joined in one read.
-            merge_keys = self.previous.detail.get("merge_keys") or ()
-            detail[KEYS_NULL_FREE] = bool(merge_keys) and session.count_null_keys(keys_table, merge_keys) == 0
-        segments = [*self.previous.segment_ids, self.ctx.snapshot_id]
-        compaction = segment_compaction.decide(
-            self.previous, self.segments, segment.row_count, removed[0], count, keys_table
-        )
-        if compaction is None:
-            detail.update(segment_compaction.carried(self.previous, segment.row_count))
-        else:
-            compacted = segment_compaction.compact(
-                session,
-                compaction,
-                self.previous,
-                self.segments,
-                Segment(name, keys_table, bool(detail.get(KEYS_NULL_FREE))),
-                self.ctx.snapshot_id,
-                count,
-            )
-            detail.update(compacted.detail)
-            name, keys_table, segments = compacted.table_name, compacted.keys_table, compacted.segment_ids
-        detail.update(
-            rows_merged=segment.row_count,
-            rows_replaced=removed[0],
-            segment_rows=segment.row_count,
-            segment_hash_sum=segment.row_hash_sum,
-            segment_sql=segment_sql,
-        )
-        record_detail = {
-            **{
-                key: value
-                for key, value in self.previous.detail.items()
-                if key in ("strategy", "merge_keys", "columns", "partition_grain", "row_wise")
-            },
-            **{key: facts.get(key) for key in FACTS_CARRIED if key in facts},
-            "segments": segments,
-            "keys_table": keys_table,
-            **detail,
-        }
-        record = SnapshotRecord(
-            snapshot_id=self.ctx.snapshot_id,
-            model=self.ctx.model.name,
-            table_name=name,
-            partition_key="",
-            model_fingerprint=self.ctx.fingerprint,
-            content_hash=content_hash(columns or [list(c) for c in segment.columns], count, hash_sum),
-            row_count=count,
-            watermark=facts.get("high") or self.previous.watermark,
-            created_entry=self.ctx.entry,
-            row_hash_sum=hash_sum,
-            detail=record_detail,
-        )
-        return DeltaBuild(record, False, detail)
-
-
-def _as_recorded(value: Any) -> str:
-    """`value` as history stores it (JSON: tuples are lists, keys sorted)."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-class SchemaChanged(Exception):
-    """The delta's columns differ from the previous state's: only a full build is sound."""
-
-
-def _bind(query: exp.Query, relation: Callable[[str], exp.Table | exp.Query]) -> exp.Query:
-    """`query` (a tree built for this build, no one else's) with its relations bound, in place."""
-    from strata_dagster.compile.relations import bind
-
-    return bind(query, relation, copy=False)  # type: ignore[return-value]

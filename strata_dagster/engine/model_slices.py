@@ -38,12 +38,13 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import joined_inputs, partitions, state_figures
-from strata_dagster.engine.incremental import DeltaBuild, DeltaBuilder, Fallback, IncrementalContext
+from strata_dagster.engine.builds.segment import DeltaBuild
+from strata_dagster.engine.incremental import DeltaBuilder, Fallback, IncrementalContext
 from strata_dagster.engine.partitions import (
     NULL_PARTITION,
     STRATEGY,
     UPSTREAM_SEGMENTS,
-    PartitionBuilder,
+    PartitionBuild,
     raw_partition,
 )
 from strata_dagster.engine.row_wise import RowWise, describe
@@ -413,52 +414,66 @@ def recorded_segments(changes: list[UpstreamChange]) -> dict[str, list[str]]:
 
 
 # -- builds ---------------------------------------------------------------------------------------
-class SlicedBuilder(PartitionBuilder):
-    """The slices the inputs' new segments (and changed joined inputs) reach, recomputed completely."""
+class ByUpstreamSegments:
+    """A `PartitionBuild`'s change finder for a model following its input models' segments: the
+    slices their new segments (and the changed joined inputs) reach, recomputed completely.
 
-    def __init__(
-        self,
-        ctx: IncrementalContext,
-        previous: SnapshotRecord,
-        segments: list[Segment],
-        identities: dict[str, str],
-        changes: list[UpstreamChange] | str,
-    ) -> None:
-        super().__init__(ctx, previous, segments, identities)
+    Args:
+        changes: what each followed input gained since the live state was built, or why that is
+            not a list of segments (the model is then built in full).
+    """
+
+    follows_segments = True
+    completes_state = True
+
+    def __init__(self, changes: list[UpstreamChange] | str) -> None:
         self.changes = changes
 
-    def precheck(self) -> Fallback | None:
-        detail = self.previous.detail
-        if self.previous.model_fingerprint != self.ctx.fingerprint:
+    def precheck(self, build: PartitionBuild) -> Fallback | None:
+        detail = build.previous.detail
+        if build.previous.model_fingerprint != build.ctx.fingerprint:
             return Fallback("the model's code changed since its last build")
         if detail.get("strategy") != STRATEGY or detail.get("partition_grain") != partitions.partition_grain(
-            self.ctx
+            build.ctx
         ):
             return Fallback("the previous state was not built by slices of this kind")
         if isinstance(self.changes, str):
             return Fallback(self.changes)
         return None
 
-    def upstream_slices(self) -> list[str]:
+    def joined_change(
+        self, build: PartitionBuild, changed_inputs: list[str]
+    ) -> joined_inputs.JoinedChange | Fallback:
+        return partitions.joined_change(build, changed_inputs)
+
+    def changed_partitions(self, build: PartitionBuild) -> list[str]:
         """The slices the inputs' new segments reach (read, never written): what `plan` names."""
         assert not isinstance(self.changes, str)
-        return sorted(changed_slices(self.ctx, self.changes))
+        return sorted(changed_slices(build.ctx, self.changes))
 
     def changed_slices(
-        self, joined: joined_inputs.JoinedChange
+        self, build: PartitionBuild, joined: joined_inputs.JoinedChange
     ) -> tuple[list[str], dict[str, Any], int | None]:
+        """The slices to recompute, and the facts the new state records.
+
+        Returns:
+            tuple: the slices whose rows the new segments (or the changed joined inputs) change,
+            the facts (the followed segments, the other inputs' identities, a declared
+            partitioned model's fingerprints brought up to date), and how many slices there are
+            (None for slices by key).
+        """
         assert not isinstance(self.changes, str)
         reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
-        added, replaced = slice_figures(self.ctx, self.changes)
+        added, replaced = slice_figures(build.ctx, self.changes)
         affected = sorted(_differing(added, replaced) | reached)
         facts: dict[str, Any] = {
             UPSTREAM_SEGMENTS: recorded_segments(self.changes),
-            "other_inputs": partitions.other_inputs(self.ctx, self.identities),
+            "other_inputs": partitions.other_inputs(build.ctx, build.identities),
             joined_inputs.FIGURES: joined.figures,
         }
-        before = self.previous.detail.get("partition_fingerprints")
+        before = build.previous.detail.get("partition_fingerprints")
         if before is None:
-            return affected, facts, self._partition_count()
+            return affected, facts, _partition_count(build.ctx)
         # A declared partitioned model keeps its per-partition input figures exact (its stale
         # partitions are read from them, engine.partition_staleness): a partition's rows now are
         # its rows then, less those replaced, plus those added (row-hash sums add and subtract).
@@ -474,21 +489,31 @@ class SlicedBuilder(PartitionBuilder):
         facts["partition_fingerprints"] = recorded
         return affected, facts, len(recorded)
 
-    def _partition_count(self) -> int | None:
-        """How many day or month partitions the input's rows fall in now (one cheap grouped scan of a
-        column's range); None for slices by key, as many as the key's values."""
-        ctx = self.ctx
-        columns = [name for name in ctx.compiled.base_columns or () if name not in ctx.compiled.let_names]
-        if partitions.partition_grain(ctx) == "key" or not columns:
-            return None
-        relation = ctx.relation(ctx.compiled.base_relation)
-        return len(
-            ctx.session.content_by_group(relation, raw_partition(ctx, qualifier=ROW_ALIAS), (columns[0],))
-        )
+
+def _partition_count(ctx: IncrementalContext) -> int | None:
+    """How many day or month partitions the input's rows fall in now (one cheap grouped scan of a
+    column's range); None for slices by key, as many as the key's values."""
+    columns = [name for name in ctx.compiled.base_columns or () if name not in ctx.compiled.let_names]
+    if partitions.partition_grain(ctx) == "key" or not columns:
+        return None
+    relation = ctx.relation(ctx.compiled.base_relation)
+    return len(ctx.session.content_by_group(relation, raw_partition(ctx, qualifier=ROW_ALIAS), (columns[0],)))
 
 
 class AppendedBuilder(DeltaBuilder):
-    """A model that only gains rows: its pipeline over its inputs' new rows, as a new segment."""
+    """A model that only gains rows: its pipeline over its inputs' new rows, as a new segment.
+
+    Args:
+        ctx, previous, segments: as for `DeltaBuilder`.
+        identities: each input's content identity in this run (an input it does not follow
+            that changed makes the model full: every row may read it).
+        changes: what each followed input gained since the live state was built, or why that is
+            not a list of segments.
+
+    Returns (from `build`):
+        DeltaBuild | Fallback: the new state (the pipeline over the new rows appended), or the
+        live state kept when they give no row; a Fallback when an input replaced rows it held.
+    """
 
     def __init__(
         self,
@@ -524,6 +549,7 @@ class AppendedBuilder(DeltaBuilder):
         return None
 
     def build(self) -> DeltaBuild | Fallback:
+        """Write the model's pipeline over its inputs' new rows as the new state's segment."""
         fallback = self.precheck()
         if fallback is not None:
             return fallback
@@ -540,7 +566,15 @@ class AppendedBuilder(DeltaBuilder):
         facts = {UPSTREAM_SEGMENTS: recorded_segments(self.changes), "other_inputs": self._others()}
         new_rows = sum(len(change.added) for change in self.changes)
         detail: dict[str, Any] = {"segments_read": new_rows}
-        return self._finish(self.ctx.compiled.statement.copy(), (0, "0"), None, detail, facts)
+        return self.writer.write(
+            self.ctx,
+            self.ctx.compiled.statement.copy(),
+            (0, "0"),
+            None,
+            detail,
+            facts,
+            rows_left_below=self.has_rows_left_below,
+        )
 
     def _others(self) -> dict[str, str]:
         followed = {change.model for change in self.changes} if not isinstance(self.changes, str) else set()

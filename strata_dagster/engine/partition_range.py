@@ -17,19 +17,21 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
-from sqlglot import exp
-
 from strata_dagster.backends.base import Session
 from strata_dagster.engine import joined_inputs
 from strata_dagster.engine.catalog import model_bounds
 from strata_dagster.engine.context import ProjectContext, with_upstream
-from strata_dagster.engine.incremental import DeltaBuild, Fallback, IncrementalContext
+from strata_dagster.engine.incremental import Fallback
 from strata_dagster.engine.partition_keys import PartitionRequest, keys_for_model, request_grain
-from strata_dagster.engine.partitions import PartitionBuilder
+from strata_dagster.engine.partitions import (
+    PartitionBuild,
+    fingerprint_precheck,
+    fingerprint_slices,
+    joined_change,
+    partition_fingerprints,
+)
 from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
-from strata_dagster.sql.segments import Segment
-from strata_dagster.state.history import SnapshotRecord
 
 # A model outcome's detail key: the partitions the run was asked to rebuild.
 REQUESTED_PARTITIONS = "requested_partitions"
@@ -132,50 +134,52 @@ def _declared_start(context: ProjectContext, name: str) -> dt.date | None:
     return min(starts) if starts else None
 
 
-class PartitionRangeBuilder(PartitionBuilder):
-    """A partition-complete build of exactly `keys`, changed or not."""
+class ByRequest:
+    """A `PartitionBuild`'s change finder for `--partitions`: exactly the partitions `keys`,
+    changed or not. The new state holds only these rebuilt (`completes_state` is False): no build
+    key names it, and rebuilt partitions holding the rows they held keep the live state.
 
-    def __init__(
-        self,
-        ctx: IncrementalContext,
-        previous: SnapshotRecord,
-        segments: list[Segment],
-        identities: dict[str, str],
-        keys: tuple[str, ...],
-    ) -> None:
-        super().__init__(ctx, previous, segments, identities)
+    Args:
+        keys: the partition keys `--partitions` names for this model (engine.partition_keys).
+
+    Returns (from `changed_slices`):
+        tuple: `keys`, the facts the new state records (the requested partitions' fingerprints
+        now, the others' as the live state recorded them), and how many partitions there are.
+    """
+
+    follows_segments = False
+    completes_state = False
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
         self.keys = keys
 
-    def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
-        return list(self.keys)
+    def precheck(self, build: PartitionBuild) -> Fallback | None:
+        return fingerprint_precheck(build)
 
-    def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
+    def joined_change(
+        self, build: PartitionBuild, changed_inputs: list[str]
+    ) -> joined_inputs.JoinedChange | Fallback:
         """A changed joined input reaches partitions beyond the requested ones, and its new figures
         would hide them from the next build: the whole model is rebuilt instead."""
         if changed_inputs:
             return Fallback(f"`{changed_inputs[0]}` changed, and every partition reads it")
-        return super()._joined_change(changed_inputs)
+        return joined_change(build, changed_inputs)
 
-    def recorded_fingerprints(self, now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    def changed_partitions(self, build: PartitionBuild) -> list[str]:
+        return sorted(
+            self._affected(partition_fingerprints(build.ctx), build.previous.detail["partition_fingerprints"])
+        )
+
+    def changed_slices(
+        self, build: PartitionBuild, joined: joined_inputs.JoinedChange
+    ) -> tuple[list[str], dict[str, Any], int | None]:
+        return fingerprint_slices(build, joined, self._affected, self._recorded)
+
+    def _affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+        return list(self.keys)
+
+    def _recorded(self, now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+        """The fingerprints the new state records: the requested partitions' now, the others' as before."""
         recorded = {key: value for key, value in before.items() if key not in self.keys}
         recorded.update({key: now[key] for key in self.keys if key in now})
         return recorded
-
-    def _finish(
-        self,
-        delta_query: exp.Query,
-        removed: tuple[int, str],
-        keys_table: str | None,
-        detail: dict[str, Any],
-        facts: dict[str, Any],
-        kept_key_sum: tuple[int, int] | None = None,
-    ) -> DeltaBuild:
-        build = super()._finish(delta_query, removed, keys_table, detail, facts, kept_key_sum)
-        if build.is_unchanged or build.record.content_hash != self.previous.content_hash:
-            return build
-        # The rebuilt partitions hold the rows they held: the current snapshot stays.
-        self.ctx.session.drop_snapshot(build.record.table_name)
-        replaced = build.record.detail.get("keys_table")
-        if replaced:
-            self.ctx.session.drop_snapshot(str(replaced))
-        return self.kept({**build.detail, "rows_equal": True}, facts)

@@ -11,21 +11,20 @@ partitions (window functions, set operations) or on another input that changed r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import joined_inputs, segment_compaction, state_figures
+from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.incremental import (
-    DeltaBuild,
-    DeltaBuilder,
     Fallback,
     IncrementalContext,
-    SchemaChanged,
+    segment_writer,
 )
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS, Content
@@ -36,6 +35,7 @@ from strata_dagster.sql.segments import (
     RANGE_TYPES,
     PartitionRanges,
     Segment,
+    composite_query,
     keyed_rows,
     partition_key,
     partition_ranges,
@@ -167,38 +167,209 @@ def _replacing_keys_table(record: SnapshotRecord) -> str | None:
     return detail.get("compacted_delta_keys") if detail.get("compacted") else detail.get("keys_table")
 
 
-class PartitionBuilder(DeltaBuilder):
+class ChangeFinder(Protocol):
+    """Which partitions a `PartitionBuild` recomputes, and what its new state records to find
+    them on the next build. Implemented by `ByPartitionFingerprints` (here), `ByUpstreamSegments`
+    (engine.model_slices) and `ByRequest` (engine.partition_range)."""
+
+    @property
+    def follows_segments(self) -> bool:
+        """Whether the partitions are found from the input models' new segments (slices)."""
+        ...
+
+    @property
+    def completes_state(self) -> bool:
+        """Whether the new state is what the inputs give (False: only some partitions are
+        rebuilt, no build key names it, and rows equal to the live ones keep the live state)."""
+        ...
+
+    def precheck(self, build: PartitionBuild) -> Fallback | None:
+        """Why no partition build is possible on the live state, before any row is read."""
+        ...
+
+    def joined_change(
+        self, build: PartitionBuild, changed_inputs: list[str]
+    ) -> joined_inputs.JoinedChange | Fallback:
+        """The partitions the changed joined inputs reach, or why the model is built in full."""
+        ...
+
+    def changed_partitions(self, build: PartitionBuild) -> list[str]:
+        """The partitions the changes reach (read, never written): what `plan` names."""
+        ...
+
+    def changed_slices(
+        self, build: PartitionBuild, joined: joined_inputs.JoinedChange
+    ) -> tuple[list[str], dict[str, Any], int | None]:
+        """The partitions to recompute, the facts the new state records, and how many there are."""
+        ...
+
+
+class PartitionRows(Protocol):
+    """The new rows of the affected partitions: `Recomputed` from the input (here), or kept from
+    the input's delta (engine.aggregate_builder.AggregateMaintained)."""
+
+    def rows(
+        self, build: PartitionBuild, affected: list[str], keys_table: str, detail: dict[str, Any]
+    ) -> exp.Query:
+        """The rows of the partitions `affected` (named by `keys_table`); may add to `detail`."""
+        ...
+
+    def release(self, build: PartitionBuild) -> None:
+        """Drop what `rows` held for the build, once it is over."""
+        ...
+
+
+class Recomputed:
+    """A `PartitionBuild`'s rows: each affected partition recomputed completely from its input
+    rows (the model's query over the `from` rows of those partitions only).
+
+    Returns (from `rows`):
+        exp.Query: the model's query with a predicate selecting the affected partitions' input
+        rows (by ranges of the raw column when exact, else by the keys table).
+    """
+
+    def rows(
+        self, build: PartitionBuild, affected: list[str], keys_table: str, detail: dict[str, Any]
+    ) -> exp.Query:
+        return build.ctx.compiled.with_base_predicate(build.input_rows_of(affected, keys_table))
+
+    def release(self, build: PartitionBuild) -> None:
+        return None
+
+
+class ByPartitionFingerprints:
+    """A `PartitionBuild`'s change finder for a `partitioned_by` model: the partitions whose raw
+    `from` rows changed since the last build (their row-hash fingerprints differ from those the
+    live state recorded), and those the changed joined inputs reach.
+
+    Returns (from `changed_slices`):
+        tuple: the partitions to recompute, the facts the new state records (the fingerprints
+        now, the other inputs' identities, the joined inputs' figures), and how many partitions
+        the input has now.
+    """
+
+    follows_segments = False
+    completes_state = True
+
+    def precheck(self, build: PartitionBuild) -> Fallback | None:
+        return fingerprint_precheck(build)
+
+    def joined_change(
+        self, build: PartitionBuild, changed_inputs: list[str]
+    ) -> joined_inputs.JoinedChange | Fallback:
+        return joined_change(build, changed_inputs)
+
+    def changed_partitions(self, build: PartitionBuild) -> list[str]:
+        return sorted(
+            changed_fingerprints(
+                partition_fingerprints(build.ctx), build.previous.detail["partition_fingerprints"]
+            )
+        )
+
+    def changed_slices(
+        self, build: PartitionBuild, joined: joined_inputs.JoinedChange
+    ) -> tuple[list[str], dict[str, Any], int | None]:
+        return fingerprint_slices(build, joined, changed_fingerprints, lambda now, before: now)
+
+
+def fingerprint_precheck(build: PartitionBuild) -> Fallback | None:
+    """What rules a partition build by fingerprints out, from the live state and the model alone."""
+    previous = build.previous.detail
+    if build.previous.model_fingerprint != build.ctx.fingerprint:
+        return Fallback("the model's code changed since its last build")
+    if previous.get("strategy") != STRATEGY or previous.get("partition_grain") != partition_grain(build.ctx):
+        return Fallback("the previous state was not built by partitions of this grain")
+    problem = locality_problem(build.ctx)
+    if problem is not None:
+        return Fallback(problem)
+    if "partition_fingerprints" not in previous:
+        return Fallback("the previous build recorded no partition fingerprints")
+    return None
+
+
+def joined_change(build: PartitionBuild, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
+    """The partitions the changed joined inputs reach (none when none changed)."""
+    recorded = build.previous.detail.get(joined_inputs.FIGURES, {})
+    if not changed_inputs:
+        return joined_inputs.JoinedChange(set(), recorded)
+    return joined_inputs.partitions_reached(
+        build.ctx, changed_inputs, recorded, lambda qualifier: raw_partition(build.ctx, qualifier)
+    )
+
+
+def changed_fingerprints(now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+    """The partitions to recompute: those whose input rows changed since the last build."""
+    return sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
+
+
+def fingerprint_slices(
+    build: PartitionBuild,
+    joined: joined_inputs.JoinedChange,
+    affected: Callable[[dict[str, Any], dict[str, Any]], list[str]],
+    recorded: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
+) -> tuple[list[str], dict[str, Any], int | None]:
+    """The partitions to recompute (`affected` of the fingerprints now and before, and those the
+    changed joined inputs reach), the facts the new state records (its fingerprints: `recorded`),
+    and how many partitions there are."""
+    now = partition_fingerprints(build.ctx)
+    before = build.previous.detail.get("partition_fingerprints") or {}
+    reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
+    keys = sorted(set(affected(now, before)) | reached_keys)
+    facts = {
+        "partition_fingerprints": recorded(now, before),
+        "other_inputs": other_inputs(build.ctx, build.identities),
+        joined_inputs.FIGURES: joined.figures,
+    }
+    if build.upstream_segments is not None:
+        facts[UPSTREAM_SEGMENTS] = build.upstream_segments
+    return keys, facts, len(now)
+
+
+class PartitionBuild:
+    """A partition-complete build: the affected partitions recomputed into one new segment that
+    replaces them (and only them) in the model's state.
+
+    Args:
+        ctx: the build's context.
+        previous: the live state; segments: its segments.
+        identities: each input's content identity in this run.
+        changes: which partitions are affected (`ByPartitionFingerprints` by default).
+        rows: how their new rows are found (`Recomputed` by default).
+        upstream_segments: the followed input models' segment ids, recorded for the next build of
+            a model compared by fingerprints while it follows them (engine.model_slices).
+
+    Returns (from `build`):
+        DeltaBuild: the new state (equal partitions keep their live segment), or the live state
+        kept; a Fallback says why the model is built in full instead.
+    """
+
     def __init__(
         self,
         ctx: IncrementalContext,
         previous: SnapshotRecord,
         segments: list[Segment],
         identities: dict[str, str],
+        changes: ChangeFinder | None = None,
+        rows: PartitionRows | None = None,
+        upstream_segments: dict[str, list[str]] | None = None,
     ) -> None:
-        super().__init__(ctx, previous, segments)
+        self.ctx = ctx
+        self.previous = previous
+        self.segments = segments
         self.identities = identities
-        # The input model's segment ids now, for a model over a model that follows them
-        # (engine.model_slices): recorded so that its next build follows them again.
-        self.upstream_segments: dict[str, list[str]] | None = None
+        self.changes: ChangeFinder = changes if changes is not None else ByPartitionFingerprints()
+        self.rows: PartitionRows = rows if rows is not None else Recomputed()
+        self.upstream_segments = upstream_segments
+        self.previous_query = composite_query(
+            segments, previous.detail.get("merge_keys") or (), previous.detail.get("partition_grain")
+        )
         self._measured: tuple[str, state_figures.SliceFigures] | None = None  # segment, its figures
+        # The new segment's figures per partition are measured in the scan that counts its rows.
+        self.writer = replace(segment_writer(ctx, previous, segments), measure=self._measured_content)
 
     def precheck(self) -> Fallback | None:
-        previous = self.previous.detail
-        if self.previous.model_fingerprint != self.ctx.fingerprint:
-            return Fallback("the model's code changed since its last build")
-        if previous.get("strategy") != STRATEGY or previous.get("partition_grain") != partition_grain(
-            self.ctx
-        ):
-            return Fallback("the previous state was not built by partitions of this grain")
-        problem = locality_problem(self.ctx)
-        if problem is not None:
-            return Fallback(problem)
-        if not self.has_recorded_figures():
-            return Fallback("the previous build recorded no partition fingerprints")
-        return None
-
-    def has_recorded_figures(self) -> bool:
-        return "partition_fingerprints" in self.previous.detail
+        """What rules the build out from the live state and the model alone, before any row is read."""
+        return self.changes.precheck(self)
 
     def changed_inputs(self) -> list[str]:
         """The inputs other than the `from` relation whose identity changed since the last build."""
@@ -210,30 +381,34 @@ class PartitionBuilder(DeltaBuilder):
         )
 
     def changed_partitions(self) -> list[str]:
-        """The partitions whose raw `from` rows changed since the last build (read, never written)."""
-        return sorted(
-            self.affected(partition_fingerprints(self.ctx), self.previous.detail["partition_fingerprints"])
-        )
+        """The partitions the changes reach (read, never written)."""
+        return self.changes.changed_partitions(self)
 
     def build(self) -> DeltaBuild | Fallback:
+        try:
+            return self._build()
+        finally:
+            self.rows.release(self)
+
+    def _build(self) -> DeltaBuild | Fallback:
         fallback = self.precheck()
         if fallback is not None:
             return fallback
         changed_inputs = self.changed_inputs()
-        joined = self._joined_change(changed_inputs)
+        joined = self.changes.joined_change(self, changed_inputs)
         if isinstance(joined, Fallback):
             return joined
-        affected, facts, total = self.changed_slices(joined)
+        affected, facts, total = self.changes.changed_slices(self, joined)
         detail: dict[str, Any] = {"partitions": affected, "partitions_total": total}
         if changed_inputs:
             detail["partitions_reached_by_joins"] = len(joined.partitions)
         if not affected:
             self._drop(joined.tables)
-            return self.kept(detail, facts)
+            return self.writer.kept(detail, facts)
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
-        self.ctx.session.create_values_table(keys_table, column, [self._literal(key) for key in affected])
-        delta_query = self._partition_rows(affected, keys_table, detail)
+        self.ctx.session.create_values_table(keys_table, column, [self.literal(key) for key in affected])
+        delta_query = self.rows.rows(self, affected, keys_table, detail)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
         previous_figures = self._previous_figures()
         if previous_figures is not None and previous_figures.covers(self.ctx.follower_slices):
@@ -242,18 +417,20 @@ class PartitionBuilder(DeltaBuilder):
             replaced = _as_text({key: value for key, value in previous_figures.own.items() if key in wanted})
             detail["replaced_rows_read"] = False
         else:
-            replaced = self._by_partition(self._replaced_rows(keys_table, affected))
+            replaced = self._by_partition(self.live_rows(keys_table, affected))
             detail["replaced_rows_read"] = True
         removed = (
             sum(count for count, _ in replaced.values()),
             str(sum(int(hash_sum) for _, hash_sum in replaced.values())),
         )
         try:
-            build = self._finish(delta_query, removed, keys_table, detail, facts)
+            build = self.writer.write(self.ctx, delta_query, removed, keys_table, detail, facts)
         except SchemaChanged:
             self._forget_replaced(keys_table)
             self._drop(joined.tables)
             raise
+        if not self.changes.completes_state:
+            build = self._kept_if_rows_equal(build, facts)
         if _replacing_keys_table(build.record) != keys_table:  # also a kept state: the previous one
             self._forget_replaced(keys_table)  # no segment replaces those rows by this keys table
         if build.is_unchanged:
@@ -267,14 +444,9 @@ class PartitionBuilder(DeltaBuilder):
         # The recomputed partitions hold exactly their live rows: the live state stays.
         self._forget_replaced(keys_table)
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
-        return self.kept({**detail, "partitions_unchanged": len(affected)}, facts)
+        return self.writer.kept({**detail, "partitions_unchanged": len(affected)}, facts)
 
-    def _partition_rows(self, affected: list[str], keys_table: str, detail: dict[str, Any]) -> exp.Query:
-        """The new rows of the affected partitions (named by `keys_table`): each recomputed
-        completely from its input rows."""
-        return self.ctx.compiled.with_base_predicate(self._input_rows_of(affected, keys_table))
-
-    def _input_rows_of(self, partitions: list[str], keys_table: str) -> exp.Expression:
+    def input_rows_of(self, partitions: list[str], keys_table: str) -> exp.Expression:
         """Over the raw `from` rows: whether a row is in one of `partitions` (named by `keys_table`)."""
         alias = self.ctx.compiled.base_relation
         ranges = self._ranges(partitions, alias)
@@ -292,34 +464,7 @@ class PartitionBuilder(DeltaBuilder):
             predicate = exp.and_(ranges.predicate, predicate, copy=False)
         return predicate
 
-    def changed_slices(
-        self, joined: joined_inputs.JoinedChange
-    ) -> tuple[list[str], dict[str, Any], int | None]:
-        """The partitions to recompute (whose raw input rows changed, or that the changed joined
-        inputs reach), the figures the new state records, and how many partitions there are."""
-        now = partition_fingerprints(self.ctx)
-        before = self.previous.detail.get("partition_fingerprints") or {}
-        reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
-        affected = sorted(set(self.affected(now, before)) | reached_keys)
-        facts = {
-            "partition_fingerprints": self.recorded_fingerprints(now, before),
-            "other_inputs": other_inputs(self.ctx, self.identities),
-            joined_inputs.FIGURES: joined.figures,
-        }
-        if self.upstream_segments is not None:
-            facts[UPSTREAM_SEGMENTS] = self.upstream_segments
-        return affected, facts, len(now)
-
-    def _joined_change(self, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
-        """The partitions the changed joined inputs reach (none when none changed)."""
-        recorded = self.previous.detail.get(joined_inputs.FIGURES, {})
-        if not changed_inputs:
-            return joined_inputs.JoinedChange(set(), recorded)
-        return joined_inputs.partitions_reached(
-            self.ctx, changed_inputs, recorded, lambda qualifier: raw_partition(self.ctx, qualifier)
-        )
-
-    def _replaced_rows(self, keys_table: str, affected: list[str]) -> exp.Table | exp.Query:
+    def live_rows(self, keys_table: str, affected: list[str]) -> exp.Table | exp.Query:
         """The live rows of the affected partitions (named by `keys_table`). When the previous
         state's segments replace whole partitions of this grain, they are held for the session
         under the key the models following this one ask with (engine.model_slices): the rows this
@@ -416,7 +561,17 @@ class PartitionBuilder(DeltaBuilder):
         by day or month, few enough to record."""
         return partition_grain(self.ctx) in state_figures.RECORDED_GRAINS
 
-    def _segment_content(self, name: str) -> Content:
+    def _kept_if_rows_equal(self, build: DeltaBuild, facts: dict[str, Any]) -> DeltaBuild:
+        """A partial rebuild whose partitions hold the rows they held: the current snapshot stays."""
+        if build.is_unchanged or build.record.content_hash != self.previous.content_hash:
+            return build
+        self.ctx.session.drop_snapshot(build.record.table_name)
+        replaced = build.record.detail.get("keys_table")
+        if replaced:
+            self.ctx.session.drop_snapshot(str(replaced))
+        return self.writer.kept({**build.detail, "rows_equal": True}, facts)
+
+    def _measured_content(self, name: str) -> Content:
         """The new segment's content, from the scan that measures its figures when this model
         records them (one scan of its rows, not two)."""
         if self._records_figures():
@@ -427,7 +582,7 @@ class PartitionBuilder(DeltaBuilder):
             if figures is not None:
                 self._measured = (name, figures)
                 return figures.content(self.ctx.session.describe(snapshot_table(name)))
-        return super()._segment_content(name)
+        return self.ctx.session.content(snapshot_table(name))
 
     def _segment_figures(self, record: SnapshotRecord) -> state_figures.SliceFigures | None:
         """The figures of the rows the new segment holds, as its build measured them."""
@@ -460,7 +615,7 @@ class PartitionBuilder(DeltaBuilder):
         if not equal or not changed:
             return build
         self._forget_replaced(keys_table)  # the keys table is narrowed to the changed partitions
-        session.create_values_table(keys_table, column, [self._literal(key) for key in changed])
+        session.create_values_table(keys_table, column, [self.literal(key) for key in changed])
         narrowed = f"{record.table_name}__narrowed"
         segment = snapshot_table(record.table_name).as_(ROW_ALIAS)
         in_changed = keyed_rows(
@@ -497,14 +652,6 @@ class PartitionBuilder(DeltaBuilder):
             if table:
                 self.ctx.session.drop_snapshot(table)
 
-    def affected(self, now: dict[str, Any], before: dict[str, Any]) -> list[str]:
-        """The partitions to recompute: those whose input rows changed since the last build."""
-        return sorted(key for key in set(now) | set(before) if now.get(key) != before.get(key))
-
-    def recorded_fingerprints(self, now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-        """The input fingerprints the new state records for its next build to compare with."""
-        return now
-
     def _ranges(self, affected: list[str], alias: str) -> PartitionRanges | None:
         """The affected day or month partitions as ranges of the raw column they are cut from, when
         the partition expression is that column (or its cast to DATE or TIMESTAMP) and the column
@@ -529,7 +676,8 @@ class PartitionBuilder(DeltaBuilder):
         keys = [key for key in affected if key != NULL_PARTITION]
         return partition_ranges(raw, type_name, grain, keys, NULL_PARTITION in affected)
 
-    def _literal(self, key: str) -> exp.Expression:
+    def literal(self, key: str) -> exp.Expression:
+        """A partition key as a literal of the partition column's type."""
         if key == NULL_PARTITION:
             return exp.null()
         grain = partition_grain(self.ctx)

@@ -2,7 +2,7 @@
 
 The planner is the run itself up to its decisions: it reads the sources and the history with the
 run's scope (engine.decisions.scope), decides each model with the run's decider
-(engine.decisions.decider), and asks the builder the run would use (engine.decisions.dispatch)
+(engine.decisions.decider), and asks the builder the run would use (engine.builds.dispatch)
 for the reason a delta would fall back to full (`precheck`, the window gate) and for the
 partitions whose input changed. It opens the warehouse
 read-only. What only a build can tell (whether a rebuilt model's rows come out equal, so the live
@@ -19,18 +19,30 @@ from typing import Any
 
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine import sliding_window
+from strata_dagster.engine.builds.dispatch import delta_builder
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
-from strata_dagster.engine.decisions.dispatch import delta_builder
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.incremental import DeltaBuilder, Fallback
-from strata_dagster.engine.model_slices import AppendedBuilder, SlicedBuilder
-from strata_dagster.engine.partition_range import PartitionRangeBuilder
-from strata_dagster.engine.partitions import PartitionBuilder, partition_fingerprints, partition_grain
-from strata_dagster.engine.paths import CUTOFF_CANDIDATE, DELTA, DEPENDS
-from strata_dagster.engine.run import CUTOFF, FULL, PARTITIONS, REUSED, VIEW, RunRequest, opened_project
+from strata_dagster.engine.model_slices import AppendedBuilder
+from strata_dagster.engine.partitions import (
+    PartitionBuild,
+    partition_fingerprints,
+    partition_grain,
+)
+from strata_dagster.engine.paths import (
+    CUTOFF,
+    CUTOFF_CANDIDATE,
+    DELTA,
+    DEPENDS,
+    FULL,
+    PARTITIONS,
+    REUSED,
+    VIEW,
+)
+from strata_dagster.engine.run import RunRequest, opened_project
 from strata_dagster.state.history import SnapshotRecord
 
 _UNKNOWN = ""  # a content identity only the build will tell
@@ -239,16 +251,17 @@ class Planner:
     # -- a model whose inputs are known -----------------------------------------------------------
     def _build_plan(self, decision: ModelDecision) -> ModelPlan:
         name, choice, current = decision.model, decision.choice, decision.live
-        model = self.project.models[name]
         changes = self._changes(name, current, choice)
         if choice.existing is not None:
             return self._forced_plan(name, choice, current)
-        if model.properties.is_view:
+        # The strategy the run would build it with (engine.builds.dispatch), as the decision names it.
+        if decision.strategy == "view":
             return ModelPlan(name, VIEW, (VIEW, CUTOFF), _why(current, changes, VIEW), changes)
-        window = self.scope.sliding_source_of(name)
-        if window is not None:
+        if decision.strategy == "sliding_window":
+            window = self.scope.sliding_source_of(name)
+            assert window is not None
             return self._window_plan(name, window, current, changes)
-        if not self.scope.is_incremental(name):
+        if decision.strategy == "full" and decision.full_reason is None:  # not an incremental model
             reason = _why(current, changes, FULL)
             return ModelPlan(name, FULL, (FULL, CUTOFF), reason, changes)
         return self._incremental_plan(name, current, changes)
@@ -296,20 +309,19 @@ class Planner:
         if reason is not None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         ctx = self.scope.incremental_context(name, "plan", "plan")
-        segments = self.scope.segments(current)
-        if name not in self.scope.requested:
-            maintained = delta_builder(self.scope, name, ctx, current)
-            if isinstance(maintained, (SlicedBuilder, AppendedBuilder)):
-                return self._sliced_plan(name, maintained, changes)
+        builder = delta_builder(self.scope, name, ctx, current)  # the run's, asked without writing
+        if isinstance(builder, AppendedBuilder) or (
+            isinstance(builder, PartitionBuild) and builder.changes.follows_segments
+        ):
+            return self._sliced_plan(name, builder, changes)
         if self.scope.is_partitioned(name):
-            identities = self.scope.identities(name)
-            builder: PartitionBuilder = (
-                PartitionRangeBuilder(ctx, current, segments, identities, self.scope.requested[name])
-                if name in self.scope.requested
-                else PartitionBuilder(ctx, current, segments, identities)
-            )
+            assert isinstance(builder, PartitionBuild)
             return self._partition_plan(name, builder, changes)
-        facts = DeltaBuilder(ctx, current, segments).window_facts()
+        if isinstance(builder, PartitionBuild):
+            # Partitioned only as the run reads it (requested partitions of a merge model, or a
+            # followed input's fingerprints compared): the plan tells the window of its delta.
+            builder = DeltaBuilder(ctx, current, builder.segments)
+        facts = builder.window_facts()
         if isinstance(facts, Fallback):
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {facts.reason}", changes)
         lateness = self.project.models[name].properties.lateness
@@ -336,7 +348,7 @@ class Planner:
         )
 
     def _partition_plan(
-        self, name: str, builder: PartitionBuilder, changes: tuple[InputChange, ...]
+        self, name: str, builder: PartitionBuild, changes: tuple[InputChange, ...]
     ) -> ModelPlan:
         fallback = builder.precheck()
         if fallback is not None:
@@ -386,7 +398,7 @@ class Planner:
         )
 
     def _sliced_plan(
-        self, name: str, builder: SlicedBuilder | AppendedBuilder, changes: tuple[InputChange, ...]
+        self, name: str, builder: PartitionBuild | AppendedBuilder, changes: tuple[InputChange, ...]
     ) -> ModelPlan:
         """A model maintained from its input models' new segments (engine.model_slices)."""
         fallback = builder.precheck()
@@ -396,7 +408,7 @@ class Planner:
             why = "delta: the rows its pipeline gives for its inputs' new rows, appended"
             return ModelPlan(name, DELTA, (DELTA, CUTOFF), why, changes)
         joined = builder.changed_inputs()
-        keys = builder.upstream_slices()
+        keys = builder.changed_partitions()
         grain = partition_grain(builder.ctx)
         reason = "slice-complete rebuild of the slices its input models' new segments reach"
         if joined:

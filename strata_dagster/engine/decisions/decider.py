@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
+from strata_dagster.engine.builds.full import REPLACED_SOURCES
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, StrategyName
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.model_slices import ModelSlices
@@ -22,9 +23,6 @@ from strata_dagster.fingerprint.refresh import refresh_period
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import state_tables
 from strata_dagster.warehouse.snapshot_files import FileDamage
-
-# A state's detail key: the sources its full build read through an override replacing their rows.
-REPLACED_SOURCES = "replaced_sources"
 
 
 def replaced_reason(now: list[str], before: list[str]) -> str:
@@ -124,7 +122,7 @@ class Decider:
 
     # -- how a rebuilt model is built ---------------------------------------------------------------
     def strategy(self, name: str, full_reason: str | None) -> StrategyName:
-        """Which kind of build rebuilds `name` (engine.decisions.dispatch builds it)."""
+        """Which kind of build rebuilds `name` (engine.builds.dispatch builds it)."""
         scope = self.scope
         if scope.project.models[name].properties.is_view:
             return "view"
