@@ -31,6 +31,7 @@ from strata_dagster.engine.partitions import (
 from strata_dagster.language.definition import JoinStep
 from strata_dagster.sql.render import data_type
 from strata_dagster.sql.segments import composite_query, keyed_rows, partition_key, union_all
+from strata_dagster.warehouse.engines import capabilities_of
 
 
 class AggregateMaintained:
@@ -66,7 +67,9 @@ class AggregateMaintained:
     def _usable_change(self, build: PartitionBuild) -> UpstreamChange | None:
         """The input's change, when its delta can maintain this model's partitions."""
         ctx = build.ctx
-        if ctx.session.engine != "duckdb" or isinstance(self.changes, str) or len(self.changes) != 1:
+        if not capabilities_of(ctx.session.engine).maintains_aggregates_from_delta:
+            return None
+        if isinstance(self.changes, str) or len(self.changes) != 1:
             return None
         change = self.changes[0]
         # Segments that replace whole partitions take away as many rows as a recomputation reads.
