@@ -26,8 +26,8 @@ The append and updates are also timed against a floor that proves what strata pr
 their own rows ("... proving"): the same least work, plus, before the view is repointed, the
 content figures a state's fingerprint needs (the replaced rows' count and hash sums, one scan of
 the state by the window's keys, skipped when every new key lies beyond the state's greatest key;
-the new rows' figures) and the proof that no kept row left the source unseen (ARCHITECTURE's
-build rule 5: the model's rows outside the window whose keys the window does not replace, counted
+the new rows' figures) and the proof that no kept row left the source unseen (the
+model's rows outside the window whose keys the window does not replace, counted
 and hashed by key and change column in one scan under a broadcast anti-join, must be the previous
 state's less the replaced rows). Figures: bench/README.md.
 """
