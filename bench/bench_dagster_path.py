@@ -4,8 +4,8 @@ and a fresh copy of the same warehouse:
 
 - `strata run` (the CLI, process included): the floor;
 - Dagster's fixed launch cost: a run of one trivial asset in another code location, launch to
-  success, measured on the instance's second run (its first also starts the run launcher's fork
-  server, printed beside it); on Dagster's default executor, which runs each step in a process
+  success, measured on the instance's second run (its first, printed beside it, also pays the
+  instance's first start); on Dagster's default executor, which runs each step in a process
   of its own, and on the example's in-process executor (a third code location);
 - the first load as `strata_materialize_all` (one run; its waves run inside it), launch to every
   run finished, then every asset and partition checked fresh;
@@ -26,12 +26,12 @@ of the fixed costs above; 3-day backfill < 15 s) and the load average.
 
 `--repeat N` runs the last two (the do-nothing click, then the example's *Materialize all*) N times,
 each on a fresh instance and warehouse, and prints their ratios' median: one round moves by as
-much as the daemons' timing (when the backfill daemon's iterations fall). `--mirror` adds, before
-the example's, *Materialize all* of the example's whole graph with nothing to do (`mirror_module`:
-a do-nothing twin of each asset and check op, and the companion's per-day observations): what
-Dagster itself takes for that click on that graph.
+much as the daemons' timing (when the backfill daemon's iterations fall); `--repeat 0` skips
+them. `--mirror` adds, before the example's, *Materialize all* of the example's whole graph with
+nothing to do (`mirror_module`: a do-nothing twin of each asset and check op, and the companion's
+per-day observations): what Dagster itself takes for that click on that graph.
 
-See bench/README.md and docs/dagster.md ("The Dagster path's cost").
+See bench/README.md and docs/dagster.md ("What a run costs").
 """
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ def main() -> None:
         one = root / "one_run"
         one.mkdir()
         with dagster_dev(one, workspace(one, sample, args.days)) as (graphql, log):
-            # The first run after the daemon starts also starts the run launcher's fork server.
+            # The instance's first run pays its first start: the second one is the fixed cost.
             fixed_first, fixed = (trivial_run(graphql, log) for _ in range(2))
             print(
                 f"fixed cost, a run of one trivial asset (launch to success): {fixed:.1f}s "
@@ -443,7 +443,7 @@ def materialize_all_round(
     backfill = root / f"backfill_{round_}"
     backfill.mkdir()
     with dagster_dev(backfill, workspace(backfill, sample, days)) as (graphql, log):
-        trivial_run(graphql, log)  # starts the run launcher's fork server, as in the one-run instance
+        trivial_run(graphql, log)  # the instance's first run, as in the one-run instance
         launched = time.time()
         shaped = until_backfill_done(graphql, backfill_all(graphql, {}, twins="shape_"), log, launched)
         shaped_target = 2 * cli + shaped

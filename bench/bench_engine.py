@@ -1,6 +1,6 @@
 """Engine benchmark: each `run_project` scenario against the plain-DuckDB floor of the same work.
 
-    /work/venv/bin/python bench/bench_engine.py [--rows 10000000] [--repeat 5]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_engine.py [--rows 10000000] [--repeat 5]
 
 Both sides run in this process, on the same data, interleaved (the side that goes first alternates),
 and each timing is the wall time around one call, connection open and close included. See

@@ -1,7 +1,7 @@
 """Incremental benchmark: delta builds of an upsert and an append model against the DuckDB floor
 of the same delta work, and against a full rebuild through strata.
 
-    /work/venv/bin/python bench/bench_incremental.py [--rows 10000000] [--repeat 5] [--profile]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_incremental.py [--rows 10000000] [--repeat 5] [--profile]
 
 Scenarios: a 1% append, a 0.1% update, and a second 0.1% update on the state the first left. The
 sides (incremental run, full rebuild, floor, bare fingerprint scan) run in this process, on the

@@ -1,8 +1,8 @@
 """Partition benchmark: a partition-complete incremental build of a day model and a month model
 after late updates to 30 old days, against the DuckDB floor of the same work and a full rebuild.
 
-    /work/venv/bin/python bench/bench_partitions.py [--rows 10000000] [--repeat 5] [--profile]
-    /work/venv/bin/python bench/bench_partitions.py --scenario "dimension change" [--rows ...]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_partitions.py [--rows 10000000] [--repeat 5] [--profile]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_partitions.py --scenario "dimension change" [--rows ...]
 
 The "dimension change" scenario renames the region of a few customers that a day model joins to its
 orders: strata must recompute exactly the days holding those customers' orders, against a floor
@@ -568,7 +568,7 @@ def profile(
     try:
         from pyinstrument import Profiler
     except ImportError:
-        tree = "(pyinstrument is not installed: /work/venv/bin/pip install pyinstrument)"
+        tree = "(pyinstrument is not installed: .venv/bin/pip install pyinstrument)"
     else:
         copy(files.engine, engine)
         profiler = Profiler(interval=0.001)

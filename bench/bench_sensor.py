@@ -2,7 +2,7 @@
 the shop example at its test size (40 days) and at 3,650 daily partitions, with a real (ephemeral)
 Dagster instance in which everything is materialized.
 
-    /work/main/.venv/bin/python bench/bench_sensor.py [--days 40 3650] [--ticks 5] [--rows 20000]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_sensor.py [--days 40 3650] [--ticks 5] [--rows 20000]
 
 Each tick is timed around `evaluate_tick`, the sources' fingerprints and the instance queries
 included. See bench/README.md.

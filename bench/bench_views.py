@@ -1,7 +1,7 @@
 """View benchmark: a staging model as `materialize: view` against the same model as a table, after
 late updates to 0.1% of the orders, and the DuckDB floor of the same result (staging as a view).
 
-    /work/venv/bin/python bench/bench_views.py [--rows 10000000] [--repeat 5] [--versioning cdc|full]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_views.py [--rows 10000000] [--repeat 5] [--versioning cdc|full]
 
 The three sides run in this process, on the same data, interleaved (the side that goes first
 rotates), and each timing is the wall time around one call, connection open and close included.
