@@ -21,7 +21,7 @@ from strata_dagster.compile.lineage import ColumnDeps
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
 from strata_dagster.engine.business import is_cut_like_source
 from strata_dagster.engine.columns import RelationColumns, read_columns, read_lineage
-from strata_dagster.engine.context import ProjectContext, compiled_context, load_context
+from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.partitions import locality_problem_of, raw_partition_of
 from strata_dagster.engine.removed import removed_models, removed_warning
 from strata_dagster.engine.status import fingerprint_models
@@ -89,8 +89,6 @@ class Catalog:
     # what the orchestrator warns about where it loads: what could not be read while reading the
     # catalog (it shows defaults instead), live views of models the project no longer defines
     warnings: tuple[StrataWarning, ...] = ()
-    # what of the above was read from the warehouse (the rest follows from the project's files)
-    reading: WarehouseReading | None = field(default=None, compare=False, repr=False)
 
 
 def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = DEFAULT_BRANCH) -> Catalog:
@@ -120,16 +118,6 @@ def read_catalog(project_dir: Path | str, warehouse: Path | str, branch: str = D
     return _catalog(context, reading, arrivals)
 
 
-def catalog_from_reading(
-    project: Project, reading: WarehouseReading, branch: str = DEFAULT_BRANCH
-) -> Catalog:
-    """The catalog of `project` over a reading of the warehouse made before, by `read_catalog` for
-    the same project files: the same catalog, without opening the warehouse. Fingerprints and SQL
-    are derived again from the project, so they are always this code's."""
-    context = compiled_context(project, reading.source_schemas, reading.engine, branch=branch)
-    return _catalog(context, reading, _arrivals(context))
-
-
 def _catalog(context: ProjectContext, reading: WarehouseReading, arrivals: dict[str, str]) -> Catalog:
     fingerprints = {name: fp.value for name, fp in fingerprint_models(context).items()}
     relations = DefaultRelations(context.project, context.branch)
@@ -150,7 +138,6 @@ def _catalog(context: ProjectContext, reading: WarehouseReading, arrivals: dict[
         reading.lineage,
         arrivals,
         reading.warnings,
-        reading,
     )
 
 
