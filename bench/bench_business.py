@@ -35,7 +35,7 @@ from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
 
 try:  # the listing cache; absent from engines before it (the bench also measures those)
-    from strata_dagster.warehouse.listing import RACY_SECONDS
+    from strata_dagster.backends.duckdb.listing import RACY_SECONDS
 except ImportError:
     RACY_SECONDS = 0.0
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster_tests.dagster_support import DONE, REPO, SHOP, GraphQL, dagster_dev, wait_for
 
 print = functools.partial(print, flush=True)  # noqa: A001 (progress shows while it runs)

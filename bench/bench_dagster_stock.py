@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench_dagster_path import mirror_module
 
-from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster_tests.dagster_support import DONE, wait_for
 from strata_dagster_tests.production_stack import (
     SHOP,

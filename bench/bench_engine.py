@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.table import Table
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import read_source_schemas
 from strata_dagster.compile import compile_project, source_relation
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.sample_data import write_sample_data
 
 PROJECT = """
 source orders { table: raw.orders }
@@ -183,7 +183,7 @@ def copy(source: Path, target: Path) -> None:
 def copy_warehouse(source: Path, target: Path) -> None:
     """The warehouse file and its serving copy as `source` left them (a serving copy in the state
     its own runs keep it: what is exported stays exported). Snapshot files stay where they are:
-    the copy's views read them by absolute path (warehouse/snapshot_files.py)."""
+    the copy's views read them by absolute path (backends/duckdb/snapshot_files.py)."""
     Path(f"{target}.wal").unlink(missing_ok=True)
     shutil.copyfile(source, target)
     served, copied = Path(f"{source}.serving"), Path(f"{target}.serving")

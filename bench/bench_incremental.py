@@ -50,19 +50,19 @@ from sqlglot import exp
 
 import strata_dagster
 import strata_dagster.backends.duckdb.opening as opening_module
+import strata_dagster.backends.duckdb.serving as serving_module
+import strata_dagster.backends.duckdb.session as session_module
+import strata_dagster.backends.duckdb.snapshot_files as snapshot_files_module
 import strata_dagster.backends.sql.figures as figures_module
 import strata_dagster.backends.sql.key_figures as key_figures_module
 import strata_dagster.backends.sql.tables as shared_tables_module
 import strata_dagster.engine.run as engine_run
-import strata_dagster.warehouse.serving as serving_module
-import strata_dagster.warehouse.session as session_module
-import strata_dagster.warehouse.snapshot_files as snapshot_files_module
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
+from strata_dagster.backends.duckdb.session import DuckDBSession
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render
 from strata_dagster.state.history import HistoryReader, HistoryWriter
-from strata_dagster.warehouse.sample_data import write_sample_data
-from strata_dagster.warehouse.session import DuckDBSession
 
 PROJECT = """
 source orders {

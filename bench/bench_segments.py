@@ -55,8 +55,8 @@ class Tracer:
             from strata_dagster.backends.sql.runner import run as original
             from strata_dagster.sql.render import render
         except ImportError:  # a tree from before the backends package (`--base`)
+            from strata_dagster.backends.duckdb.sql import run as original
             from strata_dagster.sql.render import render
-            from strata_dagster.warehouse.sql import run as original
 
         def run(con, statement, params=None, **options):  # type: ignore[no-untyped-def]  # stands in for run's own signature
             if not self.active:

@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a commit exported there wins
 
+from strata_dagster.backends.duckdb import serving  # noqa: E402
 from strata_dagster.engine.run import run_project  # noqa: E402
-from strata_dagster.warehouse import serving  # noqa: E402
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop  # noqa: E402
 
 READER = """

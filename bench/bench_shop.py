@@ -26,11 +26,11 @@ from pathlib import Path
 import duckdb
 from bench_engine import execute, floor_statements
 
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.sample_data import write_sample_data
 
 SHOP = Path(__file__).resolve().parent.parent / "examples" / "shop"
 STRATA_FILES = ("sources.strata", "staging.strata", "marts.strata")

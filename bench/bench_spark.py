@@ -46,9 +46,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from strata_dagster.backends.duckdb.engines import engine_choice, using_engine
+from strata_dagster.backends.spark.connect import local_session
 from strata_dagster.engine.run import run_project
-from strata_dagster.spark.connect import local_session
-from strata_dagster.warehouse.engines import engine_choice, using_engine
 
 console = Console()
 PROJECT = """

@@ -35,10 +35,10 @@ from bench_engine import (
 )
 from bench_partitions import DAYS, LATE_UPDATE, START, multiset_mismatch
 
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
-from strata_dagster.warehouse.sample_data import write_sample_data
 
 PROJECT = """
 source orders {
@@ -108,7 +108,7 @@ def check(engine: Path, relation: str, is_view: bool) -> None:
             f"{relation}: {left} vs {right} rows, {mismatched} mismatched"
         )
         # A view model's snapshot is a view over its inputs; a stored snapshot is a table or a view
-        # over its Parquet file (warehouse/snapshot_files.py).
+        # over its Parquet file (backends/duckdb/snapshot_files.py).
         stored = con.execute(
             "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'strata_snapshots' AND view_name LIKE '%_stg_orders' "
             "AND NOT contains(sql, 'read_parquet(')"

@@ -1,6 +1,6 @@
 """Fault injection for the crash tests: the process kills itself (SIGKILL) at a named write step.
 
-It sits at the package's top so that any layer's write steps (the serving copy, warehouse/serving.py)
+It sits at the package's top so that any layer's write steps (the serving copy, backends/duckdb/serving.py)
 can be crash-tested like the engine's; WRITE_STEPS and COMPACT_STEPS name the run's and gc's steps
 (docs/architecture.md, Crash safety).
 """
@@ -21,7 +21,7 @@ WRITE_STEPS = (
     "history_written",
     "committed",
 )
-# The steps of `strata gc --compact` (warehouse/compaction.py), after each of which a crash
+# The steps of `strata gc --compact` (backends/duckdb/compaction.py), after each of which a crash
 # leaves a complete warehouse file: the old one, or the compacted one.
 COMPACT_STEPS = ("compact_copied", "compact_verified", "compact_replaced")
 

@@ -25,10 +25,10 @@ from dagster._core.execution.api import execute_run
 from dagster._core.loader import LoadingContextForTest
 
 from strata_dagster import build_definitions
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import open_session
 from strata_dagster.orchestration.constants import VERSIONS_FOLLOW_KEY
 from strata_dagster.state.history import Entry
-from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.engine_support import SHOP, UNPARTITIONED_MODELS, execute
 
 START = dt.date(2025, 1, 1)

@@ -24,11 +24,11 @@ from pathlib import Path
 import sqlglot
 
 from strata_dagster.backends.base import WarehouseError
+from strata_dagster.backends.duckdb.engines import choose_engine, engine_choice
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import run_project
 from strata_dagster.faults import KILL_AT_ENV
-from strata_dagster.warehouse.engines import choose_engine, engine_choice
 from strata_dagster_tests.engines_support import EngineUnderTest
 
 
@@ -38,7 +38,7 @@ def main(spec_path: str) -> None:
     choose_engine(engine_choice(name))
     spark = None
     if name == "spark":
-        from strata_dagster.spark.connect import local_session
+        from strata_dagster.backends.spark.connect import local_session
 
         spark = local_session(warehouse)
         spark.sparkContext.setLogLevel("OFF")

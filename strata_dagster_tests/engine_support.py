@@ -8,8 +8,8 @@ from typing import Any
 
 import duckdb
 
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.engine.run import RunResult, run_project
-from strata_dagster.warehouse.sample_data import write_sample_data
 
 SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
 UNPARTITIONED_MODELS = (
@@ -98,7 +98,7 @@ def view_tables(warehouse: Path, schema: str = "main") -> dict[str, str]:
     return dict(rows)
 
 
-# Every snapshot relation: a table, or a view (over its Parquet file, warehouse/snapshot_files.py,
+# Every snapshot relation: a table, or a view (over its Parquet file, backends/duckdb/snapshot_files.py,
 # or a `materialize: view` model's own view).
 SNAPSHOT_RELATIONS = (
     "(SELECT table_name AS name, 'table' AS kind FROM duckdb_tables() WHERE schema_name = 'strata_snapshots' "

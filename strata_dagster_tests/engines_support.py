@@ -24,11 +24,11 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.engines import EngineChoice, engine_choice, using_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import RunResult, run_project
-from strata_dagster.warehouse.engines import EngineChoice, engine_choice, using_engine
 from strata_dagster_tests.spark_class_archive import driver_env
 from strata_dagster_tests.spark_support import drop_databases, spark_session
 
@@ -99,7 +99,7 @@ class EngineUnderTest:
             relation = sqlglot.parse_one(relation, read="duckdb")
         if self.name == "spark":
             # Straight to Spark: a session would load the whole history for one query.
-            from strata_dagster.spark.connection import SparkConnection
+            from strata_dagster.backends.spark.connection import SparkConnection
 
             con = SparkConnection(self.spark)
             try:

@@ -26,7 +26,7 @@ import duckdb
 import pytest
 import yaml
 
-from strata_dagster.warehouse.sample_data import write_sample_data
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster_tests.dagster_support import REPO, GraphQL, free_port, wait_for
 
 DEPLOY = REPO / "deploy"

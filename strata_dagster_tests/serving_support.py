@@ -12,8 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA, reader_statement
-from strata_dagster.warehouse.snapshot_files import file_of, folder_of
+from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA, reader_statement
+from strata_dagster.backends.duckdb.snapshot_files import file_of, folder_of
 
 POLL_SECONDS = 0.05
 

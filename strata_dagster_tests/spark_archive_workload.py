@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pyspark import SparkContext
 
-from strata_dagster.spark.connect import local_session
+from strata_dagster.backends.spark.connect import local_session
 from strata_dagster_tests.acceptance_support import MODELS, Sources, differences, make_project
 from strata_dagster_tests.engines_support import EngineUnderTest
 

@@ -59,7 +59,7 @@ def java_options() -> str:
 
 def driver_env(extra: str = "") -> dict[str, str]:
     """The environment of a process whose local Spark maps the archive, with `extra` JVM options."""
-    from strata_dagster.spark.connect import DRIVER_JAVA_OPTIONS_ENV
+    from strata_dagster.backends.spark.connect import DRIVER_JAVA_OPTIONS_ENV
 
     return {DRIVER_JAVA_OPTIONS_ENV: " ".join(filter(None, (java_options(), extra)))}
 
@@ -73,7 +73,7 @@ def _archive_path() -> Path:
 
 
 def _build(path: Path) -> None:
-    from strata_dagster.spark.connect import DRIVER_JAVA_OPTIONS_ENV
+    from strata_dagster.backends.spark.connect import DRIVER_JAVA_OPTIONS_ENV
 
     for left in path.parent.glob("*.partial"):  # by a build that died (builds hold the lock)
         left.unlink(missing_ok=True)

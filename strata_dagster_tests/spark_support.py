@@ -86,7 +86,7 @@ def spark_session():
     global _session
     if _session is None:
         require_spark()
-        from strata_dagster.spark.connect import local_session
+        from strata_dagster.backends.spark.connect import local_session
 
         # This JVM and every one a test starts from here (a CLI or driver process) map the class
         # archive, unless the options were given (or another process is still building it).

@@ -28,7 +28,7 @@ STEPS = {
 }
 # Each driver is a new JVM that lives about a minute over tiny data: C1 only and the serial
 # collector take a third off the Spark case (341 s -> 215 s alone on an idle machine), where the
-# suite's long-lived session was not faster with them (strata_dagster.spark.connect).
+# suite's long-lived session was not faster with them (strata_dagster.backends.spark.connect).
 SHORT_LIVED_DRIVER = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 INTERRUPTED_AFTER = {"spark_history_logged", "spark_view_published"}
 COMMITTED_AT = {"committed", "spark_committed"}

@@ -9,14 +9,14 @@ import inspect
 import pytest
 
 from strata_dagster.backends.base import Capabilities, Session
+from strata_dagster.backends.duckdb.engines import ENGINE_NAMES, EngineChoice
+from strata_dagster.backends.duckdb.session import DuckDBSession
 from strata_dagster.backends.sql.session import SqlSession
-from strata_dagster.warehouse.engines import ENGINE_NAMES, EngineChoice
-from strata_dagster.warehouse.session import DuckDBSession
 
 
 def _spark_session_class() -> type[Session]:
     pytest.importorskip("pyspark")
-    from strata_dagster.spark.session import SparkWarehouseSession
+    from strata_dagster.backends.spark.session import SparkWarehouseSession
 
     return SparkWarehouseSession
 

@@ -1,6 +1,6 @@
-"""The partition listing of a business-versioned Parquet folder (warehouse.partition_evidence) finds exactly
+"""The partition listing of a business-versioned Parquet folder (backends.duckdb.partition_evidence) finds exactly
 what Python's glob (and so DuckDB's) finds for the same pattern, on the scandir fast path and off it;
-with its cache of folder names (warehouse.listing) it still sees every change a listing shows."""
+with its cache of folder names (backends.duckdb.listing) it still sees every change a listing shows."""
 
 import glob
 import marshal
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from strata_dagster.backends.duckdb import listing
+from strata_dagster.backends.duckdb.partition_evidence import matching_files
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.state.ledger import order_of
-from strata_dagster.warehouse import listing
-from strata_dagster.warehouse.partition_evidence import matching_files
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 
 
@@ -57,7 +57,7 @@ def test_partition_keys_order_in_time_and_numerically():
     assert sorted(["10", "9", "-1"], key=order_of) == ["-1", "9", "10"]
 
 
-# -- the listing cache (warehouse.listing) ------------------------------------------------------------
+# -- the listing cache (backends.duckdb.listing) ------------------------------------------------------------
 
 
 def _aged(seconds: float = listing.RACY_SECONDS + 0.2) -> None:

@@ -1,4 +1,4 @@
-"""The listing cache's whole-root path (warehouse.listing `_trusted`): when the root and every
+"""The listing cache's whole-root path (backends.duckdb.listing `_trusted`): when the root and every
 folder have the stat they were listed with, all listed outside the racy window, the cached names are
 taken for the whole root at once, with every file's size stat'ed now. Each of those conditions is
 checked here by forging one cached value under cached names that are not the folder's: the listing
@@ -11,7 +11,7 @@ from array import array
 
 import pytest
 
-from strata_dagster.warehouse import listing
+from strata_dagster.backends.duckdb import listing
 
 
 def _layout(root):

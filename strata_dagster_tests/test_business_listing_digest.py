@@ -1,4 +1,4 @@
-"""The listing's digest (warehouse.partition_evidence.listing_digest): a file source whose folders hold exactly
+"""The listing's digest (backends.duckdb.partition_evidence.listing_digest): a file source whose folders hold exactly
 the partitions of the ledger's digest is decided from the listing's lists alone, without building
 one object per partition. Any difference in a name, a size, a folder or the number of folders
 must still reach the per-partition comparison, and so the same coded error naming the same

@@ -14,12 +14,12 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from strata_dagster.backends.duckdb.connection import LOCK_TIMEOUT_ENV, connect, lock_timeout
 from strata_dagster.cli.main import main
 from strata_dagster.engine.backfill import as_backfill_error
 from strata_dagster.engine.explain import partition_ranges
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.connection import LOCK_TIMEOUT_ENV, connect, lock_timeout
 from strata_dagster_tests.engine_support import (
     ADVANCE_UPDATED_AT,
     execute,
@@ -222,7 +222,7 @@ def test_a_lock_timeout_of_seconds_is_read(monkeypatch):
 
 
 def test_sample_data_refuses_what_it_cannot_write_with_a_code(tmp_path):
-    from strata_dagster.warehouse.sample_data import MAX_ROWS
+    from strata_dagster.backends.duckdb.sample_data import MAX_ROWS
 
     project = tmp_path / "p"
     project.mkdir()

@@ -8,8 +8,8 @@ import os
 import dagster as dg
 
 from strata_dagster import build_definitions
+from strata_dagster.backends.duckdb.limits import MEMORY_LIMIT_ENV
 from strata_dagster.backends.opening import open_session
-from strata_dagster.warehouse.limits import MEMORY_LIMIT_ENV
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 from strata_dagster_tests.dagster_support import launch_in_process
 from strata_dagster_tests.engine_support import sql

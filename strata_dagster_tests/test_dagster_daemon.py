@@ -18,8 +18,8 @@ import pytest
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from strata_dagster import build_definitions
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import open_session
-from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 from strata_dagster_tests.dagster_support import (
     REPO,

@@ -18,6 +18,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from strata_dagster.backends.duckdb.compaction import STAGING_SUFFIX
+from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV
 from strata_dagster.cli.main import main
 from strata_dagster.engine import operations
 from strata_dagster.engine.backfill import backfill
@@ -26,8 +28,6 @@ from strata_dagster.engine.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.faults import COMPACT_STEPS, KILL_AT_ENV
-from strata_dagster.warehouse.compaction import STAGING_SUFFIX
-from strata_dagster.warehouse.snapshot_files import STORAGE_ENV
 from strata_dagster_tests.engine_support import execute, make_shop
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]

@@ -1,4 +1,4 @@
-"""`warehouse.connection.held_open`: inside the block, every connection to the warehouse is a new
+"""`backends.duckdb.connection.held_open`: inside the block, every connection to the warehouse is a new
 connection to one open database (its own transactions), and the file's lock is this process's
 until the block ends. The Dagster IO manager holds the warehouse this way for a model's output."""
 
@@ -7,7 +7,7 @@ import sys
 
 import duckdb
 
-from strata_dagster.warehouse.connection import connect, held_open
+from strata_dagster.backends.duckdb.connection import connect, held_open
 
 OTHER_PROCESS_OPENS = (
     "import sys, duckdb\n"

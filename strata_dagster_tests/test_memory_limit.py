@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from strata_dagster.warehouse.limits import MEMORY_LIMIT_ENV, connect_in_memory, threads_within
-from strata_dagster.warehouse.serving import open_live
+from strata_dagster.backends.duckdb.limits import MEMORY_LIMIT_ENV, connect_in_memory, threads_within
+from strata_dagster.backends.duckdb.serving import open_live
 from strata_dagster_tests.engine_support import make_shop
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]

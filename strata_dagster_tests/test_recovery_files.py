@@ -16,6 +16,10 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from strata_dagster.backends.duckdb import serving
+from strata_dagster.backends.duckdb.relocation import RELOCATED_STEP
+from strata_dagster.backends.duckdb.serving import SERVING_STEPS
+from strata_dagster.backends.duckdb.snapshot_files import folder_of
 from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
 from strata_dagster.engine.catalog import read_catalog
@@ -23,10 +27,6 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.faults import KILL_AT_ENV
-from strata_dagster.warehouse import serving
-from strata_dagster.warehouse.relocation import RELOCATED_STEP
-from strata_dagster.warehouse.serving import SERVING_STEPS
-from strata_dagster.warehouse.snapshot_files import folder_of
 from strata_dagster_tests.acceptance_support import MODELS, Sources, make_project
 from strata_dagster_tests.engine_support import execute, make_shop
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params

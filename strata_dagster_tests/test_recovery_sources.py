@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from strata_dagster import build_definitions
+from strata_dagster.backends.duckdb.partition_evidence import first_matching_file
 from strata_dagster.cli.main import main
 from strata_dagster.engine.arrivals import peek_arrivals
 from strata_dagster.engine.run import run_project
@@ -21,7 +22,6 @@ from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration.sensors.stale_sensor import STALE_SENSOR_NAME
-from strata_dagster.warehouse.partition_evidence import first_matching_file
 from strata_dagster_tests.business_support import (
     day,
     full_events_log,

@@ -1,4 +1,4 @@
-"""A warehouse moved or copied with its snapshot folder (warehouse.relocation): the next write
+"""A warehouse moved or copied with its snapshot folder (backends.duckdb.relocation): the next write
 session points the snapshot views at the files beside it, so a moved warehouse builds and serves,
 and a copy neither reads the original's files nor loses its own to its gc."""
 
@@ -6,11 +6,11 @@ import shutil
 
 import duckdb
 
+from strata_dagster.backends.duckdb import serving
+from strata_dagster.backends.duckdb.relocation import relocate
+from strata_dagster.backends.duckdb.session import DuckDBSession
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
-from strata_dagster.warehouse import serving
-from strata_dagster.warehouse.relocation import relocate
-from strata_dagster.warehouse.session import DuckDBSession
 from strata_dagster_tests.engine_support import execute, make_shop
 
 MODELS = ("stg_orders", "daily_revenue", "orders_enriched", "order_timeline")

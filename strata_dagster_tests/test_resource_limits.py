@@ -7,10 +7,10 @@ import sys
 import duckdb
 import pytest
 
+from strata_dagster.backends.duckdb.connection import connect
+from strata_dagster.backends.duckdb.limits import MAX_TEMP_SIZE_ENV, MEMORY_LIMIT_ENV, TEMP_DIRECTORY_ENV
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_RESOURCE_LIMIT, StrataError
-from strata_dagster.warehouse.connection import connect
-from strata_dagster.warehouse.limits import MAX_TEMP_SIZE_ENV, MEMORY_LIMIT_ENV, TEMP_DIRECTORY_ENV
 from strata_dagster_tests.engine_support import execute, make_module_project, snapshot_relations
 
 STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]

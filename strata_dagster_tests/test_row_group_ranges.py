@@ -1,4 +1,4 @@
-"""Ranges chosen from the files' row-group statistics (warehouse.row_groups): the share of rows a
+"""Ranges chosen from the files' row-group statistics (backends.duckdb.row_groups): the share of rows a
 read of a few day ranges cannot skip, and a partition build that finds the rows it replaces by
 many ranges where the previous state's rows are clustered by the partition column."""
 
@@ -6,10 +6,10 @@ import datetime as dt
 
 import duckdb
 
+from strata_dagster.backends.duckdb import row_groups
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.run import run_project
 from strata_dagster.state.history import HistoryReader
-from strata_dagster.warehouse import row_groups
 from strata_dagster_tests.engine_support import make_module_project, sql
 from strata_dagster_tests.partition_support import compare_with_full
 

@@ -7,6 +7,7 @@ import duckdb
 import pytest
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import read_source_schemas
 from strata_dagster.compile import compile_project
 from strata_dagster.language import load_project, load_text
@@ -24,7 +25,6 @@ from strata_dagster.language.definition import (
 )
 from strata_dagster.language.loader import link_project
 from strata_dagster.language.parser import parse_module
-from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.conftest import CUSTOMERS_COLUMNS, ORDERS_COLUMNS
 from strata_dagster_tests.engine_support import SHOP, SHOP_MODELS
 

@@ -11,6 +11,15 @@ import time
 import duckdb
 import pytest
 
+from strata_dagster.backends.duckdb.serving import (
+    GRACE_ENV,
+    READER_CATALOG,
+    SERVING_STEPS,
+    served_view_count,
+    serving_dir,
+)
+from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV, STORAGES
+from strata_dagster.backends.duckdb.snapshot_files import folder_of as snapshot_folder
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.operations import create_branch, rollback
 from strata_dagster.engine.readers import reader_statement_for
@@ -18,15 +27,6 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
 from strata_dagster.faults import KILL_AT_ENV
-from strata_dagster.warehouse.serving import (
-    GRACE_ENV,
-    READER_CATALOG,
-    SERVING_STEPS,
-    served_view_count,
-    serving_dir,
-)
-from strata_dagster.warehouse.snapshot_files import STORAGE_ENV, STORAGES
-from strata_dagster.warehouse.snapshot_files import folder_of as snapshot_folder
 from strata_dagster_tests.engine_support import (
     ADVANCE_UPDATED_AT,
     execute,

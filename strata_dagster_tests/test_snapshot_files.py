@@ -1,4 +1,4 @@
-"""Snapshots stored as Parquet files beside the warehouse (warehouse/snapshot_files.py): written
+"""Snapshots stored as Parquet files beside the warehouse (backends/duckdb/snapshot_files.py): written
 once, published by the transaction that creates their view, read by readers where they are, and
 removed only when nothing reads them."""
 
@@ -10,12 +10,12 @@ import duckdb
 import pytest
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.serving import GRACE_ENV, reader_statement, serving_dir
+from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV, file_of, folder_of
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.serving import GRACE_ENV, reader_statement, serving_dir
-from strata_dagster.warehouse.snapshot_files import STORAGE_ENV, file_of, folder_of
 from strata_dagster_tests.engine_support import execute, make_module_project, make_shop, sql
 from strata_dagster_tests.serving_support import (
     assert_served_as_published,

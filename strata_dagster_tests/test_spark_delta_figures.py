@@ -1,4 +1,4 @@
-"""Figures a Spark delta reads in fewer jobs than DuckDB's statements (spark/session.py) are the
+"""Figures a Spark delta reads in fewer jobs than DuckDB's statements (backends/spark/session.py) are the
 figures those statements give: the window's with MAX(cdc), a new segment's content with its key
 figures, a keys table's range with its counts; and a delta that reads with the range, or checks
 its kept rows in one anti-join scan, gives the source's rows; a delta whose keys all lie outside
@@ -10,9 +10,9 @@ import pytest
 from sqlglot import exp
 
 from strata_dagster.backends.opening import open_session
+from strata_dagster.backends.spark.connection import ECHO_ENV
 from strata_dagster.backends.sql.session import SqlSession
 from strata_dagster.engine.incremental import KEY_BOUNDS
-from strata_dagster.spark.connection import ECHO_ENV
 from strata_dagster.sql.content import WHOLE_ROW
 from strata_dagster.sql.segments import typed_literal
 from strata_dagster_tests.engines_support import engine_under_test

@@ -13,10 +13,10 @@ import pytest
 import sqlglot
 from click.testing import CliRunner
 
+from strata_dagster.backends.dialect_check import check_engine, spark_relation
+from strata_dagster.backends.spark.dialect.translate import EngineDialectError, to_spark
 from strata_dagster.cli.main import main
-from strata_dagster.compile.engine_check import check_engine, spark_relation
 from strata_dagster.compile.relations import bind
-from strata_dagster.compile.spark_dialect import EngineDialectError, to_spark
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.conftest import CUSTOMERS_COLUMNS, ORDERS_COLUMNS
 from strata_dagster_tests.helpers import SCHEMAS, compile_text
@@ -197,7 +197,7 @@ def test_cli_bad_engine_environment_is_e071(tmp_path):
 def test_a_whole_row_hash_is_named_like_the_relation_a_filtering_subquery_reads():
     """The columns of `SELECT * FROM r WHERE ...` (and of a UNION ALL, by its first branch) are r's:
     Spark describes r (cached per run) instead of analysing the whole replaced-rows query."""
-    from strata_dagster.spark.statements import named_like
+    from strata_dagster.backends.spark.statements import named_like
 
     def named(text: str) -> str:
         return named_like(sqlglot.parse_one(text, read="duckdb").subquery("__strata_row")).sql()

@@ -1,4 +1,4 @@
-"""The Spark dialect check's cache (compile/engine_check.py): a project checked again is answered
+"""The Spark dialect check's cache (backends/dialect_check.py): a project checked again is answered
 from it, and whatever the answer depends on (the model, its inputs' columns and types, the
 engine) asks again. No JVM: the check is compile-time."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from strata_dagster.compile.engine_check import check_cache_counts, check_engine
-from strata_dagster.compile.spark_dialect import EngineDialectError
+from strata_dagster.backends.dialect_check import check_cache_counts, check_engine
+from strata_dagster.backends.spark.dialect.translate import EngineDialectError
 from strata_dagster_tests.conftest import CUSTOMERS_COLUMNS
 from strata_dagster_tests.helpers import SCHEMAS, compile_text
 

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from strata_dagster.backends.duckdb.engines import current_engine, engine_choice, using_engine
+from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.engine.gc import gc
 from strata_dagster.engine.readers import reader_statement_for
 from strata_dagster.errors import StrataError
-from strata_dagster.warehouse.engines import current_engine, engine_choice, using_engine
-from strata_dagster.warehouse.sample_data import write_sample_data
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, SHOP
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params
 
@@ -279,7 +279,7 @@ def test_the_events_example_of_daily_drops_gives_the_same_rows_on_both_engines(t
     """Business-versioned Parquet drops (the ledger, new partitions only, a sliding window) on Spark
     read the same folders as on DuckDB and give the same rows, after the first build and after the
     next day's drop arrives."""
-    from strata_dagster.warehouse.sample_events import write_sample_events
+    from strata_dagster.backends.duckdb.sample_events import write_sample_events
 
     project = tmp_path / "events_project"
     shutil.copytree(EVENTS, project, ignore=shutil.ignore_patterns("events", "*.duckdb*", "*.md"))

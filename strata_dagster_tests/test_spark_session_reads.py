@@ -1,4 +1,4 @@
-"""What a Spark session reads once and keeps (spark/session.py, spark/catalog.py), and that each
+"""What a Spark session reads once and keeps (backends/spark/session.py, backends/spark/catalog.py), and that each
 answer it keeps is the one Spark would give now: the snapshot kinds, the keys tables' NULL
 counts, a query's columns, whether the history log's tables exist. And what a run no longer
 asks Spark at all, seen in the statements it sends (STRATA_SPARK_ECHO)."""
@@ -9,8 +9,8 @@ import pytest
 from sqlglot import exp
 
 from strata_dagster.backends.opening import open_session
+from strata_dagster.backends.spark.connection import ECHO_ENV
 from strata_dagster.backends.sql.figures import count_null_keys
-from strata_dagster.spark.connection import ECHO_ENV
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.state.migrations import HISTORY_SCHEMA
 from strata_dagster_tests.engines_support import engine_under_test

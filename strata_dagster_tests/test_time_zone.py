@@ -1,4 +1,4 @@
-"""Every statement strata runs is evaluated in UTC (warehouse.sql.EVALUATION_TIME_ZONE), as on
+"""Every statement strata runs is evaluated in UTC (backends.duckdb.sql.EVALUATION_TIME_ZONE), as on
 Spark: a TIMESTAMPTZ cut into days gives the same rows whatever the zone of the process that runs
 it (a Dagster worker, a laptop's CLI). Each command runs in its own process, under its own TZ."""
 

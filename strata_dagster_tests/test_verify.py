@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
+from strata_dagster.backends.duckdb.compare import ColumnTotal, Figures
 from strata_dagster.cli.main import main
 from strata_dagster.engine import operations
 from strata_dagster.engine import verify as verify_module
@@ -17,7 +18,6 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.faults import KILL_AT_ENV
-from strata_dagster.warehouse.compare import ColumnTotal, Figures
 from strata_dagster_tests.engine_support import (
     SHOP_MODELS,
     VERIFY_COUNTS,

@@ -1,12 +1,12 @@
-"""DuckDB's own parse of a stored view (warehouse/view_reads.py) names the same snapshot tables as
+"""DuckDB's own parse of a stored view (backends/duckdb/view_reads.py) names the same snapshot tables as
 sqlglot's (sql/views.py tables_of_view), on the live views of real runs and on views edited by hand."""
 
 import duckdb
 import pytest
 
+from strata_dagster.backends.duckdb.view_reads import snapshot_tables_read
 from strata_dagster.engine.run import run_project
 from strata_dagster.sql.views import tables_of_view
-from strata_dagster.warehouse.view_reads import snapshot_tables_read
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop
 
 

@@ -63,7 +63,7 @@ class ResourceLimitExceeded(WarehouseError):
 @dataclass(frozen=True)
 class Capabilities:
     """What a backend does differently, known before a session opens (backends' registry,
-    warehouse/engines.py). The engine asks these, never the backend's name."""
+    backends/duckdb/engines.py). The engine asks these, never the backend's name."""
 
     # The warehouse is one file (DuckDB): a path that must be a file, `gc --compact`, file sizes,
     # `strata doctor`, a connection a process may hold open, a new file created on first open.
@@ -461,7 +461,7 @@ class Session(ABC):
 
 
 class Opener(Protocol):
-    """How a backend opens its sessions (the registry's entry point, warehouse/engines.py)."""
+    """How a backend opens its sessions (the registry's entry point, backends/duckdb/engines.py)."""
 
     def __call__(
         self,

@@ -1,4 +1,4 @@
-"""Opening a warehouse on the backend this process builds on (warehouse/engines.py chooses it):
+"""Opening a warehouse on the backend this process builds on (backends/duckdb/engines.py chooses it):
 the engine, the CLI and the Dagster layer open sessions here and never name a backend."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from strata_dagster.backends.base import Session
+from strata_dagster.backends.duckdb.engines import current_engine, engine_opener
 from strata_dagster.backends.duckdb.opening import open_served, source_schemas_of
 from strata_dagster.language.definition import Project
-from strata_dagster.warehouse.engines import current_engine, engine_opener
 
 
 @contextmanager

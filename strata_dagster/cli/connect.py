@@ -52,7 +52,7 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
 def _prompt(warehouse: Path) -> None:
     from rich.table import Table
 
-    from strata_dagster.warehouse.reader_shell import ReaderShell
+    from strata_dagster.backends.duckdb.reader_shell import ReaderShell
 
     shell = ReaderShell(warehouse)
     interactive = sys.stdin.isatty()

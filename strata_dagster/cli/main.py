@@ -67,7 +67,7 @@ def main(memory_limit: str | None, max_temp_size: str | None, temp_directory: Pa
 
 
 def _prepare(memory_limit: str | None, max_temp_size: str | None, temp_directory: Path | None) -> None:
-    from strata_dagster.warehouse.settings import check_environment
+    from strata_dagster.backends.duckdb.settings import check_environment
 
     apply_resource_limits(memory_limit, max_temp_size, temp_directory)
     check_environment()  # every STRATA_* variable
@@ -79,11 +79,11 @@ def load_and_compile(
     """The compiled project, each model's statement as `engine` runs it (E070 for what the engine
     would compute differently) and, with `bind` on DuckDB, how many models DuckDB bound against
     the sources' schemas (E032 for those it refuses, all of them)."""
+    from strata_dagster.backends.dialect_check import check_engine
+    from strata_dagster.backends.duckdb.binding import bind_models
     from strata_dagster.backends.opening import read_source_schemas
     from strata_dagster.compile import compile_project
-    from strata_dagster.compile.engine_check import check_engine
     from strata_dagster.language import load_project
-    from strata_dagster.warehouse.binding import bind_models
 
     loaded = load_project(project)
     schemas = read_source_schemas(warehouse, loaded)
@@ -121,7 +121,7 @@ def check(project: Path, warehouse: Path | None) -> None:
     """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas,
     and DuckDB binds every model's SQL against them; with --engine spark, every construct is also
     checked against Spark)."""
-    from strata_dagster.warehouse.engines import current_engine
+    from strata_dagster.backends.duckdb.engines import current_engine
 
     engine = current_engine().name
     compiled, _, bound = load_and_compile(project, resolve_warehouse(project, warehouse), engine, bind=True)
@@ -145,8 +145,8 @@ def check(project: Path, warehouse: Path | None) -> None:
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
     """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --engine spark), in dependency order."""
+    from strata_dagster.backends.duckdb.engines import current_engine
     from strata_dagster.language.selection import select
-    from strata_dagster.warehouse.engines import current_engine
 
     selection = tuple(selector for item in models for selector in model_selection(item, "--model"))
     engine = current_engine().name
@@ -167,7 +167,7 @@ def _statement_sql(
 ) -> str:
     if engine == "duckdb":
         return compiled.sql(name)
-    from strata_dagster.compile.engine_check import spark_relation
+    from strata_dagster.backends.dialect_check import spark_relation
     from strata_dagster.compile.relations import bind
 
     statement = statements[name]
@@ -200,9 +200,9 @@ def sample_data(project: Path, warehouse: Path | None, rows: int, seed: int, day
     """Write deterministic sample orders and customers into the warehouse (tables raw.*), and daily
     hive-partitioned Parquet drops (`dt=YYYY-MM-DD/part-0.parquet` + `_SUCCESS`) for the project's
     business-versioned file sources."""
+    from strata_dagster.backends.duckdb.sample_data import write_sample_data
+    from strata_dagster.backends.duckdb.sample_events import drop_folder, write_sample_events
     from strata_dagster.language import load_project
-    from strata_dagster.warehouse.sample_data import write_sample_data
-    from strata_dagster.warehouse.sample_events import drop_folder, write_sample_events
 
     try:
         loaded: Project | None = load_project(project)

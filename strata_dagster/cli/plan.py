@@ -61,11 +61,11 @@ def plan_command(
     showing it), 1 when it would build or publish something, as `terraform plan -detailed-exitcode`
     (errors also exit 1, after error[E0xx]).
     """
+    from strata_dagster.backends.duckdb.sources import parse_overrides
     from strata_dagster.engine.plan import plan
     from strata_dagster.engine.removed import removed_warning
     from strata_dagster.engine.run import RunRequest
     from strata_dagster.language import load_project
-    from strata_dagster.warehouse.sources import parse_overrides
 
     loaded = load_project(project)
     request = RunRequest(

@@ -92,12 +92,12 @@ def run_command(
     kept); with it, only models downstream of changed sources or changed code are. With
     --partitions, the selected partitioned models rebuild exactly those partitions.
     """
+    from strata_dagster.backends.duckdb.sources import parse_overrides
     from strata_dagster.engine.context import check_branch, check_branch_of
     from strata_dagster.engine.damaged_files import rebuilt_warning
     from strata_dagster.engine.removed import removed_warning
     from strata_dagster.engine.run import NOTHING_TO_DO, RunRequest, run
     from strata_dagster.language import load_project
-    from strata_dagster.warehouse.sources import parse_overrides
 
     check_branch(branch)  # every mistake in the command line is refused before the banner
     loaded = load_project(project)

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from strata_dagster.backends.duckdb.compare import ColumnTotal, Figures, Total
     from strata_dagster.engine.verify import ModelVerification, VerifyReport
-    from strata_dagster.warehouse.compare import ColumnTotal, Figures, Total
 
 _HEADERS = ("rows\n(full)", "row\ndelta", "only\nfull", "only\nincr", "count\n≠", "rows\nin ≠", "totals")
 _LEGEND = (
@@ -72,9 +72,9 @@ def verify_command(
     history are never touched. Rows are compared as multisets of row hashes, with the totals of
     every numeric column, per partition for partitioned models. Exits 1 on any difference.
     """
+    from strata_dagster.backends.duckdb.sources import parse_overrides
     from strata_dagster.engine.verify import verify
     from strata_dagster.language import load_project
-    from strata_dagster.warehouse.sources import parse_overrides
 
     if deep_sources:
         _verify_sources(project, resolve_warehouse(project, warehouse))

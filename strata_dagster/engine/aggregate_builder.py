@@ -17,6 +17,7 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
+from strata_dagster.backends.duckdb.engines import capabilities_of
 from strata_dagster.engine import aggregate_delta
 from strata_dagster.engine.aggregate_delta import MAINTAINED, AggregateShape
 from strata_dagster.engine.incremental import IncrementalContext
@@ -31,7 +32,6 @@ from strata_dagster.engine.partitions import (
 from strata_dagster.language.definition import JoinStep
 from strata_dagster.sql.render import data_type
 from strata_dagster.sql.segments import composite_query, keyed_rows, partition_key, union_all
-from strata_dagster.warehouse.engines import capabilities_of
 
 
 class AggregateMaintained:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.backends.base import Session
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import business
@@ -26,7 +27,6 @@ from strata_dagster.fingerprint import digest
 from strata_dagster.sql.render import render
 from strata_dagster.state import ledger
 from strata_dagster.state.ledger import PartitionEvidence
-from strata_dagster.warehouse.sources import source_table
 
 
 def partition_version(item: PartitionEvidence) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from strata_dagster.backends.duckdb.sources import parse_overrides
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import select_models
@@ -34,7 +35,6 @@ from strata_dagster.errors import (
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import Project
 from strata_dagster.state.history import Entry
-from strata_dagster.warehouse.sources import parse_overrides
 
 BACKFILL = "backfill"
 NOTHING_PUBLISHED = "nothing was published"

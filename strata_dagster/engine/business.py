@@ -1,7 +1,7 @@
 """Business-driven versioning: a source without change signals is versioned by the partitions it
 holds, under the assumptions its declaration states (docs/architecture.md, R8).
 
-Each run lists the source's partitions with cheap evidence (warehouse.partition_evidence) and compares them
+Each run lists the source's partitions with cheap evidence (backends.duckdb.partition_evidence) and compares them
 with the ledger of consumed partitions: a consumed partition whose evidence changed or that
 disappeared breaks immutability; a new partition at or before the last consumed one breaks
 monotonic arrival. `on_violation: error` stops the run (E052 / E053, nothing published);
@@ -24,6 +24,10 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb import partition_evidence
+from strata_dagster.backends.duckdb.listing import FolderListing
+from strata_dagster.backends.duckdb.partitions import partition_key
+from strata_dagster.backends.duckdb.sources import file_pattern, schema_relation, source_table
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine import sliding_window
 from strata_dagster.engine.business_digest import (
@@ -52,10 +56,6 @@ from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import typed_literal
 from strata_dagster.state import ledger
 from strata_dagster.state.ledger import LedgerEntry, PartitionEvidence, order_of
-from strata_dagster.warehouse import partition_evidence
-from strata_dagster.warehouse.listing import FolderListing
-from strata_dagster.warehouse.partitions import partition_key
-from strata_dagster.warehouse.sources import file_pattern, schema_relation, source_table
 
 # A detail key on a run's entry and a model's outcome: the business-versioned sources read.
 SOURCE_VERSIONS = "source_versions"

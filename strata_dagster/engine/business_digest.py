@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, overload
 
 from strata_dagster.backends.base import Session
+from strata_dagster.backends.duckdb import partition_evidence
+from strata_dagster.backends.duckdb.listing import FolderListing
 from strata_dagster.language.definition import Source
 from strata_dagster.state import ledger
 from strata_dagster.state.ledger import PartitionEvidence, order_of
-from strata_dagster.warehouse import partition_evidence
-from strata_dagster.warehouse.listing import FolderListing
 
 
 class ConsumedLedger(NamedTuple):

@@ -15,6 +15,8 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.partitions import partition_bounds
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.lineage import ColumnDeps
@@ -28,8 +30,6 @@ from strata_dagster.engine.status import fingerprint_models
 from strata_dagster.errors import E_WAREHOUSE, W_BOUNDS_UNREAD, Location, StrataError, StrataWarning
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, PartitionSpec, Project
 from strata_dagster.language.expressions import DIALECT
-from strata_dagster.warehouse.partitions import partition_bounds
-from strata_dagster.warehouse.sources import source_table
 
 _PARTITION = "__partition"
 

@@ -15,19 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.backends.base import WarehouseError
-from strata_dagster.backends.opening import open_live_session, open_session
-from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
-from strata_dagster.engine.context import load_context, select_models
-from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify_context
-from strata_dagster.language.definition import Project
-from strata_dagster.sql.render import render
-from strata_dagster.warehouse.pins import (
+from strata_dagster.backends.duckdb.pins import (
     ContractProblem,
     Duplicates,
     contract_problems,
     duplicate_keys,
     row_count,
 )
+from strata_dagster.backends.opening import open_live_session, open_session
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
+from strata_dagster.engine.context import load_context, select_models
+from strata_dagster.engine.verify import ModelVerification, VerifyReport, verify_context
+from strata_dagster.language.definition import Project
+from strata_dagster.sql.render import render
 
 Contract = tuple[tuple[str, str, bool], ...]  # (column, type, is_not_null)
 # Metadata stays readable (and small) for a model with hundreds of differing partitions.

@@ -17,11 +17,11 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.lineage import ColumnDeps, column_lineage
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.context import ProjectContext
-from strata_dagster.warehouse.sources import source_table
 
 
 @dataclass(frozen=True)

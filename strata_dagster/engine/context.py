@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.backends.base import Session
+from strata_dagster.backends.dialect_check import for_engine
+from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA
 from strata_dagster.compile import CompiledProject, compile_project
-from strata_dagster.compile.engine_check import for_engine
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
 from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
@@ -17,7 +18,6 @@ from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.state.migrations import HISTORY_SCHEMA
-from strata_dagster.warehouse.serving import READER_CATALOG, STATE_SCHEMA
 
 _BRANCH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # A branch is a schema of views (`<branch>.v_<model>`) in the warehouse and in the serving catalog

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.backends.base import Session
+from strata_dagster.backends.duckdb import inspection, serving, snapshot_files
+from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.damaged_files import repair_command
@@ -26,8 +28,6 @@ from strata_dagster.errors import (
 )
 from strata_dagster.state.history import HistoryReader
 from strata_dagster.state.states import state_tables
-from strata_dagster.warehouse import inspection, serving, snapshot_files
-from strata_dagster.warehouse.engines import current_engine
 
 _WRITE_AGAIN = "any writing command writes it again: `strata run PROJECT --only-stale`"
 _GC = "`strata gc PROJECT --keep N` removes it (or delete it when no strata command runs)"

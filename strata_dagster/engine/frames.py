@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.frames import registered_frame
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
@@ -26,7 +27,6 @@ from strata_dagster.language import load_project
 from strata_dagster.sql.content import Content
 from strata_dagster.sql.views import snapshot_table_name
 from strata_dagster.state.history import PYTHON_ENTRY_KIND, EntryModel, SnapshotRecord
-from strata_dagster.warehouse.frames import registered_frame
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.backends.base import ServingCollection, Session
+from strata_dagster.backends.duckdb import listing, partition_evidence
+from strata_dagster.backends.duckdb.compaction import compact, file_bytes
+from strata_dagster.backends.duckdb.engines import current_engine
+from strata_dagster.backends.duckdb.serving import grace_seconds
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.joined_inputs import FIGURES
@@ -22,10 +26,6 @@ from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest
 from strata_dagster.state.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
-from strata_dagster.warehouse import listing, partition_evidence
-from strata_dagster.warehouse.compaction import compact, file_bytes
-from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.serving import grace_seconds
 
 # Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
 _DURATION = re.compile(r"^\s*([0-9]+)\s*([mhdw])\s*$", re.IGNORECASE | re.ASCII)
@@ -68,9 +68,9 @@ class GcResult:
     file_bytes_before: int
     file_bytes_after: int
     is_compacted: bool
-    # The serving copy's retired catalogs and Parquet files removed (warehouse/serving.py).
+    # The serving copy's retired catalogs and Parquet files removed (backends/duckdb/serving.py).
     serving: ServingCollection = ServingCollection(0, 0, 0)
-    # Listing cache files of business-versioned sources whose folder is gone (warehouse/listing.py).
+    # Listing cache files of business-versioned sources whose folder is gone (backends/duckdb/listing.py).
     listings_removed: int = 0
 
     @property
@@ -131,7 +131,7 @@ def gc(
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
-    # Snapshots stored as files free their bytes when gc removes the files (warehouse/snapshot_files.py).
+    # Snapshots stored as files free their bytes when gc removes the files (backends/duckdb/snapshot_files.py).
     reclaimed += collected.snapshot_bytes_removed
     return GcResult(
         tuple(doomed),

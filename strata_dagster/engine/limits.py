@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from strata_dagster.backends.base import ResourceLimitExceeded
+from strata_dagster.backends.duckdb.limits import raise_hint
 from strata_dagster.errors import E_RESOURCE_LIMIT, Location, StrataError
-from strata_dagster.warehouse.limits import raise_hint
 
 
 def limit_error(model: str, error: ResourceLimitExceeded, location: Location | None = None) -> StrataError:

@@ -22,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from strata_dagster.backends.duckdb import partition_evidence
+from strata_dagster.backends.duckdb.engines import current_engine
+from strata_dagster.backends.duckdb.listing import FolderListing
+from strata_dagster.backends.duckdb.sources import file_pattern
 from strata_dagster.language import Project
 from strata_dagster.language.definition import Source
-from strata_dagster.warehouse import partition_evidence
-from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.listing import FolderListing
-from strata_dagster.warehouse.sources import file_pattern
 
 
 class ListingRequest(NamedTuple):

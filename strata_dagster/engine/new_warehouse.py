@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from strata_dagster.backends.duckdb.engines import current_engine
+from strata_dagster.backends.duckdb.sources import source_table, unreadable_without_warehouse
 from strata_dagster.engine.context import select_models, with_upstream
 from strata_dagster.engine.status import unreadable_source
 from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.language.definition import Project, Source
 from strata_dagster.sql.render import render
-from strata_dagster.warehouse.engines import current_engine
-from strata_dagster.warehouse.sources import source_table, unreadable_without_warehouse
 
 
 def refuse_new_warehouse_without_sources(

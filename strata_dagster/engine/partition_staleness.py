@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
 from strata_dagster.engine import business
@@ -32,7 +33,6 @@ from strata_dagster.engine.status import fingerprint_models, read_source_state, 
 from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.sql.content import WHOLE_ROW
-from strata_dagster.warehouse.sources import source_table
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.partitions import content_by_partition, read_rows
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_live_session, open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
 from strata_dagster.engine.catalog import partition_input
@@ -29,8 +31,6 @@ from strata_dagster.errors import E_WAREHOUSE, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
-from strata_dagster.warehouse.partitions import content_by_partition, read_rows
-from strata_dagster.warehouse.sources import source_table
 
 if TYPE_CHECKING:  # pyarrow loads with the first frame, not with the module
     import pyarrow as pa

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from strata_dagster.backends.duckdb import serving
+from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_NOT_SERVED, E_WAREHOUSE, StrataError
-from strata_dagster.warehouse import serving
-from strata_dagster.warehouse.engines import current_engine
 
 
 def reader_statement_for(warehouse: Path) -> str:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strata_dagster.backends.base import FileDamage, Session
+from strata_dagster.backends.duckdb.connection import check_warehouse_path
+from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import business
@@ -38,8 +40,6 @@ from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, shor
 from strata_dagster.language import load_project
 from strata_dagster.sql.views import snapshot_table_name
 from strata_dagster.state.history import EntryModel, SnapshotRecord
-from strata_dagster.warehouse.connection import check_warehouse_path
-from strata_dagster.warehouse.engines import current_engine
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb import partition_evidence
+from strata_dagster.backends.duckdb.sources import file_pattern, source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine import business
 from strata_dagster.engine.context import ProjectContext, load_context
@@ -21,8 +23,6 @@ from strata_dagster.errors import E_PARTITION_VERIFY, StrataError
 from strata_dagster.language.definition import Source
 from strata_dagster.state import ledger
 from strata_dagster.state.ledger import LedgerEntry, PartitionEvidence
-from strata_dagster.warehouse import partition_evidence
-from strata_dagster.warehouse.sources import file_pattern, source_table
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.engines import engine_version
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine import business
@@ -23,8 +25,6 @@ from strata_dagster.language.definition import Source
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis, is_summed
 from strata_dagster.sql.render import render
 from strata_dagster.state.states import state_tables
-from strata_dagster.warehouse.engines import engine_version
-from strata_dagster.warehouse.sources import source_table
 
 PartitionGroups = dict[str | None, tuple[int, str]]  # a key's value -> its rows' count and hash sum
 

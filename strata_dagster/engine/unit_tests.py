@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.fixtures import CASE_SCHEMA, TYPES_SCHEMA, FixtureDatabase, TypedColumns
 from strata_dagster.backends.opening import read_source_schemas
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.compiler import CompiledModel, compile_model
@@ -39,7 +40,6 @@ from strata_dagster.language.definition import FixtureTable, ModelTest, Project
 from strata_dagster.language.selection import select
 from strata_dagster.sql.render import table
 from strata_dagster.sql.segments import keyed_rows
-from strata_dagster.warehouse.fixtures import CASE_SCHEMA, TYPES_SCHEMA, FixtureDatabase, TypedColumns
 
 CaseKind = Literal["full", "incremental step"]
 _PREVIOUS = "__previous"

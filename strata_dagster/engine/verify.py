@@ -28,6 +28,9 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
+from strata_dagster.backends.duckdb.compare import Figures, combine, compare, schema_differences
+from strata_dagster.backends.duckdb.engines import engine_label
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine import business
@@ -42,9 +45,6 @@ from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import PartitionSpec
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import partition_key
-from strata_dagster.warehouse.compare import Figures, combine, compare, schema_differences
-from strata_dagster.warehouse.engines import engine_label
-from strata_dagster.warehouse.sources import source_table
 
 SCRATCH_PREFIX = "scratch_verify_"
 HISTORY_STRATEGIES = ("append", "append_new")

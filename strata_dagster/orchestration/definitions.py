@@ -9,6 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from strata_dagster.backends.duckdb.engines import choose_engine, engine_choice
+from strata_dagster.backends.duckdb.settings import check_environment
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
@@ -43,8 +45,6 @@ from strata_dagster.orchestration.sensors.arrivals import ArrivingSource
 from strata_dagster.orchestration.sensors.automation import automation_sensor
 from strata_dagster.orchestration.sensors.stale_sensor import stale_partitions_sensor
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator, model_relation
-from strata_dagster.warehouse.engines import choose_engine, engine_choice
-from strata_dagster.warehouse.settings import check_environment
 
 
 @raises_cleanly

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.engines import engine_version
 from strata_dagster.fingerprint import digest
 from strata_dagster.sql.render import data_type
-from strata_dagster.warehouse.engines import engine_version
 
 # The alias a row is hashed through: hash(<alias>) hashes the whole row as a struct.
 ROW_ALIAS = "__strata_row"

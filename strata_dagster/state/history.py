@@ -11,8 +11,8 @@ from typing import Any, cast
 
 import duckdb
 
+from strata_dagster.backends.duckdb.engines import engine_version
 from strata_dagster.state.ledger import LedgerDigest, PartitionEvidence, write_ledger
-from strata_dagster.warehouse.engines import engine_version
 
 
 @dataclass(frozen=True)

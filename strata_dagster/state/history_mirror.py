@@ -19,9 +19,9 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.limits import connect_in_memory
 from strata_dagster.sql.render import DIALECT, render, table
 from strata_dagster.state.migrations import HISTORY_SCHEMA, migrate
-from strata_dagster.warehouse.limits import connect_in_memory
 
 # (table name in the history schema, the row as a JSON object), in the order they were written.
 LogRow = tuple[str, str]

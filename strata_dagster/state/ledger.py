@@ -3,7 +3,7 @@ evidence of what each held (docs/architecture.md, R8), as the history records th
 
 The ledger lives in the history schema, append-only: a run adds the partitions it consumed, and a
 reset row starts a new ledger (a first read, a full refresh, or a rebuild after a broken
-assumption). How the evidence is listed now: warehouse/partition_evidence.py.
+assumption). How the evidence is listed now: backends/duckdb/partition_evidence.py.
 """
 
 from __future__ import annotations

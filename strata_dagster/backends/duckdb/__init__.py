@@ -1,1 +1,6 @@
-"""The DuckDB backend: one warehouse file, its snapshot files, and the serving copy readers open."""
+"""The DuckDB backend: the warehouse file, its snapshot files and serving copy, and the helpers
+that read a warehouse (docs/architecture.md, The backend boundary).
+
+Submodules are imported explicitly (`from strata_dagster.backends.duckdb.sample_data import ...`)
+so that importing this package never loads duckdb by itself.
+"""

@@ -12,15 +12,15 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb import relocation, serving, snapshot_files
+from strata_dagster.backends.duckdb import sources as source_reading
+from strata_dagster.backends.duckdb.connection import connect
+from strata_dagster.backends.duckdb.engines import EngineChoice
+from strata_dagster.backends.duckdb.limits import connect_in_memory, exceeded_error
+from strata_dagster.backends.duckdb.session import DuckDBSession, refresh_serving
 from strata_dagster.errors import E_SERVING, E_WAREHOUSE, StrataError
 from strata_dagster.language.definition import Project
 from strata_dagster.state.migrations import migrate
-from strata_dagster.warehouse import relocation, serving, snapshot_files
-from strata_dagster.warehouse import sources as source_reading
-from strata_dagster.warehouse.connection import connect
-from strata_dagster.warehouse.engines import EngineChoice
-from strata_dagster.warehouse.limits import connect_in_memory, exceeded_error
-from strata_dagster.warehouse.session import DuckDBSession, refresh_serving
 
 
 @contextmanager
@@ -54,7 +54,7 @@ def _open(
                 yield session
             return
     # A moved or copied warehouse opened to read: its snapshot views are pointed at the files
-    # beside it first (warehouse.relocation), by a short write session, then it is read.
+    # beside it first (backends.duckdb.relocation), by a short write session, then it is read.
     _relocate_in_place(path, timeout)
     with _open(path, read_only=True, must_exist=must_exist, timeout=timeout, may_relocate=False) as session:
         yield session

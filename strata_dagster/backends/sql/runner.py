@@ -1,5 +1,5 @@
 """Running sqlglot statements on a backend's connection: DuckDB's own, or another backend's that
-renders the trees in its own dialect (SqlRunner, spark/connection.py)."""
+renders the trees in its own dialect (SqlRunner, backends/spark/connection.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from strata_dagster.backends.base import SqlRunner, WarehouseError
 from strata_dagster.sql.render import render
 
 # What the SQL shared by both backends runs on: a DuckDB connection, or another backend's
-# connection that renders the trees in its own dialect (spark/connection.py).
+# connection that renders the trees in its own dialect (backends/spark/connection.py).
 Connection: TypeAlias = duckdb.DuckDBPyConnection | SqlRunner
 
 

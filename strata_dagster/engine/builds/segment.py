@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.engines import engine_version
 from strata_dagster.engine import segment_compaction
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
@@ -25,7 +26,6 @@ from strata_dagster.sql.render import render, snapshot_table
 from strata_dagster.sql.segments import Segment
 from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
 from strata_dagster.state.states import KEYS_NULL_FREE
-from strata_dagster.warehouse.engines import engine_version
 
 if TYPE_CHECKING:
     from strata_dagster.engine.incremental import IncrementalContext

@@ -18,6 +18,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from strata_dagster.backends.base import ResourceLimitExceeded, WarehouseError
+from strata_dagster.backends.duckdb.engines import engine_label
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.decisions.definition import StrategyName
 from strata_dagster.engine.limits import limit_error
@@ -25,7 +26,6 @@ from strata_dagster.engine.paths import BuildPath
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language.definition import Model
 from strata_dagster.state.history import SnapshotRecord
-from strata_dagster.warehouse.engines import engine_label
 
 # What a build reads each input of its model from in this run (a source, or a model's state).
 Relation = Callable[[str], exp.Table | exp.Query]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from strata_dagster.backends.duckdb.snapshot_files import FileDamage
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.engine.builds.full import REPLACED_SOURCES
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, StrategyName
@@ -22,7 +23,6 @@ from strata_dagster.fingerprint import build_key
 from strata_dagster.fingerprint.refresh import refresh_period
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import state_tables
-from strata_dagster.warehouse.snapshot_files import FileDamage
 
 
 def replaced_reason(now: list[str], before: list[str]) -> str:

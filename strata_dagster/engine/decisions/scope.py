@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.compile.relations import branch_schema
 from strata_dagster.engine import business, partitions
 from strata_dagster.engine.business_delta import narrowed_context
@@ -52,7 +53,6 @@ from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
-from strata_dagster.warehouse.sources import source_table
 
 if TYPE_CHECKING:
     from strata_dagster.engine.run import RunRequest

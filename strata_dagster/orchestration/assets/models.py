@@ -26,6 +26,7 @@ from typing import Any
 
 import dagster as dg
 
+from strata_dagster.backends.duckdb.connection import held_open
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.backfill import run_backfill_request
 from strata_dagster.engine.business import SOURCE_VERSIONS
@@ -50,7 +51,6 @@ from strata_dagster.orchestration.jobs.backfills import backfill_tags_help, engi
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.strata import StrataResource
 from strata_dagster.orchestration.translator import StrataAssetProps, StrataDagsterTranslator
-from strata_dagster.warehouse.connection import held_open
 
 UNPARTITIONED = "unpartitioned"
 VERSIONS_FOLLOW = "this run's next materialization of the partition carries its content version"
@@ -215,7 +215,7 @@ def _models_asset(
         selected = [plan for plan in plans if plan.key in context.selected_asset_keys]
         partition_keys = tuple(context.partition_keys) if partitions_def is not None else None
         # The build, its versions, schemas and companions open the warehouse many times: one open
-        # file for all of them (warehouse.connection.held_open).
+        # file for all of them (backends.duckdb.connection.held_open).
         with held_open(strata.warehouse_path):
             yield from ModelsStep(context, strata, names, partition_keys).build(selected)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from strata_dagster.warehouse.frames import frame_fingerprint
+from strata_dagster.backends.duckdb.frames import frame_fingerprint
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from strata_dagster.backends.duckdb.connection import held_open
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
 from strata_dagster.engine.partition_status import read_model
@@ -38,7 +39,6 @@ from strata_dagster.orchestration.io.frames import (
 from strata_dagster.orchestration.jobs.backfills import engine_request
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.strata import StrataResource
-from strata_dagster.warehouse.connection import held_open
 
 if TYPE_CHECKING:
     import pandas as pd

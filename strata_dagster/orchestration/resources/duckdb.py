@@ -1,5 +1,5 @@
 """`StrataDuckDBResource`: dagster-duckdb's `DuckDBResource` for users' own assets, reading the live
-views of a strata warehouse through its serving copy (warehouse.serving), read-only.
+views of a strata warehouse through its serving copy (backends.duckdb.serving), read-only.
 
 A connection is an in-memory DuckDB that has attached the serving copy's catalog read-only under
 the views' usual names (`SELECT * FROM main.v_daily_revenue`): it sees the one whole published
@@ -17,9 +17,9 @@ from typing import Any
 from dagster_duckdb import DuckDBResource
 from pydantic import Field, field_validator
 
+from strata_dagster.backends.duckdb.serving import is_served, reader_statement
 from strata_dagster.errors import E_NOT_SERVED, StrataError
 from strata_dagster.orchestration.failures import as_failure
-from strata_dagster.warehouse.serving import is_served, reader_statement
 
 IN_MEMORY = ":memory:"
 

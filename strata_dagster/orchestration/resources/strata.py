@@ -6,12 +6,12 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
+from strata_dagster.backends.duckdb.engines import EngineChoice, choose_engine, current_engine, engine_choice
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import check_branch
 from strata_dagster.errors import StrataError
 from strata_dagster.language.loader import has_modules
 from strata_dagster.paths import path_problem
-from strata_dagster.warehouse.engines import EngineChoice, choose_engine, current_engine, engine_choice
 
 DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
 WAREHOUSE_ENV = "STRATA_WAREHOUSE"
