@@ -24,6 +24,7 @@ import dagster as dg
 from strata_dagster.engine.catalog import Catalog
 from strata_dagster.engine.partition_status import input_partitions
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter
 from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.strata import StrataResource
@@ -109,6 +110,7 @@ def companion_asset(
     nodes: Mapping[str, StrataAssetProps],
     translator: StrataDagsterTranslator,
     names: ProjectNames,
+    reporter: StaleCheckReporter | None = None,
 ) -> dg.AssetsDefinition:
     """The companion as an observable asset downstream of its model or source: never stale itself,
     observed by the builds of its model (or the observations of its source) and of its readers,
@@ -130,6 +132,8 @@ def companion_asset(
         # A generator without output: the events are the changed partitions' observations; a
         # returning body would add one more, for no partition, with no data version.
         yield from companion_observations(context.instance, strata, companion.refresh())
+        if reporter is not None:
+            reporter.log_changed(context, strata)
 
     return in_pool(_observe, c.DUCKDB_POOL)
 

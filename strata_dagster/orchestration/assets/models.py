@@ -37,6 +37,7 @@ from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, 
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.assets.catch_up import catch_up
 from strata_dagster.orchestration.assets.companions import PartitionCompanion, companion_observations
 from strata_dagster.orchestration.assets.provenance import (
     ModelInput,
@@ -45,6 +46,7 @@ from strata_dagster.orchestration.assets.provenance import (
     materialization_tags,
     recorded_data_version,
 )
+from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter
 from strata_dagster.orchestration.failures import as_failure, fails_cleanly
 from strata_dagster.orchestration.jobs.backfills import backfill_tags_help, engine_request, fast_paths_help
 from strata_dagster.orchestration.naming import ProjectNames
@@ -82,11 +84,14 @@ def model_assets(
     whole_keys: Mapping[str, dg.AssetKey],
     companions: Mapping[str, PartitionCompanion],
     names: ProjectNames,
+    reporter: StaleCheckReporter | None = None,
 ) -> list[dg.AssetsDefinition]:
     """One multi-asset per partitions definition of the models `order` names (in build order):
     `nodes` describes every source and model by name, `whole_keys` the companion of each
     partitioned node that has an unpartitioned consumer, and `companions` the partitions companion
-    each partitioned model reads its `from` model through."""
+    each partitioned model reads its `from` model through. `reporter`: the stale-partitions checks
+    every step re-evaluates after its builds."""
+    reporter = reporter or StaleCheckReporter()
     groups: dict[str, list[tuple[dg.AssetSpec, ModelPlan]]] = {}
     partitions: dict[str, dg.PartitionsDefinition | None] = {}
     labels: dict[str, str] = {}
@@ -99,7 +104,7 @@ def model_assets(
         partitions.setdefault(identity, partitions_def)
         labels.setdefault(identity, UNPARTITIONED if partitions_def is None else name)
     return [
-        _models_asset(names, labels[identity], partitions[identity], members)
+        _models_asset(names, labels[identity], partitions[identity], members, reporter)
         for identity, members in groups.items()
     ]
 
@@ -194,6 +199,7 @@ def _models_asset(
     label: str,
     partitions_def: dg.PartitionsDefinition | None,
     members: Sequence[tuple[dg.AssetSpec, ModelPlan]],
+    reporter: StaleCheckReporter,
 ) -> dg.AssetsDefinition:
     plans = [plan for _, plan in members]
     resource_key = names.resource_key
@@ -218,6 +224,8 @@ def _models_asset(
         # file for all of them (warehouse.connection.held_open).
         with held_open(strata.warehouse_path):
             yield from ModelsStep(context, strata, names, partition_keys).build(selected)
+            if selected:
+                reporter.log_changed(context, strata)
 
     return _models
 
@@ -259,8 +267,37 @@ class ModelsStep:
             )
             yield from self._one_by_one(selected, known)
             return
+        asked = [plan.name for plan in selected]
+        # Upstream models the engine rebuilt on the way (so that nothing reads outdated rows):
+        # recorded first, as the CLI's builds are (assets.catch_up).
+        yield from self._catch_up(
+            result, {outcome.model for outcome in result.outcomes if outcome.model not in asked}
+        )
         for plan in selected:
-            yield from self._events(plan, request, result, [p.name for p in selected], known)
+            yield from self._events(plan, request, result, asked, known)
+        if self.partition_keys is not None:
+            # An ordinary run builds every stale partition of its models, not only the run's own.
+            outside = {
+                outcome.model
+                for outcome in result.outcomes
+                if outcome.model in asked
+                and set((outcome.detail or {}).get("partitions") or ()) - set(self.partition_keys)
+            }
+            yield from self._catch_up(result, outside)
+
+    def _catch_up(self, result: RunResult, models: set[str]) -> Iterator[Any]:
+        """The events Dagster lacks for what the engine run built of `models` beyond this step's own."""
+        built = {outcome.model for outcome in result.outcomes if outcome.path != REUSED} & models
+        if not built:
+            return
+        yield from catch_up(
+            self.context.instance,
+            self.strata,
+            self.context.job_def.asset_layer.asset_graph,
+            models=built,
+            description=f"built by strata run {(result.run_id or '-')[:12]} in this step, beyond its own selection",
+            metadata={c.RUN_ID_KEY: result.run_id or ""},
+        )
 
     def _one_by_one(
         self, selected: Sequence[ModelPlan], known: Mapping[dg.AssetKey, str | None]
@@ -405,8 +442,7 @@ class ModelsStep:
         if rebuilt:
             self.context.log.warning(
                 f"building `{', '.join(asked)}` rebuilt stale upstream model(s) {', '.join(rebuilt)} first, "
-                "so that it never reads outdated rows; materialize them in Dagster to record it "
-                "(the engine will reuse what it just built)"
+                "so that it never reads outdated rows; their materializations are recorded with this step's"
             )
 
     def _drifted(
