@@ -77,7 +77,8 @@ def cli_plan(project, warehouse) -> dict[str, dict]:
 def agrees_with_plan(evaluation: dg.AssetCheckEvaluation, planned: dict, partitions: int) -> str | None:
     """None when the check's result says what the plan says of its model; else what differs."""
     nothing = not planned["depends_on"] and (
-        (planned["path"] == "reused" and not planned["publishes_again"]) or planned["path"] == "cutoff-candidate"
+        (planned["path"] == "reused" and not planned["publishes_again"])
+        or planned["path"] == "cutoff-candidate"
     )
     if evaluation.passed != nothing:
         return f"passed={evaluation.passed} but the plan says {planned['path']}: {planned['why']}"
@@ -109,7 +110,10 @@ def test_executed_alone_after_an_observation_it_never_passes_while_the_plan_woul
     assert "`stg_orders` is stale and rebuilt first" in alone.description
     planned = cli_plan(project, warehouse)
     assert agrees_with_plan(alone, planned["daily_revenue"], 40) is None
-    assert agrees_with_plan(run_check_alone(defs, instance, "monthly_revenue"), planned["monthly_revenue"], 2) is None
+    assert (
+        agrees_with_plan(run_check_alone(defs, instance, "monthly_revenue"), planned["monthly_revenue"], 2)
+        is None
+    )
 
 
 def test_an_observation_re_evaluates_the_check_users_see_without_the_sensor(shop):  # noqa: F811
