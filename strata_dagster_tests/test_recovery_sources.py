@@ -12,7 +12,6 @@ import dagster as dg
 import duckdb
 import pytest
 from click.testing import CliRunner
-from strata_dagster.orchestration.stale_sensor import STALE_SENSOR_NAME
 
 from strata_dagster import build_definitions
 from strata_dagster.cli.main import main
@@ -21,6 +20,7 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.engine.source_verify import mismatch_error, verify_sources
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.errors import StrataError
+from strata_dagster.orchestration.sensors.stale_sensor import STALE_SENSOR_NAME
 from strata_dagster.warehouse.ledger import first_matching_file
 from strata_dagster_tests.business_support import (
     day,

@@ -82,6 +82,7 @@ def module_paths(folder: Path) -> list[Path]:
             E_PROJECT, f"project folder `{folder}` {what}", hint="pass the folder that holds *.strata files"
         )
     found: list[Path] = []
+    unreadable: StrataError | None = None  # raised after the walk: "too large" says more
     seen = 0
     folders = [folder]
     while folders:
@@ -102,11 +103,12 @@ def module_paths(folder: Path) -> list[Path]:
                         is_folder = entry.is_dir(follow_symlinks=False)
                         is_module = not is_folder and entry.name.endswith(MODULE_SUFFIX) and entry.is_file()
                     except OSError as error:  # a link loop: a dangling link is no file, no error
-                        raise StrataError(
+                        unreadable = unreadable or StrataError(
                             E_PROJECT,
                             f"cannot read `{entry.path}`: {error.strerror or error}",
                             hint="fix the link, or remove it from the project folder",
-                        ) from None
+                        )
+                        continue
                     if is_folder and not entry.name.startswith("."):
                         folders.append(Path(entry.path))
                     elif is_module:
@@ -115,11 +117,13 @@ def module_paths(folder: Path) -> list[Path]:
             continue  # removed while we walked
         except OSError as error:
             where = "project folder" if current == folder else "folder inside the project"
-            raise StrataError(
+            unreadable = unreadable or StrataError(
                 E_PROJECT,
                 f"cannot read {where} `{current}`: {error.strerror or error}",
                 hint="make it readable, or move it out of the project folder",
-            ) from None
+            )
+    if unreadable is not None:
+        raise unreadable
     return sorted(found)
 
 
