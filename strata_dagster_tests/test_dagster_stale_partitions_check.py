@@ -4,20 +4,28 @@ model's run, its *Execute* button, a source's observation, another model's build
 sensor's tick), and never passes while the plan would rebuild something of the model."""
 
 import json
+import random
 import subprocess
 import sys
 
 import dagster as dg
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from strata_dagster import build_definitions
+from strata_dagster.cli.main import main
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.checks.stale_partitions import STALE_PARTITIONS_CHECK
 from strata_dagster_tests.dagster_support import (
     change_order,
     execute_assets,
+    make_small_shop,
     observe_sources,
     order_day,
     resolver,
 )
+from strata_dagster_tests.engine_support import execute
 from strata_dagster_tests.test_dagster_stale_sensor import Ticks, launch, shop  # noqa: F401 (a fixture)
 from strata_dagster_tests.test_dagster_staleness import paid_order
 
@@ -184,3 +192,103 @@ def test_the_sensor_reports_only_what_users_do_not_see_yet(shop):  # noqa: F811
         dg.AssetCheckEvaluation(asset_key=DAILY, check_name=key.name, passed=True, description="stale news")
     )
     assert reported(tick())["daily_revenue"].passed is False
+
+
+CHANGES = [
+    "change order",
+    "move order",
+    "change customer",
+    "observe",
+    "build staging",
+    "build a day",
+    "build days",
+]
+
+
+def _change(project, warehouse, defs, instance, action: str, rng: random.Random) -> None:
+    if action == "change order":
+        change_order(warehouse, paid_order(warehouse, rng.randrange(30)), amount=f"{rng.randint(1, 9999)}.25")
+    elif action == "move order":
+        execute(
+            warehouse,
+            "UPDATE raw.orders SET order_ts = TIMESTAMP '2025-01-01 10:00:00' + to_days(?), "
+            "updated_at = (SELECT max(updated_at) FROM raw.orders) + INTERVAL 1 SECOND WHERE order_id = ?",
+            params=[rng.randrange(40), paid_order(warehouse, rng.randrange(30))],
+        )
+    elif action == "change customer":
+        execute(
+            warehouse,
+            "UPDATE raw.customers SET region = ? WHERE customer_id = ?",
+            params=[rng.choice(["north", "south", "east", "west"]), rng.randint(1, 40)],
+        )
+    elif action == "observe":
+        observe_sources(defs, instance)
+    elif action == "build staging":
+        assert execute_assets(defs, instance, ORDERS_READERS).success
+    elif action == "build a day":
+        day = f"2025-01-{rng.randint(1, 31):02d}"
+        assert execute_assets(defs, instance, ["daily_revenue"], partitions=day).success
+    else:
+        assert execute_assets(
+            defs, instance, ["daily_revenue"], partitions=("2025-01-01", "2025-02-09")
+        ).success
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(actions=st.lists(st.sampled_from(CHANGES), min_size=2, max_size=4), seed=st.integers(0, 10_000))
+def test_over_random_source_changes_the_check_says_what_the_plan_says(shop, actions, seed):  # noqa: F811
+    """A random walk of source changes, observations and builds (each example goes on from the
+    last one's state): after each step, the check executed alone says what `strata plan
+    --only-stale` says of its model, and after each observation or build the result users see
+    (re-evaluated by that step, no sensor) says it too."""
+    project, warehouse, defs, instance = shop
+    rng = random.Random(seed)
+    for action in actions:
+        _change(project, warehouse, defs, instance, action, rng)
+        planned = cli_plan(project, warehouse)
+        for name, partitions in (("daily_revenue", 40), ("monthly_revenue", 2)):
+            differs = agrees_with_plan(run_check_alone(defs, instance, name), planned[name], partitions)
+            assert differs is None, f"{name} alone after {action}: {differs}"
+            if action in ("observe", "build staging", "build a day", "build days"):
+                differs = agrees_with_plan(shown(instance, name), planned[name], partitions)
+                assert differs is None, f"{name} shown after {action}: {differs}"
+
+
+def test_at_3650_partitions_an_observation_shows_the_answer_within_2_seconds(tmp_path, monkeypatch):
+    """Ten years of days: a `stg_orders` rebuilt outside Dagster (the command line), then the
+    sources' observation by hand: the observation's step shows the check's new answer (the one day
+    to rebuild) within 2 s of its start, the answer `strata plan --only-stale` gives."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)  # the command line reports to no instance
+    project, warehouse = make_small_shop(tmp_path, rows=20_000, days=3650)
+    run = CliRunner().invoke(main, ["run", str(project), "--warehouse", str(warehouse)])
+    assert run.exit_code == 0, run.output
+    defs = build_definitions(project, warehouse=warehouse)
+    instance = dg.DagsterInstance.ephemeral()
+    observe_sources(defs, instance)
+    assert shown(instance, "daily_revenue").passed
+    order = paid_order(warehouse)
+    day = order_day(warehouse, order)
+    change_order(warehouse, order)
+    run = CliRunner().invoke(
+        main, ["run", str(project), "--warehouse", str(warehouse), "--models", "stg_orders"]
+    )
+    assert run.exit_code == 0, run.output
+    result = observe_sources(defs, instance)
+    failing = shown(instance, "daily_revenue")
+    assert not failing.passed and value(failing, c.STALE_PARTITIONS_TAG) == 1
+    assert value(failing, "stale_partition_ranges") == [day]
+    planned = cli_plan(project, warehouse)
+    assert agrees_with_plan(failing, planned["daily_revenue"], 3650) is None
+    records = instance.get_records_for_run(result.run_id).records
+    start = min(
+        r.event_log_entry.timestamp
+        for r in records
+        if r.event_log_entry.dagster_event_type == dg.DagsterEventType.STEP_START
+    )
+    shown_at = min(
+        r.event_log_entry.timestamp
+        for r in records
+        if r.event_log_entry.dagster_event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    )
+    print(f"3650 partitions: the check shown {shown_at - start:.2f}s after the observation step started")
+    assert shown_at - start < 2.0, f"{shown_at - start:.2f}s"
