@@ -188,8 +188,18 @@ def _definitions(
         built = build_source_assets(nodes[source], translator, names, observed, reporter)
         assets.extend(built)
         fingerprinted.update((item.key, source) for item in built)
+    ref = DefinitionsRef()
     assets.extend(
-        model_assets(catalog.project.order, nodes, translator, whole_keys, companions, names, reporter)
+        model_assets(
+            catalog.project.order,
+            nodes,
+            translator,
+            whole_keys,
+            companions,
+            names,
+            reporter,
+            lambda: ref.get().resolve_asset_graph(),
+        )
     )
     for model, _ in whole_keys.items():
         if model in catalog.project.models:
@@ -207,7 +217,6 @@ def _definitions(
         names,
         strata_executor,
     )
-    ref = DefinitionsRef()
     one_run_jobs = build_one_run_jobs(
         ref,
         asset_jobs.job_of,

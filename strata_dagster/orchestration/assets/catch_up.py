@@ -22,23 +22,28 @@ are followed. Python models are left out (the CLI does not build them).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
 from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.partition_staleness import stale_partitions
 from strata_dagster.engine.partition_status import LiveState, live_states, model_partitions, whole_content
+from strata_dagster.engine.plan import plan
+from strata_dagster.engine.run import RunRequest
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets.companions import CompanionRefresh, companion_observations
 from strata_dagster.orchestration.assets.provenance import (
     INITIAL_DATA_VERSION,
     ModelInput,
+    is_stale_by_provenance,
     latest_record,
     recorded_data_version,
 )
+from strata_dagster.orchestration.checks.stale_partitions import answer_of
 from strata_dagster.orchestration.resources.strata import StrataResource
 
 Event = dg.AssetMaterialization | dg.AssetObservation
@@ -209,6 +214,7 @@ def _partitioned(
         for partition in every
         if not same or known.get(partition, {}).get(c.DATA_VERSION_TAG) != contents[partition].fingerprint
     ]
+    changed += _rebuilt_alike(instance, strata, asset_graph, key, state.model, every, set(changed))
     for partition in changed:
         part = contents[partition]
         yield dg.AssetMaterialization(
@@ -219,10 +225,52 @@ def _partitioned(
             metadata={
                 c.SNAPSHOT_KEY: state.snapshot_id,
                 c.ROWS_KEY: part.row_count,
-                c.ROW_COUNT_KEY: part.row_count,
+                c.PARTITION_ROW_COUNT_KEY: part.row_count,
+                c.ROW_COUNT_KEY: state.row_count,
                 **metadata,
             },
         )
+
+
+def _rebuilt_alike(
+    instance: dg.DagsterInstance,
+    strata: StrataResource,
+    asset_graph: Any,
+    key: dg.AssetKey,
+    model: str,
+    every: Sequence[str],
+    changed: set[str],
+) -> list[str]:
+    """The partitions Dagster shows stale (an input partition has a newer version than the one
+    their latest materialization read) that are up to date (rebuilt with the same rows, kept, or
+    rolled back together with their input, by builds Dagster did not record): by `strata plan
+    --only-stale`'s answer (the check's), or, when the plan takes the whole model (a rollback it
+    would publish again, an upstream rebuilt first), by the engine's per-partition figures."""
+    shown = [
+        partition
+        for partition in every
+        if partition not in changed and is_stale_by_provenance(instance, asset_graph, key, partition)
+    ]
+    if not shown:
+        return []
+    request = RunRequest(
+        project_dir=strata.project_path,
+        warehouse=strata.warehouse_path,
+        models=(model,),
+        branch=strata.branch,
+        only_stale=True,
+    )
+    planned = {item.model: item for item in plan(request).models}.get(model)
+    answer = answer_of(planned, every) if planned is not None else None
+    if answer is not None and not (answer.waits_for or answer.is_missing or answer.is_all):
+        stale = set(answer.keys)
+        return [partition for partition in shown if partition not in stale]
+    # The plan rebuilds (or publishes again) all of it, or waits for an upstream: the engine's
+    # per-partition figures tell the partitions whose input rows are those it was built from.
+    engine = stale_partitions(strata.project_path, strata.warehouse_path, strata.branch).get(model)
+    if engine is None or engine.is_all or (answer is not None and answer.is_missing):
+        return []  # nothing tells them apart: Dagster's staleness stands
+    return [partition for partition in shown if partition not in set(engine.keys)]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ a failed one is not built), logs what was built, then fails with the first failu
 is reported in the message of the model that causes it, and nothing of a failed model is published.
 """
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,12 +85,14 @@ def model_assets(
     companions: Mapping[str, PartitionCompanion],
     names: ProjectNames,
     reporter: StaleCheckReporter | None = None,
+    asset_graph: Callable[[], Any] | None = None,
 ) -> list[dg.AssetsDefinition]:
     """One multi-asset per partitions definition of the models `order` names (in build order):
     `nodes` describes every source and model by name, `whole_keys` the companion of each
     partitioned node that has an unpartitioned consumer, and `companions` the partitions companion
     each partitioned model reads its `from` model through. `reporter`: the stale-partitions checks
-    every step re-evaluates after its builds."""
+    every step re-evaluates after its builds. `asset_graph`: the whole definitions' asset graph
+    (a run's job holds only its selection), to record what a step's engine run built beyond it."""
     reporter = reporter or StaleCheckReporter()
     groups: dict[str, list[tuple[dg.AssetSpec, ModelPlan]]] = {}
     partitions: dict[str, dg.PartitionsDefinition | None] = {}
@@ -104,7 +106,7 @@ def model_assets(
         partitions.setdefault(identity, partitions_def)
         labels.setdefault(identity, UNPARTITIONED if partitions_def is None else name)
     return [
-        _models_asset(names, labels[identity], partitions[identity], members, reporter)
+        _models_asset(names, labels[identity], partitions[identity], members, reporter, asset_graph)
         for identity, members in groups.items()
     ]
 
@@ -200,6 +202,7 @@ def _models_asset(
     partitions_def: dg.PartitionsDefinition | None,
     members: Sequence[tuple[dg.AssetSpec, ModelPlan]],
     reporter: StaleCheckReporter,
+    asset_graph: Callable[[], Any] | None,
 ) -> dg.AssetsDefinition:
     plans = [plan for _, plan in members]
     resource_key = names.resource_key
@@ -223,7 +226,8 @@ def _models_asset(
         # The build, its versions, schemas and companions open the warehouse many times: one open
         # file for all of them (warehouse.connection.held_open).
         with held_open(strata.warehouse_path):
-            yield from ModelsStep(context, strata, names, partition_keys).build(selected)
+            graph = asset_graph() if asset_graph is not None else context.job_def.asset_layer.asset_graph
+            yield from ModelsStep(context, strata, names, partition_keys, graph).build(selected)
             if selected:
                 reporter.log_changed(context, strata)
 
@@ -239,8 +243,10 @@ class ModelsStep:
         strata: StrataResource,
         names: ProjectNames,
         partition_keys: tuple[str, ...] | None,
+        asset_graph: Any,
     ) -> None:
         self.context = context
+        self.asset_graph = asset_graph
         self.strata = strata
         self.names = names
         self.partition_keys = partition_keys
@@ -293,7 +299,7 @@ class ModelsStep:
         yield from catch_up(
             self.context.instance,
             self.strata,
-            self.context.job_def.asset_layer.asset_graph,
+            self.asset_graph,
             models=built,
             description=f"built by strata run {(result.run_id or '-')[:12]} in this step, beyond its own selection",
             metadata={c.RUN_ID_KEY: result.run_id or ""},
