@@ -195,6 +195,7 @@ class PublishedState:
     model_fingerprint: str  # the fingerprint the snapshot was built with
     is_view: bool = False  # a view model's snapshot: `row_count` is not counted
     is_live: bool = True  # whether the model's view shows it (when asked: `live_as`)
+    built_by: str | None = None  # the run id of the entry that built it (when no entry is given)
 
 
 def published_state(
@@ -210,8 +211,12 @@ def published_state(
                 f"the history has no snapshot {snapshot_id}",
                 hint="the warehouse was edited behind the engine's back; run `strata history PROJECT`",
             )
+        built_by = None
         if entry is None:  # nothing was built (every model reused): what the snapshot's build read
             entry = session.history.last_build_of(record.model, snapshot_id)
+            first = session.history.first_build_of(record.model, snapshot_id)
+            found = session.history.entry(first) if first is not None else None
+            built_by = found.run_id if found is not None else None
         sources = (
             {
                 item.source: item.fingerprint
@@ -226,7 +231,13 @@ def published_state(
             model, branch = live_as
             is_live = session.history.pointers(branch).get(model) == record.segment_ids
         return PublishedState(
-            record.content_hash, record.row_count, sources, record.model_fingerprint, record.is_view, is_live
+            record.content_hash,
+            record.row_count,
+            sources,
+            record.model_fingerprint,
+            record.is_view,
+            is_live,
+            built_by,
         )
 
 

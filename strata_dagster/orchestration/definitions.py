@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -39,7 +40,12 @@ from strata_dagster.orchestration.jobs.asset_jobs import build_asset_jobs
 from strata_dagster.orchestration.jobs.backfills import build_backfill_jobs
 from strata_dagster.orchestration.jobs.executor import GuardedProject, guard, strata_executor
 from strata_dagster.orchestration.jobs.gc import StrataGcPolicy, build_gc_job
-from strata_dagster.orchestration.jobs.one_run import DefinitionsRef, build_one_run_jobs
+from strata_dagster.orchestration.jobs.one_run import (
+    BackfillRangeConfig,
+    DefinitionsRef,
+    backfill_range_waves,
+    build_one_run_jobs,
+)
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.duckdb import StrataDuckDBResource
 from strata_dagster.orchestration.resources.strata import StrataResource, default_warehouse
@@ -228,8 +234,14 @@ def _definitions(
     )
     stale_checks = [stale_partitions_family(partitioned)] if partitioned else []
     jobs = [*one_run_jobs, *asset_jobs.jobs, asset_jobs.observe_job, *checks.jobs, *backfill_jobs]
+
+    def check_range(config: Mapping[str, Any], instance: dg.DagsterInstance) -> None:
+        """E068 for a `strata_backfill_range` config its assets do not have (the executor refuses it)."""
+        graph = ref.get().resolve_asset_graph()
+        backfill_range_waves(graph, backfill_job_of, BackfillRangeConfig(**config), instance)
+
     guard(
-        GuardedProject(resource, names),
+        GuardedProject(resource, names, check_range),
         [*strata_keys, *(key for item in python_assets for key in item.keys)],
         [job.name for job in jobs],
     )

@@ -360,7 +360,7 @@ class ModelsStep:
             )
         yield from self._drifted(plan, state.sources, request.overrides, known)
         spec = self.project.models[plan.name].properties.partitioned_by
-        metadata = {**_build_metadata(result, outcome, plan), **_request_metadata(request)}
+        metadata = {**_build_metadata(result, outcome, plan, state.built_by), **_request_metadata(request)}
         metadata[c.WHY_KEY] = build_why(
             outcome.model, outcome.path, outcome.detail, outcome.rows, spec.grain if spec else None
         )
@@ -371,7 +371,7 @@ class ModelsStep:
             metadata[c.COLUMN_LINEAGE_KEY] = plan.lineage
         for companion in plan.companions:
             yield from companion_observations(
-                context.instance, strata, companion.refresh(), metadata[c.RUN_ID_KEY]
+                context.instance, strata, companion.refresh(), metadata.get(c.RUN_ID_KEY)
             )
         # Read after the events above are stored: the step's own observations and builds count.
         provenance = input_tags(context.instance, plan.inputs)
@@ -398,7 +398,9 @@ class ModelsStep:
             return {
                 **metadata,
                 c.ROWS_KEY: part.row_count,
-                c.ROW_COUNT_KEY: part.row_count,
+                # Dagster's keys: the partition's rows, and the table's (what the overview shows).
+                c.PARTITION_ROW_COUNT_KEY: part.row_count,
+                c.ROW_COUNT_KEY: state.row_count,
                 c.PARTITION_RECOMPUTED_KEY: key in recomputed,
                 **(once if key == keys[-1] else {}),
             }
@@ -417,7 +419,7 @@ class ModelsStep:
             yield dg.MaterializeResult(
                 asset_key=plan.key,
                 metadata={
-                    c.RUN_ID_KEY: metadata[c.RUN_ID_KEY],
+                    **{key: metadata[key] for key in (c.RUN_ID_KEY, c.BUILT_BY_RUN_KEY) if key in metadata},
                     **_request_metadata(request),
                     c.VERSIONS_FOLLOW_KEY: VERSIONS_FOLLOW,
                 },
@@ -436,7 +438,10 @@ class ModelsStep:
             yield dg.AssetObservation(
                 asset_key=plan.whole_key,
                 tags={c.DATA_VERSION_TAG: whole.fingerprint},
-                metadata={c.ROWS_KEY: whole.row_count, c.RUN_ID_KEY: metadata[c.RUN_ID_KEY]},
+                metadata={
+                    c.ROWS_KEY: whole.row_count,
+                    **{key: metadata[key] for key in (c.RUN_ID_KEY, c.BUILT_BY_RUN_KEY) if key in metadata},
+                },
             )
 
     def _report_side_effects(self, plan: ModelPlan, result: RunResult, asked: Sequence[str]) -> None:
@@ -473,9 +478,13 @@ class ModelsStep:
             known = {**known, key: fingerprint}  # type: ignore[dict-item]
 
 
-def _build_metadata(result: RunResult, outcome: ModelOutcome, plan: ModelPlan) -> dict[str, Any]:
+def _build_metadata(
+    result: RunResult, outcome: ModelOutcome, plan: ModelPlan, built_by: str | None
+) -> dict[str, Any]:
+    """`built_by`: the strata run that built the reused snapshot, when the engine ran nothing."""
     metadata: dict[str, Any] = {
-        c.RUN_ID_KEY: result.run_id or "none: everything was up to date",
+        # A step whose engine run built nothing has no run of its own: the snapshot's builder.
+        **({c.RUN_ID_KEY: result.run_id} if result.run_id else {c.BUILT_BY_RUN_KEY: built_by or "unknown"}),
         c.SNAPSHOT_KEY: outcome.snapshot_id,
         c.TABLE_KEY: outcome.table_name,
         c.PATH_KEY: outcome.path,

@@ -37,7 +37,7 @@ from strata_dagster.engine.run import FULL, PARTITIONS, REUSED, RunRequest
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets.provenance import is_stale_by_provenance
-from strata_dagster.orchestration.checks.family import CheckFamily
+from strata_dagster.orchestration.checks.family import CheckFamily, planned_partitions
 from strata_dagster.orchestration.constants import LOCK_WAIT_SECONDS
 from strata_dagster.orchestration.resources.strata import StrataResource
 
@@ -318,6 +318,34 @@ class StaleCheckReporter:
             context.log_event(event)
 
 
+def partition_evaluations(
+    context: dg.AssetCheckExecutionContext,
+    check_key: dg.AssetCheckKey,
+    item: PartitionedModel,
+    answers: Mapping[dg.AssetKey, StaleAnswer],
+) -> list[dg.AssetCheckEvaluation]:
+    """The check's evaluation of each partition this run planned it for: stale or not, by the
+    plan's answer (not known yet while an upstream model waits to be rebuilt)."""
+    answer = answers.get(check_key.asset_key)
+    if answer is None:
+        return []
+    stale = set(answer.keys)
+    events = []
+    for partition in planned_partitions(context, check_key):
+        fresh = not answer.waits_for and not answer.is_missing and partition not in stale
+        events.append(
+            dg.AssetCheckEvaluation(
+                asset_key=check_key.asset_key,
+                check_name=STALE_PARTITIONS_CHECK,
+                passed=fresh,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"`{item.model}` partition {partition}: {'up to date' if fresh else answer.reason}",
+                partition=partition,
+            )
+        )
+    return events
+
+
 def stale_partitions_family(models: Mapping[dg.AssetKey, PartitionedModel]) -> CheckFamily:
     """The checks of `models`: one read-only plan answers them all."""
     specs = tuple(
@@ -342,6 +370,11 @@ def stale_partitions_family(models: Mapping[dg.AssetKey, PartitionedModel]) -> C
         answers = plan_answers(strata, selected, context.instance, timeout=None)
         evaluations = stale_evaluations(selected, answers)
         for check_key in keys:
+            # A run over partitions plans this check once per partition (Dagster plans every check
+            # of a ranged run so, partitioned or not): each gets its partition's own answer, first,
+            # so that none is left "skipped" and the model's result below is the latest one shown.
+            for event in partition_evaluations(context, check_key, selected[check_key.asset_key], answers):
+                context.op_execution_context.log_event(event)
             evaluation = evaluations[check_key.asset_key]
             yield dg.AssetCheckResult(
                 asset_key=check_key.asset_key,

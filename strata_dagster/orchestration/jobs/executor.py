@@ -12,7 +12,9 @@ this one executor definition, so that the definitions of several projects (sever
 merge into one code location. A step also checks before it writes anything (`execute_in_process`
 and `materialize()` run Dagster's own executor).
 
-A refused run ends CANCELED, not FAILURE, with the E085 message (no stack trace) on its events:
+A `strata_backfill_range` run whose range its assets do not have (E068) is refused the same way.
+
+A refused run ends CANCELED, not FAILURE, with the E085 (E068) message (no stack trace) on its events:
 Dagster marks an asset partition failed when the latest run planned to materialize it FAILED,
 and a refused run wrote nothing, so its partitions keep the status they had (missing or
 materialized). A Dagster backfill counts its canceled runs' partitions as not done.
@@ -20,7 +22,7 @@ materialized). A Dagster backfill counts its canceled runs' partitions as not do
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,8 @@ class GuardedProject:
 
     strata: StrataResource
     names: ProjectNames
+    # Raises StrataError (E068) for a `strata_backfill_range` config its assets do not have.
+    check_range: Callable[[Mapping[str, Any], dg.DagsterInstance], None] | None = None
 
 
 # What the definitions built in this process guard: by asset key, and by job name (a job launched
@@ -83,6 +87,14 @@ class StrataBackfillGuard(dg.Executor):
             except StrataError as error:
                 yield from _refuse(plan_context, error)
                 return
+            if run.job_name == project.names.backfill_range_job and project.check_range is not None:
+                try:
+                    project.check_range(
+                        _op_config(run, project.names.backfill_range_op), plan_context.instance
+                    )
+                except StrataError as error:
+                    yield from _refuse(plan_context, error)
+                    return
             corrects = f", correcting run {request.backfill_of}" if request.backfill_of else ""
             overrides = f", sources {dict(request.overrides)}" if request.overrides else ""
             refresh = ", full refresh" if request.full_refresh else ""
@@ -98,6 +110,11 @@ class StrataBackfillGuard(dg.Executor):
     @property
     def step_dependency_config(self) -> Any:
         return self.inner.step_dependency_config
+
+
+def _op_config(run: dg.DagsterRun, op: str) -> Mapping[str, Any]:
+    ops = (run.run_config or {}).get("ops") or {}
+    return (ops.get(op) or {}).get("config") or {}
 
 
 def _refuse(plan_context: Any, error: StrataError) -> Iterator[dg.DagsterEvent]:
