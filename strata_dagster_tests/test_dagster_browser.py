@@ -127,6 +127,15 @@ def test_1_a_backfill_without_a_reason_is_refused_visibly_and_marks_no_partition
         page.see_text("Failed (0)")
         page.see_text(f"Missing ({DAYS})")
         page.see_text("Materialized (0)")
+    with ui.step("1f-backfill-page-canceled-with-the-reason"):
+        # The refusal cancels the backfill, with the E085 message as its error: its page reads
+        # Canceled and says why, not "Failed" (Dagster still counts a canceled run's partitions
+        # as failed in the backfill's own table: docs/dagster.md, Backfills).
+        ui.open(f"/runs/b/{backfill}")
+        page.until(lambda p: "Canceled" in p.body_text(), "the backfill to read Canceled", timeout=120)
+        page.click("//*[normalize-space()='View error']")
+        page.see("//*[contains(normalize-space(), 'error[E085]')]")
+    assert ui.graphql.backfill(backfill)["status"] == "CANCELED"
     assert warehouse_digest(ui.warehouse) == before
 
 

@@ -122,11 +122,15 @@ def _refuse(plan_context: Any, error: StrataError) -> Iterator[dg.DagsterEvent]:
     the run log shows), the same message on the cancellation (what the runs list shows), and no
     stack trace. Raising the interruption stops the plan; Dagster sees the run already canceled
     and only notes that it cleaned up."""
-    # An engine event's metadata has no public constructor: orchestration.dagster_private.
-    from strata_dagster.orchestration.dagster_private import engine_event
+    # An engine event's metadata has no public constructor, nor a backfill's cancellation:
+    # orchestration.dagster_private.
+    from strata_dagster.orchestration.dagster_private import cancel_refused_backfill, engine_event
 
     yield engine_event(plan_context, error.render(), _refusal_metadata(error))
     plan_context.instance.report_run_canceled(plan_context.dagster_run, message=error.render())
+    backfill = plan_context.dagster_run.tags.get(c.BACKFILL_ID_TAG)
+    if backfill:  # the whole backfill is refused: canceled, with the reason on its page
+        cancel_refused_backfill(plan_context.instance, backfill, error.render())
     raise dg.DagsterExecutionInterruptedError(error.render())
 
 
