@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from strata_dagster import build_definitions
 from strata_dagster.cli.main import main
+from strata_dagster.engine.partition_status import live_states
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.status import peek_source_fingerprints
 from strata_dagster.language import load_project
@@ -58,13 +59,25 @@ def plan_stale(project: Path, warehouse: Path) -> set[str]:
     planned = plan_project(project, warehouse, only_stale=True).models
     changing = {model.model for model in planned if model.would_change}
     models = load_project(project).models
+    live = live_states(warehouse, list(models))
+
+    def seen(change) -> bool:
+        """A change Dagster sees: not an upstream model's identity once it is rebuilt or published
+        again (after a rollback the plan compares with that), only its live one."""
+        kind, _, name = change.name.partition(":")
+        if change.new is None:
+            return False
+        if kind == "model" and name in changing and name in live:
+            return live[name].content_hash[:12] == change.new[:12]
+        return True
+
     for model in planned:
-        direct = [change for change in model.changes if change.new is not None]
+        direct = [change for change in model.changes if seen(change)]
         if model.path == "reused" and not model.publishes_again:
             continue
-        if model.publishes_again and not direct and changing.intersection(models[model.model].references):
-            # Shows an earlier state (a rollback) only because an upstream does too: it is
-            # published again once the upstream is, as a "depends" model is rebuilt once it is.
+        if not direct and changing.intersection(models[model.model].references) and not model.depends_on:
+            # Stale only because an upstream would change first (after a rollback: published
+            # again), as a "depends" model is rebuilt once its upstream is.
             continue
         if model.path == "cutoff-candidate" and not model.depends_on:
             continue
