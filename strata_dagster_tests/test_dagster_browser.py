@@ -1,12 +1,17 @@
 """The Dagster UI in headless Chromium, as a newcomer meets it: `dagster dev` on 127.0.0.1 over the
-example (31 days of small data), one webserver for the module, three journeys in order:
+example (31 days of small data), one webserver for the module, four journeys in order:
 
 1. a backfill launched without a reason is refused: its run ends Canceled with the E085 message on
-   the run page, and the partitions are not shown failed;
+   the run page, the partitions are not shown failed, and the backfill's page reads Canceled with
+   the reason;
 2. the first *Materialize all*, with `strata/reason` added in the launch dialog's *Add tags*,
-   succeeds and every partition shows materialized;
+   succeeds and every partition shows materialized, the partitions companion's too (none
+   "Missing"), and the overview's row count is the table's;
 3. a source change makes exactly the changed days of `daily_revenue` stale, and the partition
-   view shows it on those days and on no other.
+   view shows it on those days and on no other; with the sensor off, the `strata_stale_partitions`
+   check shows the two days, and executed alone it does not pass (the false pass);
+4. `strata run` from the command line, then the sources observed from the UI: nothing stale,
+   nothing "Never observed", the check passes (the CLI-then-UI path).
 
 Screenshots of every step (and of the page at a failure, named in the failure message) go to
 $STRATA_BROWSER_ARTIFACTS, else a temporary folder. Needs Debian's `chromium` and
@@ -14,8 +19,11 @@ $STRATA_BROWSER_ARTIFACTS, else a temporary folder. Needs Debian's `chromium` an
 install them, and fail instead under STRATA_REQUIRE_BROWSER=1 (`.ci/run` sets it);
 STRATA_SKIP_BROWSER=1 skips them explicitly."""
 
+import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +41,7 @@ from strata_dagster_tests.dagster_support import (
     wait_for,
     warehouse_digest,
 )
+from strata_dagster_tests.engine_support import execute
 from strata_dagster_tests.test_dagster_staleness import paid_order
 
 # The journeys run in order against one webserver: one worker runs them all.
@@ -41,14 +50,17 @@ pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 DAYS = 31  # January: the daily and monthly partitions end together (see the report on 40 days)
 REASON = "strata/reason"
 WHY = "first load"
+STALE_CHECK = "strata_stale_partitions"
 
 
 class Journey:
     """The UI at `base`, the page, and where screenshots go."""
 
-    def __init__(self, page: Page, base: str, shots: Path, graphql, log: Path, warehouse: Path) -> None:
+    def __init__(
+        self, page: Page, base: str, shots: Path, graphql, log: Path, warehouse: Path, home: Path
+    ) -> None:
         self.page, self.base, self.shots = page, base, shots
-        self.graphql, self.log, self.warehouse = graphql, log, warehouse
+        self.graphql, self.log, self.warehouse, self.home = graphql, log, warehouse, home
 
     def open(self, path: str) -> None:
         self.page.open(self.base + path)
@@ -85,7 +97,7 @@ def ui(request, tmp_path_factory) -> Iterator[Journey]:
         graphql("mutation { setNuxSeen }")  # the community newsletter pop-up, seen once per instance
         with chromium(fresh_profile()) as page:
             base = graphql.url.removesuffix("/graphql")
-            yield Journey(page, base, shots, graphql, log, warehouse)
+            yield Journey(page, base, shots, graphql, log, warehouse, home)
 
 
 def wait_runs(journey: Journey, run_ids: list[str], what: str) -> dict[str, str]:
@@ -127,6 +139,15 @@ def test_1_a_backfill_without_a_reason_is_refused_visibly_and_marks_no_partition
         page.see_text("Failed (0)")
         page.see_text(f"Missing ({DAYS})")
         page.see_text("Materialized (0)")
+    with ui.step("1f-backfill-page-canceled-with-the-reason"):
+        # The refusal cancels the backfill, with the E085 message as its error: its page reads
+        # Canceled and says why, not "Failed" (Dagster still counts a canceled run's partitions
+        # as failed in the backfill's own table: docs/dagster.md, Backfills).
+        ui.open(f"/runs/b/{backfill}")
+        page.until(lambda p: "Canceled" in p.body_text(), "the backfill to read Canceled", timeout=120)
+        page.click("//*[normalize-space()='View error']")
+        page.see("//*[contains(normalize-space(), 'error[E085]')]")
+    assert ui.graphql.backfill(backfill)["status"] == "CANCELED"
     assert warehouse_digest(ui.warehouse) == before
 
 
@@ -176,6 +197,17 @@ def test_2_the_first_materialize_all_with_the_reason_added_in_the_dialog_succeed
         page.see_text(f"Materialized ({DAYS})")
         page.see_text("Failed (0)")
         page.see_text("Missing (0)")
+    with ui.step("2f-companion-every-day-recorded-none-missing"):
+        # The partitions companion reads as what it is: every day recorded, none "Missing".
+        ui.open("/assets/stg_orders__by_day?view=partitions")
+        page.see_text(f"Materialized ({DAYS})")
+        page.see_text("Missing (0)")
+    with ui.step("2g-overview-row-count-is-the-tables"):
+        ui.open("/assets/daily_revenue")
+        page.see_text("Row count")
+        shown = page.see("//*[normalize-space()='Row count']/following::*[1]").text
+        (whole,) = execute(ui.warehouse, "SELECT count(*) FROM main.v_daily_revenue")[0]
+        assert f"{whole:,}" in shown or str(whole) in shown, shown
 
 
 def test_3_a_source_change_makes_exactly_the_changed_days_visibly_stale(ui):
@@ -211,10 +243,70 @@ def test_3_a_source_change_makes_exactly_the_changed_days_visibly_stale(ui):
         # (the output's, then strata's with the day's content version; docs/dagster.md).
         page.see_text("View all historical events (2)")
         assert "Unsynced" not in heading.text and "Unsynced" not in page.body_text()
-    with ui.step("3d-catalog-today"):
-        # What the catalog shows of the stale days today: nothing yet (reported; item 3 of the issue).
+    said = f"2 stale partition(s) of daily_revenue (stg_orders has new rows in them): {days[0]}, {days[1]}"
+    with ui.step("3d-stale-days-shown-without-the-sensor"):
+        # The sensor is off: the observation and the rebuild re-evaluated the check users see.
+        ui.open("/assets/daily_revenue?view=checks")
+        page.see(f"//*[normalize-space()='{STALE_CHECK}']/following::*[normalize-space()='Failed'][1]")
+        page.click(f"//*[normalize-space()='{STALE_CHECK}']")
+        page.until(lambda p: said in p.body_text(), f"the check to say `{said}`")
+    with ui.step("3e-the-check-executed-alone-does-not-pass"):
+        # The false pass: executed on its own, it still says what `strata plan --only-stale` says.
+        before = {run["runId"] for run in ui.graphql.runs()}
+        page.click_button("Execute")
+        run = wait_for(lambda: _new_run(ui, before), 120, "the check's run", ui.log, interval=1)
+        assert set(wait_runs(ui, [run], "the check's run").values()) == {"SUCCESS"}
+        ui.open("/assets/daily_revenue?view=checks")
+        page.click(f"//*[normalize-space()='{STALE_CHECK}']")
+        page.until(lambda p: said in p.body_text(), f"the check to say `{said}`")
+        assert "no stale partition" not in page.body_text()
+
+
+def test_4_the_command_line_then_the_ui_shows_what_the_plan_says(ui):
+    """`strata run` from the command line (DAGSTER_HOME is the UI's instance), then the sources
+    observed: nothing is stale, as `strata plan --only-stale` says (but the Python model, which
+    only Dagster builds), and the stale partitions' check passes; no source reads "Never
+    observed"."""
+    page = ui.page
+    project = ui.warehouse.parent
+    env = {**os.environ, "DAGSTER_HOME": str(ui.home), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    strata = Path(sys.executable).with_name("strata")
+    done = subprocess.run(
+        [str(strata), "run", str(project), "--warehouse", str(ui.warehouse)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "reported to Dagster" in done.stdout, done.stdout + done.stderr
+    plan = subprocess.run(
+        [str(strata), "plan", str(project), "--warehouse", str(ui.warehouse), "--only-stale", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    planned = json.loads(plan.stdout)["models"]
+    assert [m["model"] for m in planned if m["path"] != "reused" or m["publishes_again"]] == [], plan.stdout
+    # The Python model is Dagster's to build (the command line builds SQL models only), and it
+    # reads a model the command line rebuilt.
+    assert ui.graphql.stale() == {"region_summary"}
+    run = ui.graphql.launch(["region_summary"])
+    assert set(wait_runs(ui, [run], "the Python model").values()) == {"SUCCESS"}
+    assert ui.graphql.stale() == set()
+    run = ui.graphql.launch(["orders", "customers"])  # the first Observe after the command line
+    assert set(wait_runs(ui, [run], "the observation").values()) == {"SUCCESS"}
+    assert ui.graphql.stale() == set()
+    with ui.step("4a-catalog-nothing-unsynced"):
         ui.open("/assets")
-        page.see_text(f"{DAYS} partitions")
+        page.see_text("stg_orders")
+        text = page.body_text()
+        assert "Never observed" not in text and "Upstream data" not in text and "Unsynced" not in text
+    with ui.step("4b-stale-check-passes"):
+        ui.open("/assets/daily_revenue?view=checks")
+        page.see(f"//*[normalize-space()='{STALE_CHECK}']/following::*[normalize-space()='Succeeded'][1]")
+
+
+def _new_run(ui: Journey, before: set[str]) -> str | None:
+    return next((run["runId"] for run in ui.graphql.runs() if run["runId"] not in before), None)
 
 
 def _partition_heading(day: str) -> str:

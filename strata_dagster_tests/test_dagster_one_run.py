@@ -177,11 +177,20 @@ def test_a_range_the_assets_do_not_have_is_e068(shop, assets, first, last, says)
         tags={c.REASON_TAG: "why"},
         config=range_config(assets, first, last),
     )
-    assert run.status == dg.DagsterRunStatus.FAILURE
-    (failure,) = run_events(instance, run.run_id, dg.DagsterEventType.STEP_FAILURE)
-    error = failure.dagster_event.step_failure_data.user_failure_data
-    assert error.description.startswith("error[E068]") and says in error.description
-    assert error.metadata[c.ERROR_CODE_KEY].value == "E068"
+    # Refused before any step, as a backfill without a reason is: no step failure, no stack trace.
+    assert run.status == dg.DagsterRunStatus.CANCELED
+    assert run_events(instance, run.run_id, dg.DagsterEventType.STEP_START) == []
+    assert run_events(instance, run.run_id, dg.DagsterEventType.STEP_FAILURE) == []
+    (canceled,) = run_events(instance, run.run_id, dg.DagsterEventType.RUN_CANCELED)
+    assert canceled.message.startswith("error[E068]") and says in canceled.message
+    refusal = [
+        event
+        for event in run_events(instance, run.run_id, dg.DagsterEventType.ENGINE_EVENT)
+        if c.ERROR_CODE_KEY in event.dagster_event.engine_event_data.metadata
+    ]
+    assert [event.dagster_event.engine_event_data.metadata[c.ERROR_CODE_KEY].value for event in refusal] == [
+        "E068"
+    ]
     assert launched_by(instance, run) == []
     assert warehouse_digest(warehouse) == before
 

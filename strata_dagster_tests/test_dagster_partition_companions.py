@@ -203,10 +203,15 @@ OBSERVED_PARTITIONS = (
 )
 
 
+PARTITION_STATS = """query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
+  partitionStats { numMaterialized numPartitions numFailed numMaterializing } } } }"""
+
+
 def test_the_ui_shows_the_companion_observed_after_the_first_builds_not_missing(tmp_path):
-    """The UI's graph shows an observable asset by its last observation ("Observed"); an
-    unexecutable partitioned one by its materialized partitions, which a companion never has
-    ("Missing (40)", "0% filled"). After the first builds every day of the companion is observed."""
+    """The UI's graph shows an observable asset by its last observation ("Observed"); its
+    Partitions tab and its lineage node's fill count materialized partitions only, so each changed
+    day of the companion is recorded as a materialization too: after the first builds every day is
+    observed and none reads "Missing" (was "Missing (40)", "0% filled")."""
     project, warehouse = make_small_shop(tmp_path)
     with (
         dg.instance_for_test() as instance,
@@ -220,6 +225,8 @@ def test_the_ui_shows_the_companion_observed_after_the_first_builds_not_missing(
         assert keys == day_keys()
         observed = query(OBSERVED_PARTITIONS, k={"path": COMPANION.path}, p=keys)["assetOrError"]
         assert {event["partition"] for event in observed["assetObservations"]} == set(keys)
+        stats = query(PARTITION_STATS, k={"path": COMPANION.path})["assetNodeOrError"]["partitionStats"]
+        assert stats == {"numMaterialized": 40, "numPartitions": 40, "numFailed": 0, "numMaterializing": 0}
 
 
 def test_observing_the_companion_itself_records_only_changed_days_in_the_duckdb_pool(shop):

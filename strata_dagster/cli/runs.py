@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from strata_dagster.cli.dagster_report import report_to_dagster
 from strata_dagster.cli.options import (
     model_selection,
     models_option,
@@ -124,6 +125,7 @@ def run_command(
         return
     print_partitions(result, loaded)
     print_published(result, f"run {result.run_id[:12] if result.run_id else '-'}")
+    report_to_dagster(project, request.warehouse, result.entry)
 
 
 def print_published(result: RunResult, what: str) -> None:
@@ -325,8 +327,10 @@ def rollback(project: Path, run_id: str, warehouse: Path | None) -> None:
     """Point the views back at what RUN_ID published (recorded as its own history entry)."""
     from strata_dagster.engine import operations
 
-    result = operations.rollback(resolve_warehouse(project, warehouse), run_id)
+    target = resolve_warehouse(project, warehouse)
+    result = operations.rollback(target, run_id)
     print_pointer_result(result, f"rolled back to {run_id[:12]}")
+    report_to_dagster(project, target, result.entry)
 
 
 @click.command()
@@ -340,11 +344,13 @@ def retire(project: Path, warehouse: Path | None, branch: str) -> None:
     (defined in Dagster code) are kept."""
     from strata_dagster.engine import operations
 
-    result = operations.retire_removed(project, resolve_warehouse(project, warehouse), branch)
+    target = resolve_warehouse(project, warehouse)
+    result = operations.retire_removed(project, target, branch)
     if not result.changes:
         say(f"every live view on branch {branch} belongs to a model of the project (nothing to do)")
         return
     print_pointer_result(result, f"retired on branch {branch} (run {(result.run_id or '-')[:12]})")
+    report_to_dagster(project, target, result.entry)
 
 
 def print_pointer_result(result: PointerResult, what: str) -> None:
@@ -405,8 +411,10 @@ def promote(project: Path, source: str, target: str, warehouse: Path | None) -> 
     """Point --to's views at the snapshots branch SOURCE exposes (zero-copy)."""
     from strata_dagster.engine import operations
 
-    result = operations.promote(resolve_warehouse(project, warehouse), source, target)
+    where = resolve_warehouse(project, warehouse)
+    result = operations.promote(where, source, target)
     print_pointer_result(result, f"promoted {source} to {target}")
+    report_to_dagster(project, where, result.entry)
 
 
 COMMANDS: tuple[click.Command, ...] = (run_command, history, replay, rollback, retire, branch, promote)
@@ -466,6 +474,7 @@ def backfill(
     print_published(
         result, f"backfill {result.run_id[:12] if result.run_id else '-'} of {run_id[:12]} recorded"
     )
+    report_to_dagster(project, target, result.entry)
 
 
 COMMANDS = (*COMMANDS, backfill)

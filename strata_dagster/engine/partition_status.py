@@ -187,7 +187,8 @@ def _not_live(name: str, branch: str, error: WarehouseError) -> StrataError:
 
 @dataclass(frozen=True)
 class PublishedState:
-    """A snapshot's content identity, and the source fingerprints a history entry consumed."""
+    """A snapshot's content identity, and the source fingerprints a history entry consumed (the
+    entry that last built or kept it, when no entry is given)."""
 
     content_hash: str
     row_count: int
@@ -195,6 +196,7 @@ class PublishedState:
     model_fingerprint: str  # the fingerprint the snapshot was built with
     is_view: bool = False  # a view model's snapshot: `row_count` is not counted
     is_live: bool = True  # whether the model's view shows it (when asked: `live_as`)
+    built_by: str | None = None  # the run id of the entry that built it (when no entry is given)
 
 
 def published_state(
@@ -210,6 +212,12 @@ def published_state(
                 f"the history has no snapshot {snapshot_id}",
                 hint="the warehouse was edited behind the engine's back; run `strata history PROJECT`",
             )
+        built_by = None
+        if entry is None:  # nothing was built (every model reused): what the snapshot's build read
+            entry = session.history.last_build_of(record.model, snapshot_id)
+            first = session.history.first_build_of(record.model, snapshot_id)
+            found = session.history.entry(first) if first is not None else None
+            built_by = found.run_id if found is not None else None
         sources = (
             {
                 item.source: item.fingerprint
@@ -224,7 +232,13 @@ def published_state(
             model, branch = live_as
             is_live = session.history.pointers(branch).get(model) == record.segment_ids
         return PublishedState(
-            record.content_hash, record.row_count, sources, record.model_fingerprint, record.is_view, is_live
+            record.content_hash,
+            record.row_count,
+            sources,
+            record.model_fingerprint,
+            record.is_view,
+            is_live,
+            built_by,
         )
 
 
@@ -233,3 +247,83 @@ def whole_content(warehouse: Path | str, relation: exp.Table) -> PartitionConten
     with open_session(Path(warehouse)) as session:
         content = session.content(relation)
         return PartitionContent("", content.fingerprint, content.row_count)
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What a model's live view on a branch shows, from the history alone (no row is read): its
+    head snapshot, and the identities of the inputs the build that made (or last kept) it read:
+    each source's fingerprint, each model's content hash."""
+
+    model: str
+    snapshot_id: str
+    content_hash: str
+    row_count: int
+    model_fingerprint: str
+    is_view: bool
+    inputs: dict[str, str]
+
+
+def live_states(
+    warehouse: Path | str, models: Iterable[str], branch: str = DEFAULT_BRANCH
+) -> dict[str, LiveState]:
+    """The live state of each of `models` that has a live view on `branch` (read-only)."""
+    with open_session(Path(warehouse), read_only=True) as session:
+        if not session.has_history():
+            return {}
+        history = session.history
+        pointers = history.pointers(branch)
+        found = {}
+        for name in models:
+            ids = pointers.get(name, ())
+            head = history.snapshot(ids[-1]) if ids else None
+            if head is None:
+                continue
+            entry = history.last_build_of(name, head.snapshot_id)
+            inputs: dict[str, str] = {}
+            if entry is not None:
+                inputs.update(
+                    (item.source, item.fingerprint)
+                    for item in history.entry_sources(entry)
+                    if not item.partition_key
+                )
+                for built in history.entry_models(entry):
+                    read = history.snapshot(built.snapshot_id) if built.model != name else None
+                    if read is not None:
+                        inputs[built.model] = read.content_hash
+            found[name] = LiveState(
+                name,
+                head.snapshot_id,
+                head.content_hash,
+                head.row_count,
+                head.model_fingerprint,
+                head.is_view,
+                inputs,
+            )
+        return found
+
+
+@dataclass(frozen=True)
+class EntryFacts:
+    """What one history entry was: its run id, kind and branch, and the source fingerprints it read."""
+
+    run_id: str
+    kind: str
+    branch: str
+    sources: dict[str, str]
+
+
+def entry_facts(warehouse: Path | str, entry: int) -> EntryFacts | None:
+    """The facts of history entry `entry` (read-only; None when there is no such entry)."""
+    with open_session(Path(warehouse), read_only=True) as session:
+        if not session.has_history():
+            return None
+        found = session.history.entry(entry)
+        if found is None:
+            return None
+        sources = {
+            item.source: item.fingerprint
+            for item in session.history.entry_sources(entry)
+            if not item.partition_key
+        }
+        return EntryFacts(found.run_id, found.kind, found.branch, sources)

@@ -85,6 +85,10 @@ class ModelPlan:
     # Reused, but the live view shows another state (after a rollback, a promotion): the run
     # points it back at the reused snapshot.
     publishes_again: bool = False
+    # What `partition_keys` are: partitions, or the slices (values of a key column such as
+    # `order_id`) a model maintained from its input models' segments is rebuilt by.
+    unit: str = "partition"
+    unit_column: str | None = None  # the slices' key column
 
     @property
     def would_build(self) -> bool:
@@ -103,7 +107,8 @@ class ModelPlan:
             parts.append(f"window ({low or '-inf'}, {high or '-'}]{late}")
         if self.partitions:
             of = f" of {self.partitions_total:,}" if self.partitions_total is not None else ""
-            noun = "partition" if len(self.partition_keys) == 1 and not of else "partitions"
+            noun = self.unit if len(self.partition_keys) == 1 and not of else f"{self.unit}s"
+            noun += f" of {self.unit_column}" if self.unit_column else ""
             parts.append(f"{len(self.partition_keys):,}{of} {noun} to rebuild: {', '.join(self.partitions)}")
         if self.rows_to_read is not None:
             parts.append(f"about {self.rows_to_read:,} rows to read")
@@ -125,6 +130,7 @@ class ModelPlan:
             if self.window is None
             else {"low": self.window[0], "high": self.window[1], "lateness": self.lateness},
             "partitions": list(self.partition_keys),
+            "unit": self.unit,
             "partition_ranges": list(self.partitions),
             "partitions_total": self.partitions_total,
             "partitions_exact": self.is_exact,
@@ -428,6 +434,8 @@ class Planner:
         if not keys:
             why = "no slice's input rows changed: the live snapshot stays"
             return ModelPlan(name, CUTOFF_CANDIDATE, (CUTOFF,), why, changes, is_exact=True)
+        declared = self.project.models[name].properties.partitioned_by
+        spec = builder.ctx.model.properties.partitioned_by
         return ModelPlan(
             name,
             PARTITIONS,
@@ -437,6 +445,9 @@ class Planner:
             partition_keys=tuple(keys),
             partitions=partition_ranges(keys, grain),
             is_exact=True,
+            # Slices of a model that declares no `partitioned_by` are values of a key it carries.
+            unit="partition" if declared is not None else "slice",
+            unit_column=spec.column if declared is None and spec is not None else None,
         )
 
     # -- a model reading an upstream rebuilt first --------------------------------------------------

@@ -69,6 +69,10 @@ SOURCE_KEY: Final = "strata/source"
 MODULE_KEY: Final = "strata/module"
 PARTITIONED_BY_KEY: Final = "strata/partitioned_by"
 RUN_ID_KEY: Final = "strata/run_id"
+BUILT_BY_RUN_KEY: Final = (
+    "strata/built_by_run"  # a reused snapshot's builder (the step's engine run built nothing)
+)
+PARTITION_ROW_COUNT_KEY: Final = "dagster/partition_row_count"
 SNAPSHOT_KEY: Final = "strata/snapshot"
 TABLE_KEY: Final = "strata/table"
 PATH_KEY: Final = "strata/path"
@@ -111,3 +115,11 @@ ERROR_KEY: Final = "strata/error"
 HINT_KEY: Final = "strata/hint"
 LOCATION_KEY: Final = "strata/location"  # a StrataError's file:line:col on a failed step
 WRITTEN_KEY: Final = "strata/written"
+
+# Dagster's backfill daemon iterates every 30 s: a constant of Dagster's, not an instance setting
+# (the shipped dagster.yaml's 1 s is the run queue's `dequeue_interval_seconds`).
+BACKFILL_DAEMON_SECONDS: Final = 30
+BACKFILL_DAEMON_WAIT: Final = (
+    f"the backfill daemon's next iteration (every {BACKFILL_DAEMON_SECONDS} s, fixed in Dagster; "
+    "the shipped 1 s is the run queue's)"
+)

@@ -10,6 +10,10 @@ builds models): reading Dagster's stale status, and the metadata of a refused ru
   reader (instance or asset-graph API).
 - A refused run's event metadata (`EngineEventData`): the executor's refusal of a backfill without
   a reason (orchestration.jobs.executor). Waits for: a public engine-event payload.
+- A refused backfill canceled, with the refusal as its error (`BulkActionStatus`,
+  `SerializableErrorInfo`): what the UI's *Cancel backfill* does (`cancelPartitionBackfill`), so the
+  backfill page and the Runs page read *Canceled* with the E085 message, not *Failure*. Waits
+  for: a public backfill-cancellation API.
 
 Every name used here is checked by strata_dagster_tests/test_dagster_public_api.py, which fails
 loudly (naming the missing name) when a Dagster release moves one.
@@ -27,7 +31,9 @@ from dagster._core.definitions.data_version import (
     StaleStatus,
 )
 from dagster._core.events import EngineEventData
+from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.loader import LoadingContext
+from dagster._utils.error import SerializableErrorInfo
 
 # What this module needs of Dagster's private API, for the test that checks it is all there.
 PRIVATE_NAMES = {
@@ -37,7 +43,9 @@ PRIVATE_NAMES = {
         "StaleStatus",
     ),
     "dagster._core.events": ("EngineEventData",),
+    "dagster._core.execution.backfill": ("BulkActionStatus",),
     "dagster._core.loader": ("LoadingContext",),
+    "dagster._utils.error": ("SerializableErrorInfo",),
 }
 _CAUSES_SAMPLED = 20  # stale partitions per asset whose causes make the why
 
@@ -114,3 +122,14 @@ def stale_candidates(context: Any, is_due: Callable[[dg.DagsterInstance], bool])
 def engine_event(plan_context: Any, message: str, metadata: Mapping[str, str]) -> dg.DagsterEvent:
     """An engine event of the run `plan_context` orchestrates, with `metadata` (the run log shows it)."""
     return dg.DagsterEvent.engine_event(plan_context, message, EngineEventData(metadata=metadata))
+
+
+def cancel_refused_backfill(instance: dg.DagsterInstance, backfill_id: str, message: str) -> bool:
+    """Cancel backfill `backfill_id`, one of whose runs was refused before any step, with
+    `message` as its error (the backfill page shows it); False when it is no longer requested."""
+    backfill = instance.get_backfill(backfill_id)
+    if backfill is None or backfill.status != BulkActionStatus.REQUESTED:
+        return False
+    error = SerializableErrorInfo(message=message, stack=[], cls_name="StrataError")
+    instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING).with_error(error))
+    return True

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -30,14 +31,23 @@ from strata_dagster.orchestration.checks.model_checks import (
     StrataChecks,
     build_checks,
 )
-from strata_dagster.orchestration.checks.stale_partitions import stale_partitions_family
+from strata_dagster.orchestration.checks.stale_partitions import (
+    PartitionedModel,
+    StaleCheckReporter,
+    stale_partitions_family,
+)
 from strata_dagster.orchestration.failures import raises_cleanly
 from strata_dagster.orchestration.io.io_manager import StrataIOManager
 from strata_dagster.orchestration.jobs.asset_jobs import build_asset_jobs
 from strata_dagster.orchestration.jobs.backfills import build_backfill_jobs
 from strata_dagster.orchestration.jobs.executor import GuardedProject, guard, strata_executor
 from strata_dagster.orchestration.jobs.gc import StrataGcPolicy, build_gc_job
-from strata_dagster.orchestration.jobs.one_run import DefinitionsRef, build_one_run_jobs
+from strata_dagster.orchestration.jobs.one_run import (
+    BackfillRangeConfig,
+    DefinitionsRef,
+    backfill_range_waves,
+    build_one_run_jobs,
+)
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.duckdb import StrataDuckDBResource
 from strata_dagster.orchestration.resources.strata import StrataResource, default_warehouse
@@ -175,22 +185,36 @@ def _definitions(
     whole_keys = _whole_keys(catalog, nodes, translator)
     companions = partition_companions(catalog, nodes, translator)
     unique = {item.key: item for item in companions.values()}
+    partitioned = partition_built_models(catalog, nodes, translator)
+    reporter = StaleCheckReporter(partitioned)
     assets: list[dg.AssetsDefinition | dg.SourceAsset] = []
     fingerprinted: dict[dg.AssetKey, str] = {}  # observable asset -> the source its version is
     for source in sorted(catalog.project.sources):
         observed = [item for item in unique.values() if item.upstream == source]
-        built = build_source_assets(nodes[source], translator, names, observed)
+        built = build_source_assets(nodes[source], translator, names, observed, reporter)
         assets.extend(built)
         fingerprinted.update((item.key, source) for item in built)
-    assets.extend(model_assets(catalog.project.order, nodes, translator, whole_keys, companions, names))
+    ref = DefinitionsRef()
+    assets.extend(
+        model_assets(
+            catalog.project.order,
+            nodes,
+            translator,
+            whole_keys,
+            companions,
+            names,
+            reporter,
+            lambda: ref.get().resolve_asset_graph(),
+        )
+    )
     for model, _ in whole_keys.items():
         if model in catalog.project.models:
-            assets.append(build_whole_model_asset(nodes[model], translator, names))
+            assets.append(build_whole_model_asset(nodes[model], translator, names, reporter))
     strata_keys = [key for item in assets for key in _keys(item)]
     assets.extend(python_assets)
     # Partitions companions: observable assets, observed by the builds of their models (or the
     # observations of their sources); in no job, sensor or selection of ours.
-    observers = [companion_asset(item, nodes, translator, names) for item in unique.values()]
+    observers = [companion_asset(item, nodes, translator, names, reporter) for item in unique.values()]
     keys = [key for item in assets for key in _keys(item)]
     asset_jobs = build_asset_jobs(assets, names, strata_executor)
     backfill_jobs, backfill_job_of = build_backfill_jobs(
@@ -199,7 +223,6 @@ def _definitions(
         names,
         strata_executor,
     )
-    ref = DefinitionsRef()
     one_run_jobs = build_one_run_jobs(
         ref,
         asset_jobs.job_of,
@@ -209,11 +232,16 @@ def _definitions(
         names,
         strata_executor,
     )
-    partitioned = partition_built_models(catalog, nodes, translator)
     stale_checks = [stale_partitions_family(partitioned)] if partitioned else []
     jobs = [*one_run_jobs, *asset_jobs.jobs, asset_jobs.observe_job, *checks.jobs, *backfill_jobs]
+
+    def check_range(config: Mapping[str, Any], instance: dg.DagsterInstance) -> None:
+        """E068 for a `strata_backfill_range` config its assets do not have (the executor refuses it)."""
+        graph = ref.get().resolve_asset_graph()
+        backfill_range_waves(graph, backfill_job_of, BackfillRangeConfig(**config), instance)
+
     guard(
-        GuardedProject(resource, names),
+        GuardedProject(resource, names, check_range),
         [*strata_keys, *(key for item in python_assets for key in item.keys)],
         [job.name for job in jobs],
     )
@@ -331,15 +359,21 @@ def _whole_keys(
 
 def partition_built_models(
     catalog: Catalog, nodes: dict[str, StrataAssetProps], translator: StrataDagsterTranslator
-) -> dict[dg.AssetKey, tuple[str, str]]:
-    """asset key -> (model, grain) of the partitioned SQL models whose builds go partition by
-    partition: those the engine tells the stale partitions of (engine.partition_staleness)."""
+) -> dict[dg.AssetKey, PartitionedModel]:
+    """The partitioned SQL models whose builds go partition by partition, by asset key: those with
+    a `strata_stale_partitions` check, whose stale partitions the engine tells."""
     found = {}
     for name in catalog.project.order:
         props = catalog.project.models[name].properties
         spec = props.partitioned_by
-        if spec is not None and props.merge_strategy not in INCREMENTAL_STRATEGIES and not props.is_view:
-            found[translator.get_asset_key(nodes[name])] = (name, spec.grain)
+        partitions_def = translator.get_partitions_def(nodes[name])
+        if (
+            spec is not None
+            and partitions_def is not None
+            and props.merge_strategy not in INCREMENTAL_STRATEGIES
+            and not props.is_view
+        ):
+            found[translator.get_asset_key(nodes[name])] = PartitionedModel(name, spec.grain, partitions_def)
     return found
 
 

@@ -322,6 +322,14 @@ class HistoryReader:
             for row in rows
         ]
 
+    def first_build_of(self, model: str, snapshot_id: str) -> int | None:
+        """The first entry with `model` as `snapshot_id`: the one that built it."""
+        row = self.con.execute(
+            "SELECT min(entry) FROM strata.entry_models WHERE model = ? AND snapshot_id = ?",
+            [model, snapshot_id],
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def last_build_of(self, model: str, snapshot_id: str) -> int | None:
         """The latest entry that built or kept `model` as `snapshot_id`: the inputs it read."""
         row = self.con.execute(

@@ -9,7 +9,7 @@ days whose rows changed. So `daily_revenue` does not depend on `stg_orders` dire
 `stg_orders__by_day`: an external asset with `daily_revenue`'s partitions, one data version per day
 (the content fingerprint of `stg_orders`'s live rows of that day, the figures the engine compares),
 itself downstream of `stg_orders` so the lineage stays. Every build of `stg_orders` records an
-observation of each day whose rows changed (and a build of `daily_revenue` does too, when the engine
+observation (and a materialization, for the UI's partition status) of each day whose rows changed (and a build of `daily_revenue` does too, when the engine
 rebuilt `stg_orders` on the way), so after a one-row change exactly that day is stale; an
 unchanged day keeps its data version. A partitioned model whose `from` is an unpartitioned source
 reads it the same way: each observation of the source records the changed partitions.
@@ -24,6 +24,7 @@ import dagster as dg
 from strata_dagster.engine.catalog import Catalog
 from strata_dagster.engine.partition_status import input_partitions
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter
 from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.strata import StrataResource
@@ -109,14 +110,16 @@ def companion_asset(
     nodes: Mapping[str, StrataAssetProps],
     translator: StrataDagsterTranslator,
     names: ProjectNames,
+    reporter: StaleCheckReporter | None = None,
 ) -> dg.AssetsDefinition:
     """The companion as an observable asset downstream of its model or source: never stale itself,
     observed by the builds of its model (or the observations of its source) and of its readers,
     and by its own Observe, which records the partitions whose rows changed.
 
     Observable, not merely external: the UI shows an observable asset by its last observation
-    ("Observed"), while an unexecutable partitioned asset is shown by its materialized partitions,
-    which a companion never has ("Missing (365)", "0% filled") and looks broken."""
+    ("Observed"). Its partitions' status (the Partitions tab, the lineage node's fill) counts
+    materialized partitions only, so each changed partition is also recorded as materialized
+    (`companion_observations`): never "Missing (365)" nor "0% filled"."""
     resource_key = names.resource_key
 
     @dg.multi_observable_source_asset(
@@ -130,6 +133,8 @@ def companion_asset(
         # A generator without output: the events are the changed partitions' observations; a
         # returning body would add one more, for no partition, with no data version.
         yield from companion_observations(context.instance, strata, companion.refresh())
+        if reporter is not None:
+            reporter.log_changed(context, strata)
 
     return in_pool(_observe, c.DUCKDB_POOL)
 
@@ -196,24 +201,32 @@ def companion_observations(
     strata: StrataResource,
     refresh: CompanionRefresh,
     run_id: str | None = None,
-) -> list[dg.AssetObservation]:
-    """The observations of the partitions of companion `refresh` whose rows differ from the data
-    version Dagster last recorded (all of them the first time), for a model's step (after a build:
-    the strata `run_id`) or a source's observation to log. Unchanged partitions get no event: their
-    readers stay fresh."""
+) -> list[dg.AssetObservation | dg.AssetMaterialization]:
+    """The events of the partitions of companion `refresh` whose rows differ from the data version
+    Dagster last recorded (all of them the first time), for a model's step (after a build: the
+    strata `run_id`) or a source's observation to log. Unchanged partitions get no event: their
+    readers stay fresh.
+
+    Each changed partition gets an observation (the data version its readers' staleness reads:
+    an external asset's versions are its observations) and a materialization with the same
+    version (Dagster's partition status, the Partitions tab and the lineage node's fill, counts
+    materialized partitions only: without it every partition reads "Missing")."""
     contents = input_partitions(
         strata.project_path, strata.warehouse_path, refresh.reader, refresh.partition_keys, strata.branch
     )
     known = instance.event_log_storage.get_latest_tags_by_partition(
         refresh.asset_key, dg.DagsterEventType.ASSET_OBSERVATION, [c.DATA_VERSION_TAG]
     )
-    return [
-        dg.AssetObservation(
-            asset_key=refresh.asset_key,
-            partition=key,
-            tags={c.DATA_VERSION_TAG: contents[key].fingerprint},
-            metadata={c.ROWS_KEY: contents[key].row_count, **({c.RUN_ID_KEY: run_id} if run_id else {})},
+    events: list[dg.AssetObservation | dg.AssetMaterialization] = []
+    for key in refresh.partition_keys:
+        if known.get(key, {}).get(c.DATA_VERSION_TAG) == contents[key].fingerprint:
+            continue
+        tags = {c.DATA_VERSION_TAG: contents[key].fingerprint}
+        metadata = {c.ROWS_KEY: contents[key].row_count, **({c.RUN_ID_KEY: run_id} if run_id else {})}
+        events.append(
+            dg.AssetObservation(asset_key=refresh.asset_key, partition=key, tags=tags, metadata=metadata)
         )
-        for key in refresh.partition_keys
-        if known.get(key, {}).get(c.DATA_VERSION_TAG) != contents[key].fingerprint
-    ]
+        events.append(
+            dg.AssetMaterialization(asset_key=refresh.asset_key, partition=key, tags=tags, metadata=metadata)
+        )
+    return events

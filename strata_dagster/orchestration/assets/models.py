@@ -20,7 +20,7 @@ a failed one is not built), logs what was built, then fails with the first failu
 is reported in the message of the model that causes it, and nothing of a failed model is published.
 """
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +34,12 @@ from strata_dagster.engine.columns import live_columns
 from strata_dagster.engine.explain import build_why
 from strata_dagster.engine.partition_keys import as_request_texts
 from strata_dagster.engine.partition_status import model_partitions, published_state, whole_content
-from strata_dagster.engine.run import CUTOFF, REUSED, ModelOutcome, RunRequest, RunResult
+from strata_dagster.engine.paths import CUTOFF, REUSED
+from strata_dagster.engine.run import ModelOutcome, RunRequest, RunResult
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.assets.catch_up import catch_up
 from strata_dagster.orchestration.assets.companions import PartitionCompanion, companion_observations
 from strata_dagster.orchestration.assets.provenance import (
     ModelInput,
@@ -46,6 +48,7 @@ from strata_dagster.orchestration.assets.provenance import (
     materialization_tags,
     recorded_data_version,
 )
+from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter
 from strata_dagster.orchestration.failures import as_failure, fails_cleanly
 from strata_dagster.orchestration.jobs.backfills import backfill_tags_help, engine_request, fast_paths_help
 from strata_dagster.orchestration.naming import ProjectNames
@@ -82,11 +85,16 @@ def model_assets(
     whole_keys: Mapping[str, dg.AssetKey],
     companions: Mapping[str, PartitionCompanion],
     names: ProjectNames,
+    reporter: StaleCheckReporter | None = None,
+    asset_graph: Callable[[], Any] | None = None,
 ) -> list[dg.AssetsDefinition]:
     """One multi-asset per partitions definition of the models `order` names (in build order):
     `nodes` describes every source and model by name, `whole_keys` the companion of each
     partitioned node that has an unpartitioned consumer, and `companions` the partitions companion
-    each partitioned model reads its `from` model through."""
+    each partitioned model reads its `from` model through. `reporter`: the stale-partitions checks
+    every step re-evaluates after its builds. `asset_graph`: the whole definitions' asset graph
+    (a run's job holds only its selection), to record what a step's engine run built beyond it."""
+    reporter = reporter or StaleCheckReporter()
     groups: dict[str, list[tuple[dg.AssetSpec, ModelPlan]]] = {}
     partitions: dict[str, dg.PartitionsDefinition | None] = {}
     labels: dict[str, str] = {}
@@ -99,7 +107,7 @@ def model_assets(
         partitions.setdefault(identity, partitions_def)
         labels.setdefault(identity, UNPARTITIONED if partitions_def is None else name)
     return [
-        _models_asset(names, labels[identity], partitions[identity], members)
+        _models_asset(names, labels[identity], partitions[identity], members, reporter, asset_graph)
         for identity, members in groups.items()
     ]
 
@@ -194,6 +202,8 @@ def _models_asset(
     label: str,
     partitions_def: dg.PartitionsDefinition | None,
     members: Sequence[tuple[dg.AssetSpec, ModelPlan]],
+    reporter: StaleCheckReporter,
+    asset_graph: Callable[[], Any] | None,
 ) -> dg.AssetsDefinition:
     plans = [plan for _, plan in members]
     resource_key = names.resource_key
@@ -217,7 +227,10 @@ def _models_asset(
         # The build, its versions, schemas and companions open the warehouse many times: one open
         # file for all of them (backends.duckdb.connection.held_open).
         with held_open(strata.warehouse_path):
-            yield from ModelsStep(context, strata, names, partition_keys).build(selected)
+            graph = asset_graph() if asset_graph is not None else context.job_def.asset_layer.asset_graph
+            yield from ModelsStep(context, strata, names, partition_keys, graph).build(selected)
+            if selected:
+                reporter.log_changed(context, strata)
 
     return _models
 
@@ -231,8 +244,10 @@ class ModelsStep:
         strata: StrataResource,
         names: ProjectNames,
         partition_keys: tuple[str, ...] | None,
+        asset_graph: Any,
     ) -> None:
         self.context = context
+        self.asset_graph = asset_graph
         self.strata = strata
         self.names = names
         self.partition_keys = partition_keys
@@ -259,8 +274,37 @@ class ModelsStep:
             )
             yield from self._one_by_one(selected, known)
             return
+        asked = [plan.name for plan in selected]
+        # Upstream models the engine rebuilt on the way (so that nothing reads outdated rows):
+        # recorded first, as the CLI's builds are (assets.catch_up).
+        yield from self._catch_up(
+            result, {outcome.model for outcome in result.outcomes if outcome.model not in asked}
+        )
         for plan in selected:
-            yield from self._events(plan, request, result, [p.name for p in selected], known)
+            yield from self._events(plan, request, result, asked, known)
+        if self.partition_keys is not None:
+            # An ordinary run builds every stale partition of its models, not only the run's own.
+            outside = {
+                outcome.model
+                for outcome in result.outcomes
+                if outcome.model in asked
+                and set((outcome.detail or {}).get("partitions") or ()) - set(self.partition_keys)
+            }
+            yield from self._catch_up(result, outside)
+
+    def _catch_up(self, result: RunResult, models: set[str]) -> Iterator[Any]:
+        """The events Dagster lacks for what the engine run built of `models` beyond this step's own."""
+        built = {outcome.model for outcome in result.outcomes if outcome.path != REUSED} & models
+        if not built:
+            return
+        yield from catch_up(
+            self.context.instance,
+            self.strata,
+            self.asset_graph,
+            models=built,
+            description=f"built by strata run {(result.run_id or '-')[:12]} in this step, beyond its own selection",
+            metadata={c.RUN_ID_KEY: result.run_id or ""},
+        )
 
     def _one_by_one(
         self, selected: Sequence[ModelPlan], known: Mapping[dg.AssetKey, str | None]
@@ -317,7 +361,7 @@ class ModelsStep:
             )
         yield from self._drifted(plan, state.sources, request.overrides, known)
         spec = self.project.models[plan.name].properties.partitioned_by
-        metadata = {**_build_metadata(result, outcome, plan), **_request_metadata(request)}
+        metadata = {**_build_metadata(result, outcome, plan, state.built_by), **_request_metadata(request)}
         metadata[c.WHY_KEY] = build_why(
             outcome.model, outcome.path, outcome.detail, outcome.rows, spec.grain if spec else None
         )
@@ -328,7 +372,7 @@ class ModelsStep:
             metadata[c.COLUMN_LINEAGE_KEY] = plan.lineage
         for companion in plan.companions:
             yield from companion_observations(
-                context.instance, strata, companion.refresh(), metadata[c.RUN_ID_KEY]
+                context.instance, strata, companion.refresh(), metadata.get(c.RUN_ID_KEY)
             )
         # Read after the events above are stored: the step's own observations and builds count.
         provenance = input_tags(context.instance, plan.inputs)
@@ -355,7 +399,9 @@ class ModelsStep:
             return {
                 **metadata,
                 c.ROWS_KEY: part.row_count,
-                c.ROW_COUNT_KEY: part.row_count,
+                # Dagster's keys: the partition's rows, and the table's (what the overview shows).
+                c.PARTITION_ROW_COUNT_KEY: part.row_count,
+                c.ROW_COUNT_KEY: state.row_count,
                 c.PARTITION_RECOMPUTED_KEY: key in recomputed,
                 **(once if key == keys[-1] else {}),
             }
@@ -374,7 +420,7 @@ class ModelsStep:
             yield dg.MaterializeResult(
                 asset_key=plan.key,
                 metadata={
-                    c.RUN_ID_KEY: metadata[c.RUN_ID_KEY],
+                    **{key: metadata[key] for key in (c.RUN_ID_KEY, c.BUILT_BY_RUN_KEY) if key in metadata},
                     **_request_metadata(request),
                     c.VERSIONS_FOLLOW_KEY: VERSIONS_FOLLOW,
                 },
@@ -393,7 +439,10 @@ class ModelsStep:
             yield dg.AssetObservation(
                 asset_key=plan.whole_key,
                 tags={c.DATA_VERSION_TAG: whole.fingerprint},
-                metadata={c.ROWS_KEY: whole.row_count, c.RUN_ID_KEY: metadata[c.RUN_ID_KEY]},
+                metadata={
+                    c.ROWS_KEY: whole.row_count,
+                    **{key: metadata[key] for key in (c.RUN_ID_KEY, c.BUILT_BY_RUN_KEY) if key in metadata},
+                },
             )
 
     def _report_side_effects(self, plan: ModelPlan, result: RunResult, asked: Sequence[str]) -> None:
@@ -405,8 +454,7 @@ class ModelsStep:
         if rebuilt:
             self.context.log.warning(
                 f"building `{', '.join(asked)}` rebuilt stale upstream model(s) {', '.join(rebuilt)} first, "
-                "so that it never reads outdated rows; materialize them in Dagster to record it "
-                "(the engine will reuse what it just built)"
+                "so that it never reads outdated rows; their materializations are recorded with this step's"
             )
 
     def _drifted(
@@ -431,9 +479,13 @@ class ModelsStep:
             known = {**known, key: fingerprint}  # type: ignore[dict-item]
 
 
-def _build_metadata(result: RunResult, outcome: ModelOutcome, plan: ModelPlan) -> dict[str, Any]:
+def _build_metadata(
+    result: RunResult, outcome: ModelOutcome, plan: ModelPlan, built_by: str | None
+) -> dict[str, Any]:
+    """`built_by`: the strata run that built the reused snapshot, when the engine ran nothing."""
     metadata: dict[str, Any] = {
-        c.RUN_ID_KEY: result.run_id or "none: everything was up to date",
+        # A step whose engine run built nothing has no run of its own: the snapshot's builder.
+        **({c.RUN_ID_KEY: result.run_id} if result.run_id else {c.BUILT_BY_RUN_KEY: built_by or "unknown"}),
         c.SNAPSHOT_KEY: outcome.snapshot_id,
         c.TABLE_KEY: outcome.table_name,
         c.PATH_KEY: outcome.path,

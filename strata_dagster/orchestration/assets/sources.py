@@ -19,6 +19,7 @@ from strata_dagster.engine.partition_status import source_partitions, whole_cont
 from strata_dagster.engine.status import observe_sources
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets.companions import PartitionCompanion, companion_observations
+from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter
 from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.strata import StrataResource
@@ -32,12 +33,15 @@ def build_source_assets(
     translator: StrataDagsterTranslator,
     names: ProjectNames,
     companions: Sequence[PartitionCompanion] = (),
+    reporter: StaleCheckReporter | None = None,
 ) -> Sequence[dg.AssetsDefinition | dg.SourceAsset]:
     """The source's observable asset(s); `companions`: the partitions companions of an
-    unpartitioned source, which its observations keep up to date."""
+    unpartitioned source, which its observations keep up to date; `reporter`: the stale-partitions
+    checks every observation re-evaluates."""
+    reporter = reporter or StaleCheckReporter()
     if props.partitioned_by is None:
-        return [_unpartitioned(props, translator, names, companions)]
-    return _partitioned(props, translator, names)
+        return [_unpartitioned(props, translator, names, companions, reporter)]
+    return _partitioned(props, translator, names, reporter)
 
 
 def _common(
@@ -74,6 +78,7 @@ def _unpartitioned(
     translator: StrataDagsterTranslator,
     names: ProjectNames,
     companions: Sequence[PartitionCompanion],
+    reporter: StaleCheckReporter,
 ) -> dg.SourceAsset:
     name = props.name
     resource_key = names.resource_key
@@ -90,13 +95,17 @@ def _unpartitioned(
         for companion in companions:
             for event in companion_observations(context.instance, strata, companion.refresh()):
                 context.log_event(event)
+        reporter.log_changed(context, strata)
         return result
 
     return _observe
 
 
 def _partitioned(
-    props: StrataAssetProps, translator: StrataDagsterTranslator, names: ProjectNames
+    props: StrataAssetProps,
+    translator: StrataDagsterTranslator,
+    names: ProjectNames,
+    reporter: StaleCheckReporter,
 ) -> list[dg.SourceAsset]:
     name = props.name
     resource_key = names.resource_key
@@ -126,7 +135,9 @@ def _partitioned(
                 metadata=whole.metadata,
             )
         )
-        return dg.DataVersionsByPartition(partition_versions(context, strata))
+        versions = partition_versions(context, strata)
+        reporter.log_changed(context, strata)
+        return dg.DataVersionsByPartition(versions)
 
     common = _common(props, translator, names)
     common["description"] = (
@@ -149,7 +160,9 @@ def _partitioned(
                     asset_key=key, partition=partition, tags={c.DATA_VERSION_TAG: version.value}
                 )
             )
-        return _observe_whole(context, strata, name)
+        result = _observe_whole(context, strata, name)
+        reporter.log_changed(context, strata)
+        return result
 
     return [_observe, _observe_all]
 
@@ -173,7 +186,10 @@ def arrival_versions(
 
 
 def build_whole_model_asset(
-    props: StrataAssetProps, translator: StrataDagsterTranslator, names: ProjectNames
+    props: StrataAssetProps,
+    translator: StrataDagsterTranslator,
+    names: ProjectNames,
+    reporter: StaleCheckReporter | None = None,
 ) -> dg.SourceAsset:
     """The companion of a partitioned model read by unpartitioned models: the whole live view's
     content as one data version. The model's step observes it after every build."""
@@ -189,6 +205,8 @@ def build_whole_model_asset(
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
         strata: StrataResource = getattr(context.resources, resource_key)
         whole = whole_content(strata.warehouse_path, model_view(name, strata.branch))
+        if reporter is not None:
+            reporter.log_changed(context, strata)
         return dg.ObserveResult(
             data_version=dg.DataVersion(whole.fingerprint), metadata={c.ROWS_KEY: whole.row_count}
         )

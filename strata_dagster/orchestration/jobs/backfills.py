@@ -62,8 +62,8 @@ def fast_paths_help(names: ProjectNames) -> str:
     daemon's iterations (orchestration.jobs.one_run says why)."""
     return (
         f"Fast paths: the first load of everything is the job `{names.materialize_all_job}` (Jobs, "
-        "Launch run: one run; 'Materialize all' launches a Dagster backfill whose levels wait for "
-        "Dagster's backfill daemon, 30 s each). A backfill of a range of partitions in one run is the "
+        "Launch run: one run; 'Materialize all' launches a Dagster backfill each of whose levels waits "
+        f"for {c.BACKFILL_DAEMON_WAIT}). A backfill of a range of partitions in one run is the "
         f"job `{names.backfill_range_job}` (Launchpad config `assets`, `first`, `last`, and the tag "
         f"`{c.REASON_TAG}`)."
     )

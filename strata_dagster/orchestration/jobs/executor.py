@@ -2,8 +2,9 @@
 backfill without a reason (or with bad correction tags) before any step starts.
 
 It refuses here, not when the run is submitted: a run coordinator that refuses a backfill's runs
-makes the backfill daemon retry them forever, while a run refused in its executor ends the
-backfill COMPLETED_FAILED. In-process: DuckDB allows one writer per file.
+makes the backfill daemon retry them forever, while a run refused in its executor ends, and its
+backfill is canceled with the refusal as its error (the backfill's page reads Canceled and says
+why). In-process: DuckDB allows one writer per file.
 
 Only strata's own assets and jobs are its business: a run is checked against the project whose
 assets it materializes (or whose job it is), with that project's backfill jobs and sources; a run
@@ -12,7 +13,9 @@ this one executor definition, so that the definitions of several projects (sever
 merge into one code location. A step also checks before it writes anything (`execute_in_process`
 and `materialize()` run Dagster's own executor).
 
-A refused run ends CANCELED, not FAILURE, with the E085 message (no stack trace) on its events:
+A `strata_backfill_range` run whose range its assets do not have (E068) is refused the same way.
+
+A refused run ends CANCELED, not FAILURE, with the E085 (E068) message (no stack trace) on its events:
 Dagster marks an asset partition failed when the latest run planned to materialize it FAILED,
 and a refused run wrote nothing, so its partitions keep the status they had (missing or
 materialized). A Dagster backfill counts its canceled runs' partitions as not done.
@@ -20,7 +23,7 @@ materialized). A Dagster backfill counts its canceled runs' partitions as not do
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +44,8 @@ class GuardedProject:
 
     strata: StrataResource
     names: ProjectNames
+    # Raises StrataError (E068) for a `strata_backfill_range` config its assets do not have.
+    check_range: Callable[[Mapping[str, Any], dg.DagsterInstance], None] | None = None
 
 
 # What the definitions built in this process guard: by asset key, and by job name (a job launched
@@ -83,6 +88,14 @@ class StrataBackfillGuard(dg.Executor):
             except StrataError as error:
                 yield from _refuse(plan_context, error)
                 return
+            if run.job_name == project.names.backfill_range_job and project.check_range is not None:
+                try:
+                    project.check_range(
+                        _op_config(run, project.names.backfill_range_op), plan_context.instance
+                    )
+                except StrataError as error:
+                    yield from _refuse(plan_context, error)
+                    return
             corrects = f", correcting run {request.backfill_of}" if request.backfill_of else ""
             overrides = f", sources {dict(request.overrides)}" if request.overrides else ""
             refresh = ", full refresh" if request.full_refresh else ""
@@ -100,16 +113,25 @@ class StrataBackfillGuard(dg.Executor):
         return self.inner.step_dependency_config
 
 
+def _op_config(run: dg.DagsterRun, op: str) -> Mapping[str, Any]:
+    ops = (run.run_config or {}).get("ops") or {}
+    return (ops.get(op) or {}).get("config") or {}
+
+
 def _refuse(plan_context: Any, error: StrataError) -> Iterator[dg.DagsterEvent]:
     """End the run CANCELED before any step: the E085 message as an event with metadata (what
     the run log shows), the same message on the cancellation (what the runs list shows), and no
     stack trace. Raising the interruption stops the plan; Dagster sees the run already canceled
     and only notes that it cleaned up."""
-    # An engine event's metadata has no public constructor: orchestration.dagster_private.
-    from strata_dagster.orchestration.dagster_private import engine_event
+    # An engine event's metadata has no public constructor, nor a backfill's cancellation:
+    # orchestration.dagster_private.
+    from strata_dagster.orchestration.dagster_private import cancel_refused_backfill, engine_event
 
     yield engine_event(plan_context, error.render(), _refusal_metadata(error))
     plan_context.instance.report_run_canceled(plan_context.dagster_run, message=error.render())
+    backfill = plan_context.dagster_run.tags.get(c.BACKFILL_ID_TAG)
+    if backfill:  # the whole backfill is refused: canceled, with the reason on its page
+        cancel_refused_backfill(plan_context.instance, backfill, error.render())
     raise dg.DagsterExecutionInterruptedError(error.render())
 
 

@@ -259,8 +259,8 @@ def build_one_run_jobs(
             "partition in one run, in about the time of `strata run` plus one run's start. It runs "
             f"`{observe_job}`, then the asset job of each partitioning upstream first, each over all "
             f"its partitions, as runs inside this one (tagged `{LAUNCHED_BY_TAG}`). 'Materialize all' "
-            "in the asset graph does the same as a Dagster backfill, whose levels wait for Dagster's "
-            f"backfill daemon (30 s each). Needs no tag; a `{c.REASON_TAG}` is recorded."
+            "in the asset graph does the same as a Dagster backfill, each of whose levels waits for "
+            f"{c.BACKFILL_DAEMON_WAIT}. Needs no tag; a `{c.REASON_TAG}` is recorded."
         ),
         tags={c.PURPOSE_TAG: PURPOSE_MATERIALIZE_ALL},
     )
@@ -272,7 +272,7 @@ def build_one_run_jobs(
         executor_def=executor,
         description=(
             "A fast backfill of a range of partitions: config `assets`, `first`, `last` (Launchpad); "
-            "no wait for Dagster's backfill daemon (30 s) as a partition dialog's backfill has. "
+            f"no wait for {c.BACKFILL_DAEMON_WAIT}, as a partition dialog's backfill has. "
             "Each partitioning's backfill job runs inside this run over "
             f"`first`..`last` (tagged `{LAUNCHED_BY_TAG}`), rebuilding exactly those partitions "
             f"as `strata backfill --partitions` does. Needs the run tag `{c.REASON_TAG}` (E085 "

@@ -9,6 +9,7 @@ import dagster as dg
 
 from strata_dagster.engine.plan import plan
 from strata_dagster.engine.run import RunRequest
+from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.resources.strata import StrataResource
 
@@ -27,8 +28,10 @@ def engine_why(
     timeout: float,
 ) -> dict[dg.AssetKey, str]:
     """Asset -> the plan's line for its model, read-only (waiting at most `timeout` seconds for a
-    writer's lock: E021 after that, which the caller reports). Assets of no model are left out."""
-    models = {key: name for key in keys if (name := model_of(asset_graph, key)) is not None}
+    writer's lock: E021 after that, which the caller reports). Assets of no SQL model (a Python
+    model's, which only Dagster builds; one of yours) are left out: Dagster's causes say why."""
+    sql_models = set(load_project(strata.project_path).models)
+    models = {key: name for key in keys if (name := model_of(asset_graph, key)) in sql_models}
     if not models:
         return {}
     request = RunRequest(

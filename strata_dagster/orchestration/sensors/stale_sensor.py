@@ -26,7 +26,12 @@ import dagster as dg
 
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
-from strata_dagster.orchestration.checks.stale_partitions import dagster_is_stale, read_engine_stale
+from strata_dagster.orchestration.checks.stale_partitions import (
+    PartitionedModel,
+    dagster_is_stale,
+    read_engine_stale,
+    unshown,
+)
 from strata_dagster.orchestration.constants import LOCK_WAIT_SECONDS
 from strata_dagster.orchestration.resources.strata import StrataResource
 from strata_dagster.orchestration.sensors.arrivals import REPORTED_PREFIX, ArrivingSource, arrival_step
@@ -267,7 +272,7 @@ class _TickState:
     code: str
     stale: dict[dg.AssetKey, list[str | None]] | None = None
     pending: dict[dg.AssetKey, int] = field(default_factory=dict)  # not read yet (see StaleScan)
-    # asset -> digest of the `strata_stale_partitions` result last reported: reported again on change only
+    # check -> digest of the source checks' results the arrival step last reported (sensors.arrivals)
     reported: dict[str, str] = field(default_factory=dict)
 
     def dump(self) -> str:
@@ -332,7 +337,7 @@ def stale_partitions_sensor(
     minimum_interval_seconds: int = 5,
     run_tags: Mapping[str, str] | None = None,
     whole_models: Mapping[dg.AssetKey, str] | None = None,
-    partitioned: Mapping[dg.AssetKey, tuple[str, str]] | None = None,
+    partitioned: Mapping[dg.AssetKey, PartitionedModel] | None = None,
     arriving: Sequence[ArrivingSource] = (),
 ) -> dg.SensorDefinition:
     """The sensor over the assets of `job_of` (asset -> the job, one per partitions definition,
@@ -341,7 +346,7 @@ def stale_partitions_sensor(
     observe; observed by the sensor only if never observed, or, for the `<model>__whole`
     companions in `whole_models` (companion -> model), when the model's live content differs
     from the companion's data version); `strata`: where the project and warehouse are, for
-    those fingerprints. `partitioned`: asset -> (model, grain) of the models built partition by
+    those fingerprints. `partitioned`: the models built partition by
     partition, whose stale partitions the engine tells in one scan each (instead of Dagster,
     partition by partition) and which the tick reports as their `strata_stale_partitions` check
     when the answer changed."""
@@ -412,7 +417,7 @@ def stale_partitions_sensor(
         busy: set[dg.AssetKey],
         job_of: Mapping[dg.AssetKey, str],
         observable: Mapping[dg.AssetKey, str | None],
-        partitioned: Mapping[dg.AssetKey, tuple[str, str]],
+        partitioned: Mapping[dg.AssetKey, PartitionedModel],
     ) -> dg.SensorResult:
         instance = context.instance
         try:
@@ -477,7 +482,7 @@ def stale_partitions_sensor(
         )
         loaded = _TickState.load(context.cursor)
         reported = dict(loaded.reported) if loaded is not None else {}
-        events = told.changed_since(reported)
+        events = unshown(instance, told.evaluations)
         cursor = _TickState(state.last_event, state.code, plan.status_stale, plan.pending, reported).dump()
         for request in plan.runs:
             context.log.info(describe_run(request))

@@ -1,0 +1,320 @@
+"""Dagster's records brought up to what the warehouse's history says: one history for the CLI and
+Dagster.
+
+The warehouse's history is the record of what every live view shows and what it was built from,
+whoever built it (`strata run`, `backfill`, `rollback`, `promote`, or a Dagster step). Dagster's
+staleness reads its own event log instead. `catch_up` compares the two and yields the events Dagster
+lacks, upstream first, each stored before the next is computed (the caller reports or yields them
+one by one):
+
+- a source's observation with the fingerprint a strata run read (when the caller passes them: the
+  CLI after a run), and the partitions companions of the source;
+- for each SQL model whose live state Dagster has not recorded (another content or code version,
+  per partition for a partitioned model), a materialization with the live state's data version,
+  code version and provenance: each input's identity as the build that made the state read it (so
+  a rolled-back state is stale against inputs that moved on, as `strata plan` says), and each
+  input's latest event as its pointer; then its partitions companions and its `__whole` companion.
+
+What the definitions hold (asset keys, partitions, companions) is read from their asset graph
+(`strata/model`, `strata/source` metadata and the `strata/companion` tag), so a translator's keys
+are followed. Python models are left out (the CLI does not build them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from strata_dagster.compile.relations import model_view
+from strata_dagster.engine.partition_staleness import stale_partitions
+from strata_dagster.engine.partition_status import LiveState, live_states, model_partitions, whole_content
+from strata_dagster.engine.plan import plan
+from strata_dagster.engine.run import RunRequest
+from strata_dagster.language import load_project
+from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.assets.companions import CompanionRefresh, companion_observations
+from strata_dagster.orchestration.assets.provenance import (
+    INITIAL_DATA_VERSION,
+    ModelInput,
+    is_stale_by_provenance,
+    latest_record,
+    recorded_data_version,
+)
+from strata_dagster.orchestration.checks.stale_partitions import answer_of
+from strata_dagster.orchestration.resources.strata import StrataResource
+
+Event = dg.AssetMaterialization | dg.AssetObservation
+
+
+@dataclass(frozen=True)
+class StrataAssets:
+    """The strata assets of a set of definitions, by what they are (read from the asset graph)."""
+
+    models: dict[dg.AssetKey, str] = field(default_factory=dict)  # SQL model assets, in build order
+    sources: dict[dg.AssetKey, str] = field(default_factory=dict)  # unpartitioned source assets
+    wholes: dict[str, dg.AssetKey] = field(default_factory=dict)  # model or source -> `__whole`
+    companions: dict[dg.AssetKey, CompanionRefresh] = field(default_factory=dict)
+    companion_of: dict[dg.AssetKey, str] = field(default_factory=dict)  # companion -> upstream
+    names: dict[dg.AssetKey, str] = field(default_factory=dict)  # any strata asset -> its node's name
+
+
+def strata_assets(asset_graph: Any, sql_models: set[str]) -> StrataAssets:
+    """The strata assets of `asset_graph` (a Definitions' resolved asset graph); `sql_models`: the
+    project's SQL model names (a Python model is materialized only by Dagster)."""
+    found = StrataAssets()
+    partitioned_sources = set()
+    for key in asset_graph.toposorted_asset_keys:
+        node = asset_graph.get(key)
+        metadata = node.metadata or {}
+        if (node.tags or {}).get(c.COMPANION_TAG) == c.PARTITIONS_COMPANION:
+            upstream = _text(metadata.get(c.COMPANION_OF_KEY))
+            reader = _text(metadata.get(c.READERS_KEY)).split(",")[0].strip()
+            keys = tuple(node.partitions_def.get_partition_keys()) if node.partitions_def else ()
+            found.companions[key] = CompanionRefresh(key, reader, keys)
+            found.companion_of[key] = upstream
+            continue
+        model, source = _text(metadata.get(c.MODEL_KEY)), _text(metadata.get(c.SOURCE_KEY))
+        if model:
+            found.names[key] = model
+            if node.is_materializable and model in sql_models:
+                found.models[key] = model
+            elif not node.is_materializable:
+                found.wholes[model] = key
+        elif source:
+            found.names[key] = source
+            if node.partitions_def is not None:
+                partitioned_sources.add(source)
+            else:
+                found.sources[key] = source
+    for key, source in list(found.sources.items()):
+        if source in partitioned_sources:  # `<source>__whole`, beside the partitioned source
+            del found.sources[key]
+            found.wholes[source] = key
+    return found
+
+
+def _text(value: Any) -> str:
+    return str(getattr(value, "value", value) or "")
+
+
+def catch_up(
+    instance: dg.DagsterInstance,
+    strata: StrataResource,
+    asset_graph: Any,
+    *,
+    source_versions: Mapping[str, str] | None = None,
+    models: set[str] | None = None,
+    description: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Iterator[Event]:
+    """The events Dagster lacks for the live state of the project's models (only `models`, when
+    given) and for `source_versions` (source -> the fingerprint a run read). `description` and
+    `metadata` go on every event (who recorded it, from which run). Read-only on the warehouse."""
+    project = load_project(strata.project_path)
+    assets = strata_assets(asset_graph, set(project.models))
+    extra = dict(metadata or {})
+    for key, name in assets.sources.items():
+        version = (source_versions or {}).get(name)
+        known = recorded_data_version(latest_record(instance, ModelInput(key, is_observed=True)))
+        if version is not None and version != known:
+            yield dg.AssetObservation(
+                asset_key=key, tags={c.DATA_VERSION_TAG: version}, description=description, metadata=extra
+            )
+            yield from _companions_of(instance, strata, assets, name)
+    wanted = [name for name in assets.models.values() if models is None or name in models]
+    live = live_states(strata.warehouse_path, wanted, strata.branch)
+    for key, name in assets.models.items():
+        state = live.get(name)
+        if state is None:
+            continue
+        node = asset_graph.get(key)
+        if node.partitions_def is None:
+            events = _unpartitioned(instance, asset_graph, assets, key, state, description, extra)
+        else:
+            events = _partitioned(instance, strata, asset_graph, assets, key, state, description, extra)
+        changed = False
+        for event in events:
+            changed = True
+            yield event
+        if not changed:
+            continue
+        yield from _companions_of(instance, strata, assets, name)
+        whole = assets.wholes.get(name)
+        if whole is not None and node.partitions_def is not None:
+            content = whole_content(strata.warehouse_path, model_view(name, strata.branch))
+            known = recorded_data_version(latest_record(instance, ModelInput(whole, is_observed=True)))
+            if content.fingerprint != known:
+                yield dg.AssetObservation(
+                    asset_key=whole,
+                    tags={c.DATA_VERSION_TAG: content.fingerprint},
+                    description=description,
+                    metadata={c.ROWS_KEY: content.row_count, **extra},
+                )
+
+
+def _companions_of(
+    instance: dg.DagsterInstance, strata: StrataResource, assets: StrataAssets, upstream: str
+) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
+    for key, refresh in assets.companions.items():
+        if assets.companion_of[key] == upstream:
+            yield from companion_observations(instance, strata, refresh)
+
+
+def _unpartitioned(
+    instance: dg.DagsterInstance,
+    asset_graph: Any,
+    assets: StrataAssets,
+    key: dg.AssetKey,
+    state: LiveState,
+    description: str | None,
+    metadata: Mapping[str, Any],
+) -> Iterator[dg.AssetMaterialization]:
+    record = instance.get_latest_data_version_record(key, is_source=False)
+    provenance = _provenance(instance, asset_graph, assets, key, state, state.content_hash)
+    if record is not None and provenance.is_recorded_on(record):
+        return
+    counts = {} if state.is_view else {c.ROWS_KEY: state.row_count, c.ROW_COUNT_KEY: state.row_count}
+    yield dg.AssetMaterialization(
+        asset_key=key,
+        tags=provenance.tags,
+        description=description,
+        metadata={c.SNAPSHOT_KEY: state.snapshot_id, **counts, **metadata},
+    )
+
+
+def _partitioned(
+    instance: dg.DagsterInstance,
+    strata: StrataResource,
+    asset_graph: Any,
+    assets: StrataAssets,
+    key: dg.AssetKey,
+    state: LiveState,
+    description: str | None,
+    metadata: Mapping[str, Any],
+) -> Iterator[dg.AssetMaterialization]:
+    partitions_def = asset_graph.get(key).partitions_def
+    every = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+    known = instance.event_log_storage.get_latest_tags_by_partition(
+        key, dg.DagsterEventType.ASSET_MATERIALIZATION, [c.DATA_VERSION_TAG]
+    )
+    # Dagster queries only data versions by partition: the latest event of any partition says which
+    # code and unpartitioned inputs it last saw, and others than the live state's re-record every
+    # partition.
+    latest = instance.get_latest_data_version_record(key, is_source=False)
+    same = latest is not None and _provenance(instance, asset_graph, assets, key, state, "").is_recorded_on(
+        latest, data_version=False
+    )
+    project = load_project(strata.project_path)
+    contents = model_partitions(project, strata.warehouse_path, state.model, every, strata.branch)
+    changed = [
+        partition
+        for partition in every
+        if not same or known.get(partition, {}).get(c.DATA_VERSION_TAG) != contents[partition].fingerprint
+    ]
+    changed += _rebuilt_alike(instance, strata, asset_graph, key, state.model, every, set(changed))
+    for partition in changed:
+        part = contents[partition]
+        yield dg.AssetMaterialization(
+            asset_key=key,
+            partition=partition,
+            tags=_provenance(instance, asset_graph, assets, key, state, part.fingerprint).tags,
+            description=description,
+            metadata={
+                c.SNAPSHOT_KEY: state.snapshot_id,
+                c.ROWS_KEY: part.row_count,
+                c.PARTITION_ROW_COUNT_KEY: part.row_count,
+                c.ROW_COUNT_KEY: state.row_count,
+                **metadata,
+            },
+        )
+
+
+def _rebuilt_alike(
+    instance: dg.DagsterInstance,
+    strata: StrataResource,
+    asset_graph: Any,
+    key: dg.AssetKey,
+    model: str,
+    every: Sequence[str],
+    changed: set[str],
+) -> list[str]:
+    """The partitions Dagster shows stale (an input partition has a newer version than the one
+    their latest materialization read) that are up to date (rebuilt with the same rows, kept, or
+    rolled back together with their input, by builds Dagster did not record): by `strata plan
+    --only-stale`'s answer (the check's), or, when the plan takes the whole model (a rollback it
+    would publish again, an upstream rebuilt first), by the engine's per-partition figures."""
+    shown = [
+        partition
+        for partition in every
+        if partition not in changed and is_stale_by_provenance(instance, asset_graph, key, partition)
+    ]
+    if not shown:
+        return []
+    request = RunRequest(
+        project_dir=strata.project_path,
+        warehouse=strata.warehouse_path,
+        models=(model,),
+        branch=strata.branch,
+        only_stale=True,
+    )
+    planned = {item.model: item for item in plan(request).models}.get(model)
+    answer = answer_of(planned, every) if planned is not None else None
+    if answer is not None and not (answer.waits_for or answer.is_missing or answer.is_all):
+        stale = set(answer.keys)
+        return [partition for partition in shown if partition not in stale]
+    # The plan rebuilds (or publishes again) all of it, or waits for an upstream: the engine's
+    # per-partition figures tell the partitions whose input rows are those it was built from.
+    engine = stale_partitions(strata.project_path, strata.warehouse_path, strata.branch).get(model)
+    if engine is None or engine.is_all or (answer is not None and answer.is_missing):
+        return []  # nothing tells them apart: Dagster's staleness stands
+    return [partition for partition in shown if partition not in set(engine.keys)]
+
+
+@dataclass(frozen=True)
+class _Provenance:
+    """A materialization's tags, and those of them Dagster compares as values (the versions, and
+    the data version of each unpartitioned input; a partitioned input is compared through its
+    event pointer)."""
+
+    tags: dict[str, str]
+    compared: tuple[str, ...]
+
+    def is_recorded_on(self, record: dg.EventLogRecord, *, data_version: bool = True) -> bool:
+        recorded = record.event_log_entry.tags or {}
+        keys = [*self.compared, *((c.DATA_VERSION_TAG,) if data_version else ())]
+        return all(recorded.get(key) == self.tags[key] for key in keys)
+
+
+def _provenance(
+    instance: dg.DagsterInstance,
+    asset_graph: Any,
+    assets: StrataAssets,
+    key: dg.AssetKey,
+    state: LiveState,
+    data_version: str,
+) -> _Provenance:
+    """Versions and provenance: each unpartitioned input's identity as the state's build read it
+    (else as Dagster last recorded it), and each input's latest event's storage id."""
+    tags = {
+        c.CODE_VERSION_TAG: state.model_fingerprint,
+        c.DATA_VERSION_TAG: data_version,
+        c.DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
+    }
+    compared = [c.CODE_VERSION_TAG]
+    for parent in asset_graph.get(key).parent_keys:
+        node = asset_graph.get(parent)
+        record = latest_record(instance, ModelInput(parent, is_observed=not node.is_materializable))
+        name = parent.to_user_string()
+        built_from = state.inputs.get(assets.names.get(parent, "")) if node.partitions_def is None else None
+        tags[f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"] = (
+            built_from or recorded_data_version(record) or INITIAL_DATA_VERSION
+        )
+        tags[f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}"] = (
+            str(record.storage_id) if record is not None else c.NULL_EVENT_POINTER
+        )
+        if node.partitions_def is None:
+            compared.append(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}")
+    return _Provenance(tags, tuple(compared))
