@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from strata_dagster.cli.output import console, print_warnings
+from strata_dagster.cli.output import print_warnings, say
 from strata_dagster.errors import StrataWarning
 
 HOME_ENV = "DAGSTER_HOME"
@@ -35,4 +35,4 @@ def report_to_dagster(project: Path, warehouse: Path, entry: int | None) -> None
     if isinstance(found, StrataWarning):
         print_warnings([found])
         return
-    console.print(f"reported to Dagster ({HOME_ENV}={found.home}): {found.events} events", markup=False)
+    say(f"reported to Dagster ({HOME_ENV}={found.home}): {found.events} events")
