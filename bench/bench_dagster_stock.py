@@ -49,20 +49,6 @@ print = functools.partial(print, flush=True)  # noqa: A001 (progress shows while
 FINAL = ("COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED")
 FIRST_LOAD = {"strata/reason": "first load (bench)"}  # a strata backfill needs a reason
 DAYS = {"strata/reason": "bench: 3 days"}
-# The twin's helpers: observations logged one event at a time, every check passing at once.
-STOCK_HEAD = """
-import dagster as dg
-
-
-def observed(context, key, days):
-    for day in days:
-        context.log_event(dg.AssetObservation(asset_key=key, partition=day))
-
-
-def passing(context):
-    for key in context.selected_asset_check_keys:
-        yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, passed=True)
-"""
 
 
 def load() -> str:
@@ -79,7 +65,7 @@ def workspace(root: Path, sample: Path, graph: str) -> tuple[Path, Path, Path]:
     definitions = project / "definitions.py"
     if graph == "twin":
         definitions = root / "twin.py"
-        definitions.write_text(mirror_module(project, prefix="", head=STOCK_HEAD, observable_sources=True))
+        definitions.write_text(mirror_module(project, prefix="", observable_sources=True))
     return project, warehouse, definitions
 
 
