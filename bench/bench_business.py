@@ -30,9 +30,9 @@ import duckdb
 
 import strata_dagster
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine import business
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.sources import business
 
 try:  # the listing cache; absent from engines before it (the bench also measures those)
     from strata_dagster.backends.duckdb.listing import RACY_SECONDS

@@ -95,10 +95,10 @@ def side(rows: int, folder: Path, trace: int, dump: Path | None) -> None:
     from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop
 
     if os.environ.get("BENCH_MAX_SEGMENTS"):  # an experiment: compaction at another count
-        import strata_dagster.engine.incremental as incremental
+        import strata_dagster.engine.builds.incremental as incremental
 
         try:
-            from strata_dagster.engine import segment_compaction as rule
+            from strata_dagster.engine.builds import segment_compaction as rule
         except ImportError:  # an engine before the rule had its module
             rule = incremental
         rule.MAX_SEGMENTS = int(os.environ["BENCH_MAX_SEGMENTS"])

@@ -21,7 +21,7 @@ from pathlib import Path
 import dagster as dg
 
 from strata_dagster import build_definitions
-from strata_dagster.engine.partition_staleness import stale_partitions
+from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.orchestration.sensors.stale_sensor import STALE_SENSOR_NAME
 from strata_dagster_tests.dagster_support import (
     change_order,

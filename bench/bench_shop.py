@@ -28,8 +28,8 @@ from bench_engine import execute, floor_statements
 
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.verify import verify
 from strata_dagster.language import load_project
 
 SHOP = Path(__file__).resolve().parent.parent / "examples" / "shop"

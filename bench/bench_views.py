@@ -158,7 +158,7 @@ def bench(rows: int, repeat: int, work: Path, versioning: str) -> dict[str, obje
         def call() -> None:
             result = run_project(projects[variant], live[variant], only_stale=True)
             paths = paths_of(result)
-            # A plain staging table over a cdc source is maintained row-wise (engine/row_wise.py):
+            # A plain staging table over a cdc source is maintained row-wise (engine/builds/row_wise.py):
             # its changed days are rebuilt as partitions.
             staging = ("view",) if variant == "view" else ("full", "partitions")
             assert paths["stg_orders"] in staging and paths["daily"] == "partitions", paths

@@ -1,4 +1,4 @@
-"""Day-partitioned aggregates over an upsert model, maintained from its delta (engine.aggregate_delta):
+"""Day-partitioned aggregates over an upsert model, maintained from its delta (engine.builds.aggregate_delta):
 every aggregate it maintains with NULL keys, NULL values and a NULL partition; one without
 count(*); one summing floats (always recomputed); and the full rebuild of each."""
 

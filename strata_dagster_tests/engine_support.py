@@ -25,7 +25,7 @@ SHOP_MODELS = frozenset({*UNPARTITIONED_MODELS, "daily_revenue", "monthly_revenu
 # What a writer of a `versioning: cdc(updated_at)` source does with every change: advance the
 # change column (an UPDATE's SET item). An edit without it is invisible by the cdc contract.
 ADVANCE_UPDATED_AT = "updated_at = (SELECT max(updated_at) FROM raw.orders) + INTERVAL 1 SECOND"
-# The figures of engine.verify that count rows and row-hash groups (zero when equal).
+# The figures of engine.commands.verify that count rows and row-hash groups (zero when equal).
 VERIFY_COUNTS = (
     "row_delta",
     "hash_groups_only_in_full",

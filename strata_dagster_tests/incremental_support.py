@@ -7,7 +7,7 @@ from unittest import mock
 
 import duckdb
 
-from strata_dagster.engine import segment_compaction
+from strata_dagster.engine.builds import segment_compaction
 from strata_dagster_tests.engine_support import make_module_project
 
 MODULE = """
@@ -107,7 +107,7 @@ def multiset(con: duckdb.DuckDBPyConnection, query: str, params=None) -> list:
 def compaction_thresholds(is_eager: bool) -> Iterator[None]:
     """With `is_eager`, segments are compacted at every chance the rules give on small states (a
     third segment, a second one that only adds rows, any dead row): property tests then run each
-    kind of compaction (engine.segment_compaction) under random histories."""
+    kind of compaction (engine.builds.segment_compaction) under random histories."""
     if not is_eager:
         yield
         return

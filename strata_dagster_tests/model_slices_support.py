@@ -1,4 +1,4 @@
-"""Plain models over other models, maintained from their inputs' new segments (engine.model_slices):
+"""Plain models over other models, maintained from their inputs' new segments (engine.builds.model_slices):
 row-wise by the input's key, a window function by its PARTITION BY, a `union all` of append
 inputs, and a day-partitioned aggregate over an upsert model."""
 

@@ -49,7 +49,7 @@ FULL = {
 
 
 # A staging view between the source and a day model: its partitions are still found from the
-# source's raw rows (engine.view_lineage), through the view's filter and computed columns.
+# source's raw rows (engine.decisions.view_lineage), through the view's filter and computed columns.
 VIEW_MODELS = """
 model stg_orders {
   from orders

@@ -9,13 +9,13 @@ import pytest
 
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
-from strata_dagster.engine.backfill import backfill
-from strata_dagster.engine.gc import gc
-from strata_dagster.engine.operations import create_branch, promote, retire_removed, rollback
+from strata_dagster.engine.commands.backfill import backfill
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.commands.operations import create_branch, promote, retire_removed, rollback
+from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.plan import plan
+from strata_dagster.engine.reads.show import export_rows, show_rows
 from strata_dagster.engine.run import RunRequest
-from strata_dagster.engine.show import export_rows, show_rows
-from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.acceptance_support import EVENTS, MODELS, Sources, differences, make_project
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params

@@ -10,7 +10,7 @@ import threading
 import duckdb
 import pytest
 
-from strata_dagster.engine.readers import reader_statement_for
+from strata_dagster.engine.reads.readers import reader_statement_for
 from strata_dagster_tests.acceptance_support import MODELS, Sources, make_project
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params
 

@@ -1,4 +1,4 @@
-"""Partitioned aggregates maintained from their input's delta (engine.aggregate_delta): which shapes
+"""Partitioned aggregates maintained from their input's delta (engine.builds.aggregate_delta): which shapes
 it takes, what history says of such a build, and the partitions it leaves to a recomputation."""
 
 import datetime as dt
@@ -6,8 +6,13 @@ import datetime as dt
 import duckdb
 import pytest
 
-from strata_dagster.engine.aggregate_delta import MAINTAINED, AggregateShape, exactness_problem, shape_of
-from strata_dagster.engine.explain import build_why
+from strata_dagster.engine.builds.aggregate_delta import (
+    MAINTAINED,
+    AggregateShape,
+    exactness_problem,
+    shape_of,
+)
+from strata_dagster.engine.reads.explain import build_why
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.aggregate_delta_support import START, compare, make_project
 from strata_dagster_tests.helpers import compile_text

@@ -11,7 +11,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata_dagster.engine.aggregate_delta import MAINTAINED
+from strata_dagster.engine.builds.aggregate_delta import MAINTAINED
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.aggregate_delta_support import (
     MODELS,

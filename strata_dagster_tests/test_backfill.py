@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from strata_dagster.engine import operations
-from strata_dagster.engine.backfill import backfill
-from strata_dagster.engine.replay import replay
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.commands.backfill import backfill
+from strata_dagster.engine.commands.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import execute, history_count, make_shop, view_tables

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine import business
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.sources import business
 from strata_dagster.errors import StrataError
 from strata_dagster.state import ledger
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition

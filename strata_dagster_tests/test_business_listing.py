@@ -13,7 +13,7 @@ import pytest
 
 from strata_dagster.backends.duckdb import listing
 from strata_dagster.backends.duckdb.partition_evidence import matching_files
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.state.ledger import order_of

@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine import business
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.sources import business
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 from strata_dagster_tests.engine_support import execute

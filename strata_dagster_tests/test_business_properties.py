@@ -99,7 +99,7 @@ SELECTIONS = ((), ("events_log",), ("daily_totals",), ("monthly_totals",))
     )
 )
 def test_deltas_reading_only_the_needed_files_equal_a_full_recompute(tmp_path_factory, steps):
-    """Deltas read the files of the partitions they need by name (engine.business_delta): with runs
+    """Deltas read the files of the partitions they need by name (engine.builds.business_delta): with runs
     that build only some models, a model's delta must also read partitions consumed by runs it was
     not in, and a month model whole months; every built model equals a full recompute."""
     project, warehouse = make_file_project(tmp_path_factory.mktemp("narrow"))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.source_verify import mismatch_error, verify_sources
+from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import execute, row_multiset
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.status import observe_sources
+from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.business_support import (
     day,

@@ -5,8 +5,8 @@ import warnings
 
 import pyarrow as pa
 
-from strata_dagster.engine.catalog import read_catalog
-from strata_dagster.engine.frames import FrameRequest, publish_frame
+from strata_dagster.engine.commands.frames import FrameRequest, publish_frame
+from strata_dagster.engine.reads.catalog import read_catalog
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import W_BOUNDS_UNREAD, W_REMOVED_MODEL
 from strata_dagster.orchestration import build_definitions

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from strata_dagster.backends.duckdb.connection import LOCK_TIMEOUT_ENV, connect, lock_timeout
 from strata_dagster.cli.main import main
-from strata_dagster.engine.backfill import as_backfill_error
-from strata_dagster.engine.explain import partition_ranges
+from strata_dagster.engine.commands.backfill import as_backfill_error
+from strata_dagster.engine.reads.explain import partition_ranges
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import (

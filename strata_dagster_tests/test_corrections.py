@@ -13,9 +13,9 @@ import sys
 import duckdb
 import pytest
 
-from strata_dagster.engine import operations
-from strata_dagster.engine.backfill import backfill
-from strata_dagster.engine.replay import replay
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.commands.backfill import backfill
+from strata_dagster.engine.commands.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import SHOP_MODELS, execute, make_shop, row_multiset
 from strata_dagster_tests.partition_support import compare

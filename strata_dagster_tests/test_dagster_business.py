@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from strata_dagster import build_definitions
 from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
-from strata_dagster.engine.arrivals import partition_versions
+from strata_dagster.engine.reads.arrivals import partition_versions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.checks.source_checks import ASSUMPTIONS_CHECK, LEDGER_CHECK
 from strata_dagster.orchestration.naming import UNSCOPED

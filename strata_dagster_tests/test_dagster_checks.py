@@ -1,5 +1,5 @@
 """Asset checks: `strata_unique` / `strata_contract` on the live views after every materialization,
-and `strata_incremental_equals_full` (engine.verify) in the `strata_verify` job and its schedule,
+and `strata_incremental_equals_full` (engine.commands.verify) in the `strata_verify` job and its schedule,
 with verify's figures in the check metadata. Real Dagster runs over real DuckDB files."""
 
 import runpy

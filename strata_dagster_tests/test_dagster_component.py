@@ -19,7 +19,7 @@ from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.execution.api import execute_run
 
 from strata_dagster import build_definitions
-from strata_dagster.engine.status import peek_live_contents
+from strata_dagster.engine.sources.readings import peek_live_contents
 from strata_dagster.errors import E_COMPONENT, StrataError
 from strata_dagster_tests.dagster_support import START, make_small_shop
 from strata_dagster_tests.engine_support import SHOP

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from strata_dagster import StrataDagsterTranslator, StrataResource, build_definitions
-from strata_dagster.engine.status import model_states
+from strata_dagster.engine.sources.readings import model_states
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration.constants import COMPANION_KIND, COMPANION_TAG, PARTITIONS_COMPANION
 from strata_dagster.orchestration.jobs.executor import EXECUTOR_NAME

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from strata_dagster import StrataGcPolicy, build_definitions
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_GC, E_GC_SCHEDULE, StrataError
 from strata_dagster_tests.engine_support import execute, make_shop

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from strata_dagster import StrataDagsterTranslator, build_definitions, strata_python_model
-from strata_dagster.engine.explain import history as read_history
+from strata_dagster.engine.reads.explain import history as read_history
 from strata_dagster.orchestration.checks.model_checks import SCHEMA_CHANGE_CHECK
 from strata_dagster_tests.dagster_support import (
     dagster_dev,

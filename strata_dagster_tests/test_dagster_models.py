@@ -12,7 +12,7 @@ import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.status import peek_live_contents
+from strata_dagster.engine.sources.readings import peek_live_contents
 from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.dagster_support import (
     SOURCES,

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from strata_dagster import build_definitions
 from strata_dagster.cli.main import main
-from strata_dagster.engine.partition_status import live_states
 from strata_dagster.engine.plan import plan_project
-from strata_dagster.engine.status import peek_source_fingerprints
+from strata_dagster.engine.reads.partition_status import live_states
+from strata_dagster.engine.sources.readings import peek_source_fingerprints
 from strata_dagster.language import load_project
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,

@@ -8,7 +8,7 @@ import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine.partition_status import input_partitions
+from strata_dagster.engine.reads.partition_status import input_partitions
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,

@@ -8,7 +8,7 @@ import dagster as dg
 
 from strata_dagster import build_definitions
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine.backfill import backfill
+from strata_dagster.engine.commands.backfill import backfill
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.dagster_support import (
     change_order,

@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from strata_dagster import build_definitions
-from strata_dagster.engine import operations
-from strata_dagster.engine.partition_staleness import stale_partitions
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster.orchestration.sensors import stale_sensor

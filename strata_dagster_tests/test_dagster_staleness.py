@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from strata_dagster import build_definitions
-from strata_dagster.engine.partition_status import model_partitions
+from strata_dagster.engine.reads.partition_status import model_partitions
 from strata_dagster.language import load_project
 from strata_dagster_tests.dagster_support import (
     UNPARTITIONED_MODELS,

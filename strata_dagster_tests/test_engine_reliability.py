@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from strata_dagster.engine.replay import replay
+from strata_dagster.engine.commands.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.faults import KILL_AT_ENV, WRITE_STEPS
 from strata_dagster_tests.engine_support import execute, history_count, make_shop
@@ -53,7 +53,7 @@ def assert_consistent(warehouse):
         execute(warehouse, f"SELECT count(*) FROM main.{name}")
     # No snapshot in the snapshot schema that the history does not know (no half-written snapshot).
     # Besides the snapshots themselves, a record may carry its keys table and the per-key figures
-    # tables of its joined inputs (engine.joined_inputs).
+    # tables of its joined inputs (engine.builds.joined_inputs).
     details = [
         json.loads(row[0])
         for row in execute(warehouse, "SELECT detail FROM strata.snapshots WHERE detail IS NOT NULL")

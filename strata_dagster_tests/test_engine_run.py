@@ -2,10 +2,10 @@
 
 import pytest
 
-from strata_dagster.engine import operations
-from strata_dagster.engine.gc import gc
-from strata_dagster.engine.partition_staleness import stale_partitions
-from strata_dagster.engine.replay import replay
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.commands.replay import replay
+from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import (

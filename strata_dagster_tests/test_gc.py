@@ -21,10 +21,10 @@ from click.testing import CliRunner
 from strata_dagster.backends.duckdb.compaction import STAGING_SUFFIX
 from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV
 from strata_dagster.cli.main import main
-from strata_dagster.engine import operations
-from strata_dagster.engine.backfill import backfill
-from strata_dagster.engine.gc import gc, parse_age
-from strata_dagster.engine.replay import replay
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.commands.backfill import backfill
+from strata_dagster.engine.commands.gc import gc, parse_age
+from strata_dagster.engine.commands.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_GC, StrataError
 from strata_dagster.faults import COMPACT_STEPS, KILL_AT_ENV

@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.status import observe_sources
+from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster_tests.engine_support import edit_module, sql
 from strata_dagster_tests.incremental_support import FULL_UP, MODULE, make_project, multiset
 

@@ -1,4 +1,4 @@
-"""Models over other models maintained from their inputs' new segments (engine.model_slices): what
+"""Models over other models maintained from their inputs' new segments (engine.builds.model_slices): what
 history says, a compaction of the input looked through, an input rebuilt in full, and the models
 that cannot be sliced saying why."""
 
@@ -7,9 +7,9 @@ import datetime as dt
 import duckdb
 import pytest
 
-from strata_dagster.engine.explain import build_why
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.plan import plan_project
+from strata_dagster.engine.reads.explain import build_why
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import SNAPSHOT_RELATIONS, execute

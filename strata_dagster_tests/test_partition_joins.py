@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import edit_module, snapshot_relations, sql, view_tables
 from strata_dagster_tests.helpers import compile_text

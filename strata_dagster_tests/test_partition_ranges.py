@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
+from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import edit_module, execute, make_module_project
 from strata_dagster_tests.partition_range_support import (

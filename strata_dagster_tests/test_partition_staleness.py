@@ -1,4 +1,4 @@
-"""The engine's stale partitions (engine.partition_staleness) are exactly the partitions its next
+"""The engine's stale partitions (engine.reads.partition_staleness) are exactly the partitions its next
 build recomputes: random histories of appends, late updates, status changes, moves and deletes,
 with the source fingerprinted by its change column or by whole rows. (A partition whose rebuild gave
 its live rows again keeps the live state, and the entry keeps the new figures: it leaves the answer.)"""
@@ -7,8 +7,8 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata_dagster.engine.partition_staleness import stale_partitions
-from strata_dagster.engine.partitions import NULL_PARTITION
+from strata_dagster.engine.builds.partitions import NULL_PARTITION
+from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import edit_module
 from strata_dagster_tests.partition_support import make_project

@@ -240,9 +240,9 @@ def test_partition_column_must_be_an_output_column():
 
 def test_grouped_source_scan_gives_the_whole_table_fingerprint(orders):
     from strata_dagster.backends.opening import open_session
+    from strata_dagster.engine.builds.partitions import raw_partition_of
     from strata_dagster.engine.context import load_context
-    from strata_dagster.engine.partitions import raw_partition_of
-    from strata_dagster.engine.status import read_source_state, read_source_state_by_group
+    from strata_dagster.engine.sources.readings import read_source_state, read_source_state_by_group
 
     project, warehouse = orders
     with open_session(warehouse) as session:

@@ -8,7 +8,7 @@ import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strata_dagster.engine.operations import rollback
+from strata_dagster.engine.commands.operations import rollback
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.incremental_support import MODULE, make_project
@@ -40,7 +40,7 @@ model busiest {
   aggregate days = count(*), total = sum(total)
 }
 
--- Maintained from their input models' new segments (engine.model_slices): row-wise by the upsert's
+-- Maintained from their input models' new segments (engine.builds.model_slices): row-wise by the upsert's
 -- key, a window by its PARTITION BY, a union all of two models that only gain rows.
 model up_rows {
   from up

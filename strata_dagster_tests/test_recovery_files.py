@@ -22,9 +22,9 @@ from strata_dagster.backends.duckdb.serving import SERVING_STEPS
 from strata_dagster.backends.duckdb.snapshot_files import folder_of
 from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
-from strata_dagster.engine.catalog import read_catalog
+from strata_dagster.engine.commands.verify import verify
+from strata_dagster.engine.reads.catalog import read_catalog
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.faults import KILL_AT_ENV
 from strata_dagster_tests.acceptance_support import MODELS, Sources, make_project
@@ -239,7 +239,7 @@ def test_a_python_models_frame_whose_snapshot_file_is_lost_is_written_again(tmp_
     """The same frame published again keeps the live snapshot (early cutoff), unless its file is gone."""
     import pyarrow as pa
 
-    from strata_dagster.engine.frames import FrameRequest, publish_frame
+    from strata_dagster.engine.commands.frames import FrameRequest, publish_frame
 
     warehouse = tmp_path / "w.duckdb"
     request = FrameRequest(warehouse, "frame_model", pa.table({"x": [1, 2]}), code_version="1")

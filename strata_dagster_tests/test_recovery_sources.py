@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from strata_dagster import build_definitions
 from strata_dagster.backends.duckdb.partition_evidence import first_matching_file
 from strata_dagster.cli.main import main
-from strata_dagster.engine.arrivals import peek_arrivals
+from strata_dagster.engine.reads.arrivals import peek_arrivals
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.source_verify import mismatch_error, verify_sources
-from strata_dagster.engine.status import observe_sources
+from strata_dagster.engine.sources.readings import observe_sources
+from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration.sensors.stale_sensor import STALE_SENSOR_NAME
 from strata_dagster_tests.business_support import (

@@ -9,7 +9,7 @@ import duckdb
 from strata_dagster.backends.duckdb import serving
 from strata_dagster.backends.duckdb.relocation import relocate
 from strata_dagster.backends.duckdb.session import DuckDBSession
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import execute, make_shop
 

@@ -3,7 +3,7 @@ model that does not qualify is built in full with the reason in history."""
 
 import duckdb
 
-from strata_dagster.engine.explain import history
+from strata_dagster.engine.reads.explain import history
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import execute, make_module_project
 from strata_dagster_tests.row_wise_support import MODULE, compare, make_project

@@ -1,4 +1,4 @@
-"""When a delta build compacts its state's segments, and how (engine.segment_compaction): by what
+"""When a delta build compacts its state's segments, and how (engine.builds.segment_compaction): by what
 the segments cost, the live rows equal to a full rebuild after every build."""
 
 import datetime as dt
@@ -6,7 +6,7 @@ import datetime as dt
 import duckdb
 import pytest
 
-from strata_dagster.engine import segment_compaction
+from strata_dagster.engine.builds import segment_compaction
 from strata_dagster.engine.run import run_project
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import Segment, composite_query

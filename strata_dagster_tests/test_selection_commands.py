@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from strata_dagster import build_definitions
 from strata_dagster.cli.main import main
-from strata_dagster.engine.backfill import backfill
+from strata_dagster.engine.commands.backfill import backfill
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.dagster_support import make_small_shop

@@ -20,11 +20,11 @@ from strata_dagster.backends.duckdb.serving import (
 )
 from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV, STORAGES
 from strata_dagster.backends.duckdb.snapshot_files import folder_of as snapshot_folder
-from strata_dagster.engine.gc import gc
-from strata_dagster.engine.operations import create_branch, rollback
-from strata_dagster.engine.readers import reader_statement_for
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.commands.operations import create_branch, rollback
+from strata_dagster.engine.reads.readers import reader_statement_for
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.status import observe_sources
+from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.errors import StrataError
 from strata_dagster.faults import KILL_AT_ENV
 from strata_dagster_tests.engine_support import (

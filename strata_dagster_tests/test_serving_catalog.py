@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from strata_dagster.backends.duckdb import serving
 from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV
-from strata_dagster.engine.gc import gc
-from strata_dagster.engine.operations import create_branch, promote, rollback
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.commands.operations import create_branch, promote, rollback
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine_support import execute, make_module_project
 from strata_dagster_tests.serving_support import assert_served_as_published

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.cli.main import main
-from strata_dagster.engine.explain import build_why
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.plan import plan_project
+from strata_dagster.engine.reads.explain import build_why
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.verify import verify
 from strata_dagster_tests.engine_support import row_multiset, sql
 from strata_dagster_tests.sliding_window_support import (
     assert_window_models_equal_full,

@@ -13,7 +13,7 @@ from sqlglot import exp
 from strata_dagster.backends.duckdb.serving import GRACE_ENV, reader_statement, serving_dir
 from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV, file_of, folder_of
 from strata_dagster.backends.opening import open_session
-from strata_dagster.engine.gc import gc
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import execute, make_module_project, make_shop, sql

@@ -12,7 +12,7 @@ from sqlglot import exp
 from strata_dagster.backends.opening import open_session
 from strata_dagster.backends.spark.connection import ECHO_ENV
 from strata_dagster.backends.sql.session import SqlSession
-from strata_dagster.engine.incremental import KEY_BOUNDS
+from strata_dagster.engine.builds.incremental import KEY_BOUNDS
 from strata_dagster.sql.content import WHOLE_ROW
 from strata_dagster.sql.segments import typed_literal
 from strata_dagster_tests.engines_support import engine_under_test

@@ -16,8 +16,8 @@ import pytest
 
 from strata_dagster.backends.duckdb.engines import current_engine, engine_choice, using_engine
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
-from strata_dagster.engine.gc import gc
-from strata_dagster.engine.readers import reader_statement_for
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.reads.readers import reader_statement_for
 from strata_dagster.errors import StrataError
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, SHOP
 from strata_dagster_tests.engines_support import engine_under_test, normalised, spark_params

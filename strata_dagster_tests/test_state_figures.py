@@ -1,13 +1,13 @@
 """States of day-partitioned models record their rows' figures per partition and per the slices
-their followers read (engine.state_figures): a partition build reads them instead of scanning its
+their followers read (engine.builds.state_figures): a partition build reads them instead of scanning its
 previous state, and they stay exactly what the live rows give."""
 
 import json
 
 import duckdb
 
+from strata_dagster.engine.builds.state_figures import FIGURES
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.state_figures import FIGURES
 from strata_dagster_tests.engine_support import execute
 from strata_dagster_tests.row_wise_support import compare, make_project
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
-from strata_dagster.engine.unit_tests import run_unit_tests
+from strata_dagster.engine.commands.unit_tests import run_unit_tests
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster_tests.dagster_support import warehouse_digest

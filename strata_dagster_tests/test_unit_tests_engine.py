@@ -8,8 +8,8 @@ import duckdb
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from strata_dagster.engine.commands.unit_tests import fixture_literal, run_unit_tests
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.unit_tests import fixture_literal, run_unit_tests
 from strata_dagster_tests.engine_support import execute, make_shop
 
 STEP_MODELS = ("stg_orders", "order_status_log", "first_seen_orders")

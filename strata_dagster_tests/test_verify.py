@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from strata_dagster.backends.duckdb.compare import ColumnTotal, Figures
 from strata_dagster.cli.main import main
-from strata_dagster.engine import operations
-from strata_dagster.engine import verify as verify_module
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.commands import verify as verify_module
+from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.faults import KILL_AT_ENV
 from strata_dagster_tests.engine_support import (

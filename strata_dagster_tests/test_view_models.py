@@ -11,13 +11,13 @@ from click.testing import CliRunner
 
 from strata_dagster.backends.opening import open_session
 from strata_dagster.cli.main import main
-from strata_dagster.engine import operations
-from strata_dagster.engine.gc import gc
-from strata_dagster.engine.partition_status import read_model
+from strata_dagster.engine.commands import operations
+from strata_dagster.engine.commands.gc import gc
+from strata_dagster.engine.commands.replay import replay
+from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.paths import CUTOFF, FULL, REUSED, VIEW
-from strata_dagster.engine.replay import replay
+from strata_dagster.engine.reads.partition_status import read_model
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.verify import verify
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster_tests.engine_support import (

@@ -75,7 +75,7 @@ class Capabilities:
     # with their listings cached beside the warehouse file.
     lists_sources_while_opening: bool
     # A partitioned `group … aggregate` over a model is maintained from its upstream's delta
-    # segment (engine/aggregate_builder.py) rather than recomputed per partition.
+    # segment (engine/builds/aggregate_builder.py) rather than recomputed per partition.
     maintains_aggregates_from_delta: bool
     # How long a superseded snapshot outlives its last publication by default (`strata gc`):
     # none where readers read a serving copy; longer where they query the snapshots themselves.
@@ -151,7 +151,7 @@ class Session(ABC):
     backend: ClassVar[str]  # the backend's name, also the dialect models are compiled for
     capabilities: ClassVar[Capabilities]
     # Whether one scan under a NULL-safe anti-join costs less than two scans under a plain
-    # semi-join (engine.incremental's kept-rows check).
+    # semi-join (engine.builds.incremental's kept-rows check).
     prefers_anti_join: ClassVar[bool] = False
     # Publications a crash cut short, found when the session opened (a backend whose one
     # transaction publishes all or nothing never has any).
@@ -163,7 +163,7 @@ class Session(ABC):
 
     @property
     def engine(self) -> str:
-        """`backend`, under the name engine/aggregate_builder.py still reads (until it asks
+        """`backend`, under the name engine/builds/aggregate_builder.py still reads (until it asks
         `capabilities.maintains_aggregates_from_delta`)."""
         return self.backend
 

@@ -34,7 +34,7 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
     `duckdb` shell there when it is installed, else a small SQL prompt (end statements with `;`).
     """
     from strata_dagster.engine.damaged_files import unserved_warning
-    from strata_dagster.engine.readers import reader_statement_for, unserved_views
+    from strata_dagster.engine.reads.readers import reader_statement_for, unserved_views
 
     statement = reader_statement_for(resolve_warehouse(project, warehouse))
     left_out = unserved_views(resolve_warehouse(project, warehouse))

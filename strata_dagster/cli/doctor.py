@@ -25,7 +25,7 @@ def doctor_command(project: Path, warehouse: Path | None, as_json: bool) -> None
     catalog, the entry it serves and the files it reads) and what is left over beside them.
     Exits 1 when something is damaged (leftovers alone do not fail it).
     """
-    from strata_dagster.engine.doctor import doctor
+    from strata_dagster.engine.commands.doctor import doctor
 
     report = doctor(resolve_warehouse(project, warehouse))
     if as_json:

@@ -13,7 +13,7 @@ from strata_dagster.cli.output import reports_errors, say
 from strata_dagster.wording import counted
 
 if TYPE_CHECKING:
-    from strata_dagster.engine.gc import GcResult
+    from strata_dagster.engine.commands.gc import GcResult
 
 
 @click.command("gc")
@@ -59,7 +59,7 @@ def gc_command(
     Runs are kept by --keep N (the last N), by --older-than AGE (those younger), or both (either
     keeps). A branch's live snapshots are never dropped.
     """
-    from strata_dagster.engine.gc import gc, parse_age
+    from strata_dagster.engine.commands.gc import gc, parse_age
 
     result = gc(
         resolve_warehouse(project, warehouse),

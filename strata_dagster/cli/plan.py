@@ -62,8 +62,8 @@ def plan_command(
     (errors also exit 1, after error[E0xx]).
     """
     from strata_dagster.backends.duckdb.sources import parse_overrides
+    from strata_dagster.engine.decisions.removed import removed_warning
     from strata_dagster.engine.plan import plan
-    from strata_dagster.engine.removed import removed_warning
     from strata_dagster.engine.run import RunRequest
     from strata_dagster.language import load_project
 

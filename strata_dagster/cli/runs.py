@@ -23,8 +23,8 @@ from strata_dagster.names import DEFAULT_BRANCH
 from strata_dagster.wording import counted
 
 if TYPE_CHECKING:
-    from strata_dagster.engine.explain import BuildExplanation, EntryBuilds
-    from strata_dagster.engine.operations import PointerResult
+    from strata_dagster.engine.commands.operations import PointerResult
+    from strata_dagster.engine.reads.explain import BuildExplanation, EntryBuilds
     from strata_dagster.engine.run import ModelOutcome, RunResult
     from strata_dagster.language.definition import Project
 
@@ -96,7 +96,7 @@ def run_command(
     from strata_dagster.backends.duckdb.sources import parse_overrides
     from strata_dagster.engine.context import check_branch, check_branch_of
     from strata_dagster.engine.damaged_files import rebuilt_warning
-    from strata_dagster.engine.removed import removed_warning
+    from strata_dagster.engine.decisions.removed import removed_warning
     from strata_dagster.engine.run import NOTHING_TO_DO, RunRequest, run
     from strata_dagster.language import load_project
 
@@ -142,8 +142,8 @@ def print_published(result: RunResult, what: str) -> None:
 
 def print_partitions(result: RunResult, project: Project) -> None:
     """What `--partitions` rebuilt, per model: the partitions asked for, and how they were built."""
+    from strata_dagster.engine.builds.partition_range import REQUESTED_PARTITIONS
     from strata_dagster.engine.partition_keys import describe_keys
-    from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
 
     for outcome in result.outcomes:
         requested = outcome.detail.get(REQUESTED_PARTITIONS)
@@ -173,7 +173,7 @@ def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
     run built each model (path, the reason a delta was not trusted, window, partitions rebuilt)."""
     from rich.table import Table
 
-    from strata_dagster.engine.explain import history_and_interruptions
+    from strata_dagster.engine.reads.explain import history_and_interruptions
 
     entries, interrupted = history_and_interruptions(resolve_warehouse(project, warehouse))
     if as_json:
@@ -209,7 +209,7 @@ def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
 
 
 def _entry_json(item: EntryBuilds) -> dict[str, object]:
-    from strata_dagster.engine.business import SOURCE_VERSIONS
+    from strata_dagster.engine.sources.business import SOURCE_VERSIONS
 
     entry = item.entry
     return {
@@ -231,7 +231,7 @@ def _entry_json(item: EntryBuilds) -> dict[str, object]:
 
 def print_source_versions(detail: dict[str, Any]) -> None:
     """The version of each business-versioned source a run read: its last consumed partition."""
-    from strata_dagster.engine.business import SOURCE_VERSIONS
+    from strata_dagster.engine.sources.business import SOURCE_VERSIONS
 
     for source, version in sorted((detail.get(SOURCE_VERSIONS) or {}).items()):
         parts = [f"{version.get('partitions', 0):,} partitions consumed"]
@@ -267,7 +267,7 @@ def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) ->
     """Show what RUN_ID ran: inputs' fingerprints, snapshots and the path each model took."""
     from rich.table import Table
 
-    from strata_dagster.engine.replay import replay as replay_run
+    from strata_dagster.engine.commands.replay import replay as replay_run
 
     report = replay_run(resolve_warehouse(project, warehouse), run_id, execute=execute)
     entry = report.entry
@@ -325,7 +325,7 @@ def replay(project: Path, run_id: str, warehouse: Path | None, execute: bool) ->
 @reports_errors
 def rollback(project: Path, run_id: str, warehouse: Path | None) -> None:
     """Point the views back at what RUN_ID published (recorded as its own history entry)."""
-    from strata_dagster.engine import operations
+    from strata_dagster.engine.commands import operations
 
     target = resolve_warehouse(project, warehouse)
     result = operations.rollback(target, run_id)
@@ -342,7 +342,7 @@ def retire(project: Path, warehouse: Path | None, branch: str) -> None:
     """Drop the live views of models PROJECT no longer defines (renamed or deleted), recorded as a
     history entry; `strata rollback` to an earlier run brings them back. Python models' views
     (defined in Dagster code) are kept."""
-    from strata_dagster.engine import operations
+    from strata_dagster.engine.commands import operations
 
     target = resolve_warehouse(project, warehouse)
     result = operations.retire_removed(project, target, branch)
@@ -381,7 +381,7 @@ def branch() -> None:
 @reports_errors
 def branch_create(project: Path, name: str, source: str, warehouse: Path | None) -> None:
     """Create branch NAME pointing at the snapshots of --from (zero-copy)."""
-    from strata_dagster.engine import operations
+    from strata_dagster.engine.commands import operations
 
     result = operations.create_branch(resolve_warehouse(project, warehouse), name, source)
     print_pointer_result(result, f"branch {name} created from {source}")
@@ -395,7 +395,7 @@ def branch_create(project: Path, name: str, source: str, warehouse: Path | None)
 def branch_delete(project: Path, name: str, warehouse: Path | None) -> None:
     """Drop every view of branch NAME (recorded in the history; `strata rollback` to one of its runs
     brings it back)."""
-    from strata_dagster.engine import operations
+    from strata_dagster.engine.commands import operations
 
     result = operations.delete_branch(resolve_warehouse(project, warehouse), name)
     print_pointer_result(result, f"branch {name} deleted (run {(result.run_id or '-')[:12]})")
@@ -409,7 +409,7 @@ def branch_delete(project: Path, name: str, warehouse: Path | None) -> None:
 @reports_errors
 def promote(project: Path, source: str, target: str, warehouse: Path | None) -> None:
     """Point --to's views at the snapshots branch SOURCE exposes (zero-copy)."""
-    from strata_dagster.engine import operations
+    from strata_dagster.engine.commands import operations
 
     where = resolve_warehouse(project, warehouse)
     result = operations.promote(where, source, target)
@@ -447,8 +447,8 @@ def backfill(
     """Rebuild from RUN_ID's context with corrected sources, recorded with a mandatory reason.
 
     With --partitions, the selected partitioned models rebuild exactly those partitions."""
-    from strata_dagster.engine.backfill import backfill as run_backfill
-    from strata_dagster.engine.backfill import backfill_errors
+    from strata_dagster.engine.commands.backfill import backfill as run_backfill
+    from strata_dagster.engine.commands.backfill import backfill_errors
     from strata_dagster.engine.run import NOTHING_TO_DO
     from strata_dagster.language import load_project
 

@@ -40,7 +40,7 @@ def show_command(
     to --output, on either engine."""
     from rich.table import Table
 
-    from strata_dagster.engine.show import export_rows, show_rows
+    from strata_dagster.engine.reads.show import export_rows, show_rows
 
     where = resolve_warehouse(project, warehouse)
     if output is not None:

@@ -19,7 +19,7 @@ from strata_dagster.cli.output import console, reports_errors, say
 from strata_dagster.errors import E_WAREHOUSE, StrataError
 
 if TYPE_CHECKING:
-    from strata_dagster.engine.unit_tests import DiffRow, UnitTestReport, UnitTestResult
+    from strata_dagster.engine.commands.unit_tests import DiffRow, UnitTestReport, UnitTestResult
 
 
 @click.command("test")
@@ -32,7 +32,7 @@ def test_command(project: Path, models: str | None, warehouse: Path | None, as_j
     """Run the unit tests of PROJECT's models: each model over its fixture rows, in an in-memory
     DuckDB, against the expected rows. The warehouse is only read (for its sources' columns and
     types), never written. Exits 1 when a test fails."""
-    from strata_dagster.engine.unit_tests import run_unit_tests
+    from strata_dagster.engine.commands.unit_tests import run_unit_tests
 
     selection = model_selection(models)
     if warehouse is not None and not warehouse.exists():

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from strata_dagster.backends.duckdb.compare import ColumnTotal, Figures, Total
-    from strata_dagster.engine.verify import ModelVerification, VerifyReport
+    from strata_dagster.engine.commands.verify import ModelVerification, VerifyReport
 
 _HEADERS = ("rows\n(full)", "row\ndelta", "only\nfull", "only\nincr", "count\n≠", "rows\nin ≠", "totals")
 _LEGEND = (
@@ -73,7 +73,7 @@ def verify_command(
     every numeric column, per partition for partitioned models. Exits 1 on any difference.
     """
     from strata_dagster.backends.duckdb.sources import parse_overrides
-    from strata_dagster.engine.verify import verify
+    from strata_dagster.engine.commands.verify import verify
     from strata_dagster.language import load_project
 
     if deep_sources:
@@ -94,7 +94,7 @@ def verify_command(
 
 
 def _verify_sources(project: Path, warehouse: Path) -> None:
-    from strata_dagster.engine.source_verify import mismatch_error, verify_sources
+    from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
 
     checks = verify_sources(project, warehouse)
     for check in checks:

@@ -10,8 +10,8 @@ PlanPath = BuildPath | Literal["cutoff-candidate", "depends"]
 REUSED: Final = "reused"  # a snapshot with this build key existed
 FULL: Final = "full"  # rebuilt into a new snapshot
 CUTOFF: Final = "cutoff"  # rebuilt, rows equal to the current snapshot: that snapshot stays
-DELTA: Final = "delta"  # a delta segment on top of the previous state (engine.incremental)
-PARTITIONS: Final = "partitions"  # the affected partitions, recomputed completely (engine.partitions)
+DELTA: Final = "delta"  # a delta segment on top of the previous state (engine.builds.incremental)
+PARTITIONS: Final = "partitions"  # the affected partitions, recomputed completely (engine.builds.partitions)
 VIEW: Final = "view"  # a `materialize: view` model: a new view over its inputs, no rows stored
 
 # Only in a plan:

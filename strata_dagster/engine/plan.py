@@ -2,7 +2,7 @@
 
 The planner is the run itself up to its decisions: it reads the sources and the history with the
 run's scope (engine.decisions.scope), decides each model with the run's decider
-(engine.decisions.decider), and asks the builder the run would use (engine.builds.dispatch)
+(engine.decisions.decider), and asks the builder the run would use (engine.decisions.dispatch)
 for the reason a delta would fall back to full (`precheck`, the window gate) and for the
 partitions whose input changed. It opens the warehouse
 read-only. What only a build can tell (whether a rebuilt model's rows come out equal, so the live
@@ -18,20 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.compile.determinism import volatile_calls
-from strata_dagster.engine import sliding_window
-from strata_dagster.engine.builds.dispatch import delta_builder
-from strata_dagster.engine.damaged_files import rebuilt_reason
-from strata_dagster.engine.decisions.decider import Decider
-from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
-from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.explain import partition_ranges
-from strata_dagster.engine.incremental import DeltaBuilder, Fallback
-from strata_dagster.engine.model_slices import AppendedBuilder
-from strata_dagster.engine.partitions import (
+from strata_dagster.engine.builds import sliding_window
+from strata_dagster.engine.builds.incremental import DeltaBuilder, Fallback
+from strata_dagster.engine.builds.model_slices import AppendedBuilder
+from strata_dagster.engine.builds.partitions import (
     PartitionBuild,
     partition_fingerprints,
     partition_grain,
 )
+from strata_dagster.engine.damaged_files import rebuilt_reason
+from strata_dagster.engine.decisions.decider import Decider
+from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
+from strata_dagster.engine.decisions.dispatch import delta_builder
+from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.paths import (
     CUTOFF,
     CUTOFF_CANDIDATE,
@@ -42,6 +41,7 @@ from strata_dagster.engine.paths import (
     REUSED,
     VIEW,
 )
+from strata_dagster.engine.reads.explain import partition_ranges
 from strata_dagster.engine.run import RunRequest, opened_project
 from strata_dagster.state.history import SnapshotRecord
 
@@ -144,7 +144,7 @@ class ModelPlan:
 class Plan:
     branch: str
     models: tuple[ModelPlan, ...] = field(default_factory=tuple)
-    # Models with a live view on the branch that the project no longer defines (engine/removed.py).
+    # Models with a live view on the branch that the project no longer defines (engine/decisions/removed.py).
     removed: tuple[str, ...] = ()
 
     @property
@@ -260,7 +260,7 @@ class Planner:
         changes = self._changes(name, current, choice)
         if choice.existing is not None:
             return self._forced_plan(name, choice, current)
-        # The strategy the run would build it with (engine.builds.dispatch), as the decision names it.
+        # The strategy the run would build it with (engine.decisions.dispatch), as the decision names it.
         if decision.strategy == "view":
             return ModelPlan(name, VIEW, (VIEW, CUTOFF), _why(current, changes, VIEW), changes)
         if decision.strategy == "sliding_window":
@@ -275,7 +275,7 @@ class Planner:
     def _window_plan(
         self, name: str, source: str, current: SnapshotRecord | None, changes: tuple[InputChange, ...]
     ) -> ModelPlan:
-        """A model over a sliding-window source (engine.sliding_window): the run decides the rest."""
+        """A model over a sliding-window source (engine.builds.sliding_window): the run decides the rest."""
         shape = sliding_window.shape_of(self.context.compiled.models[name], source)
         if isinstance(shape, str) or self.scope.is_partitioned(name):
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: `{source}` is a sliding window", changes)
@@ -406,7 +406,7 @@ class Planner:
     def _sliced_plan(
         self, name: str, builder: PartitionBuild | AppendedBuilder, changes: tuple[InputChange, ...]
     ) -> ModelPlan:
-        """A model maintained from its input models' new segments (engine.model_slices)."""
+        """A model maintained from its input models' new segments (engine.builds.model_slices)."""
         fallback = builder.precheck()
         if fallback is not None:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {fallback.reason}", changes)

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from strata_dagster.backends.base import Session
-from strata_dagster.engine.business import SOURCE_VERSIONS, BusinessReading
 from strata_dagster.engine.paths import UNPARTITIONED
-from strata_dagster.engine.status import SourceState
+from strata_dagster.engine.sources.business import SOURCE_VERSIONS, BusinessReading
+from strata_dagster.engine.sources.readings import SourceState
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest
 from strata_dagster.state.history import EntryModel, HistoryReader, SnapshotRecord

@@ -21,20 +21,20 @@ from strata_dagster.backends.duckdb.connection import check_warehouse_path
 from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine import business
-from strata_dagster.engine.builds.dispatch import strategy_for
+from strata_dagster.engine.builds.limits import limits_as_errors
+from strata_dagster.engine.builds.partition_range import REQUESTED_PARTITIONS
 from strata_dagster.engine.builds.strategy import Built, Target
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision
+from strata_dagster.engine.decisions.dispatch import strategy_for
 from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.limits import limits_as_errors
-from strata_dagster.engine.listing_prefetch import listed_while_opening
-from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
-from strata_dagster.engine.partition_range import REQUESTED_PARTITIONS
 from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
 from strata_dagster.engine.publish import Publication, publish
+from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.listing_prefetch import listed_while_opening
+from strata_dagster.engine.sources.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language import load_project
@@ -60,7 +60,7 @@ class RunRequest:
     # The run's clock (UTC) for `refresh:` periods; None reads the system clock.
     now: dt.datetime | None = None
     # `--partitions` items (2026-01-05, 2026-01, a..b): rebuild exactly these partitions of the
-    # selected partitioned models of their grain (engine.partition_range).
+    # selected partitioned models of their grain (engine.builds.partition_range).
     partitions: tuple[str, ...] = ()
 
 
@@ -84,7 +84,7 @@ class RunResult:
     entry: int | None
     outcomes: tuple[ModelOutcome, ...]
     branch: str
-    # Models with a live view on the branch that the project no longer defines (engine/removed.py).
+    # Models with a live view on the branch that the project no longer defines (engine/decisions/removed.py).
     removed: tuple[str, ...] = ()
     # Models rebuilt because a snapshot file of their state could not be read (engine/damaged_files.py).
     rebuilt_damaged: Mapping[str, tuple[FileDamage, ...]] = field(default_factory=dict)
@@ -111,7 +111,7 @@ def opened_project(
     request: RunRequest, *, read_only: bool = False, timeout: float | None = None
 ) -> Iterator[tuple[Session, ProjectContext]]:
     """The warehouse opened (read-only: nothing migrated or written) and the project compiled
-    against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
+    against it; its business-versioned file sources are listed meanwhile (engine.sources.listing_prefetch)."""
     project = load_project(request.project_dir)
     check_warehouse_path(request.warehouse, is_file=current_engine().is_duckdb)
     if not read_only:
@@ -343,7 +343,7 @@ class _Run:
         return snapshot_id
 
     def _build(self, decision: ModelDecision, fingerprint: ModelFingerprint) -> Built:
-        """The model built by the strategy its decision names (engine.builds.dispatch); what it
+        """The model built by the strategy its decision names (engine.decisions.dispatch); what it
         wrote is recorded for the publication."""
         name, key = decision.model, decision.choice.key
         snapshot_id = self._new_snapshot_id(key)

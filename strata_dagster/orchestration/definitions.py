@@ -15,8 +15,8 @@ from strata_dagster.backends.duckdb.settings import check_environment
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.catalog import Catalog, read_catalog
 from strata_dagster.engine.context import check_branch, check_branch_of
+from strata_dagster.engine.reads.catalog import Catalog, read_catalog
 from strata_dagster.errors import E_COMPONENT, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.orchestration import constants as c

@@ -25,7 +25,7 @@ from pathlib import Path
 import dagster as dg
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
-from strata_dagster.engine.partition_status import entry_facts
+from strata_dagster.engine.reads.partition_status import entry_facts
 from strata_dagster.errors import W_DAGSTER_UNREPORTED, StrataError, StrataWarning
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets.catch_up import catch_up

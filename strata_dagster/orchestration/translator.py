@@ -17,8 +17,8 @@ import dagster as dg
 
 from strata_dagster.compile.lineage import ColumnDeps
 from strata_dagster.compile.relations import file_format, model_view
-from strata_dagster.engine.catalog import PartitionBounds
-from strata_dagster.engine.columns import RelationColumns
+from strata_dagster.engine.reads.catalog import PartitionBounds
+from strata_dagster.engine.reads.columns import RelationColumns
 from strata_dagster.errors import Location
 from strata_dagster.language.definition import PartitionSpec, Refresh
 from strata_dagster.orchestration import constants as c
@@ -181,7 +181,7 @@ class StrataDagsterTranslator:
         return metadata
 
     def get_column_schema(self, props: StrataAssetProps) -> dg.TableSchema | None:
-        """Column names and types (see strata_dagster.engine.columns for where types come from; a
+        """Column names and types (see strata_dagster.engine.reads.columns for where types come from; a
         column whose type is not known without building shows as `unknown`), `not null` from the
         contract, `unique` from a one-column `unique:` pin (a longer key is a table constraint)."""
         if props.columns is None:

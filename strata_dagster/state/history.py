@@ -32,7 +32,7 @@ class Entry:
     detail: dict[str, Any]
 
 
-# The history entry kind of a Python model's frame (engine/frames.py): its model is not in the project.
+# The history entry kind of a Python model's frame (engine/commands/frames.py): its model is not in the project.
 PYTHON_ENTRY_KIND = "python"
 # A view model's snapshot detail: what it is, and the snapshots it reads (gc keeps them with it).
 MATERIALIZE_KEY = "materialize"

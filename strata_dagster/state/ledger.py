@@ -106,7 +106,7 @@ def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, Ledge
 
 class LedgerDigest(NamedTuple):
     """The ledger as a whole, as the run that last advanced it left it: one digest of its
-    partitions' keys and evidence in order (engine.business.evidence_digest) and their row
+    partitions' keys and evidence in order (engine.sources.business.evidence_digest) and their row
     counts in that order."""
 
     digest: str

@@ -2,7 +2,7 @@
 
 What the engine checks before it uses a file (snapshot_files.problem_of, serving._is_whole) is
 cheap; these checks read more (every history table, every snapshot file's footer, the serving
-catalog itself) and name what they find, for engine.doctor to say how to repair it.
+catalog itself) and name what they find, for engine.commands.doctor to say how to repair it.
 """
 
 from __future__ import annotations

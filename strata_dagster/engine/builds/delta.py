@@ -1,7 +1,7 @@
 """An incremental model's build: a delta on its live state when it is provably safe, else in full.
 
 Which delta builder computes the delta (a window of an upsert or an append, partitions, slices, a
-model's appended rows, requested partitions) is engine.builds.dispatch's choice; this module runs
+model's appended rows, requested partitions) is engine.decisions.dispatch's choice; this module runs
 it, checks the pins on what it wrote, and falls back to the model's full build with the reason.
 """
 
@@ -13,18 +13,18 @@ from typing import Protocol
 
 from strata_dagster.backends.base import Session
 from strata_dagster.engine.builds.full import FullBuild
+from strata_dagster.engine.builds.incremental import Fallback
 from strata_dagster.engine.builds.pins import check_delta_pins, unique_checked
 from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.builds.strategy import Built, Target, as_build_error
 from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.incremental import Fallback
 from strata_dagster.engine.paths import CUTOFF, BuildPath
 from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Model
 
 
 class DeltaBuilding(Protocol):
-    """A delta's builder (engine.builds.dispatch.delta_builder): a `DeltaBuilder`, an
+    """A delta's builder (engine.decisions.dispatch.delta_builder): a `DeltaBuilder`, an
     `AppendedBuilder` or a `PartitionBuild`."""
 
     def build(self) -> DeltaBuild | Fallback:
@@ -41,7 +41,7 @@ class IncrementalBuild:
             "requested"; "full" when a full reason rules every delta out).
         target: what the build writes.
         session: the run's session.
-        delta: makes the delta's builder (engine.builds.dispatch.delta_builder); None when
+        delta: makes the delta's builder (engine.decisions.dispatch.delta_builder); None when
             `full_reason` rules a delta out before any row is read.
         full_reason: why the model is built in full without trying a delta ("first build", ...).
         full: the model's full build, the fallback.

@@ -14,22 +14,22 @@ from typing import ClassVar
 
 from strata_dagster.backends.base import Session
 from strata_dagster.compile.determinism import volatile_calls
-from strata_dagster.engine import partitions
-from strata_dagster.engine.builds.pins import check_pins, unique_checked
-from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
-from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.incremental import (
+from strata_dagster.engine.builds import partitions
+from strata_dagster.engine.builds.incremental import (
     IncrementalContext,
     full_detail,
     full_key_sum,
     full_output_facts,
     output_watermark,
 )
-from strata_dagster.engine.model_slices import ModelSlices, appended_detail, sliced_detail
-from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS
+from strata_dagster.engine.builds.model_slices import ModelSlices, appended_detail, sliced_detail
+from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
+from strata_dagster.engine.builds.pins import check_pins, unique_checked
+from strata_dagster.engine.builds.row_wise import ROW_WISE
+from strata_dagster.engine.builds.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
+from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
+from strata_dagster.engine.decisions.definition import StrategyName
 from strata_dagster.engine.paths import CUTOFF, FULL, UNPARTITIONED
-from strata_dagster.engine.row_wise import ROW_WISE
-from strata_dagster.engine.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
 from strata_dagster.faults import checkpoint
 from strata_dagster.sql.content import Content
 from strata_dagster.sql.render import snapshot_table
@@ -56,7 +56,7 @@ class FullBuild:
         is_partitioned: partitioned as built: the state records fingerprints per partition.
         is_refresh: `--full-refresh` of this model: no live state is kept for equal rows.
         followed: how the model follows its input models' segments, if it does.
-        is_sliced: a plain model sliced by its input model's key (engine.model_slices).
+        is_sliced: a plain model sliced by its input model's key (engine.builds.model_slices).
         identities: each input's content identity; upstream_segments: the followed inputs'.
         row_wise: the slicing a row-wise model is maintained by (history's words).
         not_maintained: why a model read row-wise is not maintained so (recorded on a new state).
@@ -80,7 +80,7 @@ class FullBuild:
     is_partitioned: bool = False  # partitioned as built (a row-wise model by its slicing)
     is_refresh: bool = False  # `--full-refresh` of this model: no state is kept for equal rows
     followed: ModelSlices | None = None  # how it follows its input models' segments, if it does
-    is_sliced: bool = False  # a plain model sliced by its input model's key (engine.model_slices)
+    is_sliced: bool = False  # a plain model sliced by its input model's key (engine.builds.model_slices)
     identities: Mapping[str, str] = field(default_factory=dict)  # each input's content identity
     upstream_segments: Mapping[str, list[str]] = field(default_factory=dict)  # of the followed inputs
     row_wise: str | None = None  # the slicing a row-wise model is maintained by (history's words)
@@ -163,7 +163,7 @@ class FullBuild:
 
     def _figures(self) -> SliceFigures | None:
         """What a full build of a day- or month-partitioned model records of its rows for its next
-        builds and its followers (engine.state_figures): the scan that counts and hashes them."""
+        builds and its followers (engine.builds.state_figures): the scan that counts and hashes them."""
         context = self.context
         if context is None or not self.is_partitioned or volatile_calls(self.target.model):
             return None

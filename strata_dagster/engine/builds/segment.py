@@ -4,7 +4,7 @@ Every segment-writing build (a window's delta, partitions, slices, a model's app
 its rows its own way and hands them to one `SegmentWriter`, which writes them as a segment of the
 new state, keeps the previous state when no row changed (early cutoff), refuses a segment whose
 columns differ (SchemaChanged), compacts the state when its segments pile up
-(engine.segment_compaction) and makes the new state's record.
+(engine.builds.segment_compaction) and makes the new state's record.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from strata_dagster.backends.duckdb.engines import engine_version
-from strata_dagster.engine import segment_compaction
+from strata_dagster.engine.builds import segment_compaction
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.sql.content import Content
@@ -28,7 +28,7 @@ from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecor
 from strata_dagster.state.states import KEYS_NULL_FREE
 
 if TYPE_CHECKING:
-    from strata_dagster.engine.incremental import IncrementalContext
+    from strata_dagster.engine.builds.incremental import IncrementalContext
 
 KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
 KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's state can hold (Spark)
@@ -145,7 +145,7 @@ class SegmentWriter:
             segment = session.content(snapshot_table(name))
         # A merge delta that gives back exactly the rows it replaces (e.g. a `lateness` re-read of
         # unchanged rows) leaves the state's rows as they are, so the state stays (early cutoff).
-        # Partition builds keep their own rule (engine.partitions).
+        # Partition builds keep their own rule (engine.builds.partitions).
         is_same_rows = (segment.row_count, int(segment.row_hash_sum)) == (removed[0], int(removed[1]))
         is_cutoff = (segment.row_count == 0 and removed[0] == 0) or (
             is_same_rows and ctx.model.properties.merge_strategy in INCREMENTAL_STRATEGIES

@@ -1,6 +1,6 @@
 """The contract every build strategy implements, and what strategies share.
 
-A model the run rebuilds is built by one strategy, which engine.builds.dispatch picks from the
+A model the run rebuilds is built by one strategy, which engine.decisions.dispatch picks from the
 model's decision (engine.decisions): `ViewBuild` (builds/view.py), `FullBuild` (builds/full.py),
 `WindowBuild` over a sliding-window source (builds/window.py) and `IncrementalBuild`, a delta on the
 live state or else a full build (builds/delta.py). A strategy writes the model's new snapshot or
@@ -20,8 +20,8 @@ from sqlglot import exp
 from strata_dagster.backends.base import ResourceLimitExceeded, WarehouseError
 from strata_dagster.backends.duckdb.engines import engine_label
 from strata_dagster.compile.compiler import CompiledModel
+from strata_dagster.engine.builds.limits import limit_error
 from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.limits import limit_error
 from strata_dagster.engine.paths import BuildPath
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language.definition import Model
@@ -58,7 +58,7 @@ class Built:
 
 class BuildStrategy(Protocol):
     """How one rebuilt model of one run is built. A strategy is made for that model with all it
-    reads (engine.builds.dispatch.strategy_for), and `build` is called once, inside the run's
+    reads (engine.decisions.dispatch.strategy_for), and `build` is called once, inside the run's
     transaction.
 
     Examples:

@@ -1,5 +1,5 @@
 """A model over a `sliding_window(N)` source: an aggregate kept from the window's weighted delta
-(engine.sliding_window), any other shape built in full over the window, and why."""
+(engine.builds.sliding_window), any other shape built in full over the window, and why."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from strata_dagster.backends.base import Session
-from strata_dagster.engine import sliding_window
+from strata_dagster.engine.builds import sliding_window
 from strata_dagster.engine.builds.delta import accepted
 from strata_dagster.engine.builds.full import FullBuild, full_record
 from strata_dagster.engine.builds.pins import check_pins
 from strata_dagster.engine.builds.segment import DeltaBuild
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
-from strata_dagster.engine.business import BusinessReading
 from strata_dagster.engine.decisions.definition import StrategyName
 from strata_dagster.engine.paths import DELTA, FULL
+from strata_dagster.engine.sources.business import BusinessReading
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.state.history import SnapshotRecord
 

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from strata_dagster.backends.duckdb.snapshot_files import FileDamage
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.engine.builds.full import REPLACED_SOURCES
+from strata_dagster.engine.builds.model_slices import ModelSlices
+from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, StrategyName
 from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.model_slices import ModelSlices
-from strata_dagster.engine.row_wise import ROW_WISE, RowWise
 from strata_dagster.fingerprint import build_key
 from strata_dagster.fingerprint.refresh import refresh_period
 from strata_dagster.state.history import SnapshotRecord
@@ -122,7 +122,7 @@ class Decider:
 
     # -- how a rebuilt model is built ---------------------------------------------------------------
     def strategy(self, name: str, full_reason: str | None) -> StrategyName:
-        """Which kind of build rebuilds `name` (engine.builds.dispatch builds it)."""
+        """Which kind of build rebuilds `name` (engine.decisions.dispatch builds it)."""
         scope = self.scope
         if scope.project.models[name].properties.is_view:
             return "view"

@@ -14,7 +14,7 @@ from typing import Literal
 from strata_dagster.engine.paths import UNPARTITIONED
 from strata_dagster.state.history import SnapshotRecord
 
-# Which kind of build rebuilds a model (engine.builds.dispatch builds it).
+# Which kind of build rebuilds a model (engine.decisions.dispatch builds it).
 StrategyName = Literal[
     "view", "sliding_window", "full", "requested", "appended", "sliced", "partitions", "delta"
 ]

@@ -20,11 +20,10 @@ from sqlglot import exp
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.compile.relations import branch_schema
-from strata_dagster.engine import business, partitions
-from strata_dagster.engine.business_delta import narrowed_context
-from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
-from strata_dagster.engine.incremental import IncrementalContext
-from strata_dagster.engine.model_slices import (
+from strata_dagster.engine.builds import partitions
+from strata_dagster.engine.builds.business_delta import narrowed_context
+from strata_dagster.engine.builds.incremental import IncrementalContext
+from strata_dagster.engine.builds.model_slices import (
     Maintained,
     ModelSlices,
     UpstreamChange,
@@ -33,18 +32,20 @@ from strata_dagster.engine.model_slices import (
     slicing,
     upstream_change,
 )
+from strata_dagster.engine.builds.partition_range import requested_partitions
+from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
+from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise, is_plain, row_wise
+from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
+from strata_dagster.engine.decisions.removed import removed_models
+from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
-from strata_dagster.engine.partition_range import requested_partitions
-from strata_dagster.engine.partitions import UPSTREAM_SEGMENTS
-from strata_dagster.engine.removed import removed_models
-from strata_dagster.engine.row_wise import ROW_WISE, RowWise, is_plain, row_wise
-from strata_dagster.engine.status import (
+from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.readings import (
     SourceState,
     fingerprint_models,
     read_source_state,
     read_source_state_by_group,
 )
-from strata_dagster.engine.view_lineage import source_partition_through_views
 from strata_dagster.fingerprint import ModelFingerprint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
@@ -87,7 +88,7 @@ class RunScope:
         self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
         self._entry: int | None = None
         # Plain models of the closure: how each is maintained row-wise, or why it is not; and
-        # every model maintained from its input models' new segments (engine.model_slices).
+        # every model maintained from its input models' new segments (engine.builds.model_slices).
         self.row_wise: dict[str, Maintained] = {}
         self.followed: dict[str, ModelSlices] = {}
         for name in self.closure:
@@ -130,7 +131,7 @@ class RunScope:
 
     def read_pointers(self, *, has_history: bool = True) -> dict[str, tuple[str, ...]]:
         """What the branch's live views show now (none without history), and the models whose live
-        view the project no longer defines (engine.removed)."""
+        view the project no longer defines (engine.decisions.removed)."""
         self.pointers = self.reader.pointers(self.context.branch) if has_history else {}
         self.removed = removed_models(self.reader, self.pointers, self.project)
         return self.pointers
@@ -240,7 +241,7 @@ class RunScope:
         return self.request.full_refresh and name in self.selected
 
     def sliding_source_of(self, name: str) -> str | None:
-        """The `sliding_window(N)` source the model reads, if any (engine.sliding_window)."""
+        """The `sliding_window(N)` source the model reads, if any (engine.builds.sliding_window)."""
         return next(
             (
                 ref

@@ -29,9 +29,14 @@ from typing import Any
 import dagster as dg
 
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.partition_staleness import stale_partitions
-from strata_dagster.engine.partition_status import LiveState, live_states, model_partitions, whole_content
 from strata_dagster.engine.plan import plan
+from strata_dagster.engine.reads.partition_staleness import stale_partitions
+from strata_dagster.engine.reads.partition_status import (
+    LiveState,
+    live_states,
+    model_partitions,
+    whole_content,
+)
 from strata_dagster.engine.run import RunRequest
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c

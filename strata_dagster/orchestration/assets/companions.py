@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from strata_dagster.engine.catalog import Catalog
-from strata_dagster.engine.partition_status import input_partitions
+from strata_dagster.engine.reads.catalog import Catalog
+from strata_dagster.engine.reads.partition_status import input_partitions
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter
 from strata_dagster.orchestration.failures import fails_cleanly

@@ -28,14 +28,14 @@ import dagster as dg
 
 from strata_dagster.backends.duckdb.connection import held_open
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.backfill import run_backfill_request
-from strata_dagster.engine.business import SOURCE_VERSIONS
-from strata_dagster.engine.columns import live_columns
-from strata_dagster.engine.explain import build_why
+from strata_dagster.engine.commands.backfill import run_backfill_request
 from strata_dagster.engine.partition_keys import as_request_texts
-from strata_dagster.engine.partition_status import model_partitions, published_state, whole_content
 from strata_dagster.engine.paths import CUTOFF, REUSED
+from strata_dagster.engine.reads.columns import live_columns
+from strata_dagster.engine.reads.explain import build_why
+from strata_dagster.engine.reads.partition_status import model_partitions, published_state, whole_content
 from strata_dagster.engine.run import ModelOutcome, RunRequest, RunResult
+from strata_dagster.engine.sources.business import SOURCE_VERSIONS
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import dagster as dg
 
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.arrivals import partition_versions as partition_versions_of
-from strata_dagster.engine.partition_status import source_partitions, whole_content
-from strata_dagster.engine.status import observe_sources
+from strata_dagster.engine.reads.arrivals import partition_versions as partition_versions_of
+from strata_dagster.engine.reads.partition_status import source_partitions, whole_content
+from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.assets.companions import PartitionCompanion, companion_observations
 from strata_dagster.orchestration.checks.stale_partitions import StaleCheckReporter

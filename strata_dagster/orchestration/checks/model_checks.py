@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import dagster as dg
 
-from strata_dagster.engine.checks import (
+from strata_dagster.engine.commands.checks import (
     LivePins,
     Pins,
     check_live_pins,

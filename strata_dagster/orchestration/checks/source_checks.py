@@ -14,8 +14,8 @@ from typing import Final
 
 import dagster as dg
 
-from strata_dagster.engine.arrivals import SourceArrivals, peek_arrivals
-from strata_dagster.engine.source_verify import verify_sources
+from strata_dagster.engine.reads.arrivals import SourceArrivals, peek_arrivals
+from strata_dagster.engine.sources.source_verify import verify_sources
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.failures import fails_cleanly
 from strata_dagster.orchestration.naming import ProjectNames

@@ -30,10 +30,10 @@ from typing import Any, Final
 
 import dagster as dg
 
-from strata_dagster.engine.explain import partition_ranges
-from strata_dagster.engine.partition_staleness import stale_partitions
 from strata_dagster.engine.paths import FULL, PARTITIONS, REUSED
 from strata_dagster.engine.plan import CUTOFF_CANDIDATE, ModelPlan, plan
+from strata_dagster.engine.reads.explain import partition_ranges
+from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.run import RunRequest
 from strata_dagster.errors import StrataError
 from strata_dagster.orchestration import constants as c
@@ -223,7 +223,7 @@ def read_engine_stale(
     *,
     timeout: float | None = LOCK_WAIT_SECONDS,
 ) -> EngineStale:
-    """The stale partitions of `partitioned` the engine tells (engine.partition_staleness: the
+    """The stale partitions of `partitioned` the engine tells (engine.reads.partition_staleness: the
     partitions whose input rows changed, one grouped scan per model), keyed as the assets'
     partitions are; `is_stale`: Dagster's status of one asset partition, which confirms a partial
     answer before a run is requested for it (a partition whose rebuild gave its rows again stays

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import dagster as dg
 
-from strata_dagster.engine.unit_tests import UnitTestResult, run_unit_tests
+from strata_dagster.engine.commands.unit_tests import UnitTestResult, run_unit_tests
 from strata_dagster.errors import StrataError
 from strata_dagster.language.definition import ModelTest, Project
 from strata_dagster.orchestration import constants as c

@@ -21,8 +21,8 @@ from pydantic import Field, PrivateAttr
 
 from strata_dagster.backends.duckdb.connection import held_open
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.frames import FrameRequest, FrameResult, publish_frame
-from strata_dagster.engine.partition_status import read_model
+from strata_dagster.engine.commands.frames import FrameRequest, FrameResult, publish_frame
+from strata_dagster.engine.reads.partition_status import read_model
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language import load_project
 from strata_dagster.orchestration import constants as c

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from strata_dagster.engine.backfill import backfill_request
+from strata_dagster.engine.commands.backfill import backfill_request
 from strata_dagster.engine.run import RunRequest
 from strata_dagster.errors import E_BACKFILL, StrataError
 from strata_dagster.language import load_project

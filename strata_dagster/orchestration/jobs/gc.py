@@ -1,7 +1,7 @@
 """The retention job: `strata gc` as the `strata_gc` job and its schedule (stopped unless turned on).
 
 It drops the snapshots no branch exposes and no kept run needs, exactly as `strata gc --keep N
---older-than AGE [--compact]` does (engine.gc), in the `duckdb` pool so it never races a build.
+--older-than AGE [--compact]` does (engine.commands.gc), in the `duckdb` pool so it never races a build.
 """
 
 from dataclasses import dataclass
@@ -9,7 +9,7 @@ from typing import Final
 
 import dagster as dg
 
-from strata_dagster.engine.gc import gc, parse_age
+from strata_dagster.engine.commands.gc import gc, parse_age
 from strata_dagster.errors import E_GC, E_GC_SCHEDULE, StrataError
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.failures import as_failure

@@ -1,6 +1,6 @@
 """The stale sensor's first step: new partitions of business-versioned sources, picked up in one tick.
 
-Each tick lists every business-versioned source (engine.arrivals: the listing and the ledger, no
+Each tick lists every business-versioned source (engine.reads.arrivals: the listing and the ledger, no
 row read) and compares the version the next run would record with the data version Dagster last
 recorded for the source's `__whole` companion. When they differ (a complete partition arrived, or
 the source was never observed) the same tick:
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from strata_dagster.engine.arrivals import SourceArrivals, peek_arrivals
+from strata_dagster.engine.reads.arrivals import SourceArrivals, peek_arrivals
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.checks.source_checks import ASSUMPTIONS_CHECK, assumption_evaluation
 from strata_dagster.orchestration.constants import LOCK_WAIT_SECONDS

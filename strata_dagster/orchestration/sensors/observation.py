@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from strata_dagster.engine.status import peek_live_contents, peek_source_fingerprints
+from strata_dagster.engine.sources.readings import peek_live_contents, peek_source_fingerprints
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.constants import LOCK_WAIT_SECONDS
 from strata_dagster.orchestration.resources.strata import StrataResource

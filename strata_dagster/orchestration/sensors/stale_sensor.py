@@ -96,7 +96,7 @@ def plan_stale_runs(
     of every status stops after `SCAN_SECONDS` and goes on at the next tick; runs are planned
     once it is complete. `explain`: the engine's words for why the ready assets are rebuilt (it
     replaces Dagster's stale causes where it has a line). `engine_stale`: the stale partitions of the
-    partitioned models the engine told (engine.partition_staleness, one scan per model): Dagster is
+    partitioned models the engine told (engine.reads.partition_staleness, one scan per model): Dagster is
     not asked about those. `busy`: the assets of queued or running runs, read before `engine_stale`
     was (else now)."""
     # Runs first, then stale status: a run that finishes in between is seen as busy (its assets

@@ -1,0 +1,1 @@
+"""Writing commands other than a run: backfill, replay, rollback and branches, gc, verify, frames, doctor."""

@@ -1,0 +1,1 @@
+"""Read-only answers for the CLI and Dagster: catalog, columns, explanations, partition status and staleness."""
