@@ -1,4 +1,4 @@
-"""Business-versioned file sources listed while the warehouse opens (engine.sources.listing_prefetch): an
+"""Business-versioned file sources listed while the warehouse opens (engine.listing_prefetch): an
 unchanged run lists its source once, in the listing thread, and a listing made before another run
 consumed partitions decides nothing."""
 
@@ -11,7 +11,7 @@ from strata_dagster.engine.context import load_context
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.listing_prefetch import Listings, listing_request
+from strata_dagster.engine.listing_prefetch import Listings, listing_request
 from strata_dagster.language import load_project
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 

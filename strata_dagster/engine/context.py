@@ -12,7 +12,7 @@ from strata_dagster.backends.dialect_check import for_engine
 from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
-from strata_dagster.engine.sources.listing_prefetch import Listings
+from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.selection import select

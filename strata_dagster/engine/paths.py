@@ -20,3 +20,8 @@ DEPENDS: Final = "depends"  # reused or rebuilt, as an upstream rebuilt first co
 
 # The partition key of a model's whole state (decisions and snapshots are per model today).
 UNPARTITIONED: Final = ""
+
+# Which kind of build rebuilds a model (engine.decisions.dispatch builds it).
+StrategyName = Literal[
+    "view", "sliding_window", "full", "requested", "appended", "sliced", "partitions", "delta"
+]

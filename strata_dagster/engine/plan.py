@@ -28,7 +28,7 @@ from strata_dagster.engine.builds.partitions import (
 )
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
-from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
+from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, RunRequest
 from strata_dagster.engine.decisions.dispatch import delta_builder
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.paths import (
@@ -42,7 +42,7 @@ from strata_dagster.engine.paths import (
     VIEW,
 )
 from strata_dagster.engine.reads.explain import partition_ranges
-from strata_dagster.engine.run import RunRequest, opened_project
+from strata_dagster.engine.run import opened_project
 from strata_dagster.state.history import SnapshotRecord
 
 _UNKNOWN = ""  # a content identity only the build will tell

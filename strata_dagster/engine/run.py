@@ -27,13 +27,13 @@ from strata_dagster.engine.builds.strategy import Built, Target
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
-from strata_dagster.engine.decisions.definition import ModelDecision
+from strata_dagster.engine.decisions.definition import ModelDecision, RunRequest
 from strata_dagster.engine.decisions.dispatch import strategy_for
 from strata_dagster.engine.decisions.scope import RunScope
+from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
 from strata_dagster.engine.publish import Publication, publish
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.listing_prefetch import listed_while_opening
 from strata_dagster.engine.sources.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
@@ -42,26 +42,6 @@ from strata_dagster.sql.views import snapshot_table_name
 from strata_dagster.state.history import EntryModel, SnapshotRecord
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    project_dir: Path
-    warehouse: Path
-    models: tuple[str, ...] = ()
-    branch: str = DEFAULT_BRANCH
-    overrides: Mapping[str, str] = field(default_factory=dict)
-    only_stale: bool = False
-    # Rebuild the selected models from all their input, also incremental and partitioned ones.
-    full_refresh: bool = False
-    kind: str = "run"
-    backfill_of: str | None = None
-    reason: str | None = None
-    # The run's clock (UTC) for `refresh:` periods; None reads the system clock.
-    now: dt.datetime | None = None
-    # `--partitions` items (2026-01-05, 2026-01, a..b): rebuild exactly these partitions of the
-    # selected partitioned models of their grain (engine.builds.partition_range).
-    partitions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,7 +91,7 @@ def opened_project(
     request: RunRequest, *, read_only: bool = False, timeout: float | None = None
 ) -> Iterator[tuple[Session, ProjectContext]]:
     """The warehouse opened (read-only: nothing migrated or written) and the project compiled
-    against it; its business-versioned file sources are listed meanwhile (engine.sources.listing_prefetch)."""
+    against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
     project = load_project(request.project_dir)
     check_warehouse_path(request.warehouse, is_file=current_engine().is_duckdb)
     if not read_only:

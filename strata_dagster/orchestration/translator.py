@@ -17,7 +17,7 @@ import dagster as dg
 
 from strata_dagster.compile.lineage import ColumnDeps
 from strata_dagster.compile.relations import file_format, model_view
-from strata_dagster.engine.reads.catalog import PartitionBounds
+from strata_dagster.engine.builds.partition_bounds import PartitionBounds
 from strata_dagster.engine.reads.columns import RelationColumns
 from strata_dagster.errors import Location
 from strata_dagster.language.definition import PartitionSpec, Refresh

@@ -17,8 +17,7 @@ from strata_dagster.engine.builds.incremental import Fallback
 from strata_dagster.engine.builds.pins import check_delta_pins, unique_checked
 from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.builds.strategy import Built, Target, as_build_error
-from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.paths import CUTOFF, BuildPath
+from strata_dagster.engine.paths import CUTOFF, BuildPath, StrategyName
 from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Model
 

@@ -28,8 +28,7 @@ from strata_dagster.engine.builds.pins import check_pins, unique_checked
 from strata_dagster.engine.builds.row_wise import ROW_WISE
 from strata_dagster.engine.builds.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
-from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.paths import CUTOFF, FULL, UNPARTITIONED
+from strata_dagster.engine.paths import CUTOFF, FULL, UNPARTITIONED, StrategyName
 from strata_dagster.faults import checkpoint
 from strata_dagster.sql.content import Content
 from strata_dagster.sql.render import snapshot_table

@@ -20,6 +20,7 @@ from typing import Any
 from strata_dagster.backends.base import Session
 from strata_dagster.engine.builds import joined_inputs
 from strata_dagster.engine.builds.incremental import Fallback
+from strata_dagster.engine.builds.partition_bounds import model_bounds
 from strata_dagster.engine.builds.partitions import (
     PartitionBuild,
     fingerprint_precheck,
@@ -29,7 +30,6 @@ from strata_dagster.engine.builds.partitions import (
 )
 from strata_dagster.engine.context import ProjectContext, with_upstream
 from strata_dagster.engine.partition_keys import PartitionRequest, keys_for_model, request_grain
-from strata_dagster.engine.reads.catalog import model_bounds
 from strata_dagster.errors import E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 

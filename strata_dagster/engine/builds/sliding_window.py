@@ -22,10 +22,8 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds.incremental import DeltaBuild, Fallback
 from strata_dagster.sql.render import data_type, snapshot_table
-from strata_dagster.sql.segments import typed_literal
 from strata_dagster.state.history import SnapshotRecord
 
-SLIDING_WINDOW = "sliding_window"
 # Detail keys of a maintained aggregate's state.
 WINDOW_PARTITIONS = "window_partitions"  # the partitions its rows aggregate
 WINDOW_STATE = "window_state"  # the hidden state table (group keys, __count, sums)
@@ -37,27 +35,6 @@ TOUCHED = "__touched"
 
 # How each aggregate is kept: from the state (count_star, count, sum, avg) or recomputed.
 RECOMPUTED = "recomputed"
-
-
-def windowed(
-    reading: exp.Select, key: exp.Expression, key_type: str, consumed: Sequence[str], size: int
-) -> exp.Select:
-    """The source read as its last `size` consumed partitions (the frontier's bound kept)."""
-    if len(consumed) <= size:
-        return reading
-    boundary = typed_literal(consumed[-size - 1], key_type)
-    return reading.where(exp.GT(this=key.copy(), expression=boundary))
-
-
-def partitions_relation(
-    raw: exp.Expression, key: exp.Expression, key_type: str, keys: Sequence[str]
-) -> exp.Select:
-    """The source's rows in these partitions only (hive folders are pruned by the predicate)."""
-    query = exp.select("*").from_(raw.copy())
-    if not keys:
-        return query.where(exp.false())
-    literals = [typed_literal(item, key_type) for item in keys]
-    return query.where(exp.In(this=key.copy(), expressions=literals))
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ from strata_dagster.backends.base import ResourceLimitExceeded, WarehouseError
 from strata_dagster.backends.duckdb.engines import engine_label
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds.limits import limit_error
-from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.paths import BuildPath
+from strata_dagster.engine.paths import BuildPath, StrategyName
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language.definition import Model
 from strata_dagster.state.history import SnapshotRecord

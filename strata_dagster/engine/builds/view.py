@@ -10,8 +10,7 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.determinism import effective_refresh
 from strata_dagster.engine.builds.pins import check_contract
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
-from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.paths import CUTOFF, UNPARTITIONED, VIEW
+from strata_dagster.engine.paths import CUTOFF, UNPARTITIONED, VIEW, StrategyName
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest, view_identity
 from strata_dagster.state.history import MATERIALIZE_KEY, READS_KEY, SnapshotRecord

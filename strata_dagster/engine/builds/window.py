@@ -13,8 +13,7 @@ from strata_dagster.engine.builds.full import FullBuild, full_record
 from strata_dagster.engine.builds.pins import check_pins
 from strata_dagster.engine.builds.segment import DeltaBuild
 from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
-from strata_dagster.engine.decisions.definition import StrategyName
-from strata_dagster.engine.paths import DELTA, FULL
+from strata_dagster.engine.paths import DELTA, FULL, StrategyName
 from strata_dagster.engine.sources.business import BusinessReading
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.state.history import SnapshotRecord

@@ -20,8 +20,9 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.commands.operations import find_entry
 from strata_dagster.engine.context import select_models
+from strata_dagster.engine.decisions.definition import RunRequest
 from strata_dagster.engine.partition_keys import parse_partitions
-from strata_dagster.engine.run import ProgressCallback, RunRequest, RunResult, run
+from strata_dagster.engine.run import ProgressCallback, RunResult, run
 from strata_dagster.errors import (
     E_BACKFILL,
     E_BUILD,

@@ -8,16 +8,36 @@ so the two cannot disagree about them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from strata_dagster.engine.paths import UNPARTITIONED
+from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.paths import UNPARTITIONED, StrategyName
 from strata_dagster.state.history import SnapshotRecord
 
-# Which kind of build rebuilds a model (engine.decisions.dispatch builds it).
-StrategyName = Literal[
-    "view", "sliding_window", "full", "requested", "appended", "sliced", "partitions", "delta"
-]
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `strata run` (or `strata plan`) was asked: the project, the warehouse, the selection."""
+
+    project_dir: Path
+    warehouse: Path
+    models: tuple[str, ...] = ()
+    branch: str = DEFAULT_BRANCH
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    only_stale: bool = False
+    # Rebuild the selected models from all their input, also incremental and partitioned ones.
+    full_refresh: bool = False
+    kind: str = "run"
+    backfill_of: str | None = None
+    reason: str | None = None
+    # The run's clock (UTC) for `refresh:` periods; None reads the system clock.
+    now: dt.datetime | None = None
+    # `--partitions` items (2026-01-05, 2026-01, a..b): rebuild exactly these partitions of the
+    # selected partitioned models of their grain (engine.builds.partition_range).
+    partitions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ builds (or plans) the models.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -36,6 +35,7 @@ from strata_dagster.engine.builds.partition_range import requested_partitions
 from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
 from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
+from strata_dagster.engine.decisions.definition import RunRequest
 from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
@@ -54,9 +54,6 @@ from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
-
-if TYPE_CHECKING:
-    from strata_dagster.engine.run import RunRequest
 
 
 class RunScope:

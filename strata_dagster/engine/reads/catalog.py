@@ -8,38 +8,32 @@ loading definitions never migrates, writes or holds the write lock.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlglot import exp
 
-from strata_dagster.backends.base import Session, WarehouseError
-from strata_dagster.backends.duckdb.partitions import partition_bounds
-from strata_dagster.backends.duckdb.sources import source_table
+from strata_dagster.backends.base import Session
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.lineage import ColumnDeps
-from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, DefaultRelations, model_view
+from strata_dagster.compile.relations import DEFAULT_BRANCH, DefaultRelations
+from strata_dagster.engine.builds.partition_bounds import (
+    PartitionBounds,
+    Unread,
+    inlined_query,
+    query_bounds,
+    source_relation,
+)
 from strata_dagster.engine.builds.partitions import locality_problem_of, raw_partition_of
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.decisions.removed import removed_models, removed_warning
 from strata_dagster.engine.reads.columns import RelationColumns, read_columns, read_lineage
 from strata_dagster.engine.sources.business import is_cut_like_source
 from strata_dagster.engine.sources.readings import fingerprint_models
-from strata_dagster.errors import E_WAREHOUSE, W_BOUNDS_UNREAD, Location, StrataError, StrataWarning
-from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, PartitionSpec, Project
+from strata_dagster.errors import E_WAREHOUSE, StrataError, StrataWarning
+from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model, Project
 from strata_dagster.language.expressions import DIALECT
-
-_PARTITION = "__partition"
-
-
-@dataclass(frozen=True)
-class PartitionBounds:
-    """The first and last partition (a day, or a month's first day) the data falls in."""
-
-    first: dt.date
-    last: dt.date
 
 
 @dataclass(frozen=True)
@@ -189,9 +183,9 @@ def _bounds(
         if isinstance(source.start, int):
             bounds[name] = None  # integer partitions: dynamic in Dagster, no calendar to bound
         elif source.partitioned_by is not None:
-            found = _query_bounds(
+            found = query_bounds(
                 session,
-                exp.select("*").from_(_source(context, name)),
+                exp.select("*").from_(source_relation(context, name)),
                 source.partitioned_by,
                 Unread(f"source `{name}`", source.location, unread),
             )
@@ -206,88 +200,7 @@ def _bounds(
             ]  # cut like the source: its partitions, no query over its rows
         elif spec is not None:
             model = project.models[name]
-            bounds[name] = _query_bounds(
+            bounds[name] = query_bounds(
                 session, inlined_query(context, name), spec, Unread(f"model `{name}`", model.location, unread)
             )
     return bounds
-
-
-def model_bounds(session: Session, context: ProjectContext, name: str) -> PartitionBounds | None:
-    """The first and last partition of partitioned model `name`'s input as a build now reads it: the
-    partitions its `from` rows fall in (before any filter: a column scan), or, when its partitions
-    do not trace back to them, the partitions of the rows a full build would give."""
-    project = context.project
-    model = project.models[name]
-    compiled = context.compiled.models[name]
-    spec = model.properties.partitioned_by
-    assert spec is not None
-    base = compiled.base_relation
-    if spec.grain == "key" or locality_problem_of(model, compiled) is not None:
-        return _query_bounds(session, inlined_query(context, name), spec, None)
-    # A model's live rows stand for it (a model never built yet: the rows a build would give).
-    relations: list[exp.Table | exp.Subquery] = (
-        [_source(context, base)]
-        if base in project.sources
-        else [model_view(base, context.branch), inlined_query(context, base).subquery(base)]
-    )
-    for relation in relations:
-        keys = exp.select(raw_partition_of(model, compiled).as_(_PARTITION)).from_(relation)
-        try:
-            found = partition_bounds(session, keys, _PARTITION, "day")  # the keys are days already
-        except WarehouseError:
-            continue
-        return PartitionBounds(*found) if found else None
-    return None
-
-
-@dataclass(frozen=True)
-class Unread:
-    """Where a partition-bounds query that fails is told: what it read, and the list to add to."""
-
-    what: str
-    location: Location | None
-    into: list[StrataWarning]
-
-
-def _query_bounds(
-    session: Session, query: exp.Query, spec: PartitionSpec, unread: Unread | None
-) -> PartitionBounds | None:
-    """The first and last partition of `query`'s rows; None when none or when they cannot be read
-    (the orchestrator falls back to a default). A relation not there yet is expected (a source
-    not loaded, a model not built) and quiet; any other refusal is a warning for `unread`."""
-    try:
-        found = partition_bounds(session, query, spec.column, spec.grain)
-    except WarehouseError as error:
-        if unread is not None and not error.is_missing_relation:
-            unread.into.append(
-                StrataWarning(
-                    W_BOUNDS_UNREAD,
-                    f"the partitions of {unread.what} could not be read ({error}); "
-                    "its partitions start at the default until they can",
-                    unread.location,
-                    hint="run `strata run PROJECT` to see the same query fail with its full error",
-                )
-            )
-        return None
-    return PartitionBounds(*found) if found else None
-
-
-def _source(context: ProjectContext, name: str) -> exp.Table:
-    return source_table(context.project.sources[name], context.project, context.overrides)
-
-
-def inlined_query(context: ProjectContext, name: str) -> exp.Query:
-    """Model `name`'s query reading only sources: upstream models are inlined as subqueries, so it
-    gives the rows a build would give now, whether or not anything was ever built."""
-
-    def replace(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Table) and node.db == ROLE_SCHEMA:
-            alias = node.alias or node.name
-            if node.name in context.project.sources:
-                table = _source(context, node.name)
-                table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
-                return table
-            return inlined_query(context, node.name).subquery(alias)
-        return node
-
-    return context.compiled.models[name].statement.copy().transform(replace, copy=False)

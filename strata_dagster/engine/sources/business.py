@@ -29,9 +29,8 @@ from strata_dagster.backends.duckdb.listing import FolderListing
 from strata_dagster.backends.duckdb.partitions import partition_key
 from strata_dagster.backends.duckdb.sources import file_pattern, schema_relation, source_table
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.builds import sliding_window
-from strata_dagster.engine.builds.sliding_window import SLIDING_WINDOW
 from strata_dagster.engine.context import ProjectContext
+from strata_dagster.engine.listing_prefetch import listing_request
 from strata_dagster.engine.sources.business_digest import (
     ConsumedLedger,
     evidence_digest,
@@ -39,7 +38,7 @@ from strata_dagster.engine.sources.business_digest import (
     unchanged_listing,
     unchanged_prefix,
 )
-from strata_dagster.engine.sources.listing_prefetch import listing_request
+from strata_dagster.engine.sources.windowed import SLIDING_WINDOW, partitions_relation, windowed
 from strata_dagster.errors import (
     E_PARTITION_BACKFILLED,
     E_PARTITION_CHANGED,
@@ -109,7 +108,7 @@ class BusinessReading:
 
     def partitions_relation(self, keys: Sequence[str]) -> exp.Query:
         assert self.raw is not None and self.key is not None
-        return sliding_window.partitions_relation(self.raw, self.key, self.key_type, keys)
+        return partitions_relation(self.raw, self.key, self.key_type, keys)
 
     def ledger_digest(self) -> ledger.LedgerDigest | None:
         """What the ledger's digest records after this run (None: the one it has is current)."""
@@ -165,7 +164,7 @@ def ledger_window(
     types = dict(session.describe(schema_relation(source, project, {})))
     key = key_expression(source, types)
     key_type = "DATE" if not isinstance(key, exp.Column) else types.get(spec.column, "VARCHAR")
-    return sliding_window.partitions_relation(source_table(source, project, {}), key, key_type, keys)
+    return partitions_relation(source_table(source, project, {}), key, key_type, keys)
 
 
 def list_partitions(
@@ -415,7 +414,7 @@ def read_business_source(
             )
 
         # A listing made before the warehouse's lock was taken only ever says "unchanged"
-        # (engine.sources.listing_prefetch); anything else is decided from one made now.
+        # (engine.listing_prefetch); anything else is decided from one made now.
         reading = unchanged_reading(context.listings.take(request))
         if reading is None:
             found = partition_evidence.file_listing(*request)
@@ -527,7 +526,7 @@ def _reading(
     is_sliding = source.versioning.kind == SLIDING_WINDOW and source.versioning.window is not None
     if is_sliding and source.versioning.window is not None:
         size = source.versioning.window
-        reading = sliding_window.windowed(reading, key, key_type, keys, size)
+        reading = windowed(reading, key, key_type, keys, size)
         window = tuple(keys[-size:]) if size else ()
         row_count = sum(consumed.rows[-size:]) if size else 0
     fingerprint = digest("business", source.versioning.kind, columns, consumed.evidence)

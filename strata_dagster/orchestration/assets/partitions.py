@@ -10,7 +10,7 @@ import datetime as dt
 
 import dagster as dg
 
-from strata_dagster.engine.reads.catalog import PartitionBounds
+from strata_dagster.engine.builds.partition_bounds import PartitionBounds
 from strata_dagster.language.definition import PartitionSpec
 
 MONTHLY_GRAINS = ("month",)
