@@ -46,7 +46,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from strata_dagster.backends.duckdb.engines import engine_choice, using_engine
+from strata_dagster.backends.choice import engine_choice, using_engine
 from strata_dagster.backends.spark.connect import local_session
 from strata_dagster.engine.run import run_project
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlglot
 
 from strata_dagster.backends.base import WarehouseError
-from strata_dagster.backends.duckdb.engines import choose_engine, engine_choice
+from strata_dagster.backends.choice import choose_engine, engine_choice
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import run_project

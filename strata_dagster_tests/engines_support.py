@@ -24,7 +24,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from strata_dagster.backends.duckdb.engines import EngineChoice, engine_choice, using_engine
+from strata_dagster.backends.choice import EngineChoice, engine_choice, using_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.compile.relations import model_view

@@ -1,6 +1,6 @@
-"""What the linters cannot see, read from the repository's own text: every `type: ignore` names its
-error code and says why (mypy only checks the code), and nothing cites a document outside the
-repository (its design is docs/architecture.md)."""
+"""What the linters cannot see, read from the repository's own text: no import cycle among the
+package's modules, every `type: ignore` names its error code and says why (mypy only checks the
+code), and nothing cites a document outside the repository (its design is docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import re
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
+
+import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_FOLDERS = ("strata_dagster", "strata_dagster_tests", "bench", "examples")
@@ -125,4 +127,60 @@ def test_nothing_cites_a_document_outside_the_repository() -> None:
         found += [f"{relative}:{line}" for line in outside_citations(text)]
     assert found == [], "cite docs/architecture.md (or the doc of this repository) instead:\n" + "\n".join(
         found
+    )
+
+
+def import_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other round a cycle (strongly connected, >1 module),
+    each sorted, from `imports` (module -> the modules it imports)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for imported in sorted(imports.get(module, ())):
+            if imported not in order:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], order[imported])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(imports):
+        if module not in order:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_import_cycles_are_found() -> None:
+    imports = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert import_cycles(imports) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_round_a_cycle() -> None:
+    """Also imports inside functions and under TYPE_CHECKING: a cycle broken by a local import is a
+    cycle still (move the shared part down instead)."""
+    graph = grimp.build_graph("strata_dagster", cache_dir=None)
+    imports = {
+        module: {
+            imported
+            for imported in graph.find_modules_directly_imported_by(module)
+            if imported in graph.modules
+        }
+        for module in graph.modules
+    }
+    cycles = import_cycles(imports)
+    assert cycles == [], "modules that import each other round a cycle:\n" + "\n".join(
+        " -> ".join(c) for c in cycles
     )

@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from strata_dagster.backends.base import Capabilities, Session
-from strata_dagster.backends.duckdb.engines import ENGINE_NAMES, EngineChoice
+from strata_dagster.backends.base import Session
+from strata_dagster.backends.choice import ENGINE_NAMES, Capabilities, EngineChoice
 from strata_dagster.backends.duckdb.session import DuckDBSession
 from strata_dagster.backends.sql.session import SqlSession
 

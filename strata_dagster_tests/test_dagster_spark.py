@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from strata_dagster import build_definitions, strata_python_model
-from strata_dagster.backends.duckdb.engines import engine_choice, using_engine
+from strata_dagster.backends.choice import engine_choice, using_engine
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import open_session
 from strata_dagster_tests.dagster_support import (

@@ -8,10 +8,10 @@ from concurrent.futures import Future
 from strata_dagster.backends.duckdb import partition_evidence
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.context import load_context
+from strata_dagster.engine.listing_prefetch import Listings, listing_request
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.listing_prefetch import Listings, listing_request
 from strata_dagster.language import load_project
 from strata_dagster_tests.business_support import day, make_file_project, write_file_partition
 

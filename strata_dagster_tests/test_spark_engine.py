@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from strata_dagster.backends.duckdb.engines import current_engine, engine_choice, using_engine
+from strata_dagster.backends.choice import current_engine, engine_choice, using_engine
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.reads.readers import reader_statement_for

@@ -3,7 +3,7 @@
 The engine never knows which backend it talks to. It opens a `Session` (backends/opening.py) and
 asks it for figures, snapshots, views and history; a backend answers in its own SQL and storage.
 What differs between backends and must be decided before a session opens (is the warehouse one
-file? do readers read a serving copy?) is a `Capabilities` value, never a test of the backend's
+file? do readers read a serving copy?) is a `Capabilities` value (backends/choice.py), never a test of the backend's
 name. Both SQL backends share their statements on purpose through `backends/sql/session.py`
 (`SqlSession`); nothing here is DuckDB's or Spark's.
 
@@ -13,7 +13,6 @@ itself on DuckDB, an in-memory mirror of a logged history on Spark (state/histor
 
 from __future__ import annotations
 
-import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sqlglot import exp
+
+from strata_dagster.backends.choice import Capabilities
 
 if TYPE_CHECKING:  # annotations only: none of these is loaded by the interface itself
     import duckdb
@@ -58,30 +59,6 @@ class ResourceLimitExceeded(WarehouseError):
     def __init__(self, message: str, setting: str) -> None:
         super().__init__(message)
         self.setting = setting
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend does differently, known before a session opens (backends' registry,
-    backends/duckdb/engines.py). The engine asks these, never the backend's name."""
-
-    # The warehouse is one file (DuckDB): a path that must be a file, `gc --compact`, file sizes,
-    # `strata doctor`, a connection a process may hold open, a new file created on first open.
-    has_warehouse_file: bool
-    # Readers read a serving copy of the live views, never the writer's warehouse (DuckDB's lock
-    # keeps them out of it); without one they query the live views themselves.
-    has_serving_copy: bool
-    # Business-versioned file sources are listed in a thread while the writer's lock is awaited,
-    # with their listings cached beside the warehouse file.
-    lists_sources_while_opening: bool
-    # A partitioned `group … aggregate` over a model is maintained from its upstream's delta
-    # segment (engine/builds/aggregate_builder.py) rather than recomputed per partition.
-    maintains_aggregates_from_delta: bool
-    # How long a superseded snapshot outlives its last publication by default (`strata gc`):
-    # none where readers read a serving copy; longer where they query the snapshots themselves.
-    gc_grace: dt.timedelta
-    # The warehouse a project uses when none is given.
-    default_warehouse_name: str
 
 
 @dataclass(frozen=True)
@@ -461,7 +438,7 @@ class Session(ABC):
 
 
 class Opener(Protocol):
-    """How a backend opens its sessions (the registry's entry point, backends/duckdb/engines.py)."""
+    """How a backend opens its sessions (backends/opening.py finds it by module path)."""
 
     def __call__(
         self,

@@ -31,7 +31,7 @@ from strata_dagster.language.definition import (
 )
 from strata_dagster.language.expressions import PREFIX_LENGTH, shift
 
-# The dialects a statement is checked for (the engine names of backends.duckdb.engines).
+# The dialects a statement is checked for (the engine names of backends.choice).
 Engine = Literal["duckdb", "spark"]
 ENGINES: Final[tuple[str, ...]] = get_args(Engine)
 # The meta key that ties a node of a compiled statement to the step expression it came from.

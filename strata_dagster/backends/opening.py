@@ -1,16 +1,48 @@
-"""Opening a warehouse on the backend this process builds on (backends/duckdb/engines.py chooses it):
+"""Opening a warehouse on the backend this process builds on (backends/choice.py chooses it):
 the engine, the CLI and the Dagster layer open sessions here and never name a backend."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
-from strata_dagster.backends.base import Session
-from strata_dagster.backends.duckdb.engines import current_engine, engine_opener
+from strata_dagster.backends.base import Opener, Session
+from strata_dagster.backends.choice import EngineChoice, current_engine
 from strata_dagster.backends.duckdb.opening import open_served, source_schemas_of
+from strata_dagster.errors import E_ENGINE, StrataError
 from strata_dagster.language.definition import Project
+
+# Backend -> "module:function" that opens its sessions, imported only when the backend is chosen.
+_OPENERS: Final[dict[str, str]] = {
+    "duckdb": "strata_dagster.backends.duckdb.opening:open_duckdb_session",
+    "spark": "strata_dagster.backends.spark.opening:open_spark_session",
+}
+
+
+def engine_opener(choice: EngineChoice) -> Opener:
+    """The function that opens sessions of the engine `choice` (imported on first use)."""
+    return _opener(choice.name)
+
+
+@functools.lru_cache(maxsize=4)
+def _opener(name: str) -> Opener:
+    module_name, _, function = _OPENERS[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if not (error.name or "").startswith(("pyspark", "py4j", "grpc", "google")):
+            raise  # a module of strata's own: a bug to show, not an installation to ask for
+        raise StrataError(
+            E_ENGINE,
+            f"the {name} engine is not installed ({error.name or error})",
+            hint="pip install 'strata_dagster[spark]' (pyspark) and make sure Java 17 is on the PATH",
+        ) from None
+    opener: Opener = getattr(module, function)
+    return opener
 
 
 @contextmanager

@@ -121,7 +121,7 @@ def check(project: Path, warehouse: Path | None) -> None:
     """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas,
     and DuckDB binds every model's SQL against them; with --engine spark, every construct is also
     checked against Spark)."""
-    from strata_dagster.backends.duckdb.engines import current_engine
+    from strata_dagster.backends.choice import current_engine
 
     engine = current_engine().name
     compiled, _, bound = load_and_compile(project, resolve_warehouse(project, warehouse), engine, bind=True)
@@ -145,7 +145,7 @@ def check(project: Path, warehouse: Path | None) -> None:
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
     """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --engine spark), in dependency order."""
-    from strata_dagster.backends.duckdb.engines import current_engine
+    from strata_dagster.backends.choice import current_engine
     from strata_dagster.language.selection import select
 
     selection = tuple(selector for item in models for selector in model_selection(item, "--model"))

@@ -22,9 +22,9 @@ project_argument = click.argument("project", type=click.Path(path_type=Path))
 
 
 def _choose_engine(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """`--engine` and `--spark-remote` choose this process's engine (backends.duckdb.engines) before the
+    """`--engine` and `--spark-remote` choose this process's engine (backends.choice) before the
     command body runs; a bad value is the usual `error[E071]`, never a traceback."""
-    from strata_dagster.backends.duckdb.engines import choose_engine, chosen_engine, engine_choice
+    from strata_dagster.backends.choice import choose_engine, chosen_engine, engine_choice
 
     ctx.meta[f"strata_{param.name}"] = value
     if "strata_engine_before" not in ctx.meta:
@@ -77,8 +77,8 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
             f"project folder `{shortened(project)}` cannot be used: {project_problem}",
             hint="pass the folder that holds *.strata files",
         )
+    from strata_dagster.backends.choice import current_engine
     from strata_dagster.backends.duckdb.connection import check_warehouse_path
-    from strata_dagster.backends.duckdb.engines import current_engine
 
     engine = current_engine()
     from_env = os.environ.get(WAREHOUSE_ENV)

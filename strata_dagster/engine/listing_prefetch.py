@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from strata_dagster.backends.choice import current_engine
 from strata_dagster.backends.duckdb import partition_evidence
-from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.duckdb.listing import FolderListing
 from strata_dagster.backends.duckdb.sources import file_pattern
 from strata_dagster.language import Project

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strata_dagster.backends.base import FileDamage, Session
+from strata_dagster.backends.choice import current_engine
 from strata_dagster.backends.duckdb.connection import check_warehouse_path
-from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.limits import limits_as_errors

@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from strata_dagster.backends.duckdb.engines import choose_engine, engine_choice
+from strata_dagster.backends.choice import choose_engine, engine_choice
 from strata_dagster.backends.duckdb.settings import check_environment
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type

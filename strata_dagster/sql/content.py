@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from strata_dagster.backends.duckdb.engines import engine_version
+from strata_dagster.backends.choice import engine_version
 from strata_dagster.fingerprint import digest
 from strata_dagster.sql.render import data_type
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import duckdb
 
-from strata_dagster.backends.duckdb.engines import engine_version
+from strata_dagster.backends.choice import engine_version
 from strata_dagster.state.ledger import LedgerDigest, PartitionEvidence, write_ledger
 
 

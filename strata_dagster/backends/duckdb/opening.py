@@ -12,10 +12,10 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.choice import EngineChoice
 from strata_dagster.backends.duckdb import relocation, serving, snapshot_files
 from strata_dagster.backends.duckdb import sources as source_reading
 from strata_dagster.backends.duckdb.connection import connect
-from strata_dagster.backends.duckdb.engines import EngineChoice
 from strata_dagster.backends.duckdb.limits import connect_in_memory, exceeded_error
 from strata_dagster.backends.duckdb.session import DuckDBSession, refresh_serving
 from strata_dagster.errors import E_SERVING, E_WAREHOUSE, StrataError

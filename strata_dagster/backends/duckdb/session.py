@@ -24,11 +24,11 @@ from strata_dagster.backends.base import (
     ServingCollection,
     WarehouseError,
 )
+from strata_dagster.backends.choice import DUCKDB_CAPABILITIES
 from strata_dagster.backends.duckdb import row_groups, serving, snapshot_files, tables
 from strata_dagster.backends.duckdb import sources as source_reading
 from strata_dagster.backends.duckdb.compaction import free_bytes
 from strata_dagster.backends.duckdb.connection import damaged_file_error, is_interruption
-from strata_dagster.backends.duckdb.engines import DUCKDB_CAPABILITIES
 from strata_dagster.backends.duckdb.limits import exceeded_setting
 from strata_dagster.backends.duckdb.snapshot_files import SnapshotFiles
 from strata_dagster.backends.sql import tables as shared_tables

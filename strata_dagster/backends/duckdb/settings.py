@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from strata_dagster.backends.choice import capabilities_of, engine_choice
 from strata_dagster.backends.duckdb.connection import WAREHOUSE_ENV, check_warehouse_path, lock_timeout
-from strata_dagster.backends.duckdb.engines import capabilities_of, engine_choice
 from strata_dagster.backends.duckdb.limits import resource_limits
 from strata_dagster.backends.duckdb.serving import grace_seconds
 from strata_dagster.backends.duckdb.snapshot_files import storage

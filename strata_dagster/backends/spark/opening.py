@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from strata_dagster.backends.duckdb.engines import EngineChoice
+from strata_dagster.backends.choice import EngineChoice
 from strata_dagster.backends.spark.connect import local_session, remote_session
 from strata_dagster.backends.spark.connection import SparkConnection, SparkError
 from strata_dagster.backends.spark.repair import repair_interrupted

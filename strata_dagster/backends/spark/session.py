@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from strata_dagster.backends.base import CatalogSnapshot, FileDamage, WarehouseError
+from strata_dagster.backends.choice import SPARK_CAPABILITIES
 from strata_dagster.backends.duckdb import sources as source_reading
-from strata_dagster.backends.duckdb.engines import SPARK_CAPABILITIES
 from strata_dagster.backends.duckdb.snapshot_files import problem_of
 from strata_dagster.backends.spark import catalog, history_log
 from strata_dagster.backends.spark.connection import SparkConnection, spark_errors

@@ -17,10 +17,9 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
-from strata_dagster.backends.duckdb.engines import capabilities_of
+from strata_dagster.backends.choice import capabilities_of
 from strata_dagster.engine.builds import aggregate_delta
 from strata_dagster.engine.builds.aggregate_delta import MAINTAINED, AggregateShape
-from strata_dagster.engine.builds.incremental import IncrementalContext
 from strata_dagster.engine.builds.model_slices import UpstreamChange, replaced_rows
 from strata_dagster.engine.builds.partitions import (
     NULL_PARTITION,
@@ -29,6 +28,7 @@ from strata_dagster.engine.builds.partitions import (
     partition_column,
     partition_grain,
 )
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.language.definition import JoinStep
 from strata_dagster.sql.render import data_type
 from strata_dagster.sql.segments import composite_query, keyed_rows, partition_key, union_all

@@ -25,8 +25,9 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.builds.incremental import IncrementalContext, cdc_on_raw_rows
+from strata_dagster.engine.builds.incremental import cdc_on_raw_rows
 from strata_dagster.engine.builds.partitions import partition_grain
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.engine.sources.business import BusinessReading, files_relation, is_after
 from strata_dagster.language.definition import Model, Source
 from strata_dagster.sql.render import render

@@ -16,7 +16,6 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine.builds import partitions
 from strata_dagster.engine.builds.incremental import (
-    IncrementalContext,
     full_detail,
     full_key_sum,
     full_output_facts,
@@ -27,7 +26,7 @@ from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
 from strata_dagster.engine.builds.pins import check_pins, unique_checked
 from strata_dagster.engine.builds.row_wise import ROW_WISE
 from strata_dagster.engine.builds.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
-from strata_dagster.engine.builds.strategy import Built, Relation, Target, as_build_error
+from strata_dagster.engine.builds.strategy import Built, IncrementalContext, Relation, Target, as_build_error
 from strata_dagster.engine.paths import CUTOFF, FULL, UNPARTITIONED, StrategyName
 from strata_dagster.faults import checkpoint
 from strata_dagster.sql.content import Content

@@ -9,13 +9,12 @@ falls back to a full build, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
-from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds.segment import (
     KEY_BOUNDS,
@@ -25,14 +24,14 @@ from strata_dagster.engine.builds.segment import (
     SegmentWriter,
     bind_relations,
 )
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.language.definition import Model
-from strata_dagster.sql.content import ROW_ALIAS, WHOLE_ROW, RowBasis
+from strata_dagster.sql.content import ROW_ALIAS
 from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import render, snapshot_table
 from strata_dagster.sql.segments import (
     REREAD_ALIAS,
     Segment,
-    WindowStats,
     composite_query,
     keyed_rows,
     replaced_rows,
@@ -55,31 +54,6 @@ class Fallback:
 def lateness_interval(model: Model) -> exp.Expression | None:
     text = model.properties.lateness
     return exp.cast(exp.Literal.string(text), "INTERVAL") if text else None
-
-
-@dataclass
-class IncrementalContext:
-    """What the run knows that an incremental build needs."""
-
-    session: Session
-    model: Model
-    compiled: CompiledModel
-    relation: Callable[[str], exp.Table | exp.Query]  # what each input is read from in this run
-    fingerprint: str
-    snapshot_id: str
-    table_name: str
-    entry: int
-    # The raw input's rows grouped by partition, when the run's source scan computed them.
-    partition_groups: dict[str | None, tuple[int, str]] | None = None
-    # Row count and row-hash sum of each source relation this run has read, by rendered relation.
-    source_totals: Mapping[str, tuple[int, str]] = field(default_factory=dict)
-    # What the raw `from` rows are hashed over (a cdc-versioned source: its change column).
-    base_basis: RowBasis = WHOLE_ROW
-    # Window figures already read in this run (models reading one source with one watermark).
-    window_stats_read: dict[tuple[str, ...], WindowStats] = field(default_factory=dict)
-    # The day or month slices of this model's rows that the models following it read
-    # (engine.builds.state_figures), by name, as expressions over a row.
-    follower_slices: Mapping[str, exp.Expression] = field(default_factory=dict)
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:

@@ -18,7 +18,8 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.compile.compiler import JoinKeys
-from strata_dagster.engine.builds.incremental import Fallback, IncrementalContext
+from strata_dagster.engine.builds.incremental import Fallback
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.sql.content import ROW_ALIAS
 
 FIGURES = "join_figures"  # detail key: joined input -> {"table", "keys", "columns"}

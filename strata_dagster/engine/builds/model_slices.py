@@ -38,7 +38,7 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine.builds import joined_inputs, partitions, state_figures
-from strata_dagster.engine.builds.incremental import DeltaBuilder, Fallback, IncrementalContext
+from strata_dagster.engine.builds.incremental import DeltaBuilder, Fallback
 from strata_dagster.engine.builds.partitions import (
     NULL_PARTITION,
     STRATEGY,
@@ -49,6 +49,7 @@ from strata_dagster.engine.builds.partitions import (
 from strata_dagster.engine.builds.row_wise import RowWise, describe
 from strata_dagster.engine.builds.segment import DeltaBuild
 from strata_dagster.engine.builds.state_figures import SliceFigures
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.language.definition import (
     AggregateStep,
     GroupStep,

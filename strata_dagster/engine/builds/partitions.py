@@ -20,12 +20,9 @@ from sqlglot import exp
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds import joined_inputs, segment_compaction, state_figures
-from strata_dagster.engine.builds.incremental import (
-    Fallback,
-    IncrementalContext,
-    segment_writer,
-)
+from strata_dagster.engine.builds.incremental import Fallback, segment_writer
 from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS, Content
 from strata_dagster.sql.render import snapshot_table

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlglot import exp
 
-from strata_dagster.backends.duckdb.engines import engine_version
+from strata_dagster.backends.choice import engine_version
 from strata_dagster.engine.builds import segment_compaction
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
 from strata_dagster.sql.content import Content
@@ -26,9 +27,6 @@ from strata_dagster.sql.render import render, snapshot_table
 from strata_dagster.sql.segments import Segment
 from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
 from strata_dagster.state.states import KEYS_NULL_FREE
-
-if TYPE_CHECKING:
-    from strata_dagster.engine.builds.incremental import IncrementalContext
 
 KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
 KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's state can hold (Spark)

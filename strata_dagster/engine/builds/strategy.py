@@ -10,24 +10,51 @@ records what it `Built` and publishes everything at the end, in its transaction 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlglot import exp
 
-from strata_dagster.backends.base import ResourceLimitExceeded, WarehouseError
-from strata_dagster.backends.duckdb.engines import engine_label
+from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
+from strata_dagster.backends.choice import engine_label
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds.limits import limit_error
 from strata_dagster.engine.paths import BuildPath, StrategyName
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language.definition import Model
+from strata_dagster.sql.content import WHOLE_ROW, RowBasis
+from strata_dagster.sql.segments import WindowStats
 from strata_dagster.state.history import SnapshotRecord
 
 # What a build reads each input of its model from in this run (a source, or a model's state).
 Relation = Callable[[str], exp.Table | exp.Query]
+
+
+@dataclass
+class IncrementalContext:
+    """What the run knows that an incremental build needs."""
+
+    session: Session
+    model: Model
+    compiled: CompiledModel
+    relation: Callable[[str], exp.Table | exp.Query]  # what each input is read from in this run
+    fingerprint: str
+    snapshot_id: str
+    table_name: str
+    entry: int
+    # The raw input's rows grouped by partition, when the run's source scan computed them.
+    partition_groups: dict[str | None, tuple[int, str]] | None = None
+    # Row count and row-hash sum of each source relation this run has read, by rendered relation.
+    source_totals: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    # What the raw `from` rows are hashed over (a cdc-versioned source: its change column).
+    base_basis: RowBasis = WHOLE_ROW
+    # Window figures already read in this run (models reading one source with one watermark).
+    window_stats_read: dict[tuple[str, ...], WindowStats] = field(default_factory=dict)
+    # The day or month slices of this model's rows that the models following it read
+    # (engine.builds.state_figures), by name, as expressions over a row.
+    follower_slices: Mapping[str, exp.Expression] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.backends.base import Session
+from strata_dagster.backends.choice import current_engine
 from strata_dagster.backends.duckdb import inspection, serving, snapshot_files
-from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.damaged_files import repair_command

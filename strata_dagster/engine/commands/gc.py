@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.backends.base import ServingCollection, Session
+from strata_dagster.backends.choice import current_engine
 from strata_dagster.backends.duckdb import listing, partition_evidence
 from strata_dagster.backends.duckdb.compaction import compact, file_bytes
-from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.duckdb.serving import grace_seconds
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH

@@ -28,8 +28,8 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
+from strata_dagster.backends.choice import engine_label
 from strata_dagster.backends.duckdb.compare import Figures, combine, compare, schema_differences
-from strata_dagster.backends.duckdb.engines import engine_label
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view

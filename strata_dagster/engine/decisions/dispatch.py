@@ -27,12 +27,12 @@ from strata_dagster.engine.builds.aggregate_builder import AggregateMaintained
 from strata_dagster.engine.builds.aggregate_delta import AggregateShape
 from strata_dagster.engine.builds.delta import IncrementalBuild
 from strata_dagster.engine.builds.full import FullBuild
-from strata_dagster.engine.builds.incremental import DeltaBuilder, IncrementalContext
+from strata_dagster.engine.builds.incremental import DeltaBuilder
 from strata_dagster.engine.builds.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
 from strata_dagster.engine.builds.partition_range import ByRequest
 from strata_dagster.engine.builds.partitions import PartitionBuild
 from strata_dagster.engine.builds.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
-from strata_dagster.engine.builds.strategy import BuildStrategy, Target
+from strata_dagster.engine.builds.strategy import BuildStrategy, IncrementalContext, Target
 from strata_dagster.engine.builds.view import ViewBuild
 from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision

@@ -21,7 +21,6 @@ from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.compile.relations import branch_schema
 from strata_dagster.engine.builds import partitions
 from strata_dagster.engine.builds.business_delta import narrowed_context
-from strata_dagster.engine.builds.incremental import IncrementalContext
 from strata_dagster.engine.builds.model_slices import (
     Maintained,
     ModelSlices,
@@ -34,6 +33,7 @@ from strata_dagster.engine.builds.model_slices import (
 from strata_dagster.engine.builds.partition_range import requested_partitions
 from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
 from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise, is_plain, row_wise
+from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
 from strata_dagster.engine.decisions.definition import RunRequest
 from strata_dagster.engine.decisions.removed import removed_models

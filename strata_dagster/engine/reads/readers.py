@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from strata_dagster.backends.choice import current_engine
 from strata_dagster.backends.duckdb import serving
-from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_NOT_SERVED, E_WAREHOUSE, StrataError
 

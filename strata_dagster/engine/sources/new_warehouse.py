@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from strata_dagster.backends.duckdb.engines import current_engine
+from strata_dagster.backends.choice import current_engine
 from strata_dagster.backends.duckdb.sources import source_table, unreadable_without_warehouse
 from strata_dagster.engine.context import select_models, with_upstream
 from strata_dagster.engine.sources.readings import unreadable_source

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
-from strata_dagster.backends.duckdb.engines import engine_version
+from strata_dagster.backends.choice import engine_version
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema

@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
-from strata_dagster.backends.duckdb.engines import EngineChoice, choose_engine, current_engine, engine_choice
+from strata_dagster.backends.choice import EngineChoice, choose_engine, current_engine, engine_choice
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import check_branch
 from strata_dagster.errors import StrataError

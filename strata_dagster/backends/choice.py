@@ -1,17 +1,16 @@
-"""Which engine a process builds on: DuckDB (embedded, the default) or Spark.
+"""Which backend a process builds on: DuckDB (embedded, the default) or Spark, and what each does differently.
 
 Every engine opens the same `Session` interface (backends/base.py); the engine code above it
 never knows which one it talks to, and asks a backend's `Capabilities` where they differ. The choice is made once per process, by the CLI's `--engine`,
-`build_definitions(engine=...)`, or `STRATA_ENGINE`, the way a database driver is chosen. Engines
-are found by module path, so this module never imports them (only `strata_dagster.backends.spark`
-imports pyspark).
+`build_definitions(engine=...)`, or `STRATA_ENGINE`, the way a database driver is chosen. Backends
+are opened by module path (backends/opening.py), so this module imports neither (only
+`strata_dagster.backends.spark` imports pyspark).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import importlib
 import importlib.metadata
 import os
 from collections.abc import Iterator
@@ -19,17 +18,35 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from strata_dagster.backends.base import Capabilities, Opener
 from strata_dagster.errors import E_ENGINE, StrataError
 from strata_dagster.names import ENGINE_ENV, ENGINE_NAMES, SPARK_REMOTE_ENV
 
 DEFAULT_ENGINE: Final = "duckdb"
 
-# Engine -> "module:function" that opens its sessions, imported only when the engine is chosen.
-_OPENERS: Final[dict[str, str]] = {
-    "duckdb": "strata_dagster.backends.duckdb.opening:open_duckdb_session",
-    "spark": "strata_dagster.backends.spark.opening:open_spark_session",
-}
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend does differently, known before a session opens (backends' registry,
+    backends/choice.py). The engine asks these, never the backend's name."""
+
+    # The warehouse is one file (DuckDB): a path that must be a file, `gc --compact`, file sizes,
+    # `strata doctor`, a connection a process may hold open, a new file created on first open.
+    has_warehouse_file: bool
+    # Readers read a serving copy of the live views, never the writer's warehouse (DuckDB's lock
+    # keeps them out of it); without one they query the live views themselves.
+    has_serving_copy: bool
+    # Business-versioned file sources are listed in a thread while the writer's lock is awaited,
+    # with their listings cached beside the warehouse file.
+    lists_sources_while_opening: bool
+    # A partitioned `group … aggregate` over a model is maintained from its upstream's delta
+    # segment (engine/builds/aggregate_builder.py) rather than recomputed per partition.
+    maintains_aggregates_from_delta: bool
+    # How long a superseded snapshot outlives its last publication by default (`strata gc`):
+    # none where readers read a serving copy; longer where they query the snapshots themselves.
+    gc_grace: dt.timedelta
+    # The warehouse a project uses when none is given.
+    default_warehouse_name: str
+
 
 DUCKDB_CAPABILITIES: Final = Capabilities(
     has_warehouse_file=True,
@@ -128,28 +145,6 @@ def using_engine(choice: EngineChoice) -> Iterator[EngineChoice]:
         yield choice
     finally:
         choose_engine(before)
-
-
-def engine_opener(choice: EngineChoice) -> Opener:
-    """The function that opens sessions of the engine `choice` (imported on first use)."""
-    return _opener(choice.name)
-
-
-@functools.lru_cache(maxsize=4)
-def _opener(name: str) -> Opener:
-    module_name, _, function = _OPENERS[name].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if not (error.name or "").startswith(("pyspark", "py4j", "grpc", "google")):
-            raise  # a module of strata's own: a bug to show, not an installation to ask for
-        raise StrataError(
-            E_ENGINE,
-            f"the {name} engine is not installed ({error.name or error})",
-            hint="pip install 'strata_dagster[spark]' (pyspark) and make sure Java 17 is on the PATH",
-        ) from None
-    opener: Opener = getattr(module, function)
-    return opener
 
 
 @functools.lru_cache(maxsize=4)
