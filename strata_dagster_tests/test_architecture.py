@@ -1,9 +1,10 @@
 """What the linters cannot see, read from the repository's own text: no import cycle among the
-package's modules, every `type: ignore` names its error code and says why (mypy only checks the
+package's modules, no class of the engine subclassed outside its module, every `type: ignore` names its error code and says why (mypy only checks the
 code), and nothing cites a document outside the repository (its design is docs/architecture.md)."""
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import re
@@ -184,3 +185,42 @@ def test_no_module_imports_itself_round_a_cycle() -> None:
     assert cycles == [], "modules that import each other round a cycle:\n" + "\n".join(
         " -> ".join(c) for c in cycles
     )
+
+
+def subclassed_across_modules(package: Path, module_of: dict[Path, str]) -> list[str]:
+    """Classes that derive from an engine class (`strata_dagster.engine.*`) defined in another
+    module, or engine classes that derive from another module's class of strata_dagster (exceptions
+    apart): a strategy composes what it shares, as documented hooks, rather than inheriting
+    another module's private workings."""
+    found = []
+    for path, module in sorted(module_of.items()):
+        tree = ast.parse(path.read_text())
+        imported: dict[str, str] = {}  # a name bound by `from strata_dagster.x import Name` -> x
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("strata_dagster"):
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = node.module or ""
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for base in node.bases:
+                name = base.id if isinstance(base, ast.Name) else None
+                origin = imported.get(name or "")
+                if origin is None or origin == module or (name or "").endswith(("Error", "Warning")):
+                    continue
+                if origin.startswith("strata_dagster.engine") or module.startswith("strata_dagster.engine"):
+                    found.append(
+                        f"{path.relative_to(package.parent).as_posix()}: {node.name}({origin}.{name})"
+                    )
+    return found
+
+
+def test_no_engine_class_is_subclassed_outside_its_module() -> None:
+    package = ROOT / "strata_dagster"
+    module_of = {
+        path: ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for path in package.rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    found = subclassed_across_modules(package, module_of)
+    assert found == [], "compose instead (or move the class beside its base):\n" + "\n".join(found)

@@ -38,7 +38,7 @@ from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine.builds import joined_inputs, partitions, state_figures
-from strata_dagster.engine.builds.incremental import DeltaBuilder, Fallback
+from strata_dagster.engine.builds.incremental import Fallback, segment_writer
 from strata_dagster.engine.builds.partitions import (
     NULL_PARTITION,
     STRATEGY,
@@ -501,11 +501,14 @@ def _partition_count(ctx: IncrementalContext) -> int | None:
     return len(ctx.session.content_by_group(relation, raw_partition(ctx, qualifier=ROW_ALIAS), (columns[0],)))
 
 
-class AppendedBuilder(DeltaBuilder):
-    """A model that only gains rows: its pipeline over its inputs' new rows, as a new segment.
+class AppendedBuilder:
+    """A model that only gains rows: its pipeline over its inputs' new rows, as a new segment
+    written over the live state the way a delta's is (engine.builds.segment).
 
     Args:
-        ctx, previous, segments: as for `DeltaBuilder`.
+        ctx: the build's context (engine.decisions.scope.RunScope.incremental_context).
+        previous: the live state the new rows go over.
+        segments: the live state's segments.
         identities: each input's content identity in this run (an input it does not follow
             that changed makes the model full: every row may read it).
         changes: what each followed input gained since the live state was built, or why that is
@@ -524,7 +527,10 @@ class AppendedBuilder(DeltaBuilder):
         identities: dict[str, str],
         changes: list[UpstreamChange] | str,
     ) -> None:
-        super().__init__(ctx, previous, segments)
+        self.ctx = ctx
+        self.previous = previous
+        self.segments = segments
+        self.writer = segment_writer(ctx, previous, segments)
         self.identities = identities
         self.changes = changes
 
@@ -574,7 +580,7 @@ class AppendedBuilder(DeltaBuilder):
             None,
             detail,
             facts,
-            rows_left_below=self.has_rows_left_below,
+            rows_left_below=False,  # no window, so no region below one to count
         )
 
     def _others(self) -> dict[str, str]:

@@ -162,7 +162,7 @@ def _row_wise(scope: RunScope, name: str) -> dict[str, object]:
 
 def delta_builder(
     scope: RunScope, name: str, context: IncrementalContext, current: SnapshotRecord
-) -> DeltaBuilder | PartitionBuild:
+) -> DeltaBuilder | AppendedBuilder | PartitionBuild:
     """How the delta of incremental model `name` is built on its live state `current`.
 
     Args:
@@ -172,7 +172,7 @@ def delta_builder(
         current: its live state.
 
     Returns:
-        DeltaBuilder | PartitionBuild: a `PartitionBuild` of the partitions requested by name
+        DeltaBuilder | AppendedBuilder | PartitionBuild: a `PartitionBuild` of the partitions requested by name
         (`ByRequest`); for a model following its input models' segments, an `AppendedBuilder` (no
         slicing), a `PartitionBuild` of the slices their new segments reach (`ByUpstreamSegments`,
         its rows `AggregateMaintained` for a partitioned `group ... aggregate`), or one comparing
