@@ -46,7 +46,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from strata_dagster.backends.choice import engine_choice, using_engine
+from strata_dagster.backends.choice import backend_choice, using_backend
 from strata_dagster.backends.spark.connect import local_session
 from strata_dagster.engine.run import run_project
 
@@ -286,7 +286,7 @@ def main() -> None:
     console.print(f"bench_spark: {arguments.rows:,} orders, local[2], load {os.getloadavg()[0]:.1f}")
     results: dict[str, list[tuple[float, float]]] = {}
     try:
-        with using_engine(engine_choice("spark")):
+        with using_backend(backend_choice("spark")):
             for repeat in range(arguments.repeat):
                 for database in ("main", "strata", "strata_snapshots", "floor"):
                     spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")

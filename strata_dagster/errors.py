@@ -78,9 +78,9 @@ E_FRESHNESS: Final = "E065"
 E_GC_SCHEDULE: Final = "E066"
 E_COMPONENT: Final = "E067"
 E_RANGE_RUN: Final = "E068"
-E_ENGINE_DIALECT: Final = "E070"
-E_ENGINE: Final = "E071"
-E_ENGINE_UNSUPPORTED: Final = "E072"
+E_BACKEND_DIALECT: Final = "E070"
+E_BACKEND: Final = "E071"
+E_BACKEND_UNSUPPORTED: Final = "E072"
 E_SHOW_OUTPUT: Final = "E073"
 E_USAGE: Final = "E074"
 
@@ -111,7 +111,7 @@ CATALOGUE: Final[dict[str, str]] = {
     E_BRANCH: "a branch name that is invalid, missing or already taken",
     E_UNIQUE: "a `unique` pin failed: duplicate keys in the new snapshot",
     E_CONTRACT: "a `contract` pin failed: the new snapshot's schema differs",
-    E_BUILD: "the engine (DuckDB or Spark) rejected a model's SQL while building it",
+    E_BUILD: "the backend (DuckDB or Spark) rejected a model's SQL while building it",
     E_RESOURCE_LIMIT: "a build exceeded the memory or spill-space limit, or a limit is not a size",
     E_GC: "a `strata gc` option that cannot be read, or a compaction that could not complete",
     E_SERVING: "the writer published, but could not write the serving copy readers open",
@@ -147,10 +147,10 @@ CATALOGUE: Final[dict[str, str]] = {
     E_GC_SCHEDULE: "a gc schedule whose cron, `keep` or `older_than` cannot be read",
     E_COMPONENT: "a StrataProjectComponent attribute (defs.yaml) that names no project or cannot be read",
     E_RANGE_RUN: "a strata_backfill_range run's assets or partition range that the project does not have",
-    E_ENGINE_DIALECT: "a construct the chosen engine (spark) would compute differently from DuckDB, or cannot "
+    E_BACKEND_DIALECT: "a construct the chosen backend (spark) would compute differently from DuckDB, or cannot "
     "compute, and strata cannot rewrite: refused at compile time",
-    E_ENGINE: "an unknown engine, an engine that is not installed, or an engine setting that cannot be used",
-    E_ENGINE_UNSUPPORTED: "a project or command uses something the chosen engine does not offer",
+    E_BACKEND: "an unknown backend, a backend that is not installed, or a backend setting that cannot be used",
+    E_BACKEND_UNSUPPORTED: "a project or command uses something the chosen backend does not offer",
     E_SHOW_OUTPUT: "a `strata show --output` file that is not .parquet or .csv, or cannot be written",
     E_USAGE: "a command line `strata` cannot read: an unknown command or option, a missing argument, "
     "a value of the wrong type or out of range",

@@ -1,12 +1,14 @@
-"""Names and limits `strata --help` shows (engines, STRATA_* variables, the default branch), defined
+"""Names and limits `strata --help` shows (backends, STRATA_* variables, the default branch), defined
 below every layer so that printing the help imports none of the layers that use them."""
 
 from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-EngineName = Literal["duckdb", "spark"]
-ENGINE_NAMES: Final[tuple[str, ...]] = get_args(EngineName)
+BackendName = Literal["duckdb", "spark"]
+BACKEND_NAMES: Final[tuple[str, ...]] = get_args(BackendName)
+BACKEND_ENV: Final = "STRATA_BACKEND"
+# The former name of STRATA_BACKEND, still read when STRATA_BACKEND is unset.
 ENGINE_ENV: Final = "STRATA_ENGINE"
 SPARK_REMOTE_ENV: Final = "STRATA_SPARK_REMOTE"
 WAREHOUSE_ENV: Final = "STRATA_WAREHOUSE"

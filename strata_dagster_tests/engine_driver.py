@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlglot
 
 from strata_dagster.backends.base import WarehouseError
-from strata_dagster.backends.choice import choose_engine, engine_choice
+from strata_dagster.backends.choice import backend_choice, choose_backend
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import model_view
 from strata_dagster.engine.run import run_project
@@ -35,7 +35,7 @@ from strata_dagster_tests.engines_support import EngineUnderTest
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     name, warehouse = spec["engine"], Path(spec["warehouse"])
-    choose_engine(engine_choice(name))
+    choose_backend(backend_choice(name))
     spark = None
     if name == "spark":
         from strata_dagster.backends.spark.connect import local_session

@@ -24,7 +24,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from strata_dagster.backends.choice import EngineChoice, engine_choice, using_engine
+from strata_dagster.backends.choice import BackendChoice, backend_choice, using_backend
 from strata_dagster.backends.opening import open_session
 from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.compile.relations import model_view
@@ -57,12 +57,12 @@ class EngineUnderTest:
     spark: Any = None
 
     @property
-    def choice(self) -> EngineChoice:
-        return engine_choice(self.name)
+    def choice(self) -> BackendChoice:
+        return backend_choice(self.name)
 
     @contextmanager
     def chosen(self) -> Iterator[None]:
-        with using_engine(self.choice):
+        with using_backend(self.choice):
             yield
 
     # -- sources ----------------------------------------------------------------------------------

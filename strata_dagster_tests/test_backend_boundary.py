@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from strata_dagster.backends.base import Session
-from strata_dagster.backends.choice import ENGINE_NAMES, Capabilities, EngineChoice
+from strata_dagster.backends.choice import BACKEND_NAMES, BackendChoice, Capabilities
 from strata_dagster.backends.duckdb.session import DuckDBSession
 from strata_dagster.backends.sql.session import SqlSession
 
@@ -49,11 +49,11 @@ def test_no_engine_inherits_the_other_engines_behaviour():
 def test_capabilities_are_known_before_a_session_opens_and_match_the_session_class():
     spark = _spark_session_class()
     classes = {"duckdb": DuckDBSession, "spark": spark}
-    assert set(ENGINE_NAMES) == set(classes)
+    assert set(BACKEND_NAMES) == set(classes)
     for name, backend in classes.items():
-        capabilities = EngineChoice(name).capabilities
+        capabilities = BackendChoice(name).capabilities
         assert isinstance(capabilities, Capabilities)
         assert backend.capabilities is capabilities
         assert backend.backend == name
-    assert EngineChoice("duckdb").default_warehouse_name == "warehouse.duckdb"
-    assert EngineChoice("spark").default_warehouse_name == "spark-warehouse"
+    assert BackendChoice("duckdb").default_warehouse_name == "warehouse.duckdb"
+    assert BackendChoice("spark").default_warehouse_name == "spark-warehouse"

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from strata_dagster import build_definitions, strata_python_model
-from strata_dagster.backends.choice import engine_choice, using_engine
+from strata_dagster.backends.choice import backend_choice, using_backend
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import open_session
 from strata_dagster_tests.dagster_support import (
@@ -50,7 +50,7 @@ def test_the_shop_materializes_goes_stale_and_loads_frames_on_spark(tmp_path):
     shutil.copytree(SHOP, project, ignore=shutil.ignore_patterns("*.duckdb*", "*.md", "*.py", "__pycache__"))
     raw = tmp_path / "sample.duckdb"
     write_sample_data(raw, 800, days=DAYS, start=START)
-    with engine_under_test("spark", tmp_path) as engine, using_engine(engine_choice("spark")):
+    with engine_under_test("spark", tmp_path) as engine, using_backend(backend_choice("spark")):
         _load(raw, engine.spark)
         defs = build_definitions(
             project, warehouse=engine.warehouse, engine="spark", python_assets=[region_orders]

@@ -216,6 +216,7 @@ LONG = "a" * 5000
         ("STRATA_TEMP_DIRECTORY", FILE_NOT_FOLDER, "E033"),
         ("STRATA_TEMP_DIRECTORY", LONG, "E033"),
         ("STRATA_SNAPSHOT_STORAGE", "s3", "E037"),
+        ("STRATA_BACKEND", "oracle", "E071"),
         ("STRATA_ENGINE", "oracle", "E071"),
         ("STRATA_WAREHOUSE", "/", "E020"),
         ("STRATA_WAREHOUSE", ".", "E020"),

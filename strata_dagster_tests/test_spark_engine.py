@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from strata_dagster.backends.choice import current_engine, engine_choice, using_engine
+from strata_dagster.backends.choice import backend_choice, current_backend, using_backend
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.reads.readers import reader_statement_for
@@ -147,7 +147,7 @@ def test_a_view_model_over_csv_files_is_refused_on_spark_and_over_parquet_reads_
 def test_engine_settings_that_cannot_be_used_are_e071(monkeypatch):
     for name, remote in (("bogus", None), ("spark", "http://host:1")):
         with pytest.raises(StrataError) as error:
-            engine_choice(name, remote)
+            backend_choice(name, remote)
         assert error.value.code == "E071"
     monkeypatch.setenv("STRATA_ENGINE", "nope")
     result = subprocess.run(
@@ -156,8 +156,8 @@ def test_engine_settings_that_cannot_be_used_are_e071(monkeypatch):
         text=True,
     )
     assert result.returncode == 1 and "error[E071]" in result.stderr and "Traceback" not in result.stderr
-    with using_engine(engine_choice("spark")):
-        assert current_engine().name == "spark"  # a chosen engine wins over the environment
+    with using_backend(backend_choice("spark")):
+        assert current_backend().name == "spark"  # a chosen engine wins over the environment
 
 
 EVENTS = Path(__file__).resolve().parents[1] / "examples" / "events"

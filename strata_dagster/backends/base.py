@@ -138,12 +138,6 @@ class Session(ABC):
     history: HistoryReader
     writer: HistoryWriter
 
-    @property
-    def engine(self) -> str:
-        """`backend`, under the name engine/builds/aggregate_builder.py still reads (until it asks
-        `capabilities.maintains_aggregates_from_delta`)."""
-        return self.backend
-
     # -- transactions -----------------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -1,8 +1,10 @@
 """Which backend a process builds on: DuckDB (embedded, the default) or Spark, and what each does differently.
 
-Every engine opens the same `Session` interface (backends/base.py); the engine code above it
-never knows which one it talks to, and asks a backend's `Capabilities` where they differ. The choice is made once per process, by the CLI's `--engine`,
-`build_definitions(engine=...)`, or `STRATA_ENGINE`, the way a database driver is chosen. Backends
+Every backend opens the same `Session` interface (backends/base.py); the engine above it never
+knows which one it talks to, and asks a backend's `Capabilities` where they differ. The choice is
+made once per process, by the CLI's `--backend`, `build_definitions(backend=...)`, or
+`STRATA_BACKEND` (`--engine`, `engine=` and `STRATA_ENGINE` are its former names, still read), the
+way a database driver is chosen. Backends
 are opened by module path (backends/opening.py), so this module imports neither (only
 `strata_dagster.backends.spark` imports pyspark).
 """
@@ -18,10 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from strata_dagster.errors import E_ENGINE, StrataError
-from strata_dagster.names import ENGINE_ENV, ENGINE_NAMES, SPARK_REMOTE_ENV
+from strata_dagster.errors import E_BACKEND, StrataError
+from strata_dagster.names import BACKEND_ENV, BACKEND_NAMES, ENGINE_ENV, SPARK_REMOTE_ENV
 
-DEFAULT_ENGINE: Final = "duckdb"
+DEFAULT_BACKEND: Final = "duckdb"
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,11 @@ _CAPABILITIES: Final[dict[str, Capabilities]] = {"duckdb": DUCKDB_CAPABILITIES, 
 
 
 @dataclass(frozen=True)
-class EngineChoice:
-    """The engine, and where a Spark engine finds its cluster (`sc://host:port`; None: a local
+class BackendChoice:
+    """The backend, and where a Spark backend finds its cluster (`sc://host:port`; None: a local
     Spark over the warehouse directory)."""
 
-    name: str = DEFAULT_ENGINE
+    name: str = DEFAULT_BACKEND
     spark_remote: str | None = None
 
     @property
@@ -82,7 +84,7 @@ class EngineChoice:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What this engine does differently (backends/base.py), known before a session opens."""
+        """What this backend does differently (backends/base.py), known before a session opens."""
         return capabilities_of(self.name)
 
     @property
@@ -92,59 +94,71 @@ class EngineChoice:
 
 
 def capabilities_of(name: str) -> Capabilities:
-    """What the engine named `name` (one of ENGINE_NAMES) does differently."""
+    """What the backend named `name` (one of BACKEND_NAMES) does differently."""
     return _CAPABILITIES[name]
 
 
-def engine_choice(name: str | None = None, spark_remote: str | None = None) -> EngineChoice:
-    """An engine by name (default: $STRATA_ENGINE, else duckdb); E070-range error for an unknown one."""
-    chosen = (name or os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE).strip().lower()
-    if chosen not in ENGINE_NAMES:
+def _backend_in_environment() -> tuple[str | None, str]:
+    """The backend the environment names, and the variable naming it: STRATA_BACKEND, else its
+    former name STRATA_ENGINE."""
+    for variable in (BACKEND_ENV, ENGINE_ENV):
+        value = os.environ.get(variable)
+        if value:
+            return value, variable
+    return None, BACKEND_ENV
+
+
+def backend_choice(name: str | None = None, spark_remote: str | None = None) -> BackendChoice:
+    """A backend by name (default: $STRATA_BACKEND, else $STRATA_ENGINE, else duckdb); E071 for an
+    unknown one."""
+    from_environment, variable = _backend_in_environment()
+    chosen = (name or from_environment or DEFAULT_BACKEND).strip().lower()
+    if chosen not in BACKEND_NAMES:
         raise StrataError(
-            E_ENGINE,
-            f"`{chosen}` is not an engine strata runs on",
-            hint=f"use one of: {', '.join(ENGINE_NAMES)} (--engine or {ENGINE_ENV})",
+            E_BACKEND,
+            f"`{chosen}` is not a backend strata runs on",
+            hint=f"use one of: {', '.join(BACKEND_NAMES)} (--backend or {variable})",
         )
     remote = spark_remote or os.environ.get(SPARK_REMOTE_ENV) or None
     if remote is not None and chosen != "spark":
         remote = None  # a Spark Connect address set for other commands does not apply to DuckDB
     if remote is not None and not remote.startswith("sc://"):
         raise StrataError(
-            E_ENGINE,
+            E_BACKEND,
             f"`{remote}` is not a Spark Connect address",
             hint=f"write it as sc://host:port (--spark-remote or {SPARK_REMOTE_ENV})",
         )
-    return EngineChoice(chosen, remote)
+    return BackendChoice(chosen, remote)
 
 
-_chosen: EngineChoice | None = None
+_chosen: BackendChoice | None = None
 
 
-def current_engine() -> EngineChoice:
-    """The engine this process builds on: the one chosen, else the environment's."""
-    return _chosen if _chosen is not None else engine_choice()
+def current_backend() -> BackendChoice:
+    """The backend this process builds on: the one chosen, else the environment's."""
+    return _chosen if _chosen is not None else backend_choice()
 
 
-def chosen_engine() -> EngineChoice | None:
-    """The engine chosen for this process, None when the environment decides."""
+def chosen_backend() -> BackendChoice | None:
+    """The backend chosen for this process, None when the environment decides."""
     return _chosen
 
 
-def choose_engine(choice: EngineChoice | None) -> None:
-    """Make `choice` this process's engine (None: back to the environment's)."""
+def choose_backend(choice: BackendChoice | None) -> None:
+    """Make `choice` this process's backend (None: back to the environment's)."""
     global _chosen
     _chosen = choice
 
 
 @contextmanager
-def using_engine(choice: EngineChoice) -> Iterator[EngineChoice]:
-    """`choice` as the engine for the duration of the block (tests, tools)."""
+def using_backend(choice: BackendChoice) -> Iterator[BackendChoice]:
+    """`choice` as the backend for the duration of the block (tests, tools)."""
     before = _chosen
-    choose_engine(choice)
+    choose_backend(choice)
     try:
         yield choice
     finally:
-        choose_engine(before)
+        choose_backend(before)
 
 
 @functools.lru_cache(maxsize=4)
@@ -156,12 +170,12 @@ def _version_of(name: str) -> str:
         return f"{name}-unknown"
 
 
-def engine_version(choice: EngineChoice | None = None) -> str:
-    """The engine and its version, part of every fingerprint: content hashes of two engines are
+def backend_version(choice: BackendChoice | None = None) -> str:
+    """The backend and its version, part of every fingerprint: content hashes of two backends are
     computed differently and are never compared (`duckdb-2.0.1`, `spark-4.3.0`)."""
-    return _version_of((choice or current_engine()).name)
+    return _version_of((choice or current_backend()).name)
 
 
-def engine_label(choice: EngineChoice | None = None) -> str:
-    """The engine's name as messages say it: DuckDB, Spark."""
-    return {"duckdb": "DuckDB", "spark": "Spark"}[(choice or current_engine()).name]
+def backend_label(choice: BackendChoice | None = None) -> str:
+    """The backend's name as messages say it: DuckDB, Spark."""
+    return {"duckdb": "DuckDB", "spark": "Spark"}[(choice or current_backend()).name]

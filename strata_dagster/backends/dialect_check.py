@@ -1,4 +1,4 @@
-"""Compile-time check of a project for an engine (`strata check/compile --engine spark`).
+"""Compile-time check of a project for a backend (`strata check/compile --backend spark`).
 
 Every model's statement is rewritten for the engine as a run would (`to_spark`); a construct the
 engine would compute differently and that cannot be rewritten is E070, named with the model's
@@ -23,7 +23,7 @@ from strata_dagster.compile.compiler import compile_model
 from strata_dagster.compile.determinism import make_windows_deterministic, step_expressions
 from strata_dagster.compile.project import CompiledProject, SourceSchemas
 from strata_dagster.compile.relations import ROLE_SCHEMA, file_format, model_view, source_relation
-from strata_dagster.errors import E_ENGINE_DIALECT, Location, StrataError, raise_collected
+from strata_dagster.errors import E_BACKEND_DIALECT, Location, StrataError, raise_collected
 from strata_dagster.language.definition import (
     Expr,
     Model,
@@ -50,7 +50,7 @@ def check_engine(
     not `strict`). Raises the E070 refusals found, all of them."""
     if engine not in ENGINES:
         raise StrataError(
-            E_ENGINE_DIALECT, f"no engine named `{engine}`", hint=f"use one of {', '.join(ENGINES)}"
+            E_BACKEND_DIALECT, f"no engine named `{engine}`", hint=f"use one of {', '.join(ENGINES)}"
         )
     if engine == "duckdb":
         return {name: model.statement for name, model in compiled.models.items()}
@@ -179,7 +179,7 @@ def _location(node: exp.Expr | None, expressions: list[Expr], model: Model) -> L
 
 
 def spark_relation(project: Project, name: str) -> exp.Table:
-    """How `strata compile --engine spark` shows a relation: a table source as declared, a file
+    """How `strata compile --backend spark` shows a relation: a table source as declared, a file
     source as Spark's `format.\\`path\\`` reader, a model as its live view."""
     source = project.sources.get(name)
     if source is None:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Final
 
 from strata_dagster.backends.base import Opener, Session
-from strata_dagster.backends.choice import EngineChoice, current_engine
+from strata_dagster.backends.choice import BackendChoice, current_backend
 from strata_dagster.backends.duckdb.opening import open_served, source_schemas_of
-from strata_dagster.errors import E_ENGINE, StrataError
+from strata_dagster.errors import E_BACKEND, StrataError
 from strata_dagster.language.definition import Project
 
 # Backend -> "module:function" that opens its sessions, imported only when the backend is chosen.
@@ -23,8 +23,8 @@ _OPENERS: Final[dict[str, str]] = {
 }
 
 
-def engine_opener(choice: EngineChoice) -> Opener:
-    """The function that opens sessions of the engine `choice` (imported on first use)."""
+def backend_opener(choice: BackendChoice) -> Opener:
+    """The function that opens sessions of the backend `choice` (imported on first use)."""
     return _opener(choice.name)
 
 
@@ -37,8 +37,8 @@ def _opener(name: str) -> Opener:
         if not (error.name or "").startswith(("pyspark", "py4j", "grpc", "google")):
             raise  # a module of strata's own: a bug to show, not an installation to ask for
         raise StrataError(
-            E_ENGINE,
-            f"the {name} engine is not installed ({error.name or error})",
+            E_BACKEND,
+            f"the {name} backend is not installed ({error.name or error})",
             hint="pip install 'strata_dagster[spark]' (pyspark) and make sure Java 17 is on the PATH",
         ) from None
     opener: Opener = getattr(module, function)
@@ -55,8 +55,8 @@ def open_session(
     With `must_exist`, a missing warehouse is an error (E020) instead of a new, empty one. `path`
     is the chosen backend's warehouse: a DuckDB file, or a Spark warehouse directory.
     """
-    choice = current_engine()
-    opener = engine_opener(choice)
+    choice = current_backend()
+    opener = backend_opener(choice)
     with opener(path, choice, read_only=read_only, must_exist=must_exist, timeout=timeout) as session:
         yield session
 
@@ -66,7 +66,7 @@ def open_live_session(path: Path) -> Iterator[Session]:
     """A session that reads the live views as readers see them, never locking out a writer: the
     serving copy where the backend keeps one (a warehouse published before it existed gets one
     first), else the live views themselves (Spark never locks readers out)."""
-    if not current_engine().capabilities.has_serving_copy:
+    if not current_backend().capabilities.has_serving_copy:
         with open_session(path, read_only=True) as session:
             yield session
         return
@@ -80,7 +80,7 @@ def read_source_schemas(warehouse: Path, project: Project) -> dict[str, tuple[tu
     A warehouse that does not exist is not created: file sources are then described from an
     in-memory DuckDB, and table sources are simply not known yet.
     """
-    if current_engine().capabilities.has_warehouse_file:
+    if current_backend().capabilities.has_warehouse_file:
         return source_schemas_of(warehouse, project)
     if warehouse.exists():
         with open_session(warehouse, read_only=True) as session:

@@ -103,7 +103,7 @@ _UNKNOWN_COLUMNS = "a table whose columns only a run knows: not loaded yet"
 
 
 def _bound_text(engine: str, bound: int, models: int) -> str:
-    """How many models DuckDB bound, for the end of check's ok line ("" on other engines)."""
+    """How many models DuckDB bound, for the end of check's ok line ("" on other backends)."""
     if engine != "duckdb" or not models:
         return ""
     if bound == models:
@@ -119,11 +119,11 @@ def _bound_text(engine: str, bound: int, models: int) -> str:
 @reports_errors
 def check(project: Path, warehouse: Path | None) -> None:
     """Parse and validate every module of PROJECT (column checks use the warehouse's source schemas,
-    and DuckDB binds every model's SQL against them; with --engine spark, every construct is also
+    and DuckDB binds every model's SQL against them; with --backend spark, every construct is also
     checked against Spark)."""
-    from strata_dagster.backends.choice import current_engine
+    from strata_dagster.backends.choice import current_backend
 
-    engine = current_engine().name
+    engine = current_backend().name
     compiled, _, bound = load_and_compile(project, resolve_warehouse(project, warehouse), engine, bind=True)
     loaded = compiled.project
     say(
@@ -144,12 +144,12 @@ def check(project: Path, warehouse: Path | None) -> None:
 )
 @reports_errors
 def compile_command(project: Path, warehouse: Path | None, models: tuple[str, ...]) -> None:
-    """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --engine spark), in dependency order."""
-    from strata_dagster.backends.choice import current_engine
+    """Print the SQL of each model of PROJECT (DuckDB's, or Spark's with --backend spark), in dependency order."""
+    from strata_dagster.backends.choice import current_backend
     from strata_dagster.language.selection import select
 
     selection = tuple(selector for item in models for selector in model_selection(item, "--model"))
-    engine = current_engine().name
+    engine = current_backend().name
     compiled, statements, _ = load_and_compile(
         project, resolve_warehouse(project, warehouse), engine, strict=engine != "duckdb"
     )

@@ -11,7 +11,7 @@ import click
 
 from strata_dagster.cli.output import error_console
 from strata_dagster.errors import E_PROJECT, E_UNKNOWN_MODEL, E_VERIFY_PARTITIONS, StrataError
-from strata_dagster.names import ENGINE_ENV, ENGINE_NAMES, SPARK_REMOTE_ENV, WAREHOUSE_ENV
+from strata_dagster.names import BACKEND_ENV, BACKEND_NAMES, SPARK_REMOTE_ENV, WAREHOUSE_ENV
 from strata_dagster.paths import path_problem, shortened
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -21,41 +21,51 @@ DEFAULT_WAREHOUSE_NAME = "warehouse.duckdb"
 project_argument = click.argument("project", type=click.Path(path_type=Path))
 
 
-def _choose_engine(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """`--engine` and `--spark-remote` choose this process's engine (backends.choice) before the
-    command body runs; a bad value is the usual `error[E071]`, never a traceback."""
-    from strata_dagster.backends.choice import choose_engine, chosen_engine, engine_choice
+def _choose_backend(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """`--backend` (or its former name `--engine`) and `--spark-remote` choose this process's
+    backend (backends.choice) before the command body runs; a bad value is the usual `error[E071]`,
+    never a traceback."""
+    from strata_dagster.backends.choice import backend_choice, choose_backend, chosen_backend
 
     ctx.meta[f"strata_{param.name}"] = value
-    if "strata_engine_before" not in ctx.meta:
+    if "strata_backend_before" not in ctx.meta:
         # The choice lasts for this command: a command invoked in-process (tests) leaves none behind.
-        ctx.meta["strata_engine_before"] = chosen_engine()
-        ctx.call_on_close(lambda: choose_engine(ctx.meta["strata_engine_before"]))
-    try:  # both options call this, in whichever order click reads them; the last call sees both
-        choose_engine(engine_choice(ctx.meta.get("strata_engine"), ctx.meta.get("strata_spark_remote")))
+        ctx.meta["strata_backend_before"] = chosen_backend()
+        ctx.call_on_close(lambda: choose_backend(ctx.meta["strata_backend_before"]))
+    name = ctx.meta.get("strata_backend") or ctx.meta.get("strata_engine")
+    try:  # every option calls this, in whichever order click reads them; the last call sees all
+        choose_backend(backend_choice(name, ctx.meta.get("strata_spark_remote")))
     except StrataError as error:
         error_console.print(error.render(), markup=False, style="red", soft_wrap=True)
         ctx.exit(1)
 
 
 def warehouse_option(command: F) -> F:
-    """`--warehouse`, with the engine it is on: `--engine` and `--spark-remote`."""
+    """`--warehouse`, with the backend it is on: `--backend` and `--spark-remote`."""
     command = click.option(
         "--spark-remote",
         default=None,
         metavar="sc://HOST:PORT",
         expose_value=False,
-        callback=_choose_engine,
-        help=f"With --engine spark: a Spark Connect server instead of a local Spark (default: ${SPARK_REMOTE_ENV}).",
+        callback=_choose_backend,
+        help=f"With --backend spark: a Spark Connect server instead of a local Spark (default: ${SPARK_REMOTE_ENV}).",
     )(command)
     command = click.option(
         "--engine",
-        type=click.Choice(ENGINE_NAMES),
+        type=click.Choice(BACKEND_NAMES),
         default=None,
         expose_value=False,
-        callback=_choose_engine,
-        help=f"The engine to build on (default: ${ENGINE_ENV}, else duckdb). On spark, --warehouse is the "
-        "Spark warehouse directory, with its catalog.",
+        callback=_choose_backend,
+        hidden=True,  # the former name of --backend, still read
+    )(command)
+    command = click.option(
+        "--backend",
+        type=click.Choice(BACKEND_NAMES),
+        default=None,
+        expose_value=False,
+        callback=_choose_backend,
+        help=f"The backend to build on (default: ${BACKEND_ENV}, else duckdb). On spark, --warehouse is "
+        "the Spark warehouse directory, with its catalog.",
     )(command)
     return click.option(
         "--warehouse",
@@ -77,10 +87,10 @@ def resolve_warehouse(project: Path, warehouse: Path | None) -> Path:
             f"project folder `{shortened(project)}` cannot be used: {project_problem}",
             hint="pass the folder that holds *.strata files",
         )
-    from strata_dagster.backends.choice import current_engine
+    from strata_dagster.backends.choice import current_backend
     from strata_dagster.backends.duckdb.connection import check_warehouse_path
 
-    engine = current_engine()
+    engine = current_backend()
     from_env = os.environ.get(WAREHOUSE_ENV)
     if warehouse is None and from_env:
         return check_warehouse_path(

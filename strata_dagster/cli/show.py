@@ -37,7 +37,7 @@ def show_command(
     project: Path, model: str, warehouse: Path | None, branch: str, limit: int, output: Path | None
 ) -> None:
     """Print MODEL's live rows as readers see them (a table of the first --limit rows), or write them all
-    to --output, on either engine."""
+    to --output, on either backend."""
     from rich.table import Table
 
     from strata_dagster.engine.reads.show import export_rows, show_rows

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from strata_dagster.backends.choice import current_engine
+from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb import partition_evidence
 from strata_dagster.backends.duckdb.listing import FolderListing
 from strata_dagster.backends.duckdb.sources import file_pattern
@@ -76,9 +76,9 @@ def listed_while_opening(
 ) -> Iterator[Listings]:
     """Start listing every business-versioned `path:` source of `project` (not overridden) in a
     thread; the listings not taken when the block ends are cancelled or waited for. None for a full
-    refresh (it reads every partition, from a listing made under the lock), nor for another engine
+    refresh (it reads every partition, from a listing made under the lock), nor for another backend
     than DuckDB (its sources' listings are not cached beside a warehouse file)."""
-    if is_full_refresh or not current_engine().capabilities.lists_sources_while_opening:
+    if is_full_refresh or not current_backend().capabilities.lists_sources_while_opening:
         yield Listings()
         return
     requests = {

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from strata_dagster.backends.base import FileDamage, Session
-from strata_dagster.backends.choice import current_engine
+from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb.connection import check_warehouse_path
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
@@ -93,7 +93,7 @@ def opened_project(
     """The warehouse opened (read-only: nothing migrated or written) and the project compiled
     against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
     project = load_project(request.project_dir)
-    check_warehouse_path(request.warehouse, is_file=current_engine().is_duckdb)
+    check_warehouse_path(request.warehouse, is_file=current_backend().is_duckdb)
     if not read_only:
         refuse_new_warehouse_without_sources(project, request.warehouse, request.models, request.overrides)
     with (

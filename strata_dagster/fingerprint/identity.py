@@ -45,7 +45,7 @@ def model_fingerprint(
     model: Model,
     compiled: CompiledModel,
     upstream: Mapping[str, str],
-    engine_version: str,
+    backend_version: str,
 ) -> ModelFingerprint:
     """The fingerprint of a model's definition; `upstream` maps each model it reads to its fingerprint."""
     # Relations by role: branches and overrides do not change it; comments are not code.
@@ -57,7 +57,7 @@ def model_fingerprint(
         output_properties["materialize"] = props.materialize
     value = digest(
         HASH_VERSION,
-        engine_version,
+        backend_version,
         canonical,
         output_properties,
         sorted((name, upstream[name]) for name in model.references if name in upstream),

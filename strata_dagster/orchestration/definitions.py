@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from strata_dagster.backends.choice import choose_engine, engine_choice
+from strata_dagster.backends.choice import backend_choice, choose_backend
 from strata_dagster.backends.duckdb.settings import check_environment
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
@@ -72,8 +72,9 @@ def build_definitions(
     gc: StrataGcPolicy | None = None,
     gc_schedule_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
     select: str | Sequence[str] | None = None,
-    engine: str | None = None,
+    backend: str | None = None,
     spark_remote: str | None = None,
+    engine: str | None = None,
 ) -> dg.Definitions:
     """Dagster definitions for the strata project in `project_dir`.
 
@@ -111,21 +112,22 @@ def build_definitions(
     `stg_*`, `tag:finance`, `+orders_enriched`) and the models they read become assets; E025 for a
     selector that matches nothing.
 
-    `engine`: `duckdb` (default: `$STRATA_ENGINE`, else duckdb) or `spark`, with `spark_remote` a
+    `backend`: `duckdb` (default: `$STRATA_BACKEND`, else duckdb) or `spark`, with `spark_remote` a
     Spark Connect server (`sc://host:port`, default `$STRATA_SPARK_REMOTE`) or None for a local
     Spark over `warehouse` (a directory; default `spark-warehouse/` in the project folder). The
-    assets, staleness, IO manager, checks and backfill guard are the same on both engines.
+    assets, staleness, IO manager, checks and backfill guard are the same on both backends.
+    `engine` is the former name of `backend`, still read when `backend` is not given.
     """
     names = ProjectNames(name)
-    choice = engine_choice(engine, spark_remote)
+    choice = backend_choice(backend or engine, spark_remote)
     check_environment(choice.name)  # every STRATA_* variable, where the code location loads
-    choose_engine(choice)  # this process reads the catalog below, and its sensors run here
+    choose_backend(choice)  # this process reads the catalog below, and its sensors run here
     check_branch(branch)  # E026 here, not as the resource's validation error
     resource = StrataResource(
         project_dir=str(project_dir),
         warehouse=str(warehouse if warehouse is not None else default_warehouse(project_dir)),
         branch=branch,
-        engine=choice.name,
+        backend=choice.name,
         spark_remote=choice.spark_remote,
     )
     translator = translator or StrataDagsterTranslator()
@@ -249,7 +251,7 @@ def _definitions(
         names.resource_key: resource,
         names.io_manager_key: StrataIOManager(strata=resource, name=names.scope),
     }
-    if resource.engine_choice.is_duckdb:
+    if resource.backend_choice.is_duckdb:
         resources[names.duckdb_resource_key] = StrataDuckDBResource(warehouse=resource.warehouse)
     defs = dg.Definitions(
         assets=[*assets, *observers],

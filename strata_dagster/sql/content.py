@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from strata_dagster.backends.choice import engine_version
+from strata_dagster.backends.choice import backend_version
 from strata_dagster.fingerprint import digest
 from strata_dagster.sql.render import data_type
 
@@ -37,7 +37,7 @@ class Content:
         parts: tuple[object, ...] = (self.columns, self.row_count, self.row_hash_sum)
         if self.basis:
             parts += (("basis", self.basis),)
-        return digest("content", engine_version(), *parts)
+        return digest("content", backend_version(), *parts)
 
     @classmethod
     def empty(cls, columns: tuple[tuple[str, str], ...], basis: RowBasis = WHOLE_ROW) -> Content:

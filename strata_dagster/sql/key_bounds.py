@@ -1,4 +1,4 @@
-"""The least and the greatest merge key of an upsert's state, recorded beside it on engines whose
+"""The least and the greatest merge key of an upsert's state, recorded beside it on backends whose
 scan of a state cannot skip rows by a join's keys (Spark reads every file of the state to find the
 rows a delta's keys replace). A delta whose keys all lie outside the bounds (new orders, numbered
 after every earlier one) replaces no row of the state: its scan for the replaced rows is not run.

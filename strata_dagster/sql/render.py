@@ -1,5 +1,5 @@
 """Names and rendering of the SQL strata builds: tables quoted as needed, DuckDB's dialect (the one
-models are written in; another engine renders the same trees its own way)."""
+models are written in; another backend renders the same trees its own way)."""
 
 from __future__ import annotations
 

@@ -337,7 +337,7 @@ def keyed_rows(
     `is_null_free_filter`: the keys hold no NULL and the result is only used as a filter (never
     negated): then a plain `IN (subquery)`, which lets DuckDB prune the scan with the keys' range.
     `key_range` (with `is_null_free_filter` and one key): the keys' range as literals beside the
-    `IN`, which every matching row meets, for an engine that does not derive it from the join
+    `IN`, which every matching row meets, for a backend that does not derive it from the join
     (Spark): its Parquet reader then skips the row groups outside it."""
     if keys_table is not None:
         relation: exp.Expr = snapshot_table(keys_table).as_(KEYS_ALIAS)

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import duckdb
 
-from strata_dagster.backends.choice import engine_version
+from strata_dagster.backends.choice import backend_version
 from strata_dagster.state.ledger import LedgerDigest, PartitionEvidence, write_ledger
 
 
@@ -414,7 +414,7 @@ class HistoryWriter:
                 backfill_of,
                 reason,
                 target_entry,
-                engine_version(),
+                backend_version(),
                 json.dumps(detail or {}, sort_keys=True, default=_as_json),
             ],
         )

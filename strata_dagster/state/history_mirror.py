@@ -1,4 +1,4 @@
-"""The history of an engine without transactions, read into an in-memory DuckDB of the same tables.
+"""The history of a backend without transactions, read into an in-memory DuckDB of the same tables.
 
 An engine like Spark keeps the history as an append-only log of rows (table, row as JSON). A
 session reads the committed rows once into an in-memory DuckDB migrated like any warehouse, so the
@@ -127,7 +127,7 @@ ORDER BY l.commit_id, l.seq
 def read_log_files(
     log_files: list[str], commit_files: list[str], con: duckdb.DuckDBPyConnection | None = None
 ) -> list[tuple[str, str, str, str | None]]:
-    """The rows of a history log kept as Parquet files on a local disk (an engine's own table of
+    """The rows of a history log kept as Parquet files on a local disk (a backend's own table of
     them, read here without that engine: DuckDB reads a few small files in milliseconds, where a
     Spark query costs a job): (table, row, commit id, commit state or None), in log order. Read
     through `con` when given (an in-memory DuckDB: a new one costs tens of milliseconds)."""

@@ -195,12 +195,12 @@ def held_open(path: Path) -> Iterator[None]:
     about ten times. Each connection still has its own transactions; what changes is that this
     process holds the file's lock for the whole block. Nested blocks join the outer one; a path that
     does not exist yet is not held (the first session creates it)."""
-    from strata_dagster.backends.choice import current_engine  # engines reads settings only
+    from strata_dagster.backends.choice import current_backend  # choice reads settings only
 
     if (
         _held_connection(path) is not None
         or not path.exists()
-        or not current_engine().capabilities.has_warehouse_file
+        or not current_backend().capabilities.has_warehouse_file
     ):
         yield
         return

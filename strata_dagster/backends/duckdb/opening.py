@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from strata_dagster.backends.choice import EngineChoice
+from strata_dagster.backends.choice import BackendChoice
 from strata_dagster.backends.duckdb import relocation, serving, snapshot_files
 from strata_dagster.backends.duckdb import sources as source_reading
 from strata_dagster.backends.duckdb.connection import connect
@@ -26,7 +26,7 @@ from strata_dagster.state.migrations import migrate
 @contextmanager
 def open_duckdb_session(
     path: Path,
-    choice: EngineChoice | None = None,
+    choice: BackendChoice | None = None,
     *,
     read_only: bool = False,
     must_exist: bool = False,

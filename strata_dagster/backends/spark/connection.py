@@ -5,7 +5,7 @@ here the tree is rewritten for Spark (spark.statements, and the language-level r
 backends.spark.dialect.translate rewrote the models' own statements when the project was compiled for
 Spark: engine.context), rendered, and run. Results come back as
 tuples, like DuckDB's; column types as DuckDB spells them, so the engine's decisions (is this a
-DATE? a TIMESTAMP?) read the same on both engines. Spark's errors become WarehouseError with their
+DATE? a TIMESTAMP?) read the same on both backends. Spark's errors become WarehouseError with their
 first line, never a JVM stack trace.
 """
 
@@ -27,7 +27,7 @@ from sqlglot import exp
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.backends.spark import statements
 from strata_dagster.backends.spark.types import duckdb_type_name
-from strata_dagster.errors import E_ENGINE_UNSUPPORTED, StrataError, first_line
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, StrataError, first_line
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 
 # Answers of at most this many rows are remembered for the connection's later identical questions.
@@ -298,7 +298,7 @@ def _native_file_relation(
     anything that needs reader options cannot be read from a permanent view (E072)."""
     if reader != "parquet" or len(paths) != 1 or options.get("hive_partitioning") == "true":
         raise StrataError(
-            E_ENGINE_UNSUPPORTED,
+            E_BACKEND_UNSUPPORTED,
             f"a view over {reader} files ({', '.join(paths)}) cannot be created on Spark: a permanent "
             "view reads files only as plain Parquet",
             hint="drop `materialize: view` from the model reading them (build it as a table), or load the "

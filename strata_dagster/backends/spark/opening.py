@@ -10,12 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from strata_dagster.backends.choice import EngineChoice
+from strata_dagster.backends.choice import BackendChoice
 from strata_dagster.backends.spark.connect import local_session, remote_session
 from strata_dagster.backends.spark.connection import SparkConnection, SparkError
 from strata_dagster.backends.spark.repair import repair_interrupted
 from strata_dagster.backends.spark.session import SparkWarehouseSession
-from strata_dagster.errors import E_ENGINE, E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
+from strata_dagster.errors import E_BACKEND, E_WAREHOUSE, E_WAREHOUSE_BUSY, StrataError
 
 if TYPE_CHECKING:  # for annotations (the function imports it where it runs)
     from pyspark.sql import SparkSession
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # for annotations (the function imports it where it runs)
 _LOCK_NAME = ".strata-writer.lock"
 
 
-def _spark_for(warehouse: Path, choice: EngineChoice) -> SparkSession:
+def _spark_for(warehouse: Path, choice: BackendChoice) -> SparkSession:
     if choice.spark_remote is not None:
         return remote_session(choice.spark_remote)
     from pyspark.sql import SparkSession
@@ -33,7 +33,7 @@ def _spark_for(warehouse: Path, choice: EngineChoice) -> SparkSession:
         running = Path((active.conf.get("spark.sql.warehouse.dir") or "").removeprefix("file:")).resolve()
         if running != warehouse.resolve():
             raise StrataError(
-                E_ENGINE,
+                E_BACKEND,
                 f"this process already runs a Spark session over `{running}`, not `{warehouse}`",
                 hint="a process builds one Spark warehouse: pass the same --warehouse, or start another process",
             )
@@ -66,7 +66,7 @@ def _writer_lock(warehouse: Path, timeout: float | None) -> Iterator[None]:
 @contextmanager
 def open_spark_session(
     path: Path,
-    choice: EngineChoice,
+    choice: BackendChoice,
     *,
     read_only: bool = False,
     must_exist: bool = False,
@@ -79,7 +79,7 @@ def open_spark_session(
         raise StrataError(
             E_WAREHOUSE,
             f"Spark warehouse `{path}` does not exist",
-            hint="check --warehouse (or STRATA_WAREHOUSE), or run `strata run PROJECT --engine spark` first",
+            hint="check --warehouse (or STRATA_WAREHOUSE), or run `strata run PROJECT --backend spark` first",
         )
     lock = _writer_lock(path, timeout) if is_local and not read_only else _no_lock()
     with lock:
@@ -94,7 +94,7 @@ def open_spark_session(
                 raise StrataError(
                     E_WAREHOUSE,
                     f"Spark warehouse `{path}` holds no strata history",
-                    hint="run `strata run PROJECT --engine spark` first",
+                    hint="run `strata run PROJECT --backend spark` first",
                 )
             if session.interrupted and not read_only:
                 repair_interrupted(session)

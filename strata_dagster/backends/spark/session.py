@@ -39,7 +39,7 @@ from strata_dagster.backends.sql.runner import describe
 from strata_dagster.backends.sql.session import SqlSession
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.compile.relations import view_name
-from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_WAREHOUSE, StrataError
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_WAREHOUSE, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Project
 from strata_dagster.sql import views
@@ -570,9 +570,9 @@ def _refuse_attached_databases(project: Project) -> None:
     for source in project.sources.values():
         if source.database is not None:
             raise StrataError(
-                E_ENGINE_UNSUPPORTED,
+                E_BACKEND_UNSUPPORTED,
                 f"source `{source.name}` reads a DuckDB database file (`database: {source.database}`), "
-                "which the Spark engine cannot attach",
+                "which the Spark backend cannot attach",
                 source.location,
                 hint="load the table into the Spark catalog and name it with `table:`, or run on DuckDB",
             )

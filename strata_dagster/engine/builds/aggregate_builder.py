@@ -17,7 +17,6 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
-from strata_dagster.backends.choice import capabilities_of
 from strata_dagster.engine.builds import aggregate_delta
 from strata_dagster.engine.builds.aggregate_delta import MAINTAINED, AggregateShape
 from strata_dagster.engine.builds.model_slices import UpstreamChange, replaced_rows
@@ -67,7 +66,7 @@ class AggregateMaintained:
     def _usable_change(self, build: PartitionBuild) -> UpstreamChange | None:
         """The input's change, when its delta can maintain this model's partitions."""
         ctx = build.ctx
-        if not capabilities_of(ctx.session.engine).maintains_aggregates_from_delta:
+        if not ctx.session.capabilities.maintains_aggregates_from_delta:
             return None
         if isinstance(self.changes, str) or len(self.changes) != 1:
             return None

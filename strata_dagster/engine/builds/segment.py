@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from strata_dagster.backends.choice import engine_version
+from strata_dagster.backends.choice import backend_version
 from strata_dagster.engine.builds import segment_compaction
 from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.fingerprint import digest
@@ -64,7 +64,7 @@ class SchemaChanged(Exception):
 
 def content_hash(columns: list[list[str]] | tuple[tuple[str, str], ...], count: int, hash_sum: str) -> str:
     """The same identity warehouse.content.Content.fingerprint gives a table with these rows."""
-    return digest("content", engine_version(), tuple(tuple(column) for column in columns), count, hash_sum)
+    return digest("content", backend_version(), tuple(tuple(column) for column in columns), count, hash_sum)
 
 
 @dataclass(frozen=True)

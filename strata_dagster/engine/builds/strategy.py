@@ -18,7 +18,7 @@ from typing import Protocol
 from sqlglot import exp
 
 from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
-from strata_dagster.backends.choice import engine_label
+from strata_dagster.backends.choice import backend_label
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds.limits import limit_error
 from strata_dagster.engine.paths import BuildPath, StrategyName
@@ -125,7 +125,7 @@ def as_build_error(model: Model) -> Iterator[None]:
     except WarehouseError as error:
         raise StrataError(
             E_BUILD,
-            f"{engine_label()} rejected model `{model.name}`: {error}",
+            f"{backend_label()} rejected model `{model.name}`: {error}",
             model.location,
             hint=f"run `strata compile PROJECT --model {model.name}` to see the SQL; `strata check PROJECT` "
             "names the step when DuckDB refuses the SQL itself (not a value in the data)",

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from strata_dagster.backends.base import Session
-from strata_dagster.backends.choice import current_engine
+from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb import inspection, serving, snapshot_files
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.damaged_files import repair_command
 from strata_dagster.errors import (
-    E_ENGINE_UNSUPPORTED,
+    E_BACKEND_UNSUPPORTED,
     E_SERVING_DAMAGED,
     E_SNAPSHOT_FILE,
     E_WAREHOUSE,
@@ -68,11 +68,11 @@ class DoctorReport:
 
 def doctor(warehouse: Path) -> DoctorReport:
     """Every problem found with the files of `warehouse` (which must exist: E020 otherwise)."""
-    if not current_engine().capabilities.has_warehouse_file:
+    if not current_backend().capabilities.has_warehouse_file:
         raise StrataError(
-            E_ENGINE_UNSUPPORTED,
+            E_BACKEND_UNSUPPORTED,
             "`strata doctor` checks a DuckDB warehouse's files; Spark keeps its own",
-            hint="run it without --engine spark, on a DuckDB warehouse",
+            hint="run it without --backend spark, on a DuckDB warehouse",
         )
     if not warehouse.exists():
         raise StrataError(

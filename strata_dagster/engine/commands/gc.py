@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata_dagster.backends.base import ServingCollection, Session
-from strata_dagster.backends.choice import current_engine
+from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb import listing, partition_evidence
 from strata_dagster.backends.duckdb.compaction import compact, file_bytes
 from strata_dagster.backends.duckdb.serving import grace_seconds
@@ -22,7 +22,7 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.joined_inputs import FIGURES
 from strata_dagster.engine.builds.sliding_window import WINDOW_STATE
-from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest
 from strata_dagster.state.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
@@ -97,10 +97,10 @@ def gc(
         )
     if keep is not None and keep < 0:
         raise StrataError(E_GC, f"--keep {keep} is negative", hint="give a number of runs, 0 or more")
-    has_file = current_engine().capabilities.has_warehouse_file
+    has_file = current_backend().capabilities.has_warehouse_file
     if compact_file and not has_file:
         raise StrataError(
-            E_ENGINE_UNSUPPORTED,
+            E_BACKEND_UNSUPPORTED,
             "`--compact` rewrites a DuckDB file; a Spark warehouse frees a snapshot's files when gc drops it",
             hint="leave out --compact",
         )
@@ -173,7 +173,7 @@ def _needed(reader: HistoryReader, kept_entries: list[Entry]) -> set[str]:
 
 def default_grace() -> dt.timedelta:
     """How long a superseded snapshot outlives its last publication, by engine."""
-    return current_engine().capabilities.gc_grace
+    return current_backend().capabilities.gc_grace
 
 
 def _recently_live(reader: HistoryReader, since: dt.datetime) -> set[str]:

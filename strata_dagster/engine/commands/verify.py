@@ -28,7 +28,7 @@ from typing import Any
 from sqlglot import exp
 
 from strata_dagster.backends.base import ResourceLimitExceeded, Session, WarehouseError
-from strata_dagster.backends.choice import engine_label
+from strata_dagster.backends.choice import backend_label
 from strata_dagster.backends.duckdb.compare import Figures, combine, compare, schema_differences
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
@@ -349,7 +349,7 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         except WarehouseError as error:
             raise StrataError(
                 E_BUILD,
-                f"{engine_label()} rejected model `{name}` while rebuilding it for verification: {error}",
+                f"{backend_label()} rejected model `{name}` while rebuilding it for verification: {error}",
                 project.models[name].location,
                 hint=f"run `strata compile PROJECT --model {name}` to see the SQL",
             ) from None

@@ -105,7 +105,7 @@ def history(warehouse: Path) -> list[EntryBuilds]:
 
 
 def history_and_interruptions(warehouse: Path) -> tuple[list[EntryBuilds], tuple[str, ...]]:
-    """The history, and the publications a crash cut short since (their commit ids): on an engine
+    """The history, and the publications a crash cut short since (their commit ids): on a backend
     without transactions (Spark), some live views may then show what no entry records, until the
     next writing command repoints them."""
     with open_session(warehouse, read_only=True) as session:

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from strata_dagster.backends.choice import current_engine
+from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb import serving
 from strata_dagster.backends.opening import open_session
-from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_NOT_SERVED, E_WAREHOUSE, StrataError
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_NOT_SERVED, E_WAREHOUSE, StrataError
 
 
 def reader_statement_for(warehouse: Path) -> str:
     """The SQL a fresh DuckDB connection runs to read `main.v_<model>` (and the branch schemas)
     as last published. A warehouse written before the serving copy existed gets one first, and one
     served by an earlier version's catalog a new one."""
-    if not current_engine().capabilities.has_serving_copy:
+    if not current_backend().capabilities.has_serving_copy:
         raise StrataError(
-            E_ENGINE_UNSUPPORTED,
+            E_BACKEND_UNSUPPORTED,
             "`strata connect` opens DuckDB's serving copy; on Spark, readers query the live views "
             "(`main.v_<model>`) in Spark itself, which never locks them out",
-            hint="use a Spark Connect session (`--spark-remote`), or `strata show PROJECT MODEL --engine spark`",
+            hint="use a Spark Connect session (`--spark-remote`), or `strata show PROJECT MODEL --backend spark`",
         )
     if not warehouse.exists():
         raise StrataError(
@@ -41,4 +41,4 @@ def reader_statement_for(warehouse: Path) -> str:
 
 def unserved_views(warehouse: Path) -> dict[str, str]:
     """The live views the serving copy leaves out, and why (a snapshot file they read is damaged)."""
-    return serving.left_out(warehouse) if current_engine().capabilities.has_serving_copy else {}
+    return serving.left_out(warehouse) if current_backend().capabilities.has_serving_copy else {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from strata_dagster.backends.choice import current_engine
+from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb.sources import source_table, unreadable_without_warehouse
 from strata_dagster.engine.context import select_models, with_upstream
 from strata_dagster.engine.sources.readings import unreadable_source
@@ -26,7 +26,7 @@ def refuse_new_warehouse_without_sources(
     """E020 when `warehouse` does not exist and the models `models` select (with everything they
     read) read a source table from it; E012 when a file source (or a table of another DuckDB
     database) they read cannot be read. Nothing is created."""
-    if warehouse.exists() or not current_engine().capabilities.has_warehouse_file:
+    if warehouse.exists() or not current_backend().capabilities.has_warehouse_file:
         return
     source = _first_source_in_warehouse(project, models, overrides)
     if source is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
-from strata_dagster.backends.choice import engine_version
+from strata_dagster.backends.choice import backend_version
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
@@ -60,7 +60,7 @@ def fingerprint_models(context: ProjectContext) -> dict[str, ModelFingerprint]:
     for name in project.order:
         upstream = {ref: fingerprints[ref].value for ref in project.upstream_models(name)}
         compiled = context.compiled.models[name]
-        fingerprints[name] = model_fingerprint(project.models[name], compiled, upstream, engine_version())
+        fingerprints[name] = model_fingerprint(project.models[name], compiled, upstream, backend_version())
     return fingerprints
 
 

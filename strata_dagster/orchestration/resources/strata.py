@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field, field_validator, model_validator
 
-from strata_dagster.backends.choice import EngineChoice, choose_engine, current_engine, engine_choice
+from strata_dagster.backends.choice import BackendChoice, backend_choice, choose_backend, current_backend
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import check_branch
 from strata_dagster.errors import StrataError
@@ -21,7 +21,7 @@ def default_warehouse(project_dir: Path | str) -> Path:
     """`$STRATA_WAREHOUSE`, else `warehouse.duckdb` in the project folder (`spark-warehouse/` on
     Spark), as the `strata` command."""
     from_env = os.environ.get(WAREHOUSE_ENV)
-    return Path(from_env) if from_env else Path(project_dir) / current_engine().default_warehouse_name
+    return Path(from_env) if from_env else Path(project_dir) / current_backend().default_warehouse_name
 
 
 class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
@@ -44,18 +44,22 @@ class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             "the `duckdb` pool."
         )
     )
-    engine: str = Field(
+    backend: str = Field(
         default="duckdb",
         description=(
-            "The engine the models build on: `duckdb` (embedded, the default) or `spark`, where "
+            "The backend the models build on: `duckdb` (embedded, the default) or `spark`, where "
             "`warehouse` is the Spark warehouse directory with its catalog (or the catalog of "
             "`spark_remote`)."
         ),
     )
+    engine: str | None = Field(
+        default=None,
+        description="The former name of `backend`, still read when `backend` is left at its default.",
+    )
     spark_remote: str | None = Field(
         default=None,
         description=(
-            "With engine `spark`: a Spark Connect server (`sc://host:port`) whose catalog every run "
+            "With backend `spark`: a Spark Connect server (`sc://host:port`) whose catalog every run "
             "worker shares, instead of a local Spark per process."
         ),
     )
@@ -93,25 +97,26 @@ class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return value
 
     @model_validator(mode="after")
-    def _warehouse_fits_the_engine(self) -> "StrataResource":
+    def _warehouse_fits_the_backend(self) -> "StrataResource":
         try:
-            choice = engine_choice(self.engine, self.spark_remote)
+            choice = self.backend_choice
         except StrataError as error:
             raise ValueError(f"{error.message}: {error.hint}") from None
         if choice.is_duckdb and Path(self.warehouse).is_dir():
             raise ValueError(
                 f"warehouse `{self.warehouse}` is a folder: set it to a DuckDB file inside it, e.g. "
-                f"{Path(self.warehouse) / DEFAULT_WAREHOUSE_NAME} (or engine='spark' for a Spark warehouse)"
+                f"{Path(self.warehouse) / DEFAULT_WAREHOUSE_NAME} (or backend='spark' for a Spark warehouse)"
             )
         return self
 
     @property
-    def engine_choice(self) -> EngineChoice:
-        return engine_choice(self.engine, self.spark_remote)
+    def backend_choice(self) -> BackendChoice:
+        name = self.engine if self.engine is not None and self.backend == "duckdb" else self.backend
+        return backend_choice(name, self.spark_remote)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        # Every engine call of a run worker goes to the engine the resource names.
-        choose_engine(self.engine_choice)
+        # Every engine call of a run worker goes to the backend the resource names.
+        choose_backend(self.backend_choice)
 
     @field_validator("branch")
     @classmethod

@@ -141,7 +141,7 @@ def _cast(node: exp.Expr) -> exp.Expr | None:
         raise refuse(
             f"cast to {target.sql(SOURCE_DIALECT)}",
             "Spark has no such type",
-            "cast to a type both engines have (BIGINT, DECIMAL(38, 0), VARCHAR, TIMESTAMP, ...)",
+            "cast to a type both backends have (BIGINT, DECIMAL(38, 0), VARCHAR, TIMESTAMP, ...)",
             node,
         )
     if target.is_type(*_INTEGERS):
@@ -349,7 +349,7 @@ def _format(node: exp.Expr) -> exp.Expr | None:
     raise refuse(
         "format(...)",
         "DuckDB's format uses {} placeholders, Spark's format_string printf ones",
-        "use printf('%s ...', ...), which both engines read alike, or concat",
+        "use printf('%s ...', ...), which both backends read alike, or concat",
         node,
     )
 
@@ -358,7 +358,7 @@ def _hash(node: exp.Expr) -> exp.Expr | None:
     raise refuse(
         "hash(...)",
         "Spark's hash is a 32-bit murmur3 that ignores where the NULLs are, DuckDB's a 64-bit hash",
-        "for a key, use md5(concat_ws('|', ...)) or sha256(...), which both engines compute alike",
+        "for a key, use md5(concat_ws('|', ...)) or sha256(...), which both backends compute alike",
         node,
     )
 
@@ -383,7 +383,7 @@ def _bracket(node: exp.Expr) -> exp.Expr | None:
         raise refuse(
             "list slice l[a:b]",
             "Spark has no slice syntax",
-            "use list_slice's equal on both engines: a filter on the element positions, or array_slice",
+            "use list_slice's equal on both backends: a filter on the element positions, or array_slice",
             node,
         )
     if is_kind(node.this, exp.DataType.Type.MAP):
@@ -436,7 +436,7 @@ def _two_argument_lambda(node: exp.Expr) -> exp.Expr | None:
             raise refuse(
                 "a list lambda with an index parameter",
                 "DuckDB numbers the elements from 1, Spark from 0",
-                "compute with the element alone, or add 1 to the index explicitly in both engines' terms",
+                "compute with the element alone, or add 1 to the index explicitly in both backends' terms",
                 node,
             )
     return None

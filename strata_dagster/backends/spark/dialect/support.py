@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from strata_dagster.errors import E_ENGINE_DIALECT, Location, StrataError
+from strata_dagster.errors import E_BACKEND_DIALECT, Location, StrataError
 
 SOURCE_DIALECT = "duckdb"
 # Node atoms that need no parentheses inside an operator.
@@ -46,7 +46,7 @@ class EngineDialectError(StrataError):
         self.model = model
         prefix = f"model `{model}`: " if model else ""
         super().__init__(
-            E_ENGINE_DIALECT,
+            E_BACKEND_DIALECT,
             f"{prefix}`{construct}` is refused on the {engine} engine: {reason}",
             location,
             hint=hint,

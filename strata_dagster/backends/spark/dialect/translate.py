@@ -93,7 +93,7 @@ def check_spark_sql(tree: exp.Expr) -> None:
         raise refuse(
             "a construct",
             f"sqlglot cannot write it for Spark ({error})",
-            "rewrite the expression with functions both engines share",
+            "rewrite the expression with functions both backends share",
         ) from None
     for name in _CALL.findall(_STRING_OR_QUOTED.sub("''", text)):
         word = name.lower()
@@ -110,7 +110,7 @@ def check_spark_sql(tree: exp.Expr) -> None:
         raise refuse(
             f"{word}(...)",
             f"`{word}` is a DuckDB function Spark does not have",
-            "write it with functions both engines share (docs/spark_dialect.md lists what is rewritten)",
+            "write it with functions both backends share (docs/spark_dialect.md lists what is rewritten)",
             node,
         )
 
