@@ -296,7 +296,7 @@ class Planner:
         else:
             why = "selected without --only-stale: recomputed"
         path = VIEW if model.properties.is_view else FULL
-        allowed = (CUTOFF, path)
+        allowed: tuple[str, ...] = (CUTOFF, path)
         if self.scope.is_incremental(name) or self.scope.sliding_source_of(name):
             allowed = (CUTOFF, FULL, DELTA, PARTITIONS)
         return ModelPlan(

@@ -55,14 +55,14 @@ class _InstanceLoading(LoadingContext):
 
     def __init__(self, instance: dg.DagsterInstance) -> None:
         self._instance = instance
-        self._loaders: dict = {}  # type: ignore[type-arg]
+        self._loaders: dict = {}  # type: ignore[type-arg]  # values of Dagster's private loader types
 
     @property
     def instance(self) -> dg.DagsterInstance:
         return self._instance
 
     @property
-    def loaders(self) -> dict:  # type: ignore[type-arg]
+    def loaders(self) -> dict:  # type: ignore[type-arg]  # values of Dagster's private loader types
         return self._loaders
 
 
@@ -96,7 +96,7 @@ def _label(key: Any) -> str:
     return name if key.partition_key is None else f"{name}[{key.partition_key}]"
 
 
-def stale_candidates(context: Any, is_due: Callable[[dg.DagsterInstance], bool]) -> dg.AutomationResult:  # type: ignore[type-arg]
+def stale_candidates(context: Any, is_due: Callable[[dg.DagsterInstance], bool]) -> dg.AutomationResult:  # type: ignore[type-arg]  # a result for assets, its key type left open
     """An automation condition's result (its `context` is Dagster's AutomationContext): the
     candidate partitions that are stale, or all candidates when `is_due` (a refresh period passed)."""
     view = context.asset_graph_view

@@ -49,14 +49,14 @@ def fails_cleanly(function: Function) -> Function:
             with failing_cleanly():
                 yield from function(*args, **kwargs)
 
-        return generating  # type: ignore[return-value]
+        return generating  # type: ignore[return-value]  # the wrapper keeps the wrapped function's signature
 
     @functools.wraps(function)
     def returning(*args: Any, **kwargs: Any) -> Any:
         with failing_cleanly():
             return function(*args, **kwargs)
 
-    return returning  # type: ignore[return-value]
+    return returning  # type: ignore[return-value]  # the wrapper keeps the wrapped function's signature
 
 
 def raises_cleanly(function: Function) -> Function:
@@ -71,4 +71,4 @@ def raises_cleanly(function: Function) -> Function:
         except StrataError as error:
             raise error.with_traceback(None) from None
 
-    return loading  # type: ignore[return-value]
+    return loading  # type: ignore[return-value]  # the wrapper keeps the wrapped function's signature

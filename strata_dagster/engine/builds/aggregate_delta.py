@@ -200,7 +200,7 @@ def rows_before_grouping(
         if item.argument is not None
     ]
     query.set("expressions", projection)
-    return bind(query, relation, copy=False)  # type: ignore[return-value]
+    return bind(query, relation, copy=False)  # type: ignore[return-value]  # bind keeps the root: a query
 
 
 def changed_rows(

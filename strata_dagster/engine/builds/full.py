@@ -152,8 +152,9 @@ class FullBuild:
                 watermark = detail.get("high")
                 if watermark is None and detail.get("cdc_type") is None:
                     output = snapshot_table(self.target.table_name)
-                    watermark, detail["cdc_type"] = output_watermark(context, output)
-                    detail.update(full_output_facts(context, output, watermark, detail["cdc_type"]))
+                    watermark, cdc_type = output_watermark(context, output)
+                    detail["cdc_type"] = cdc_type
+                    detail.update(full_output_facts(context, output, watermark, cdc_type))
         return detail, watermark
 
     def _with_row_wise(self, detail: dict[str, object]) -> dict[str, object]:

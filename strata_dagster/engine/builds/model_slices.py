@@ -173,16 +173,16 @@ def slicing(
             "a window function reads other rows, and no column of its PARTITION BY is a column of "
             f"`{base}` carried unchanged to the output"
         )
-    key = _input_key(project, base, earlier)
-    output = _carried(compiled, key[1]) if key is not None else None
-    if key is not None and output is not None:
-        spec = PartitionSpec(key[0], output, model.location)  # type: ignore[arg-type]
+    input_key = _input_key(project, base, earlier)
+    output = _carried(compiled, input_key[1]) if input_key is not None else None
+    if input_key is not None and output is not None:
+        spec = PartitionSpec(input_key[0], output, model.location)  # type: ignore[arg-type]  # a grain PartitionSpec gave
         return ModelSlices(spec, (base,), f"the key of `{base}`")
     if project.models[base].properties.merge_strategy == "append":
         return ModelSlices(None, (base,), "")
-    if key is None:
+    if input_key is None:
         return f"`{base}` has no single key or partition column to slice by"
-    return f"the model does not carry `{key[1]}` of `{base}` unchanged, so its rows cannot be sliced"
+    return f"the model does not carry `{input_key[1]}` of `{base}` unchanged, so its rows cannot be sliced"
 
 
 def _union_slicing(
@@ -361,7 +361,7 @@ def slice_figures(ctx: IncrementalContext, changes: list[UpstreamChange]) -> tup
                     _add(added, name, totals_now.get(name, (0, 0)))
                     _add(replaced, name, totals_before.get(name, (0, 0)))
             continue
-        found = []
+        found: list[tuple[dict[str, tuple[int, int]], exp.Table | exp.Query]] = []
         if change.added:
             found.append((added, composite_query(change.added, change.merge_keys, change.grain)))
         gone = replaced_rows(ctx.session, change)

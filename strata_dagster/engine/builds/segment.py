@@ -255,4 +255,4 @@ def bind_relations(query: exp.Query, relation: Callable[[str], exp.Table | exp.Q
     """`query` (a tree built for this build, no one else's) with its relations bound, in place."""
     from strata_dagster.compile.relations import bind
 
-    return bind(query, relation, copy=False)  # type: ignore[return-value]
+    return bind(query, relation, copy=False)  # type: ignore[return-value]  # bind keeps the root: a query

@@ -148,7 +148,7 @@ def exact_shape(
     return WindowShape(shape.keys, shape.columns, aggregates)
 
 
-def _key_match(keys: Sequence[str], left: str, right: exp.Expression | str) -> exp.Expression:
+def _key_match(keys: Sequence[str], left: str, right: exp.Expression | str) -> exp.Expr:
     """Null-safe equality of the group keys of `left` and `right` (a table alias, or expressions)."""
     pairs = [
         exp.NullSafeEQ(
@@ -184,9 +184,9 @@ class WindowAggregate:
         self.partition_relation = partition_relation
 
     # -- queries ----------------------------------------------------------------------------------
-    def _hidden(self) -> list[exp.Expression]:
+    def _hidden(self) -> list[exp.Expr]:
         """The state's figures per group: the row count, and sum and non-NULL count per argument."""
-        figures: list[exp.Expression] = [exp.alias_(exp.Count(this=exp.Star()), COUNT)]
+        figures: list[exp.Expr] = [exp.alias_(exp.Count(this=exp.Star()), COUNT)]
         for index, item in enumerate(self.shape.aggregates):
             if item.argument is None:
                 continue
@@ -337,7 +337,7 @@ class WindowAggregate:
 
     def _output(self, state_table: str, delta_table: str, previous: SnapshotRecord) -> exp.Select:
         types = dict(tuple(column) for column in previous.detail.get("columns") or [])
-        items: list[exp.Expression] = []
+        items: list[exp.Expr] = []
         for name in self.shape.columns:
             value = self._column_value(name)
             if name in types:

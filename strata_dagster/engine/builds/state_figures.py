@@ -121,7 +121,7 @@ def recorded(record: SnapshotRecord | None) -> SliceFigures | None:
     return figures if figures.adds_up_to(record) else None
 
 
-def recorded_slices(record: SnapshotRecord) -> dict[str, exp.Expression]:
+def recorded_slices(record: SnapshotRecord) -> dict[str, exp.Expr]:
     """The follower slices a state recorded figures by, as expressions (named by their SQL)."""
     value = record.detail.get(FIGURES)
     by = value.get("by") if isinstance(value, dict) else None

@@ -66,7 +66,7 @@ class WindowBuild:
         compiled, table_name = target.compiled, target.table_name
         shape = sliding_window.shape_of(compiled, source)
         if isinstance(shape, str) or self.is_partitioned:
-            reason = (
+            reason: str | None = (
                 shape
                 if isinstance(shape, str)
                 else f"a partitioned model over `{source}` builds in full over the window"

@@ -115,7 +115,7 @@ def _check(session: Session, model: EntryModel, changed: dict[str, str]) -> Repl
         )
     name = f"{SCRATCH_PREFIX}{model.snapshot_id}_{model.model}"
     try:
-        session.create_snapshot(name, statement)  # type: ignore[arg-type]
+        session.create_snapshot(name, statement)  # type: ignore[arg-type]  # a model's SQL parses to a query
     except WarehouseError as error:
         return ReplayCheck(model.model, "failed", str(error))
     rebuilt = session.content(snapshot_table(name))
@@ -137,7 +137,7 @@ def _check(session: Session, model: EntryModel, changed: dict[str, str]) -> Repl
     )
 
 
-def _relations_read(statement: exp.Expression) -> set[str]:
+def _relations_read(statement: exp.Expr) -> set[str]:
     """Each table or table function the statement reads, rendered without its alias."""
     names = set()
     for table in statement.find_all(exp.Table):

@@ -246,12 +246,12 @@ def _requests_of(
     return by_grain.get(request_grain(spec.grain), ()) if spec is not None else ()
 
 
-def partition_expression(spec: PartitionSpec) -> exp.Expression:
+def partition_expression(spec: PartitionSpec) -> exp.Expr:
     """The partition a row belongs to: its day, the first day of its month, or the column itself."""
     return partition_key(exp.column(spec.column), spec.grain)
 
 
-def partition_predicate(spec: PartitionSpec, requests: tuple[PartitionRequest, ...]) -> exp.Expression:
+def partition_predicate(spec: PartitionSpec, requests: tuple[PartitionRequest, ...]) -> exp.Expr:
     """Rows in any of the requested partitions (of the model's grain: `partition_keys` checked them)."""
     key = partition_expression(spec)
 
@@ -262,7 +262,7 @@ def partition_predicate(spec: PartitionSpec, requests: tuple[PartitionRequest, .
 
     if spec.grain == "key":
         key = exp.cast(key, _VARCHAR)
-    conditions: list[exp.Expression] = []
+    conditions: list[exp.Expr] = []
     for request in requests:
         # A month model's key is its first day: the months overlapping the request.
         first = request.start.replace(day=1) if spec.grain == "month" else request.start

@@ -180,7 +180,7 @@ class RunScope:
             reading.basis,
         )
 
-    def partitioned_reader_of(self, source: str) -> tuple[str, exp.Expression] | None:
+    def partitioned_reader_of(self, source: str) -> tuple[str, exp.Expr] | None:
         """A partitioned model in the selection that reads `source` as its `from` (itself, or
         through view models), if any, and its partition expression over the source's rows."""
         for name in self.closure:

@@ -23,13 +23,13 @@ from strata_dagster.language.definition import Project
 
 def source_partition_through_views(
     project: Project, compiled: Mapping[str, CompiledModel], name: str
-) -> tuple[str, exp.Expression] | None:
+) -> tuple[str, exp.Expr] | None:
     """The source under the view model(s) partitioned model `name` reads as `from`, and `name`'s
     partition expression over that source's raw rows; None when `from` is no such view."""
     model = project.models[name]
     if model.properties.partitioned_by is None or locality_problem_of(model, compiled[name]) is not None:
         return None
-    expression: exp.Expression | None = raw_partition_of(model, compiled[name])
+    expression: exp.Expr | None = raw_partition_of(model, compiled[name])
     relation = compiled[name].base_relation
     while (
         expression is not None and relation in project.models and project.models[relation].properties.is_view
@@ -50,7 +50,7 @@ def source_partition_through_views(
     return relation, expression
 
 
-def _through(view: CompiledModel, expression: exp.Expression) -> exp.Expression | None:
+def _through(view: CompiledModel, expression: exp.Expr) -> exp.Expr | None:
     """`expression` over the view's output columns, rewritten over the rows the view reads."""
     rewritten = expression.copy()
     for column in list(rewritten.find_all(exp.Column)):

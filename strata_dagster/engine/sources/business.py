@@ -327,7 +327,7 @@ def expired_of(
 def violations_of(
     listed: list[PartitionEvidence],
     consumed: dict[str, LedgerEntry],
-    expired: set[str] = frozenset(),  # type: ignore[assignment]
+    expired: set[str] = frozenset(),  # type: ignore[assignment]  # read only: a shared empty default
 ) -> list[Violation]:
     """What the listing says about the declared assumptions, against the ledger (an expired
     partition is not a violation)."""
@@ -702,4 +702,4 @@ def is_after(key: str, bound: str) -> bool | None:
     left, right = order_of(key), order_of(bound)
     if left[0] != right[0]:
         return None
-    return left > right  # type: ignore[operator]
+    return left > right

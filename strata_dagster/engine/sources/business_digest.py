@@ -108,4 +108,4 @@ def unchanged_prefix(
 
 
 def is_before(left: PartitionEvidence, right: PartitionEvidence) -> bool:
-    return order_of(left.key) < order_of(right.key)  # type: ignore[operator]
+    return order_of(left.key) < order_of(right.key)

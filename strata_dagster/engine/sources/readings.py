@@ -179,7 +179,7 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
 
 
 def read_source_state_by_group(
-    session: Session, context: ProjectContext, name: str, key: exp.Expression
+    session: Session, context: ProjectContext, name: str, key: exp.Expr
 ) -> tuple[SourceState, Callable[[], PartitionGroups]]:
     """The source's state, and how to read its rows' content figures per value of `key`. Where
     row-hash sums add up to the whole table's figures (the same row hash), one scan gives both,

@@ -476,7 +476,7 @@ class ModelsStep:
                 f"`{plan.name}` was built from"
             )
             yield dg.AssetObservation(asset_key=key, tags={c.DATA_VERSION_TAG: fingerprint})
-            known = {**known, key: fingerprint}  # type: ignore[dict-item]
+            known = {**known, key: fingerprint}  # type: ignore[dict-item]  # known fingerprints: a key maps to its fingerprint
 
 
 def _build_metadata(
@@ -499,7 +499,7 @@ def _build_metadata(
     versions = (detail or {}).get(SOURCE_VERSIONS)
     if versions:
         metadata[c.SOURCE_VERSIONS_KEY] = dg.MetadataValue.json(
-            {source: version.get("last_partition") for source, version in versions.items()}  # type: ignore[union-attr]
+            {source: version.get("last_partition") for source, version in versions.items()}  # type: ignore[union-attr]  # each source version recorded is a dict
         )
     if detail:
         metadata[c.DETAIL_KEY] = dg.MetadataValue.json(

@@ -59,7 +59,7 @@ def strata_python_model(
         returned = signature.return_annotation
         is_typed = returned is not inspect.Signature.empty and not isinstance(returned, str)
         output = dg.Output[returned] if is_typed else dg.Output
-        content_versioned.__signature__ = signature.replace(return_annotation=output)  # type: ignore[attr-defined]
+        content_versioned.__signature__ = signature.replace(return_annotation=output)  # type: ignore[attr-defined]  # a function takes __signature__; typeshed does not list it
         content_versioned.__annotations__ = {**getattr(fn, "__annotations__", {}), "return": output}
 
         asset = dg.asset(

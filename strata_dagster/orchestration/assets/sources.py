@@ -86,7 +86,7 @@ def _unpartitioned(
     @dg.observable_source_asset(
         key=translator.get_asset_key(props),
         automation_condition=translator.get_automation_condition(props),
-        **_common(props, translator, names),  # type: ignore[arg-type]
+        **_common(props, translator, names),  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
     )
     @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> dg.ObserveResult:
@@ -123,7 +123,7 @@ def _partitioned(
         contents = source_partitions(strata.project_path, strata.warehouse_path, name, keys)
         return {key: dg.DataVersion(content.fingerprint) for key, content in contents.items()}
 
-    @dg.observable_source_asset(key=key, partitions_def=partitions_def, **_common(props, translator, names))  # type: ignore[arg-type]
+    @dg.observable_source_asset(key=key, partitions_def=partitions_def, **_common(props, translator, names))  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
     @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> dg.DataVersionsByPartition:
         strata: StrataResource = getattr(context.resources, resource_key)
@@ -131,7 +131,7 @@ def _partitioned(
         context.log_event(
             dg.AssetObservation(
                 asset_key=whole_key,
-                tags={c.DATA_VERSION_TAG: whole.data_version.value},  # type: ignore[union-attr]
+                tags={c.DATA_VERSION_TAG: whole.data_version.value},  # type: ignore[union-attr]  # an observed source always has a data version
                 metadata=whole.metadata,
             )
         )
@@ -149,7 +149,7 @@ def _partitioned(
         automation_condition=translator.get_automation_condition(
             dataclasses.replace(props, partitioned_by=None)
         ),
-        **common,  # type: ignore[arg-type]
+        **common,  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
     )
     @fails_cleanly
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
@@ -200,7 +200,7 @@ def build_whole_model_asset(
         f"All partitions of `{name}` as one version, for consumers that are not partitioned."
     )
 
-    @dg.observable_source_asset(key=translator.get_whole_asset_key(props), **common)  # type: ignore[arg-type]
+    @dg.observable_source_asset(key=translator.get_whole_asset_key(props), **common)  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
     @fails_cleanly
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
         strata: StrataResource = getattr(context.resources, resource_key)

@@ -69,7 +69,7 @@ def strata_checks_op(families: Sequence[CheckFamily], names: ProjectNames) -> li
                 for result in family.evaluate(context, strata, keys):
                     for event in _for_planned_partitions(context, result):
                         # log_event handles check evaluations; its UserEvent alias does not list them yet
-                        context.op_execution_context.log_event(event)  # type: ignore[arg-type]
+                        context.op_execution_context.log_event(event)  # type: ignore[arg-type]  # see above
                     yield result
             except StrataError as error:
                 failed = failed or error

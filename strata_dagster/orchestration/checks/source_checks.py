@@ -63,7 +63,7 @@ def assumption_result(arrivals: SourceArrivals) -> dict[str, object]:
 def assumption_evaluation(key: dg.AssetKey, arrivals: SourceArrivals) -> dg.AssetCheckEvaluation:
     """The check's evaluation, as the stale sensor reports it (no run)."""
     fields = assumption_result(arrivals)
-    return dg.AssetCheckEvaluation(asset_key=key, check_name=ASSUMPTIONS_CHECK, **fields)  # type: ignore[arg-type]
+    return dg.AssetCheckEvaluation(asset_key=key, check_name=ASSUMPTIONS_CHECK, **fields)  # type: ignore[arg-type]  # the result's fields, as a dict
 
 
 def source_assumption_checks(
@@ -94,7 +94,7 @@ def source_assumption_checks(
         found = peek_arrivals(strata.project_path, strata.warehouse_path, wanted, branch=strata.branch)
         for key in selected:
             fields = assumption_result(found[sources[key.asset_key]])
-            yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, **fields)  # type: ignore[arg-type]
+            yield dg.AssetCheckResult(asset_key=key.asset_key, check_name=key.name, **fields)  # type: ignore[arg-type]  # the result's fields, as a dict
 
     return _assumptions
 

@@ -216,7 +216,7 @@ class EngineStale:
 
 def read_engine_stale(
     strata: StrataResource,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     partitioned: Mapping[dg.AssetKey, PartitionedModel],
     instance: dg.DagsterInstance,
     is_stale: Callable[[dg.AssetKey, str], bool],
@@ -247,7 +247,7 @@ def read_engine_stale(
     return EngineStale(stale, stale_evaluations(partitioned, answers))
 
 
-def dagster_is_stale(instance: dg.DagsterInstance, asset_graph) -> Callable[[dg.AssetKey, str], bool]:  # type: ignore[no-untyped-def]
+def dagster_is_stale(instance: dg.DagsterInstance, asset_graph) -> Callable[[dg.AssetKey, str], bool]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """Dagster's own status of one partition of a partitioned strata model: is it stale? Read from
     the provenance strata's own materialization of it records, as Dagster's staleness reads it
     (assets.provenance), through Dagster's public event records."""

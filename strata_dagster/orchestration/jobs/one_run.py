@@ -77,7 +77,7 @@ class BackfillRangeConfig(dg.Config):
     last: str = Field(description="The last partition key of the range (included), e.g. 2025-01-03.")
 
 
-def wave_plan(asset_graph, job_of: Mapping[dg.AssetKey, str]) -> list[tuple[str, tuple[dg.AssetKey, ...]]]:  # type: ignore[no-untyped-def]
+def wave_plan(asset_graph, job_of: Mapping[dg.AssetKey, str]) -> list[tuple[str, tuple[dg.AssetKey, ...]]]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """The assets of `job_of` (asset -> its job) as waves (job, assets), upstream first. An asset
     joins a wave once every asset of another job it reads from (directly, or through assets in no
     job: companions, sources) is in an earlier wave; within a wave its job's run orders the rest."""
@@ -104,7 +104,7 @@ def wave_plan(asset_graph, job_of: Mapping[dg.AssetKey, str]) -> list[tuple[str,
     return waves
 
 
-def _job_parents(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]
+def _job_parents(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """The assets of `job_of` that `key` reads, directly or through assets in no job."""
     found: set[dg.AssetKey] = set()
     seen: set[dg.AssetKey] = set()
@@ -122,7 +122,7 @@ def _job_parents(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str
 
 
 def materialize_all_waves(
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     job_of: Mapping[dg.AssetKey, str],
     observe_job: str,
     observable: Sequence[dg.AssetKey],
@@ -142,7 +142,7 @@ def materialize_all_waves(
 
 
 def backfill_range_waves(
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     backfill_job_of: Mapping[dg.AssetKey, str],
     config: BackfillRangeConfig,
     instance: dg.DagsterInstance,

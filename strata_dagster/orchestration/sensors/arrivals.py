@@ -74,7 +74,7 @@ class ArrivalStep:
 def arrival_step(
     instance: dg.DagsterInstance,
     strata: StrataResource,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     sources: Sequence[ArrivingSource],
     job_of: Mapping[dg.AssetKey, str],
     busy: set[dg.AssetKey],
@@ -184,7 +184,7 @@ def _report_check(step: ArrivalStep, source: ArrivingSource, arrivals: SourceArr
 def _observe(
     step: ArrivalStep,
     instance: dg.DagsterInstance,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     source: ArrivingSource,
     arrivals: SourceArrivals,
     is_first: bool,
@@ -230,7 +230,7 @@ def _observe(
 
 def _launch(
     step: ArrivalStep,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     source: ArrivingSource,
     arrivals: SourceArrivals,
     job_of: Mapping[dg.AssetKey, str],
@@ -291,7 +291,7 @@ def _named(keys: Sequence[str]) -> str:
     return ", ".join(keys[:_NAMED]) + (f" and {len(keys) - _NAMED} more" if len(keys) > _NAMED else "")
 
 
-def _downstream(asset_graph, keys: set[dg.AssetKey]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]
+def _downstream(asset_graph, keys: set[dg.AssetKey]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     found: set[dg.AssetKey] = set()
     stack = list(keys)
     while stack:

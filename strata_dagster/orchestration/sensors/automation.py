@@ -21,7 +21,7 @@ AUTOMATION_SENSOR_NAME = "strata_automation"
 OBSERVATION_CRON = "* * * * *"
 
 
-class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg]
+class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg]  # a condition on assets, its key type left open
     """True for the candidate asset partitions whose stale status is STALE, and for all of an asset
     whose refresh period has passed (see sensors.refresh)."""
 
@@ -33,7 +33,7 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
     def description(self) -> str:
         return "Stale: an input has a new data version, the code version changed or its refresh period passed"
 
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]  # the context's key type left open, as the class's
         # Dagster's stale status has no public reader: orchestration.dagster_private, imported
         # only when the automation daemon evaluates the condition.
         from strata_dagster.orchestration.dagster_private import stale_candidates
@@ -42,14 +42,14 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
         return stale_candidates(context, lambda instance: is_due(instance, context.key, refresh))
 
 
-class CompanionCondition(dg.AutomationCondition):  # type: ignore[type-arg]
+class CompanionCondition(dg.AutomationCondition):  # type: ignore[type-arg]  # a condition on assets, its key type left open
     """True for all of a partitions companion (tag `strata/companion`), false for any other asset."""
 
     @property
     def name(self) -> str:
         return "partitions companion"
 
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]  # the context's key type left open, as the class's
         tags = context.asset_graph.get(context.key).tags or {}
         is_companion = tags.get(c.COMPANION_TAG) == c.PARTITIONS_COMPANION
         return dg.AutomationResult(

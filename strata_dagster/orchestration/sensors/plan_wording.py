@@ -14,7 +14,7 @@ from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.resources.strata import StrataResource
 
 
-def model_of(asset_graph, key: dg.AssetKey) -> str | None:  # type: ignore[no-untyped-def]
+def model_of(asset_graph, key: dg.AssetKey) -> str | None:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """The strata model an asset builds (its `strata/model` metadata), if any."""
     value = asset_graph.get(key).metadata.get(c.MODEL_KEY)
     value = getattr(value, "value", value)
@@ -23,7 +23,7 @@ def model_of(asset_graph, key: dg.AssetKey) -> str | None:  # type: ignore[no-un
 
 def engine_why(
     strata: StrataResource,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     keys: Iterable[dg.AssetKey],
     timeout: float,
 ) -> dict[dg.AssetKey, str]:

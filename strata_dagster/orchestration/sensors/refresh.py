@@ -20,7 +20,7 @@ from strata_dagster.orchestration import constants as c
 _now = time.time  # the clock of refresh decisions (tests move it)
 
 
-def refresh_of(node) -> Refresh | None:  # type: ignore[no-untyped-def]
+def refresh_of(node) -> Refresh | None:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """The refresh an asset node declares through its `strata/refresh` tag."""
     value = (node.tags or {}).get(c.REFRESH_TAG)
     return cast(Refresh, value) if value in REFRESHES else None

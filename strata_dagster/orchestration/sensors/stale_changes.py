@@ -22,7 +22,7 @@ class AssetPartition(NamedTuple):
     partition_key: str | None
 
 
-def touched_since(instance: dg.DagsterInstance, asset_graph, since: int) -> set[AssetPartition]:  # type: ignore[no-untyped-def]
+def touched_since(instance: dg.DagsterInstance, asset_graph, since: int) -> set[AssetPartition]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """The asset partitions materialized or observed after event storage id `since`."""
     touched: set[AssetPartition] = set()
     for key in asset_graph.get_all_asset_keys():
@@ -39,7 +39,7 @@ def touched_since(instance: dg.DagsterInstance, asset_graph, since: int) -> set[
     return touched
 
 
-def may_have_changed(asset_graph, touched: set[AssetPartition]) -> set[AssetPartition]:  # type: ignore[no-untyped-def]
+def may_have_changed(asset_graph, touched: set[AssetPartition]) -> set[AssetPartition]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """`touched` and every partition that reads one of them directly."""
     found = set(touched)
     for item in touched:

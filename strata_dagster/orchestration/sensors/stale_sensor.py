@@ -78,7 +78,7 @@ class StaleScan:
 
 def plan_stale_runs(
     instance: dg.DagsterInstance,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     job_of: Mapping[dg.AssetKey, str],
     run_tags: Mapping[str, str],
     known: Mapping[dg.AssetKey, list[str | None]] | None = None,
@@ -165,7 +165,7 @@ def plan_stale_runs(
     return plan
 
 
-def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # type: ignore[no-untyped-def]
+def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     if node.partitions_def is None:
         return [None]
     return node.partitions_def.get_partition_keys(dynamic_partitions_store=instance)
@@ -173,7 +173,7 @@ def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # 
 
 def _continue_scan(
     instance: dg.DagsterInstance,
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     resolver: Any,
     scan: StaleScan,
 ) -> None:
@@ -201,7 +201,7 @@ def _continue_scan(
 
 
 def _stale_since(
-    asset_graph,  # type: ignore[no-untyped-def]
+    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     resolver: Any,
     job_of: Mapping[dg.AssetKey, str],
     known: Mapping[dg.AssetKey, Sequence[str | None]],
@@ -234,7 +234,7 @@ def describe_run(request: dg.RunRequest) -> str:
     return f"{verb} {names}: {request.tags.get(c.WHY_TAG, '')}"
 
 
-def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]
+def _upstream(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str]) -> set[dg.AssetKey]:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     """The parents of `key`, and through a parent no job materializes (a partitions companion,
     which a model's build observes) the assets that parent follows."""
     found: set[dg.AssetKey] = set()
@@ -319,7 +319,7 @@ def _with_reported(cursor: str | None, code: str, reported: dict[str, str]) -> s
     return _TickState(loaded.last_event, loaded.code, loaded.stale, loaded.pending, merged).dump()
 
 
-def _tick_state(instance: dg.DagsterInstance, asset_graph, job_of: Mapping[dg.AssetKey, str]) -> _TickState:  # type: ignore[no-untyped-def]
+def _tick_state(instance: dg.DagsterInstance, asset_graph, job_of: Mapping[dg.AssetKey, str]) -> _TickState:  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     versions = sorted((str(key), asset_graph.get(key).code_version or "") for key in job_of)
     code = hashlib.sha256(json.dumps(versions).encode()).hexdigest()[:16]
     return _TickState(instance.event_log_storage.get_maximum_record_id(), code)
@@ -364,7 +364,7 @@ def stale_partitions_sensor(
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         instance = context.instance
-        graph = context.repository_def.asset_graph  # type: ignore[union-attr]
+        graph = context.repository_def.asset_graph  # type: ignore[union-attr]  # a sensor always runs in a repository
         state = _tick_state(instance, graph, job_of)  # before anything is read: later events count next tick
         busy = _assets_in_progress(instance, job_of)
         loaded = _TickState.load(context.cursor)
@@ -412,7 +412,7 @@ def stale_partitions_sensor(
 
     def _tick(
         context: dg.SensorEvaluationContext,
-        graph,  # type: ignore[no-untyped-def]
+        graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
         state: _TickState,
         busy: set[dg.AssetKey],
         job_of: Mapping[dg.AssetKey, str],
@@ -498,7 +498,7 @@ def stale_partitions_sensor(
 def _engine_why(
     context: dg.SensorEvaluationContext,
     strata: StrataResource,
-    graph,  # type: ignore[no-untyped-def]
+    graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
     keys: list[dg.AssetKey],
 ) -> dict[dg.AssetKey, str]:
     """`strata plan`'s line for each asset's model; Dagster's causes stay when the plan cannot be read."""
