@@ -25,6 +25,7 @@ from strata_dagster.engine.builds.segment import (
     SegmentWriter,
     bind_relations,
 )
+from strata_dagster.engine.sources.logs import LogSource, read_facts
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS, WHOLE_ROW, RowBasis
 from strata_dagster.sql.key_bounds import KeyBounds
@@ -80,6 +81,8 @@ class IncrementalContext:
     # The day or month slices of this model's rows that the models following it read
     # (engine.state_figures), by name, as expressions over a row.
     follower_slices: Mapping[str, exp.Expression] = field(default_factory=dict)
+    # The `from` source's ledger or change feed, whose window a delta reads (engine.sources).
+    log: LogSource | None = None
 
 
 def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:
@@ -122,6 +125,8 @@ def full_detail(ctx: IncrementalContext) -> dict[str, Any]:
     """Detail of a full build of an incremental model: the watermark for the first delta."""
     props = ctx.model.properties
     detail = {"strategy": props.merge_strategy, "merge_keys": list(props.merge_keys or ())}
+    if ctx.log is not None:
+        return {**detail, **read_facts(ctx.session, ctx.log).as_detail(ctx.log.table)}
     facts = source_facts(ctx, lateness_interval(ctx.model), None)
     detail.update(
         {

@@ -15,6 +15,7 @@ precheck, window, partitions or slices) without writing.
 | sliced | IncrementalBuild + PartitionBuild(ByUpstreamSegments[, AggregateMaintained]) | the slices the inputs' new segments reach |
 | partitions | IncrementalBuild + PartitionBuild(ByPartitionFingerprints) (engine.partitions) | partitions whose input fingerprints changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.incremental) | a window (low, high] of an append or upsert |
+| delta | IncrementalBuild + LogDeltaBuilder (builds/log_delta.py) | the window of a ledger's or change feed's log |
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from strata_dagster.engine.aggregate_builder import AggregateMaintained
 from strata_dagster.engine.aggregate_delta import AggregateShape
 from strata_dagster.engine.builds.delta import IncrementalBuild
 from strata_dagster.engine.builds.full import FullBuild
+from strata_dagster.engine.builds.log_delta import LogDeltaBuilder
 from strata_dagster.engine.builds.strategy import BuildStrategy, Target
 from strata_dagster.engine.builds.view import ViewBuild
 from strata_dagster.engine.builds.window import WindowBuild
@@ -201,4 +203,6 @@ def delta_builder(
         )
     if scope.is_partitioned(name):
         return PartitionBuild(context, current, segments, identities)
+    if context.log is not None:
+        return LogDeltaBuilder(context, current, segments, context.log)
     return DeltaBuilder(context, current, segments)

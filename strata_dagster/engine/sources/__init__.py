@@ -1,0 +1,1 @@
+"""Sources read through their own change log: transaction ledgers and change feeds."""

@@ -1,0 +1,117 @@
+"""A ledger source: every row carries the transaction that wrote it, and a ledger relation lists the
+transactions (id, committed_at, kind APPEND, UPDATE or SNAPSHOT).
+
+The window (low, high] is on committed_at, high the ledger's latest commit read at build start; its
+delta is the rows of the window's transactions. A delta is taken only when every transaction of
+the window is APPEND or UPDATE: a SNAPSHOT rewrote the source, so the build is full and says so. A
+transaction of the window whose rows the source no longer holds (drained, compacted away) stops
+the build (E091) instead of giving an empty delta. Models read only the rows of committed
+transactions, so a full build and the sum of deltas read the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from strata_dagster.backends.base import Session
+from strata_dagster.errors import E_LEDGER_DRAINED, StrataError
+from strata_dagster.language.definition import Source
+from strata_dagster.sql.render import render
+from strata_dagster.sql.segments import window_predicate
+
+SNAPSHOT = "SNAPSHOT"
+DELTA_KINDS = ("APPEND", "UPDATE")
+_SHOWN = 5  # transactions named in a message
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The ledger of `source`, whose rows are `table` and whose transactions are `ledger`."""
+
+    source: Source
+    table: exp.Table
+    ledger: exp.Table
+
+    @property
+    def txn(self) -> str:
+        return self.source.versioning.txn_column or ""
+
+    @property
+    def committed(self) -> str:
+        return self.source.versioning.committed_column or ""
+
+    @property
+    def kind(self) -> str:
+        return self.source.versioning.kind_column or ""
+
+    def transactions(self, low: exp.Expr | None, high: exp.Expr, *columns: str) -> exp.Select:
+        """The ledger's transactions committed in (low, high]: `columns` of them (their ids)."""
+        wanted = columns or (self.txn,)
+        return (
+            exp.select(*(exp.column(column) for column in wanted))
+            .from_(self.ledger.copy())
+            .where(window_predicate(exp.column(self.committed), low, high))
+        )
+
+    def relation(self) -> exp.Query:
+        """The rows of committed transactions (a row whose transaction is in no ledger entry is
+        not committed yet: no window would ever bring it)."""
+        committed = exp.select(exp.column(self.txn)).from_(self.ledger.copy())
+        row_txn = exp.column(self.txn, table="__ledger_rows")
+        return (
+            exp.select("*").from_(self.table.copy().as_("__ledger_rows")).where(row_txn.isin(query=committed))
+        )
+
+    def high(self, session: Session) -> tuple[str | None, str]:
+        return session.max_value(self.ledger, self.committed)
+
+    def in_window(self, low: exp.Expr | None, high: exp.Expr, qualifier: str | None = None) -> exp.Expr:
+        return exp.column(self.txn, table=qualifier).isin(query=self.transactions(low, high))
+
+    def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
+        """A SNAPSHOT in the window makes the build full; a transaction of it without rows stops it."""
+        _, rows = session.read_rows(self.transactions(low, high, self.txn, self.kind))
+        snapshots = sorted(str(txn) for txn, kind in rows if str(kind).upper() == SNAPSHOT)
+        if snapshots:
+            return (
+                f"transaction {snapshots[0]} in the window is a SNAPSHOT of `{self.source.name}` "
+                "(the source was rewritten): only a full build reads it"
+            )
+        others = sorted(str(kind) for _, kind in rows if str(kind).upper() not in DELTA_KINDS)
+        if others:
+            return (
+                f"the window of `{self.source.name}`'s ledger holds a transaction of kind `{others[0]}`, "
+                "neither APPEND, UPDATE nor SNAPSHOT: only a full build is sure to read it"
+            )
+        if rows:
+            self._check_not_drained(session, [txn for txn, _ in rows])
+        return None
+
+    def _check_not_drained(self, session: Session, transactions: list[object]) -> None:
+        """Every transaction of the window still holds rows in the source (rows are written once,
+        by the transaction that carries them)."""
+        held = (
+            exp.select(exp.column(self.txn))
+            .distinct()
+            .from_(self.table.copy())
+            .where(exp.column(self.txn).isin(*(exp.convert(txn) for txn in transactions)))
+        )
+        _, rows = session.read_rows(held)
+        present = {row[0] for row in rows}
+        missing = sorted(str(txn) for txn in transactions if txn not in present)
+        if not missing:
+            return
+        shown = ", ".join(missing[:_SHOWN]) + (
+            f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
+        )
+        raise StrataError(
+            E_LEDGER_DRAINED,
+            f"the ledger `{render(self.ledger)}` lists {len(missing)} transaction(s) in the window of source "
+            f"`{self.source.name}` whose rows `{render(self.table)}` no longer holds ({shown}): the source was "
+            "drained or compacted, and a delta would silently miss them",
+            self.source.location,
+            hint="restore the rows (or read them from where they were moved) and run again; "
+            "`strata run --full-refresh` rebuilds from the rows the source holds now",
+        )
