@@ -73,17 +73,35 @@ model customers {
   cdc_column: lsn
 }
 """
+# One event table holding every vendor's delete column, so one project can declare any of them.
 FEED_TABLES = (
-    "CREATE TABLE raw.customer_changes (id BIGINT, name VARCHAR, region VARCHAR, op VARCHAR, lsn BIGINT, "
-    "synced_at TIMESTAMP)",
+    "CREATE TABLE raw.customer_changes (id BIGINT, name VARCHAR, region VARCHAR, lsn BIGINT, "
+    "synced_at TIMESTAMP, op VARCHAR, _fivetran_deleted BOOLEAN, _ab_cdc_deleted_at TIMESTAMP, "
+    "is_deleted BOOLEAN)",
 )
-# The feed recomputed from all its events: each key's latest event (ties: the row's hash), unless
-# it deletes the key.
-CURRENT_CUSTOMERS = (
-    "SELECT * EXCLUDE (rank) FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY lsn DESC, "
-    "hash(e) DESC) AS rank FROM raw.customer_changes e) WHERE rank = 1 AND NOT coalesce(op = 'd', false)"
-)
-FULL_CUSTOMERS = f"SELECT id, name, region, lsn FROM ({CURRENT_CUSTOMERS}) WHERE region <> 'nowhere'"
+# Each `deletes:` form, and how the plain SQL below tells a deleting event.
+DELETE_FORMS = {
+    "debezium(op)": "coalesce(op = 'd', false)",
+    "fivetran": "coalesce(_fivetran_deleted, false)",
+    "airbyte": "_ab_cdc_deleted_at IS NOT NULL",
+    "flag(is_deleted)": "coalesce(is_deleted, false)",
+}
+
+
+def full_customers(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+    """The model recomputed from all the feed's events: each key's latest event by position (then
+    arrival, then the row's hash), unless it deletes the key."""
+    order = "lsn DESC, synced_at DESC" if arrival else "lsn DESC"
+    current = (
+        f"SELECT * EXCLUDE (rank) FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY {order}, "
+        f"hash(e) DESC) AS rank FROM raw.customer_changes e) WHERE rank = 1 AND NOT {DELETE_FORMS[deletes]}"
+    )
+    return f"SELECT id, name, region, lsn FROM ({current}) WHERE region <> 'nowhere'"
+
+
+def feed_module(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+    module = FEED_MODULE.replace("deletes: debezium(op)", f"deletes: {deletes}")
+    return module.replace("feed(lsn)", "feed(lsn, synced_at)") if arrival else module
 
 
 def make_feed_project(root: Path, module: str = FEED_MODULE) -> tuple[Path, Path]:
