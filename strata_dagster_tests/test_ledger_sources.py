@@ -8,6 +8,7 @@ import pytest
 
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.status import observe_sources
 from strata_dagster.engine.verify import verify
 from strata_dagster.errors import E_LEDGER_DRAINED, E_SOURCE, StrataError
 from strata_dagster_tests.engine_support import edit_module, execute, history_count
@@ -160,3 +161,23 @@ def test_a_ledger_that_cannot_be_read_is_a_source_error(tmp_path):
     with pytest.raises(StrataError) as error:
         run_project(project, warehouse)
     assert error.value.code == E_SOURCE
+
+
+def test_a_source_is_observed_changed_when_its_ledger_gains_a_transaction(ledger):
+    """What Dagster's source observation reports covers the ledger: a transaction whose rows are
+    gone still makes the source's models stale, so the build that finds it drained runs."""
+    project, warehouse = ledger
+    before = observe_sources(project, warehouse, ["orders"])["orders"].fingerprint
+    assert observe_sources(project, warehouse, ["orders"])["orders"].fingerprint == before
+    commit(warehouse, 2, "APPEND")  # a transaction without rows: the source's rows did not change
+    assert observe_sources(project, warehouse, ["orders"])["orders"].fingerprint != before
+
+
+@pytest.mark.parametrize("kind", ["DELETE", None])
+def test_a_transaction_of_another_kind_builds_in_full(ledger, kind):
+    project, warehouse = ledger
+    commit(warehouse, 2, "APPEND", [(3, "open", 3)])
+    execute(warehouse, "UPDATE raw.order_txns SET kind = ? WHERE txn_id = 2", params=[kind])
+    outcome = run_project(project, warehouse, only_stale=True).outcome("up")
+    assert outcome.path == "full" and "neither APPEND, UPDATE nor SNAPSHOT" in outcome.detail["full_reason"]
+    assert_equal_to_full(warehouse)

@@ -72,35 +72,49 @@ class Ledger:
 
     def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
         """A SNAPSHOT in the window makes the build full; a transaction of it without rows stops it."""
-        _, rows = session.read_rows(self.transactions(low, high, self.txn, self.kind))
-        snapshots = sorted(str(txn) for txn, kind in rows if str(kind).upper() == SNAPSHOT)
+        kind = exp.func("coalesce", exp.Upper(this=exp.column(self.kind)), exp.Literal.string(""))
+        others = (
+            self.transactions(low, high, self.txn, self.kind)
+            .where(exp.not_(kind.isin(*(exp.Literal.string(name) for name in DELTA_KINDS))))
+            .order_by(exp.column(self.committed), exp.column(self.txn))
+            .limit(_SHOWN)
+        )
+        _, rows = session.read_rows(others)
+        snapshots = [str(txn) for txn, kind in rows if str(kind).upper() == SNAPSHOT]
         if snapshots:
             return (
                 f"transaction {snapshots[0]} in the window is a SNAPSHOT of `{self.source.name}` "
                 "(the source was rewritten): only a full build reads it"
             )
-        others = sorted(str(kind) for _, kind in rows if str(kind).upper() not in DELTA_KINDS)
-        if others:
+        if rows:
             return (
-                f"the window of `{self.source.name}`'s ledger holds a transaction of kind `{others[0]}`, "
+                f"the window of `{self.source.name}`'s ledger holds a transaction of kind `{rows[0][1]}`, "
                 "neither APPEND, UPDATE nor SNAPSHOT: only a full build is sure to read it"
             )
-        if rows:
-            self._check_not_drained(session, [txn for txn, _ in rows])
+        self._check_not_drained(session, low, high)
         return None
 
-    def _check_not_drained(self, session: Session, transactions: list[object]) -> None:
+    def _check_not_drained(self, session: Session, low: exp.Expr, high: exp.Expr) -> None:
         """Every transaction of the window still holds rows in the source (rows are written once,
         by the transaction that carries them)."""
         held = (
-            exp.select(exp.column(self.txn))
-            .distinct()
-            .from_(self.table.copy())
-            .where(exp.column(self.txn).isin(*(exp.convert(txn) for txn in transactions)))
+            exp.select(exp.Literal.number(1))
+            .from_(self.table.copy().as_("__held"))
+            .where(
+                exp.EQ(
+                    this=exp.column(self.txn, table="__held"), expression=exp.column(self.txn, table="__txn")
+                )
+            )
         )
-        _, rows = session.read_rows(held)
-        present = {row[0] for row in rows}
-        missing = sorted(str(txn) for txn in transactions if txn not in present)
+        window = window_predicate(exp.column(self.committed, table="__txn"), low, high)
+        empty = (
+            exp.select(exp.column(self.txn, table="__txn"))
+            .from_(self.ledger.copy().as_("__txn"))
+            .where(exp.and_(window, exp.not_(exp.Exists(this=held))))
+            .order_by(exp.column(self.txn, table="__txn"))
+        )
+        _, rows = session.read_rows(empty)
+        missing = [str(row[0]) for row in rows]
         if not missing:
             return
         shown = ", ".join(missing[:_SHOWN]) + (
