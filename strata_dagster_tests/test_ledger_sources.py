@@ -181,3 +181,15 @@ def test_a_transaction_of_another_kind_builds_in_full(ledger, kind):
     outcome = run_project(project, warehouse, only_stale=True).outcome("up")
     assert outcome.path == "full" and "neither APPEND, UPDATE nor SNAPSHOT" in outcome.detail["full_reason"]
     assert_equal_to_full(warehouse)
+
+
+def test_rows_a_later_update_rewrote_are_no_drain(ledger):
+    """Transactions of the window whose rows a later UPDATE of the window rewrote hold no row any
+    more, legitimately: the build takes its delta."""
+    project, warehouse = ledger
+    commit(warehouse, 2, "APPEND", [(3, "open", 3)])
+    commit(warehouse, 3, "APPEND", [(4, "open", 4)])
+    execute(warehouse, "DELETE FROM raw.orders WHERE id IN (3, 4)")
+    commit(warehouse, 4, "UPDATE", [(3, "paid", 5), (4, "paid", 6)])
+    assert run_project(project, warehouse, only_stale=True).outcome("up").path == "delta"
+    assert_equal_to_full(warehouse)

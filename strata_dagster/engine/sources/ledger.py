@@ -4,8 +4,8 @@ transactions (id, committed_at, kind APPEND, UPDATE or SNAPSHOT).
 The window (low, high] is on committed_at, high the ledger's latest commit read at build start; its
 delta is the rows of the window's transactions. A delta is taken only when every transaction of
 the window is APPEND or UPDATE: a SNAPSHOT rewrote the source, so the build is full and says so. A
-transaction of the window whose rows the source no longer holds (drained, compacted away) stops
-the build (E091) instead of giving an empty delta. Models read only the rows of committed
+transaction of the window whose rows the source no longer holds (drained, compacted away), and
+that no later UPDATE rewrote, stops the build (E091) instead of giving an empty delta. Models read only the rows of committed
 transactions, so a full build and the sum of deltas read the same rows.
 """
 
@@ -95,8 +95,8 @@ class Ledger:
         return None
 
     def _check_not_drained(self, session: Session, low: exp.Expr, high: exp.Expr) -> None:
-        """Every transaction of the window still holds rows in the source (rows are written once,
-        by the transaction that carries them)."""
+        """Every transaction of the window still holds rows in the source: rows are written once,
+        by the transaction they carry, and leave only when a later UPDATE rewrites them."""
         held = (
             exp.select(exp.Literal.number(1))
             .from_(self.table.copy().as_("__held"))
@@ -107,10 +107,35 @@ class Ledger:
             )
         )
         window = window_predicate(exp.column(self.committed, table="__txn"), low, high)
+        # An UPDATE committed later may have rewritten the transaction's rows: not a drain.
+        later, this = exp.column(self.committed, table="__later"), exp.column(self.committed, table="__txn")
+        is_later = exp.or_(
+            exp.GT(this=later, expression=this),
+            exp.and_(
+                exp.EQ(this=later.copy(), expression=this.copy()),
+                exp.GT(
+                    this=exp.column(self.txn, table="__later"), expression=exp.column(self.txn, table="__txn")
+                ),
+            ),
+        )
+        rewritten = (
+            exp.select(exp.Literal.number(1))
+            .from_(self.ledger.copy().as_("__later"))
+            .where(
+                exp.and_(
+                    is_later,
+                    exp.LTE(this=later.copy(), expression=high.copy()),
+                    exp.EQ(
+                        this=exp.Upper(this=exp.column(self.kind, table="__later")),
+                        expression=exp.Literal.string("UPDATE"),
+                    ),
+                )
+            )
+        )
         empty = (
             exp.select(exp.column(self.txn, table="__txn"))
             .from_(self.ledger.copy().as_("__txn"))
-            .where(exp.and_(window, exp.not_(exp.Exists(this=held))))
+            .where(exp.and_(window, exp.not_(exp.Exists(this=held)), exp.not_(exp.Exists(this=rewritten))))
             .order_by(exp.column(self.txn, table="__txn"))
         )
         _, rows = session.read_rows(empty)
