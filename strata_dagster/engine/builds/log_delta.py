@@ -18,7 +18,13 @@ from sqlglot import exp
 from strata_dagster.engine.builds.segment import DeltaBuild
 from strata_dagster.engine.incremental import DeltaBuilder, Fallback, IncrementalContext
 from strata_dagster.engine.sources.feed import Feed
-from strata_dagster.engine.sources.logs import LOG_NEXT_COUNT, LOG_RELATION, LogSource, count_in, read_facts
+from strata_dagster.engine.sources.logs import (
+    LOG_NEXT_COUNT,
+    LOG_RELATION,
+    LogFacts,
+    LogSource,
+    counts_at_or_below,
+)
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import Segment, keyed_rows, typed_literal
 from strata_dagster.state.history import SnapshotRecord
@@ -87,17 +93,17 @@ class LogDeltaBuilder(DeltaBuilder):
     def _log_window(self) -> dict[str, Any] | Fallback:
         """The window's facts once the log's gate lets a delta through."""
         session, log = self.ctx.session, self.log
-        facts = read_facts(session, log)
-        detail = facts.as_detail(log.table)
-        if facts.high is None:
+        high_text, high_type = log.high(session)
+        if high_text is None:
             return Fallback(f"`{log.source.name}`'s log is empty")
-        cdc_type = self.previous.detail.get("cdc_type") or facts.high_type
+        cdc_type = self.previous.detail.get("cdc_type") or high_type
         low = typed_literal(self.previous.watermark or "", cdc_type)
-        high = typed_literal(facts.high, facts.high_type)
+        high = typed_literal(high_text, high_type)
         reason = log.checked_window(session, low, high)
         if reason is not None:
             return Fallback(reason)
-        below = count_in(session, log, None, low)
+        below, up_to_high = counts_at_or_below(session, log, [low, high])
+        detail = LogFacts(high_text, high_type, up_to_high).as_detail(log.table)
         recorded = int(self.previous.detail[LOG_NEXT_COUNT])
         # Rows that left a ledger's earlier transactions were rewritten (their keys come back with
         # the window) or deleted: an upsert finds the deleted keys; other strategies cannot.
@@ -110,7 +116,7 @@ class LogDeltaBuilder(DeltaBuilder):
                 "(an event out of order or repeated, a compacted log, or rows rewritten in place): only a "
                 "full build reads them"
             )
-        detail["window_rows"] = count_in(session, log, low, high)
+        detail["window_rows"] = up_to_high - below
         detail["low"] = low
         detail["high_value"] = high
         return detail

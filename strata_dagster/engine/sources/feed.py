@@ -86,5 +86,8 @@ class Feed:
     def in_window(self, low: exp.Expr | None, high: exp.Expr, qualifier: str | None = None) -> exp.Expr:
         return window_predicate(exp.column(self.window_column, table=qualifier), low, high)
 
+    def stamps(self) -> tuple[exp.Query | exp.Table, exp.Expr]:
+        return self.table, exp.column(self.window_column)
+
     def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
         return None

@@ -22,6 +22,7 @@ from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import window_predicate
 
 SNAPSHOT = "SNAPSHOT"
+STAMP = "__strata_committed"
 DELTA_KINDS = ("APPEND", "UPDATE")
 _SHOWN = 5  # transactions named in a message
 
@@ -69,6 +70,20 @@ class Ledger:
 
     def in_window(self, low: exp.Expr | None, high: exp.Expr, qualifier: str | None = None) -> exp.Expr:
         return exp.column(self.txn, table=qualifier).isin(query=self.transactions(low, high))
+
+    def stamps(self) -> tuple[exp.Query | exp.Table, exp.Expr]:
+        """Each committed row with its transaction's commit (a ledger lists a transaction once)."""
+        joined = (
+            exp.select(exp.column(self.committed, table="__txn").as_(STAMP))
+            .from_(self.table.copy().as_("__rows"))
+            .join(
+                self.ledger.copy().as_("__txn"),
+                on=exp.EQ(
+                    this=exp.column(self.txn, table="__rows"), expression=exp.column(self.txn, table="__txn")
+                ),
+            )
+        )
+        return joined, exp.column(STAMP)
 
     def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
         """A SNAPSHOT in the window makes the build full; a transaction of it without rows stops it."""

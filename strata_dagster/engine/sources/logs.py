@@ -54,6 +54,10 @@ class LogSource(Protocol):
         """Whether a raw row (of `qualifier`, or unqualified) was brought by the window (low, high]."""
         ...
 
+    def stamps(self) -> tuple[exp.Query | exp.Table, exp.Expr]:
+        """A relation with one row per raw row, and the column placing it in the log's windows."""
+        ...
+
     def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
         """Why the window (low, high] gives no delta (the build is full), or None; raises what
         must stop the build."""
@@ -105,14 +109,14 @@ def read_facts(session: Session, log: LogSource) -> LogFacts:
     high, high_type = log.high(session)
     if high is None:
         return LogFacts(None, high_type, 0)
-    count = count_in(session, log, None, typed_literal(high, high_type))
+    (count,) = counts_at_or_below(session, log, [typed_literal(high, high_type)])
     return LogFacts(high, high_type, count)
 
 
-def count_in(session: Session, log: LogSource, low: exp.Expr | None, high: exp.Expr) -> int:
-    """How many raw rows the window (low, high] (or everything up to `high`) holds."""
-    count, _ = session.content_where(log.table, log.in_window(low, high))
-    return count
+def counts_at_or_below(session: Session, log: LogSource, bounds: list[exp.Expr]) -> list[int]:
+    """How many raw rows the log places at or below each bound, in one scan."""
+    relation, stamp = log.stamps()
+    return session.counts_at_or_below(relation, stamp, bounds)
 
 
 def with_ledger(session: Session, project: Project, source: Source, fingerprint: str) -> str:
