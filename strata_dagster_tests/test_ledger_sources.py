@@ -144,6 +144,9 @@ def test_a_drained_source_stops_the_build(ledger):
     commit(warehouse, 3, "APPEND", [(4, "open", 4)])
     execute(warehouse, "DELETE FROM raw.orders WHERE txn_id IN (2, 3)")  # drained
     entries = history_count(warehouse)
+    with pytest.raises(StrataError) as planned:
+        plan_project(project, warehouse, only_stale=True)
+    assert planned.value.code == E_LEDGER_DRAINED
     with pytest.raises(StrataError) as error:
         run_project(project, warehouse, only_stale=True)
     assert error.value.code == E_LEDGER_DRAINED
