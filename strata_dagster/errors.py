@@ -83,6 +83,8 @@ E_BACKEND: Final = "E071"
 E_BACKEND_UNSUPPORTED: Final = "E072"
 E_SHOW_OUTPUT: Final = "E073"
 E_USAGE: Final = "E074"
+E_LOG_SOURCE: Final = "E090"
+E_LEDGER_DRAINED: Final = "E091"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -154,6 +156,11 @@ CATALOGUE: Final[dict[str, str]] = {
     E_SHOW_OUTPUT: "a `strata show --output` file that is not .parquet or .csv, or cannot be written",
     E_USAGE: "a command line `strata` cannot read: an unknown command or option, a missing argument, "
     "a value of the wrong type or out of range",
+    E_LOG_SOURCE: "a ledger or change-feed source declared incompletely (`ledger(...)` without `ledger:`, "
+    "`feed(...)` without `feed_keys`, `ledger:`, `feed_keys` or `deletes:` on another versioning, a `deletes:` "
+    "form that is not debezium(op), fivetran, airbyte or flag(col))",
+    E_LEDGER_DRAINED: "a ledger's transactions in a build's window have no rows left in the source (drained or "
+    "compacted away): no delta is taken from them",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -23,7 +23,16 @@ KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new")
 PartitionGrain = Literal["day", "month", "key"]
 JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
-VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
+VersioningKind = Literal[
+    "full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry", "ledger", "feed"
+]
+# Sources whose rows come with their own change log: a transaction ledger, or a change feed.
+LOG_VERSIONINGS: tuple[str, ...] = ("ledger", "feed")
+# The merge strategies' names in ledger-driven systems, accepted as ours.
+MERGE_STRATEGY_ALIASES: dict[str, str] = {"snapshot_replace": "upsert", "append_always": "append"}
+# How a change feed marks a deleted key (`deletes:`): Debezium's operation column, Fivetran's and
+# Airbyte's soft-delete columns, or any boolean column.
+DeleteForm = Literal["debezium", "fivetran", "airbyte", "flag"]
 # Versioned by their partition structure (docs/architecture.md, R8) rather than by their rows.
 BUSINESS_VERSIONINGS: tuple[str, ...] = ("append_only_partitions", "sliding_window", "partition_expiry")
 # How often a model whose rows depend on the clock (now(), random(), ...) is rebuilt.
@@ -154,8 +163,22 @@ class PartitionSpec:
 @dataclass(frozen=True)
 class Versioning:
     kind: VersioningKind = "full"
-    column: str | None = None  # cdc(col)
+    column: str | None = None  # cdc(col); feed(position, ...): the position column
     window: int | None = None  # sliding_window(N) / partition_expiry(N)
+    # ledger(txn, committed_at, kind): the transaction column of the rows, and the ledger's columns.
+    txn_column: str | None = None
+    committed_column: str | None = None
+    kind_column: str | None = None
+    # feed(position, arrival): the column whose window a build reads, when it is not the position.
+    arrival_column: str | None = None
+
+
+@dataclass(frozen=True)
+class FeedDeletes:
+    """How a change feed marks a deleted key: `debezium(op)`, `fivetran`, `airbyte` or `flag(col)`."""
+
+    form: DeleteForm
+    column: str
 
 
 @dataclass(frozen=True)
@@ -186,6 +209,9 @@ class Source:
     on_violation: OnViolation = "error"
     description: str | None = None
     start_location: Location | None = None  # where `start:` was written, for errors that point at it
+    ledger: str | None = None  # `versioning: ledger(...)`: the relation of its transactions
+    feed_keys: tuple[str, ...] | None = None  # `versioning: feed(...)`: the key of a feed's rows
+    deletes: FeedDeletes | None = None  # `versioning: feed(...)`: how a feed row deletes its key
 
     @property
     def is_business_versioned(self) -> bool:
@@ -194,6 +220,11 @@ class Source:
     @property
     def table_name(self) -> str:
         return self.table or self.name
+
+    @property
+    def is_log(self) -> bool:
+        """Whether the source comes with its change log (a transaction ledger or a change feed)."""
+        return self.versioning.kind in LOG_VERSIONINGS
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ PROPERTY_NAMES = (
     "path",
     "start",
     "versioning",
+    "ledger",
+    "feed_keys",
+    "deletes",
 )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from strata_dagster.errors import (
     E_FRESHNESS,
+    E_LOG_SOURCE,
     E_MERGE_STRATEGY,
     E_PROPERTY,
     E_PROPERTY_VALUE,
@@ -21,9 +22,11 @@ from strata_dagster.errors import (
 from strata_dagster.language.definition import (
     MATERIALIZATIONS,
     MERGE_STRATEGIES,
+    MERGE_STRATEGY_ALIASES,
     ON_VIOLATIONS,
     REFRESHES,
     ContractColumn,
+    FeedDeletes,
     Freshness,
     ModelProperties,
     PartitionSpec,
@@ -225,8 +228,52 @@ def as_partition(prop: RawProperty) -> PartitionSpec:
     return PartitionSpec(match.group(1), match.group(2), value.location)  # type: ignore[arg-type]  # the pattern's grains
 
 
+_LOG_VERSIONING = re.compile(r"(ledger|feed)\s*\(([^()]*)\)")
+
+
+def _log_versioning(prop: RawProperty, text: str) -> Versioning | None:
+    """`ledger(txn, committed_at, kind)` or `feed(position[, arrival])`, else None."""
+    match = _LOG_VERSIONING.fullmatch(text)
+    if not match:
+        return None
+    names = [name.strip() for name in match.group(2).split(",")]
+    if not all(_IDENTIFIER.fullmatch(name) for name in names):
+        return None
+    if match.group(1) == "ledger" and len(names) == 3:
+        txn, committed, kind = names
+        return Versioning("ledger", txn_column=txn, committed_column=committed, kind_column=kind)
+    if match.group(1) == "feed" and len(names) in (1, 2):
+        return Versioning("feed", column=names[0], arrival_column=names[1] if len(names) == 2 else None)
+    return None
+
+
+_DELETES = re.compile(r"(debezium|fivetran|airbyte|flag)\s*(?:\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\))?")
+_DELETE_COLUMNS = {"fivetran": "_fivetran_deleted", "airbyte": "_ab_cdc_deleted_at"}
+
+
+def as_deletes(prop: RawProperty) -> FeedDeletes:
+    """`deletes: debezium(op)`, `fivetran`, `airbyte` or `flag(col)`: how a feed row deletes its key."""
+    value = _needs_value(prop, "debezium(op)")
+    match = _DELETES.fullmatch(value.text)
+    form, column = (match.group(1), match.group(2)) if match else (None, None)
+    if form in _DELETE_COLUMNS and column is None:
+        return FeedDeletes(form, _DELETE_COLUMNS[form])  # type: ignore[arg-type]  # one of the forms just tested
+    if form in ("debezium", "flag") and column is not None:
+        return FeedDeletes(form, column)  # type: ignore[arg-type]  # one of the forms just tested
+    raise StrataError(
+        E_LOG_SOURCE,
+        f"`deletes` expects debezium(op_column), fivetran, airbyte or flag(column), got `{value.text}`",
+        value.location,
+        hint="write `deletes: debezium(op)` for an operation column c/u/d/r, `deletes: fivetran`, "
+        "`deletes: airbyte`, or `deletes: flag(is_deleted)` for a boolean column",
+    )
+
+
 def as_versioning(prop: RawProperty) -> Versioning:
     value = _needs_value(prop, "full")
+    log = _log_versioning(prop, value.text)
+    if log is not None:
+        return log
     match = _VERSIONING.fullmatch(value.text)
     kind = match.group(1) if match else None
     argument = match.group(2) if match else None
@@ -240,7 +287,8 @@ def as_versioning(prop: RawProperty) -> Versioning:
         return Versioning(kind, window=int(argument))  # type: ignore[arg-type]  # one of the kinds just tested
     raise _bad_value(
         prop,
-        "full, cdc(column), append_only_partitions, sliding_window(N) or partition_expiry(N)",
+        "full, cdc(column), append_only_partitions, sliding_window(N), partition_expiry(N), "
+        "ledger(txn_column, committed_at_column, kind_column) or feed(position_column[, arrival_column])",
         "cdc(updated_at)",
     )
 
@@ -295,6 +343,8 @@ def as_contract(prop: RawProperty) -> tuple[ContractColumn, ...]:
 
 def as_merge_strategy(prop: RawProperty) -> str:
     value = _needs_value(prop, "upsert")
+    if value.text in MERGE_STRATEGY_ALIASES:
+        return MERGE_STRATEGY_ALIASES[value.text]
     if value.text not in MERGE_STRATEGIES:
         raise StrataError(
             E_MERGE_STRATEGY,
@@ -378,6 +428,9 @@ _SOURCE_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "settle": ("settle", as_count),
     "on_violation": ("on_violation", as_on_violation),
     "description": ("description", as_string),
+    "ledger": ("ledger", as_table),
+    "feed_keys": ("feed_keys", as_names),
+    "deletes": ("deletes", as_deletes),
 }
 
 _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
@@ -449,6 +502,53 @@ def build_source(name: str, location: Location, raw: list[RawProperty]) -> Sourc
     return source
 
 
+def _log_property_errors(source: Source, where: dict[str, Location]) -> list[StrataError]:
+    """A ledger needs its transactions' relation, a feed its key; neither property means anything
+    on another versioning."""
+    kind, here = source.versioning.kind, where.get("versioning", source.location)
+    wanted = {"ledger": ("ledger",), "feed": ("feed_keys", "deletes")}
+    errors = [
+        StrataError(
+            E_LOG_SOURCE,
+            f"source `{source.name}` sets `{name}` but is not `versioning: {owner}(...)`",
+            where[name],
+            hint=f"`{name}` belongs to `versioning: {owner}(...)` sources; remove it or declare the versioning",
+        )
+        for owner, names in wanted.items()
+        if kind != owner
+        for name in names
+        if name in where
+    ]
+    if kind == "ledger" and source.ledger is None:
+        errors.append(
+            StrataError(
+                E_LOG_SOURCE,
+                f"source `{source.name}` is `versioning: ledger(...)` but names no `ledger:` relation",
+                here,
+                hint="add `ledger: schema.transactions`, the table of its transactions (id, committed_at, kind)",
+            )
+        )
+    if kind == "feed" and not source.feed_keys:
+        errors.append(
+            StrataError(
+                E_LOG_SOURCE,
+                f"source `{source.name}` is `versioning: feed(...)` but names no `feed_keys`",
+                here,
+                hint="add `feed_keys: [id]`, the columns identifying the row each change applies to",
+            )
+        )
+    if source.is_log and (source.path is not None or source.partitioned_by is not None):
+        errors.append(
+            StrataError(
+                E_LOG_SOURCE,
+                f"source `{source.name}` is `versioning: {kind}(...)` over files or partitions",
+                here,
+                hint="a ledger or change feed is a table source (`table:`) without `partitioned_by`",
+            )
+        )
+    return errors
+
+
 def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataError]:
     errors = []
     here = source.location
@@ -480,6 +580,7 @@ def _source_errors(source: Source, where: dict[str, Location]) -> list[StrataErr
             )
         )
     errors.extend(_business_property_errors(source, where))
+    errors.extend(_log_property_errors(source, where))
     kind = source.versioning.kind
     if kind in ("append_only_partitions", "sliding_window", "partition_expiry"):
         if source.partitioned_by is None:

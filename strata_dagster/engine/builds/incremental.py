@@ -25,6 +25,7 @@ from strata_dagster.engine.builds.segment import (
     bind_relations,
 )
 from strata_dagster.engine.builds.strategy import IncrementalContext
+from strata_dagster.engine.sources.logs import read_facts
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS
 from strata_dagster.sql.key_bounds import KeyBounds
@@ -96,6 +97,8 @@ def full_detail(ctx: IncrementalContext) -> dict[str, Any]:
     """Detail of a full build of an incremental model: the watermark for the first delta."""
     props = ctx.model.properties
     detail = {"strategy": props.merge_strategy, "merge_keys": list(props.merge_keys or ())}
+    if ctx.log is not None:
+        return {**detail, **read_facts(ctx.session, ctx.log).as_detail(ctx.log.table)}
     facts = source_facts(ctx, lateness_interval(ctx.model), None)
     detail.update(
         {

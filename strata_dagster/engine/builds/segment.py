@@ -45,6 +45,8 @@ FACTS_CARRIED = (
     "join_figures",
     "upstream_segments",
     OUTPUT_NEXT_COUNT,
+    "log_relation",  # engine.sources.logs: what a build over a ledger or change feed read
+    "log_next_count",
 )
 
 

@@ -22,6 +22,7 @@ from strata_dagster.backends.choice import backend_label
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds.limits import limit_error
 from strata_dagster.engine.paths import BuildPath, StrategyName
+from strata_dagster.engine.sources.logs import LogSource
 from strata_dagster.errors import E_BUILD, StrataError
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import WHOLE_ROW, RowBasis
@@ -55,6 +56,8 @@ class IncrementalContext:
     # The day or month slices of this model's rows that the models following it read
     # (engine.builds.state_figures), by name, as expressions over a row.
     follower_slices: Mapping[str, exp.Expression] = field(default_factory=dict)
+    # The `from` source's ledger or change feed, whose window a delta reads (engine.sources).
+    log: LogSource | None = None
 
 
 @dataclass(frozen=True)

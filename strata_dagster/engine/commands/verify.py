@@ -39,6 +39,7 @@ from strata_dagster.engine.context import ProjectContext, load_context, select_m
 from strata_dagster.engine.damaged_files import damaged_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
 from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.logs import log_source
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint.refresh import utc_now
@@ -330,6 +331,10 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         for name in project.sources
         if (window := business.ledger_window(session, project, name, context.overrides)) is not None
     }
+    for name in project.sources:
+        log = log_source(session, project, context.overrides, name)
+        if log is not None:
+            windows[name] = log.relation()  # a ledger's committed rows, a feed's current rows
 
     def relation(name: str) -> exp.Table | exp.Query:
         if name in windows:

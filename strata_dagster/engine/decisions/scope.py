@@ -40,6 +40,7 @@ from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.logs import LogSource, log_source
 from strata_dagster.engine.sources.readings import (
     SourceState,
     fingerprint_models,
@@ -76,6 +77,7 @@ class RunScope:
         self.sources: dict[str, SourceState] = {}
         self.source_totals: dict[str, tuple[int, str]] = {}
         self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
+        self.logs: dict[str, LogSource] = {}  # sources read through their ledger or change feed
         self.pointers: dict[str, tuple[str, ...]] = {}  # model -> the segment ids its live view shows
         self.removed: tuple[str, ...] = ()  # models with a live view the project no longer defines
         # Each model's state as the run leaves it (what its readers read), in dependency order.
@@ -138,6 +140,9 @@ class RunScope:
         needed = sorted(references & set(self.project.sources))
         states = {}
         for name in needed:
+            log = log_source(self.session, self.project, self.context.overrides, name)
+            if log is not None:
+                self.logs[name] = log
             if self.project.sources[name].is_business_versioned and name not in self.context.overrides:
                 states[name] = self._read_business_source(name)
                 continue
@@ -265,6 +270,8 @@ class RunScope:
         """What a build in this run reads input `name` from."""
         if name in self.business:
             return self.business[name].relation
+        if name in self.logs:
+            return self.logs[name].relation()
         if name in self.project.sources:
             return source_table(self.project.sources[name], self.project, self.context.overrides)
         record = self.chosen[name]
@@ -342,6 +349,7 @@ class RunScope:
             self.base_basis(name),
             self.window_stats_read,
             self.follower_slices.get(name, {}),
+            self.logs.get(self.context.compiled.models[name].base_relation),
         )
 
     def narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:

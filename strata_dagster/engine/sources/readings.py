@@ -7,7 +7,7 @@ versions of materializations (snapshot content), so Dagster's staleness equals t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlglot import exp
@@ -19,6 +19,7 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.logs import with_ledger
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
@@ -69,6 +70,10 @@ def source_basis(source: Source | None) -> RowBasis:
     full`, and every model), or the change column's range alone (`versioning: cdc(col)`)."""
     if source is not None and source.versioning.kind == "cdc" and source.versioning.column:
         return (source.versioning.column,)
+    if source is not None and source.versioning.kind == "ledger" and source.versioning.txn_column:
+        return (source.versioning.txn_column,)  # with the ledger's own figures (read_source_state)
+    if source is not None and source.versioning.kind == "feed" and source.versioning.column:
+        return (source.versioning.arrival_column or source.versioning.column,)
     return WHOLE_ROW
 
 
@@ -99,10 +104,10 @@ def checked_basis(source: Source, relation: exp.Table, columns: tuple[tuple[str,
     if missing:
         raise StrataError(
             E_SOURCE,
-            f"source `{source.name}` declares `versioning: cdc({missing[0]})` but `{render(relation)}` has no "
-            f"column `{missing[0]}`",
+            f"source `{source.name}` declares `versioning: {source.versioning.kind}(...)` over `{missing[0]}` but "
+            f"`{render(relation)}` has no column `{missing[0]}`",
             source.location,
-            hint="name the table's change column in `cdc(...)`, or use `versioning: full`",
+            hint=f"name the table's change column in `{source.versioning.kind}(...)`, or use `versioning: full`",
         )
     return basis
 
@@ -175,7 +180,10 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
         content = session.content(reading.relation, reading.basis, reading.columns)
     except WarehouseError as error:
         raise unreadable_source(source, reading.relation, error) from None
-    return _state(name, reading.relation, content, reading.is_replaced)
+    state = _state(name, reading.relation, content, reading.is_replaced)
+    if source.versioning.kind != "ledger" or name in context.overrides:
+        return state
+    return replace(state, fingerprint=with_ledger(session, context.project, source, state.fingerprint))
 
 
 def read_source_state_by_group(

@@ -1,0 +1,136 @@
+"""A source that comes with its change log, as a build reads it: its rows, its window, its gate.
+
+A ledger source (`versioning: ledger(txn, committed_at, kind)`, engine.sources.ledger) and a change
+feed (`versioning: feed(position)`, engine.sources.feed) both say which raw rows a window (low, high]
+brought, with high frozen at build start; this module holds what the two share and picks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from sqlglot import exp
+
+from strata_dagster.backends.base import Session, WarehouseError
+from strata_dagster.backends.duckdb.sources import source_table
+from strata_dagster.engine.sources.feed import Feed
+from strata_dagster.engine.sources.ledger import Ledger
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_SOURCE, StrataError
+from strata_dagster.fingerprint import digest
+from strata_dagster.language.definition import Project, Source
+from strata_dagster.sql.render import render
+from strata_dagster.sql.segments import typed_literal
+
+# What a build records of a log source for its next delta: the raw relation it read, and how many
+# raw rows lay at or below its high (the next build's low).
+LOG_RELATION = "log_relation"
+LOG_NEXT_COUNT = "log_next_count"
+
+
+class LogSource(Protocol):
+    """A ledger or a change feed, as the build of a model reading it sees it."""
+
+    @property
+    def source(self) -> Source:
+        """The source declaring the log."""
+        ...
+
+    @property
+    def table(self) -> exp.Table:
+        """The raw rows, as stored (a ledger's rows, a feed's events)."""
+        ...
+
+    def relation(self) -> exp.Query:
+        """The rows a model reads from the source (what a full build computes over)."""
+        ...
+
+    def high(self, session: Session) -> tuple[str | None, str]:
+        """The window's upper bound as text and its type, read at build start (None: empty log)."""
+        ...
+
+    def in_window(self, low: exp.Expr | None, high: exp.Expr, qualifier: str | None = None) -> exp.Expr:
+        """Whether a raw row (of `qualifier`, or unqualified) was brought by the window (low, high]."""
+        ...
+
+    def stamps(self) -> tuple[exp.Query | exp.Table, exp.Expr]:
+        """A relation with one row per raw row, and the column placing it in the log's windows."""
+        ...
+
+    def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
+        """Why the window (low, high] gives no delta (the build is full), or None; raises what
+        must stop the build."""
+        ...
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """The window a build of a model over a log source reads."""
+
+    high: str | None
+    high_type: str
+    next_count: int  # raw rows at or below `high`
+
+    def as_detail(self, relation: exp.Table) -> dict[str, object]:
+        return {
+            "high": self.high,
+            "cdc_type": self.high_type,
+            LOG_RELATION: render(relation),
+            LOG_NEXT_COUNT: self.next_count,
+        }
+
+
+def log_source(
+    session: Session, project: Project, overrides: Mapping[str, str], name: str
+) -> LogSource | None:
+    """The log of source `name` (None when it declares none, or is read through an override)."""
+    source = project.sources.get(name)
+    if source is None or not source.is_log or name in overrides:
+        return None
+    if session.backend != "duckdb":
+        raise StrataError(
+            E_BACKEND_UNSUPPORTED,
+            f"source `{name}` is `versioning: {source.versioning.kind}(...)`, which the {session.backend} "
+            "backend does not build",
+            source.location,
+            hint="ledger and change-feed sources are built on DuckDB; use the duckdb engine, or "
+            "`versioning: full` on this backend",
+        )
+    table = source_table(source, project, {})
+    if source.versioning.kind == "ledger":
+        assert source.ledger is not None  # the language refuses a ledger source without it
+        return Ledger(source, table, source_table(replace(source, table=source.ledger), project, {}))
+    return Feed(source, table)
+
+
+def read_facts(session: Session, log: LogSource) -> LogFacts:
+    """The window's high, read now, and the raw rows at or below it."""
+    high, high_type = log.high(session)
+    if high is None:
+        return LogFacts(None, high_type, 0)
+    (count,) = counts_at_or_below(session, log, [typed_literal(high, high_type)])
+    return LogFacts(high, high_type, count)
+
+
+def counts_at_or_below(session: Session, log: LogSource, bounds: list[exp.Expr]) -> list[int]:
+    """How many raw rows the log places at or below each bound, in one scan."""
+    relation, stamp = log.stamps()
+    return session.counts_at_or_below(relation, stamp, bounds)
+
+
+def with_ledger(session: Session, project: Project, source: Source, fingerprint: str) -> str:
+    """A ledger source's identity: its rows' figures and its ledger's, so a transaction the ledger
+    gained (even one whose rows are gone) makes its models stale."""
+    assert source.ledger is not None  # the language refuses a ledger source without it
+    ledger = source_table(replace(source, table=source.ledger), project, {})
+    try:
+        content = session.content(ledger)
+    except WarehouseError as error:
+        raise StrataError(
+            E_SOURCE,
+            f"the ledger of source `{source.name}` cannot be read from `{render(ledger)}`: {error}",
+            source.location,
+            hint="`ledger:` names the table of the source's transactions (id, committed_at, kind)",
+        ) from None
+    return digest("ledger", fingerprint, content.fingerprint)

@@ -1,0 +1,108 @@
+"""Projects over a transaction ledger and over a change feed, with the plain SQL a full rebuild
+of each model gives: what every incremental build must equal."""
+
+import datetime as dt
+from pathlib import Path
+
+from strata_dagster_tests.engine_support import make_module_project
+
+T0 = dt.datetime(2025, 1, 1)
+
+LEDGER_MODULE = """
+source orders {
+  table: raw.orders
+  versioning: ledger(txn_id, committed_at, kind)
+  ledger: raw.order_txns
+}
+
+model up {
+  from orders
+  filter status <> 'void'
+  select id, status, v, txn_id
+  merge_strategy: snapshot_replace
+  merge_keys: [id]
+  cdc_column: txn_id
+}
+
+model ap {
+  from orders
+  select id, v, txn_id
+  merge_strategy: append_always
+  cdc_column: txn_id
+}
+
+model an {
+  from orders
+  filter v >= 0
+  select id, v, txn_id
+  merge_strategy: append_new
+  merge_keys: [id]
+  cdc_column: txn_id
+}
+"""
+LEDGER_TABLES = (
+    "CREATE TABLE raw.orders (id BIGINT, status VARCHAR, v INTEGER, txn_id BIGINT)",
+    "CREATE TABLE raw.order_txns (txn_id BIGINT, committed_at TIMESTAMP, kind VARCHAR)",
+)
+COMMITTED = "SELECT * FROM raw.orders WHERE txn_id IN (SELECT txn_id FROM raw.order_txns)"
+FULL_LEDGER = {
+    "up": f"SELECT id, status, v, txn_id FROM ({COMMITTED}) WHERE status <> 'void'",
+    "ap": f"SELECT id, v, txn_id FROM ({COMMITTED})",
+    "an": f"SELECT id, v, txn_id FROM ({COMMITTED}) WHERE v >= 0",
+}
+
+
+def make_ledger_project(root: Path, module: str = LEDGER_MODULE) -> tuple[Path, Path]:
+    return make_module_project(root, "orders.strata", module, *LEDGER_TABLES)
+
+
+FEED_MODULE = """
+source customer_changes {
+  table: raw.customer_changes
+  versioning: feed(lsn)
+  feed_keys: [id]
+  deletes: debezium(op)
+}
+
+model customers {
+  from customer_changes
+  filter region <> 'nowhere'
+  select id, name, region, lsn
+  merge_strategy: upsert
+  merge_keys: [id]
+  cdc_column: lsn
+}
+"""
+# One event table holding every vendor's delete column, so one project can declare any of them.
+FEED_TABLES = (
+    "CREATE TABLE raw.customer_changes (id BIGINT, name VARCHAR, region VARCHAR, lsn BIGINT, "
+    "synced_at TIMESTAMP, op VARCHAR, _fivetran_deleted BOOLEAN, _ab_cdc_deleted_at TIMESTAMP, "
+    "is_deleted BOOLEAN)",
+)
+# Each `deletes:` form, and how the plain SQL below tells a deleting event.
+DELETE_FORMS = {
+    "debezium(op)": "coalesce(op = 'd', false)",
+    "fivetran": "coalesce(_fivetran_deleted, false)",
+    "airbyte": "_ab_cdc_deleted_at IS NOT NULL",
+    "flag(is_deleted)": "coalesce(is_deleted, false)",
+}
+
+
+def full_customers(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+    """The model recomputed from all the feed's events: each key's latest event by position (then
+    arrival, then the row's hash), unless it deletes the key."""
+    order = "lsn DESC, synced_at DESC" if arrival else "lsn DESC"
+    current = (
+        f"SELECT * EXCLUDE (rank) FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY {order}, "
+        f"hash(e) DESC) AS rank FROM raw.customer_changes e) WHERE rank = 1 AND NOT {DELETE_FORMS[deletes]}"
+    )
+    return f"SELECT id, name, region, lsn FROM ({current}) WHERE region <> 'nowhere'"
+
+
+def feed_module(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+    module = FEED_MODULE.replace("deletes: debezium(op)", f"deletes: {deletes}")
+    return module.replace("feed(lsn)", "feed(lsn, synced_at)") if arrival else module
+
+
+def make_feed_project(root: Path, module: str = FEED_MODULE) -> tuple[Path, Path]:
+    return make_module_project(root, "customers.strata", module, *FEED_TABLES)
