@@ -51,7 +51,7 @@ from pathlib import Path
 import dagster as dg
 
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
-from strata_dagster_tests.dagster_support import DONE, REPO, SHOP, GraphQL, dagster_dev, wait_for
+from strata_dagster_tests.support.dagster_support import DONE, REPO, SHOP, GraphQL, dagster_dev, wait_for
 
 print = functools.partial(print, flush=True)  # noqa: A001 (progress shows while it runs)
 FINAL = ("COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED")

@@ -1,6 +1,6 @@
 """Strata's cost on the stack teams deploy, against Dagster's own: the stock instance of
 deploy/dagster.yaml on PostgreSQL and on Dagster's default SQLite storage, with dagster-webserver,
-dagster-daemon and a gRPC code server as separate processes (strata_dagster_tests.production_stack),
+dagster-daemon and a gRPC code server as separate processes (strata_dagster_tests.support.production_stack),
 driven through GraphQL as the UI drives it:
 
 - the first *Materialize all* of the example (a Dagster backfill of every asset and partition,
@@ -37,8 +37,8 @@ from pathlib import Path
 from bench_dagster_path import mirror_module
 
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
-from strata_dagster_tests.dagster_support import DONE, wait_for
-from strata_dagster_tests.production_stack import (
+from strata_dagster_tests.support.dagster_support import DONE, wait_for
+from strata_dagster_tests.support.production_stack import (
     SHOP,
     postgres_server,
     prepare_instance,

@@ -92,7 +92,7 @@ def side(rows: int, folder: Path, trace: int, dump: Path | None) -> None:
     from strata_dagster.compile.relations import DEFAULT_BRANCH
     from strata_dagster.engine.run import run_project
     from strata_dagster.state.history import HistoryReader
-    from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop
+    from strata_dagster_tests.support.engine_support import ADVANCE_UPDATED_AT, execute, make_shop
 
     if os.environ.get("BENCH_MAX_SEGMENTS"):  # an experiment: compaction at another count
         import strata_dagster.engine.builds.incremental as incremental

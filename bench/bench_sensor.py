@@ -23,13 +23,13 @@ import dagster as dg
 from strata_dagster import build_definitions
 from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.orchestration.sensors.stale_sensor import STALE_SENSOR_NAME
-from strata_dagster_tests.dagster_support import (
+from strata_dagster_tests.support.dagster_support import (
     change_order,
     launch_in_process,
     make_small_shop,
     materialize_everything,
 )
-from strata_dagster_tests.engine_support import execute
+from strata_dagster_tests.support.engine_support import execute
 
 
 def idle_ticks(days: int, rows: int, ticks: int, root: Path) -> tuple[float, list[float], int]:

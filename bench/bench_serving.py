@@ -37,7 +37,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a
 
 from strata_dagster.backends.duckdb import serving  # noqa: E402
 from strata_dagster.engine.run import run_project  # noqa: E402
-from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop  # noqa: E402
+from strata_dagster_tests.support.engine_support import ADVANCE_UPDATED_AT, execute, make_shop  # noqa: E402
 
 READER = """
 import duckdb, sys, time, json, os

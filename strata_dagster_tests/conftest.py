@@ -4,8 +4,8 @@ from collections import Counter
 import pytest
 
 from strata_dagster.wording import counted
-from strata_dagster_tests import browser_support, production_stack, spark_support
-from strata_dagster_tests.spark_support import clean_spark, spark  # noqa: F401  (the Spark tier's fixtures)
+from strata_dagster_tests.support import browser_support, production_stack, spark_support
+from strata_dagster_tests.support.spark_support import clean_spark, spark  # noqa: F401  (the Spark tier's fixtures)
 
 # Nothing phones home: Dagster telemetry off for every test process.
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")

@@ -15,7 +15,7 @@ builds models): reading Dagster's stale status, and the metadata of a refused ru
   backfill page and the Runs page read *Canceled* with the E085 message, not *Failure*. Waits
   for: a public backfill-cancellation API.
 
-Every name used here is checked by strata_dagster_tests/test_dagster_public_api.py, which fails
+Every name used here is checked by strata_dagster_tests/orchestration/test_dagster_public_api.py, which fails
 loudly (naming the missing name) when a Dagster release moves one.
 """
 

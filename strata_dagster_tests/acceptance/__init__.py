@@ -1,0 +1,1 @@
+"""Acceptance tests: whole journeys on each backend, crashes at each write step."""

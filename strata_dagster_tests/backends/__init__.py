@@ -1,0 +1,1 @@
+"""Tests of strata_dagster.backends: the boundary and the choice of a backend."""

@@ -1,0 +1,1 @@
+"""Tests of the DuckDB backend: serving copy, snapshot files, connections, limits."""

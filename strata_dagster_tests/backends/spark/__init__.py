@@ -1,0 +1,1 @@
+"""Tests of the Spark backend and its dialect (marker `spark`)."""

@@ -1,0 +1,1 @@
+"""The Dagster UI in a headless browser (marker `browser`)."""

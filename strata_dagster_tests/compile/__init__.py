@@ -1,0 +1,1 @@
+"""Tests of strata_dagster.compile: compiled SQL (golden files), partition types."""

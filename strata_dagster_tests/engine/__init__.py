@@ -1,0 +1,1 @@
+"""Tests of strata_dagster.engine: runs as a whole, crashes and recovery."""

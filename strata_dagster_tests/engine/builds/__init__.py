@@ -1,0 +1,1 @@
+"""Tests of engine.builds: each build strategy against a full rebuild."""

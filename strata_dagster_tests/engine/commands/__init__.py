@@ -1,0 +1,1 @@
+"""Tests of engine.commands: backfill, corrections, gc, verify, model unit tests."""

@@ -1,0 +1,1 @@
+"""Tests of engine.reads: catalog bounds, partition staleness."""

@@ -1,0 +1,1 @@
+"""Tests of engine.sources: business-driven versioning, listings, sliding windows."""

@@ -1,0 +1,1 @@
+"""Tests of strata_dagster.orchestration, the Dagster layer, on real Dagster instances."""

@@ -1,0 +1,1 @@
+"""The production stack (marker `production`) and the deploy/ files."""

@@ -1,0 +1,1 @@
+"""Tests of strata_dagster.sql, the SQL builders."""
