@@ -15,7 +15,7 @@ precheck, window, partitions or slices) without writing.
 | sliced | IncrementalBuild + PartitionBuild(ByUpstreamSegments[, AggregateMaintained]) | the slices the inputs' new segments reach |
 | partitions | IncrementalBuild + PartitionBuild(ByPartitionFingerprints) (engine.builds.partitions) | partitions whose input fingerprints changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.builds.incremental) | a window (low, high] of an append or upsert |
-| delta | IncrementalBuild + LogDeltaBuilder (engine.builds.log_delta) | the window of a ledger's or change feed's log |
+| delta | IncrementalBuild + LogDeltaBuilder (engine.builds.incremental) | the window of a ledger's or change feed's log |
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from strata_dagster.engine.builds.aggregate_builder import AggregateMaintained
 from strata_dagster.engine.builds.aggregate_delta import AggregateShape
 from strata_dagster.engine.builds.delta import IncrementalBuild
 from strata_dagster.engine.builds.full import FullBuild
-from strata_dagster.engine.builds.incremental import DeltaBuilder
-from strata_dagster.engine.builds.log_delta import LogDeltaBuilder
+from strata_dagster.engine.builds.incremental import DeltaBuilder, LogDeltaBuilder
 from strata_dagster.engine.builds.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
 from strata_dagster.engine.builds.partition_range import ByRequest
 from strata_dagster.engine.builds.partitions import PartitionBuild

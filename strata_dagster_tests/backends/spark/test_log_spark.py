@@ -4,8 +4,8 @@ with E072, naming the backend, before anything is written."""
 import pytest
 
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, StrataError
-from strata_dagster_tests.engines_support import engine_under_test
-from strata_dagster_tests.log_support import FEED_MODULE, LEDGER_MODULE
+from strata_dagster_tests.support.engines_support import engine_under_test
+from strata_dagster_tests.support.log_support import FEED_MODULE, LEDGER_MODULE
 
 
 @pytest.mark.spark

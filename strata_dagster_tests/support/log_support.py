@@ -4,7 +4,7 @@ of each model gives: what every incremental build must equal."""
 import datetime as dt
 from pathlib import Path
 
-from strata_dagster_tests.engine_support import make_module_project
+from strata_dagster_tests.support.engine_support import make_module_project
 
 T0 = dt.datetime(2025, 1, 1)
 

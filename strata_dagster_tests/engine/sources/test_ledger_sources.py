@@ -11,9 +11,9 @@ from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.errors import E_LEDGER_DRAINED, E_SOURCE, StrataError
-from strata_dagster_tests.engine_support import edit_module, execute, history_count
-from strata_dagster_tests.incremental_support import multiset
-from strata_dagster_tests.log_support import FULL_LEDGER, T0, make_ledger_project
+from strata_dagster_tests.support.engine_support import edit_module, execute, history_count
+from strata_dagster_tests.support.incremental_support import multiset
+from strata_dagster_tests.support.log_support import FULL_LEDGER, T0, make_ledger_project
 
 MODELS = ("up", "ap", "an")
 

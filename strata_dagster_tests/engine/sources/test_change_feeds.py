@@ -10,9 +10,9 @@ import pytest
 from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
-from strata_dagster_tests.engine_support import edit_module
-from strata_dagster_tests.incremental_support import multiset
-from strata_dagster_tests.log_support import T0, feed_module, full_customers, make_feed_project
+from strata_dagster_tests.support.engine_support import edit_module
+from strata_dagster_tests.support.incremental_support import multiset
+from strata_dagster_tests.support.log_support import T0, feed_module, full_customers, make_feed_project
 
 
 class Feed:

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_LEDGER_DRAINED, StrataError
-from strata_dagster_tests.engine_support import history_count
-from strata_dagster_tests.incremental_support import multiset
-from strata_dagster_tests.log_support import (
+from strata_dagster_tests.engine.sources.test_change_feeds import Feed
+from strata_dagster_tests.support.engine_support import history_count
+from strata_dagster_tests.support.incremental_support import multiset
+from strata_dagster_tests.support.log_support import (
     DELETE_FORMS,
     FULL_LEDGER,
     T0,
@@ -23,7 +24,6 @@ from strata_dagster_tests.log_support import (
     make_feed_project,
     make_ledger_project,
 )
-from strata_dagster_tests.test_change_feeds import Feed
 
 SETTINGS = settings(
     max_examples=8,
