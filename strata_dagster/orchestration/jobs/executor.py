@@ -3,8 +3,8 @@ backfill without a reason (or with bad correction tags) before any step starts.
 
 It refuses here, not when the run is submitted: a run coordinator that refuses a backfill's runs
 makes the backfill daemon retry them forever, while a run refused in its executor ends, and its
-backfill is canceled with the refusal as its error (the backfill's page reads Canceled and says
-why). In-process: DuckDB allows one writer per file.
+backfill ends once its runs have (its *Runs* tab shows each one Canceled, with the reason). In-process:
+DuckDB allows one writer per file.
 
 Only strata's own assets and jobs are its business: a run is checked against the project whose
 assets it materializes (or whose job it is), with that project's backfill jobs and sources; a run
