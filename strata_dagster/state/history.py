@@ -358,10 +358,10 @@ class HistoryReader:
         if not cutoffs or not cutoffs[0] or not any(key in record.detail for key in MOVING_FACTS):
             return record
         decided = self.con.execute(
-            "SELECT m.entry, m.path, m.build_key, m.detail FROM strata.entry_models AS m "
+            "SELECT m.entry, m.path, m.build_key, m.detail LIKE '%\"' || ? || '\"%' FROM strata.entry_models AS m "
             "JOIN strata.entries AS e ON e.entry = m.entry WHERE m.model = ? AND m.snapshot_id = ? "
             "AND m.path IN ('cutoff', 'reused') AND e.branch = ? AND m.entry > ? ORDER BY m.entry DESC",
-            [record.model, record.snapshot_id, branch, record.created_entry],
+            [KEPT_FACTS, record.model, record.snapshot_id, branch, record.created_entry],
         ).fetchall()
         rollbacks = self.con.execute(
             "SELECT entry, target_entry FROM strata.entries WHERE branch = ? AND kind = 'rollback' "
@@ -382,9 +382,18 @@ class HistoryReader:
                 as_of = payload
             elif path == "reused":
                 as_of = min(self._key_entry(key, record.snapshot_id, entry), entry - 1)
-            elif payload and (kept := json.loads(payload).get(KEPT_FACTS)):
+            elif payload and (kept := self._kept_facts(record, entry)):
                 return replace(record, detail={**record.detail, **kept})
         return record
+
+    def _kept_facts(self, record: SnapshotRecord, entry: int) -> dict[str, Any] | None:
+        """The figures the early cutoff of `record` at `entry` kept (None: none)."""
+        row = self.con.execute(
+            "SELECT detail FROM strata.entry_models WHERE entry = ? AND model = ? AND snapshot_id = ? "
+            "AND path = 'cutoff'",
+            [entry, record.model, record.snapshot_id],
+        ).fetchone()
+        return json.loads(row[0]).get(KEPT_FACTS) if row and row[0] else None
 
     def _key_entry(self, build_key: str, snapshot_id: str, before: int) -> int:
         """The entry that recorded `build_key` for `snapshot_id` (before entry `before`)."""
