@@ -185,6 +185,9 @@ class Planner:
         self.request = self.scope.request
         # model -> the content identities it may have after the run (_UNKNOWN: a new one)
         self.possible: dict[str, set[str]] = {}
+        # Models reused but published again (after a rollback or a promotion): what reads them
+        # is rebuilt after them, against rows its live view's inputs do not show yet.
+        self.republished: set[str] = set()
 
     def plan(self) -> Plan:
         self.scope.read_requested()
@@ -235,6 +238,7 @@ class Planner:
                 self.scope.chosen[name] = choice.existing
                 self.possible[name] = {choice.existing.content_hash}
                 if decision.publishes_again:
+                    self.republished.add(name)
                     shown = (
                         "the branch has no view of it yet: the run publishes it"
                         if current is None
@@ -243,7 +247,7 @@ class Planner:
                     reason = f"{_reused_reason(choice)}; {shown}"
                     return ModelPlan(name, REUSED, (REUSED,), reason, publishes_again=True)
                 return ModelPlan(name, REUSED, (REUSED,), _reused_reason(choice))
-            planned = self._build_plan(decision)
+            planned = self._after_republished(self._build_plan(decision), refs)
         else:
             has_key = any(choice.existing is not None for choice in choices)
             planned = self._pending_plan(name, current, pending, bool(reusable), has_key)
@@ -253,6 +257,16 @@ class Planner:
         if current is not None:
             self.scope.chosen[name] = current  # what a reader sees until the build says otherwise
         return planned
+
+    def _after_republished(self, planned: ModelPlan, refs: list[str]) -> ModelPlan:
+        """A model rebuilt after input models published again "depends on" them, as it does on an
+        upstream rebuilt first: its build follows theirs, and until then its live view agrees
+        with its inputs' live views (the partitions or slices it names are the ones the run
+        rebuilds once they are published)."""
+        again = tuple(ref for ref in refs if ref in self.republished)
+        if not again or not planned.would_build:
+            return planned
+        return replace(planned, depends_on=again)
 
     # -- a model whose inputs are known -----------------------------------------------------------
     def _build_plan(self, decision: ModelDecision) -> ModelPlan:

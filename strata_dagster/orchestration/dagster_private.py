@@ -1,19 +1,16 @@
 """The only module of strata_dagster that uses Dagster's private API, imported only when its
 features run (never when strata_dagster, its definitions or its component load, nor by a run that
-builds models): reading Dagster's stale status, and the metadata of a refused run's event.
+builds models): reading Dagster's stale status.
 
 - Stale status (what the UI shows as Stale, and why): Dagster computes it in
   `dagster._core.definitions.data_version.CachingStaleStatusResolver`; its public reading is the
   webserver's GraphQL (`assetNodes { staleStatus staleStatusByPartition }`), which needs a running
-  webserver. Used by the `strata_materialize_stale` sensor's tick, the `strata_automation`
-  condition's evaluation and the `strata_stale_partitions` check. Waits for: a public stale-status
-  reader (instance or asset-graph API).
-- A refused run's event metadata (`EngineEventData`): the executor's refusal of a backfill without
-  a reason (orchestration.jobs.executor). Waits for: a public engine-event payload.
-- A refused backfill canceled, with the refusal as its error (`BulkActionStatus`,
-  `SerializableErrorInfo`): what the UI's *Cancel backfill* does (`cancelPartitionBackfill`), so the
-  backfill page and the Runs page read *Canceled* with the E085 message, not *Failure*. Waits
-  for: a public backfill-cancellation API.
+  webserver, which a sensor's tick or the automation daemon cannot count on. Used by the
+  `strata_materialize_stale` sensor's tick and the `strata_automation` condition's evaluation.
+  Waits for: a public stale-status reader (instance or asset-graph API).
+
+A refused backfill's run ends Canceled through public calls only, and its backfill is left to
+Dagster (no public API cancels one): nothing of a refusal is here.
 
 Every name used here is checked by strata_dagster_tests/orchestration/test_dagster_public_api.py, which fails
 loudly (naming the missing name) when a Dagster release moves one.
@@ -21,7 +18,7 @@ loudly (naming the missing name) when a Dagster release moves one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
@@ -30,10 +27,7 @@ from dagster._core.definitions.data_version import (
     StaleCauseCategory,
     StaleStatus,
 )
-from dagster._core.events import EngineEventData
-from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.loader import LoadingContext
-from dagster._utils.error import SerializableErrorInfo
 
 # What this module needs of Dagster's private API, for the test that checks it is all there.
 PRIVATE_NAMES = {
@@ -42,10 +36,7 @@ PRIVATE_NAMES = {
         "StaleCauseCategory",
         "StaleStatus",
     ),
-    "dagster._core.events": ("EngineEventData",),
-    "dagster._core.execution.backfill": ("BulkActionStatus",),
     "dagster._core.loader": ("LoadingContext",),
-    "dagster._utils.error": ("SerializableErrorInfo",),
 }
 _CAUSES_SAMPLED = 20  # stale partitions per asset whose causes make the why
 
@@ -117,19 +108,3 @@ def stale_candidates(context: Any, is_due: Callable[[dg.DagsterInstance], bool])
         if resolver.get_status(partition.asset_key, partition.partition_key) == StaleStatus.STALE
     }
     return dg.AutomationResult(context, view.get_asset_subset_from_asset_partitions(context.key, stale))
-
-
-def engine_event(plan_context: Any, message: str, metadata: Mapping[str, str]) -> dg.DagsterEvent:
-    """An engine event of the run `plan_context` orchestrates, with `metadata` (the run log shows it)."""
-    return dg.DagsterEvent.engine_event(plan_context, message, EngineEventData(metadata=metadata))
-
-
-def cancel_refused_backfill(instance: dg.DagsterInstance, backfill_id: str, message: str) -> bool:
-    """Cancel backfill `backfill_id`, one of whose runs was refused before any step, with
-    `message` as its error (the backfill page shows it); False when it is no longer requested."""
-    backfill = instance.get_backfill(backfill_id)
-    if backfill is None or backfill.status != BulkActionStatus.REQUESTED:
-        return False
-    error = SerializableErrorInfo(message=message, stack=[], cls_name="StrataError")
-    instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING).with_error(error))
-    return True

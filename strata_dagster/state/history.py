@@ -339,8 +339,11 @@ class HistoryReader:
         return int(row[0]) if row and row[0] is not None else None
 
     def with_kept_facts(self, record: SnapshotRecord, branch: str) -> SnapshotRecord:
-        """`record` with the input figures the latest early cutoff of it on `branch` kept (the
-        state stayed, its figures moved: MOVING_FACTS)."""
+        """`record` with the input figures in effect for it on `branch` (MOVING_FACTS): those of the
+        latest entry that decided it for the inputs the branch shows. An early cutoff kept it with
+        new figures (the state stayed, its figures moved); a run that reused it by a build key
+        takes the figures of the entry that recorded the key; a rollback takes those in effect
+        right after the entry it went back to (its inputs are that entry's again)."""
         # A stored detail may name a moving fact without holding it at its top level: it is
         # parsed (hundreds of KB for a partitioned model) only when an early cutoff kept figures.
         if not any(_may_hold(record.detail, key) for key in MOVING_FACTS):
@@ -352,21 +355,53 @@ class HistoryReader:
             "WHERE model = ? AND snapshot_id = ? AND path = 'cutoff' AND entry > ?",
             [record.model, record.snapshot_id, record.created_entry],
         ).fetchone()
-        if not cutoffs or not cutoffs[0]:
+        if not cutoffs or not cutoffs[0] or not any(key in record.detail for key in MOVING_FACTS):
             return record
-        rows = self.con.execute(
-            "SELECT m.detail FROM strata.entry_models AS m JOIN strata.entries AS e ON e.entry = m.entry "
-            "WHERE m.model = ? AND m.snapshot_id = ? AND m.path = 'cutoff' AND e.branch = ? "
-            "AND m.entry > ? ORDER BY m.entry DESC",
-            [record.model, record.snapshot_id, branch, record.created_entry],
+        decided = self.con.execute(
+            "SELECT m.entry, m.path, m.build_key, m.detail LIKE '%\"' || ? || '\"%' FROM strata.entry_models AS m "
+            "JOIN strata.entries AS e ON e.entry = m.entry WHERE m.model = ? AND m.snapshot_id = ? "
+            "AND m.path IN ('cutoff', 'reused') AND e.branch = ? AND m.entry > ? ORDER BY m.entry DESC",
+            [KEPT_FACTS, record.model, record.snapshot_id, branch, record.created_entry],
         ).fetchall()
-        if rows and not any(key in record.detail for key in MOVING_FACTS):
-            return record
-        for (text,) in rows:
-            kept = json.loads(text).get(KEPT_FACTS) if text else None
-            if kept:
+        rollbacks = self.con.execute(
+            "SELECT entry, target_entry FROM strata.entries WHERE branch = ? AND kind = 'rollback' "
+            "AND entry > ? AND target_entry >= ? ORDER BY entry DESC",
+            [branch, record.created_entry, record.created_entry],
+        ).fetchall()
+        events = sorted(
+            [(int(entry), path, key, text) for entry, path, key, text in decided]
+            + [(int(entry), "rollback", None, int(target)) for entry, target in rollbacks],
+            key=lambda event: event[0],
+            reverse=True,
+        )
+        as_of = None  # the figures in effect right after this entry (None: now)
+        for entry, path, key, payload in events:
+            if as_of is not None and entry > as_of:
+                continue
+            if path == "rollback":
+                as_of = payload
+            elif path == "reused":
+                as_of = min(self._key_entry(key, record.snapshot_id, entry), entry - 1)
+            elif payload and (kept := self._kept_facts(record, entry)):
                 return replace(record, detail={**record.detail, **kept})
         return record
+
+    def _kept_facts(self, record: SnapshotRecord, entry: int) -> dict[str, Any] | None:
+        """The figures the early cutoff of `record` at `entry` kept (None: none)."""
+        row = self.con.execute(
+            "SELECT detail FROM strata.entry_models WHERE entry = ? AND model = ? AND snapshot_id = ? "
+            "AND path = 'cutoff'",
+            [entry, record.model, record.snapshot_id],
+        ).fetchone()
+        return json.loads(row[0]).get(KEPT_FACTS) if row and row[0] else None
+
+    def _key_entry(self, build_key: str, snapshot_id: str, before: int) -> int:
+        """The entry that recorded `build_key` for `snapshot_id` (before entry `before`)."""
+        row = self.con.execute(
+            "SELECT min(entry) FROM strata.build_keys WHERE build_key = ? AND snapshot_id = ? AND entry < ?",
+            [build_key, snapshot_id, before],
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else before - 1
 
     def entry_sources(self, entry: int) -> list[EntrySource]:
         rows = self.con.execute(

@@ -5,6 +5,7 @@ is not touched; with it, the engine records kind `backfill`,
 the reason, the corrected run and the overrides, and every materialization shows them. Runs go
 through the definitions' own executor, as under the daemon."""
 
+import logging
 import shutil
 
 import dagster as dg
@@ -12,6 +13,7 @@ import pytest
 
 from strata_dagster import build_definitions
 from strata_dagster.engine.run import run_project
+from strata_dagster.orchestration.jobs.executor import REFUSED_WROTE
 from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.orchestration.test_dagster_staleness import paid_order
 from strata_dagster_tests.support.dagster_support import (
@@ -71,7 +73,8 @@ def assert_refused(instance, run, warehouse, before, needle):
     errors = [
         record.dagster_event.event_specific_data.error
         for record in instance.all_logs(run.run_id)
-        if getattr(record.dagster_event.event_specific_data, "error", None) is not None
+        if record.dagster_event is not None
+        and getattr(record.dagster_event.event_specific_data, "error", None) is not None
     ]
     assert errors == [], errors
     assert warehouse_digest(warehouse) == before
@@ -104,20 +107,19 @@ def test_a_backfill_without_a_reason_fails_before_any_step_and_writes_nothing(sh
         assert "Add tags to backfill runs" in refusal_message(instance, run)
 
 
-def test_the_refusal_is_an_event_with_the_code_and_the_fix_as_metadata(shop):
+def test_the_refusal_is_an_error_line_of_the_run_log_with_the_code_and_the_fix(shop):
     defs, _, _ = shop
     with dg.DagsterInstance.ephemeral() as instance:
         run = launch_in_process(defs, instance, ["stg_customers"], job="strata_backfill")
-        (event,) = [
-            record
-            for record in run_events(instance, run.run_id, dg.DagsterEventType.ENGINE_EVENT)
-            if record.message.startswith("error[E085]")
+        (line,) = [
+            entry
+            for entry in instance.all_logs(run.run_id)
+            if entry.dagster_event is None and entry.user_message.startswith("error[E085]")
         ]
-    metadata = {key: value.value for key, value in event.dagster_event.engine_event_data.metadata.items()}
-    assert metadata["strata/error_code"] == "E085"
-    assert "has no `strata/reason` tag" in metadata["strata/error"]
-    assert "Add tags to backfill runs" in metadata["strata/hint"]
-    assert metadata["strata/written"].startswith("nothing")
+    assert line.level == logging.ERROR
+    assert "has no `strata/reason` tag" in line.user_message
+    assert "Add tags to backfill runs" in line.user_message
+    assert line.user_message.endswith(REFUSED_WROTE)
 
 
 def test_a_refused_backfill_leaves_its_partitions_as_they_were_not_failed(shop):

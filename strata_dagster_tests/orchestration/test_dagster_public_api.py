@@ -86,13 +86,11 @@ def test_dagster_private_names_are_where_it_expects_them():
         for name in names:
             assert hasattr(imported, name), f"Dagster moved {module}.{name}: update dagster_private.py"
     from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-    from dagster._core.events import EngineEventData
 
     assert callable(CachingStaleStatusResolver.get_status) and callable(
         CachingStaleStatusResolver.get_stale_causes
     )
     assert StaleStatus.STALE.value == "STALE"
-    assert EngineEventData(metadata={"a": "b"}).metadata["a"].value == "b"
 
 
 def test_the_event_log_tags_strata_writes_are_dagsters():

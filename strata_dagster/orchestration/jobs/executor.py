@@ -3,8 +3,8 @@ backfill without a reason (or with bad correction tags) before any step starts.
 
 It refuses here, not when the run is submitted: a run coordinator that refuses a backfill's runs
 makes the backfill daemon retry them forever, while a run refused in its executor ends, and its
-backfill is canceled with the refusal as its error (the backfill's page reads Canceled and says
-why). In-process: DuckDB allows one writer per file.
+backfill ends once its runs have (its *Runs* tab shows each one Canceled, with the reason). In-process:
+DuckDB allows one writer per file.
 
 Only strata's own assets and jobs are its business: a run is checked against the project whose
 assets it materializes (or whose job it is), with that project's backfill jobs and sources; a run
@@ -18,14 +18,15 @@ A `strata_backfill_range` run whose range its assets do not have (E068) is refus
 A refused run ends CANCELED, not FAILURE, with the E085 (E068) message (no stack trace) on its events:
 Dagster marks an asset partition failed when the latest run planned to materialize it FAILED,
 and a refused run wrote nothing, so its partitions keep the status they had (missing or
-materialized). A Dagster backfill counts its canceled runs' partitions as not done.
+materialized). A Dagster backfill counts its canceled runs' partitions as failed, and ends
+*Failed* once its runs are done: no public API cancels it (docs/dagster.md, Backfills).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import dagster as dg
 
@@ -36,6 +37,7 @@ from strata_dagster.orchestration.naming import ProjectNames
 from strata_dagster.orchestration.resources.strata import StrataResource
 
 EXECUTOR_NAME = "strata_in_process"
+REFUSED_WROTE = "nothing was written: the run was refused before any step"
 
 
 @dataclass(frozen=True)
@@ -86,16 +88,14 @@ class StrataBackfillGuard(dg.Executor):
             try:
                 request = engine_request(project.strata, project.names, run.job_name, run.tags)
             except StrataError as error:
-                yield from _refuse(plan_context, error)
-                return
+                _refuse(plan_context, error)
             if run.job_name == project.names.backfill_range_job and project.check_range is not None:
                 try:
                     project.check_range(
                         _op_config(run, project.names.backfill_range_op), plan_context.instance
                     )
                 except StrataError as error:
-                    yield from _refuse(plan_context, error)
-                    return
+                    _refuse(plan_context, error)
             corrects = f", correcting run {request.backfill_of}" if request.backfill_of else ""
             overrides = f", sources {dict(request.overrides)}" if request.overrides else ""
             refresh = ", full refresh" if request.full_refresh else ""
@@ -118,30 +118,15 @@ def _op_config(run: dg.DagsterRun, op: str) -> Mapping[str, Any]:
     return (ops.get(op) or {}).get("config") or {}
 
 
-def _refuse(plan_context: Any, error: StrataError) -> Iterator[dg.DagsterEvent]:
-    """End the run CANCELED before any step: the E085 message as an event with metadata (what
-    the run log shows), the same message on the cancellation (what the runs list shows), and no
-    stack trace. Raising the interruption stops the plan; Dagster sees the run already canceled
-    and only notes that it cleaned up."""
-    # An engine event's metadata has no public constructor, nor a backfill's cancellation:
-    # orchestration.dagster_private.
-    from strata_dagster.orchestration.dagster_private import cancel_refused_backfill, engine_event
-
-    yield engine_event(plan_context, error.render(), _refusal_metadata(error))
+def _refuse(plan_context: Any, error: StrataError) -> NoReturn:
+    """End the run CANCELED before any step: the E085 message as an error line of the run's log
+    (with what was written: nothing), the same message on the cancellation (what the runs list
+    and the backfill's runs show), and no stack trace. Raising the interruption stops the plan;
+    Dagster sees the run already canceled and only notes that it cleaned up. The run's backfill
+    is left to Dagster: no public API cancels it (docs/dagster.md, Backfills)."""
+    plan_context.log.error(f"{error.render()}\n{REFUSED_WROTE}")
     plan_context.instance.report_run_canceled(plan_context.dagster_run, message=error.render())
-    backfill = plan_context.dagster_run.tags.get(c.BACKFILL_ID_TAG)
-    if backfill:  # the whole backfill is refused: canceled, with the reason on its page
-        cancel_refused_backfill(plan_context.instance, backfill, error.render())
     raise dg.DagsterExecutionInterruptedError(error.render())
-
-
-def _refusal_metadata(error: StrataError) -> dict[str, str]:
-    return {
-        c.ERROR_CODE_KEY: error.code,
-        c.ERROR_KEY: error.message,
-        **({c.HINT_KEY: error.hint} if error.hint else {}),
-        c.WRITTEN_KEY: "nothing: the run was refused before any step",
-    }
 
 
 @dg.executor(name=EXECUTOR_NAME, config_schema=dg.in_process_executor.config_schema)

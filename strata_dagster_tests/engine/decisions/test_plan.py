@@ -176,3 +176,22 @@ def test_a_new_branch_is_planned_as_views_to_publish(tmp_path):
     assert invoke(*args).exit_code == 1
     run_project(project, warehouse, branch="dev", only_stale=True)
     assert invoke(*args).exit_code == 0
+
+
+def test_after_a_rollback_a_model_rebuilt_after_inputs_published_again_depends_on_them(tmp_path):
+    """Rolled back over a run that built `stg_orders` and `daily_revenue` but not `monthly_revenue`:
+    the run publishes the first two again and then rebuilds the month their rows reach. The plan
+    names those partitions and says the model depends on the model published first (until then
+    its live view agrees with its inputs' live views), as for an upstream rebuilt first."""
+    project, warehouse = make_shop(tmp_path, rows=400)
+    first = run_project(project, warehouse)
+    change_two_orders(warehouse)
+    run_project(project, warehouse, only_stale=True, models=["stg_orders", "daily_revenue"])
+    rolled = CliRunner().invoke(main, ["rollback", str(project), first.run_id, "--warehouse", str(warehouse)])
+    assert rolled.exit_code == 0, rolled.output
+    planned = plan_project(project, warehouse, only_stale=True)
+    assert planned.model("daily_revenue").publishes_again
+    monthly = planned.model("monthly_revenue")
+    assert monthly.path == "partitions" and monthly.depends_on == ("daily_revenue",)
+    run = run_project(project, warehouse, only_stale=True)
+    assert sorted(run.outcome("monthly_revenue").detail["partitions"]) == sorted(monthly.partition_keys)

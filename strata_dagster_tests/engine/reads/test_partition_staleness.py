@@ -8,10 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.builds.partitions import NULL_PARTITION
+from strata_dagster.engine.commands.operations import rollback
+from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine.builds.test_partition_properties import START, apply, steps
-from strata_dagster_tests.support.engine_support import edit_module
+from strata_dagster_tests.support.engine_support import ADVANCE_UPDATED_AT, edit_module, execute, make_shop
 from strata_dagster_tests.support.partition_support import make_project
 
 
@@ -87,3 +89,32 @@ def test_a_code_change_makes_every_partition_stale_and_says_so(tmp_path):
 def test_a_model_never_built_is_left_to_the_orchestrator(tmp_path):
     project, warehouse = make_project(tmp_path)
     assert stale_partitions(project, warehouse) == {}
+
+
+def test_after_a_rollback_a_state_kept_by_a_later_cutoff_is_stale_where_the_plan_says(tmp_path):
+    """An order moved to the next day of its month: `monthly_revenue` came out equal (early cutoff,
+    its state kept with the moved figures). Rolled back to the first run, the month's input is the
+    first run's again: no partition is stale, as the plan says (the kept figures are the undone
+    run's, not the ones in effect)."""
+    project, warehouse = make_shop(tmp_path)
+    first = run_project(project, warehouse)
+    ((order,),) = execute(
+        warehouse,
+        "SELECT min(order_id) FROM raw.orders WHERE status = 'paid' AND day(order_ts) BETWEEN 2 AND 20",
+    )
+    execute(
+        warehouse,
+        f"UPDATE raw.orders SET order_ts = order_ts + INTERVAL 1 DAY, {ADVANCE_UPDATED_AT} "
+        "WHERE order_id = ?",
+        params=[order],
+    )
+    moved = run_project(project, warehouse, only_stale=True)
+    assert moved.outcome("monthly_revenue").path == "cutoff"
+    assert stale_partitions(project, warehouse)["monthly_revenue"].keys == ()
+    rollback(warehouse, first.run_id)
+    assert plan_project(project, warehouse, only_stale=True).model("monthly_revenue").path == "reused"
+    assert stale_partitions(project, warehouse)["monthly_revenue"].keys == ()
+    # Built again, the kept state's figures are the ones after the move once more.
+    run_project(project, warehouse, only_stale=True)
+    assert stale_partitions(project, warehouse)["monthly_revenue"].keys == ()
+    assert not plan_project(project, warehouse, only_stale=True).would_run
