@@ -70,13 +70,16 @@ def check_branch(branch: str, *, reserved: bool = True) -> str:
 
 def project_schema_names(project: Project) -> dict[str, str]:
     """The schema and catalog names the project's table sources read (lower case), each with the
-    source that reads it: a branch of that name would put its views among the source's tables."""
+    source that reads it: a branch of that name would put its views among the source's tables. A
+    source in an attached database reads its schema through the database's own name, so only that
+    name can clash (the peer of `src.main.orders` is not the warehouse's `main`)."""
     names: dict[str, str] = {}
     for source in project.sources.values():
         if source.path is not None:
             continue
         relation = source_relation(source)
-        for part in (relation.args.get("db"), relation.args.get("catalog")):
+        parts = ("catalog",) if source.database is not None else ("db", "catalog")
+        for part in (relation.args.get(name) for name in parts):
             if part is not None:
                 names.setdefault(part.name.lower(), source.name)
     return names
