@@ -15,6 +15,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source
 from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
+from strata_dagster.language.parse_cache import cache_dir_of
 from strata_dagster.language.selection import select
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.state.migrations import HISTORY_SCHEMA
@@ -141,6 +142,14 @@ class ProjectContext:
     source_schemas: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     # Business-versioned file sources' listings started before the warehouse opened
     listings: Listings = field(default_factory=Listings, compare=False, repr=False)
+
+
+def parse_cache_dir(warehouse: Path) -> Path | None:
+    """Where the parsed modules of projects run against `warehouse` are kept (language.parse_cache):
+    beside a warehouse file; None for a backend without one."""
+    from strata_dagster.backends.duckdb.engines import current_engine  # reads settings only
+
+    return cache_dir_of(warehouse) if current_engine().capabilities.has_warehouse_file else None
 
 
 def load_context(
