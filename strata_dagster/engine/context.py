@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.backends.base import Session
-from strata_dagster.backends.dialect_check import for_engine
 from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
@@ -180,6 +179,8 @@ def compiled_context(
     """The project compiled against `schemas` (the readable sources' columns) for `engine`."""
     compiled = compile_project(project, schemas)
     if engine != "duckdb":  # every statement as that engine computes DuckDB's rows
+        from strata_dagster.backends.dialect_check import for_engine  # the rewrites, only for it
+
         compiled = for_engine(compiled, engine, schemas)
     return ProjectContext(project, compiled, dict(overrides or {}), branch, schemas, listings or Listings())
 

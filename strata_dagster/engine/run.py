@@ -22,7 +22,6 @@ from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine import business
-from strata_dagster.engine.builds.dispatch import strategy_for
 from strata_dagster.engine.builds.strategy import Built, Target
 from strata_dagster.engine.context import ProjectContext, load_context, parse_cache_dir
 from strata_dagster.engine.damaged_files import rebuilt_reason
@@ -356,6 +355,9 @@ class _Run:
             fingerprint.value,
             self.scope.entry,
         )
+        # The strategies are imported when something is built: a run that reuses everything needs none.
+        from strata_dagster.engine.builds.dispatch import strategy_for
+
         built = strategy_for(decision, self.scope, target, self.decider.is_state_present).build()
         if built.is_new:
             self.new_snapshots.append(built.record)

@@ -154,7 +154,11 @@ def _opener(name: str) -> Opener:
 
 @functools.lru_cache(maxsize=4)
 def _version_of(name: str) -> str:
-    package = "duckdb" if name == "duckdb" else "pyspark"
+    if name == "duckdb":
+        import duckdb  # its __version__ is its distribution's version, read once when it loaded
+
+        return f"{name}-{duckdb.__version__}"
+    package = "pyspark"
     try:
         return f"{name}-{importlib.metadata.version(package)}"
     except importlib.metadata.PackageNotFoundError:
