@@ -128,11 +128,12 @@ class FullBuild:
         session, relation = self.session, snapshot_table(self.target.table_name)
         if figures is not None:
             return figures.content(session.describe(relation)), None
-        key_columns = None
-        if self.context is not None and self._records_watermark():
-            key_columns = key_cdc_columns(self.target.model, session.describe(relation))
-        if key_columns is None:
+        if self.context is None or not self._records_watermark():
             return session.content(relation), None
+        described = session.describe(relation)
+        key_columns = key_cdc_columns(self.target.model, described)
+        if key_columns is None:
+            return session.content(relation, columns=described), None
         keys = self.target.model.properties.merge_keys or ()
         with as_build_error(self.target.model):
             content, key_sum, bounds = session.content_and_key_figures(relation, key_columns, keys)
