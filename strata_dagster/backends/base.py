@@ -224,6 +224,12 @@ class Session(ABC):
     ) -> tuple[Content, tuple[int, str]]:
         """A table's content and its `key_sum` over `columns`."""
 
+    def content_and_key_figures(
+        self, table: exp.Table, columns: Sequence[str], keys: Sequence[str]
+    ) -> tuple[Content, tuple[int, str], KeyBounds | None]:
+        """A table's content, and its `key_sum_and_bounds` (a backend may read both in one scan)."""
+        return (self.content(table), *self.key_sum_and_bounds(table, columns, keys))
+
     @abstractmethod
     def key_sum(self, relation: exp.Table | exp.Query, columns: Sequence[str]) -> tuple[int, str]:
         """Row count and the sum of a hash of only `columns`."""

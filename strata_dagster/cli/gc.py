@@ -110,4 +110,5 @@ def gc_report(result: GcResult) -> dict[str, object]:
         "serving_files_removed": result.serving.files_removed,
         "serving_bytes_removed": result.serving.bytes_removed,
         "listing_cache_files_removed": result.listings_removed,
+        "parse_cache_files_removed": result.parsed_removed,
     }

@@ -19,6 +19,7 @@ from strata_dagster.cli.options import (
     warehouse_option,
 )
 from strata_dagster.cli.output import console, error_console, print_warnings, reports_errors, say
+from strata_dagster.errors import StrataError
 from strata_dagster.names import DEFAULT_BRANCH
 from strata_dagster.wording import counted
 
@@ -101,7 +102,7 @@ def run_command(
     from strata_dagster.language import load_project
 
     check_branch(branch)  # every mistake in the command line is refused before the banner
-    loaded = load_project(project)
+    loaded = load_project(project, _parse_cache_dir(project, warehouse))
     check_branch_of(loaded, branch)
     overrides = parse_overrides(list(sources), loaded)
     request = RunRequest(
@@ -126,6 +127,17 @@ def run_command(
     print_partitions(result, loaded)
     print_published(result, f"run {result.run_id[:12] if result.run_id else '-'}")
     report_to_dagster(project, request.warehouse, result.entry)
+
+
+def _parse_cache_dir(project: Path, warehouse: Path | None) -> Path | None:
+    """Where the project's parsed modules are kept, if its warehouse is usable (else the project is
+    parsed, and the warehouse's error comes after the project's own, as without a cache)."""
+    from strata_dagster.engine.context import parse_cache_dir
+
+    try:
+        return parse_cache_dir(resolve_warehouse(project, warehouse))
+    except StrataError:
+        return None
 
 
 def print_published(result: RunResult, what: str) -> None:

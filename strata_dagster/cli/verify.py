@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,8 @@ from strata_dagster.cli.runs import branch_option, source_option
 from strata_dagster.wording import counted
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from rich.table import Table
     from rich.text import Text
 
@@ -221,6 +222,8 @@ def _total_text(total: ColumnTotal) -> str:
 def _shown(value: Total) -> int | Decimal | None:
     """A total as printed: a float sum to 12 significant digits (its last digits depend on the
     order rows were added in)."""
+    from decimal import Decimal  # imported when a total is shown, not by every command's start
+
     return Decimal(f"{value:.12g}") if isinstance(value, float) else value
 
 

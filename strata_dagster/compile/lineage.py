@@ -10,9 +10,6 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
-from sqlglot.lineage import lineage
-from sqlglot.optimizer.qualify import qualify
-from sqlglot.optimizer.scope import build_scope
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.relations import ROLE_SCHEMA
@@ -42,6 +39,11 @@ def column_lineage(
 def _traced(
     sql: str, upstream: tuple[tuple[str, tuple[str, ...]], ...], columns: tuple[str, ...]
 ) -> tuple[tuple[str, ColumnDeps], ...]:
+    # sqlglot's optimizer, imported when lineage is traced: a run that builds nothing never needs it.
+    from sqlglot.lineage import lineage
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.scope import build_scope
+
     schema: dict[str, object] = {
         ROLE_SCHEMA: {name: {column: "UNKNOWN" for column in names} for name, names in upstream}
     }

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.backends.base import Session
-from strata_dagster.backends.dialect_check import for_engine
 from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
 from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
+from strata_dagster.language.parse_cache import cache_dir_of
 from strata_dagster.language.selection import select
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.state.migrations import HISTORY_SCHEMA
@@ -70,13 +70,16 @@ def check_branch(branch: str, *, reserved: bool = True) -> str:
 
 def project_schema_names(project: Project) -> dict[str, str]:
     """The schema and catalog names the project's table sources read (lower case), each with the
-    source that reads it: a branch of that name would put its views among the source's tables."""
+    source that reads it: a branch of that name would put its views among the source's tables. A
+    source in an attached database reads its schema through the database's own name, so only that
+    name can clash (the peer of `src.main.orders` is not the warehouse's `main`)."""
     names: dict[str, str] = {}
     for source in project.sources.values():
         if source.path is not None:
             continue
         relation = source_relation(source)
-        for part in (relation.args.get("db"), relation.args.get("catalog")):
+        parts = ("catalog",) if source.database is not None else ("db", "catalog")
+        for part in (relation.args.get(name) for name in parts):
             if part is not None:
                 names.setdefault(part.name.lower(), source.name)
     return names
@@ -140,6 +143,14 @@ class ProjectContext:
     listings: Listings = field(default_factory=Listings, compare=False, repr=False)
 
 
+def parse_cache_dir(warehouse: Path) -> Path | None:
+    """Where the parsed modules of projects run against `warehouse` are kept (language.parse_cache):
+    beside a warehouse file; None for a backend without one."""
+    from strata_dagster.backends.choice import current_backend
+
+    return cache_dir_of(warehouse) if current_backend().capabilities.has_warehouse_file else None
+
+
 def load_context(
     session: Session,
     project_dir: Path,
@@ -168,6 +179,8 @@ def compiled_context(
     """The project compiled against `schemas` (the readable sources' columns) for `engine`."""
     compiled = compile_project(project, schemas)
     if engine != "duckdb":  # every statement as that engine computes DuckDB's rows
+        from strata_dagster.backends.dialect_check import for_engine  # the rewrites, only for it
+
         compiled = for_engine(compiled, engine, schemas)
     return ProjectContext(project, compiled, dict(overrides or {}), branch, schemas, listings or Listings())
 

@@ -24,7 +24,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.limits import limits_as_errors
 from strata_dagster.engine.builds.partition_range import REQUESTED_PARTITIONS
 from strata_dagster.engine.builds.strategy import Built, Target
-from strata_dagster.engine.context import ProjectContext, load_context
+from strata_dagster.engine.context import ProjectContext, load_context, parse_cache_dir
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision, RunRequest
@@ -92,8 +92,8 @@ def opened_project(
 ) -> Iterator[tuple[Session, ProjectContext]]:
     """The warehouse opened (read-only: nothing migrated or written) and the project compiled
     against it; its business-versioned file sources are listed meanwhile (engine.listing_prefetch)."""
-    project = load_project(request.project_dir)
     check_warehouse_path(request.warehouse, is_file=current_backend().is_duckdb)
+    project = load_project(request.project_dir, parse_cache_dir(request.warehouse))
     if not read_only:
         refuse_new_warehouse_without_sources(project, request.warehouse, request.models, request.overrides)
     with (
@@ -336,6 +336,8 @@ class _Run:
             fingerprint.value,
             self.scope.entry,
         )
+        # The strategies are imported when something is built: a run that reuses everything needs none.
+
         built = strategy_for(decision, self.scope, target, self.decider.is_state_present).build()
         if built.is_new:
             self.new_snapshots.append(built.record)

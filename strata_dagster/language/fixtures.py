@@ -9,8 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-
-from lark import Token, Tree
+from typing import TYPE_CHECKING
 
 from strata_dagster.errors import (
     E_TEST_DEFINITION,
@@ -30,6 +29,10 @@ from strata_dagster.language.definition import (
     Source,
 )
 from strata_dagster.language.expressions import parse_item
+
+if TYPE_CHECKING:
+    from lark import Token, Tree
+    from typing_extensions import TypeIs
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TABLE_HINT = "write `[(col_a, col_b) (1, 'x') (2, 'y')]`: column names first, then one value per column"
@@ -136,9 +139,9 @@ def _table(bracket: Tree, text: str, file: str) -> FixtureTable:
     location = _location(file, bracket)
     rows: list[Tree] = []
     for child in bracket.children:
-        if isinstance(child, Token) and child.type == "COMMA":
+        if _is_token(child) and child.type == "COMMA":
             continue
-        if not isinstance(child, Tree) or child.data != "paren":
+        if not _is_tree(child) or child.data != "paren":
             raise StrataError(
                 E_TEST_TABLE,
                 f"`{_span(child, text)}` is not a parenthesised row",
@@ -187,7 +190,7 @@ def _cells(row: Tree) -> list[list[Tree | Token]]:
     cells: list[list[Tree | Token]] = []
     current: list[Tree | Token] = []
     for child in [*row.children, None]:
-        if child is None or (isinstance(child, Token) and child.type == "COMMA"):
+        if child is None or (_is_token(child) and child.type == "COMMA"):
             if current:
                 cells.append(current)
             current = []
@@ -197,7 +200,7 @@ def _cells(row: Tree) -> list[list[Tree | Token]]:
 
 
 def _column_name(cell: list[Tree | Token], text: str, file: str, header: Tree) -> str:
-    if len(cell) == 1 and isinstance(cell[0], Token):
+    if len(cell) == 1 and _is_token(cell[0]):
         token = cell[0]
         if token.type == "QUOTED":
             return str(token)[1:-1].replace('""', '"')
@@ -212,7 +215,7 @@ def _column_name(cell: list[Tree | Token], text: str, file: str, header: Tree) -
 
 
 def _location(file: str, node: Tree | Token) -> Location:
-    if isinstance(node, Token):
+    if _is_token(node):
         return Location(file, node.line or 1, node.column or 1)
     return Location(file, node.meta.line, node.meta.column)
 
@@ -222,11 +225,11 @@ def _span(node: Tree | Token, text: str) -> str:
 
 
 def _start(node: Tree | Token) -> int:
-    return node.start_pos if isinstance(node, Token) else node.meta.start_pos  # type: ignore[return-value]  # positions are propagated
+    return node.start_pos if _is_token(node) else node.meta.start_pos  # type: ignore[return-value]  # positions are propagated
 
 
 def _end(node: Tree | Token) -> int:
-    return node.end_pos if isinstance(node, Token) else node.meta.end_pos  # type: ignore[return-value]  # positions are propagated
+    return node.end_pos if _is_token(node) else node.meta.end_pos  # type: ignore[return-value]  # positions are propagated
 
 
 def _unknown_model_hint(name: str, sources: Mapping[str, Source], models: Mapping[str, Model]) -> str:
@@ -238,3 +241,15 @@ def _unknown_model_hint(name: str, sources: Mapping[str, Source], models: Mappin
     return (
         "name a model of the project (`test MODEL_NAME TEST_NAME { ... }`), or remove the test with its model"
     )
+
+
+def _is_token(node: object) -> TypeIs[Token]:
+    from lark import Token  # imported by the parser already: fixtures are built while parsing
+
+    return isinstance(node, Token)
+
+
+def _is_tree(node: object) -> TypeIs[Tree]:
+    from lark import Tree
+
+    return isinstance(node, Tree)

@@ -18,6 +18,7 @@ from strata_dagster.errors import (
     StrataError,
     raise_collected,
 )
+from strata_dagster.language import parse_cache
 from strata_dagster.language.definition import (
     FromStep,
     JoinStep,
@@ -28,7 +29,6 @@ from strata_dagster.language.definition import (
     Source,
 )
 from strata_dagster.language.fixtures import model_test_errors
-from strata_dagster.language.parser import parse_module
 from strata_dagster.paths import path_problem, shortened
 
 MODULE_SUFFIX = ".strata"
@@ -36,8 +36,9 @@ MODULE_SUFFIX = ".strata"
 MAX_PROJECT_ENTRIES = 100_000
 
 
-def load_project(root: Path | str) -> Project:
-    """Parse and link every module under `root`. Raises StrataError on any mistake."""
+def load_project(root: Path | str, cache_dir: Path | None = None) -> Project:
+    """Parse and link every module under `root`. Raises StrataError on any mistake. `cache_dir`:
+    where parsed modules are kept between processes (language.parse_cache), None for no cache."""
     folder = Path(root)
     if folder.suffix == MODULE_SUFFIX and path_problem(folder) is None and folder.is_file():
         folder = folder.parent
@@ -46,7 +47,7 @@ def load_project(root: Path | str) -> Project:
         raise StrataError(
             E_PROJECT, f"no `*{MODULE_SUFFIX}` modules under `{folder}`", hint="add a module file"
         )
-    modules: list[Module] = []
+    texts: list[tuple[Path, str]] = []
     errors: list[StrataError] = []
     digest = hashlib.sha256()
     for path in paths:
@@ -56,12 +57,38 @@ def load_project(root: Path | str) -> Project:
             errors.append(StrataError(E_PROJECT, f"cannot read module: {error}", Location(str(path), 1, 1)))
             continue
         digest.update(f"{path.relative_to(folder).as_posix()}\0{len(text)}\0{text}".encode())
+        texts.append((_display_path(path), text))
+    raise_collected(errors)
+    modules = _modules(folder, texts, cache_dir)
+    return link_project(folder, modules, text_digest=digest.hexdigest())
+
+
+# The modules last read from a cache, by key: frozen, as `_parsed`'s are.
+_read_once: dict[str, list[Module]] = {}
+
+
+def _modules(folder: Path, texts: list[tuple[Path, str]], cache_dir: Path | None) -> list[Module]:
+    """Each module parsed, or as the cache kept it when it holds exactly these texts."""
+    key = where = None
+    if cache_dir is not None:
+        where = Path(os.path.realpath(folder))
+        key = parse_cache.cache_key([(str(shown), text) for shown, text in texts])
+        cached = _read_once.get(key) or parse_cache.read(cache_dir, where, key)
+        if cached is not None:
+            _read_once.clear()  # the last project read: a CLI command loads it twice
+            _read_once[key] = cached
+            return cached
+    modules: list[Module] = []
+    errors: list[StrataError] = []
+    for shown, text in texts:
         try:
-            modules.append(_parsed(text, _display_path(path)))
+            modules.append(_parsed(text, shown))
         except StrataError as error:
             errors.extend(error.errors)
     raise_collected(errors)
-    return link_project(folder, modules, text_digest=digest.hexdigest())
+    if cache_dir is not None and where is not None and key is not None:
+        parse_cache.write(cache_dir, where, key, modules)
+    return modules
 
 
 def module_paths(folder: Path) -> list[Path]:
@@ -140,11 +167,15 @@ def _parsed(text: str, display_path: Path) -> Module:
     """A module parsed once per process for the same text: a Dagster run loads its project when
     its code location loads and again when the run starts; sensors and checks load it often.
     Modules are frozen, and everything downstream copies their expressions before changing them."""
+    from strata_dagster.language.parser import parse_module  # the grammar library, when parsing
+
     return parse_module(text, display_path)
 
 
 def load_text(text: str, name: str = "module.strata") -> Project:
     """A project of one module given as text (for tests and tools)."""
+    from strata_dagster.language.parser import parse_module
+
     return link_project(Path("."), [parse_module(text, name)])
 
 

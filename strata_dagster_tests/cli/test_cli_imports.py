@@ -3,10 +3,12 @@ engine, warehouse, language, DuckDB, sqlglot, lark or rich (each command imports
 it runs). The STRATA_* checks the group makes still precede every command's body."""
 
 import json
+import os
 import subprocess
 import sys
 
 import click
+import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -110,3 +112,48 @@ def test_a_command_help_is_shown_whatever_the_strata_variables(tmp_path):
         assert result.exit_code == 0 and result.output.startswith("Usage: strata run"), result.output
     result = CliRunner().invoke(main, ["run", str(tmp_path)], env={"STRATA_ENGINE": "oracle"})
     assert result.exit_code == 1 and "error[E071]" in result.output, result.output
+
+
+# A no-change `strata run --only-stale` in one fresh interpreter; prints what it imported.
+NO_CHANGE_RUN = """
+import json, sys
+from strata_dagster.cli.main import main
+code = main.main(args=sys.argv[1:], prog_name="strata", standalone_mode=False)
+print(json.dumps({"code": code, "imported": sorted(sys.modules)}))
+"""
+# What a run that finds nothing to do never needs: the parser's grammar library (its modules come
+# from the parse cache), data frames, Dagster (no DAGSTER_HOME), Spark, and, of its own and
+# sqlglot's modules, the build strategies, the Spark dialect's rewrites and column lineage.
+NOT_FOR_NO_CHANGE = ("lark", "polars", "pandas", "pyarrow", "numpy", "dagster", "pyspark")
+NOT_FOR_NO_CHANGE_MODULES = (
+    "strata_dagster.engine.builds.dispatch",
+    "strata_dagster.backends.spark",
+    "strata_dagster.backends.dialect_check",
+    "sqlglot.lineage",
+    "sqlglot.optimizer.qualify",
+)
+
+
+def test_a_no_change_run_imports_neither_the_parser_nor_data_frames(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "m.strata").write_text("source orders { table: raw.orders }\nmodel copy {\n  from orders\n}\n")
+    warehouse = tmp_path / "w.duckdb"
+    con = duckdb.connect(str(warehouse))
+    con.execute("CREATE SCHEMA raw; CREATE TABLE raw.orders AS SELECT range AS id FROM range(5)")
+    con.close()
+    arguments = ["run", str(project), "--warehouse", str(warehouse), "--only-stale"]
+    env = {name: value for name, value in os.environ.items() if name != "DAGSTER_HOME"}
+    for _ in range(2):  # the first builds and writes the parse cache
+        done = subprocess.run(
+            [sys.executable, "-c", NO_CHANGE_RUN, *arguments],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+    assert "nothing to do" in done.stdout
+    imported = json.loads(done.stdout.splitlines()[-1])["imported"]
+    assert not [name for name in imported if name.split(".")[0] in NOT_FOR_NO_CHANGE]
+    assert not [name for name in imported if name.startswith(NOT_FOR_NO_CHANGE_MODULES)]

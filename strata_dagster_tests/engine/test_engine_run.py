@@ -2,12 +2,14 @@
 
 import pytest
 
+from strata_dagster.compile.relations import attached_catalog
 from strata_dagster.engine.commands import operations
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.commands.replay import replay
 from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
+from strata_dagster.language import load_project
 from strata_dagster_tests.support.engine_support import (
     ADVANCE_UPDATED_AT,
     SHOP_MODELS,
@@ -284,6 +286,24 @@ def test_invalid_branch_names(shop):
             run_project(project, warehouse, branch=name)
         assert caught.value.code == "E026"
     assert execute(warehouse, "SELECT count(*) FROM raw.orders")[0][0] == 3_000
+
+
+def test_a_source_in_schema_main_of_another_database_leaves_branch_main_usable(tmp_path):
+    """Its schema is that database's `main`, not the warehouse's: only the name it is attached
+    under clashes."""
+    ingest = tmp_path / "ingest.duckdb"
+    execute(ingest, "CREATE TABLE main.orders AS SELECT range AS id FROM range(3)")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "m.strata").write_text(
+        f"source orders {{\n  database: '{ingest}'\n  table: main.orders\n}}\nmodel copy {{\n  from orders\n}}\n"
+    )
+    warehouse = tmp_path / "warehouse.duckdb"
+    assert paths(run_project(project, warehouse)) == {"copy": "full"}
+    assert execute(warehouse, "SELECT count(*) FROM main.v_copy") == [(3,)]
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse, branch=attached_catalog(load_project(project).sources["orders"]))
+    assert caught.value.code == "E026"
 
 
 def test_gc_drops_only_unreferenced_snapshots(shop):

@@ -32,13 +32,14 @@ from strata_dagster.backends.duckdb.connection import damaged_file_error, is_int
 from strata_dagster.backends.duckdb.limits import exceeded_setting
 from strata_dagster.backends.duckdb.snapshot_files import SnapshotFiles
 from strata_dagster.backends.sql import tables as shared_tables
-from strata_dagster.backends.sql.figures import create_keys_table
+from strata_dagster.backends.sql.figures import content_and_key_sum, create_keys_table
 from strata_dagster.backends.sql.runner import run
 from strata_dagster.backends.sql.session import SqlSession
 from strata_dagster.compile.relations import view_name
 from strata_dagster.errors import E_SERVING, StrataError, first_line
 from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Project
+from strata_dagster.sql.content import Content
 from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import KeyRange
@@ -95,6 +96,19 @@ class DuckDBSession(SqlSession):
 
     def statement_errors(self) -> AbstractContextManager[None]:
         return warehouse_errors()
+
+    def content_and_key_sum(
+        self, table: exp.Table, columns: Sequence[str]
+    ) -> tuple[Content, tuple[int, str]]:
+        """In one scan of the table (a snapshot file is read once, not twice)."""
+        with self.statement_errors():
+            return content_and_key_sum(self.con, table, columns)
+
+    def content_and_key_figures(
+        self, table: exp.Table, columns: Sequence[str], keys: Sequence[str]
+    ) -> tuple[Content, tuple[int, str], KeyBounds | None]:
+        """In one scan; DuckDB records no key bounds (`key_sum_and_bounds`)."""
+        return (*self.content_and_key_sum(table, columns), None)
 
     def know_files(self, index: snapshot_files.FileIndex) -> None:
         """The files the snapshot views read, as found when the session opened."""

@@ -198,6 +198,20 @@ def content_and_key_sum_where(
     return int(row[0]), str(row[1]), str(row[2])
 
 
+def content_and_key_sum(
+    con: Connection,
+    table: exp.Table,
+    columns: Sequence[str],
+    described: tuple[tuple[str, str], ...] | None = None,
+) -> tuple[Content, tuple[int, str]]:
+    """`content_of` the table and its `key_sum` over `columns`, in one scan of it (`described`: its
+    columns, when the caller has described it already)."""
+    described = describe(con, table) if described is None else described
+    statement = exp.select(*row_hash_aggregates(), _key_hash_sum(columns)).from_(as_rows(table))
+    row = run(con, statement).fetchone()
+    return Content(described, int(row[0]), str(row[1])), (int(row[0]), str(row[2]))
+
+
 def key_sum(con: Connection, relation: exp.Table | exp.Query, columns: Sequence[str]) -> tuple[int, str]:
     """Row count and the sum of a hash of only `columns` (e.g. merge keys and cdc column)."""
     statement = exp.select(exp.func("count_star"), _key_hash_sum(columns)).from_(as_rows(relation))

@@ -19,6 +19,7 @@ from strata_dagster.engine.builds.incremental import (
     full_detail,
     full_key_sum,
     full_output_facts,
+    key_cdc_columns,
     output_watermark,
 )
 from strata_dagster.engine.builds.model_slices import ModelSlices, appended_detail, sliced_detail
@@ -30,9 +31,12 @@ from strata_dagster.engine.builds.strategy import Built, IncrementalContext, Rel
 from strata_dagster.engine.paths import CUTOFF, FULL, UNPARTITIONED, StrategyName
 from strata_dagster.faults import checkpoint
 from strata_dagster.sql.content import Content
+from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.state.history import SnapshotRecord
 
+# An upsert's key-and-cdc figures (row count and hash sum) and its key bounds, if recorded.
+KeyFigures = tuple[tuple[int, str], KeyBounds | None]
 # A state's detail key: the sources its full build read through an override replacing their rows.
 REPLACED_SOURCES = "replaced_sources"
 
@@ -94,11 +98,7 @@ class FullBuild:
         check_pins(session, target.model, table_name)
         checkpoint("pins_checked")
         figures = self._figures()
-        content = (
-            session.content(snapshot_table(table_name))
-            if figures is None
-            else figures.content(session.describe(snapshot_table(table_name)))
-        )
+        content, key_figures = self._content(figures)
         # An incremental model's state carries its watermark and code: a full build always registers,
         # unless the model is volatile: then every build is full and no delta reads that state.
         # A partitioned state's figures describe inputs that give its rows: equal rows, same code,
@@ -111,7 +111,7 @@ class FullBuild:
             if same is not None and same.content_hash == content.fingerprint and self.is_state_present(same):
                 session.drop_snapshot(table_name)
                 return Built(same, CUTOFF, is_new=False)
-        detail, watermark = self._state_detail(content, figures)
+        detail, watermark = self._state_detail(content, figures, key_figures)
         if self.replaced:
             detail[REPLACED_SOURCES] = list(self.replaced)
         detail.update(unique_checked(target.model))
@@ -120,8 +120,31 @@ class FullBuild:
             outcome["full_reason"] = self.not_maintained
         return Built(full_record(target, content, detail, watermark), FULL, outcome)
 
+    def _content(self, figures: SliceFigures | None) -> tuple[Content, KeyFigures | None]:
+        """The new snapshot's content and, for an upsert whose state records them, its key-and-cdc
+        figures (`full_key_sum`), read in the same scan where the backend can."""
+        session, relation = self.session, snapshot_table(self.target.table_name)
+        if figures is not None:
+            return figures.content(session.describe(relation)), None
+        if self.context is None or not self._records_watermark():
+            return session.content(relation), None
+        described = session.describe(relation)
+        key_columns = key_cdc_columns(self.target.model, described)
+        if key_columns is None:
+            return session.content(relation, columns=described), None
+        keys = self.target.model.properties.merge_keys or ()
+        with as_build_error(self.target.model):
+            content, key_sum, bounds = session.content_and_key_figures(relation, key_columns, keys)
+        return content, (key_sum, bounds)
+
+    def _records_watermark(self) -> bool:
+        """Whether the new state is an incremental model's plain one (watermark, key sums), not a
+        partitioned one nor one following its input models' segments."""
+        followed = self.followed
+        return not self.is_partitioned and not (followed is not None and followed.spec is None)
+
     def _state_detail(
-        self, content: Content, figures: SliceFigures | None
+        self, content: Content, figures: SliceFigures | None, key_figures: KeyFigures | None = None
     ) -> tuple[dict[str, object], object | None]:
         """What the new state records for its next build, and its watermark."""
         context, followed = self.context, self.followed
@@ -148,7 +171,7 @@ class FullBuild:
             with as_build_error(self.target.model):
                 detail = full_detail(context)
                 detail["columns"] = columns
-                detail.update(full_key_sum(context, self.target.table_name, content.columns))
+                detail.update(full_key_sum(context, self.target.table_name, content.columns, key_figures))
                 watermark = detail.get("high")
                 if watermark is None and detail.get("cdc_type") is None:
                     output = snapshot_table(self.target.table_name)

@@ -153,14 +153,20 @@ def key_cdc_columns(model: Model, columns: Sequence[Sequence[str]]) -> list[str]
 
 
 def full_key_sum(
-    ctx: IncrementalContext, table_name: str, columns: Sequence[Sequence[str]]
+    ctx: IncrementalContext,
+    table_name: str,
+    columns: Sequence[Sequence[str]],
+    measured: tuple[tuple[int, str], KeyBounds | None] | None = None,
 ) -> dict[str, Any]:
-    """The key-and-cdc figures a full build of an upsert records for its next delta."""
+    """The key-and-cdc figures a full build of an upsert records for its next delta (`measured`:
+    read already with the snapshot's content, `full_key_figures`)."""
     key_columns = key_cdc_columns(ctx.model, columns)
     if key_columns is None:
         return {}
     keys = ctx.model.properties.merge_keys or ()
-    (count, hash_sum), bounds = ctx.session.key_sum_and_bounds(snapshot_table(table_name), key_columns, keys)
+    if measured is None:
+        measured = ctx.session.key_sum_and_bounds(snapshot_table(table_name), key_columns, keys)
+    (count, hash_sum), bounds = measured
     recorded: dict[str, Any] = {KEY_SUM: [count, hash_sum]}
     if bounds is not None:
         recorded[KEY_BOUNDS] = bounds.as_detail()

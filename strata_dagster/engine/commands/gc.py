@@ -22,9 +22,11 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.joined_inputs import FIGURES
 from strata_dagster.engine.builds.sliding_window import WINDOW_STATE
+from strata_dagster.engine.context import parse_cache_dir
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest
+from strata_dagster.language import parse_cache
 from strata_dagster.state.history import READS_KEY, Entry, HistoryReader, SnapshotRecord
 
 # Spark readers query snapshot tables directly: one superseded less than this ago may still be read.
@@ -72,6 +74,8 @@ class GcResult:
     serving: ServingCollection = ServingCollection(0, 0, 0)
     # Listing cache files of business-versioned sources whose folder is gone (backends/duckdb/listing.py).
     listings_removed: int = 0
+    # Parsed-module cache files of project folders that are gone (language/parse_cache.py).
+    parsed_removed: int = 0
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -128,6 +132,8 @@ def gc(
         collected = session.collect_files(warehouse, serving_grace)
         cache_dir = partition_evidence.listing_cache_dir(session.database_path())
         listings_removed = listing.prune_cache(cache_dir) if cache_dir is not None else 0
+        parsed_dir = parse_cache_dir(warehouse)
+        parsed_removed = parse_cache.prune(parsed_dir) if parsed_dir is not None else 0
     if compact_file:
         compaction = compact(warehouse, on_step=checkpoint)
         reclaimed = before - compaction.bytes_after
@@ -142,6 +148,7 @@ def gc(
         compact_file,
         collected,
         listings_removed,
+        parsed_removed,
     )
 
 

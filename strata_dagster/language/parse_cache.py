@@ -1,0 +1,205 @@
+"""Parsed modules kept beside the warehouse, so that a run whose project did not change skips the
+parser (and the import of its grammar library).
+
+One file per project folder, `<warehouse>.parsed/<digest of the folder>.cache`, written under a
+temporary name and renamed into place. It holds the key of what it was parsed from (every
+module's path as shown and its text, this package's own source, the Python and sqlglot versions)
+and the modules, pickled. A file is used only when it is the current user's and nobody else may
+write it or its folder, its format and key match, and its pickle names nothing but the language's
+own classes and sqlglot expressions; anything else (a damaged, foreign or stale file) is ignored
+and the project is parsed as if there were no cache. A cache is never wrong, at worst unused.
+`strata gc` removes the files of project folders that are gone (`prune`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import marshal
+import os
+import pickle
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+SUFFIX = ".parsed"
+_FORMAT = 1
+_FILE_SUFFIX = ".cache"
+# The classes a cached module may hold: the language's definitions, their locations and paths.
+_ALLOWED = {
+    "strata_dagster.language.definition": None,  # any of its classes
+    "strata_dagster.errors": {"Location"},
+    "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
+}
+_SQLGLOT_LOAD = ("sqlglot.serde", "load")
+_LANGUAGE = Path(__file__).resolve().parent
+
+
+def cache_dir_of(warehouse: Path) -> Path:
+    """Where a warehouse file keeps the parsed modules of the projects run against it."""
+    return warehouse.with_name(warehouse.name + SUFFIX)
+
+
+def cache_key(modules: Sequence[tuple[str, str]]) -> str:
+    """The key of modules given as (path as shown, text): it changes with any module, with this
+    package's own code (the parser and what it builds), and with the Python and sqlglot versions."""
+    digest = hashlib.sha256()
+    digest.update(f"{_FORMAT}\0{sys.version}\0{_sqlglot_version()}\0{_language_digest()}\0".encode())
+    for shown, text in modules:
+        digest.update(f"{shown}\0{len(text)}\0{text}\0".encode())
+    return digest.hexdigest()
+
+
+def read(cache_dir: Path, folder: Path, key: str) -> list[Any] | None:
+    """The modules cached for `folder` under `key`, or None (no usable file)."""
+    path = _file_of(cache_dir, folder)
+    try:
+        with open(path, "rb") as file:
+            if not _is_private(os.fstat(file.fileno())) or not _is_private(os.stat(cache_dir)):
+                return None
+            header = marshal.loads(file.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not (isinstance(header, tuple) and len(header) == 4 and header[0] == _FORMAT):
+        return None
+    _, cached_folder, cached_key, payload = header
+    if cached_folder != str(folder) or cached_key != key or not isinstance(payload, bytes):
+        return None
+    try:
+        modules = _Unpickler(io.BytesIO(payload)).load()
+    except Exception:  # a file that does not unpickle as modules is no cache; parse instead
+        return None
+    from strata_dagster.language.definition import Module
+
+    if not isinstance(modules, list) or not all(isinstance(module, Module) for module in modules):
+        return None
+    return modules
+
+
+def write(cache_dir: Path, folder: Path, key: str, modules: list[Any]) -> None:
+    """Keep `modules` for `folder` under `key`; a cache that cannot be written is left out, and
+    so is one beside a warehouse file that does not exist (a mistyped path leaves nothing)."""
+    if not cache_dir.with_name(cache_dir.name.removesuffix(SUFFIX)).is_file():
+        return
+    path = _file_of(cache_dir, folder)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        cache_dir.mkdir(mode=0o755, exist_ok=True)
+        payload = pickle.dumps(modules, protocol=pickle.HIGHEST_PROTOCOL)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "wb") as file:
+            file.write(marshal.dumps((_FORMAT, str(folder), key, payload)))
+        os.replace(temporary, path)
+    except (OSError, pickle.PicklingError, RecursionError):
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+def prune(cache_dir: Path) -> int:
+    """Remove the files of project folders that are gone, of another format, unreadable, or left
+    by a cut-short write, then the folder once empty (`strata gc`). Returns how many went."""
+    try:
+        names = sorted(os.listdir(cache_dir))
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        path = cache_dir / name
+        if name.endswith(_FILE_SUFFIX):
+            try:
+                header = marshal.loads(path.read_bytes())
+            except (OSError, EOFError, ValueError, TypeError):
+                header = None
+            if isinstance(header, tuple) and len(header) == 4 and header[0] == _FORMAT:
+                if isinstance(header[1], str) and os.path.isdir(header[1]):
+                    continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+    with contextlib.suppress(OSError):
+        cache_dir.rmdir()  # only when empty
+    return removed
+
+
+def _file_of(cache_dir: Path, folder: Path) -> Path:
+    return cache_dir / (hashlib.sha256(str(folder).encode()).hexdigest()[:32] + _FILE_SUFFIX)
+
+
+def _is_private(status: os.stat_result) -> bool:
+    """The current user's, and writable by nobody else."""
+    return status.st_uid == os.getuid() and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _sqlglot_version() -> str:
+    from sqlglot import __version__
+
+    return str(__version__)
+
+
+_language_digest_memo: list[str] = []
+
+
+def _language_digest() -> str:
+    """A digest of this package's source files (the grammar included): a changed parser makes
+    every cached module stale."""
+    if not _language_digest_memo:
+        digest = hashlib.sha256()
+        for path in sorted(_LANGUAGE.iterdir()):
+            if path.suffix in (".py", ".lark"):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update((_LANGUAGE.parent / "errors.py").read_bytes())
+        _language_digest_memo.append(digest.hexdigest())
+    return _language_digest_memo[0]
+
+
+def _checked_expressions(load: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """sqlglot's loader of pickled expressions, given only payloads that name its own expression
+    classes (its loader would import any module a class name names)."""
+    from sqlglot import expressions as exp
+
+    def checked(payloads: Any) -> Any:
+        pending = [payloads]
+        while pending:
+            items = pending.pop()
+            if items is None:
+                continue
+            if not isinstance(items, list):
+                raise pickle.UnpicklingError("not an expression payload")
+            for payload in items:
+                if not isinstance(payload, dict):
+                    raise pickle.UnpicklingError("not an expression payload")
+                name = payload.get("c")
+                if name is not None and name != "DataType.Type" and not _is_expression_class(exp, name):
+                    raise pickle.UnpicklingError(f"not a sqlglot expression: {name!r}")
+                pending.append(payload.get("t"))
+        return load(payloads)
+
+    return checked
+
+
+def _is_expression_class(exp: Any, name: object) -> bool:
+    """Whether `name` (as sqlglot's pickles write it: bare, or qualified by a module of
+    `sqlglot.expressions`, already imported) names one of sqlglot's expression classes."""
+    if not isinstance(name, str):
+        return False
+    module_name, _, class_name = name.rpartition(".")
+    if module_name and not module_name.startswith(f"{exp.__name__}."):
+        return False
+    module = sys.modules.get(module_name) if module_name else exp
+    found = getattr(module, class_name, None) if module is not None and class_name.isidentifier() else None
+    return isinstance(found, type) and issubclass(found, exp.Expr)
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == _SQLGLOT_LOAD:
+            return _checked_expressions(super().find_class(module, name))
+        allowed = _ALLOWED.get(module, set())
+        if module in _ALLOWED and "." not in name and (allowed is None or name in allowed):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not a parsed module's")
