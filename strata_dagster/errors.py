@@ -83,6 +83,7 @@ E_ENGINE: Final = "E071"
 E_ENGINE_UNSUPPORTED: Final = "E072"
 E_SHOW_OUTPUT: Final = "E073"
 E_USAGE: Final = "E074"
+E_ICEBERG: Final = "E075"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -154,6 +155,8 @@ CATALOGUE: Final[dict[str, str]] = {
     E_SHOW_OUTPUT: "a `strata show --output` file that is not .parquet or .csv, or cannot be written",
     E_USAGE: "a command line `strata` cannot read: an unknown command or option, a missing argument, "
     "a value of the wrong type or out of range",
+    E_ICEBERG: "an Iceberg catalog that cannot be named, opened or written: the warehouse's run stands, "
+    "its tables catch up at the next run",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -20,6 +20,7 @@ from strata_dagster.backends.duckdb.engines import current_engine
 from strata_dagster.backends.duckdb.serving import grace_seconds
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.iceberg_publication import expire_branches
 from strata_dagster.engine.joined_inputs import FIGURES
 from strata_dagster.engine.sliding_window import WINDOW_STATE
 from strata_dagster.errors import E_ENGINE_UNSUPPORTED, E_GC, StrataError
@@ -72,6 +73,9 @@ class GcResult:
     serving: ServingCollection = ServingCollection(0, 0, 0)
     # Listing cache files of business-versioned sources whose folder is gone (backends/duckdb/listing.py).
     listings_removed: int = 0
+    # Iceberg snapshots expired (engine/iceberg_publication.py): all but each table's current one
+    # and those of kept runs.
+    iceberg_expired: int = 0
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -117,6 +121,8 @@ def gc(
             for record in reader.snapshots()
             if not record.is_dropped and record.snapshot_id not in needed
         ]
+        # Before any file goes: an expired Iceberg snapshot no longer names the files it read.
+        iceberg_expired = expire_branches(session, warehouse, {entry.entry for entry in kept_entries})
         session.checkpoint()
         free_before = session.free_bytes()
         if doomed:
@@ -142,6 +148,7 @@ def gc(
         compact_file,
         collected,
         listings_removed,
+        iceberg_expired,
     )
 
 

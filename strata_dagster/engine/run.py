@@ -29,6 +29,7 @@ from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
+from strata_dagster.engine.iceberg_publication import IcebergPublished, RunFacts, publish_branch
 from strata_dagster.engine.limits import limits_as_errors
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
@@ -88,6 +89,8 @@ class RunResult:
     removed: tuple[str, ...] = ()
     # Models rebuilt because a snapshot file of their state could not be read (engine/damaged_files.py).
     rebuilt_damaged: Mapping[str, tuple[FileDamage, ...]] = field(default_factory=dict)
+    # Each live model's Iceberg table after the run (None: publication to Iceberg is off).
+    iceberg: IcebergPublished | None = None
 
     @property
     def is_noop(self) -> bool:
@@ -183,8 +186,16 @@ class _Run:
             )
             if is_noop:
                 self.session.rollback()
+                latest = self.reader.entry(self.scope.entry - 1)
                 return RunResult(
-                    None, None, tuple(self.outcomes), self.context.branch, removed, self._rebuilt_damaged()
+                    None,
+                    None,
+                    tuple(self.outcomes),
+                    self.context.branch,
+                    removed,
+                    self._rebuilt_damaged(),
+                    # Tables a failed or killed publication left behind catch up.
+                    self._publish_iceberg(latest.entry, latest.run_id) if latest is not None else None,
                 )
             self._render_reused_sql()
             publication = self._publication(started)
@@ -204,7 +215,19 @@ class _Run:
             self.context.branch,
             removed,
             self._rebuilt_damaged(),
+            self._publish_iceberg(publication.entry, run_id),
         )
+
+    def _publish_iceberg(self, entry: int, run_id: str) -> IcebergPublished | None:
+        """The branch's tables brought to its views, after the warehouse committed (off: None)."""
+        facts = RunFacts(
+            entry,
+            run_id,
+            self.request.kind,
+            self.request.reason,
+            {outcome.model: outcome.path for outcome in self.outcomes},
+        )
+        return publish_branch(self.session, self.request.warehouse, self.context.branch, self.project, facts)
 
     def _rebuilt_damaged(self) -> dict[str, tuple[FileDamage, ...]]:
         built = {outcome.model for outcome in self.outcomes if outcome.path != REUSED}

@@ -1,0 +1,338 @@
+"""Bring an Iceberg table to a model's live state, registering strata's Parquet files as they are.
+
+Each table's snapshots carry strata's summary properties; the last snapshot of each commit also
+carries `strata.segments`, the ids of the segments the state is made of. Publishing a state:
+
+- the current snapshot already has it: nothing;
+- a kept snapshot has it (a rollback, a promotion back): that snapshot becomes current again;
+- the current state's segments begin the new state's (a delta, an append, a partition rebuild):
+  only the new segments are applied, each deleting the keys or partitions it replaces (whole
+  files drop; a file holding some replaced keys is rewritten without them) and adding its file;
+- otherwise (a full build, a compaction): every file goes, the state's files come.
+
+All of one table's changes are one Iceberg commit: a reader sees the table before or after it.
+A segment's file is registered (`add_files`, no copy) unless it has no file (a table or view
+snapshot), or the table is partitioned and the file holds rows of several partitions: those
+rows are written by pyiceberg, split by partition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.table import Table, Transaction
+from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, Transform
+
+from strata_dagster.backends.iceberg.catalog import CatalogSetting
+from strata_dagster.backends.iceberg.deletes import replaced_filter
+from strata_dagster.backends.iceberg.states import ModelState, StateSegment
+from strata_dagster.errors import E_ICEBERG, StrataError
+
+# The catalog name pyiceberg's SQL catalog files tables under: readers load it by this name.
+CATALOG_NAME = "strata"
+SEGMENTS = "strata.segments"
+ENTRY = "strata.entry"
+RUN_ID = "strata.run-id"
+_TRANSFORMS: dict[str, Transform[Any, Any]] = {
+    "day": DayTransform(),
+    "month": MonthTransform(),
+    "key": IdentityTransform(),
+}
+# Old metadata files go as new ones are written (the catalog keeps the current one).
+_TABLE_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
+
+
+@dataclass(frozen=True)
+class Published:
+    """What publishing one state did to its table."""
+
+    table: str  # namespace.model
+    snapshot_id: int | None  # the table's current snapshot after it (None: no rows ever)
+    how: str  # current, reverted, incremental, replaced
+    files_registered: int = 0
+    rows_written: int = 0  # rows pyiceberg wrote itself (copies)
+
+
+def open_catalog(setting: CatalogSetting) -> Catalog:
+    if setting.kind == "sql" and setting.uri.startswith("sqlite:///"):
+        Path(setting.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return load_catalog(CATALOG_NAME, type=setting.kind, uri=setting.uri, warehouse=setting.location)
+    except Exception as error:  # any driver's error: a catalog strata cannot open
+        raise StrataError(
+            E_ICEBERG,
+            f"cannot open the Iceberg {setting.describe()}: {error}",
+            hint="check STRATA_ICEBERG_CATALOG (for PostgreSQL, install a driver such as psycopg2)",
+        ) from error
+
+
+class IcebergTarget:
+    """One catalog's tables: namespace = strata branch, table = model."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def table(self, namespace: str, model: str) -> Table | None:
+        try:
+            return self.catalog.load_table((namespace, model))
+        except NoSuchTableError:
+            return None
+
+    def tables(self, namespace: str) -> list[str]:
+        if namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
+            return []
+        return sorted(identifier[-1] for identifier in self.catalog.list_tables(namespace))
+
+    def drop(self, namespace: str, model: str) -> None:
+        if self.table(namespace, model) is not None:
+            self.catalog.drop_table((namespace, model))
+
+    def publish(self, namespace: str, state: ModelState) -> Published:
+        name = f"{namespace}.{state.model}"
+        try:
+            return self._publish(namespace, state)
+        except StrataError:
+            raise
+        except Exception as error:  # pyiceberg, pyarrow and the catalog's driver raise their own
+            raise StrataError(
+                E_ICEBERG,
+                f"cannot publish model `{state.model}` to Iceberg table {name}: {error}",
+                subject=state.model,
+                hint="the warehouse's run stands; the table keeps its previous state and catches up "
+                "at the next run",
+            ) from error
+
+    def _publish(self, namespace: str, state: ModelState) -> Published:
+        name = f"{namespace}.{state.model}"
+        schema = _arrow_schema(state)
+        table = self._table_for(namespace, state, schema)
+        current = table.current_snapshot()
+        if (
+            current is not None
+            and current.summary is not None
+            and current.summary.get(SEGMENTS) == state.segment_ids
+        ):
+            return Published(name, current.snapshot_id, "current")
+        earlier = _snapshot_with(table, state.segment_ids)
+        if earlier is not None:
+            table.manage_snapshots().set_current_snapshot(earlier).commit()
+            return Published(name, earlier, "reverted")
+        recorded = (current.summary.get(SEGMENTS) if current is not None and current.summary else None) or ""
+        ids = [segment.snapshot_id for segment in state.segments]
+        done = recorded.split(",") if recorded else []
+        start = len(done) if current is not None and done and ids[: len(done)] == done else 0
+        how = "incremental" if start else "replaced"
+        steps = _Steps(table, state, schema)
+        with table.transaction() as tx:
+            if start == 0 and current is not None:
+                steps.delete_all(tx)
+            for index in range(start, len(state.segments)):
+                steps.apply(tx, state.segments[index], is_first=index == 0)
+            steps.finish(tx)
+        table = table.refresh()
+        head = table.current_snapshot()
+        return Published(
+            name, head.snapshot_id if head else None, how, steps.files_registered, steps.rows_written
+        )
+
+    def _table_for(self, namespace: str, state: ModelState, schema: pa.Schema) -> Table:
+        self.catalog.create_namespace_if_not_exists(namespace)
+        table = self.table(namespace, state.model)
+        if table is not None and (
+            not state.is_layout_known
+            or (_layout(table.schema().as_arrow()) == _layout(schema) and _same_partitioning(table, state))
+        ):
+            return table
+        if table is not None:  # the model's columns or partitioning changed: a new table
+            self.catalog.drop_table((namespace, state.model))
+        table = self.catalog.create_table(
+            (namespace, state.model), schema=schema, properties=_TABLE_PROPERTIES
+        )
+        if state.partition is not None:
+            grain, column = state.partition
+            with table.update_spec() as spec:
+                spec.add_field(column, _TRANSFORMS[grain], f"{column}_{grain}")
+            table = table.refresh()
+        return table
+
+    def snapshot_of(self, namespace: str, model: str, segment_ids: str) -> int | None:
+        """The table's snapshot that published exactly this state (None: never, or expired)."""
+        table = self.table(namespace, model)
+        return None if table is None else _snapshot_with(table, segment_ids)
+
+    # -- maintenance ------------------------------------------------------------------------------
+    def expire(self, namespace: str, model: str, kept_entries: set[int]) -> int:
+        """Expire the table's snapshots but the current one and those ending a kept run's commit,
+        and delete the files of its own (data, manifests) no snapshot left references. Returns
+        how many snapshots it expired."""
+        table = self.table(namespace, model)
+        if table is None:
+            return 0
+        current = table.current_snapshot()
+        expired = [
+            snapshot.snapshot_id
+            for snapshot in table.snapshots()
+            if (current is None or snapshot.snapshot_id != current.snapshot_id)
+            and not _ends_kept_commit(snapshot.summary, kept_entries)
+        ]
+        if expired:
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            table = table.refresh()
+        _delete_unreferenced(table)
+        return len(expired)
+
+
+def _ends_kept_commit(summary: Any, kept_entries: set[int]) -> bool:
+    if summary is None or summary.get(SEGMENTS) is None:
+        return False
+    entry = summary.get(ENTRY)
+    return entry is not None and int(entry) in kept_entries
+
+
+class _Steps:
+    """The snapshot producers of one commit: strata's summary on each, the state's on the last."""
+
+    def __init__(self, table: Table, state: ModelState, schema: pa.Schema) -> None:
+        self.table, self.state, self.schema = table, state, schema
+        self.files_registered = 0
+        self.rows_written = 0
+        self.has_rows = table.current_snapshot() is not None
+        self.made = False
+
+    def _properties(self) -> dict[str, str]:
+        return dict(self.state.summary)
+
+    def delete_all(self, tx: Transaction) -> None:
+        tx.delete(AlwaysTrue(), snapshot_properties=self._properties())
+        self.made = True
+
+    def apply(self, tx: Transaction, segment: StateSegment, *, is_first: bool) -> None:
+        if not is_first and segment.replaced is not None and self.state.merge_keys and self.made_or_had:
+            keys = segment.replaced()
+            if keys.num_rows:
+                predicate = replaced_filter(
+                    keys, self.state.merge_keys, self.state.grain, tx.table_metadata.schema()
+                )
+                tx.delete(predicate, snapshot_properties=self._properties())
+                self.made = True
+        if segment.file is not None and _registrable(self.table, self.state, segment.file):
+            if pq.read_metadata(segment.file).num_rows == 0:
+                return
+            try:
+                tx.add_files([str(segment.file)], snapshot_properties=self._properties())
+                self.files_registered += 1
+                self.made = True
+                return
+            except ValueError:
+                pass  # a column the table's schema types otherwise: its rows are written instead
+        rows = pq.read_table(segment.file) if segment.file is not None else segment.rows()
+        if rows.num_rows:
+            shape = self.table.schema().as_arrow()
+            tx.append(rows.select(shape.names).cast(shape), snapshot_properties=self._properties())
+            self.rows_written += rows.num_rows
+            self.made = True
+
+    @property
+    def made_or_had(self) -> bool:
+        return self.made or self.has_rows
+
+    def finish(self, tx: Transaction) -> None:
+        """The commit's last snapshot names the state: an empty append carries it."""
+        tx.append(
+            self.table.schema().as_arrow().empty_table(),
+            snapshot_properties={**self._properties(), SEGMENTS: self.state.segment_ids},
+        )
+
+
+def _arrow_schema(state: ModelState) -> pa.Schema:
+    first = state.segments[0]
+    schema = pq.read_schema(first.file) if first.file is not None else first.rows().schema
+    fields = [pa.field(item.name, item.type, nullable=item.name not in state.not_null) for item in schema]
+    return pa.schema(fields)
+
+
+def _layout(schema: pa.Schema) -> list[tuple[str, bool]]:
+    return [(item.name, item.nullable) for item in schema]
+
+
+def _same_partitioning(table: Table, state: ModelState) -> bool:
+    fields = table.spec().fields
+    if state.partition is None:
+        return not fields
+    grain, column = state.partition
+    source = table.schema().find_field(column).field_id
+    return len(fields) == 1 and fields[0].source_id == source and fields[0].transform == _TRANSFORMS[grain]
+
+
+def _snapshot_with(table: Table, segment_ids: str) -> int | None:
+    """The newest snapshot whose commit ended with exactly this state."""
+    found = [
+        snapshot
+        for snapshot in table.snapshots()
+        if snapshot.summary is not None and snapshot.summary.get(SEGMENTS) == segment_ids
+    ]
+    return max(found, key=lambda snapshot: snapshot.sequence_number or 0).snapshot_id if found else None
+
+
+def _registrable(table: Table, state: ModelState, file: Path) -> bool:
+    """A file can be registered in an unpartitioned table, or when all its rows lie in one partition."""
+    if state.partition is None:
+        return True
+    grain, column = state.partition
+    metadata = pq.read_metadata(file)
+    index = metadata.schema.to_arrow_schema().get_field_index(column)
+    values = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max or stats.null_count:
+            return False
+        values += [stats.min, stats.max]
+    return len({_partition_of(value, grain) for value in values}) <= 1
+
+
+def _partition_of(value: Any, grain: str) -> Any:
+    if grain == "key":
+        return value
+    day = value.date() if isinstance(value, dt.datetime) else value
+    return day if grain == "day" else (day.year, day.month)
+
+
+def _local(uri: str) -> Path | None:
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path)
+    return None
+
+
+def _delete_unreferenced(table: Table) -> None:
+    """Remove the table's own data files and manifests no kept snapshot references (local only)."""
+    root = _local(table.location())
+    if root is None or not root.exists():
+        return
+    referenced: set[str] = set()
+    io = table.io
+    for snapshot in table.snapshots():
+        referenced.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            referenced.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                referenced.add(entry.data_file.file_path)
+    kept = {str(_local(path)) for path in referenced if _local(path) is not None}
+    for folder, pattern in ((root / "data", "*.parquet"), (root / "metadata", "*.avro")):
+        if not folder.exists():
+            continue
+        for path in folder.rglob(pattern):
+            if str(path) not in kept:
+                path.unlink()

@@ -1,0 +1,163 @@
+"""Publication to Iceberg: every live model is an Iceberg table that pyiceberg, polars and DuckDB
+read as the warehouse's views show it, through builds, deltas, partition rebuilds, rollback and gc."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("pyiceberg")
+
+from click.testing import CliRunner  # noqa: E402
+from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
+
+from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
+from strata_dagster.cli.main import main  # noqa: E402
+from strata_dagster.engine.gc import gc  # noqa: E402
+from strata_dagster.engine.operations import rollback  # noqa: E402
+from strata_dagster.engine.run import run_project  # noqa: E402
+from strata_dagster.errors import E_ICEBERG, StrataError  # noqa: E402
+from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop  # noqa: E402
+from strata_dagster_tests.iceberg_support import assert_readers_agree, catalog_of  # noqa: E402
+
+
+@pytest.fixture
+def iceberg_on(monkeypatch):
+    monkeypatch.setenv("STRATA_ICEBERG_CATALOG", "sqlite")
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
+def _data_files(table):
+    return {task.file.file_path for task in table.scan().plan_files()}
+
+
+def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_and_gc(tmp_path, iceberg_on):
+    project, warehouse = make_shop(tmp_path, rows=600)
+    first = run_project(project, warehouse)
+    assert first.iceberg is not None and set(first.iceberg.how.values()) == {"replaced"}
+    assert_readers_agree(warehouse)
+
+    execute(
+        warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 40 = 0"
+    )
+    delta = run_project(project, warehouse)
+    assert delta.iceberg.how["stg_orders"] == "incremental"  # only the new segment applied
+    assert delta.iceberg.how["stg_customers"] == "current"
+    # A partition rebuild: the touched days' files drop, the new segment's rows come.
+    assert delta.outcome("daily_revenue").path == "partitions"
+    assert delta.iceberg.how["daily_revenue"] == "incremental"
+    assert_readers_agree(warehouse)
+
+    asked = run_project(project, warehouse, models=["daily_revenue"], partitions=[str(_a_day(warehouse))])
+    assert asked.outcome("daily_revenue").path in ("partitions", "cutoff")
+    assert_readers_agree(warehouse)
+
+    undone = rollback(warehouse, first.run_id)
+    assert undone.iceberg is not None and undone.iceberg.how["stg_orders"] == "reverted"
+    assert undone.iceberg.snapshots["stg_orders"] == first.iceberg.snapshots["stg_orders"]
+    assert_readers_agree(warehouse)
+    # The consistent read of one run: per table, the snapshot of that run's state.
+    printed = CliRunner().invoke(
+        main, ["connect", str(project), "--warehouse", str(warehouse), "--iceberg", "--run", delta.run_id]
+    )
+    assert printed.exit_code == 0, printed.output
+    lines = dict(line.split("\t")[:2] for line in printed.output.splitlines())
+    assert lines["main.stg_orders"] == str(delta.iceberg.snapshots["stg_orders"])
+
+    collected = gc(warehouse, keep=1)
+    assert collected.iceberg_expired > 0
+    assert_readers_agree(warehouse)
+    # After gc every table still reads, and a new build publishes on top of it.
+    execute(
+        warehouse, f"UPDATE raw.orders SET amount = amount + 2, {ADVANCE_UPDATED_AT} WHERE order_id % 30 = 0"
+    )
+    run_project(project, warehouse)
+    assert_readers_agree(warehouse)
+
+
+def _a_day(warehouse):
+    import duckdb
+
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        return con.execute("SELECT min(order_day) FROM main.v_daily_revenue").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_tables_carry_schema_partition_spec_and_strata_summary(tmp_path, iceberg_on):
+    project, warehouse = make_shop(tmp_path, rows=500)
+    result = run_project(project, warehouse)
+    catalog = catalog_of(warehouse)
+    daily = catalog.load_table(("main", "daily_revenue"))
+    assert [field.transform for field in daily.spec().fields] == [DayTransform()]
+    monthly = catalog.load_table(("main", "monthly_revenue"))
+    assert [field.transform for field in monthly.spec().fields] == [MonthTransform()]
+    assert catalog.load_table(("main", "stg_orders")).spec().fields == ()
+    summary = daily.current_snapshot().summary
+    assert summary["strata.run-id"] == result.run_id
+    assert summary["strata.entry"] == str(result.entry)
+    assert summary["strata.build-path"] == "full"
+    assert daily.current_snapshot().snapshot_id == result.iceberg.snapshots["daily_revenue"]
+    # Not null from the contract; the others optional.
+    required = {field.name: field.required for field in daily.schema().fields}
+    assert required == {
+        "order_day": True,
+        "region": True,
+        "revenue": False,
+        "order_count": True,
+        "customer_count": True,
+    }
+
+
+def test_unpartitioned_models_register_strata_files_without_copying(tmp_path, iceberg_on):
+    project, warehouse = make_shop(tmp_path, rows=500)
+    run_project(project, warehouse)
+    table = catalog_of(warehouse).load_table(("main", "stg_orders"))
+    files = _data_files(table)
+    assert files and all(folder_of(warehouse).as_posix() in path for path in files)
+
+
+def test_a_bad_catalog_setting_is_refused_with_its_code(tmp_path, monkeypatch):
+    project, warehouse = make_shop(tmp_path, rows=200)
+    monkeypatch.setenv("STRATA_ICEBERG_CATALOG", "mysql://nowhere")
+    with pytest.raises(StrataError) as raised:
+        run_project(project, warehouse)
+    assert raised.value.code == E_ICEBERG
+
+
+def test_a_kill_between_two_tables_commits_leaves_each_before_or_after_and_the_next_run_completes(
+    tmp_path, iceberg_on
+):
+    project, warehouse = make_shop(tmp_path, rows=500)
+    run_project(project, warehouse)
+    before = {
+        identifier[-1]: catalog_of(warehouse).load_table(identifier).current_snapshot().snapshot_id
+        for identifier in catalog_of(warehouse).list_tables("main")
+    }
+    execute(
+        warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 20 = 0"
+    )
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from strata_dagster.engine.run import run_project; run_project({str(project)!r}, {str(warehouse)!r})",
+        ],
+        env={**os.environ, "STRATA_KILL_AT": "iceberg_table_committed"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    catalog = catalog_of(warehouse)
+    after_kill = {
+        identifier[-1]: catalog.load_table(identifier).current_snapshot().snapshot_id
+        for identifier in catalog.list_tables("main")
+    }
+    moved = [model for model in before if after_kill[model] != before[model]]
+    assert len(moved) == 1  # the first table committed, the others kept their state
+    again = run_project(project, warehouse, only_stale=True)  # nothing to build: the tables catch up
+    assert again.is_noop and again.iceberg is not None
+    assert_readers_agree(warehouse)
