@@ -13,6 +13,7 @@ from click.testing import CliRunner  # noqa: E402
 from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
+from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
 from strata_dagster.engine.gc import gc  # noqa: E402
 from strata_dagster.engine.operations import rollback  # noqa: E402
@@ -48,6 +49,8 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     assert delta.outcome("daily_revenue").path == "partitions"
     assert delta.iceberg.how["daily_revenue"] == "incremental"
     assert_readers_agree(warehouse)
+    # History records each table's Iceberg snapshot, with the entry whose state it holds.
+    assert _recorded(warehouse)["stg_orders"] == (delta.entry, delta.iceberg.snapshots["stg_orders"])
 
     asked = run_project(project, warehouse, models=["daily_revenue"], partitions=[str(_a_day(warehouse))])
     assert asked.outcome("daily_revenue").path in ("partitions", "cutoff")
@@ -74,6 +77,11 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     )
     run_project(project, warehouse)
     assert_readers_agree(warehouse)
+
+
+def _recorded(warehouse):
+    with open_session(warehouse, read_only=True) as session:
+        return session.history.iceberg_commits("main")
 
 
 def _a_day(warehouse):
@@ -161,3 +169,5 @@ def test_a_kill_between_two_tables_commits_leaves_each_before_or_after_and_the_n
     again = run_project(project, warehouse, only_stale=True)  # nothing to build: the tables catch up
     assert again.is_noop and again.iceberg is not None
     assert_readers_agree(warehouse)
+    # Every table's current snapshot is in the history, also the one the killed run committed.
+    assert {model: ids[1] for model, ids in _recorded(warehouse).items()} == again.iceberg.snapshots

@@ -87,7 +87,22 @@ def publish_branch(
     for model in target.tables(branch):
         if model not in pointers:
             target.drop(branch, model)
+    _record(session, branch, facts.entry, snapshots)
     return IcebergPublished(snapshots, how, registered, written)
+
+
+def _record(session: Session, branch: str, entry: int, snapshots: Mapping[str, int | None]) -> None:
+    """History's row per table whose current snapshot it has not recorded yet (also those a
+    killed publication committed before its own record)."""
+    recorded = session.history.iceberg_commits(branch)
+    new = {
+        model: snapshot_id
+        for model, snapshot_id in snapshots.items()
+        if snapshot_id is not None and recorded.get(model, (None, None))[1] != snapshot_id
+    }
+    if new:
+        with session.transaction():
+            session.writer.add_iceberg_commits(entry, branch, new)
 
 
 def expire_branches(session: Session, warehouse: Path, kept_entries: set[int]) -> int:
