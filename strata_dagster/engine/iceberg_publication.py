@@ -49,10 +49,11 @@ class IcebergPublished:
     rows_written: int
 
 
-def is_on(warehouse: Path) -> bool:
-    from strata_dagster.backends.iceberg.catalog import setting_for
+def iceberg_table(model: str, branch: str) -> str | None:
+    """The Iceberg table a model is published as (`<branch>.<model>`), None when publication is off."""
+    from strata_dagster.backends.iceberg.catalog import is_enabled
 
-    return setting_for(warehouse) is not None
+    return f"{branch}.{model}" if is_enabled() else None
 
 
 def _target(warehouse: Path):  # type: ignore[no-untyped-def]  # the target's module imports pyiceberg: loaded only when on

@@ -32,6 +32,11 @@ def folder_of(warehouse: Path) -> Path:
     return warehouse.with_name(warehouse.name + _FOLDER_SUFFIX)
 
 
+def is_enabled() -> bool:
+    """Whether `STRATA_ICEBERG_CATALOG` names a catalog (whatever the warehouse)."""
+    return os.environ.get(CATALOG_ENV, "").strip().lower() not in OFF
+
+
 def setting_for(warehouse: Path, raw: str | None = None) -> CatalogSetting | None:
     """The catalog `raw` (else `STRATA_ICEBERG_CATALOG`) names for `warehouse`; None: publication off."""
     value = (os.environ.get(CATALOG_ENV, "") if raw is None else raw).strip()
