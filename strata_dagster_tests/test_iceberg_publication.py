@@ -38,6 +38,7 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     first = run_project(project, warehouse)
     assert first.iceberg is not None and set(first.iceberg.how.values()) == {"replaced"}
     assert_readers_agree(warehouse)
+    _check_tables(warehouse, first)
 
     execute(
         warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 40 = 0"
@@ -51,6 +52,17 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     assert_readers_agree(warehouse)
     # History records each table's Iceberg snapshot, with the entry whose state it holds.
     assert _recorded(warehouse)["stg_orders"] == (delta.entry, delta.iceberg.snapshots["stg_orders"])
+
+    # Late updates to the last days only: each partitioned table rewrites just those partitions.
+    execute(
+        warehouse,
+        f"UPDATE raw.orders SET amount = amount + 3, {ADVANCE_UPDATED_AT} "
+        "WHERE order_ts >= (SELECT max(order_ts) - INTERVAL 2 DAY FROM raw.orders)",
+    )
+    recent = run_project(project, warehouse)
+    assert recent.iceberg.how["daily_revenue"] == "incremental"
+    assert recent.iceberg.how["monthly_revenue"] == "incremental"
+    assert_readers_agree(warehouse)
 
     asked = run_project(project, warehouse, models=["daily_revenue"], partitions=[str(_a_day(warehouse))])
     assert asked.outcome("daily_revenue").path in ("partitions", "cutoff")
@@ -79,30 +91,18 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     assert_readers_agree(warehouse)
 
 
-def _recorded(warehouse):
-    with open_session(warehouse, read_only=True) as session:
-        return session.history.iceberg_commits("main")
-
-
-def _a_day(warehouse):
-    import duckdb
-
-    con = duckdb.connect(str(warehouse), read_only=True)
-    try:
-        return con.execute("SELECT min(order_day) FROM main.v_daily_revenue").fetchone()[0]
-    finally:
-        con.close()
-
-
-def test_tables_carry_schema_partition_spec_and_strata_summary(tmp_path, iceberg_on):
-    project, warehouse = make_shop(tmp_path, rows=500)
-    result = run_project(project, warehouse)
+def _check_tables(warehouse, result):
+    """Schema, partition spec and summary of a full build's tables; unpartitioned ones register
+    strata's own files."""
     catalog = catalog_of(warehouse)
     daily = catalog.load_table(("main", "daily_revenue"))
     assert [field.transform for field in daily.spec().fields] == [DayTransform()]
     monthly = catalog.load_table(("main", "monthly_revenue"))
     assert [field.transform for field in monthly.spec().fields] == [MonthTransform()]
-    assert catalog.load_table(("main", "stg_orders")).spec().fields == ()
+    orders = catalog.load_table(("main", "stg_orders"))
+    assert orders.spec().fields == ()
+    files = _data_files(orders)
+    assert files and all(folder_of(warehouse).as_posix() in path for path in files)
     summary = daily.current_snapshot().summary
     assert summary["strata.run-id"] == result.run_id
     assert summary["strata.entry"] == str(result.entry)
@@ -119,12 +119,19 @@ def test_tables_carry_schema_partition_spec_and_strata_summary(tmp_path, iceberg
     }
 
 
-def test_unpartitioned_models_register_strata_files_without_copying(tmp_path, iceberg_on):
-    project, warehouse = make_shop(tmp_path, rows=500)
-    run_project(project, warehouse)
-    table = catalog_of(warehouse).load_table(("main", "stg_orders"))
-    files = _data_files(table)
-    assert files and all(folder_of(warehouse).as_posix() in path for path in files)
+def _recorded(warehouse):
+    with open_session(warehouse, read_only=True) as session:
+        return session.history.iceberg_commits("main")
+
+
+def _a_day(warehouse):
+    import duckdb
+
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        return con.execute("SELECT min(order_day) FROM main.v_daily_revenue").fetchone()[0]
+    finally:
+        con.close()
 
 
 def test_a_bad_catalog_setting_is_refused_with_its_code(tmp_path, monkeypatch):

@@ -47,6 +47,7 @@ class IcebergPublished:
     how: Mapping[str, str]
     files_registered: int
     rows_written: int
+    bytes_written: int  # data files written beside the registered ones: copies and rewrites
 
 
 def iceberg_table(model: str, branch: str) -> str | None:
@@ -77,19 +78,20 @@ def publish_branch(
     files = session.snapshot_file_paths()
     snapshots: dict[str, int | None] = {}
     how: dict[str, str] = {}
-    registered = written = 0
+    registered = written = copied = 0
     for model, ids in sorted(pointers.items()):
         state = _state(session, reader, files, project, model, ids, facts)
         done = target.publish(branch, state)
         snapshots[model], how[model] = done.snapshot_id, done.how
         registered += done.files_registered
         written += done.rows_written
+        copied += done.bytes_written
         checkpoint(ICEBERG_STEP)
     for model in target.tables(branch):
         if model not in pointers:
             target.drop(branch, model)
     _record(session, branch, facts.entry, snapshots)
-    return IcebergPublished(snapshots, how, registered, written)
+    return IcebergPublished(snapshots, how, registered, written, copied)
 
 
 def _record(session: Session, branch: str, entry: int, snapshots: Mapping[str, int | None]) -> None:
@@ -166,6 +168,10 @@ def _state(session, reader: HistoryReader, files, project, model, ids, facts):  
         "strata.state": head.snapshot_id,
         **({"strata.reason": facts.reason} if facts.reason else {}),
     }
+    compacted_keys = str(head.detail.get("compacted_delta_keys") or "")
+    compacted_after = tuple(head.detail.get("compacted_after") or ())
+    # The shortcut reads one key column: a state keyed by several is published whole.
+    is_compaction = bool(compacted_keys and compacted_after) and len(merge_keys_of(head)) == 1
     return ModelState(
         model,
         tuple(segments),
@@ -174,6 +180,8 @@ def _state(session, reader: HistoryReader, files, project, model, ids, facts):  
         (partition.grain, partition.column) if partition is not None else None,
         frozenset(column.name for column in contract if column.is_not_null),
         summary,
+        compacted_after=compacted_after if is_compaction else (),
+        compacted_keys=rows_of(compacted_keys) if is_compaction else None,
         is_layout_known=project is not None,
     )
 

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -63,6 +64,9 @@ class Published:
     how: str  # current, reverted, incremental, replaced
     files_registered: int = 0
     rows_written: int = 0  # rows pyiceberg wrote itself (copies)
+    # Bytes of data files the commit added that are not strata's registered files: copies, and
+    # files an upsert's delete rewrote without the replaced keys.
+    bytes_written: int = 0
 
 
 def open_catalog(setting: CatalogSetting) -> Catalog:
@@ -133,18 +137,40 @@ class IcebergTarget:
         ids = [segment.snapshot_id for segment in state.segments]
         done = recorded.split(",") if recorded else []
         start = len(done) if current is not None and done and ids[: len(done)] == done else 0
-        how = "incremental" if start else "replaced"
+        is_compaction = (
+            current is not None
+            and state.compacted_keys is not None
+            and len(state.segments) == 1
+            and done == list(state.compacted_after)
+        )
+        how = "incremental" if start or is_compaction else "replaced"
+        current_snapshots = table.snapshots()
         steps = _Steps(table, state, schema)
         with table.transaction() as tx:
-            if start == 0 and current is not None:
-                steps.delete_all(tx)
-            for index in range(start, len(state.segments)):
-                steps.apply(tx, state.segments[index], is_first=index == 0)
+            if is_compaction:
+                assert state.compacted_keys is not None
+                steps.replace_keys(tx, state.segments[0], state.compacted_keys())
+            else:
+                if start == 0 and current is not None:
+                    steps.delete_all(tx)
+                for index in range(start, len(state.segments)):
+                    steps.apply(tx, state.segments[index], is_first=index == 0)
             steps.finish(tx)
         table = table.refresh()
         head = table.current_snapshot()
+        before = {snapshot.snapshot_id for snapshot in current_snapshots}
+        added = sum(
+            int(snapshot.summary.get("added-files-size") or 0)
+            for snapshot in table.snapshots()
+            if snapshot.snapshot_id not in before and snapshot.summary is not None
+        )
         return Published(
-            name, head.snapshot_id if head else None, how, steps.files_registered, steps.rows_written
+            name,
+            head.snapshot_id if head else None,
+            how,
+            steps.files_registered,
+            steps.rows_written,
+            max(added - steps.bytes_registered, 0),
         )
 
     def _table_for(self, namespace: str, state: ModelState, schema: pa.Schema) -> Table:
@@ -207,6 +233,7 @@ class _Steps:
     def __init__(self, table: Table, state: ModelState, schema: pa.Schema) -> None:
         self.table, self.state, self.schema = table, state, schema
         self.files_registered = 0
+        self.bytes_registered = 0
         self.rows_written = 0
         self.has_rows = table.current_snapshot() is not None
         self.made = False
@@ -233,6 +260,7 @@ class _Steps:
             try:
                 tx.add_files([str(segment.file)], snapshot_properties=self._properties())
                 self.files_registered += 1
+                self.bytes_registered += segment.file.stat().st_size
                 self.made = True
                 return
             except ValueError:
@@ -244,6 +272,21 @@ class _Steps:
             self.rows_written += rows.num_rows
             self.made = True
 
+    def replace_keys(self, tx: Transaction, segment: StateSegment, keys: pa.Table) -> None:
+        """A compacted state over the table's: the keys the compaction's delta replaced are
+        deleted, and the new state's rows with those keys written (the rest stays as it is)."""
+        if keys.num_rows:
+            predicate = replaced_filter(
+                keys, self.state.merge_keys, self.state.grain, tx.table_metadata.schema()
+            )
+            tx.delete(predicate, snapshot_properties=self._properties())
+        rows = pq.read_table(segment.file) if segment.file is not None else segment.rows()
+        changed = rows.filter(_keyed_mask(rows, keys, self.state.merge_keys, self.state.grain))
+        if changed.num_rows:
+            shape = self.table.schema().as_arrow()
+            tx.append(changed.select(shape.names).cast(shape), snapshot_properties=self._properties())
+            self.rows_written += changed.num_rows
+
     @property
     def made_or_had(self) -> bool:
         return self.made or self.has_rows
@@ -254,6 +297,23 @@ class _Steps:
             self.table.schema().as_arrow().empty_table(),
             snapshot_properties={**self._properties(), SEGMENTS: self.state.segment_ids},
         )
+
+
+def _keyed_mask(rows: pa.Table, keys: pa.Table, merge_keys: tuple[str, ...], grain: str | None) -> pa.Array:
+    """Which of `rows` have a key (a partition, with a `grain`) that `keys` holds, NULL-safe."""
+    column = merge_keys[0]
+    values = rows.column(column)
+    if grain == "day":
+        values = pc.cast(values, pa.date32())
+    elif grain == "month":
+        values = pc.cast(pc.floor_temporal(values, unit="month"), pa.date32())
+    wanted = keys.column(column)
+    if grain in ("day", "month"):
+        wanted = pc.cast(wanted, pa.date32())
+    found = pc.fill_null(pc.is_in(values, value_set=pc.drop_null(wanted).combine_chunks()), False)
+    if wanted.null_count:
+        found = pc.or_(found, pc.is_null(values))
+    return found
 
 
 def _arrow_schema(state: ModelState) -> pa.Schema:

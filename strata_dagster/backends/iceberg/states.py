@@ -30,6 +30,10 @@ class ModelState:
     partition: tuple[str, str] | None = None  # (grain, column) of `partitioned_by`
     not_null: frozenset[str] = frozenset()  # contract columns declared not null
     summary: Mapping[str, str] = field(default_factory=dict)  # strata's snapshot summary properties
+    # A compaction of the state `compacted_after` (segment ids) and a delta replacing the keys
+    # `compacted_keys` reads: publishing onto a table at that state replaces only those keys.
+    compacted_after: tuple[str, ...] = ()
+    compacted_keys: Callable[[], pa.Table] | None = None
     # False when the project was not read (a rollback, a promotion): an existing table keeps its
     # partition spec and required columns.
     is_layout_known: bool = True
