@@ -13,12 +13,13 @@ carries `strata.segments`, the ids of the segments the state is made of. Publish
 All of one table's changes are one Iceberg commit: a reader sees the table before or after it.
 A segment's file is registered (`add_files`, no copy) unless it has no file (a table or view
 snapshot), or the table is partitioned and the file holds rows of several partitions: those
-rows are written by pyiceberg, split by partition.
+rows are written once more, one file per partition, and registered.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,11 +267,7 @@ class _Steps:
             except ValueError:
                 pass  # a column the table's schema types otherwise: its rows are written instead
         rows = pq.read_table(segment.file) if segment.file is not None else segment.rows()
-        if rows.num_rows:
-            shape = self.table.schema().as_arrow()
-            tx.append(rows.select(shape.names).cast(shape), snapshot_properties=self._properties())
-            self.rows_written += rows.num_rows
-            self.made = True
+        self._write(tx, rows)
 
     def replace_keys(self, tx: Transaction, segment: StateSegment, keys: pa.Table) -> None:
         """A compacted state over the table's: the keys the compaction's delta replaced are
@@ -281,11 +278,27 @@ class _Steps:
             )
             tx.delete(predicate, snapshot_properties=self._properties())
         rows = pq.read_table(segment.file) if segment.file is not None else segment.rows()
-        changed = rows.filter(_keyed_mask(rows, keys, self.state.merge_keys, self.state.grain))
-        if changed.num_rows:
-            shape = self.table.schema().as_arrow()
-            tx.append(changed.select(shape.names).cast(shape), snapshot_properties=self._properties())
-            self.rows_written += changed.num_rows
+        self._write(tx, rows.filter(_keyed_mask(rows, keys, self.state.merge_keys, self.state.grain)))
+
+    def _write(self, tx: Transaction, rows: pa.Table) -> None:
+        """Rows strata holds in no file of their own: one Parquet file per partition, written
+        once and registered, in a table on a local path; else written by pyiceberg."""
+        if not rows.num_rows:
+            return
+        shape = self.table.schema().as_arrow()
+        rows = rows.select(shape.names).cast(shape)
+        self.rows_written += rows.num_rows
+        self.made = True
+        folder = _local(self.table.location())
+        files = (
+            _write_by_partition(rows, self.state.partition, folder / "data")
+            if folder is not None and self.state.partition is not None
+            else None
+        )
+        if files is None:
+            tx.append(rows, snapshot_properties=self._properties())
+            return
+        tx.add_files([str(path) for path in files], snapshot_properties=self._properties())
 
     @property
     def made_or_had(self) -> bool:
@@ -314,6 +327,39 @@ def _keyed_mask(rows: pa.Table, keys: pa.Table, merge_keys: tuple[str, ...], gra
     if wanted.null_count:
         found = pc.or_(found, pc.is_null(values))
     return found
+
+
+def _partition_values(rows: pa.Table, grain: str, column: str) -> pa.Array:
+    values = rows.column(column)
+    if grain == "day":
+        return pc.cast(values, pa.date32())
+    if grain == "month":
+        return pc.cast(pc.floor_temporal(values, unit="month"), pa.date32())
+    return values
+
+
+def _write_by_partition(rows: pa.Table, partition: tuple[str, str], folder: Path) -> list[Path] | None:
+    """`rows` as one new Parquet file per partition (one sort, one pass): pyiceberg's own write
+    filters the whole table once per partition. None when a row has no partition value."""
+    grain, column = partition
+    values = _partition_values(rows, grain, column)
+    if values.null_count:
+        return None
+    order = pc.sort_indices(values)
+    values = (
+        values.take(order).combine_chunks() if isinstance(values, pa.ChunkedArray) else values.take(order)
+    )
+    rows = rows.take(order)
+    ends = pc.run_end_encode(values).run_ends.to_pylist()
+    folder.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    files, start = [], 0
+    for index, end in enumerate(ends):
+        path = folder / f"strata-{token}-{index:05d}.parquet"
+        pq.write_table(rows.slice(start, end - start), path)
+        files.append(path)
+        start = end
+    return files
 
 
 def _arrow_schema(state: ModelState) -> pa.Schema:
