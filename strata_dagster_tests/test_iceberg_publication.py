@@ -142,6 +142,27 @@ def test_a_bad_catalog_setting_is_refused_with_its_code(tmp_path, monkeypatch):
     assert raised.value.code == E_ICEBERG
 
 
+def test_publication_without_pyiceberg_installed_says_so_with_its_code(tmp_path):
+    project, warehouse = make_shop(tmp_path, rows=100)
+    script = (
+        "import sys; sys.modules['pyiceberg'] = None\n"  # what an interpreter without the extra finds
+        "from strata_dagster.engine.run import run_project\n"
+        "from strata_dagster.errors import StrataError\n"
+        "try:\n"
+        f"    run_project({str(project)!r}, {str(warehouse)!r})\n"
+        "except StrataError as error:\n"
+        "    print(error.code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "STRATA_ICEBERG_CATALOG": "sqlite"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.stdout.split() == [E_ICEBERG], done.stderr[-2000:]
+
+
 def test_a_kill_between_two_tables_commits_leaves_each_before_or_after_and_the_next_run_completes(
     tmp_path, iceberg_on
 ):

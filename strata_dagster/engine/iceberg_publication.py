@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
+from strata_dagster.errors import E_ICEBERG, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.language.definition import Project
 from strata_dagster.sql.render import snapshot_table
@@ -58,11 +59,21 @@ def iceberg_table(model: str, branch: str) -> str | None:
 
 
 def _target(warehouse: Path):  # type: ignore[no-untyped-def]  # the target's module imports pyiceberg: loaded only when on
-    from strata_dagster.backends.iceberg.catalog import setting_for
-    from strata_dagster.backends.iceberg.publisher import IcebergTarget, open_catalog
+    from strata_dagster.backends.iceberg.catalog import CATALOG_ENV, setting_for
 
     setting = setting_for(warehouse)
-    return None if setting is None else IcebergTarget(open_catalog(setting))
+    if setting is None:
+        return None
+    try:
+        from strata_dagster.backends.iceberg.publisher import IcebergTarget, open_catalog
+    except ImportError as error:
+        raise StrataError(
+            E_ICEBERG,
+            f"{CATALOG_ENV} names an Iceberg catalog, but pyiceberg cannot be imported ({error})",
+            hint="install the extra: pip install 'strata_dagster[iceberg]'; or unset "
+            f"{CATALOG_ENV}. The warehouse's run stands; its tables catch up at the next run",
+        ) from error
+    return IcebergTarget(open_catalog(setting))
 
 
 def publish_branch(
