@@ -2,6 +2,7 @@
 read as the warehouse's views show it, through builds, deltas, partition rebuilds, rollback and gc."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,6 @@ from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
-from strata_dagster.engine.gc import gc  # noqa: E402
 from strata_dagster.engine.operations import rollback  # noqa: E402
 from strata_dagster.engine.run import run_project  # noqa: E402
 from strata_dagster.errors import E_ICEBERG, StrataError  # noqa: E402
@@ -80,14 +80,17 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     lines = dict(line.split("\t")[:2] for line in printed.output.splitlines())
     assert lines["main.stg_orders"] == str(delta.iceberg.snapshots["stg_orders"])
 
-    collected = gc(warehouse, keep=1)
-    assert collected.iceberg_expired > 0
+    collected = CliRunner().invoke(main, ["gc", str(project), "--warehouse", str(warehouse), "--keep", "1"])
+    assert collected.exit_code == 0, collected.output
+    assert re.search(r"iceberg: expired [1-9][0-9]* snapshots", collected.output), collected.output
     assert_readers_agree(warehouse)
     # After gc every table still reads, and a new build publishes on top of it.
     execute(
         warehouse, f"UPDATE raw.orders SET amount = amount + 2, {ADVANCE_UPDATED_AT} WHERE order_id % 30 = 0"
     )
-    run_project(project, warehouse)
+    ran = CliRunner().invoke(main, ["run", str(project), "--warehouse", str(warehouse)])
+    assert ran.exit_code == 0, ran.output
+    assert "iceberg: " in ran.output and "brought to their views: " in ran.output
     assert_readers_agree(warehouse)
 
 
