@@ -16,10 +16,10 @@ from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
-from strata_dagster.engine.operations import rollback  # noqa: E402
+from strata_dagster.engine.operations import create_branch, promote, rollback  # noqa: E402
 from strata_dagster.engine.run import run_project  # noqa: E402
 from strata_dagster.errors import E_ICEBERG, StrataError  # noqa: E402
-from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, execute, make_shop  # noqa: E402
+from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, edit_module, execute, make_shop  # noqa: E402
 from strata_dagster_tests.iceberg_support import assert_readers_agree, catalog_of  # noqa: E402
 
 
@@ -202,3 +202,29 @@ def test_a_kill_between_two_tables_commits_leaves_each_before_or_after_and_the_n
     assert_readers_agree(warehouse)
     # Every table's current snapshot is in the history, also the one the killed run committed.
     assert {model: ids[1] for model, ids in _recorded(warehouse).items()} == again.iceberg.snapshots
+
+
+def test_a_branch_gets_tables_laid_out_like_main_and_a_promotion_brings_them_to_main(tmp_path, iceberg_on):
+    project, warehouse = make_shop(tmp_path, rows=400)
+    run_project(project, warehouse)
+    create_branch(warehouse, "dev")
+    dev = catalog_of(warehouse).load_table(("dev", "daily_revenue"))
+    assert [field.transform for field in dev.spec().fields] == [DayTransform()]
+    assert dev.schema().find_field("order_day").required
+    assert_readers_agree(warehouse, "dev")
+    # A model's columns change on the branch: its table there is made anew with them.
+    module = project / "staging.strata"
+    edit_module(
+        module,
+        "is_business = segment <> 'consumer'",
+        "is_business = segment <> 'consumer', extra_flag = true",
+    )
+    edit_module(module, "    is_business: BOOLEAN\n", "    is_business: BOOLEAN,\n    extra_flag: BOOLEAN\n")
+    execute(
+        warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 25 = 0"
+    )
+    run_project(project, warehouse, branch="dev")
+    assert "extra_flag" in catalog_of(warehouse).load_table(("dev", "stg_customers")).schema().column_names
+    assert_readers_agree(warehouse, "dev")
+    promote(warehouse, "dev", "main")
+    assert_readers_agree(warehouse, "main")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -123,6 +123,8 @@ class IcebergTarget:
         name = f"{namespace}.{state.model}"
         schema = _arrow_schema(state)
         table = self._table_for(namespace, state, schema)
+        if not state.is_layout_known:  # files go in as the table is partitioned
+            state = replace(state, partition=_partition_of_table(table, schema.names))
         current = table.current_snapshot()
         if (
             current is not None
@@ -175,24 +177,43 @@ class IcebergTarget:
         )
 
     def _table_for(self, namespace: str, state: ModelState, schema: pa.Schema) -> Table:
+        """The model's table, made anew when its columns or partitioning changed. Without the
+        project (a rollback, a branch, a promotion) the layout is the table's own, or that of the
+        model's table on another branch: required columns and partition spec."""
         self.catalog.create_namespace_if_not_exists(namespace)
         table = self.table(namespace, state.model)
-        if table is not None and (
-            not state.is_layout_known
-            or (_layout(table.schema().as_arrow()) == _layout(schema) and _same_partitioning(table, state))
-        ):
-            return table
+        if table is not None:
+            if state.is_layout_known:
+                if _layout(table.schema().as_arrow()) == _layout(schema) and _same_partitioning(table, state):
+                    return table
+            elif table.schema().as_arrow().names == schema.names:
+                return table
+        template = table if table is not None else self._sibling(namespace, state.model)
+        partition = state.partition
+        if not state.is_layout_known and template is not None:
+            required = {field.name for field in template.schema().fields if field.required}
+            schema = pa.schema(
+                [pa.field(item.name, item.type, nullable=item.name not in required) for item in schema]
+            )
+            partition = _partition_of_table(template, schema.names)
         if table is not None:  # the model's columns or partitioning changed: a new table
             self.catalog.drop_table((namespace, state.model))
         table = self.catalog.create_table(
             (namespace, state.model), schema=schema, properties=_TABLE_PROPERTIES
         )
-        if state.partition is not None:
-            grain, column = state.partition
+        if partition is not None:
+            grain, column = partition
             with table.update_spec() as spec:
                 spec.add_field(column, _TRANSFORMS[grain], f"{column}_{grain}")
             table = table.refresh()
         return table
+
+    def _sibling(self, namespace: str, model: str) -> Table | None:
+        """The model's table in another namespace (branch), if one has it."""
+        for (other,) in (item[:1] for item in self.catalog.list_namespaces()):
+            if other != namespace and (table := self.table(other, model)) is not None:
+                return table
+        return None
 
     def snapshot_of(self, namespace: str, model: str, segment_ids: str) -> int | None:
         """The table's snapshot that published exactly this state (None: never, or expired)."""
@@ -371,6 +392,16 @@ def _arrow_schema(state: ModelState) -> pa.Schema:
 
 def _layout(schema: pa.Schema) -> list[tuple[str, bool]]:
     return [(item.name, item.nullable) for item in schema]
+
+
+def _partition_of_table(table: Table, columns: list[str]) -> tuple[str, str] | None:
+    """A table's (grain, column) partitioning, when its column is among `columns`."""
+    for field in table.spec().fields:
+        column = table.schema().find_column_name(field.source_id)
+        grains = [grain for grain, transform in _TRANSFORMS.items() if transform == field.transform]
+        if column in columns and grains:
+            return grains[0], column
+    return None
 
 
 def _same_partitioning(table: Table, state: ModelState) -> bool:
