@@ -16,6 +16,7 @@ from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
+from strata_dagster.engine.iceberg_publication import ICEBERG_STEP  # noqa: E402
 from strata_dagster.engine.operations import create_branch, promote, rollback  # noqa: E402
 from strata_dagster.engine.run import run_project  # noqa: E402
 from strata_dagster.errors import E_ICEBERG, StrataError  # noqa: E402
@@ -166,42 +167,50 @@ def test_publication_without_pyiceberg_installed_says_so_with_its_code(tmp_path)
     assert done.stdout.split() == [E_ICEBERG], done.stderr[-2000:]
 
 
-def test_a_kill_between_two_tables_commits_leaves_each_before_or_after_and_the_next_run_completes(
-    tmp_path, iceberg_on
-):
-    project, warehouse = make_shop(tmp_path, rows=500)
-    run_project(project, warehouse)
-    before = {
-        identifier[-1]: catalog_of(warehouse).load_table(identifier).current_snapshot().snapshot_id
-        for identifier in catalog_of(warehouse).list_tables("main")
+def _current(warehouse):
+    catalog = catalog_of(warehouse)
+    return {
+        identifier[-1]: catalog.load_table(identifier).current_snapshot().snapshot_id
+        for identifier in catalog.list_tables("main")
     }
-    execute(
-        warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 20 = 0"
-    )
+
+
+def _killed_run(project, warehouse, step):
     killed = subprocess.run(
         [
             sys.executable,
             "-c",
             f"from strata_dagster.engine.run import run_project; run_project({str(project)!r}, {str(warehouse)!r})",
         ],
-        env={**os.environ, "STRATA_KILL_AT": "iceberg_table_committed"},
+        env={**os.environ, "STRATA_KILL_AT": step},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert killed.returncode == -9, killed.stderr[-2000:]
-    catalog = catalog_of(warehouse)
-    after_kill = {
-        identifier[-1]: catalog.load_table(identifier).current_snapshot().snapshot_id
-        for identifier in catalog.list_tables("main")
-    }
-    moved = [model for model in before if after_kill[model] != before[model]]
-    assert len(moved) == 1  # the first table committed, the others kept their state
-    again = run_project(project, warehouse, only_stale=True)  # nothing to build: the tables catch up
-    assert again.is_noop and again.iceberg is not None
-    assert_readers_agree(warehouse)
-    # Every table's current snapshot is in the history, also the one the killed run committed.
-    assert {model: ids[1] for model, ids in _recorded(warehouse).items()} == again.iceberg.snapshots
+
+
+def test_a_kill_after_the_commit_or_between_two_tables_leaves_each_before_or_after_and_the_next_run_completes(
+    tmp_path, iceberg_on
+):
+    project, warehouse = make_shop(tmp_path, rows=500)
+    run_project(project, warehouse)
+    for step, tables_moved in (("committed", 0), (ICEBERG_STEP, 1)):
+        before = _current(warehouse)
+        execute(
+            warehouse,
+            f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 20 = 0",
+        )
+        _killed_run(project, warehouse, step)
+        after_kill = _current(warehouse)
+        # The warehouse committed; the tables the kill reached are at the run's state, the others
+        # at the previous one.
+        assert len([model for model in before if after_kill[model] != before[model]]) == tables_moved
+        again = run_project(project, warehouse, only_stale=True)  # nothing to build: tables catch up
+        assert again.is_noop and again.iceberg is not None
+        assert_readers_agree(warehouse)
+        # Every table's current snapshot is in the history, also one the killed run committed.
+        assert {model: ids[1] for model, ids in _recorded(warehouse).items()} == again.iceberg.snapshots
 
 
 def test_a_branch_gets_tables_laid_out_like_main_and_a_promotion_brings_them_to_main(tmp_path, iceberg_on):

@@ -49,10 +49,13 @@ _TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "month": MonthTransform(),
     "key": IdentityTransform(),
 }
-# Old metadata files go as new ones are written (the catalog keeps the current one).
+# Old metadata files go as new ones are written (the catalog keeps the current one). Files
+# pyiceberg writes (an upsert's rewrite of the files holding replaced keys) are cut at 64 MiB of
+# rows in memory, not its 512 MiB: a later upsert rewrites only the pieces holding its keys.
 _TABLE_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
+    "write.target-file-size-bytes": str(64 * 2**20),
 }
 
 
