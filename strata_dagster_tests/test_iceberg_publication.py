@@ -78,7 +78,9 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
         main, ["connect", str(project), "--warehouse", str(warehouse), "--iceberg", "--run", delta.run_id]
     )
     assert printed.exit_code == 0, printed.output
-    lines = dict(line.split("\t")[:2] for line in printed.output.splitlines())
+    header, *rows = printed.output.splitlines()
+    assert header.startswith("# from pyiceberg.catalog import load_catalog; catalog = load_catalog('strata'")
+    lines = dict(line.split("\t")[:2] for line in rows)
     assert lines["main.stg_orders"] == str(delta.iceberg.snapshots["stg_orders"])
 
     collected = CliRunner().invoke(main, ["gc", str(project), "--warehouse", str(warehouse), "--keep", "1"])

@@ -74,7 +74,7 @@ def connect_command(
 def _print_iceberg(warehouse: Path, branch: str, run_id: str | None) -> None:
     """One consistent state of every model: the same run's snapshot of each table."""
     from strata_dagster.backends.opening import open_session
-    from strata_dagster.engine.iceberg_publication import published_states
+    from strata_dagster.engine.iceberg_publication import catalog_statement, published_states
     from strata_dagster.engine.operations import find_entry
     from strata_dagster.errors import E_ICEBERG, StrataError
 
@@ -87,6 +87,7 @@ def _print_iceberg(warehouse: Path, branch: str, run_id: str | None) -> None:
             "no Iceberg tables to print: STRATA_ICEBERG_CATALOG names no catalog, or the branch has no live model",
             hint="set STRATA_ICEBERG_CATALOG=sqlite (or the catalog's URI) as the runs had it",
         )
+    click.echo(f"# from pyiceberg.catalog import load_catalog; {catalog_statement(warehouse)}")
     for state in states:
         if state.snapshot_id is None:
             click.echo(f"{state.table}\tnot in the catalog (not published yet, or expired by gc)")

@@ -51,6 +51,17 @@ class IcebergPublished:
     bytes_written: int  # data files written beside the registered ones: copies and rewrites
 
 
+def catalog_statement(warehouse: Path) -> str | None:
+    """The pyiceberg call that opens the catalog the warehouse publishes to (None: off)."""
+    from strata_dagster.backends.iceberg.catalog import setting_for
+    from strata_dagster.backends.iceberg.publisher import CATALOG_NAME
+
+    setting = setting_for(warehouse)
+    if setting is None:
+        return None
+    return f"catalog = load_catalog({CATALOG_NAME!r}, type={setting.kind!r}, uri={setting.uri!r})"
+
+
 def iceberg_table(model: str, branch: str) -> str | None:
     """The Iceberg table a model is published as (`<branch>.<model>`), None when publication is off."""
     from strata_dagster.backends.iceberg.catalog import is_enabled
