@@ -97,13 +97,15 @@ def publish_branch(
         return None
     reader = session.history
     pointers = reader.pointers(branch)
-    files = session.snapshot_file_paths()
+    files: dict[str, Path] | None = None  # read once a table needs a state: a no-change run reads none
     snapshots: dict[str, int | None] = {}
     how: dict[str, str] = {}
     registered = written = copied = 0
     for model, ids in sorted(pointers.items()):
-        state = _state(session, reader, files, project, model, ids, facts)
-        done = target.publish(branch, state)
+        done = target.current(branch, model, ",".join(ids))
+        if done is None:
+            files = session.snapshot_file_paths() if files is None else files
+            done = target.publish(branch, _state(session, reader, files, project, model, ids, facts))
         snapshots[model], how[model] = done.snapshot_id, done.how
         registered += done.files_registered
         written += done.rows_written

@@ -108,6 +108,14 @@ class IcebergTarget:
         if self.table(namespace, model) is not None:
             self.catalog.drop_table((namespace, model))
 
+    def current(self, namespace: str, model: str, segment_ids: str) -> Published | None:
+        """The table, when its current snapshot already holds this state (no state read)."""
+        table = self.table(namespace, model)
+        head = table.current_snapshot() if table is not None else None
+        if head is None or head.summary is None or head.summary.get(SEGMENTS) != segment_ids:
+            return None
+        return Published(f"{namespace}.{model}", head.snapshot_id, "current")
+
     def publish(self, namespace: str, state: ModelState) -> Published:
         name = f"{namespace}.{state.model}"
         try:
