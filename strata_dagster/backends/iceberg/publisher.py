@@ -19,6 +19,7 @@ rows are written once more, one file per partition, and registered.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 import warnings
 from dataclasses import dataclass, replace
@@ -74,7 +75,9 @@ class Published:
     bytes_written: int = 0
 
 
+@functools.lru_cache(maxsize=8)
 def open_catalog(setting: CatalogSetting) -> Catalog:
+    """The catalog, opened once per process (a long-lived Dagster process publishes many runs)."""
     if setting.kind == "sql" and setting.uri.startswith("sqlite:///"):
         Path(setting.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
