@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from bench_shop import SHOP, STRATA_FILES, change_orders, load
@@ -39,9 +40,9 @@ def _day(warehouse: Path) -> str:
 def scenarios(project: Path, warehouse: Path, rows: int) -> dict[str, tuple[float, RunResult]]:
     timed: dict[str, tuple[float, RunResult]] = {}
 
-    def timed_run(name: str, **options: object) -> None:
+    def timed_run(name: str, **options: Any) -> None:
         started = time.perf_counter()
-        result = run_project(project, warehouse, **options)  # type: ignore[arg-type]
+        result = run_project(project, warehouse, **options)
         timed[name] = (time.perf_counter() - started, result)
 
     timed_run("full build")

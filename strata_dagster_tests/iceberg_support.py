@@ -11,13 +11,13 @@ import duckdb
 import polars as pl
 from pyiceberg.catalog import Catalog, load_catalog
 
-from strata_dagster.backends.iceberg.catalog import setting_for
+from strata_dagster.backends.iceberg.catalog import CATALOG_NAME, setting_for
 
 
 def catalog_of(warehouse: Path) -> Catalog:
     setting = setting_for(warehouse, "sqlite")
     assert setting is not None
-    return load_catalog("strata", type=setting.kind, uri=setting.uri, warehouse=setting.location)
+    return load_catalog(CATALOG_NAME, type=setting.kind, uri=setting.uri, warehouse=setting.location)
 
 
 def _normal(value: object) -> object:

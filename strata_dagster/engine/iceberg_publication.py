@@ -10,9 +10,10 @@ consistent read of a run is `strata connect --iceberg --run RUN`). Off unless
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +26,10 @@ from strata_dagster.language.definition import Project
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.state.history import HistoryReader
 from strata_dagster.state.states import grain_of, merge_keys_of
+
+if TYPE_CHECKING:  # the target's modules import pyiceberg: loaded only when publication is on
+    from strata_dagster.backends.iceberg.publisher import IcebergTarget
+    from strata_dagster.backends.iceberg.states import ModelState
 
 ICEBERG_STEP = "iceberg_table_committed"
 
@@ -53,8 +58,7 @@ class IcebergPublished:
 
 def catalog_statement(warehouse: Path) -> str | None:
     """The pyiceberg call that opens the catalog the warehouse publishes to (None: off)."""
-    from strata_dagster.backends.iceberg.catalog import setting_for
-    from strata_dagster.backends.iceberg.publisher import CATALOG_NAME
+    from strata_dagster.backends.iceberg.catalog import CATALOG_NAME, setting_for
 
     setting = setting_for(warehouse)
     if setting is None:
@@ -69,7 +73,7 @@ def iceberg_table(model: str, branch: str) -> str | None:
     return f"{branch}.{model}" if is_enabled() else None
 
 
-def _target(warehouse: Path):  # type: ignore[no-untyped-def]  # the target's module imports pyiceberg: loaded only when on
+def _target(warehouse: Path) -> IcebergTarget | None:
     from strata_dagster.backends.iceberg.catalog import CATALOG_ENV, setting_for
 
     setting = setting_for(warehouse)
@@ -146,14 +150,22 @@ def expire_branches(session: Session, warehouse: Path, kept_entries: set[int]) -
     )
 
 
-def _state(session, reader: HistoryReader, files, project, model, ids, facts):  # type: ignore[no-untyped-def]  # values of the target's module, imported when on
+def _state(
+    session: Session,
+    reader: HistoryReader,
+    files: Mapping[str, Path],
+    project: Project | None,
+    model: str,
+    ids: tuple[str, ...],
+    facts: RunFacts,
+) -> ModelState:
     from strata_dagster.backends.iceberg.states import ModelState, StateSegment
 
     head = reader.snapshot(ids[-1])
     if head is None:
         raise AssertionError(f"history names snapshot {ids[-1]} but has no record of it")
 
-    def rows_of(table: str):  # type: ignore[no-untyped-def]
+    def rows_of(table: str) -> Callable[[], pa.Table]:
         return lambda: session.read_arrow(exp.select("*").from_(snapshot_table(table)))
 
     def file_of(table: str) -> Path | None:

@@ -9,6 +9,8 @@ from pathlib import Path
 from strata_dagster.errors import E_ICEBERG, StrataError
 
 CATALOG_ENV = "STRATA_ICEBERG_CATALOG"
+# The catalog name pyiceberg's SQL catalog files tables under: readers load it by this name.
+CATALOG_NAME = "strata"
 LOCATION_ENV = "STRATA_ICEBERG_WAREHOUSE"
 EMBEDDED = "sqlite"
 OFF = ("", "off", "none")

@@ -36,13 +36,11 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.table import Table, Transaction
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, Transform
 
-from strata_dagster.backends.iceberg.catalog import CatalogSetting
+from strata_dagster.backends.iceberg.catalog import CATALOG_NAME, CatalogSetting
 from strata_dagster.backends.iceberg.deletes import replaced_filter
 from strata_dagster.backends.iceberg.states import ModelState, StateSegment
 from strata_dagster.errors import E_ICEBERG, StrataError
 
-# The catalog name pyiceberg's SQL catalog files tables under: readers load it by this name.
-CATALOG_NAME = "strata"
 SEGMENTS = "strata.segments"
 ENTRY = "strata.entry"
 RUN_ID = "strata.run-id"
