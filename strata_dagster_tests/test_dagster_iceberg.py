@@ -6,13 +6,20 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import polars as pl
 import pytest
 
 pytest.importorskip("pyiceberg")
 
-from strata_dagster import build_definitions  # noqa: E402
+from strata_dagster import build_definitions, strata_python_model  # noqa: E402
 from strata_dagster.backends.iceberg.catalog import folder_of  # noqa: E402
 from strata_dagster_tests.dagster_support import execute_assets, make_small_shop, materializations  # noqa: E402
+
+
+@strata_python_model(code_version="1")
+def region_orders(orders_enriched: pl.DataFrame) -> pl.DataFrame:
+    return orders_enriched.group_by("region").agg(orders=pl.len()).sort("region")
+
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "iceberg.md"
 
@@ -30,11 +37,12 @@ def _docs_example(catalog_uri: str) -> dict:
 def test_model_assets_name_their_iceberg_table_and_a_user_asset_reads_one(tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_ICEBERG_CATALOG", "sqlite")
     project, warehouse = make_small_shop(tmp_path, rows=300, days=3)
-    defs = build_definitions(project, warehouse=warehouse)
+    defs = build_definitions(project, warehouse=warehouse, python_assets=[region_orders])
     graph = defs.resolve_asset_graph()
-    spec = graph.get(dg.AssetKey("stg_orders"))
-    assert spec.metadata["dagster/table_name"] == "main.stg_orders"
-    assert "iceberg" in spec.kinds
+    for model in ("stg_orders", "region_orders"):  # a strata model, a Python model
+        spec = graph.get(dg.AssetKey(model))
+        assert spec.metadata["dagster/table_name"] == f"main.{model}"
+        assert "iceberg" in spec.kinds
 
     user = _docs_example(f"sqlite:///{folder_of(warehouse.resolve()) / 'catalog.db'}")["orders_per_status"]
     both = dg.Definitions.merge(defs, dg.Definitions(assets=[user]))
