@@ -69,6 +69,17 @@ def through_pyiceberg(catalog: Catalog, branch: str = "main") -> dict[str, Count
     return found
 
 
+def at_snapshots(catalog: Catalog, snapshots: dict[str, int]) -> dict[str, Counter]:
+    """Each table (`namespace.model`) as of the given snapshot: Iceberg's time travel."""
+    found = {}
+    for table, snapshot_id in snapshots.items():
+        frame = catalog.load_table(table).scan(snapshot_id=snapshot_id).to_arrow()
+        found[table.split(".")[-1]] = multiset(
+            frame.column_names, [tuple(row.values()) for row in frame.to_pylist()]
+        )
+    return found
+
+
 def through_polars(catalog: Catalog, branch: str = "main") -> dict[str, Counter]:
     found = {}
     for identifier in catalog.list_tables(branch):

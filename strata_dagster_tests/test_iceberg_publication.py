@@ -21,7 +21,7 @@ from strata_dagster.engine.operations import create_branch, promote, rollback  #
 from strata_dagster.engine.run import run_project  # noqa: E402
 from strata_dagster.errors import E_ICEBERG, StrataError  # noqa: E402
 from strata_dagster_tests.engine_support import ADVANCE_UPDATED_AT, edit_module, execute, make_shop  # noqa: E402
-from strata_dagster_tests.iceberg_support import assert_readers_agree, catalog_of  # noqa: E402
+from strata_dagster_tests.iceberg_support import assert_readers_agree, at_snapshots, catalog_of  # noqa: E402
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     # A partition rebuild: the touched days' files drop, the new segment's rows come.
     assert delta.outcome("daily_revenue").path == "partitions"
     assert delta.iceberg.how["daily_revenue"] == "incremental"
-    assert_readers_agree(warehouse)
+    after_delta = assert_readers_agree(warehouse)
     # History records each table's Iceberg snapshot, with the entry whose state it holds.
     assert _recorded(warehouse)["stg_orders"] == (delta.entry, delta.iceberg.snapshots["stg_orders"])
 
@@ -82,6 +82,10 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     assert header.startswith("# from pyiceberg.catalog import load_catalog; catalog = load_catalog('strata'")
     lines = dict(line.split("\t")[:2] for line in rows)
     assert lines["main.stg_orders"] == str(delta.iceberg.snapshots["stg_orders"])
+    # Those snapshots, read later (after more runs and a rollback), are the delta run's state.
+    assert (
+        at_snapshots(catalog_of(warehouse), {table: int(id_) for table, id_ in lines.items()}) == after_delta
+    )
 
     collected = CliRunner().invoke(main, ["gc", str(project), "--warehouse", str(warehouse), "--keep", "1"])
     assert collected.exit_code == 0, collected.output
