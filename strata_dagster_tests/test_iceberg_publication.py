@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +92,13 @@ def test_readers_see_the_views_after_builds_deltas_partition_rebuilds_rollback_a
     assert collected.exit_code == 0, collected.output
     assert re.search(r"iceberg: expired [1-9][0-9]* snapshots", collected.output), collected.output
     assert_readers_agree(warehouse)
+    # No data file of a table's own is left that no kept snapshot reads.
+    catalog = catalog_of(warehouse)
+    for identifier in catalog.list_tables("main"):
+        table = catalog.load_table(identifier)
+        kept = set(table.inspect.all_data_files().column("file_path").to_pylist())
+        own = {path.as_uri() for path in Path(table.location().removeprefix("file://")).rglob("*.parquet")}
+        assert own <= {path if path.startswith("file:") else Path(path).as_uri() for path in kept}, identifier
     # After gc every table still reads, and a new build publishes on top of it.
     execute(
         warehouse, f"UPDATE raw.orders SET amount = amount + 2, {ADVANCE_UPDATED_AT} WHERE order_id % 30 = 0"
