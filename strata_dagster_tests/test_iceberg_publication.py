@@ -15,6 +15,7 @@ from click.testing import CliRunner  # noqa: E402
 from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
+from strata_dagster.backends.iceberg.catalog import setting_for  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
 from strata_dagster.engine.iceberg_publication import ICEBERG_STEP  # noqa: E402
@@ -158,6 +159,9 @@ def test_a_bad_catalog_setting_is_refused_with_its_code(tmp_path, monkeypatch):
     with pytest.raises(StrataError) as raised:
         run_project(project, warehouse)
     assert raised.value.code == E_ICEBERG
+    monkeypatch.delenv("STRATA_ICEBERG_CATALOG")
+    # Refused before anything was built: the next run builds every model.
+    assert not run_project(project, warehouse).is_noop
 
 
 def test_publication_without_pyiceberg_installed_says_so_with_its_code(tmp_path):
@@ -251,3 +255,27 @@ def test_a_branch_gets_tables_laid_out_like_main_and_a_promotion_brings_them_to_
     assert_readers_agree(warehouse, "dev")
     promote(warehouse, "dev", "main")
     assert_readers_agree(warehouse, "main")
+
+
+def test_catalog_settings_name_the_embedded_sqlite_postgresql_and_rest_catalogs(tmp_path):
+    warehouse = tmp_path / "w.duckdb"
+    embedded = setting_for(warehouse, "sqlite")
+    assert (embedded.kind, embedded.uri) == (
+        "sql",
+        f"sqlite:///{tmp_path / 'w.duckdb.iceberg' / 'catalog.db'}",
+    )
+    assert setting_for(warehouse, "postgresql+psycopg2://u:p@127.0.0.1:9/db").kind == "sql"
+    assert setting_for(warehouse, "http://127.0.0.1:9/catalog").kind == "rest"
+    assert setting_for(warehouse, "off") is None and setting_for(warehouse, "") is None
+
+
+@pytest.mark.parametrize("uri", ["postgresql+psycopg2://u:p@127.0.0.1:9/db", "http://127.0.0.1:9/catalog"])
+def test_a_catalog_that_cannot_be_reached_is_refused_and_the_run_stands(tmp_path, monkeypatch, uri):
+    project, warehouse = make_shop(tmp_path, rows=100)
+    monkeypatch.setenv("STRATA_ICEBERG_CATALOG", uri)
+    with pytest.raises(StrataError) as raised:
+        run_project(project, warehouse)
+    assert raised.value.code == E_ICEBERG
+    monkeypatch.delenv("STRATA_ICEBERG_CATALOG")
+    # The warehouse committed the run: nothing is left to build.
+    assert run_project(project, warehouse, only_stale=True).is_noop

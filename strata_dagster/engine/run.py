@@ -29,7 +29,12 @@ from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.iceberg_publication import IcebergPublished, RunFacts, publish_branch
+from strata_dagster.engine.iceberg_publication import (
+    IcebergPublished,
+    RunFacts,
+    check_setting,
+    publish_branch,
+)
 from strata_dagster.engine.limits import limits_as_errors
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.new_warehouse import refuse_new_warehouse_without_sources
@@ -105,6 +110,7 @@ ProgressCallback = Callable[[ModelOutcome], None]
 
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
+    check_setting(request.warehouse)
     with opened_project(request) as (session, context):
         return _Run(session, context, request, progress).execute()
 
