@@ -18,17 +18,13 @@ rows are written once more, one file per partition, and registered.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import uuid
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -38,12 +34,11 @@ from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform
 
 from strata_dagster.backends.iceberg.catalog import CATALOG_NAME, CatalogSetting
 from strata_dagster.backends.iceberg.deletes import replaced_filter
-from strata_dagster.backends.iceberg.states import ModelState, StateSegment
+from strata_dagster.backends.iceberg.maintenance import delete_unreferenced, ends_kept_commit, local_path
+from strata_dagster.backends.iceberg.partition_files import keyed_mask, registrable, write_by_partition
+from strata_dagster.backends.iceberg.states import SEGMENTS, ModelState, StateSegment
 from strata_dagster.errors import E_ICEBERG, StrataError
 
-SEGMENTS = "strata.segments"
-ENTRY = "strata.entry"
-RUN_ID = "strata.run-id"
 _TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "day": DayTransform(),
     "month": MonthTransform(),
@@ -249,20 +244,13 @@ class IcebergTarget:
             snapshot.snapshot_id
             for snapshot in table.snapshots()
             if (current is None or snapshot.snapshot_id != current.snapshot_id)
-            and not _ends_kept_commit(snapshot.summary, kept_entries)
+            and not ends_kept_commit(snapshot.summary, kept_entries)
         ]
         if expired:
             table.maintenance.expire_snapshots().by_ids(expired).commit()
             table = table.refresh()
-        _delete_unreferenced(table)
+        delete_unreferenced(table)
         return len(expired)
-
-
-def _ends_kept_commit(summary: Any, kept_entries: set[int]) -> bool:
-    if summary is None or summary.get(SEGMENTS) is None:
-        return False
-    entry = summary.get(ENTRY)
-    return entry is not None and int(entry) in kept_entries
 
 
 class _Steps:
@@ -292,7 +280,7 @@ class _Steps:
                 )
                 tx.delete(predicate, snapshot_properties=self._properties())
                 self.made = True
-        if segment.file is not None and _registrable(self.table, self.state, segment.file):
+        if segment.file is not None and registrable(self.state.partition, segment.file):
             if pq.read_metadata(segment.file).num_rows == 0:
                 return
             try:
@@ -315,7 +303,7 @@ class _Steps:
             )
             tx.delete(predicate, snapshot_properties=self._properties())
         rows = pq.read_table(segment.file) if segment.file is not None else segment.rows()
-        self._write(tx, rows.filter(_keyed_mask(rows, keys, self.state.merge_keys, self.state.grain)))
+        self._write(tx, rows.filter(keyed_mask(rows, keys, self.state.merge_keys, self.state.grain)))
 
     def _write(self, tx: Transaction, rows: pa.Table) -> None:
         """Rows strata holds in no file of their own: one Parquet file per partition, written
@@ -326,9 +314,9 @@ class _Steps:
         rows = rows.select(shape.names).cast(shape)
         self.rows_written += rows.num_rows
         self.made = True
-        folder = _local(self.table.location())
+        folder = local_path(self.table.location())
         files = (
-            _write_by_partition(rows, self.state.partition, folder / "data")
+            write_by_partition(rows, self.state.partition, folder / "data")
             if folder is not None and self.state.partition is not None
             else None
         )
@@ -347,56 +335,6 @@ class _Steps:
             self.table.schema().as_arrow().empty_table(),
             snapshot_properties={**self._properties(), SEGMENTS: self.state.segment_ids},
         )
-
-
-def _keyed_mask(rows: pa.Table, keys: pa.Table, merge_keys: tuple[str, ...], grain: str | None) -> pa.Array:
-    """Which of `rows` have a key (a partition, with a `grain`) that `keys` holds, NULL-safe."""
-    column = merge_keys[0]
-    values = rows.column(column)
-    if grain == "day":
-        values = pc.cast(values, pa.date32())
-    elif grain == "month":
-        values = pc.cast(pc.floor_temporal(values, unit="month"), pa.date32())
-    wanted = keys.column(column)
-    if grain in ("day", "month"):
-        wanted = pc.cast(wanted, pa.date32())
-    found = pc.fill_null(pc.is_in(values, value_set=pc.drop_null(wanted).combine_chunks()), False)
-    if wanted.null_count:
-        found = pc.or_(found, pc.is_null(values))
-    return found
-
-
-def _partition_values(rows: pa.Table, grain: str, column: str) -> pa.Array:
-    values = rows.column(column)
-    if grain == "day":
-        return pc.cast(values, pa.date32())
-    if grain == "month":
-        return pc.cast(pc.floor_temporal(values, unit="month"), pa.date32())
-    return values
-
-
-def _write_by_partition(rows: pa.Table, partition: tuple[str, str], folder: Path) -> list[Path] | None:
-    """`rows` as one new Parquet file per partition (one sort, one pass): pyiceberg's own write
-    filters the whole table once per partition. None when a row has no partition value."""
-    grain, column = partition
-    values = _partition_values(rows, grain, column)
-    if values.null_count:
-        return None
-    order = pc.sort_indices(values)
-    values = (
-        values.take(order).combine_chunks() if isinstance(values, pa.ChunkedArray) else values.take(order)
-    )
-    rows = rows.take(order)
-    ends = pc.run_end_encode(values).run_ends.to_pylist()
-    folder.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex
-    files, start = [], 0
-    for index, end in enumerate(ends):
-        path = folder / f"strata-{token}-{index:05d}.parquet"
-        pq.write_table(rows.slice(start, end - start), path)
-        files.append(path)
-        start = end
-    return files
 
 
 def _arrow_schema(state: ModelState) -> pa.Schema:
@@ -437,55 +375,3 @@ def _snapshot_with(table: Table, segment_ids: str) -> int | None:
         if snapshot.summary is not None and snapshot.summary.get(SEGMENTS) == segment_ids
     ]
     return max(found, key=lambda snapshot: snapshot.sequence_number or 0).snapshot_id if found else None
-
-
-def _registrable(table: Table, state: ModelState, file: Path) -> bool:
-    """A file can be registered in an unpartitioned table, or when all its rows lie in one partition."""
-    if state.partition is None:
-        return True
-    grain, column = state.partition
-    metadata = pq.read_metadata(file)
-    index = metadata.schema.to_arrow_schema().get_field_index(column)
-    values = []
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max or stats.null_count:
-            return False
-        values += [stats.min, stats.max]
-    return len({_partition_of(value, grain) for value in values}) <= 1
-
-
-def _partition_of(value: Any, grain: str) -> Any:
-    if grain == "key":
-        return value
-    day = value.date() if isinstance(value, dt.datetime) else value
-    return day if grain == "day" else (day.year, day.month)
-
-
-def _local(uri: str) -> Path | None:
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return Path(parsed.path)
-    return None
-
-
-def _delete_unreferenced(table: Table) -> None:
-    """Remove the table's own data files and manifests no kept snapshot references (local only)."""
-    root = _local(table.location())
-    if root is None or not root.exists():
-        return
-    referenced: set[str] = set()
-    io = table.io
-    for snapshot in table.snapshots():
-        referenced.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(io):
-            referenced.add(manifest.manifest_path)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-                referenced.add(entry.data_file.file_path)
-    kept = {str(_local(path)) for path in referenced if _local(path) is not None}
-    for folder, pattern in ((root / "data", "*.parquet"), (root / "metadata", "*.avro")):
-        if not folder.exists():
-            continue
-        for path in folder.rglob(pattern):
-            if str(path) not in kept:
-                path.unlink()

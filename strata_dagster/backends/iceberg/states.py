@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
+# strata's properties in each Iceberg snapshot's summary; `strata.segments` only on the last
+# snapshot of each commit, naming the state it holds.
+SEGMENTS = "strata.segments"
+ENTRY = "strata.entry"
+
 
 @dataclass(frozen=True)
 class StateSegment:
