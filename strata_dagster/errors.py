@@ -85,6 +85,7 @@ E_SHOW_OUTPUT: Final = "E073"
 E_USAGE: Final = "E074"
 E_LOG_SOURCE: Final = "E090"
 E_LEDGER_DRAINED: Final = "E091"
+E_ICEBERG: Final = "E075"
 
 CATALOGUE: Final[dict[str, str]] = {
     E_SYNTAX: "the module does not follow the strata grammar",
@@ -161,6 +162,8 @@ CATALOGUE: Final[dict[str, str]] = {
     "form that is not debezium(op), fivetran, airbyte or flag(col))",
     E_LEDGER_DRAINED: "a ledger's transactions in a build's window have no rows left in the source (drained or "
     "compacted away): no delta is taken from them",
+    E_ICEBERG: "an Iceberg catalog that cannot be named, opened or written: the warehouse's run stands, "
+    "its tables catch up at the next run",
     E_BACKFILL: "a backfill cannot start or failed before publication",
     E_MERGE_STRATEGY: "unknown merge_strategy",
     E_MERGE_ON_AGGREGATE: "append/upsert/append_new on a model with group/aggregate",

@@ -432,6 +432,11 @@ class Session(ABC):
         nothing to do)."""
         return None
 
+    def snapshot_file_paths(self) -> dict[str, Path]:
+        """The immutable Parquet file each snapshot reads, by snapshot table (none here: every
+        snapshot is a table)."""
+        return {}
+
     def collect_files(self, path: Path, grace: float) -> ServingCollection:
         """Remove the files of strata's own no snapshot or kept serving catalog reads (none here)."""
         return ServingCollection(0, 0, 0)

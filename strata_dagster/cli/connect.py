@@ -24,8 +24,27 @@ PROMPT = "strata> "
     is_flag=True,
     help="Print the SQL statement a fresh in-memory DuckDB connection runs to read the live views, and exit.",
 )
+@click.option(
+    "--iceberg",
+    "iceberg",
+    is_flag=True,
+    help="Print, per model, the Iceberg snapshot of one published state and the scan that reads it, and exit.",
+)
+@click.option(
+    "--run", "run_id", default=None, help="With --iceberg: the state right after this run (default: now)."
+)
+@click.option(
+    "--branch", default="main", show_default=True, help="With --iceberg: the branch (its namespace)."
+)
 @reports_errors
-def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> None:
+def connect_command(
+    project: Path,
+    warehouse: Path | None,
+    print_only: bool,
+    iceberg: bool = False,
+    run_id: str | None = None,
+    branch: str = "main",
+) -> None:
     """Read PROJECT's live views (`main.v_<model>`, branch schemas) as last published.
 
     Readers open a read-only serving copy, never the warehouse file: they never wait for a run,
@@ -33,6 +52,9 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
     new connection (or running the statement again) sees the latest. Without --print, opens the
     `duckdb` shell there when it is installed, else a small SQL prompt (end statements with `;`).
     """
+    if iceberg:
+        _print_iceberg(resolve_warehouse(project, warehouse), branch, run_id)
+        return
     from strata_dagster.engine.damaged_files import unserved_warning
     from strata_dagster.engine.reads.readers import reader_statement_for, unserved_views
 
@@ -47,6 +69,33 @@ def connect_command(project: Path, warehouse: Path | None, print_only: bool) -> 
     if duckdb_cli is not None:
         os.execv(duckdb_cli, [duckdb_cli, "-cmd", statement])
     _prompt(resolve_warehouse(project, warehouse))
+
+
+def _print_iceberg(warehouse: Path, branch: str, run_id: str | None) -> None:
+    """One consistent state of every model: the same run's snapshot of each table."""
+    from strata_dagster.backends.opening import open_session
+    from strata_dagster.engine.commands.operations import find_entry
+    from strata_dagster.engine.iceberg_publication import catalog_statement, published_states
+    from strata_dagster.errors import E_ICEBERG, StrataError
+
+    with open_session(warehouse, read_only=True, must_exist=True) as session:
+        entry = find_entry(session.history, run_id).entry if run_id is not None else None
+        states = published_states(session, warehouse, branch, entry)
+    if not states:
+        raise StrataError(
+            E_ICEBERG,
+            "no Iceberg tables to print: STRATA_ICEBERG_CATALOG names no catalog, or the branch has no live model",
+            hint="set STRATA_ICEBERG_CATALOG=sqlite (or the catalog's URI) as the runs had it",
+        )
+    click.echo(f"# from pyiceberg.catalog import load_catalog; {catalog_statement(warehouse)}")
+    for state in states:
+        if state.snapshot_id is None:
+            click.echo(f"{state.table}\tnot in the catalog (not published yet, or expired by gc)")
+        else:
+            click.echo(
+                f"{state.table}\t{state.snapshot_id}\t"
+                f"catalog.load_table({state.table!r}).scan(snapshot_id={state.snapshot_id})"
+            )
 
 
 def _prompt(warehouse: Path) -> None:

@@ -83,6 +83,8 @@ def gc_command(
         f"dropped {counted(len(result.dropped), 'snapshot')}; kept the snapshots of "
         f"{counted(result.kept, 'run')}; reclaimed {counted(result.reclaimed_bytes, 'byte')} ({where})"
     )
+    if result.iceberg_expired:
+        say(f"iceberg: expired {counted(result.iceberg_expired, 'snapshot')}")
     if result.serving.files_removed or result.serving.catalogs_removed:
         say(
             f"serving copy: removed {counted(result.serving.catalogs_removed, 'retired catalog')} and "
@@ -111,4 +113,5 @@ def gc_report(result: GcResult) -> dict[str, object]:
         "serving_bytes_removed": result.serving.bytes_removed,
         "listing_cache_files_removed": result.listings_removed,
         "parse_cache_files_removed": result.parsed_removed,
+        "iceberg_snapshots_expired": result.iceberg_expired,
     }

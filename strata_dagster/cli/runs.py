@@ -123,9 +123,12 @@ def run_command(
         print_warnings([rebuilt_warning(result.rebuilt_damaged)])
     if result.is_noop:
         console.print(NOTHING_TO_DO)
+        if result.iceberg is not None and set(result.iceberg.how.values()) != {"current"}:
+            print_iceberg(result)  # tables a failed or killed publication left behind caught up
         return
     print_partitions(result, loaded)
     print_published(result, f"run {result.run_id[:12] if result.run_id else '-'}")
+    print_iceberg(result)
     report_to_dagster(project, request.warehouse, result.entry)
 
 
@@ -138,6 +141,20 @@ def _parse_cache_dir(project: Path, warehouse: Path | None) -> Path | None:
         return parse_cache_dir(resolve_warehouse(project, warehouse))
     except StrataError:
         return None
+
+
+def print_iceberg(result: RunResult) -> None:
+    """The Iceberg tables the publication changed (publication to Iceberg on)."""
+    published = result.iceberg
+    if published is None:
+        return
+    changed = [model for model, how in published.how.items() if how != "current"]
+    console.print(
+        f"iceberg: {len(changed)} of {counted(len(published.how), 'table')} brought to their views"
+        + (f": {', '.join(changed)}" if changed else ""),
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def print_published(result: RunResult, what: str) -> None:

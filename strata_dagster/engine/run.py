@@ -30,6 +30,12 @@ from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision, RunRequest
 from strata_dagster.engine.decisions.dispatch import strategy_for
 from strata_dagster.engine.decisions.scope import RunScope
+from strata_dagster.engine.iceberg_publication import (
+    IcebergPublished,
+    RunFacts,
+    check_setting,
+    publish_branch,
+)
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
 from strata_dagster.engine.publish import Publication, publish
@@ -68,6 +74,8 @@ class RunResult:
     removed: tuple[str, ...] = ()
     # Models rebuilt because a snapshot file of their state could not be read (engine/damaged_files.py).
     rebuilt_damaged: Mapping[str, tuple[FileDamage, ...]] = field(default_factory=dict)
+    # Each live model's Iceberg table after the run (None: publication to Iceberg is off).
+    iceberg: IcebergPublished | None = None
 
     @property
     def is_noop(self) -> bool:
@@ -82,6 +90,7 @@ ProgressCallback = Callable[[ModelOutcome], None]
 
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
+    check_setting(request.warehouse)
     with opened_project(request) as (session, context):
         return _Run(session, context, request, progress).execute()
 
@@ -163,8 +172,16 @@ class _Run:
             )
             if is_noop:
                 self.session.rollback()
+                latest = self.reader.entry(self.scope.entry - 1)
                 return RunResult(
-                    None, None, tuple(self.outcomes), self.context.branch, removed, self._rebuilt_damaged()
+                    None,
+                    None,
+                    tuple(self.outcomes),
+                    self.context.branch,
+                    removed,
+                    self._rebuilt_damaged(),
+                    # Tables a failed or killed publication left behind catch up.
+                    self._publish_iceberg(latest.entry, latest.run_id) if latest is not None else None,
                 )
             self._render_reused_sql()
             publication = self._publication(started)
@@ -184,7 +201,19 @@ class _Run:
             self.context.branch,
             removed,
             self._rebuilt_damaged(),
+            self._publish_iceberg(publication.entry, run_id),
         )
+
+    def _publish_iceberg(self, entry: int, run_id: str) -> IcebergPublished | None:
+        """The branch's tables brought to its views, after the warehouse committed (off: None)."""
+        facts = RunFacts(
+            entry,
+            run_id,
+            self.request.kind,
+            self.request.reason,
+            {outcome.model: outcome.path for outcome in self.outcomes},
+        )
+        return publish_branch(self.session, self.request.warehouse, self.context.branch, self.project, facts)
 
     def _rebuilt_damaged(self) -> dict[str, tuple[FileDamage, ...]]:
         built = {outcome.model for outcome in self.outcomes if outcome.path != REUSED}

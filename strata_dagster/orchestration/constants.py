@@ -99,6 +99,10 @@ SOURCE_VERSIONS_KEY: Final = "strata/source_versions"
 COMPANION_OF_KEY: Final = "strata/companion_of"
 READERS_KEY: Final = "strata/readers"
 REFRESH_KEY: Final = "strata/refresh"
+# Publication to Iceberg (docs/iceberg.md): the model's table and, per materialization, its snapshot.
+ICEBERG_TABLE_KEY: Final = "strata/iceberg_table"
+ICEBERG_SNAPSHOT_KEY: Final = "strata/iceberg_snapshot_id"
+ICEBERG_KIND: Final = "iceberg"
 VOLATILE_CALLS_KEY: Final = "strata/volatile_calls"
 
 # Dagster's own metadata keys (its documented `dagster/...` keys), spelled out once here.

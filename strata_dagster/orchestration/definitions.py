@@ -16,6 +16,7 @@ from strata_dagster.compile.determinism import effective_refresh, volatile_calls
 from strata_dagster.compile.partition_types import is_ordered_type, is_time_type
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.context import check_branch, check_branch_of
+from strata_dagster.engine.iceberg_publication import iceberg_table
 from strata_dagster.engine.reads.catalog import Catalog, read_catalog
 from strata_dagster.errors import E_COMPONENT, StrataError
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES
@@ -326,6 +327,7 @@ def describe_nodes(catalog: Catalog) -> dict[str, StrataAssetProps]:
             if model.properties.freshness is None
             else model.properties.freshness.seconds,
             arrives_from=catalog.arrivals.get(name),
+            iceberg_table=iceberg_table(name, catalog.branch),
         )
     return nodes
 

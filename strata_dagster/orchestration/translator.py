@@ -60,6 +60,8 @@ class StrataAssetProps:
     # source itself, or a model cut like it), and whether its keys are integers (`batch=17/`).
     arrives_from: str | None = None
     is_integer_keyed: bool = False
+    # models: the Iceberg table it is published as (`<branch>.<model>`), when publication is on
+    iceberg_table: str | None = None
 
 
 class StrataDagsterTranslator:
@@ -159,6 +161,10 @@ class StrataDagsterTranslator:
             c.MODULE_KEY: props.module,
             c.TABLE_NAME_KEY: props.relation,
         }
+        if props.iceberg_table is not None:
+            # What other engines read it as: `catalog.load_table(...)` of the `strata` catalog.
+            metadata[c.TABLE_NAME_KEY] = props.iceberg_table
+            metadata[c.ICEBERG_TABLE_KEY] = props.iceberg_table
         if props.kind == "source":
             metadata[c.SOURCE_KEY] = props.name
         else:
@@ -248,10 +254,10 @@ class StrataDagsterTranslator:
         return tags
 
     def get_kinds(self, props: StrataAssetProps) -> set[str]:
-        """Models: `duckdb` and `sql`. Sources: the format of their files (`parquet`, `csv`,
-        `json`), else `duckdb` for a table."""
+        """Models: `duckdb` and `sql`, and `iceberg` when published to Iceberg. Sources: the
+        format of their files (`parquet`, `csv`, `json`), else `duckdb` for a table."""
         if props.kind == "model":
-            return {"duckdb", "sql"}
+            return {"duckdb", "sql", *([c.ICEBERG_KIND] if props.iceberg_table is not None else [])}
         return {file_format(props.path)} if props.path is not None else {"duckdb"}
 
 

@@ -239,6 +239,15 @@ class HistoryReader:
         ).fetchall()
         return {row[0]: tuple(row[1]) for row in rows if row[1]}
 
+    def iceberg_commits(self, branch: str) -> dict[str, tuple[int, int]]:
+        """model -> (entry, Iceberg snapshot id) last recorded for its table on `branch`."""
+        rows = self.con.execute(
+            "SELECT model, arg_max(entry, rowid), arg_max(snapshot_id, rowid) FROM strata.iceberg_commits "
+            "WHERE branch = ? GROUP BY model",
+            [branch],
+        ).fetchall()
+        return {row[0]: (int(row[1]), int(row[2])) for row in rows}
+
     def branches_differing_in_case(self, branch: str) -> list[str]:
         """The branches whose names differ from `branch` in case only (DuckDB gives them one schema)."""
         rows = self.con.execute(
@@ -551,6 +560,14 @@ class HistoryWriter:
             self.con,
             "INSERT INTO strata.publications SELECT unnest(?), unnest(?), unnest(?), unnest(?)",
             [[entry, branch, model, snapshot_ids] for model, snapshot_ids in pointers.items()],
+        )
+
+    def add_iceberg_commits(self, entry: int, branch: str, snapshots: Mapping[str, int]) -> None:
+        """The Iceberg snapshot now current in each model's table, holding `entry`'s state."""
+        _insert_rows(
+            self.con,
+            "INSERT INTO strata.iceberg_commits SELECT unnest(?), unnest(?), unnest(?), unnest(?), now()",
+            [[entry, branch, model, snapshot_id] for model, snapshot_id in snapshots.items()],
         )
 
     def add_dropped(self, snapshot_id: str, entry: int) -> None:

@@ -120,6 +120,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             row_counts BIGINT[] NOT NULL
         )""",
     ),
+    (
+        # The Iceberg snapshot each publication to Iceberg left current per table
+        # (engine/iceberg_publication.py): `entry` is the history entry whose state it holds.
+        """CREATE TABLE strata.iceberg_commits (
+            entry BIGINT NOT NULL,
+            branch VARCHAR NOT NULL,
+            model VARCHAR NOT NULL,
+            snapshot_id BIGINT NOT NULL,
+            committed_at TIMESTAMP NOT NULL
+        )""",
+    ),
 )
 
 

@@ -282,6 +282,10 @@ class DuckDBSession(SqlSession):
         """Bring the serving copy up to date now (every write session also does on closing)."""
         return refresh_serving(self.con, path)
 
+    def snapshot_file_paths(self) -> dict[str, Path]:
+        """The immutable Parquet file each snapshot view reads, as the catalog has them now."""
+        return dict(snapshot_files.FileIndex.of(snapshot_files.views_over_files(self.con)).paths)
+
     def collect_files(self, path: Path, grace: float) -> ServingCollection:
         """Remove the serving catalogs retired more than `grace` seconds ago, then every file
         (serving export or snapshot file) that neither a snapshot view nor a kept catalog reads.

@@ -23,6 +23,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.joined_inputs import FIGURES
 from strata_dagster.engine.builds.sliding_window import WINDOW_STATE
 from strata_dagster.engine.context import parse_cache_dir
+from strata_dagster.engine.iceberg_publication import expire_branches
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_GC, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import digest
@@ -76,6 +77,9 @@ class GcResult:
     listings_removed: int = 0
     # Parsed-module cache files of project folders that are gone (language/parse_cache.py).
     parsed_removed: int = 0
+    # Iceberg snapshots expired (engine/iceberg_publication.py): all but each table's current one
+    # and those of kept runs.
+    iceberg_expired: int = 0
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -121,6 +125,8 @@ def gc(
             for record in reader.snapshots()
             if not record.is_dropped and record.snapshot_id not in needed
         ]
+        # Before any file goes: an expired Iceberg snapshot no longer names the files it read.
+        iceberg_expired = expire_branches(session, warehouse, {entry.entry for entry in kept_entries})
         session.checkpoint()
         free_before = session.free_bytes()
         if doomed:
@@ -149,6 +155,7 @@ def gc(
         collected,
         listings_removed,
         parsed_removed,
+        iceberg_expired,
     )
 
 

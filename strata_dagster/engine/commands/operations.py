@@ -13,6 +13,7 @@ from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import check_branch, check_branch_in
 from strata_dagster.engine.damaged_files import describe
 from strata_dagster.engine.decisions.removed import removed_models
+from strata_dagster.engine.iceberg_publication import IcebergPublished, RunFacts, publish_branch
 from strata_dagster.errors import E_BRANCH, E_SNAPSHOT_FILE, E_SNAPSHOT_GONE, E_UNKNOWN_RUN, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.loader import load_project
@@ -32,6 +33,8 @@ class PointerResult:
     run_id: str | None
     entry: int | None
     changes: tuple[PointerChange, ...]
+    # The branch's Iceberg tables after the move (None: publication to Iceberg is off).
+    iceberg: IcebergPublished | None = None
 
 
 def find_entry(reader: HistoryReader, run_id: str) -> Entry:
@@ -121,7 +124,13 @@ def _repoint(
             target_entry=target_entry,
             detail=detail,
         )
-    return PointerResult(run_id, entry, tuple(changes))
+    warehouse = session.database_path()
+    iceberg = (
+        publish_branch(session, Path(warehouse), branch, None, RunFacts(entry, run_id, kind))
+        if warehouse is not None
+        else None
+    )
+    return PointerResult(run_id, entry, tuple(changes), iceberg)
 
 
 def rollback(warehouse: Path, run_id: str) -> PointerResult:

@@ -495,6 +495,8 @@ def _build_metadata(
         # statement the engine ran (a delta, partitions) reads internal snapshot tables instead.
         c.SQL_KEY: dg.MetadataValue.md(f"```sql\n{plan.sql}\n```"),
     }
+    if result.iceberg is not None and result.iceberg.snapshots.get(outcome.model) is not None:
+        metadata[c.ICEBERG_SNAPSHOT_KEY] = str(result.iceberg.snapshots[outcome.model])
     detail = outcome.detail
     versions = (detail or {}).get(SOURCE_VERSIONS)
     if versions:

@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from strata_dagster.compile.relations import DEFAULT_BRANCH
+from strata_dagster.engine.iceberg_publication import iceberg_table
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.io.frames import parse_contract, with_content_version
 from strata_dagster.orchestration.io.pandas_types import contract_frame_type
@@ -110,14 +111,22 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 
 
 def on_branch(asset: dg.AssetsDefinition, branch: str) -> dg.AssetsDefinition:
-    """A Python model's asset naming the live view it publishes on `branch` (other assets as they are)."""
+    """A Python model's asset naming the live view it publishes on `branch`, or its Iceberg table
+    when publication to Iceberg is on (other assets as they are)."""
 
     def relocate(spec: dg.AssetSpec) -> dg.AssetSpec:
         model = spec.metadata.get(c.MODEL_KEY)
         if model is None:
             return spec
+        table = iceberg_table(str(model), branch)
+        if table is None:
+            return spec.replace_attributes(
+                metadata={**spec.metadata, c.TABLE_NAME_KEY: model_relation(str(model), branch)}
+            )
+        # Published to Iceberg: what other engines read it as, as for the project's models.
         return spec.replace_attributes(
-            metadata={**spec.metadata, c.TABLE_NAME_KEY: model_relation(str(model), branch)}
+            metadata={**spec.metadata, c.TABLE_NAME_KEY: table, c.ICEBERG_TABLE_KEY: table},
+            kinds={*spec.kinds, c.ICEBERG_KIND},
         )
 
     if not any(c.MODEL_KEY in spec.metadata for spec in asset.specs):
