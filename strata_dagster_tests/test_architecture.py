@@ -219,3 +219,20 @@ def test_no_engine_class_is_subclassed_outside_its_module() -> None:
     }
     found = subclassed_across_modules(package, module_of)
     assert found == [], "compose instead (or move the class beside its base):\n" + "\n".join(found)
+
+
+def test_every_engine_module_sits_in_a_layer_of_the_engine() -> None:
+    """lint-imports checks the engine's layers only for the modules they name: a new module or
+    folder of strata_dagster/engine must be given its layer (pyproject.toml) to be checked."""
+    text = (ROOT / "pyproject.toml").read_text()
+    found = re.search(r'containers = \["strata_dagster\.engine"\]\s*layers = \[(.*?)\n\]', text, re.S)
+    assert found is not None, "pyproject.toml has no layers contract on strata_dagster.engine"
+    layers = re.findall(r'"([^"]+)"', found.group(1))
+    named = {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
+    engine = ROOT / "strata_dagster" / "engine"
+    children = {
+        path.stem if path.is_file() else path.name
+        for path in engine.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
+    }
+    assert sorted(children - named) == [], "give each its layer in pyproject.toml's engine contract"
