@@ -279,3 +279,20 @@ def test_no_module_imports_dagsters_private_api_beyond_the_stale_status_reader()
         elif imports:
             found[name] = imports
     assert found == {}, f"Dagster's private API imported (use its public API): {found}"
+
+
+def test_every_engine_module_sits_in_a_layer_of_the_engine() -> None:
+    """lint-imports checks the engine's layers only for the modules they name: a new module or
+    folder of strata_dagster/engine must be given its layer (pyproject.toml) to be checked."""
+    text = (ROOT / "pyproject.toml").read_text()
+    found = re.search(r'containers = \["strata_dagster\.engine"\]\s*layers = \[(.*?)\n\]', text, re.S)
+    assert found is not None, "pyproject.toml has no layers contract on strata_dagster.engine"
+    layers = re.findall(r'"([^"]+)"', found.group(1))
+    named = {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
+    engine = ROOT / "strata_dagster" / "engine"
+    children = {
+        path.stem if path.is_file() else path.name
+        for path in engine.iterdir()
+        if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
+    }
+    assert sorted(children - named) == [], "give each its layer in pyproject.toml's engine contract"
