@@ -85,6 +85,7 @@ E_SHOW_OUTPUT: Final = "E073"
 E_USAGE: Final = "E074"
 E_LOG_SOURCE: Final = "E090"
 E_LEDGER_DRAINED: Final = "E091"
+E_HISTORY_SOURCE: Final = "E092"
 E_ICEBERG: Final = "E075"
 
 CATALOGUE: Final[dict[str, str]] = {
@@ -162,6 +163,8 @@ CATALOGUE: Final[dict[str, str]] = {
     "form that is not debezium(op), fivetran, airbyte or flag(col))",
     E_LEDGER_DRAINED: "a ledger's transactions in a build's window have no rows left in the source (drained or "
     "compacted away): no delta is taken from them",
+    E_HISTORY_SOURCE: "a `merge_strategy: history` model whose `from` source is not a change feed, or whose "
+    "merge keys are not the feed's keys",
     E_ICEBERG: "an Iceberg catalog that cannot be named, opened or written: the warehouse's run stands, "
     "its tables catch up at the next run",
     E_BACKFILL: "a backfill cannot start or failed before publication",

@@ -31,6 +31,7 @@ from strata_dagster.errors import (
     StrataError,
 )
 from strata_dagster.language.definition import (
+    HISTORY_COLUMNS,
     AggregateStep,
     Assignment,
     DeriveStep,
@@ -221,6 +222,8 @@ class _PipelineCompiler:
         first = steps[0]
         self.base_alias = first.relation
         self.base_source_columns = self.columns_of(first.relation)
+        if self.model.properties.merge_strategy == "history" and self.base_source_columns is not None:
+            self.base_source_columns = (*self.base_source_columns, *HISTORY_COLUMNS)  # its feed's versions
         self.lineage = {name: name for name in self.base_source_columns or ()}
         self._check_step_order(steps)
         index = 1

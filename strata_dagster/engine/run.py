@@ -223,7 +223,7 @@ class _Run:
         """The SQL of the models this run reused, for its history entry."""
         for index, item in enumerate(self.entry_models):
             if item.path == REUSED and not item.sql:
-                sql = self.context.compiled.models[item.model].sql(self.scope.relation_for_build)
+                sql = self.context.compiled.models[item.model].sql(self.scope.relations_for(item.model))
                 self.entry_models[index] = replace(item, sql=sql)
                 self.outcomes = [
                     replace(outcome, sql=sql) if outcome.model == item.model else outcome
@@ -314,7 +314,7 @@ class _Run:
         elif path == REUSED:
             sql = ""  # rendered only when the run records history (a no-op run records nothing)
         else:
-            sql = compiled.sql(self.scope.relation_for_build)
+            sql = compiled.sql(self.scope.relations_for(name))
         self.entry_models.append(
             EntryModel(
                 name,

@@ -15,10 +15,12 @@ from sqlglot import exp
 
 from strata_dagster.errors import Location
 
-MergeStrategy = Literal["replace", "append", "upsert", "append_new"]
+MergeStrategy = Literal["replace", "append", "upsert", "append_new", "history"]
 MERGE_STRATEGIES: tuple[str, ...] = get_args(MergeStrategy)
-INCREMENTAL_STRATEGIES: tuple[str, ...] = ("append", "upsert", "append_new")
-KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new")
+INCREMENTAL_STRATEGIES: tuple[str, ...] = ("append", "upsert", "append_new", "history")
+KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new", "history")
+# The columns a history model's change feed gains beside each version's event columns.
+HISTORY_COLUMNS: tuple[str, ...] = ("valid_from", "valid_to", "is_current")
 
 PartitionGrain = Literal["day", "month", "key"]
 JoinKind = Literal["inner", "left", "right", "full"]

@@ -106,3 +106,37 @@ def feed_module(deletes: str = "debezium(op)", arrival: bool = False) -> str:
 
 def make_feed_project(root: Path, module: str = FEED_MODULE) -> tuple[Path, Path]:
     return make_module_project(root, "customers.strata", module, *FEED_TABLES)
+
+
+HISTORY_MODEL = """
+model customer_history {
+  from customer_changes
+  select id, name, region, lsn, valid_from, valid_to, is_current
+  merge_strategy: history
+  merge_keys: [id]
+  cdc_column: lsn
+}
+"""
+
+
+def history_module(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+    """The feed project with a history model beside its upsert."""
+    return feed_module(deletes, arrival) + HISTORY_MODEL
+
+
+def full_history(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+    """The history model recomputed from all the feed's events: the event at each (key, position),
+    valid until the key's next position, without the deleting events."""
+    order = "synced_at DESC, " if arrival else ""
+    at_position = (
+        f"SELECT *, {DELETE_FORMS[deletes]} AS gone FROM (SELECT *, row_number() OVER (PARTITION BY id, lsn "
+        f"ORDER BY {order}hash(e) DESC) AS rank FROM raw.customer_changes e) WHERE rank = 1"
+    )
+    versions = (
+        "SELECT *, lsn AS valid_from, lead(lsn) OVER (PARTITION BY id ORDER BY lsn) AS valid_to "
+        f"FROM ({at_position})"
+    )
+    return (
+        "SELECT id, name, region, lsn, valid_from, valid_to, valid_to IS NULL AS is_current "
+        f"FROM ({versions}) WHERE NOT gone"
+    )

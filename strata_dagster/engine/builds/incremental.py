@@ -653,7 +653,12 @@ class DeltaBuilder:
 # a compacted log), make the build full with the reason. An upsert replaces the keys whose events
 # the window brought by their rows recomputed from the whole source (a feed's current rows), so a
 # deleted key leaves and a re-inserted one comes back; an append adds the window's rows, and an
-# append_new those whose keys are new.
+# append_new those whose keys are new. A history over a feed replaces its keys' versions alike.
+# An upsert's keys and a history's are replaced alike: every row (version) of a key the window
+# touched is removed and the key's rows recomputed from its whole feed come back.
+KEYS_REPLACED = ("upsert", "history")
+
+
 class LogDeltaBuilder(DeltaBuilder):
     """A `DeltaBuilder` whose window is its `from` source's log.
 
@@ -696,10 +701,10 @@ class LogDeltaBuilder(DeltaBuilder):
                 f"merge key `{untraced}` cannot be traced to a column of `{compiled.base_relation}`"
             )
         if isinstance(self.log, Feed):
-            if self.props.merge_strategy != "upsert":
+            if self.props.merge_strategy not in KEYS_REPLACED:
                 return Fallback(
                     f"`{self.log.source.name}` is a change feed, read as its keys' current rows: only an upsert "
-                    "by its keys is maintained from the window"
+                    "or a history by its keys is maintained from the window"
                 )
             if set(traced) != set(self.log.keys):
                 return Fallback(
@@ -753,7 +758,7 @@ class LogDeltaBuilder(DeltaBuilder):
         facts = {key: value for key, value in window.items() if key != "window_rows"}
         detail = self._window_detail(window)
         detail["log"] = self.log.source.versioning.kind
-        if self.props.merge_strategy == "upsert":
+        if self.props.merge_strategy in KEYS_REPLACED:
             return self._log_upsert(low, high, facts, detail)
         return self._log_append(low, high, facts, detail)
 

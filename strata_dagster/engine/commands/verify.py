@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from strata_dagster.engine.context import ProjectContext, load_context, select_m
 from strata_dagster.engine.damaged_files import damaged_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
 from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.feed import Feed, history_source_error
 from strata_dagster.engine.sources.logs import log_source
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.faults import checkpoint
@@ -331,10 +332,13 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         for name in project.sources
         if (window := business.ledger_window(session, project, name, context.overrides)) is not None
     }
+    feeds: dict[str, Feed] = {}
     for name in project.sources:
         log = log_source(session, project, context.overrides, name)
         if log is not None:
             windows[name] = log.relation()  # a ledger's committed rows, a feed's current rows
+        if isinstance(log, Feed):
+            feeds[name] = log
 
     def relation(name: str) -> exp.Table | exp.Query:
         if name in windows:
@@ -345,10 +349,21 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
             return model_view(name, context.branch)
         return tables[name]
 
+    def versions_of(base: str) -> Callable[[str], exp.Table | exp.Query]:
+        """A history model's inputs: its change feed's versions (engine.sources.feed)."""
+        feed = feeds.get(base)
+        if feed is None:
+            raise history_source_error(project.models[name], base)
+        return lambda input_name: feed.versions() if input_name == base else relation(input_name)
+
     for name in names:
         table_name = f"{SCRATCH_PREFIX}{token}_{name}"
+        compiled = context.compiled.models[name]
+        inputs: Callable[[str], exp.Table | exp.Query] = relation
+        if project.models[name].properties.merge_strategy == "history":
+            inputs = versions_of(compiled.base_relation)
         try:
-            session.create_snapshot(table_name, context.compiled.models[name].bound(relation))
+            session.create_snapshot(table_name, compiled.bound(inputs))
         except ResourceLimitExceeded as error:
             raise limit_error(name, error, project.models[name].location) from None
         except WarehouseError as error:

@@ -62,7 +62,7 @@ def strategy_for(
     """
     name = decision.model
     current, existing = decision.live, decision.choice.existing
-    session, relation = scope.session, scope.relation_for_build
+    session, relation = scope.session, scope.relations_for(name)
     if decision.strategy == "view":
         return ViewBuild(
             target,
@@ -138,7 +138,7 @@ def full_build(
     return FullBuild(
         target,
         scope.session,
-        scope.relation_for_build,
+        scope.relations_for(name),
         current,
         existing,
         is_state_present,

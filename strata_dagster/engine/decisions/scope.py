@@ -40,6 +40,7 @@ from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.feed import Feed, history_source_error
 from strata_dagster.engine.sources.logs import LogSource, log_source
 from strata_dagster.engine.sources.readings import (
     SourceState,
@@ -121,6 +122,7 @@ class RunScope:
         """The catalog of the branch, and the state of every source the closure reads."""
         self.catalog = self.session.catalog(self.schema)
         self.sources = self.read_sources()
+        self.check_history_models()
         self.source_totals = {
             state.relation: (state.row_count, state.row_hash_sum)
             for state in self.sources.values()
@@ -134,6 +136,20 @@ class RunScope:
         self.pointers = self.reader.pointers(self.context.branch) if has_history else {}
         self.removed = removed_models(self.reader, self.pointers, self.project)
         return self.pointers
+
+    def check_history_models(self) -> None:
+        """Refuses a history model of the closure that does not read a change feed by its keys."""
+        for name in self.closure:
+            model = self.project.models[name]
+            if model.properties.merge_strategy != "history":
+                continue
+            compiled = self.context.compiled.models[name]
+            log = self.logs.get(compiled.base_relation)
+            if not isinstance(log, Feed):
+                raise history_source_error(model, compiled.base_relation)
+            traced = {compiled.base_column(key) for key in model.properties.merge_keys or ()}
+            if traced != set(log.keys):
+                raise history_source_error(model, compiled.base_relation, log.keys)
 
     def read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
@@ -266,6 +282,16 @@ class RunScope:
         state = self.sources.get(self.context.compiled.models[name].base_relation)
         return WHOLE_ROW if state is None else state.row_basis
 
+    def relations_for(self, model: str) -> Callable[[str], exp.Table | exp.Query]:
+        """What a build of `model` in this run reads each input from: a history model reads its
+        change feed's versions, any other model its current rows."""
+        if self.project.models[model].properties.merge_strategy != "history":
+            return self.relation_for_build
+        base = self.context.compiled.models[model].base_relation
+        log = self.logs.get(base)
+        assert isinstance(log, Feed)  # check_history_models refused any other
+        return lambda name: log.versions() if name == base else self.relation_for_build(name)
+
     def relation_for_build(self, name: str) -> exp.Table | exp.Query:
         """What a build in this run reads input `name` from."""
         if name in self.business:
@@ -339,7 +365,7 @@ class RunScope:
             self.session,
             self.model(name),
             self.context.compiled.models[name],
-            self.relation_for_build,
+            self.relations_for(name),
             self.fingerprints[name].value,
             snapshot_id,
             table_name,

@@ -7,6 +7,11 @@ event deletes it has no row, and an event after a delete restores it. A window (
 arrival column (the position when none is declared) names the keys whose events arrived; an
 upsert over the feed recomputes those keys from all their events, so events out of order or
 repeated give what the whole feed gives.
+
+A history model (`merge_strategy: history`) reads the feed as its keys' versions instead: one row
+per position of a key (the event there, ties broken as above) that does not delete it, with
+`valid_from` (its position), `valid_to` (the key's next position, NULL while current) and
+`is_current`; a delete closes the version before it, and a later event opens a new one.
 """
 
 from __future__ import annotations
@@ -16,12 +21,17 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
-from strata_dagster.language.definition import Source
+from strata_dagster.errors import E_HISTORY_SOURCE, StrataError
+from strata_dagster.language.definition import HISTORY_COLUMNS, Model, Source
 from strata_dagster.sql.segments import window_predicate
 
 RANK = "__strata_feed_rank"
 _EVENTS = "__feed_events"
 _LATEST = "__feed_latest"
+_AT = "__feed_at"
+_VERSIONS = "__feed_versions"
+VALID_FROM, VALID_TO, IS_CURRENT = HISTORY_COLUMNS
+_DELETES = "__strata_feed_deletes"
 
 
 @dataclass(frozen=True)
@@ -59,16 +69,52 @@ class Feed:
     def relation(self) -> exp.Query:
         """Each key's current row: its latest event, unless that event deletes it."""
         order = [exp.Ordered(this=exp.column(self.position, table=_EVENTS), desc=True)]
+        return self._ranked_rows(order, list(self.keys))
+
+    def versions(self) -> exp.Query:
+        """Each key's versions: the event at each of its positions, unless it deletes the key, valid
+        from its position to the key's next one (NULL: current)."""
+        at_position = self._ranked_rows([], [*self.keys, self.position], keep_deletes=True)
+        next_position = exp.Window(
+            this=exp.func("lead", exp.column(self.position, table=_AT)),
+            partition_by=[exp.column(key, table=_AT) for key in self.keys],
+            order=exp.Order(expressions=[exp.Ordered(this=exp.column(self.position, table=_AT))]),
+        )
+        flagged = exp.select(
+            exp.Star(except_=[exp.column(_DELETES)]),
+            exp.column(self.position, table=_AT).as_(VALID_FROM),
+            next_position.as_(VALID_TO),
+            exp.Is(this=next_position.copy(), expression=exp.null()).as_(IS_CURRENT),
+            exp.column(_DELETES, table=_AT).as_(_DELETES),
+        ).from_(at_position.subquery(_AT))
+        return (
+            exp.select(exp.Star(except_=[exp.column(_DELETES)]))
+            .from_(flagged.subquery(_VERSIONS))
+            .where(exp.not_(exp.column(_DELETES, table=_VERSIONS)))
+        )
+
+    def _ranked_rows(
+        self, order: list[exp.Ordered], partition: list[str], keep_deletes: bool = False
+    ) -> exp.Query:
+        """The event ranked first in each `partition` (by `order`, then arrival, then hash): without
+        deletes, or with a column saying whether it deletes its key."""
         if self.source.versioning.arrival_column:
             order.append(exp.Ordered(this=exp.column(self.window_column, table=_EVENTS), desc=True))
         order.append(exp.Ordered(this=exp.func("hash", exp.column(_EVENTS)), desc=True))
         rank = exp.Window(
             this=exp.RowNumber(),
-            partition_by=[exp.column(key, table=_EVENTS) for key in self.keys],
+            partition_by=[exp.column(column, table=_EVENTS) for column in partition],
             order=exp.Order(expressions=order),
         )
         latest = exp.select(exp.Star(), rank.as_(RANK)).from_(self.table.copy().as_(_EVENTS))
         star = exp.Star(except_=[exp.column(RANK)])
+        is_first = exp.EQ(this=exp.column(RANK, table=_LATEST), expression=exp.Literal.number(1))
+        if keep_deletes:
+            return (
+                exp.select(star, self.is_deleted(_LATEST).as_(_DELETES))
+                .from_(latest.subquery(_LATEST))
+                .where(is_first)
+            )
         return (
             exp.select(star)
             .from_(latest.subquery(_LATEST))
@@ -91,3 +137,20 @@ class Feed:
 
     def checked_window(self, session: Session, low: exp.Expr, high: exp.Expr) -> str | None:
         return None
+
+
+def history_source_error(model: Model, base: str, keys: tuple[str, ...] | None = None) -> StrataError:
+    """Why history model `model` cannot be kept over its `from` relation `base` (`keys`: the feed's
+    keys, which its merge keys do not trace to; None: `base` is not a change feed)."""
+    if keys is None:
+        what = f"reads `{base}`, which is not a change feed: its versions cannot be recomputed"
+        hint = "read a source declared `versioning: feed(position)` with `feed_keys`"
+    else:
+        what = f"merges by keys that are not `{base}`'s feed keys ({', '.join(keys)})"
+        hint = f"set `merge_keys` to the columns selected from {', '.join(keys)}"
+    return StrataError(
+        E_HISTORY_SOURCE,
+        f"model `{model.name}` uses `merge_strategy: history` but {what}",
+        model.properties.location_of("merge_strategy") or model.location,
+        hint=hint,
+    )

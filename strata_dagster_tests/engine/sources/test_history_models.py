@@ -1,0 +1,94 @@
+"""History models (`merge_strategy: history`) over a change feed: one row per version of each key,
+valid from its position to the key's next one; deltas replace the versions of the keys a window
+touched and equal the recomputation from the whole feed; any other `from` is refused (E092)."""
+
+import duckdb
+import pytest
+
+from strata_dagster.engine.commands.verify import verify
+from strata_dagster.engine.plan import plan_project
+from strata_dagster.engine.run import run_project
+from strata_dagster.errors import E_HISTORY_SOURCE, StrataError
+from strata_dagster_tests.engine.sources.test_change_feeds import Feed
+from strata_dagster_tests.support.incremental_support import multiset
+from strata_dagster_tests.support.log_support import full_history, history_module, make_feed_project
+
+
+def path(project, warehouse) -> str:
+    """How the run built the history model (full, delta, cutoff), with its detail on failure."""
+    outcome = run_project(project, warehouse, only_stale=True).outcome("customer_history")
+    return outcome.path
+
+
+def history_rows(warehouse) -> list[tuple]:
+    con = duckdb.connect(str(warehouse))
+    try:
+        return con.execute(
+            "SELECT id, name, valid_from, valid_to, is_current FROM main.v_customer_history ORDER BY id, valid_from"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def assert_history_equal_to_full(warehouse, deletes="debezium(op)", arrival=False) -> None:
+    con = duckdb.connect(str(warehouse))
+    try:
+        assert multiset(con, "SELECT * FROM main.v_customer_history") == multiset(
+            con, full_history(deletes, arrival)
+        )
+    finally:
+        con.close()
+
+
+def test_versions_close_on_update_and_delete_and_reopen_on_reinsert(tmp_path):
+    project, warehouse = make_feed_project(tmp_path, history_module())
+    feed = Feed(warehouse)
+    feed.write(("insert", 1, "ann", "eu"), ("insert", 2, "bob", "us"))
+    assert path(project, warehouse) == "full"
+    feed.write(("update", 1, "anne", "eu"), ("delete", 2), ("insert", 2, "bobby", "us"))
+    assert path(project, warehouse) == "delta"
+    assert history_rows(warehouse) == [
+        (1, "ann", 1, 3, False),
+        (1, "anne", 3, None, True),
+        (2, "bob", 2, 4, False),
+        (2, "bobby", 5, None, True),
+    ]
+    assert_history_equal_to_full(warehouse)
+    feed.write(("delete", 1))
+    assert path(project, warehouse) == "delta"
+    assert history_rows(warehouse)[:2] == [(1, "ann", 1, 3, False), (1, "anne", 3, 6, False)]
+    assert_history_equal_to_full(warehouse)
+    assert verify(project, warehouse).is_equal
+
+
+@pytest.mark.parametrize("deletes", ["fivetran", "airbyte", "flag(is_deleted)"])
+def test_each_delete_form_closes_versions(tmp_path, deletes):
+    project, warehouse = make_feed_project(tmp_path, history_module(deletes))
+    feed = Feed(warehouse, deletes)
+    feed.write(("insert", 1, "ann", "eu"))
+    run_project(project, warehouse)
+    feed.write(("delete", 1), ("insert", 1, "ann", "us"))
+    assert path(project, warehouse) == "delta"
+    assert [row[2:] for row in history_rows(warehouse)] == [(1, 2, False), (3, None, True)]
+    assert_history_equal_to_full(warehouse, deletes)
+
+
+def test_a_history_model_over_a_plain_table_is_refused(tmp_path):
+    module = (
+        history_module()
+        .replace("versioning: feed(lsn)", "versioning: full")
+        .replace("feed_keys: [id]\n  deletes: debezium(op)\n", "")
+    )
+    project, warehouse = make_feed_project(tmp_path, module)
+    for command in (plan_project, run_project):
+        with pytest.raises(StrataError) as caught:
+            command(project, warehouse)
+        assert caught.value.code == E_HISTORY_SOURCE
+
+
+def test_a_history_model_merged_by_other_keys_is_refused(tmp_path):
+    module = history_module().replace("merge_keys: [id]", "merge_keys: [id, name]")
+    project, warehouse = make_feed_project(tmp_path, module)
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == E_HISTORY_SOURCE
