@@ -223,6 +223,12 @@ class _PipelineCompiler:
         self.base_alias = first.relation
         self.base_source_columns = self.columns_of(first.relation)
         if self.model.properties.merge_strategy == "history" and self.base_source_columns is not None:
+            checked = self.model.properties.check_columns or ()
+            if missing := [name for name in checked if name not in self.base_source_columns]:
+                where = self.model.properties.location_of("check_columns")
+                raise unknown_column(
+                    missing[0], self.base_source_columns, self.model.name, where, relation=first.relation
+                )
             self.base_source_columns = (*self.base_source_columns, *HISTORY_COLUMNS)  # its feed's versions
         self.lineage = {name: name for name in self.base_source_columns or ()}
         self._check_step_order(steps)

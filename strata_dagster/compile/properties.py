@@ -8,6 +8,7 @@ from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.scope import unknown_column
 from strata_dagster.errors import (
     E_CDC_COLUMN,
+    E_HISTORY_SOURCE,
     E_MERGE_KEYS,
     E_MERGE_ON_AGGREGATE,
     E_PARTIAL_MONTH,
@@ -55,6 +56,16 @@ def property_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
                     hint="output columns: " + ", ".join(columns),
                 )
             )
+    if props.check_columns is not None and strategy != "history":
+        errors.append(
+            StrataError(
+                E_HISTORY_SOURCE,
+                f"model `{model.name}` sets `check_columns` but is not a `merge_strategy: history` model",
+                where("check_columns") or model.location,
+                hint="`check_columns` says which columns open a new version of a history model; remove it, "
+                "or use `merge_strategy: history` over a change feed",
+            )
+        )
     if strategy in KEYED_STRATEGIES:
         keys = props.merge_keys
         if not keys:

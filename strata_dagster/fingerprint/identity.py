@@ -55,6 +55,9 @@ def model_fingerprint(
     if props.is_view:
         # Only views say so: a table model's fingerprint stays what it was before views existed.
         output_properties["materialize"] = props.materialize
+    if props.check_columns is not None:
+        # Only history models checking columns say so: other fingerprints stay what they were.
+        output_properties["check_columns"] = list(props.check_columns)
     value = digest(
         HASH_VERSION,
         backend_version,

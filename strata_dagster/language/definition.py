@@ -243,6 +243,7 @@ class ModelProperties:
     merge_strategy: MergeStrategy = "replace"
     merge_keys: tuple[str, ...] | None = None
     cdc_column: str | None = None
+    check_columns: tuple[str, ...] | None = None  # a history's versions: when these change
     lateness: str | None = None
     partitioned_by: PartitionSpec | None = None
     unique: tuple[str, ...] | None = None

@@ -108,6 +108,7 @@ PROPERTY_NAMES = (
     "merge_strategy",
     "merge_keys",
     "cdc_column",
+    "check_columns",
     "lateness",
     "partitioned_by",
     "unique",

@@ -438,6 +438,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "merge_strategy": ("merge_strategy", as_merge_strategy),
     "merge_keys": ("merge_keys", as_names),
     "cdc_column": ("cdc_column", as_name),
+    "check_columns": ("check_columns", as_names),
     "lateness": ("lateness", as_interval),
     "partitioned_by": ("partitioned_by", as_partition),
     "unique": ("unique", as_names),

@@ -119,19 +119,29 @@ model customer_history {
 """
 
 
-def history_module(deletes: str = "debezium(op)", arrival: bool = False) -> str:
-    """The feed project with a history model beside its upsert."""
-    return feed_module(deletes, arrival) + HISTORY_MODEL
+def history_module(deletes: str = "debezium(op)", arrival: bool = False, checked: str | None = None) -> str:
+    """The feed project with a history model beside its upsert (versioned by `checked` columns)."""
+    model = HISTORY_MODEL
+    if checked is not None:
+        model = model.replace("  merge_keys: [id]\n", f"  merge_keys: [id]\n  check_columns: [{checked}]\n")
+    return feed_module(deletes, arrival) + model
 
 
-def full_history(deletes: str = "debezium(op)", arrival: bool = False) -> str:
+def full_history(deletes: str = "debezium(op)", arrival: bool = False, checked: str | None = None) -> str:
     """The history model recomputed from all the feed's events: the event at each (key, position),
-    valid until the key's next position, without the deleting events."""
+    valid until the key's next position, without the deleting events; with a `checked` column,
+    only the events that change it (or follow a delete, or come first) open versions."""
     order = "synced_at DESC, " if arrival else ""
     at_position = (
         f"SELECT *, {DELETE_FORMS[deletes]} AS gone FROM (SELECT *, row_number() OVER (PARTITION BY id, lsn "
         f"ORDER BY {order}hash(e) DESC) AS rank FROM raw.customer_changes e) WHERE rank = 1"
     )
+    if checked is not None:
+        at_position = (
+            f"SELECT * FROM (SELECT *, lag(lsn) OVER w IS NULL OR coalesce(lag(gone) OVER w, false) "
+            f"OR ({checked}) IS DISTINCT FROM lag(({checked})) OVER w AS opens FROM ({at_position}) "
+            "WINDOW w AS (PARTITION BY id ORDER BY lsn)) WHERE opens OR gone"
+        )
     versions = (
         "SELECT *, lsn AS valid_from, lead(lsn) OVER (PARTITION BY id ORDER BY lsn) AS valid_to "
         f"FROM ({at_position})"

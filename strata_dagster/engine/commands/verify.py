@@ -354,7 +354,8 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         feed = feeds.get(base)
         if feed is None:
             raise history_source_error(project.models[name], base)
-        return lambda input_name: feed.versions() if input_name == base else relation(input_name)
+        checked = project.models[name].properties.check_columns or ()
+        return lambda input_name: feed.versions(checked) if input_name == base else relation(input_name)
 
     for name in names:
         table_name = f"{SCRATCH_PREFIX}{token}_{name}"

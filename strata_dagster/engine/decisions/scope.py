@@ -290,7 +290,8 @@ class RunScope:
         base = self.context.compiled.models[model].base_relation
         log = self.logs.get(base)
         assert isinstance(log, Feed)  # check_history_models refused any other
-        return lambda name: log.versions() if name == base else self.relation_for_build(name)
+        checked = self.project.models[model].properties.check_columns or ()
+        return lambda name: log.versions(checked) if name == base else self.relation_for_build(name)
 
     def relation_for_build(self, name: str) -> exp.Table | exp.Query:
         """What a build in this run reads input `name` from."""

@@ -32,6 +32,8 @@ _AT = "__feed_at"
 _VERSIONS = "__feed_versions"
 VALID_FROM, VALID_TO, IS_CURRENT = HISTORY_COLUMNS
 _DELETES = "__strata_feed_deletes"
+_OPENS = "__strata_feed_opens"
+_CHANGES = "__feed_changes"
 
 
 @dataclass(frozen=True)
@@ -71,15 +73,15 @@ class Feed:
         order = [exp.Ordered(this=exp.column(self.position, table=_EVENTS), desc=True)]
         return self._ranked_rows(order, list(self.keys))
 
-    def versions(self) -> exp.Query:
+    def versions(self, checked: tuple[str, ...] = ()) -> exp.Query:
         """Each key's versions: the event at each of its positions, unless it deletes the key, valid
-        from its position to the key's next one (NULL: current)."""
+        from its position to the key's next one (NULL: current). With `checked` columns, an event
+        that leaves them as they were opens no version: its version began at the first event of
+        the run of equal values."""
         at_position = self._ranked_rows([], [*self.keys, self.position], keep_deletes=True)
-        next_position = exp.Window(
-            this=exp.func("lead", exp.column(self.position, table=_AT)),
-            partition_by=[exp.column(key, table=_AT) for key in self.keys],
-            order=exp.Order(expressions=[exp.Ordered(this=exp.column(self.position, table=_AT))]),
-        )
+        if checked:
+            at_position = self._changes(at_position, checked)
+        next_position = self._over_key(exp.func("lead", exp.column(self.position, table=_AT)))
         flagged = exp.select(
             exp.Star(except_=[exp.column(_DELETES)]),
             exp.column(self.position, table=_AT).as_(VALID_FROM),
@@ -91,6 +93,37 @@ class Feed:
             exp.select(exp.Star(except_=[exp.column(_DELETES)]))
             .from_(flagged.subquery(_VERSIONS))
             .where(exp.not_(exp.column(_DELETES, table=_VERSIONS)))
+        )
+
+    def _over_key(self, function: exp.Expr) -> exp.Window:
+        """`function` over the events of a key (of `_AT`), in position order."""
+        return exp.Window(
+            this=function,
+            partition_by=[exp.column(key, table=_AT) for key in self.keys],
+            order=exp.Order(expressions=[exp.Ordered(this=exp.column(self.position, table=_AT))]),
+        )
+
+    def _changes(self, at_position: exp.Query, checked: tuple[str, ...]) -> exp.Query:
+        """The events of `at_position` that open a version or delete: a key's first, one after a
+        delete, or one whose `checked` columns differ from its previous event's."""
+
+        def previous(column: str) -> exp.Window:
+            return self._over_key(exp.func("lag", exp.column(column, table=_AT)))
+
+        opens = exp.or_(
+            exp.column(_DELETES, table=_AT),
+            exp.Is(this=previous(self.position), expression=exp.null()),
+            exp.func("coalesce", previous(_DELETES), exp.false()),
+            *(
+                exp.NullSafeNEQ(this=exp.column(column, table=_AT), expression=previous(column))
+                for column in checked
+            ),
+        )
+        flagged = exp.select(exp.Star(), opens.as_(_OPENS)).from_(at_position.subquery(_AT))
+        return (
+            exp.select(exp.Star(except_=[exp.column(_OPENS)]))
+            .from_(flagged.subquery(_CHANGES))
+            .where(exp.column(_OPENS, table=_CHANGES))
         )
 
     def _ranked_rows(

@@ -8,7 +8,7 @@ import pytest
 from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
-from strata_dagster.errors import E_HISTORY_SOURCE, StrataError
+from strata_dagster.errors import E_HISTORY_SOURCE, E_UNKNOWN_COLUMN, StrataError
 from strata_dagster_tests.engine.sources.test_change_feeds import Feed
 from strata_dagster_tests.support.incremental_support import multiset
 from strata_dagster_tests.support.log_support import full_history, history_module, make_feed_project
@@ -30,11 +30,11 @@ def history_rows(warehouse) -> list[tuple]:
         con.close()
 
 
-def assert_history_equal_to_full(warehouse, deletes="debezium(op)", arrival=False) -> None:
+def assert_history_equal_to_full(warehouse, deletes="debezium(op)", arrival=False, checked=None) -> None:
     con = duckdb.connect(str(warehouse))
     try:
         assert multiset(con, "SELECT * FROM main.v_customer_history") == multiset(
-            con, full_history(deletes, arrival)
+            con, full_history(deletes, arrival, checked)
         )
     finally:
         con.close()
@@ -71,6 +71,40 @@ def test_each_delete_form_closes_versions(tmp_path, deletes):
     assert path(project, warehouse) == "delta"
     assert [row[2:] for row in history_rows(warehouse)] == [(1, 2, False), (3, None, True)]
     assert_history_equal_to_full(warehouse, deletes)
+
+
+def test_checked_columns_open_versions_only_when_they_change(tmp_path):
+    project, warehouse = make_feed_project(tmp_path, history_module(checked="region"))
+    feed = Feed(warehouse)
+    feed.write(("insert", 1, "ann", "eu"))
+    path(project, warehouse)
+    feed.write(("update", 1, "anne", "eu"), ("update", 1, "anne", "us"))  # a name change is no version
+    assert path(project, warehouse) == "delta"
+    feed.write(("delete", 1), ("insert", 1, "anne", "us"))  # after a delete, equal values open one
+    assert path(project, warehouse) == "delta"
+    assert history_rows(warehouse) == [
+        (1, "ann", 1, 3, False),
+        (1, "anne", 3, 4, False),
+        (1, "anne", 5, None, True),
+    ]
+    assert_history_equal_to_full(warehouse, checked="region")
+    assert verify(project, warehouse).is_equal
+
+
+def test_check_columns_outside_a_history_model_or_the_feed_are_refused(tmp_path):
+    module = (
+        history_module(checked="region")
+        .replace("merge_strategy: history", "merge_strategy: upsert")
+        .replace("lsn, valid_from, valid_to, is_current", "lsn")
+    )
+    project, warehouse = make_feed_project(tmp_path / "upsert", module)
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == E_HISTORY_SOURCE
+    project, warehouse = make_feed_project(tmp_path / "unknown", history_module(checked="regoin"))
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == E_UNKNOWN_COLUMN
 
 
 def test_a_history_model_over_a_plain_table_is_refused(tmp_path):

@@ -1,6 +1,6 @@
 """Property: random histories of a change feed (inserts, updates, deletes, re-inserts, snapshot
-reads, events out of order and repeated, compaction of old events) maintain a history model whose
-versions, after every run, equal their recomputation from the whole feed (row-hash multisets)."""
+reads, events out of order and repeated, compaction of old events) maintain a history model (by
+position, or by checked columns) whose versions, after every run, equal their recomputation from the whole feed (row-hash multisets)."""
 
 import duckdb
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +17,7 @@ from strata_dagster_tests.support.log_support import (
 )
 
 SETTINGS = settings(
-    max_examples=10,
+    max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -58,11 +58,13 @@ def write(warehouse, feed: Feed, batch) -> None:
     history=st.lists(steps, min_size=1, max_size=5),
     deletes=st.sampled_from(sorted(DELETE_FORMS)),
     arrival=st.booleans(),
+    checked=st.sampled_from([None, "region", "name, region"]),
 )
-def test_history_models_equal_their_recomputation_from_the_feed(tmp_path_factory, history, deletes, arrival):
-    project, warehouse = make_feed_project(
-        tmp_path_factory.mktemp("history"), history_module(deletes, arrival)
-    )
+def test_history_models_equal_their_recomputation_from_the_feed(
+    tmp_path_factory, history, deletes, arrival, checked
+):
+    module = history_module(deletes, arrival, checked)
+    project, warehouse = make_feed_project(tmp_path_factory.mktemp("history"), module)
     feed = Feed(warehouse, deletes)
     feed.write(("insert", 0, "ann", "eu"), ("insert", 1, "bob", "us"))
     run_project(project, warehouse)
@@ -72,7 +74,7 @@ def test_history_models_equal_their_recomputation_from_the_feed(tmp_path_factory
         outcome = run_project(project, warehouse, only_stale=True).outcome("customer_history")
         con = duckdb.connect(str(warehouse))
         try:
-            expected = multiset(con, full_history(deletes, arrival))
+            expected = multiset(con, full_history(deletes, arrival, checked))
             assert multiset(con, "SELECT * FROM main.v_customer_history") == expected, (batch, outcome.detail)
         finally:
             con.close()
