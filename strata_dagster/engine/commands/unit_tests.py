@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from strata_dagster.backends.opening import read_source_schemas
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.compiler import CompiledModel, compile_model
 from strata_dagster.compile.determinism import make_windows_deterministic
+from strata_dagster.engine.sources.feed import Feed
 from strata_dagster.errors import (
     E_TEST_COLUMN,
     E_TEST_DEFINITION,
@@ -186,7 +187,21 @@ def _declare_relations(
     for name in compiled.project.order:
         model = compiled.models.get(name)
         if model is not None:
-            db.declare_view(name, model.bound(lambda relation: table(relation, TYPES_SCHEMA)))
+            db.declare_view(name, model.bound(_inputs(compiled.project, name, model, TYPES_SCHEMA)))
+
+
+def _inputs(
+    project: Project, name: str, compiled: CompiledModel, schema: str
+) -> Callable[[str], exp.Table | exp.Query]:
+    """What model `name` reads each input from in `schema`: a history model reads its change feed's
+    fixture rows as their versions (engine.sources.feed), as a build does."""
+    properties = project.models[name].properties
+    base = compiled.base_relation
+    source = project.sources.get(base)
+    if properties.merge_strategy != "history" or source is None or source.versioning.kind != "feed":
+        return lambda relation: table(relation, schema)
+    versions = Feed(source, table(base, schema)).versions(properties.check_columns or ())
+    return lambda relation: versions if relation == base else table(relation, schema)
 
 
 def _run_case(
@@ -219,7 +234,7 @@ def _run_case(
         known = schema if schema is not None else tuple((name, "") for name in names) or None
         _check_columns(fixture, known, f"`{relation}`", test)
         db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
-    query = compiled.bound(lambda relation: table(relation, CASE_SCHEMA))
+    query = compiled.bound(_inputs(project, test.model, compiled, CASE_SCHEMA))
     if test.previous is None:
         output = db.create_result(_ACTUAL, query, test.location)
     else:

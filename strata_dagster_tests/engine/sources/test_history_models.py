@@ -5,6 +5,7 @@ touched and equal the recomputation from the whole feed; any other `from` is ref
 import duckdb
 import pytest
 
+from strata_dagster.engine.commands.unit_tests import run_unit_tests
 from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
@@ -126,3 +127,34 @@ def test_a_history_model_merged_by_other_keys_is_refused(tmp_path):
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == E_HISTORY_SOURCE
+
+
+UNIT_TEST = """
+test customer_history versions {
+  given customer_changes [
+    (id, name, region, lsn, op)
+    (1, 'a', 'eu', 1, 'c')
+    (1, 'b', 'eu', 2, 'u')
+    (2, 'c', 'us', 3, 'c')
+    (2, null, null, 4, 'd')
+  ]
+  expect [
+    (id, name, region, lsn, valid_from, valid_to, is_current)
+    (1, 'a', 'eu', 1, 1, 2, false)
+    (1, 'b', 'eu', 2, 2, null, true)
+    (2, 'c', 'us', 3, 3, 4, false)
+  ]
+}
+"""
+
+
+def test_a_unit_test_of_a_history_model_reads_its_fixture_feed_as_versions(tmp_path):
+    project, warehouse = make_feed_project(tmp_path, history_module())
+    (project / "tests.strata").write_text(UNIT_TEST)
+    assert run_unit_tests(project, warehouse).is_passed
+    (project / "tests.strata").write_text(
+        UNIT_TEST.replace("(1, 'b', 'eu', 2, 2, null, true)", "(1, 'b', 'eu', 2, 2, null, false)")
+    )
+    report = run_unit_tests(project, warehouse)
+    assert not report.is_passed
+    assert report.failed[0].missing and report.failed[0].unexpected
