@@ -113,13 +113,19 @@ def stale_causes(
     parents: dict[dg.AssetKey, list[str | None]] = {}
     for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
         parents.setdefault(parent.asset_key, []).append(parent.partition_key)
+    names = {parent_key.to_user_string() for parent_key in asset_graph.get(key).parent_keys}
+    for tag in sorted(tags):
+        if tag.startswith(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/"):
+            name = tag.removeprefix(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/")
+            if name not in names:
+                yield f"removed dependency on {name}"
     for parent_key, partitions in parents.items():
-        if partitions != [None] and len(partitions) >= _MOST_INPUT_PARTITIONS:
-            continue  # as Dagster: an input's partitions count only when a few
+        if partitions != [None] and _is_left_out(asset_graph, key, parent_key, partitions):
+            continue
         name = parent_key.to_user_string()
         pointer = tags.get(f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}")
         if pointer is None:
-            yield f"has a new dependency: {name}"
+            yield f"has a new dependency on {name}"
             continue
         item = ModelInput(parent_key, is_observed=not asset_graph.get(parent_key).is_materializable)
         if partitions == [None]:
@@ -136,9 +142,24 @@ def stale_causes(
             yield f"{name}[{updated}] has a new data version"
 
 
+def _is_left_out(
+    asset_graph: Any, key: dg.AssetKey, parent_key: dg.AssetKey, partitions: list[str | None]
+) -> bool:
+    """As Dagster's staleness: a partitioned input counts only through a few partitions, and not
+    when all of a time-window input is read."""
+    if len(partitions) >= _MOST_INPUT_PARTITIONS:
+        return True
+    return isinstance(
+        asset_graph.get(parent_key).partitions_def, dg.TimeWindowPartitionsDefinition
+    ) and isinstance(asset_graph.get_partition_mapping(key, parent_key), dg.AllPartitionMapping)
+
+
 def _is_updated(instance: dg.DagsterInstance, item: ModelInput, partition: str, cursor: int | None) -> bool:
     """An event of `item`'s `partition` after `cursor` whose data version differs from the latest
-    one at or before it."""
+    one at or before it. Without a cursor (the input had no event when read), never: Dagster then
+    compares the latest event with itself."""
+    if cursor is None:
+        return False
     fetch = instance.fetch_observations if item.is_observed else instance.fetch_materializations
     after = fetch(
         dg.AssetRecordsFilter(asset_key=item.key, asset_partitions=[partition], after_storage_id=cursor),
@@ -146,14 +167,8 @@ def _is_updated(instance: dg.DagsterInstance, item: ModelInput, partition: str, 
     ).records
     if not after:
         return False
-    before = (
-        fetch(
-            dg.AssetRecordsFilter(
-                asset_key=item.key, asset_partitions=[partition], before_storage_id=cursor + 1
-            ),
-            limit=1,
-        ).records
-        if cursor is not None
-        else []
-    )
+    before = fetch(
+        dg.AssetRecordsFilter(asset_key=item.key, asset_partitions=[partition], before_storage_id=cursor + 1),
+        limit=1,
+    ).records
     return recorded_data_version(after[0]) != recorded_data_version(before[0] if before else None)
