@@ -4,10 +4,9 @@ Business-versioned sources come first: new complete partitions are observed and 
 launched within the tick that lists them (sensors.arrivals). Each tick then compares the sources' content fingerprints (read by the sensor, read-only) with the
 data versions Dagster recorded for them: a source that changed is observed by a run of
 `strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
-no source changed, it reads the stale status (what the UI shows: the provenance Dagster records on
-each materialization, through its public event records, sensors.stale_status; the engine's answer
-for the models built by partitions), takes the stale asset
-partitions whose upstream assets are fresh and idle, and requests them (tagged
+no source changed, it reads the stale status the UI shows (from the provenance on Dagster's public
+event records, sensors.stale_status; the engine's answer for the models built by partitions),
+takes the stale asset partitions whose upstream assets are fresh and idle, and requests them (tagged
 `strata/purpose=rebuild`, with `strata/why`): the unpartitioned ones in one run, each partitioned
 asset in one ranged run per contiguous range of stale partitions (its backfill policy is a single
 run). Waves follow until nothing is stale. An idle tick launches nothing, and when nothing happened
