@@ -221,19 +221,7 @@ def test_no_engine_class_is_subclassed_outside_its_module() -> None:
     assert found == [], "compose instead (or move the class beside its base):\n" + "\n".join(found)
 
 
-# Dagster's private API: never imported, except by the one module whose docstring says what it
-# waits for, and only these names there (reading Dagster's stale status). This list only shrinks.
-DAGSTER_PRIVATE_MODULE = "strata_dagster/orchestration/dagster_private.py"
-DAGSTER_PRIVATE_NAMES_LEFT = {
-    "dagster._core.definitions.data_version": {
-        "CachingStaleStatusResolver",
-        "StaleCauseCategory",
-        "StaleStatus",
-    },
-    "dagster._core.loader": {"LoadingContext"},
-}
-
-
+# Dagster's private API: never imported, by any module of the package.
 def _dagster_private_imports(text: str) -> dict[str, set[str]]:
     """The private Dagster modules (`dagster._...`, dagster-shared) a module imports, and the names."""
     found: dict[str, set[str]] = {}
@@ -263,21 +251,12 @@ def test_private_dagster_imports_are_found() -> None:
     assert _dagster_private_imports("import dagster as dg\nfrom dagster import AssetKey\n") == {}
 
 
-def test_no_module_imports_dagsters_private_api_beyond_the_stale_status_reader() -> None:
+def test_no_module_imports_dagsters_private_api() -> None:
     found = {}
     for path in sorted((ROOT / "strata_dagster").rglob("*.py")):
-        name = path.relative_to(ROOT).as_posix()
         imports = _dagster_private_imports(path.read_text())
-        if name == DAGSTER_PRIVATE_MODULE:
-            extra = {
-                module: names - DAGSTER_PRIVATE_NAMES_LEFT.get(module, set())
-                for module, names in imports.items()
-                if module not in DAGSTER_PRIVATE_NAMES_LEFT or names - DAGSTER_PRIVATE_NAMES_LEFT[module]
-            }
-            if extra:
-                found[name] = extra
-        elif imports:
-            found[name] = imports
+        if imports:
+            found[path.relative_to(ROOT).as_posix()] = imports
     assert found == {}, f"Dagster's private API imported (use its public API): {found}"
 
 

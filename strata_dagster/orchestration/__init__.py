@@ -5,7 +5,7 @@ Laid out by Dagster concept: `assets/` (sources, the models' multi-assets, Pytho
 partitions and their companions), `checks/`, `sensors/` (the stale sensor, automation
 conditions), `jobs/` (asset, backfill, one-run and gc jobs, their schedules, the executor),
 `resources/`, `io/` (the IO manager, frames, dagster-pandas types), `component/`. Dagster's public
-API only, except `dagster_private.py`, imported only by the features that need it."""
+API only."""
 
 from strata_dagster.orchestration.assets.python_models import strata_python_model
 from strata_dagster.orchestration.component import StrataProjectComponent

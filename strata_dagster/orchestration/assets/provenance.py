@@ -12,7 +12,7 @@ sources it found changed, the companions it refreshed, the upstream models built
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,9 @@ from strata_dagster.orchestration import constants as c
 
 # Dagster's data version of an input it has no event of (a source never observed).
 INITIAL_DATA_VERSION = "INITIAL"
+# Dagster's staleness leaves out an input of this many partitions or more of one partition (or of
+# an unpartitioned asset), for speed: so does the reading below.
+_MOST_INPUT_PARTITIONS = 100
 
 
 @dataclass(frozen=True)
@@ -82,45 +85,81 @@ def materialization_tags(
 
 
 def is_stale_by_provenance(
-    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partition: str
+    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partition: str | None
 ) -> bool:
-    """Whether Dagster shows `partition` of strata model `key` stale, read as Dagster's staleness
-    reads it from the provenance on the partition's latest materialization (strata's own, above):
-    another code version, an input it did not read, or an input partition with a newer data
-    version than the one before the recorded event pointer. False when never materialized
-    (missing, not stale)."""
+    """Whether Dagster shows `partition` of `key` stale (see `stale_causes`; stops at the first cause)."""
+    return next(stale_causes(instance, asset_graph, key, partition), None) is not None
+
+
+def stale_causes(
+    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partition: str | None
+) -> Iterator[str]:
+    """Why `partition` of `key` (None: an unpartitioned asset) is stale, read as Dagster's
+    staleness reads it from the provenance on its latest materialization (strata's own, above, or
+    Dagster's, which carries the same tags): another code version, an input it did not read, or an
+    input (partition) with a newer data version than the one before the recorded event pointer.
+    None when fresh or never materialized (missing, not stale)."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=None if partition is None else [partition]),
+        limit=1,
     ).records
     if not records:
-        return False
+        return
     materialization = records[0].event_log_entry.asset_materialization
     tags = (materialization.tags if materialization is not None else None) or {}
-    if tags.get(c.CODE_VERSION_TAG) != (asset_graph.get(key).code_version or ""):
-        return True
+    code_version = asset_graph.get(key).code_version
+    if code_version and tags.get(c.CODE_VERSION_TAG) != code_version:
+        yield "has a new code version"
     parents: dict[dg.AssetKey, list[str | None]] = {}
     for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
         parents.setdefault(parent.asset_key, []).append(parent.partition_key)
+    names = {parent_key.to_user_string() for parent_key in asset_graph.get(key).parent_keys}
+    for tag in sorted(tags):
+        if tag.startswith(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/"):
+            name = tag.removeprefix(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/")
+            if name not in names:
+                yield f"removed dependency on {name}"
     for parent_key, partitions in parents.items():
+        if partitions != [None] and _is_left_out(asset_graph, key, parent_key, partitions):
+            continue
         name = parent_key.to_user_string()
         pointer = tags.get(f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}")
         if pointer is None:
-            return True  # a new input
+            yield f"has a new dependency on {name}"
+            continue
         item = ModelInput(parent_key, is_observed=not asset_graph.get(parent_key).is_materializable)
         if partitions == [None]:
             recorded = tags.get(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}")
             if (recorded_data_version(latest_record(instance, item)) or INITIAL_DATA_VERSION) != recorded:
-                return True
+                yield f"{name} has a new data version"
             continue
         cursor = None if pointer == c.NULL_EVENT_POINTER else int(pointer)
-        if any(_is_updated(instance, item, part, cursor) for part in partitions if part is not None):
-            return True
-    return False
+        updated = next(
+            (part for part in partitions if part is not None and _is_updated(instance, item, part, cursor)),
+            None,
+        )
+        if updated is not None:
+            yield f"{name}[{updated}] has a new data version"
+
+
+def _is_left_out(
+    asset_graph: Any, key: dg.AssetKey, parent_key: dg.AssetKey, partitions: list[str | None]
+) -> bool:
+    """As Dagster's staleness: a partitioned input counts only through a few partitions, and not
+    when all of a time-window input is read."""
+    if len(partitions) >= _MOST_INPUT_PARTITIONS:
+        return True
+    return isinstance(
+        asset_graph.get(parent_key).partitions_def, dg.TimeWindowPartitionsDefinition
+    ) and isinstance(asset_graph.get_partition_mapping(key, parent_key), dg.AllPartitionMapping)
 
 
 def _is_updated(instance: dg.DagsterInstance, item: ModelInput, partition: str, cursor: int | None) -> bool:
     """An event of `item`'s `partition` after `cursor` whose data version differs from the latest
-    one at or before it."""
+    one at or before it. Without a cursor (the input had no event when read), never: Dagster then
+    compares the latest event with itself."""
+    if cursor is None:
+        return False
     fetch = instance.fetch_observations if item.is_observed else instance.fetch_materializations
     after = fetch(
         dg.AssetRecordsFilter(asset_key=item.key, asset_partitions=[partition], after_storage_id=cursor),
@@ -128,14 +167,8 @@ def _is_updated(instance: dg.DagsterInstance, item: ModelInput, partition: str, 
     ).records
     if not after:
         return False
-    before = (
-        fetch(
-            dg.AssetRecordsFilter(
-                asset_key=item.key, asset_partitions=[partition], before_storage_id=cursor + 1
-            ),
-            limit=1,
-        ).records
-        if cursor is not None
-        else []
-    )
+    before = fetch(
+        dg.AssetRecordsFilter(asset_key=item.key, asset_partitions=[partition], before_storage_id=cursor + 1),
+        limit=1,
+    ).records
     return recorded_data_version(after[0]) != recorded_data_version(before[0] if before else None)

@@ -3,9 +3,10 @@
 Dagster's "Materialize unsynced" covers stale unpartitioned assets and missing partitions, not
 stale partitions. `stale_condition()` is true for exactly the asset partitions Dagster reports
 stale (an input got a new data version, or the code version changed) whose inputs are all fresh:
-the sensor materializes them wave by wave, upstream first, until nothing is stale. It reads
-Dagster's own stale status, so it acts on what the UI shows, whether the change happened before
-the sensor was turned on or after. Sources are observed on a cron so changes are noticed at all.
+the sensor materializes them wave by wave, upstream first, until nothing is stale. It reads the
+stale status from the provenance Dagster records on each materialization (sensors.stale_status,
+public event records), so it acts on what the UI shows, whether the change happened before the
+sensor was turned on or after. Sources are observed on a cron so changes are noticed at all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dagster as dg
 
 from strata_dagster.orchestration import constants as c
 from strata_dagster.orchestration.sensors.refresh import is_due, refresh_of
+from strata_dagster.orchestration.sensors.stale_status import StaleStatusReader
 
 AC = dg.AutomationCondition
 
@@ -22,8 +24,8 @@ OBSERVATION_CRON = "* * * * *"
 
 
 class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg]  # a condition on assets, its key type left open
-    """True for the candidate asset partitions whose stale status is STALE, and for all of an asset
-    whose refresh period has passed (see sensors.refresh)."""
+    """True for the candidate asset partitions that are stale (sensors.stale_status), and for all of
+    an asset whose refresh period has passed (see sensors.refresh)."""
 
     @property
     def name(self) -> str:
@@ -34,12 +36,20 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
         return "Stale: an input has a new data version, the code version changed or its refresh period passed"
 
     def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]  # the context's key type left open, as the class's
-        # Dagster's stale status has no public reader: orchestration.dagster_private, imported
-        # only when the automation daemon evaluates the condition.
-        from strata_dagster.orchestration.dagster_private import stale_candidates
-
-        refresh = refresh_of(context.asset_graph.get(context.key))
-        return stale_candidates(context, lambda instance: is_due(instance, context.key, refresh))
+        instance = context.asset_graph_view.instance
+        candidates = context.candidate_subset
+        if is_due(instance, context.key, refresh_of(context.asset_graph.get(context.key))):
+            return dg.AutomationResult(context, candidates)
+        reader = StaleStatusReader(instance, context.asset_graph)
+        if context.partitions_def is None:
+            stale = not candidates.is_empty and reader.is_stale(context.key)
+            return dg.AutomationResult(context, candidates if stale else context.get_empty_subset())
+        keys = {
+            partition
+            for partition in candidates.expensively_compute_partition_keys()
+            if reader.is_stale(context.key, partition)
+        }
+        return dg.AutomationResult(context, candidates.compute_intersection_with_partition_keys(keys))
 
 
 class CompanionCondition(dg.AutomationCondition):  # type: ignore[type-arg]  # a condition on assets, its key type left open

@@ -4,8 +4,9 @@ Business-versioned sources come first: new complete partitions are observed and 
 launched within the tick that lists them (sensors.arrivals). Each tick then compares the sources' content fingerprints (read by the sensor, read-only) with the
 data versions Dagster recorded for them: a source that changed is observed by a run of
 `strata_observe_sources` (tagged `strata/purpose=observe`), and nothing else happens that tick. When
-no source changed, it reads Dagster's own stale status (what the UI shows), takes the stale asset
-partitions whose upstream assets are fresh and idle, and requests them (tagged
+no source changed, it reads the stale status the UI shows (from the provenance on Dagster's public
+event records, sensors.stale_status; the engine's answer for the models built by partitions),
+takes the stale asset partitions whose upstream assets are fresh and idle, and requests them (tagged
 `strata/purpose=rebuild`, with `strata/why`): the unpartitioned ones in one run, each partitioned
 asset in one ranged run per contiguous range of stale partitions (its backfill policy is a single
 run). Waves follow until nothing is stale. An idle tick launches nothing, and when nothing happened
@@ -39,6 +40,7 @@ from strata_dagster.orchestration.sensors.observation import check_sources
 from strata_dagster.orchestration.sensors.plan_wording import engine_why
 from strata_dagster.orchestration.sensors.refresh import is_due, refresh_of
 from strata_dagster.orchestration.sensors.stale_changes import AssetPartition, may_have_changed, touched_since
+from strata_dagster.orchestration.sensors.stale_status import StaleStatusReader
 
 STALE_SENSOR_NAME = "strata_materialize_stale"
 OBSERVE_JOB = "strata_observe_sources"
@@ -103,10 +105,6 @@ def plan_stale_runs(
     # wait a tick), never as stale-and-idle (which would launch it twice).
     if busy is None:
         busy = _assets_in_progress(instance, job_of)
-    # Dagster's stale status has no public reader: orchestration.dagster_private, imported only
-    # when a tick reads it.
-    from strata_dagster.orchestration.dagster_private import StaleStatusReader
-
     resolver = StaleStatusReader(instance, asset_graph)
     plan = StalePlan()
     told = dict(engine_stale or {})
@@ -174,7 +172,7 @@ def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # 
 def _continue_scan(
     instance: dg.DagsterInstance,
     asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
-    resolver: Any,
+    resolver: StaleStatusReader,
     scan: StaleScan,
 ) -> None:
     """Read pending statuses until none is left, or `SCAN_SECONDS` have passed and at least
@@ -202,7 +200,7 @@ def _continue_scan(
 
 def _stale_since(
     asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
-    resolver: Any,
+    resolver: StaleStatusReader,
     job_of: Mapping[dg.AssetKey, str],
     known: Mapping[dg.AssetKey, Sequence[str | None]],
     changed: set[AssetPartition],
