@@ -77,6 +77,9 @@ class Capabilities:
     # A partitioned `group … aggregate` over a model is maintained from its upstream's delta
     # segment (engine/aggregate_builder.py) rather than recomputed per partition.
     maintains_aggregates_from_delta: bool
+    # A row-wise model over a source with a key but no change column is rebuilt by the buckets of
+    # that key whose rows changed (engine/key_buckets.py; the bucket is the backend's hash).
+    slices_by_key_buckets: bool
     # How long a superseded snapshot outlives its last publication by default (`strata gc`):
     # none where readers read a serving copy; longer where they query the snapshots themselves.
     gc_grace: dt.timedelta

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine import joined_inputs, segment_compaction, state_figures
+from strata_dagster.engine import joined_inputs, key_bucket_figures, segment_compaction, state_figures
 from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.incremental import (
     Fallback,
@@ -123,7 +123,11 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
         "partition_grain": partition_grain(ctx),
         "other_inputs": other_inputs(ctx, identities),
     }
-    if locality_problem(ctx) is None:
+    if locality_problem(ctx) is None and partition_grain(ctx) == "bucket":
+        # Too many buckets to list in history: their figures go to a table (engine.key_buckets).
+        detail[key_bucket_figures.BUCKET_FIGURES] = key_bucket_figures.record(ctx, raw_partition(ctx))
+        detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
+    elif locality_problem(ctx) is None:
         detail["partition_fingerprints"] = partition_fingerprints(ctx)
         detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
     return detail
@@ -683,4 +687,6 @@ class PartitionBuild:
         grain = partition_grain(self.ctx)
         if grain in ("day", "month"):
             return typed_literal(key, "DATE")
+        if grain == "bucket":
+            return typed_literal(key, "UBIGINT")
         return typed_literal(key, self._previous_type() or "VARCHAR")

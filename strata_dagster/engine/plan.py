@@ -42,6 +42,7 @@ from strata_dagster.engine.paths import (
     REUSED,
     VIEW,
 )
+from strata_dagster.engine.row_wise import NOT_ROW_WISE
 from strata_dagster.engine.run import RunRequest, opened_project
 from strata_dagster.state.history import SnapshotRecord
 
@@ -269,6 +270,9 @@ class Planner:
             return self._window_plan(name, window, current, changes)
         if decision.strategy == "full" and decision.full_reason is None:  # not an incremental model
             reason = _why(current, changes, FULL)
+            maintained = self.scope.row_wise.get(name)
+            if current is not None and changes and isinstance(maintained, str):
+                reason = f"full: {NOT_ROW_WISE}: {maintained}"  # as the run's history will say
             return ModelPlan(name, FULL, (FULL, CUTOFF), reason, changes)
         return self._incremental_plan(name, current, changes)
 
@@ -363,10 +367,11 @@ class Planner:
         if joined and name in self.scope.requested:
             reason = f"`{joined[0]}` changed, and every partition reads it"
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
-        now = partition_fingerprints(builder.ctx)
-        keys = builder.changed_partitions()
         grain = partition_grain(builder.ctx)
-        rows = sum(int(now[key][0]) for key in keys if key in now)
+        # Key buckets are compared in the warehouse (engine.key_buckets): no figures listed here.
+        now = partition_fingerprints(builder.ctx) if grain != "bucket" else {}
+        keys = builder.changed_partitions()
+        rows = sum(int(now[key][0]) for key in keys if key in now) if now else None
         if name in self.scope.requested:
             reason = "partition-complete rebuild of the partitions requested with --partitions"
         else:
@@ -386,7 +391,7 @@ class Planner:
                 (CUTOFF,),
                 "no partition's input rows changed: the live snapshot stays",
                 changes,
-                partitions_total=len(now),
+                partitions_total=len(now) if now else None,
                 is_exact=True,
             )
         return ModelPlan(
@@ -397,7 +402,7 @@ class Planner:
             changes,
             partition_keys=tuple(keys),
             partitions=partition_ranges(keys, grain),
-            partitions_total=len(now),
+            partitions_total=len(now) if now else None,
             is_exact=not joined,
             rows_to_read=rows,
             notes=notes,

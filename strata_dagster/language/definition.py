@@ -20,7 +20,7 @@ MERGE_STRATEGIES: tuple[str, ...] = get_args(MergeStrategy)
 INCREMENTAL_STRATEGIES: tuple[str, ...] = ("append", "upsert", "append_new")
 KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new")
 
-PartitionGrain = Literal["day", "month", "key"]
+PartitionGrain = Literal["day", "month", "key", "bucket"]
 JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]
@@ -177,6 +177,9 @@ class Source:
     # The first partition: a date, or an integer for an integer partition column (`batch=17/`).
     start: dt.date | int | None = None
     versioning: Versioning = Versioning()
+    # The columns identifying a row (`key: [order_id]`): what a row-wise model's slices are cut by
+    # when the source has no change column (engine/key_buckets.py). Not checked for uniqueness.
+    key: tuple[str, ...] | None = None
     is_immutable_partitions: bool = False
     is_monotonic_partitions: bool = False
     # A file source's partition is complete once this file is in its folder (e.g. '_SUCCESS').

@@ -14,6 +14,7 @@ precheck, window, partitions or slices) without writing.
 | appended | IncrementalBuild + AppendedBuilder (engine.model_slices) | the pipeline over the inputs' new rows |
 | sliced | IncrementalBuild + PartitionBuild(ByUpstreamSegments[, AggregateMaintained]) | the slices the inputs' new segments reach |
 | partitions | IncrementalBuild + PartitionBuild(ByPartitionFingerprints) (engine.partitions) | partitions whose input fingerprints changed |
+| partitions (bucket) | IncrementalBuild + KeyBucketBuild(ByKeyBuckets) (engine.key_buckets) | key buckets whose source figures changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.incremental) | a window (low, high] of an append or upsert |
 """
 
@@ -33,9 +34,10 @@ from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.incremental import DeltaBuilder, IncrementalContext
+from strata_dagster.engine.key_buckets import BUCKET_GRAIN, ByKeyBuckets, KeyBucketBuild
 from strata_dagster.engine.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
 from strata_dagster.engine.partition_range import ByRequest
-from strata_dagster.engine.partitions import PartitionBuild
+from strata_dagster.engine.partitions import PartitionBuild, partition_grain
 from strata_dagster.engine.paths import DELTA, PARTITIONS
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
 from strata_dagster.state.history import SnapshotRecord
@@ -199,6 +201,8 @@ def delta_builder(
         return PartitionBuild(
             context, current, segments, identities, upstream_segments=scope.upstream_segments(name)
         )
+    if scope.is_partitioned(name) and partition_grain(context) == BUCKET_GRAIN:
+        return KeyBucketBuild(context, current, segments, identities, ByKeyBuckets())
     if scope.is_partitioned(name):
         return PartitionBuild(context, current, segments, identities)
     return DeltaBuilder(context, current, segments)

@@ -24,6 +24,7 @@ from strata_dagster.engine import business, partitions
 from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
 from strata_dagster.engine.incremental import IncrementalContext
+from strata_dagster.engine.key_buckets import BUCKET_GRAIN, source_key
 from strata_dagster.engine.model_slices import (
     Maintained,
     ModelSlices,
@@ -95,7 +96,20 @@ class RunScope:
             if is_plain(model) and compiled.base_relation in self.project.models:
                 self.row_wise[name] = slicing(self.project, compiled, model, self.row_wise)
             elif is_plain(model):
-                self.row_wise[name] = row_wise(self.project, compiled, model, self.types)
+                base = compiled.base_relation
+                key = (
+                    source_key(self.project, context.compiled.models, base)
+                    if base in self.project.sources
+                    else None
+                )
+                self.row_wise[name] = row_wise(
+                    self.project,
+                    compiled,
+                    model,
+                    self.types,
+                    key,
+                    session.capabilities.slices_by_key_buckets,
+                )
             over_model = self.row_wise.get(name) or partitioned_over_model(
                 self.project, compiled, model, self.row_wise
             )
@@ -188,8 +202,8 @@ class RunScope:
         for name in self.closure:
             model = self.model(name)
             compiled = self.context.compiled.models[name]
-            if not self.is_partitioned(name):
-                continue
+            if not self.is_partitioned(name) or partitions.partition_grain(model) == BUCKET_GRAIN:
+                continue  # a model sliced by key buckets writes its figures to a table
             if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
                 return name, partitions.raw_partition_of(model, compiled)
             traced = source_partition_through_views(self.project, self.context.compiled.models, name)
