@@ -3,13 +3,17 @@
 those slices (engine/slice_tracing.py): it takes the partitions path, `strata plan` says so, and
 it equals a full rebuild under random histories."""
 
+import datetime as dt
+
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
+from strata_dagster_tests.engines_support import engine_under_test, spark_params
 from strata_dagster_tests.partition_support import compare_with_full
-from strata_dagster_tests.row_wise_support import make_project
+from strata_dagster_tests.row_wise_support import START, make_project
 from strata_dagster_tests.test_row_wise_properties import apply, steps
 
 MODULE = """
@@ -97,3 +101,61 @@ def test_random_histories_of_traced_slices_equal_a_full_rebuild(tmp_path_factory
                 assert outcome is None or outcome.path != "full", (model, step, outcome)
         finally:
             con.close()
+
+
+SPARK_MODULE = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+
+source plain {
+  table: raw.plain
+  key: [order_id]
+}
+
+model by_change_day {
+  from orders
+  let change_day = cast(updated_at as date)
+  select order_id, change_day, amount
+}
+
+model plain_copy {
+  from plain
+  select order_id, amount
+}
+"""
+ORDER_COLUMNS = (("order_id", "BIGINT"), ("amount", "BIGINT"), ("updated_at", "TIMESTAMP"))
+
+
+@pytest.mark.parametrize("engine_name", spark_params())
+def test_a_traced_slice_day_is_maintained_on_both_engines_and_key_buckets_on_duckdb_only(
+    engine_name, tmp_path
+):
+    """Spark maintains the traced day like DuckDB; a keyed source without change column is sliced
+    by key buckets on DuckDB only (its capability), Spark building the model in full and saying why."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "orders.strata").write_text(SPARK_MODULE)
+    first = [(1, 5, START), (2, 7, START + dt.timedelta(days=1))]
+    later = [(1, 9, START + dt.timedelta(days=3)), (2, 7, START + dt.timedelta(days=1)), (3, 4, START)]
+    with engine_under_test(engine_name, tmp_path / engine_name) as engine:
+        engine.write_table("raw.orders", ORDER_COLUMNS, first)
+        engine.write_table("raw.plain", ORDER_COLUMNS, first)
+        engine.run(project)
+        engine.write_table("raw.orders", ORDER_COLUMNS, later)
+        engine.write_table("raw.plain", ORDER_COLUMNS, later)
+        result = engine.run(project, only_stale=True)
+        assert result.outcome("by_change_day").path == "partitions"
+        assert sorted(engine.live("by_change_day")) == [
+            (1, dt.date(2026, 1, 4), 9),
+            (2, dt.date(2026, 1, 2), 7),
+            (3, dt.date(2026, 1, 1), 4),
+        ]
+        plain = result.outcome("plain_copy")
+        if engine_name == "duckdb":
+            assert plain.path == "partitions"
+        else:
+            assert plain.path == "full"
+            assert "does not slice by its key" in plain.detail["full_reason"]
+        assert sorted(engine.live("plain_copy")) == [(1, 9), (2, 7), (3, 4)]
