@@ -16,10 +16,10 @@ source orders {
   table: raw.orders
 }
 
--- No change column: a declared key.
+-- No change column: a declared key that is no integer (hash buckets), nor unique.
 source placed {
   table: raw.placed
-  key: [order_id]
+  key: [status]
 }
 
 -- Neither key nor change column.
@@ -54,7 +54,7 @@ model placed_region {
   from placed
   join customers on placed.customer_id = customers.customer_id
   filter placed.amount > 5
-  select placed.order_id, placed.amount, customers.region
+  select placed.order_id, placed.status, placed.amount, customers.region
 }
 
 -- Built in full: its source says nothing narrower than "changed".
@@ -75,7 +75,7 @@ model daily {
 FULL = {
     "stg": "SELECT order_id, customer_id, CAST(order_ts AS DATE) AS order_day, status, amount, "
     "amount >= 30 AS is_large FROM raw.orders WHERE status <> 'cancelled'",
-    "placed_region": "SELECT p.order_id, p.amount, c.region FROM raw.placed p "
+    "placed_region": "SELECT p.order_id, p.status, p.amount, c.region FROM raw.placed p "
     "JOIN raw.customers c ON p.customer_id = c.customer_id WHERE p.amount > 5",
     "loose_copy": "SELECT order_id, amount FROM raw.loose",
     "daily": "SELECT CAST(order_ts AS DATE) AS order_day, sum(amount) AS revenue, count(*) AS n FROM raw.orders "

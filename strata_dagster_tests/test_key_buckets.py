@@ -110,6 +110,7 @@ def test_an_update_rebuilds_only_its_key_bucket_and_plan_says_so(tmp_path):
     con = duckdb.connect(str(warehouse))
     con.execute("UPDATE raw.orders SET amount = amount + 3 WHERE order_id = 5")
     con.execute("UPDATE raw.loose SET amount = amount + 3 WHERE order_id = 5")
+    con.execute("UPDATE raw.placed SET amount = amount + 3 WHERE order_id = 5")
     con.close()
     planned = plan_project(project, warehouse, only_stale=True)
     assert planned.model("stg").path == "partitions"
@@ -120,7 +121,9 @@ def test_an_update_rebuilds_only_its_key_bucket_and_plan_says_so(tmp_path):
     result = run_project(project, warehouse, only_stale=True)
     stg = result.outcome("stg")
     assert stg.path == "partitions"
-    assert stg.detail["row_wise"] == "bucket(order_id)"
+    assert stg.detail["row_wise"] == "block(order_id)"
+    placed = result.outcome("placed_region")
+    assert (placed.path, placed.detail["row_wise"]) == ("partitions", "bucket(status)")
     assert list(stg.detail["partitions"]) == list(planned.model("stg").partition_keys)
     assert result.outcome("loose_copy").path == "full"
     assert "has no key" in result.outcome("loose_copy").detail["full_reason"]

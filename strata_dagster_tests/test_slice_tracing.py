@@ -138,8 +138,15 @@ def test_a_traced_slice_day_is_maintained_on_both_engines_and_key_buckets_on_duc
     project.mkdir()
     (project / "orders.strata").write_text(SPARK_MODULE)
     first = [(1, 5, START), (2, 7, START + dt.timedelta(days=1))]
-    later = [(1, 9, START + dt.timedelta(days=3)), (2, 7, START + dt.timedelta(days=1)), (3, 4, START)]
-    with engine_under_test(engine_name, tmp_path / engine_name) as engine:
+    # Row 1 updated and row 3 inserted, both stamped later (the cdc contract).
+    later = [
+        (1, 9, START + dt.timedelta(days=3)),
+        (2, 7, START + dt.timedelta(days=1)),
+        (3, 4, START + dt.timedelta(days=3)),
+    ]
+    folder = tmp_path / engine_name
+    folder.mkdir()
+    with engine_under_test(engine_name, folder) as engine:
         engine.write_table("raw.orders", ORDER_COLUMNS, first)
         engine.write_table("raw.plain", ORDER_COLUMNS, first)
         engine.run(project)
@@ -150,7 +157,7 @@ def test_a_traced_slice_day_is_maintained_on_both_engines_and_key_buckets_on_duc
         assert sorted(engine.live("by_change_day")) == [
             (1, dt.date(2026, 1, 4), 9),
             (2, dt.date(2026, 1, 2), 7),
-            (3, dt.date(2026, 1, 1), 4),
+            (3, dt.date(2026, 1, 4), 4),
         ]
         plain = result.outcome("plain_copy")
         if engine_name == "duckdb":

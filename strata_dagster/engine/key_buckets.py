@@ -38,8 +38,7 @@ from strata_dagster.engine.partitions import (
 )
 from strata_dagster.language.definition import Project
 from strata_dagster.sql.render import snapshot_table
-
-BUCKET_GRAIN = "bucket"
+from strata_dagster.sql.segments import KEY_GRAINS
 
 
 def source_key(project: Project, compiled: Mapping[str, CompiledModel], source: str) -> str | None:
@@ -62,7 +61,7 @@ def source_key(project: Project, compiled: Mapping[str, CompiledModel], source: 
 
 
 def is_bucketed(build: PartitionBuild) -> bool:
-    return partition_grain(build.ctx) == BUCKET_GRAIN
+    return partition_grain(build.ctx) in KEY_GRAINS
 
 
 class ByKeyBuckets:
@@ -85,7 +84,8 @@ class ByKeyBuckets:
         previous = build.previous.detail
         if build.previous.model_fingerprint != build.ctx.fingerprint:
             return Fallback("the model's code changed since its last build")
-        if previous.get("strategy") != STRATEGY or previous.get("partition_grain") != BUCKET_GRAIN:
+        grain = partition_grain(build.ctx)
+        if previous.get("strategy") != STRATEGY or previous.get("partition_grain") != grain:
             return Fallback("the previous state was not built by key buckets")
         problem = locality_problem(build.ctx)
         if problem is not None:

@@ -44,6 +44,7 @@ from strata_dagster.engine.paths import (
 )
 from strata_dagster.engine.row_wise import NOT_ROW_WISE
 from strata_dagster.engine.run import RunRequest, opened_project
+from strata_dagster.sql.segments import KEY_GRAINS
 from strata_dagster.state.history import SnapshotRecord
 
 _UNKNOWN = ""  # a content identity only the build will tell
@@ -369,7 +370,7 @@ class Planner:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         grain = partition_grain(builder.ctx)
         # Key buckets are compared in the warehouse (engine.key_buckets): no figures listed here.
-        now = partition_fingerprints(builder.ctx) if grain != "bucket" else {}
+        now = partition_fingerprints(builder.ctx) if grain not in KEY_GRAINS else {}
         keys = builder.changed_partitions()
         rows = sum(int(now[key][0]) for key in keys if key in now) if now else None
         if name in self.scope.requested:

@@ -39,6 +39,10 @@ from strata_dagster.sql.segments import RANGE_TYPES
 ROW_WISE = "row_wise"  # detail key: the slicing a row-wise model is maintained by, e.g. `day(updated_at)`
 NOT_ROW_WISE = "not maintained row-wise"
 
+# An integer key is sliced by blocks of consecutive values, any other by hash buckets (sql.segments).
+INTEGER_KEY_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+)
 ColumnTypes = Callable[[str], dict[str, str]]  # a source's column types by name (empty: unknown)
 
 
@@ -97,7 +101,8 @@ def row_wise(
         output = _carried(compiled, key)
         if output is None:
             return f"the model does not carry the key `{key}` of `{source_name}` unchanged, so its rows cannot be sliced"
-        return RowWise(PartitionSpec("bucket", output, model.location), source_name)
+        grain = "block" if types(source_name).get(key) in INTEGER_KEY_TYPES else "bucket"
+        return RowWise(PartitionSpec(grain, output, model.location), source_name)
     elif key is not None and source.versioning.kind == "full":
         return (
             f"`{source_name}` has no change column, and this backend does not slice by its key `{key}`: "

@@ -20,7 +20,7 @@ MERGE_STRATEGIES: tuple[str, ...] = get_args(MergeStrategy)
 INCREMENTAL_STRATEGIES: tuple[str, ...] = ("append", "upsert", "append_new")
 KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new")
 
-PartitionGrain = Literal["day", "month", "key", "bucket"]
+PartitionGrain = Literal["day", "month", "key", "bucket", "block"]
 JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal["full", "cdc", "append_only_partitions", "sliding_window", "partition_expiry"]

@@ -34,12 +34,13 @@ from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.incremental import DeltaBuilder, IncrementalContext
-from strata_dagster.engine.key_buckets import BUCKET_GRAIN, ByKeyBuckets, KeyBucketBuild
+from strata_dagster.engine.key_buckets import ByKeyBuckets, KeyBucketBuild
 from strata_dagster.engine.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
 from strata_dagster.engine.partition_range import ByRequest
 from strata_dagster.engine.partitions import PartitionBuild, partition_grain
 from strata_dagster.engine.paths import DELTA, PARTITIONS
 from strata_dagster.engine.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
+from strata_dagster.sql.segments import KEY_GRAINS
 from strata_dagster.state.history import SnapshotRecord
 
 # Whether a state is there to keep or build on: every table of it present and whole (the decider's).
@@ -201,7 +202,7 @@ def delta_builder(
         return PartitionBuild(
             context, current, segments, identities, upstream_segments=scope.upstream_segments(name)
         )
-    if scope.is_partitioned(name) and partition_grain(context) == BUCKET_GRAIN:
+    if scope.is_partitioned(name) and partition_grain(context) in KEY_GRAINS:
         return KeyBucketBuild(context, current, segments, identities, ByKeyBuckets())
     if scope.is_partitioned(name):
         return PartitionBuild(context, current, segments, identities)

@@ -24,7 +24,7 @@ from strata_dagster.engine import business, partitions
 from strata_dagster.engine.business_delta import narrowed_context
 from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
 from strata_dagster.engine.incremental import IncrementalContext
-from strata_dagster.engine.key_buckets import BUCKET_GRAIN, source_key
+from strata_dagster.engine.key_buckets import source_key
 from strata_dagster.engine.model_slices import (
     Maintained,
     ModelSlices,
@@ -51,7 +51,7 @@ from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.sql.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
 from strata_dagster.sql.render import snapshot_table
-from strata_dagster.sql.segments import Segment, WindowStats
+from strata_dagster.sql.segments import KEY_GRAINS, Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
 
@@ -202,7 +202,7 @@ class RunScope:
         for name in self.closure:
             model = self.model(name)
             compiled = self.context.compiled.models[name]
-            if not self.is_partitioned(name) or partitions.partition_grain(model) == BUCKET_GRAIN:
+            if not self.is_partitioned(name) or partitions.partition_grain(model) in KEY_GRAINS:
                 continue  # a model sliced by key buckets writes its figures to a table
             if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
                 return name, partitions.raw_partition_of(model, compiled)
