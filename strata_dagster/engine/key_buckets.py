@@ -3,8 +3,9 @@
 A source versioned by its whole rows (`versioning: full`, the default) says only that something
 changed. When it has a key, declared (`key: [order_id]` on the source) or taken from the merge key
 of a model that reads it (an upsert or append_new whose first merge key is a source column carried
-unchanged), a row-wise model carrying that key unchanged is sliced by `bucket(key)`: the key's hash
-modulo `sql.segments.KEY_BUCKETS`. Each build records the source's figures per bucket in a table
+unchanged), a row-wise model carrying that key unchanged is sliced by `block(key)`, blocks of
+`sql.segments.KEY_BLOCK` consecutive values of an integer key, or else by `bucket(key)`, the key's
+hash modulo `sql.segments.KEY_BUCKETS`. Each build records the source's figures per bucket in a table
 (engine.key_bucket_figures); the next build recomputes completely the buckets whose figures
 differ (inserts, updates and deletes all change them) and replaces those buckets in the model's
 state, like a partitioned model's partitions (engine.partitions, docs/architecture.md R7). A
