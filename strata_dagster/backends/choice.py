@@ -43,6 +43,9 @@ class Capabilities:
     # A partitioned `group … aggregate` over a model is maintained from its upstream's delta
     # segment (engine/builds/aggregate_builder.py) rather than recomputed per partition.
     maintains_aggregates_from_delta: bool
+    # A row-wise model over a source with a key but no change column is rebuilt by the buckets of
+    # that key whose rows changed (engine/builds/key_buckets.py; the bucket is the backend's hash).
+    slices_by_key_buckets: bool
     # How long a superseded snapshot outlives its last publication by default (`strata gc`):
     # none where readers read a serving copy; longer where they query the snapshots themselves.
     gc_grace: dt.timedelta
@@ -55,6 +58,7 @@ DUCKDB_CAPABILITIES: Final = Capabilities(
     has_serving_copy=True,
     lists_sources_while_opening=True,
     maintains_aggregates_from_delta=True,
+    slices_by_key_buckets=True,
     gc_grace=dt.timedelta(0),
     default_warehouse_name="warehouse.duckdb",
 )
@@ -63,6 +67,8 @@ SPARK_CAPABILITIES: Final = Capabilities(
     has_serving_copy=False,
     lists_sources_while_opening=False,
     maintains_aggregates_from_delta=False,
+    # Kept to today's behaviour until a Spark test covers it: such a model is built in full.
+    slices_by_key_buckets=False,
     # Readers query the snapshots themselves: a dropped one fails a query still running.
     gc_grace=dt.timedelta(hours=1),
     default_warehouse_name="spark-warehouse",

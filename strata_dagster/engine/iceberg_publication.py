@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
@@ -27,7 +25,9 @@ from strata_dagster.sql.render import snapshot_table
 from strata_dagster.state.history import HistoryReader
 from strata_dagster.state.states import grain_of, merge_keys_of
 
-if TYPE_CHECKING:  # the target's modules import pyiceberg: loaded only when publication is on
+if TYPE_CHECKING:  # pyarrow and the target's pyiceberg: loaded only when publication is on
+    import pyarrow as pa
+
     from strata_dagster.backends.iceberg.publisher import IcebergTarget
     from strata_dagster.backends.iceberg.states import ModelState
 
@@ -182,6 +182,8 @@ def _state(
         if path is None:
             return None
         shown = session.read_arrow(exp.select("*").from_(snapshot_table(table)).limit(0)).schema
+        import pyarrow.parquet as pq
+
         return path if _same_types(pq.read_schema(path), shown) else None
 
     segments = []
@@ -230,6 +232,8 @@ def _state(
 
 
 def _same_types(stored: pa.Schema, shown: pa.Schema) -> bool:
+    import pyarrow as pa
+
     def normal(schema: pa.Schema) -> dict[str, pa.DataType]:
         return {item.name: pa.string() if item.type == pa.large_string() else item.type for item in schema}
 

@@ -20,12 +20,14 @@ from typing import Any
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine.builds import sliding_window
 from strata_dagster.engine.builds.incremental import DeltaBuilder, Fallback
+from strata_dagster.engine.builds.key_buckets import KeyBucketBuild
 from strata_dagster.engine.builds.model_slices import AppendedBuilder
 from strata_dagster.engine.builds.partitions import (
     PartitionBuild,
     partition_fingerprints,
     partition_grain,
 )
+from strata_dagster.engine.builds.row_wise import NOT_ROW_WISE
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, RunRequest
@@ -43,6 +45,7 @@ from strata_dagster.engine.paths import (
 )
 from strata_dagster.engine.reads.explain import partition_ranges
 from strata_dagster.engine.run import opened_project
+from strata_dagster.sql.segments import KEY_GRAINS
 from strata_dagster.state.history import SnapshotRecord
 
 _UNKNOWN = ""  # a content identity only the build will tell
@@ -283,6 +286,9 @@ class Planner:
             return self._window_plan(name, window, current, changes)
         if decision.strategy == "full" and decision.full_reason is None:  # not an incremental model
             reason = _why(current, changes, FULL)
+            maintained = self.scope.row_wise.get(name)
+            if current is not None and changes and isinstance(maintained, str):
+                reason = f"full: {NOT_ROW_WISE}: {maintained}"  # as the run's history will say
             return ModelPlan(name, FULL, (FULL, CUTOFF), reason, changes)
         return self._incremental_plan(name, current, changes)
 
@@ -330,6 +336,8 @@ class Planner:
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
         ctx = self.scope.incremental_context(name, "plan", "plan")
         builder = delta_builder(self.scope, name, ctx, current)  # the run's, asked without writing
+        if isinstance(builder, KeyBucketBuild):
+            builder = builder.partitions  # the plan asks its partition build; nothing is dropped
         if isinstance(builder, AppendedBuilder) or (
             isinstance(builder, PartitionBuild) and builder.changes.follows_segments
         ):
@@ -377,10 +385,11 @@ class Planner:
         if joined and name in self.scope.requested:
             reason = f"`{joined[0]}` changed, and every partition reads it"
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {reason}", changes)
-        now = partition_fingerprints(builder.ctx)
-        keys = builder.changed_partitions()
         grain = partition_grain(builder.ctx)
-        rows = sum(int(now[key][0]) for key in keys if key in now)
+        # Key buckets are compared in the warehouse (engine.builds.key_buckets): no figures listed here.
+        now = partition_fingerprints(builder.ctx) if grain not in KEY_GRAINS else {}
+        keys = builder.changed_partitions()
+        rows = sum(int(now[key][0]) for key in keys if key in now) if now else None
         if name in self.scope.requested:
             reason = "partition-complete rebuild of the partitions requested with --partitions"
         else:
@@ -400,7 +409,7 @@ class Planner:
                 (CUTOFF,),
                 "no partition's input rows changed: the live snapshot stays",
                 changes,
-                partitions_total=len(now),
+                partitions_total=len(now) if now else None,
                 is_exact=True,
             )
         return ModelPlan(
@@ -411,7 +420,7 @@ class Planner:
             changes,
             partition_keys=tuple(keys),
             partitions=partition_ranges(keys, grain),
-            partitions_total=len(now),
+            partitions_total=len(now) if now else None,
             is_exact=not joined,
             rows_to_read=rows,
             notes=notes,

@@ -22,7 +22,7 @@ KEYED_STRATEGIES: tuple[str, ...] = ("upsert", "append_new", "history")
 # The columns a history model's change feed gains beside each version's event columns.
 HISTORY_COLUMNS: tuple[str, ...] = ("valid_from", "valid_to", "is_current")
 
-PartitionGrain = Literal["day", "month", "key"]
+PartitionGrain = Literal["day", "month", "key", "bucket", "block"]
 JoinKind = Literal["inner", "left", "right", "full"]
 SetOperator = Literal["union", "union all", "except", "intersect"]
 VersioningKind = Literal[
@@ -202,6 +202,9 @@ class Source:
     # The first partition: a date, or an integer for an integer partition column (`batch=17/`).
     start: dt.date | int | None = None
     versioning: Versioning = Versioning()
+    # The columns identifying a row (`key: [order_id]`): what a row-wise model's slices are cut by
+    # when the source has no change column (engine/builds/key_buckets.py). Not checked for uniqueness.
+    key: tuple[str, ...] | None = None
     is_immutable_partitions: bool = False
     is_monotonic_partitions: bool = False
     # A file source's partition is complete once this file is in its folder (e.g. '_SUCCESS').

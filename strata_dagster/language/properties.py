@@ -422,6 +422,7 @@ _SOURCE_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "partitioned_by": ("partitioned_by", as_partition),
     "start": ("start", as_partition_start),
     "versioning": ("versioning", as_versioning),
+    "key": ("key", as_names),
     "immutable_partitions": ("is_immutable_partitions", as_bool),
     "monotonic_partitions": ("is_monotonic_partitions", as_bool),
     "complete_when": ("complete_when", as_string),

@@ -37,8 +37,23 @@ def _null_safe_match(keys: Sequence[str], left: str, right: str) -> exp.Expr:
     )
 
 
+# How many buckets a key is hashed into by the `bucket` grain (engine/builds/key_buckets.py): enough that
+# a few thousand scattered changes reach a small share of the rows, few enough that a bucket's
+# figures table stays small beside the source.
+KEY_BUCKETS = 1 << 17
+# An integer key is cut into blocks of this many consecutive values instead (`block` grain): new
+# keys, mostly above the old ones, fall in a few new blocks where hashing scatters them.
+KEY_BLOCK = 64
+KEY_GRAINS = ("bucket", "block")  # the grains of a source's key (engine/builds/key_buckets.py)
+
+
 def partition_key(value: exp.Expr, grain: str | None) -> exp.Expr:
-    """The partition a value falls in: its day, its month (first day), or itself."""
+    """The partition a value falls in: its day, its month (first day), its key bucket or block, or
+    itself."""
+    if grain == "block":
+        return exp.IntDiv(this=value.copy(), expression=exp.Literal.number(KEY_BLOCK))
+    if grain == "bucket":
+        return exp.Mod(this=exp.func("hash", value.copy()), expression=exp.Literal.number(KEY_BUCKETS))
     if grain == "day":
         return exp.cast(value.copy(), data_type("DATE"))
     if grain == "month":

@@ -5,6 +5,8 @@ rebuilds exactly its partitions, recorded with its reason; without a reason it i
 any step (E085, canceled, nothing written); a range the asset does not have is E068; a failed wave
 stops the later ones."""
 
+import logging
+
 import dagster as dg
 import pytest
 from dagster._core.definitions.job_base import InMemoryJob
@@ -12,6 +14,7 @@ from dagster._core.execution.api import execute_run
 
 from strata_dagster import build_definitions
 from strata_dagster.orchestration import constants as c
+from strata_dagster.orchestration.jobs.executor import REFUSED_WROTE
 from strata_dagster.orchestration.jobs.one_run import LAUNCHED_BY_TAG, wave_plan
 from strata_dagster.orchestration.naming import UNSCOPED
 from strata_dagster_tests.orchestration.test_dagster_staleness import latest_versions
@@ -183,14 +186,14 @@ def test_a_range_the_assets_do_not_have_is_e068(shop, assets, first, last, says)
     assert run_events(instance, run.run_id, dg.DagsterEventType.STEP_FAILURE) == []
     (canceled,) = run_events(instance, run.run_id, dg.DagsterEventType.RUN_CANCELED)
     assert canceled.message.startswith("error[E068]") and says in canceled.message
-    refusal = [
-        event
-        for event in run_events(instance, run.run_id, dg.DagsterEventType.ENGINE_EVENT)
-        if c.ERROR_CODE_KEY in event.dagster_event.engine_event_data.metadata
+    # The refusal is one error line of the run's log, with its code and what was written: nothing.
+    (line,) = [
+        entry
+        for entry in instance.all_logs(run.run_id)
+        if entry.dagster_event is None and entry.user_message.startswith("error[E068]")
     ]
-    assert [event.dagster_event.engine_event_data.metadata[c.ERROR_CODE_KEY].value for event in refusal] == [
-        "E068"
-    ]
+    assert line.level == logging.ERROR and says in line.user_message
+    assert line.user_message.endswith(REFUSED_WROTE)
     assert launched_by(instance, run) == []
     assert warehouse_digest(warehouse) == before
 

@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.builds import joined_inputs, segment_compaction, state_figures
+from strata_dagster.engine.builds import joined_inputs, key_bucket_figures, segment_compaction, state_figures
 from strata_dagster.engine.builds.incremental import Fallback, segment_writer
 from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
 from strata_dagster.engine.builds.strategy import IncrementalContext
@@ -27,6 +27,7 @@ from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS, Content
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import (
+    KEY_GRAINS,
     MAX_EXACT_RANGES,
     MAX_SKIPPING_RANGES,
     RANGE_TYPES,
@@ -120,7 +121,11 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
         "partition_grain": partition_grain(ctx),
         "other_inputs": other_inputs(ctx, identities),
     }
-    if locality_problem(ctx) is None:
+    if locality_problem(ctx) is None and partition_grain(ctx) in KEY_GRAINS:
+        # Too many buckets to list in history: their figures go to a table (engine.key_buckets).
+        detail[key_bucket_figures.BUCKET_FIGURES] = key_bucket_figures.record(ctx, raw_partition(ctx))
+        detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
+    elif locality_problem(ctx) is None:
         detail["partition_fingerprints"] = partition_fingerprints(ctx)
         detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
     return detail
@@ -680,4 +685,6 @@ class PartitionBuild:
         grain = partition_grain(self.ctx)
         if grain in ("day", "month"):
             return typed_literal(key, "DATE")
+        if grain in KEY_GRAINS:
+            return typed_literal(key, "UBIGINT" if grain == "bucket" else "BIGINT")
         return typed_literal(key, self._previous_type() or "VARCHAR")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
+from strata_dagster.engine.builds.slice_tracing import traced_slice
 from strata_dagster.language.definition import (
     AggregateStep,
     GroupStep,
@@ -38,6 +39,10 @@ from strata_dagster.sql.segments import RANGE_TYPES
 ROW_WISE = "row_wise"  # detail key: the slicing a row-wise model is maintained by, e.g. `day(updated_at)`
 NOT_ROW_WISE = "not maintained row-wise"
 
+# An integer key is sliced by blocks of consecutive values, any other by hash buckets (sql.segments).
+INTEGER_KEY_TYPES = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+)
 ColumnTypes = Callable[[str], dict[str, str]]  # a source's column types by name (empty: unknown)
 
 
@@ -66,8 +71,18 @@ def is_plain(model: Model) -> bool:
     return not props.is_view and props.merge_strategy == "replace" and props.partitioned_by is None
 
 
-def row_wise(project: Project, compiled: CompiledModel, model: Model, types: ColumnTypes) -> RowWise | str:
-    """How a plain model is maintained row-wise, or why it is not (a reason for history)."""
+def row_wise(
+    project: Project,
+    compiled: CompiledModel,
+    model: Model,
+    types: ColumnTypes,
+    key: str | None = None,
+    is_bucketed: bool = True,
+) -> RowWise | str:
+    """How a plain model is maintained row-wise, or why it is not (a reason for history).
+
+    `key`: the source's key (engine.key_buckets.source_key), which slices it by key buckets when
+    it has no change column; `is_bucketed`: whether the backend slices so."""
     problem = _pipeline_problem(model, compiled)
     if problem is not None:
         return problem
@@ -82,16 +97,32 @@ def row_wise(project: Project, compiled: CompiledModel, model: Model, types: Col
         type_name = types(source_name).get(column)
         if type_name not in RANGE_TYPES:
             return f"cdc column `{column}` of `{source_name}` is not a DATE or TIMESTAMP, so it has no days"
+    elif source.versioning.kind == "full" and key is not None and is_bucketed:
+        output = _carried(compiled, key)
+        if output is None:
+            return f"the model does not carry the key `{key}` of `{source_name}` unchanged, so its rows cannot be sliced"
+        grain = "block" if types(source_name).get(key) in INTEGER_KEY_TYPES else "bucket"
+        return RowWise(PartitionSpec(grain, output, model.location), source_name)
+    elif key is not None and source.versioning.kind == "full":
+        return (
+            f"`{source_name}` has no change column, and this backend does not slice by its key `{key}`: "
+            "no change signal narrower than the whole source"
+        )
     else:
         return (
-            f"`{source_name}` is neither partitioned nor `versioning: cdc(col)`: "
-            "no change signal narrower than the whole source"
+            f"`{source_name}` is neither partitioned nor `versioning: cdc(col)` and has no key (declare "
+            "`key: [col]` on the source, or read it in a model with `merge_keys`): no change signal "
+            "narrower than the whole source"
         )
     output = _carried(compiled, column)
     if output is None:
-        return (
-            f"the model does not carry `{column}` of `{source_name}` unchanged, so its rows cannot be sliced"
-        )
+        traced = traced_slice(compiled, column, grain)
+        if traced is None:
+            return (
+                f"the model does not carry `{column}` of `{source_name}` unchanged, nor its day or month "
+                "through a `let`, so its rows cannot be sliced"
+            )
+        output, grain = traced
     return RowWise(PartitionSpec(grain, output, model.location), source_name)
 
 

@@ -21,6 +21,7 @@ from strata_dagster.backends.duckdb.serving import grace_seconds
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.joined_inputs import FIGURES
+from strata_dagster.engine.builds.key_bucket_figures import BUCKET_FIGURES
 from strata_dagster.engine.builds.sliding_window import WINDOW_STATE
 from strata_dagster.engine.context import parse_cache_dir
 from strata_dagster.engine.iceberg_publication import expire_branches
@@ -244,7 +245,13 @@ def _drop(
     with session.transaction():
         for record in doomed:
             session.drop_snapshot(record.table_name)
-            for companion in ("keys_table", WINDOW_STATE, "compacted_delta", "compacted_delta_keys"):
+            for companion in (
+                "keys_table",
+                WINDOW_STATE,
+                "compacted_delta",
+                "compacted_delta_keys",
+                BUCKET_FIGURES,
+            ):
                 if record.detail.get(companion):
                     session.drop_snapshot(record.detail[companion])
             for table in set(_figures_tables(record)) - figures_kept:

@@ -14,6 +14,7 @@ precheck, window, partitions or slices) without writing.
 | appended | IncrementalBuild + AppendedBuilder (engine.builds.model_slices) | the pipeline over the inputs' new rows |
 | sliced | IncrementalBuild + PartitionBuild(ByUpstreamSegments[, AggregateMaintained]) | the slices the inputs' new segments reach |
 | partitions | IncrementalBuild + PartitionBuild(ByPartitionFingerprints) (engine.builds.partitions) | partitions whose input fingerprints changed |
+| partitions (bucket) | IncrementalBuild + KeyBucketBuild(ByKeyBuckets) (engine.builds.key_buckets) | key buckets whose source figures changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.builds.incremental) | a window (low, high] of an append or upsert |
 | delta | IncrementalBuild + LogDeltaBuilder (engine.builds.incremental) | the window of a ledger's or change feed's log |
 """
@@ -29,9 +30,10 @@ from strata_dagster.engine.builds.aggregate_delta import AggregateShape
 from strata_dagster.engine.builds.delta import IncrementalBuild
 from strata_dagster.engine.builds.full import FullBuild
 from strata_dagster.engine.builds.incremental import DeltaBuilder, LogDeltaBuilder
+from strata_dagster.engine.builds.key_buckets import ByKeyBuckets, KeyBucketBuild
 from strata_dagster.engine.builds.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
 from strata_dagster.engine.builds.partition_range import ByRequest
-from strata_dagster.engine.builds.partitions import PartitionBuild
+from strata_dagster.engine.builds.partitions import PartitionBuild, partition_grain
 from strata_dagster.engine.builds.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
 from strata_dagster.engine.builds.strategy import BuildStrategy, IncrementalContext, Target
 from strata_dagster.engine.builds.view import ViewBuild
@@ -39,6 +41,7 @@ from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.paths import DELTA, PARTITIONS
+from strata_dagster.sql.segments import KEY_GRAINS
 from strata_dagster.state.history import SnapshotRecord
 
 # Whether a state is there to keep or build on: every table of it present and whole (the decider's).
@@ -163,7 +166,7 @@ def _row_wise(scope: RunScope, name: str) -> dict[str, object]:
 
 def delta_builder(
     scope: RunScope, name: str, context: IncrementalContext, current: SnapshotRecord
-) -> DeltaBuilder | AppendedBuilder | PartitionBuild:
+) -> DeltaBuilder | AppendedBuilder | PartitionBuild | KeyBucketBuild:
     """How the delta of incremental model `name` is built on its live state `current`.
 
     Args:
@@ -200,6 +203,8 @@ def delta_builder(
         return PartitionBuild(
             context, current, segments, identities, upstream_segments=scope.upstream_segments(name)
         )
+    if scope.is_partitioned(name) and partition_grain(context) in KEY_GRAINS:
+        return KeyBucketBuild(context, current, segments, identities, ByKeyBuckets())
     if scope.is_partitioned(name):
         return PartitionBuild(context, current, segments, identities)
     if context.log is not None:

@@ -21,6 +21,7 @@ from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.compile.relations import branch_schema
 from strata_dagster.engine.builds import partitions
 from strata_dagster.engine.builds.business_delta import narrowed_context
+from strata_dagster.engine.builds.key_buckets import source_key
 from strata_dagster.engine.builds.model_slices import (
     Maintained,
     ModelSlices,
@@ -53,7 +54,7 @@ from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.sql.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
 from strata_dagster.sql.render import snapshot_table
-from strata_dagster.sql.segments import Segment, WindowStats
+from strata_dagster.sql.segments import KEY_GRAINS, Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
 
@@ -96,7 +97,20 @@ class RunScope:
             if is_plain(model) and compiled.base_relation in self.project.models:
                 self.row_wise[name] = slicing(self.project, compiled, model, self.row_wise)
             elif is_plain(model):
-                self.row_wise[name] = row_wise(self.project, compiled, model, self.types)
+                base = compiled.base_relation
+                key = (
+                    source_key(self.project, context.compiled.models, base)
+                    if base in self.project.sources
+                    else None
+                )
+                self.row_wise[name] = row_wise(
+                    self.project,
+                    compiled,
+                    model,
+                    self.types,
+                    key,
+                    session.capabilities.slices_by_key_buckets,
+                )
             over_model = self.row_wise.get(name) or partitioned_over_model(
                 self.project, compiled, model, self.row_wise
             )
@@ -207,8 +221,8 @@ class RunScope:
         for name in self.closure:
             model = self.model(name)
             compiled = self.context.compiled.models[name]
-            if not self.is_partitioned(name):
-                continue
+            if not self.is_partitioned(name) or partitions.partition_grain(model) in KEY_GRAINS:
+                continue  # a model sliced by key buckets writes its figures to a table
             if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
                 return name, partitions.raw_partition_of(model, compiled)
             traced = source_partition_through_views(self.project, self.context.compiled.models, name)

@@ -102,10 +102,15 @@ def checked_basis(source: Source, relation: exp.Table, columns: tuple[tuple[str,
     names = {name for name, _ in columns}
     missing = [column for column in basis if column not in names]
     if missing:
+        kind = source.versioning.kind
+        declared = (
+            f"`versioning: cdc({missing[0]})`"
+            if kind == "cdc"
+            else f"`versioning: {kind}(...)` over `{missing[0]}`"
+        )
         raise StrataError(
             E_SOURCE,
-            f"source `{source.name}` declares `versioning: {source.versioning.kind}(...)` over `{missing[0]}` but "
-            f"`{render(relation)}` has no column `{missing[0]}`",
+            f"source `{source.name}` declares {declared} but `{render(relation)}` has no column `{missing[0]}`",
             source.location,
             hint=f"name the table's change column in `{source.versioning.kind}(...)`, or use `versioning: full`",
         )

@@ -121,8 +121,8 @@ def test_a_model_that_is_not_row_wise_is_built_in_full_and_says_why(tmp_path):
         ),
         "without_stamp": (
             "full",
-            "not maintained row-wise: the model does not carry `updated_at` of `orders` unchanged, so its rows "
-            "cannot be sliced",
+            "not maintained row-wise: the model does not carry `updated_at` of `orders` unchanged, nor its day "
+            "or month through a `let`, so its rows cannot be sliced",
         ),
         "by_version": (
             "full",
@@ -130,7 +130,8 @@ def test_a_model_that_is_not_row_wise_is_built_in_full_and_says_why(tmp_path):
         ),
         "of_plain": (
             "full",
-            "not maintained row-wise: `plain` is neither partitioned nor `versioning: cdc(col)`: no change signal "
+            "not maintained row-wise: `plain` is neither partitioned nor `versioning: cdc(col)` and has no key "
+            "(declare `key: [col]` on the source, or read it in a model with `merge_keys`): no change signal "
             "narrower than the whole source",
         ),
     }
