@@ -347,6 +347,29 @@ class HistoryReader:
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
+    def live_build_of(self, model: str, snapshot_id: str, branch: str) -> int | None:
+        """The entry whose inputs `model`'s live `snapshot_id` on `branch` stands for: the latest on
+        the branch that built or kept it, going back past each rollback to the entry it restored (a
+        state kept through a rollback's target and after it stands for the target's inputs again);
+        else the latest anywhere (a state promoted from another branch)."""
+        rows = self.con.execute(
+            "SELECT DISTINCT m.entry, 'built', NULL FROM strata.entry_models AS m "
+            "JOIN strata.entries AS e ON e.entry = m.entry WHERE m.model = ? AND m.snapshot_id = ? "
+            "AND e.branch = ? "
+            "UNION ALL SELECT entry, 'rollback', target_entry FROM strata.entries "
+            "WHERE branch = ? AND kind = 'rollback' ORDER BY 1 DESC",
+            [model, snapshot_id, branch, branch],
+        ).fetchall()
+        as_of = None  # the history as it stood right after this entry (None: now)
+        for entry, what, target in rows:
+            if as_of is not None and entry > as_of:
+                continue
+            if what == "rollback":
+                as_of = int(target) if target is not None else as_of
+            else:
+                return int(entry)
+        return self.last_build_of(model, snapshot_id)
+
     def with_kept_facts(self, record: SnapshotRecord, branch: str) -> SnapshotRecord:
         """`record` with the input figures in effect for it on `branch` (MOVING_FACTS): those of the
         latest entry that decided it for the inputs the branch shows. An early cutoff kept it with

@@ -279,7 +279,7 @@ def live_states(
             head = history.snapshot(ids[-1]) if ids else None
             if head is None:
                 continue
-            entry = history.last_build_of(name, head.snapshot_id)
+            entry = history.live_build_of(name, head.snapshot_id, branch)
             inputs: dict[str, str] = {}
             if entry is not None:
                 inputs.update(

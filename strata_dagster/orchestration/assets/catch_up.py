@@ -11,9 +11,11 @@ one by one):
   CLI after a run), and the partitions companions of the source;
 - for each SQL model whose live state Dagster has not recorded (another content or code version,
   per partition for a partitioned model), a materialization with the live state's data version,
-  code version and provenance: each input's identity as the build that made the state read it (so
-  a rolled-back state is stale against inputs that moved on, as `strata plan` says), and each
-  input's latest event as its pointer; then its partitions companions and its `__whole` companion.
+  code version and provenance: each input's identity as the build that made the state read it
+  (after a rollback, the build of the entry it restored: a state an early cutoff kept since reads
+  the restored inputs again), so a rolled-back state is stale against inputs that moved on, as
+  `strata plan` says, and each input's latest event as its pointer; then its partitions
+  companions and its `__whole` companion.
 
 What the definitions hold (asset keys, partitions, companions) is read from their asset graph
 (`strata/model`, `strata/source` metadata and the `strata/companion` tag), so a translator's keys
