@@ -111,8 +111,10 @@ def stale_causes(
     if code_version and tags.get(c.CODE_VERSION_TAG) != code_version:
         yield "has a new code version"
     parents: dict[dg.AssetKey, list[str | None]] = {}
-    for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
-        parents.setdefault(parent.asset_key, []).append(parent.partition_key)
+    # A dynamic partitions definition reads its keys from the instance (a sensor's tick has none set).
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
+        for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
+            parents.setdefault(parent.asset_key, []).append(parent.partition_key)
     names = {parent_key.to_user_string() for parent_key in asset_graph.get(key).parent_keys}
     for tag in sorted(tags):
         if tag.startswith(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/"):
