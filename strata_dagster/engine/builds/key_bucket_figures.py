@@ -1,7 +1,7 @@
 """Per-bucket figures of a keyed source: which buckets of its key hold rows that changed.
 
 A row-wise model over a source with a key and no change column is sliced by `bucket(key)`, the
-key's hash modulo `KEY_BUCKETS` (engine/key_buckets.py). Each build records, in a figures table
+key's hash modulo `KEY_BUCKETS` (engine/builds/key_buckets.py). Each build records, in a figures table
 beside its state, the row count and row-hash sum of the source's rows per bucket (before any
 filter); the next build compares the source's figures now with them. A bucket differs exactly when
 a row with a key in it was inserted, deleted or changed, so recomputing the differing buckets from

@@ -122,7 +122,7 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
         "other_inputs": other_inputs(ctx, identities),
     }
     if locality_problem(ctx) is None and partition_grain(ctx) in KEY_GRAINS:
-        # Too many buckets to list in history: their figures go to a table (engine.key_buckets).
+        # Too many buckets to list in history: their figures go to a table (engine.builds.key_buckets).
         detail[key_bucket_figures.BUCKET_FIGURES] = key_bucket_figures.record(ctx, raw_partition(ctx))
         detail[joined_inputs.FIGURES] = joined_inputs.record_figures(ctx)
     elif locality_problem(ctx) is None:

@@ -81,7 +81,7 @@ def row_wise(
 ) -> RowWise | str:
     """How a plain model is maintained row-wise, or why it is not (a reason for history).
 
-    `key`: the source's key (engine.key_buckets.source_key), which slices it by key buckets when
+    `key`: the source's key (engine.builds.key_buckets.source_key), which slices it by key buckets when
     it has no change column; `is_bucketed`: whether the backend slices so."""
     problem = _pipeline_problem(model, compiled)
     if problem is not None:

@@ -41,7 +41,7 @@ FACTS_CARRIED = (
     "next_hash_sum",
     "row_basis",
     "partition_fingerprints",
-    "key_bucket_figures",  # engine.key_bucket_figures.BUCKET_FIGURES
+    "key_bucket_figures",  # engine.builds.key_bucket_figures.BUCKET_FIGURES
     "other_inputs",
     "join_figures",
     "upstream_segments",

@@ -1,6 +1,6 @@
 """Slice keys traced through expressions: an output computed from the slice column by a function
 that keeps its day or month (`cast(ts as date)`, `date_trunc('month', ts)`) slices a row-wise
-model like the column itself (engine/row_wise.py).
+model like the column itself (engine/builds/row_wise.py).
 
 `f(ts)` keeps grain g when g(f(ts)) = g(ts) for every value: a cast to DATE or TIMESTAMP and
 `date_trunc('day', ts)` keep days and months; `date_trunc('month', ts)` keeps months only, so a
