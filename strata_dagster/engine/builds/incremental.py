@@ -419,6 +419,19 @@ class DeltaBuilder:
                 key_range=session.key_range(keys_table, self.merge_keys) if is_null_free else None,
             )
         )
+        return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts)
+
+    def _write_replacing(
+        self,
+        delta_query: exp.Query,
+        removed: tuple[int, str],
+        removed_key: str,
+        keys_table: str,
+        detail: dict[str, Any],
+        facts: dict[str, Any],
+    ) -> DeltaBuild:
+        """The new segment of `delta_query`'s rows over the live state, replacing the keys in
+        `keys_table` (their `removed` figures), with the kept rows' key sum where it is tracked."""
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self.writer.write(
             self.ctx,
@@ -790,17 +803,7 @@ class LogDeltaBuilder(DeltaBuilder):
         delta_query = compiled.with_base_predicate(
             keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
         )
-        kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
-        return self.writer.write(
-            self.ctx,
-            delta_query,
-            removed,
-            keys_table,
-            detail,
-            facts,
-            kept_key_sum,
-            rows_left_below=self.has_rows_left_below,
-        )
+        return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts)
 
     def _log_append(
         self, low: exp.Expr, high: exp.Expr, facts: dict[str, Any], detail: dict[str, Any]
