@@ -3,12 +3,11 @@ numbers, date parts, date_diff's boundary counting, epochs and strftime formats 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sqlglot import exp
 
 from strata_dagster.backends.spark.dialect.support import (
     SOURCE_DIALECT,
+    Rule,
     atom,
     call,
     integer_literal,
@@ -16,8 +15,6 @@ from strata_dagster.backends.spark.dialect.support import (
     literal_text,
     refuse,
 )
-
-Rule = Callable[[exp.Expr], exp.Expr | None]
 
 _TEMPORAL = (
     exp.DataType.Type.DATE,

@@ -10,8 +10,6 @@ operations in `aggregates`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sqlglot import exp
 
 from strata_dagster.backends.spark.dialect.dates import (
@@ -33,6 +31,7 @@ from strata_dagster.backends.spark.dialect.dates import (
 )
 from strata_dagster.backends.spark.dialect.support import (
     SOURCE_DIALECT,
+    Rule,
     as_double,
     atom,
     call,
@@ -42,8 +41,6 @@ from strata_dagster.backends.spark.dialect.support import (
     literal_text,
     refuse,
 )
-
-Rule = Callable[[exp.Expr], exp.Expr | None]
 
 _INTEGERS = (
     exp.DataType.Type.TINYINT,

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlglot import exp
 
 from strata_dagster.errors import E_BACKEND_DIALECT, Location, StrataError
+
+# A rewrite rule: the Spark form of a node, or None when the rule does not apply to it.
+Rule = Callable[[exp.Expr], exp.Expr | None]
 
 SOURCE_DIALECT = "duckdb"
 # Node atoms that need no parentheses inside an operator.
