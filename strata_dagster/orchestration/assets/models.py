@@ -293,8 +293,11 @@ class ModelsStep:
             yield from self._catch_up(result, outside)
 
     def _catch_up(self, result: RunResult, models: set[str]) -> Iterator[Any]:
-        """The events Dagster lacks for what the engine run built of `models` beyond this step's own."""
-        built = {outcome.model for outcome in result.outcomes if outcome.path != REUSED} & models
+        """The events Dagster lacks for what the engine run built or published again (an earlier
+        snapshot reused after a rollback) of `models` beyond this step's own."""
+        built = {
+            outcome.model for outcome in result.outcomes if outcome.path != REUSED or outcome.is_published
+        } & models
         if not built:
             return
         yield from catch_up(
