@@ -253,7 +253,7 @@ class Session(ABC):
     @abstractmethod
     def window_stats(
         self,
-        relation: exp.Table,
+        relation: exp.Table | exp.Query,
         cdc: exp.Expr,
         low: exp.Expr | None,
         lateness: exp.Expr | None,
@@ -310,7 +310,7 @@ class Session(ABC):
     def create_keys_table(
         self,
         name: str,
-        relation: exp.Table,
+        relation: exp.Table | exp.Query,
         keys: Sequence[tuple[str, exp.Expr]],
         window: exp.Expr,
         deleted_from: exp.Query | None,

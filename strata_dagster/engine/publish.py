@@ -115,15 +115,15 @@ def publish(session: Session, publication: Publication, run_id: str) -> None:
             read.expired,
             read.ledger_digest(),
         )
-    for read in publication.sources:
+    for state in publication.sources:
         writer.add_source(
             publication.entry,
-            read.name,
+            state.name,
             UNPARTITIONED,
-            read.relation,
-            read.fingerprint,
-            read.row_count,
-            read.row_basis,
+            state.relation,
+            state.fingerprint,
+            state.row_count,
+            state.row_basis,
         )
     writer.add_snapshots(publication.snapshots)
     writer.add_build_keys(publication.keys, publication.entry)

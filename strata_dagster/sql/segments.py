@@ -286,7 +286,7 @@ REREAD_ALIAS = "__reread"
 
 
 def keys_query(
-    relation: exp.Table,
+    relation: exp.Table | exp.Query,
     keys: Sequence[tuple[str, exp.Expr]],
     window: exp.Expr,
     deleted_from: exp.Query | None,

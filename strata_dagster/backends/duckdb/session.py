@@ -219,7 +219,7 @@ class DuckDBSession(SqlSession):
     def create_keys_table(
         self,
         name: str,
-        relation: exp.Table,
+        relation: exp.Table | exp.Query,
         keys: Sequence[tuple[str, exp.Expr]],
         window: exp.Expr,
         deleted_from: exp.Query | None,

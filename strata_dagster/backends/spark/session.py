@@ -217,7 +217,7 @@ class SparkWarehouseSession(SqlSession):
     def create_keys_table(
         self,
         name: str,
-        relation: exp.Table,
+        relation: exp.Table | exp.Query,
         keys: Sequence[tuple[str, exp.Expr]],
         window: exp.Expr,
         deleted_from: exp.Query | None,
@@ -283,7 +283,7 @@ class SparkWarehouseSession(SqlSession):
 
     def window_stats(
         self,
-        relation: exp.Table,
+        relation: exp.Table | exp.Query,
         cdc: exp.Expr,
         low: exp.Expr | None,
         lateness: exp.Expr | None,

@@ -81,7 +81,7 @@ def content_by_groups(
 
 def window_stats(
     con: Connection,
-    relation: exp.Table,
+    relation: exp.Table | exp.Query,
     cdc: exp.Expr,
     low: exp.Expr | None,
     lateness: exp.Expr | None,
@@ -129,7 +129,7 @@ def _less(total: str, part: str, basis: RowBasis) -> str | None:
 def create_keys_table(
     con: Connection,
     name: str,
-    relation: exp.Table,
+    relation: exp.Table | exp.Query,
     keys: Sequence[tuple[str, exp.Expr]],
     window: exp.Expr,
     deleted_from: exp.Query | None,

@@ -111,7 +111,7 @@ class SqlSession(Session):
 
     def window_stats(
         self,
-        relation: exp.Table,
+        relation: exp.Table | exp.Query,
         cdc: exp.Expr,
         low: exp.Expr | None,
         lateness: exp.Expr | None,

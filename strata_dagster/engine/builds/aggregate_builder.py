@@ -122,7 +122,7 @@ class AggregateMaintained:
             item.name: self._distinct_change(build, item, changes, affected, keys_table)
             for item in shape.distinct
         }
-        new_rows = aggregate_delta.maintained_rows(
+        new_rows: exp.Query = aggregate_delta.maintained_rows(
             shape,
             build.previous.detail["columns"],
             old_rows,
@@ -172,12 +172,10 @@ class AggregateMaintained:
         assert isinstance(held, exp.Table)  # DuckDB holds rows in a temporary table
         return held
 
-    def _not_in(
-        self, build: PartitionBuild, partition: exp.Expression, undecided: list[str]
-    ) -> exp.Expression:
+    def _not_in(self, build: PartitionBuild, partition: exp.Expr, undecided: list[str]) -> exp.Expr:
         """Whether `partition` is none of the `undecided` ones (NULL_PARTITION: the NULL one)."""
         literals = [build.literal(key) for key in undecided if key != NULL_PARTITION]
-        outside: exp.Expression = exp.true()
+        outside: exp.Expr = exp.true()
         if literals:
             listed = exp.In(this=partition.copy(), expressions=literals)
             outside = exp.func("coalesce", exp.not_(listed), exp.true())

@@ -70,7 +70,7 @@ MAINTAINED = "aggregate_delta"
 class Aggregate:
     name: str  # its output column
     kind: str
-    argument: exp.Expression | None  # None for count(*)
+    argument: exp.Expr | None  # None for count(*)
 
     @property
     def column(self) -> str:
@@ -80,7 +80,7 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class AggregateShape:
-    keys: tuple[tuple[str, exp.Expression], ...]  # output name, the expression grouped by
+    keys: tuple[tuple[str, exp.Expr], ...]  # output name, the expression grouped by
     aggregates: tuple[Aggregate, ...]
 
     @property
@@ -100,7 +100,7 @@ class AggregateShape:
         return tuple(item for item in self.aggregates if item.kind == COUNT_DISTINCT)
 
 
-def _aggregate_of(name: str, node: exp.Expression) -> Aggregate | None:
+def _aggregate_of(name: str, node: exp.Expr) -> Aggregate | None:
     """One aggregate of one argument, as the delta maintains it (None: it cannot)."""
     if isinstance(node, exp.Count):
         argument = node.this
@@ -112,7 +112,8 @@ def _aggregate_of(name: str, node: exp.Expression) -> Aggregate | None:
             values = argument.expressions
             return Aggregate(name, COUNT_DISTINCT, values[0]) if len(values) == 1 else None
         return Aggregate(name, COUNT, argument)
-    kind = {exp.Sum: SUM, exp.Min: MIN, exp.Max: MAX}.get(type(node))
+    kinds: dict[type[exp.Expr], str] = {exp.Sum: SUM, exp.Min: MIN, exp.Max: MAX}
+    kind = kinds.get(type(node))
     if kind is None or node.this is None or isinstance(node.this, exp.Distinct):
         return None
     if any(value for key, value in node.args.items() if key != "this"):
@@ -162,7 +163,7 @@ def exactness_problem(shape: AggregateShape, columns: Sequence[Sequence[str]]) -
 
 def traced_argument(
     compiled: CompiledModel, item: Aggregate, joined: Sequence[tuple[JoinStep, Sequence[str]]]
-) -> exp.Expression | None:
+) -> exp.Expr | None:
     """A count(distinct)'s argument as an expression over the raw `from` row, when it is a column
     of the base scope (never a joined relation's): what narrows the input to the values the delta
     touched. `joined`: each join and its relation's columns."""
@@ -184,7 +185,7 @@ def rows_before_grouping(
     compiled: CompiledModel,
     shape: AggregateShape,
     relation: Callable[[str], exp.Table | exp.Query],
-    base_predicate: exp.Expression | None = None,
+    base_predicate: exp.Expr | None = None,
 ) -> exp.Select:
     """The pipeline's rows just before the grouping: each group key under its output name and each
     aggregate's argument under `Aggregate.column`, reading the inputs `relation` gives."""
@@ -193,7 +194,7 @@ def rows_before_grouping(
     )
     query = statement.copy()
     query.set("group", None)
-    projection: list[exp.Expression] = [exp.alias_(node.copy(), name) for name, node in shape.keys]
+    projection: list[exp.Expr] = [exp.alias_(node.copy(), name) for name, node in shape.keys]
     projection += [
         exp.alias_(item.argument.copy(), item.column)
         for item in shape.aggregates
@@ -228,7 +229,7 @@ def changed_rows(
     return union_all(parts)
 
 
-def _side(weight: int, value: exp.Expression) -> exp.Expression:
+def _side(weight: int, value: exp.Expr) -> exp.Expr:
     """`value` on the rows of one side of the delta, NULL on the other's."""
     is_side = exp.EQ(this=exp.column(WEIGHT), expression=exp.Literal.number(weight))
     return exp.Case(ifs=[exp.If(this=is_side, true=value)])
@@ -237,7 +238,7 @@ def _side(weight: int, value: exp.Expression) -> exp.Expression:
 def delta_figures(shape: AggregateShape, changes: exp.Query) -> exp.Select:
     """Per group the delta touches: its rows and each aggregate's figures on each side (a: added,
     r: taken away)."""
-    figures: list[exp.Expression] = [
+    figures: list[exp.Expr] = [
         exp.alias_(exp.func("count", _side(sign, exp.Literal.number(1))), f"__rows_{side}")
         for sign, side in ((1, "a"), (-1, "r"))
     ]
@@ -276,7 +277,7 @@ def distinct_pairs(shape: AggregateShape, item: Aggregate, changes: exp.Query) -
     )
 
 
-def _keys_match(shape: AggregateShape, left: str, right: str) -> exp.Expression:
+def _keys_match(shape: AggregateShape, left: str, right: str) -> exp.Expr:
     return exp.and_(
         *(
             exp.NullSafeEQ(this=exp.column(name, table=left), expression=exp.column(name, table=right))
@@ -285,7 +286,7 @@ def _keys_match(shape: AggregateShape, left: str, right: str) -> exp.Expression:
     )
 
 
-def _pair_match(shape: AggregateShape, left: str, right: str, right_value: str) -> exp.Expression:
+def _pair_match(shape: AggregateShape, left: str, right: str, right_value: str) -> exp.Expr:
     same_value = exp.EQ(this=exp.column(VALUE, table=left), expression=exp.column(right_value, table=right))
     return exp.and_(_keys_match(shape, left, right), same_value)
 
@@ -336,23 +337,23 @@ def _figure(name: str) -> exp.Column:
     return exp.column(name, table=DELTA)
 
 
-def _zero_if_null(value: exp.Expression) -> exp.Expression:
+def _zero_if_null(value: exp.Expr) -> exp.Expr:
     return exp.func("coalesce", value, exp.Literal.number(0))
 
 
-def _is_null(value: exp.Expression) -> exp.Expression:
+def _is_null(value: exp.Expr) -> exp.Expr:
     return exp.Is(this=value, expression=exp.null())
 
 
-def _is_zero(value: exp.Expression) -> exp.Expression:
+def _is_zero(value: exp.Expr) -> exp.Expr:
     return exp.EQ(this=value, expression=exp.Literal.number(0))
 
 
-def _is_positive(value: exp.Expression) -> exp.Expression:
+def _is_positive(value: exp.Expr) -> exp.Expr:
     return exp.GT(this=value, expression=exp.Literal.number(0))
 
 
-def group_key(shape: AggregateShape, name: str) -> exp.Expression:
+def group_key(shape: AggregateShape, name: str) -> exp.Expr:
     """A group key of a row of the old rows FULL JOIN the delta's figures."""
     return exp.func("coalesce", exp.column(name, table=OLD), _figure(name))
 
@@ -367,11 +368,11 @@ def old_and_delta(old_rows: exp.Table | exp.Query, delta: exp.Table, shape: Aggr
     )
 
 
-def undecided(shape: AggregateShape) -> exp.Expression:
+def undecided(shape: AggregateShape) -> exp.Expr:
     """Over the old rows FULL JOIN the delta's figures: a group whose new row the delta does not
     decide (its partition is recomputed instead)."""
     lost_rows = _is_positive(_zero_if_null(_figure("__rows_r")))
-    conditions: list[exp.Expression] = []
+    conditions: list[exp.Expr] = []
     if shape.count_star is None:
         # With no count(*), a group that lost rows and gained none may have lost its last one.
         conditions.append(exp.and_(lost_rows, _is_zero(_zero_if_null(_figure("__rows_a")))))
@@ -400,17 +401,17 @@ def undecided(shape: AggregateShape) -> exp.Expression:
     return exp.or_(*conditions) if conditions else exp.false()
 
 
-def _new_value(item: Aggregate) -> exp.Expression:
+def _new_value(item: Aggregate) -> exp.Expr:
     old = exp.column(item.name, table=OLD)
     if item.kind in (COUNT_STAR, COUNT):
-        added, taken = (
+        added_name, taken_name = (
             ("__rows_a", "__rows_r")
             if item.kind == COUNT_STAR
             else (f"__nn_a_{item.name}", f"__nn_r_{item.name}")
         )
         return exp.Sub(
-            this=exp.Add(this=_zero_if_null(old), expression=_zero_if_null(_figure(added))),
-            expression=_zero_if_null(_figure(taken)),
+            this=exp.Add(this=_zero_if_null(old), expression=_zero_if_null(_figure(added_name))),
+            expression=_zero_if_null(_figure(taken_name)),
         )
     if item.kind == COUNT_DISTINCT:
         return exp.Add(
@@ -440,7 +441,7 @@ def maintained_rows(
     old_rows: exp.Table | exp.Query,
     delta: exp.Table,
     distinct: dict[str, exp.Query],
-    is_written: exp.Expression,
+    is_written: exp.Expr,
 ) -> exp.Select:
     """The new rows of the groups of the partitions written from the delta: their old rows
     (`old_rows`) FULL JOIN the delta's figures per group (`delta`), with each count(distinct)'s

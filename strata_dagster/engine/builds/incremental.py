@@ -60,19 +60,19 @@ class Fallback:
     reason: str
 
 
-def lateness_interval(model: Model) -> exp.Expression | None:
+def lateness_interval(model: Model) -> exp.Expr | None:
     text = model.properties.lateness
     return exp.cast(exp.Literal.string(text), "INTERVAL") if text else None
 
 
-def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expression | None:
+def cdc_on_raw_rows(compiled: CompiledModel, model: Model) -> exp.Expr | None:
     """The cdc column as an expression over the raw `from` rows, when it passes through unchanged."""
     name = compiled.base_column(model.properties.cdc_column or "")
     return compiled.base_expression(name) if name else None
 
 
 def source_facts(
-    ctx: IncrementalContext, high_lateness: exp.Expression | None, low: exp.Expression | None
+    ctx: IncrementalContext, high_lateness: exp.Expr | None, low: exp.Expr | None
 ) -> dict[str, Any]:
     """Window figures of the raw `from` relation, recorded for the next build to check against."""
     relation = ctx.relation(ctx.compiled.base_relation)
@@ -123,7 +123,7 @@ def output_watermark(ctx: IncrementalContext, query: exp.Table | exp.Query) -> t
     return ctx.session.max_value(query, ctx.model.properties.cdc_column or "")
 
 
-def next_low(high: exp.Expression, lateness: exp.Expression | None) -> exp.Expression:
+def next_low(high: exp.Expr, lateness: exp.Expr | None) -> exp.Expr:
     """The next build's low if this build's watermark is `high`."""
     return exp.Sub(this=high.copy(), expression=lateness.copy()) if lateness is not None else high.copy()
 
@@ -276,7 +276,7 @@ class DeltaBuilder:
             )
         return None
 
-    def _bounds(self) -> tuple[exp.Expression, exp.Expression, exp.Expression | None]:
+    def _bounds(self) -> tuple[exp.Expr, exp.Expr, exp.Expr | None]:
         """The previous watermark, the window's low (less `lateness`), and the lateness."""
         assert self.previous.watermark is not None
         cdc_type = self.previous.detail.get("cdc_type") or "VARCHAR"
@@ -313,7 +313,7 @@ class DeltaBuilder:
             return self._source_window(low, lateness)
         return None
 
-    def _untraced(self, raw_cdc: exp.Expression | None) -> Fallback | None:
+    def _untraced(self, raw_cdc: exp.Expr | None) -> Fallback | None:
         compiled = self.ctx.compiled
         if raw_cdc is None:
             return Fallback(
@@ -327,9 +327,7 @@ class DeltaBuilder:
             )
         return None
 
-    def _source_window(
-        self, low: exp.Expression, lateness: exp.Expression | None
-    ) -> dict[str, Any] | Fallback:
+    def _source_window(self, low: exp.Expr, lateness: exp.Expr | None) -> dict[str, Any] | Fallback:
         """The source's window figures, once the window gate lets the delta through."""
         facts = source_facts(self.ctx, lateness, low)
         if facts["high"] is None:
@@ -340,10 +338,10 @@ class DeltaBuilder:
     # -- upsert -------------------------------------------------------------------------------
     def _upsert(
         self,
-        relation: exp.Table,
-        raw_cdc: exp.Expression | None,
-        low: exp.Expression,
-        lateness: exp.Expression | None,
+        relation: exp.Table | exp.Query,
+        raw_cdc: exp.Expr | None,
+        low: exp.Expr,
+        lateness: exp.Expr | None,
     ) -> DeltaBuild | Fallback:
         compiled = self.ctx.compiled
         untraced = self._untraced(raw_cdc)
@@ -477,7 +475,7 @@ class DeltaBuilder:
                 ),
             )
             relation: exp.Table | exp.Query = held
-            condition: exp.Expression = exp.true()
+            condition: exp.Expr = exp.true()
         else:
             relation = self.previous_query
             previous_keys = [exp.column(key, table=ROW_ALIAS) for key in self.merge_keys]
@@ -513,9 +511,9 @@ class DeltaBuilder:
     def _kept_rows_match(
         self,
         keys_table: str,
-        values: list[exp.Expression],
-        low: exp.Expression,
-        high: exp.Expression,
+        values: list[exp.Expr],
+        low: exp.Expr,
+        high: exp.Expr,
         removed: tuple[int, str],
         removed_key: str,
         is_null_free: bool,
@@ -565,11 +563,11 @@ class DeltaBuilder:
     # -- append / append_new ------------------------------------------------------------------
     def _append(
         self,
-        relation: exp.Table,
-        raw_cdc: exp.Expression | None,
-        low: exp.Expression,
-        watermark: exp.Expression,
-        lateness: exp.Expression | None,
+        relation: exp.Table | exp.Query,
+        raw_cdc: exp.Expr | None,
+        low: exp.Expr,
+        watermark: exp.Expr,
+        lateness: exp.Expr | None,
     ) -> DeltaBuild | Fallback:
         compiled = self.ctx.compiled
         is_pushdown = raw_cdc is not None and compiled.is_base_passthrough

@@ -71,7 +71,7 @@ def partitions_reached(
     ctx: IncrementalContext,
     changed: list[str],
     recorded: dict[str, Any],
-    partition: Callable[[str], exp.Expression],
+    partition: Callable[[str], exp.Expr],
 ) -> JoinedChange | Fallback:
     """The partitions holding a `from` row whose key's rows changed in one of the `changed` joined
     inputs since the figures `recorded`; `partition(qualifier)` is a raw `from` row's partition."""

@@ -394,11 +394,11 @@ def follower_slices(
     models: Mapping[str, Model],
     compiled: Mapping[str, CompiledModel],
     followed: Mapping[str, ModelSlices],
-) -> dict[str, dict[str, exp.Expression]]:
+) -> dict[str, dict[str, exp.Expr]]:
     """Per input model, the day or month slices of its rows that the models following its segments
     compare (named as in engine.builds.state_figures): what its states record figures by.
     `models`: each model as built (a row-wise one partitioned by its slicing)."""
-    found: dict[str, dict[str, exp.Expression]] = {}
+    found: dict[str, dict[str, exp.Expr]] = {}
     for name, slices in followed.items():
         model, statement = models[name], compiled[name]
         if slices.spec is None or slices.spec.grain not in state_figures.RECORDED_GRAINS:

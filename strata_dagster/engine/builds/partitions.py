@@ -11,7 +11,7 @@ partitions (window functions, set operations) or on another input that changed r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -85,14 +85,14 @@ def locality_problem(ctx: IncrementalContext) -> str | None:
     return locality_problem_of(ctx.model, ctx.compiled)
 
 
-def raw_partition_of(model: Model, compiled: CompiledModel, qualifier: str | None = None) -> exp.Expression:
+def raw_partition_of(model: Model, compiled: CompiledModel, qualifier: str | None = None) -> exp.Expr:
     """The partition of a raw `from` row, by the model's grain."""
     base = compiled.traced_column(partition_column(model))
     assert base is not None
     return partition_key(compiled.base_expression(base, qualifier=qualifier), partition_grain(model))
 
 
-def raw_partition(ctx: IncrementalContext, qualifier: str | None = None) -> exp.Expression:
+def raw_partition(ctx: IncrementalContext, qualifier: str | None = None) -> exp.Expr:
     return raw_partition_of(ctx.model, ctx.compiled, qualifier)
 
 
@@ -132,7 +132,7 @@ def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str
 
 
 def measure_figures(
-    ctx: IncrementalContext, relation: exp.Table, followers: Mapping[str, exp.Expression] | None = None
+    ctx: IncrementalContext, relation: exp.Table, followers: Mapping[str, exp.Expr] | None = None
 ) -> state_figures.SliceFigures | None:
     """The figures a state of a day- or month-partitioned model records of `relation`'s rows, by
     its partitions and the slices of `followers` (default: its followers in this run)."""
@@ -448,7 +448,7 @@ class PartitionBuild:
         self._drop([build.record.table_name, build.record.detail.get("keys_table"), *joined.tables])
         return self.writer.kept({**detail, "partitions_unchanged": len(affected)}, facts)
 
-    def input_rows_of(self, partitions: list[str], keys_table: str) -> exp.Expression:
+    def input_rows_of(self, partitions: list[str], keys_table: str) -> exp.Expr:
         """Over the raw `from` rows: whether a row is in one of `partitions` (named by `keys_table`)."""
         alias = self.ctx.compiled.base_relation
         ranges = self._ranges(partitions, alias)
@@ -496,7 +496,7 @@ class PartitionBuild:
             copy=False,
         )
 
-    def _skipping_ranges(self, affected: list[str]) -> exp.Expression | None:
+    def _skipping_ranges(self, affected: list[str]) -> exp.Expr | None:
         """The affected day or month partitions of the previous state as ranges of its partition
         column, when they select exactly those rows and let DuckDB skip row groups: a few runs of
         days, or up to MAX_SKIPPING_RANGES runs where the files' statistics show the rows
@@ -649,7 +649,7 @@ class PartitionBuild:
             replace(record, detail={**record.detail, **figures}), False, {**build.detail, **outcome}
         )
 
-    def _drop(self, tables: list[str | None]) -> None:
+    def _drop(self, tables: Sequence[str | None]) -> None:
         for table in tables:
             if table:
                 self.ctx.session.drop_snapshot(table)
@@ -678,7 +678,7 @@ class PartitionBuild:
         keys = [key for key in affected if key != NULL_PARTITION]
         return partition_ranges(raw, type_name, grain, keys, NULL_PARTITION in affected)
 
-    def literal(self, key: str) -> exp.Expression:
+    def literal(self, key: str) -> exp.Expr:
         """A partition key as a literal of the partition column's type."""
         if key == NULL_PARTITION:
             return exp.null()

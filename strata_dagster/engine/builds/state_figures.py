@@ -129,7 +129,7 @@ def recorded_slices(record: SnapshotRecord) -> dict[str, exp.Expr]:
 
 
 def measure(
-    session: Session, relation: exp.Table, partition: exp.Expression, followers: Mapping[str, exp.Expression]
+    session: Session, relation: exp.Table, partition: exp.Expr, followers: Mapping[str, exp.Expr]
 ) -> SliceFigures | None:
     """The figures of `relation`'s rows (one grouped scan), or None past MAX_GROUPS groups."""
     names = list(followers)
@@ -151,6 +151,6 @@ def measure(
     return SliceFigures(own, by)
 
 
-def key_text(expression: exp.Expression) -> str:
+def key_text(expression: exp.Expr) -> str:
     """How a follower's slice expression over the input's rows is named in the figures."""
     return expression.sql()

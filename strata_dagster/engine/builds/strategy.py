@@ -55,7 +55,7 @@ class IncrementalContext:
     window_stats_read: dict[tuple[str, ...], WindowStats] = field(default_factory=dict)
     # The day or month slices of this model's rows that the models following it read
     # (engine.builds.state_figures), by name, as expressions over a row.
-    follower_slices: Mapping[str, exp.Expression] = field(default_factory=dict)
+    follower_slices: Mapping[str, exp.Expr] = field(default_factory=dict)
     # The `from` source's ledger or change feed, whose window a delta reads (engine.sources).
     log: LogSource | None = None
 

@@ -86,7 +86,7 @@ def doctor(warehouse: Path) -> DoctorReport:
     referenced: set[str] | None = None  # None: unknown (the warehouse could not be read)
     try:
         with open_session(warehouse, read_only=True) as session:
-            problem = inspection.history_problem(session.con)
+            problem = inspection.history_problem(session.con)  # type: ignore[attr-defined]  # a DuckDB session (others are refused above), not importable here
             if problem is not None:
                 findings.append(_damaged_warehouse(warehouse, problem))
             else:
@@ -132,7 +132,7 @@ def _snapshot_findings(session: Session, warehouse: Path) -> tuple[list[Finding]
     """Each snapshot file checked whole (footer and row count); the repair depends on whether a
     branch's live state reads it (a run rebuilds it) or only an older run's (gc drops it)."""
     reader = session.history
-    index = session.file_index()
+    index = session.file_index()  # type: ignore[attr-defined]  # a DuckDB session (others are refused above), not importable here
     folder = snapshot_files.folder_of(warehouse.absolute())
     live = dict(_live_uses(reader, index))
     heads = {
@@ -153,7 +153,7 @@ def _snapshot_findings(session: Session, warehouse: Path) -> tuple[list[Finding]
                     "reads its files",
                 )
             )
-        rows = inspection.parquet_rows(session.con, path)
+        rows = inspection.parquet_rows(session.con, path)  # type: ignore[attr-defined]  # a DuckDB session (others are refused above), not importable here
         if isinstance(rows, int) and (name not in heads or heads[name] == rows):
             continue
         problem = (

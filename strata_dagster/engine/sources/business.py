@@ -89,8 +89,8 @@ class BusinessReading:
     columns: tuple[tuple[str, str], ...] = field(default=())
     # `sliding_window(N)`: the partitions the models read, and how to read some of them alone.
     window: tuple[str, ...] = ()
-    raw: exp.Expression | None = field(default=None, compare=False)
-    key: exp.Expression | None = field(default=None, compare=False)
+    raw: exp.Expr | None = field(default=None, compare=False)
+    key: exp.Expr | None = field(default=None, compare=False)
     key_type: str = "DATE"
     # The ledger holds exactly what it held (told by its digest): nothing to record for it.
     is_ledger_unchanged: bool = False
@@ -133,7 +133,7 @@ class BusinessReading:
         }
 
 
-def key_expression(source: Source, types: dict[str, str]) -> exp.Expression:
+def key_expression(source: Source, types: dict[str, str]) -> exp.Expr:
     """The partition of a row of the source. A hive folder is one partition whatever its value's
     type (`hour=2026-11-29 13:00:00/` is the hour; a TIMESTAMP key is kept whole); a table's DATE
     or TIMESTAMP column is cut by day (a TIMESTAMP column holds event times, not a few keys)."""
@@ -553,7 +553,7 @@ def _sorted(items: list[PartitionEvidence]) -> list[PartitionEvidence]:
     return sorted(items, key=lambda item: order_of(item.key))
 
 
-def source_key(session: Session, context: ProjectContext, source: Source) -> exp.Expression:
+def source_key(session: Session, context: ProjectContext, source: Source) -> exp.Expr:
     """The partition of a row of the source, over the columns the run reads it with."""
     return key_expression(source, dict(_columns(session, context, source)))
 
@@ -589,7 +589,7 @@ def _with_row_hashes(
     session: Session,
     source: Source,
     context: ProjectContext,
-    key: exp.Expression,
+    key: exp.Expr,
     items: list[PartitionEvidence],
 ) -> list[PartitionEvidence]:
     """`items` with the hash of their rows, read from their own files (or partitions) only: what
@@ -610,7 +610,7 @@ def partition_figures(
     session: Session,
     source: Source,
     context: ProjectContext,
-    key: exp.Expression,
+    key: exp.Expr,
     items: Sequence[PartitionEvidence],
 ) -> dict[tuple[int, object], tuple[int, str]]:
     """The row count and row-hash sum of each of `items` that holds a row, keyed by `order_of` its
@@ -618,7 +618,7 @@ def partition_figures(
     some row of which cannot be read (found by reading each file alone, once all together failed)."""
     if not items:
         return {}
-    relation: exp.Expression
+    relation: exp.Expr
     files = [file for item in items for file in item.files]
     if source.path is not None:
         listing = exp.Array(expressions=[exp.Literal.string(file) for file in files])

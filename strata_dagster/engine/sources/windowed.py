@@ -12,7 +12,7 @@ SLIDING_WINDOW = "sliding_window"
 
 
 def windowed(
-    reading: exp.Select, key: exp.Expression, key_type: str, consumed: Sequence[str], size: int
+    reading: exp.Select, key: exp.Expr, key_type: str, consumed: Sequence[str], size: int
 ) -> exp.Select:
     """The source read as its last `size` consumed partitions (the frontier's bound kept)."""
     if len(consumed) <= size:
@@ -21,9 +21,7 @@ def windowed(
     return reading.where(exp.GT(this=key.copy(), expression=boundary))
 
 
-def partitions_relation(
-    raw: exp.Expression, key: exp.Expression, key_type: str, keys: Sequence[str]
-) -> exp.Select:
+def partitions_relation(raw: exp.Expr, key: exp.Expr, key_type: str, keys: Sequence[str]) -> exp.Select:
     """The source's rows in these partitions only (hive folders are pruned by the predicate)."""
     query = exp.select("*").from_(raw.copy())
     if not keys:

@@ -75,7 +75,7 @@ def partition_companions(
             key = dg.AssetKey([*key.path[:-1], f"{key.path[-1]}__{name}"])
             groupings[key] = found.grouping
         groups.setdefault(key, []).append(name)
-    companions = {}
+    companions: dict[str, PartitionCompanion] = {}
     for key, readers in groups.items():
         companion = PartitionCompanion(
             key,
@@ -128,7 +128,7 @@ def companion_asset(
         required_resource_keys={resource_key},
     )
     @fails_cleanly
-    def _observe(context: dg.OpExecutionContext) -> Iterator[dg.Output]:
+    def _observe(context: dg.OpExecutionContext) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
         strata: StrataResource = getattr(context.resources, resource_key)
         # A generator without output: the events are the changed partitions' observations; a
         # returning body would add one more, for no partition, with no data version.
@@ -222,7 +222,10 @@ def companion_observations(
         if known.get(key, {}).get(c.DATA_VERSION_TAG) == contents[key].fingerprint:
             continue
         tags = {c.DATA_VERSION_TAG: contents[key].fingerprint}
-        metadata = {c.ROWS_KEY: contents[key].row_count, **({c.RUN_ID_KEY: run_id} if run_id else {})}
+        metadata: dict[str, int | str] = {
+            c.ROWS_KEY: contents[key].row_count,
+            **({c.RUN_ID_KEY: run_id} if run_id else {}),
+        }
         events.append(
             dg.AssetObservation(asset_key=refresh.asset_key, partition=key, tags=tags, metadata=metadata)
         )

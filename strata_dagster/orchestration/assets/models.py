@@ -20,7 +20,7 @@ a failed one is not built), logs what was built, then fails with the first failu
 is reported in the message of the model that causes it, and nothing of a failed model is published.
 """
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,8 +287,7 @@ class ModelsStep:
             outside = {
                 outcome.model
                 for outcome in result.outcomes
-                if outcome.model in asked
-                and set((outcome.detail or {}).get("partitions") or ()) - set(self.partition_keys)
+                if outcome.model in asked and _detail_partitions(outcome) - set(self.partition_keys)
             }
             yield from self._catch_up(result, outside)
 
@@ -393,9 +392,11 @@ class ModelsStep:
         keys = self.partition_keys
         contents = model_partitions(self.project, strata.warehouse_path, plan.name, keys, strata.branch)
         # The partitions this engine run recomputed (a partition-complete build says which).
-        recomputed = set((outcome.detail or {}).get("partitions") or ())
+        recomputed = _detail_partitions(outcome)
         # The model's SQL and lineage once per run: on its last event, the one the UI shows as the latest.
-        once = {name: metadata.pop(name) for name in (c.SQL_KEY, c.COLUMN_LINEAGE_KEY) if name in metadata}
+        once: dict[str, Any] = {
+            name: metadata.pop(name) for name in (c.SQL_KEY, c.COLUMN_LINEAGE_KEY) if name in metadata
+        }
 
         def partition_metadata(key: str) -> dict[str, Any]:
             part = contents[key]
@@ -479,7 +480,15 @@ class ModelsStep:
                 f"`{plan.name}` was built from"
             )
             yield dg.AssetObservation(asset_key=key, tags={c.DATA_VERSION_TAG: fingerprint})
-            known = {**known, key: fingerprint}  # type: ignore[dict-item]  # known fingerprints: a key maps to its fingerprint
+            known = {**known, key: fingerprint}
+
+
+def _detail_partitions(outcome: ModelOutcome) -> set[str]:
+    """The partitions an outcome's detail names (none when it names none)."""
+    named = (outcome.detail or {}).get("partitions") or ()
+    if not isinstance(named, Iterable):  # the engine records them as a list
+        raise TypeError(f"'{type(named).__name__}' object is not iterable")
+    return set(named)
 
 
 def _build_metadata(
@@ -504,7 +513,7 @@ def _build_metadata(
     versions = (detail or {}).get(SOURCE_VERSIONS)
     if versions:
         metadata[c.SOURCE_VERSIONS_KEY] = dg.MetadataValue.json(
-            {source: version.get("last_partition") for source, version in versions.items()}  # type: ignore[union-attr]  # each source version recorded is a dict
+            {source: version.get("last_partition") for source, version in versions.items()}  # type: ignore[attr-defined]  # each source version recorded is a dict
         )
     if detail:
         metadata[c.DETAIL_KEY] = dg.MetadataValue.json(

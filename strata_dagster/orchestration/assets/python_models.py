@@ -59,7 +59,7 @@ def strata_python_model(
         signature = _signature(fn)
         returned = signature.return_annotation
         is_typed = returned is not inspect.Signature.empty and not isinstance(returned, str)
-        output = dg.Output[returned] if is_typed else dg.Output
+        output = dg.Output[returned] if is_typed else dg.Output  # type: ignore[valid-type]  # the Output of what the user's function returns, known at run time
         content_versioned.__signature__ = signature.replace(return_annotation=output)  # type: ignore[attr-defined]  # a function takes __signature__; typeshed does not list it
         content_versioned.__annotations__ = {**getattr(fn, "__annotations__", {}), "return": output}
 
@@ -80,7 +80,7 @@ def strata_python_model(
                 # at the wrapper it calls).
                 **_code_reference(fn),
             },
-            **({"dagster_type": dagster_type} if dagster_type is not None else {}),
+            dagster_type=dagster_type,  # None: Dagster's default
             **asset_kwargs,
         )(content_versioned)
         return asset

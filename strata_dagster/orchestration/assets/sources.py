@@ -10,6 +10,7 @@ its partitions companions (see assets.companions).
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any, TypedDict
 
 import dagster as dg
 
@@ -44,9 +45,18 @@ def build_source_assets(
     return _partitioned(props, translator, names, reporter)
 
 
-def _common(
-    props: StrataAssetProps, translator: StrataDagsterTranslator, names: ProjectNames
-) -> dict[str, object]:
+class _Common(TypedDict):
+    """The keyword arguments every observable source asset of a model or source takes."""
+
+    description: str | None
+    group_name: str | None
+    metadata: dict[str, Any]
+    tags: dict[str, str]
+    op_tags: dict[str, str]
+    required_resource_keys: set[str]
+
+
+def _common(props: StrataAssetProps, translator: StrataDagsterTranslator, names: ProjectNames) -> _Common:
     return {
         "description": translator.get_description(props),
         "group_name": translator.get_group_name(props),
@@ -86,7 +96,7 @@ def _unpartitioned(
     @dg.observable_source_asset(
         key=translator.get_asset_key(props),
         automation_condition=translator.get_automation_condition(props),
-        **_common(props, translator, names),  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
+        **_common(props, translator, names),
     )
     @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> dg.ObserveResult:
@@ -123,7 +133,7 @@ def _partitioned(
         contents = source_partitions(strata.project_path, strata.warehouse_path, name, keys)
         return {key: dg.DataVersion(content.fingerprint) for key, content in contents.items()}
 
-    @dg.observable_source_asset(key=key, partitions_def=partitions_def, **_common(props, translator, names))  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
+    @dg.observable_source_asset(key=key, partitions_def=partitions_def, **_common(props, translator, names))
     @fails_cleanly
     def _observe(context: dg.OpExecutionContext) -> dg.DataVersionsByPartition:
         strata: StrataResource = getattr(context.resources, resource_key)
@@ -149,7 +159,7 @@ def _partitioned(
         automation_condition=translator.get_automation_condition(
             dataclasses.replace(props, partitioned_by=None)
         ),
-        **common,  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
+        **common,
     )
     @fails_cleanly
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
@@ -200,7 +210,7 @@ def build_whole_model_asset(
         f"All partitions of `{name}` as one version, for consumers that are not partitioned."
     )
 
-    @dg.observable_source_asset(key=translator.get_whole_asset_key(props), **common)  # type: ignore[arg-type]  # keyword arguments the source assets share, as a dict
+    @dg.observable_source_asset(key=translator.get_whole_asset_key(props), **common)
     @fails_cleanly
     def _observe_all(context: dg.OpExecutionContext) -> dg.ObserveResult:
         strata: StrataResource = getattr(context.resources, resource_key)

@@ -285,7 +285,14 @@ def _planned_assets(instance: dg.DagsterInstance, run_id: str) -> set[dg.AssetKe
     records = instance.get_records_for_run(
         run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
     ).records
-    return {key for record in records if (key := record.event_log_entry.dagster_event.asset_key) is not None}
+    planned: set[dg.AssetKey] = set()
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None:  # a planned materialization's record is a Dagster event: never
+            raise AttributeError("'NoneType' object has no attribute 'asset_key'")
+        if event.asset_key is not None:
+            planned.add(event.asset_key)
+    return planned
 
 
 def _not_published(key: dg.AssetCheckKey, model: str, branch: str) -> dg.AssetCheckResult:

@@ -216,7 +216,7 @@ class EngineStale:
 
 def read_engine_stale(
     strata: StrataResource,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     partitioned: Mapping[dg.AssetKey, PartitionedModel],
     instance: dg.DagsterInstance,
     is_stale: Callable[[dg.AssetKey, str], bool],
@@ -305,7 +305,9 @@ class StaleCheckReporter:
         answers = plan_answers(strata, models, instance, timeout=None)
         return unshown(instance, stale_evaluations(models, answers))
 
-    def log_changed(self, context: dg.OpExecutionContext, strata: StrataResource) -> None:
+    def log_changed(
+        self, context: dg.OpExecutionContext | dg.AssetExecutionContext, strata: StrataResource
+    ) -> None:
         """`changed`, logged in `context`'s step. A failure to read is a warning: the step's own
         work is done, and the next step or tick evaluates again."""
         if not self.models:
@@ -316,7 +318,7 @@ class StaleCheckReporter:
             context.log.warning(f"`{STALE_PARTITIONS_CHECK}` not re-evaluated: {error.render()}")
             return
         for event in events:
-            context.log_event(event)
+            context.log_event(event)  # type: ignore[arg-type]  # Dagster logs a check evaluation too; its annotation leaves it out
 
 
 def partition_evaluations(
@@ -375,7 +377,7 @@ def stale_partitions_family(models: Mapping[dg.AssetKey, PartitionedModel]) -> C
             # of a ranged run so, partitioned or not): each gets its partition's own answer, first,
             # so that none is left "skipped" and the model's result below is the latest one shown.
             for event in partition_evaluations(context, check_key, selected[check_key.asset_key], answers):
-                context.op_execution_context.log_event(event)
+                context.op_execution_context.log_event(event)  # type: ignore[arg-type]  # Dagster logs a check evaluation too; its annotation leaves it out
             evaluation = evaluations[check_key.asset_key]
             yield dg.AssetCheckResult(
                 asset_key=check_key.asset_key,

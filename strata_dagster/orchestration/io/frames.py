@@ -41,7 +41,7 @@ def to_arrow(frame: pl.DataFrame | pd.DataFrame | pa.Table) -> pa.Table:
 
     if isinstance(frame, pa.Table):
         return frame
-    polars = loaded_frame_type("polars")
+    polars: type[pl.DataFrame] | None = loaded_frame_type("polars")
     if polars is not None and isinstance(frame, polars):
         return frame.to_arrow()
     return pa.Table.from_pandas(frame, preserve_index=False)

@@ -115,6 +115,8 @@ class StrataBackfillGuard(dg.Executor):
 
 def _op_config(run: dg.DagsterRun, op: str) -> Mapping[str, Any]:
     ops = (run.run_config or {}).get("ops") or {}
+    if not isinstance(ops, Mapping):  # Dagster validated the run config: its ops' configs by op name
+        raise AttributeError(f"'{type(ops).__name__}' object has no attribute 'get'")
     return (ops.get(op) or {}).get("config") or {}
 
 
@@ -129,7 +131,7 @@ def _refuse(plan_context: Any, error: StrataError) -> NoReturn:
     raise dg.DagsterExecutionInterruptedError(error.render())
 
 
-@dg.executor(name=EXECUTOR_NAME, config_schema=dg.in_process_executor.config_schema)
+@dg.executor(name=EXECUTOR_NAME, config_schema=dg.in_process_executor.config_schema)  # type: ignore[call-overload]  # executor() takes a definition's schema too; its annotation names only the user-facing forms
 def strata_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     """Dagster's in-process executor (same config), checking strata backfills before any step."""
     create = dg.in_process_executor.executor_creation_fn

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from graphlib import TopologicalSorter
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -122,7 +123,7 @@ def _job_parents(asset_graph, key: dg.AssetKey, job_of: Mapping[dg.AssetKey, str
 
 
 def materialize_all_waves(
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     job_of: Mapping[dg.AssetKey, str],
     observe_job: str,
     observable: Sequence[dg.AssetKey],
@@ -142,7 +143,7 @@ def materialize_all_waves(
 
 
 def backfill_range_waves(
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     backfill_job_of: Mapping[dg.AssetKey, str],
     config: BackfillRangeConfig,
     instance: dg.DagsterInstance,

@@ -24,7 +24,7 @@ def default_warehouse(project_dir: Path | str) -> Path:
     return Path(from_env) if from_env else Path(project_dir) / current_backend().default_warehouse_name
 
 
-class StrataResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # the resource is its own value
+class StrataResource(dg.ConfigurableResource):
     """A strata project and the DuckDB warehouse its models are built in.
 
     Every strata asset, observation and IO manager reads these three settings, so Dagster and the

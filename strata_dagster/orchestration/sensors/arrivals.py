@@ -27,6 +27,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 
@@ -74,7 +75,7 @@ class ArrivalStep:
 def arrival_step(
     instance: dg.DagsterInstance,
     strata: StrataResource,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     sources: Sequence[ArrivingSource],
     job_of: Mapping[dg.AssetKey, str],
     busy: set[dg.AssetKey],
@@ -168,7 +169,12 @@ def _has_failed_run(instance: dg.DagsterInstance, keys: Iterable[dg.AssetKey]) -
 
 def _recorded(instance: dg.DagsterInstance, key: dg.AssetKey) -> str | None:
     record = instance.get_latest_data_version_record(key, is_source=True)
-    return None if record is None else record.event_log_entry.tags.get(c.DATA_VERSION_TAG)
+    if record is None:
+        return None
+    tags = record.event_log_entry.tags
+    if tags is None:  # a data version's record is an observation's or a materialization's: never
+        raise AttributeError("'NoneType' object has no attribute 'get'")
+    return tags.get(c.DATA_VERSION_TAG)
 
 
 def _report_check(step: ArrivalStep, source: ArrivingSource, arrivals: SourceArrivals) -> None:
@@ -184,7 +190,7 @@ def _report_check(step: ArrivalStep, source: ArrivingSource, arrivals: SourceArr
 def _observe(
     step: ArrivalStep,
     instance: dg.DagsterInstance,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     source: ArrivingSource,
     arrivals: SourceArrivals,
     is_first: bool,
@@ -230,7 +236,7 @@ def _observe(
 
 def _launch(
     step: ArrivalStep,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     source: ArrivingSource,
     arrivals: SourceArrivals,
     job_of: Mapping[dg.AssetKey, str],

@@ -23,7 +23,7 @@ AUTOMATION_SENSOR_NAME = "strata_automation"
 OBSERVATION_CRON = "* * * * *"
 
 
-class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg]  # a condition on assets, its key type left open
+class StaleAutomationCondition(dg.AutomationCondition):
     """True for the candidate asset partitions that are stale (sensors.stale_status), and for all of
     an asset whose refresh period has passed (see sensors.refresh)."""
 
@@ -35,7 +35,7 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
     def description(self) -> str:
         return "Stale: an input has a new data version, the code version changed or its refresh period passed"
 
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]  # the context's key type left open, as the class's
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
         instance = context.asset_graph_view.instance
         candidates = context.candidate_subset
         if is_due(instance, context.key, refresh_of(context.asset_graph.get(context.key))):
@@ -52,14 +52,14 @@ class StaleAutomationCondition(dg.AutomationCondition):  # type: ignore[type-arg
         return dg.AutomationResult(context, candidates.compute_intersection_with_partition_keys(keys))
 
 
-class CompanionCondition(dg.AutomationCondition):  # type: ignore[type-arg]  # a condition on assets, its key type left open
+class CompanionCondition(dg.AutomationCondition):
     """True for all of a partitions companion (tag `strata/companion`), false for any other asset."""
 
     @property
     def name(self) -> str:
         return "partitions companion"
 
-    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:  # type: ignore[override]  # the context's key type left open, as the class's
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
         tags = context.asset_graph.get(context.key).tags or {}
         is_companion = tags.get(c.COMPANION_TAG) == c.PARTITIONS_COMPANION
         return dg.AutomationResult(

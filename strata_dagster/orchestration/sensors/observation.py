@@ -49,7 +49,10 @@ def check_sources(
         if key in skip:
             continue
         record = instance.get_latest_data_version_record(key, is_source=True)
-        recorded[key] = None if record is None else record.event_log_entry.tags.get(c.DATA_VERSION_TAG)
+        tags = None if record is None else record.event_log_entry.tags
+        if record is not None and tags is None:  # a data version's record is an observation's: never
+            raise AttributeError("'NoneType' object has no attribute 'get'")
+        recorded[key] = None if tags is None else tags.get(c.DATA_VERSION_TAG)
     names = sorted({name for key, name in observable.items() if key in recorded and name is not None})
     current = (
         peek_source_fingerprints(strata.project_path, strata.warehouse_path, names, timeout=LOCK_WAIT_SECONDS)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import dagster as dg
 
@@ -23,7 +24,7 @@ def model_of(asset_graph, key: dg.AssetKey) -> str | None:  # type: ignore[no-un
 
 def engine_why(
     strata: StrataResource,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     keys: Iterable[dg.AssetKey],
     timeout: float,
 ) -> dict[dg.AssetKey, str]:

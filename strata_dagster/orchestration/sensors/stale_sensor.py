@@ -80,7 +80,7 @@ class StaleScan:
 
 def plan_stale_runs(
     instance: dg.DagsterInstance,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     job_of: Mapping[dg.AssetKey, str],
     run_tags: Mapping[str, str],
     known: Mapping[dg.AssetKey, list[str | None]] | None = None,
@@ -171,7 +171,7 @@ def _partitions(instance: dg.DagsterInstance, node) -> Sequence[str | None]:  # 
 
 def _continue_scan(
     instance: dg.DagsterInstance,
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     resolver: StaleStatusReader,
     scan: StaleScan,
 ) -> None:
@@ -199,7 +199,7 @@ def _continue_scan(
 
 
 def _stale_since(
-    asset_graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    asset_graph: Any,  # Dagster's asset graph and node types are private
     resolver: StaleStatusReader,
     job_of: Mapping[dg.AssetKey, str],
     known: Mapping[dg.AssetKey, Sequence[str | None]],
@@ -410,7 +410,7 @@ def stale_partitions_sensor(
 
     def _tick(
         context: dg.SensorEvaluationContext,
-        graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+        graph: Any,  # Dagster's asset graph and node types are private
         state: _TickState,
         busy: set[dg.AssetKey],
         job_of: Mapping[dg.AssetKey, str],
@@ -496,7 +496,7 @@ def stale_partitions_sensor(
 def _engine_why(
     context: dg.SensorEvaluationContext,
     strata: StrataResource,
-    graph,  # type: ignore[no-untyped-def]  # Dagster's asset graph and node types are private
+    graph: Any,  # Dagster's asset graph and node types are private
     keys: list[dg.AssetKey],
 ) -> dict[dg.AssetKey, str]:
     """`strata plan`'s line for each asset's model; Dagster's causes stay when the plan cannot be read."""
