@@ -148,6 +148,36 @@ def test_a_partitioned_consumer_loads_only_its_partitions_rows(shop):
     assert frame.height == expected[0][0]
 
 
+def test_a_consumer_run_for_a_partition_range_loads_the_rows_of_those_partitions(shop):
+    project, warehouse, defs, instance = shop
+    daily, _ = partition_ranges(defs)
+    assert execute_assets(defs, instance, ["daily_revenue"], partitions=daily).success
+    partitions_def = defs.resolve_asset_graph().get(dg.AssetKey("daily_revenue")).partitions_def
+    seen = {}
+
+    @dg.asset(partitions_def=partitions_def, backfill_policy=dg.BackfillPolicy.single_run())
+    def days_report(context: dg.AssetExecutionContext, daily_revenue: pl.DataFrame) -> None:
+        seen[tuple(context.partition_keys)] = daily_revenue
+
+    consumer = build_definitions(project, warehouse=warehouse, python_assets=[days_report])
+    job = consumer.resolve_implicit_job_def_def_for_assets([dg.AssetKey("days_report")])
+    tags = {
+        "dagster/asset_partition_range_start": "2025-01-03",
+        "dagster/asset_partition_range_end": "2025-01-05",
+    }
+    assert job.execute_in_process(
+        instance=instance, asset_selection=[dg.AssetKey("days_report")], tags=tags
+    ).success
+    ((keys, frame),) = seen.items()
+    assert keys == ("2025-01-03", "2025-01-04", "2025-01-05")
+    assert set(frame["order_day"].cast(pl.Utf8)) == set(keys)
+    expected = execute(
+        warehouse,
+        "SELECT count(*) FROM main.v_daily_revenue WHERE order_day BETWEEN DATE '2025-01-03' AND DATE '2025-01-05'",
+    )
+    assert frame.height == expected[0][0]
+
+
 def test_a_named_projects_python_model_names_its_project(shop):
     """A Python model publishes through its project's IO manager: in a project given a `name`, it
     says which (`strata_python_model(project=...)`), else the load fails with E067 saying so."""

@@ -127,10 +127,8 @@ class StrataIOManager(dg.ConfigurableIOManager):
         upstream = context.upstream_output
         name = model_name(upstream.definition_metadata if upstream else {}, context.asset_key)
         project = load_project(strata.project_path)
-        keys = None
         is_partitioned = name in project.models and project.models[name].properties.partitioned_by is not None
-        if is_partitioned and context.has_asset_partitions and _is_partitioned_step(context):
-            keys = list(context.asset_partition_keys)
+        keys = _some_partitions(context) if is_partitioned else None
         table = read_model(project, strata.warehouse_path, name, keys, strata.branch)
         if _wants_pandas(context):
             return table.to_pandas()
@@ -141,12 +139,15 @@ class StrataIOManager(dg.ConfigurableIOManager):
         return frame
 
 
-def _is_partitioned_step(context: dg.InputContext) -> bool:
-    """Whether the consumer runs for some partitions (then it reads only theirs), not the whole."""
-    try:
-        return bool(context.has_partition_key or context.has_partition_key_range)
-    except dg.DagsterInvariantViolationError:
-        return False
+def _some_partitions(context: dg.InputContext) -> list[str] | None:
+    """The input's partitions the consumer reads when they are some of them (a partition, a range);
+    None when it reads every partition (an unpartitioned consumer): the whole model is read."""
+    if not context.has_asset_partitions:
+        return None
+    keys = list(context.asset_partition_keys)
+    with dg.partition_loading_context(dynamic_partitions_store=context.instance):
+        every = context.asset_partitions_def.get_partition_keys()
+    return None if set(keys) >= set(every) else keys
 
 
 def _wants_pandas(context: dg.InputContext) -> bool:
