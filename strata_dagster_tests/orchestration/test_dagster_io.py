@@ -123,32 +123,21 @@ def test_a_python_model_cannot_take_a_strata_models_name(shop, tmp_path):
     assert not dg.materialize([clash], resources=clashing.resources, raise_on_error=False).success
 
 
-def test_a_partitioned_consumer_loads_only_its_partitions_rows(shop):
-    project, warehouse, defs, instance = shop
-    daily, _ = partition_ranges(defs)
-    assert execute_assets(defs, instance, ["daily_revenue"], partitions=daily).success
-    partitions_def = defs.resolve_asset_graph().get(dg.AssetKey("daily_revenue")).partitions_def
-    seen = {}
-
-    @dg.asset(partitions_def=partitions_def)
-    def day_report(context: dg.AssetExecutionContext, daily_revenue: pl.DataFrame) -> None:
-        seen[context.partition_key] = daily_revenue
-
-    consumer = build_definitions(project, warehouse=warehouse, python_assets=[day_report])
-    job = consumer.resolve_implicit_job_def_def_for_assets([dg.AssetKey("day_report")])
-    assert job.execute_in_process(
-        instance=instance, asset_selection=[dg.AssetKey("day_report")], partition_key="2025-01-07"
-    ).success
-    frame = seen["2025-01-07"]
-    assert isinstance(frame, pl.DataFrame) and frame.height > 0
-    assert set(frame["order_day"].cast(pl.Utf8)) == {"2025-01-07"}
-    expected = execute(
-        warehouse, "SELECT count(*) FROM main.v_daily_revenue WHERE order_day = DATE '2025-01-07'"
-    )
-    assert frame.height == expected[0][0]
+RANGE_TAGS = {
+    "dagster/asset_partition_range_start": "2025-01-03",
+    "dagster/asset_partition_range_end": "2025-01-05",
+}
 
 
-def test_a_consumer_run_for_a_partition_range_loads_the_rows_of_those_partitions(shop):
+@pytest.mark.parametrize(
+    ("run", "days"),
+    [
+        ({"partition_key": "2025-01-07"}, ("2025-01-07",)),
+        ({"tags": RANGE_TAGS}, ("2025-01-03", "2025-01-04", "2025-01-05")),  # a single-run backfill
+    ],
+    ids=["one partition", "a partition range"],
+)
+def test_a_partitioned_consumer_loads_only_its_partitions_rows(shop, run, days):
     project, warehouse, defs, instance = shop
     daily, _ = partition_ranges(defs)
     assert execute_assets(defs, instance, ["daily_revenue"], partitions=daily).success
@@ -156,24 +145,22 @@ def test_a_consumer_run_for_a_partition_range_loads_the_rows_of_those_partitions
     seen = {}
 
     @dg.asset(partitions_def=partitions_def, backfill_policy=dg.BackfillPolicy.single_run())
-    def days_report(context: dg.AssetExecutionContext, daily_revenue: pl.DataFrame) -> None:
+    def day_report(context: dg.AssetExecutionContext, daily_revenue: pl.DataFrame) -> None:
         seen[tuple(context.partition_keys)] = daily_revenue
 
-    consumer = build_definitions(project, warehouse=warehouse, python_assets=[days_report])
-    job = consumer.resolve_implicit_job_def_def_for_assets([dg.AssetKey("days_report")])
-    tags = {
-        "dagster/asset_partition_range_start": "2025-01-03",
-        "dagster/asset_partition_range_end": "2025-01-05",
-    }
+    consumer = build_definitions(project, warehouse=warehouse, python_assets=[day_report])
+    job = consumer.resolve_implicit_job_def_def_for_assets([dg.AssetKey("day_report")])
     assert job.execute_in_process(
-        instance=instance, asset_selection=[dg.AssetKey("days_report")], tags=tags
+        instance=instance, asset_selection=[dg.AssetKey("day_report")], **run
     ).success
     ((keys, frame),) = seen.items()
-    assert keys == ("2025-01-03", "2025-01-04", "2025-01-05")
-    assert set(frame["order_day"].cast(pl.Utf8)) == set(keys)
+    assert keys == days
+    assert isinstance(frame, pl.DataFrame) and frame.height > 0
+    assert set(frame["order_day"].cast(pl.Utf8)) == set(days)
     expected = execute(
         warehouse,
-        "SELECT count(*) FROM main.v_daily_revenue WHERE order_day BETWEEN DATE '2025-01-03' AND DATE '2025-01-05'",
+        "SELECT count(*) FROM main.v_daily_revenue WHERE order_day BETWEEN CAST(? AS DATE) AND CAST(? AS DATE)",
+        params=[days[0], days[-1]],
     )
     assert frame.height == expected[0][0]
 
