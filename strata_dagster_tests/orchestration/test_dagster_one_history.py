@@ -274,6 +274,20 @@ def template(tmp_path_factory):
 @example(
     actions=["move order", "cli backfill", "cli rollback", "ui materialize"], seed=99999
 )  # a UI step's engine run publishes again stg_orders, rolled back before: Dagster records it
+@example(
+    actions=[
+        "change order",
+        "cli run",
+        "observe",
+        "cli run",
+        "observe",
+        "cli rollback",
+        "cli run",
+        "cli backfill",
+        "cli rollback",
+    ],
+    seed=89534,
+)  # a rollback restores order_tags (kept since from today's stg_orders) and monthly_revenue (read an older day)
 def test_after_any_interleaving_dagster_and_the_plan_agree_on_what_is_stale(template, actions, seed):
     root, walk_root, defs = template
     walk = Walk(walk_root, root, defs)

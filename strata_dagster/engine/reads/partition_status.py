@@ -12,7 +12,7 @@ build's partition expression.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -262,6 +262,7 @@ class LiveState:
     model_fingerprint: str
     is_view: bool
     inputs: dict[str, str]
+    input_snapshots: dict[str, str] = field(default_factory=dict)  # each input model's snapshot read
 
 
 def live_states(
@@ -281,6 +282,7 @@ def live_states(
                 continue
             entry = history.live_build_of(name, head.snapshot_id, branch)
             inputs: dict[str, str] = {}
+            input_snapshots: dict[str, str] = {}
             if entry is not None:
                 inputs.update(
                     (item.source, item.fingerprint)
@@ -291,6 +293,7 @@ def live_states(
                     read = history.snapshot(built.snapshot_id) if built.model != name else None
                     if read is not None:
                         inputs[built.model] = read.content_hash
+                        input_snapshots[built.model] = read.snapshot_id
             found[name] = LiveState(
                 name,
                 head.snapshot_id,
@@ -299,6 +302,7 @@ def live_states(
                 head.model_fingerprint,
                 head.is_view,
                 inputs,
+                input_snapshots,
             )
         return found
 

@@ -131,17 +131,18 @@ def catch_up(
                 asset_key=key, tags={c.DATA_VERSION_TAG: version}, description=description, metadata=extra
             )
             yield from _companions_of(instance, strata, assets, name)
-    wanted = [name for name in assets.models.values() if models is None or name in models]
-    live = live_states(strata.warehouse_path, wanted, strata.branch)
+    wanted = {name for name in assets.models.values() if models is None or name in models}
+    # Every model's live state: a wanted model's inputs are compared with theirs.
+    live = live_states(strata.warehouse_path, list(assets.models.values()), strata.branch)
     for key, name in assets.models.items():
         state = live.get(name)
-        if state is None:
+        if state is None or name not in wanted:
             continue
         node = asset_graph.get(key)
         if node.partitions_def is None:
-            events = _unpartitioned(instance, asset_graph, assets, key, state, description, extra)
+            events = _unpartitioned(instance, strata, asset_graph, assets, key, live, description, extra)
         else:
-            events = _partitioned(instance, strata, asset_graph, assets, key, state, description, extra)
+            events = _partitioned(instance, strata, asset_graph, assets, key, live, description, extra)
         changed = False
         for event in events:
             changed = True
@@ -172,15 +173,21 @@ def _companions_of(
 
 def _unpartitioned(
     instance: dg.DagsterInstance,
+    strata: StrataResource,
     asset_graph: Any,
     assets: StrataAssets,
     key: dg.AssetKey,
-    state: LiveState,
+    live: Mapping[str, LiveState],
     description: str | None,
     metadata: Mapping[str, Any],
 ) -> Iterator[dg.AssetMaterialization]:
+    state = live[assets.models[key]]
     record = instance.get_latest_data_version_record(key, is_source=False)
-    provenance = _provenance(instance, asset_graph, assets, key, state, state.content_hash)
+    provenance = _provenance(instance, asset_graph, assets, key, live, state.content_hash)
+    if provenance.reads_older_inputs and _is_kept_by_plan(strata, state.model):
+        # A rollback restored the entry of an older build, but a build from today's inputs gave
+        # this same snapshot (an early cutoff kept it): it is up to date with them.
+        provenance = _provenance(instance, asset_graph, assets, key, live, state.content_hash, as_read=False)
     if record is not None and provenance.is_recorded_on(record):
         return
     counts = {} if state.is_view else {c.ROWS_KEY: state.row_count, c.ROW_COUNT_KEY: state.row_count}
@@ -198,10 +205,11 @@ def _partitioned(
     asset_graph: Any,
     assets: StrataAssets,
     key: dg.AssetKey,
-    state: LiveState,
+    live: Mapping[str, LiveState],
     description: str | None,
     metadata: Mapping[str, Any],
 ) -> Iterator[dg.AssetMaterialization]:
+    state = live[assets.models[key]]
     partitions_def = asset_graph.get(key).partitions_def
     every = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     known = instance.event_log_storage.get_latest_tags_by_partition(
@@ -211,9 +219,8 @@ def _partitioned(
     # code and unpartitioned inputs it last saw, and others than the live state's re-record every
     # partition.
     latest = instance.get_latest_data_version_record(key, is_source=False)
-    same = latest is not None and _provenance(instance, asset_graph, assets, key, state, "").is_recorded_on(
-        latest, data_version=False
-    )
+    provenance = _provenance(instance, asset_graph, assets, key, live, "")  # no event of this model moves it
+    same = latest is not None and provenance.is_recorded_on(latest, data_version=False)
     project = load_project(strata.project_path)
     contents = model_partitions(project, strata.warehouse_path, state.model, every, strata.branch)
     changed = [
@@ -227,7 +234,7 @@ def _partitioned(
         yield dg.AssetMaterialization(
             asset_key=key,
             partition=partition,
-            tags=_provenance(instance, asset_graph, assets, key, state, part.fingerprint).tags,
+            tags={**provenance.tags, c.DATA_VERSION_TAG: part.fingerprint},
             description=description,
             metadata={
                 c.SNAPSHOT_KEY: state.snapshot_id,
@@ -280,14 +287,30 @@ def _rebuilt_alike(
     return [partition for partition in shown if partition not in set(engine.keys)]
 
 
+def _is_kept_by_plan(strata: StrataResource, model: str) -> bool:
+    """Whether `strata plan --only-stale` keeps `model`'s live snapshot as it is (nothing to build
+    or publish again): the snapshot a build from today's inputs gives."""
+    request = RunRequest(
+        project_dir=strata.project_path,
+        warehouse=strata.warehouse_path,
+        models=(model,),
+        branch=strata.branch,
+        only_stale=True,
+    )
+    planned = {item.model: item for item in plan(request).models}.get(model)
+    return planned is not None and planned.path == "reused" and not planned.would_change
+
+
 @dataclass(frozen=True)
 class _Provenance:
     """A materialization's tags, and those of them Dagster compares as values (the versions, and
     the data version of each unpartitioned input; a partitioned input is compared through its
-    event pointer)."""
+    event pointer). `reads_older_inputs`: an unpartitioned input read as another version than
+    Dagster's latest of it."""
 
     tags: dict[str, str]
     compared: tuple[str, ...]
+    reads_older_inputs: bool = False
 
     def is_recorded_on(self, record: dg.EventLogRecord, *, data_version: bool = True) -> bool:
         recorded = record.event_log_entry.tags or {}
@@ -300,28 +323,64 @@ def _provenance(
     asset_graph: Any,
     assets: StrataAssets,
     key: dg.AssetKey,
-    state: LiveState,
+    live: Mapping[str, LiveState],
     data_version: str,
+    *,
+    as_read: bool = True,
 ) -> _Provenance:
     """Versions and provenance: each unpartitioned input's identity as the state's build read it
-    (else as Dagster last recorded it), and each input's latest event's storage id."""
+    (else, or when not `as_read`, as Dagster last recorded it), and each input's latest event's
+    storage id; for a partitioned input model the state read another snapshot of (a rollback
+    restored it), the last event of that snapshot, so that its partitions changed since show."""
+    state = live[assets.models[key]]
     tags = {
         c.CODE_VERSION_TAG: state.model_fingerprint,
         c.DATA_VERSION_TAG: data_version,
         c.DATA_VERSION_IS_USER_PROVIDED_TAG: "true",
     }
     compared = [c.CODE_VERSION_TAG]
+    older = False
     for parent in asset_graph.get(key).parent_keys:
         node = asset_graph.get(parent)
         record = latest_record(instance, ModelInput(parent, is_observed=not node.is_materializable))
         name = parent.to_user_string()
-        built_from = state.inputs.get(assets.names.get(parent, "")) if node.partitions_def is None else None
-        tags[f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"] = (
-            built_from or recorded_data_version(record) or INITIAL_DATA_VERSION
+        built_from = (
+            state.inputs.get(assets.names.get(parent, ""))
+            if node.partitions_def is None and as_read
+            else None
         )
+        latest = recorded_data_version(record) or INITIAL_DATA_VERSION
+        older = older or (built_from is not None and built_from != latest)
+        tags[f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"] = built_from or latest
+        if node.partitions_def is not None and as_read:
+            record = _read_record(instance, parent, state, live.get(assets.names.get(parent, ""))) or record
         tags[f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}"] = (
             str(record.storage_id) if record is not None else c.NULL_EVENT_POINTER
         )
         if node.partitions_def is None:
             compared.append(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}")
-    return _Provenance(tags, tuple(compared))
+    return _Provenance(tags, tuple(compared), older)
+
+
+def _read_record(
+    instance: dg.DagsterInstance, parent: dg.AssetKey, state: LiveState, parent_state: LiveState | None
+) -> dg.EventLogRecord | None:
+    """The latest materialization of the snapshot of partitioned input model `parent` that
+    `state`'s build read, when that is not the input's live snapshot (None: it is, or no event
+    names it)."""
+    read = state.input_snapshots.get(parent_state.model) if parent_state is not None else None
+    if parent_state is None or read is None or read == parent_state.snapshot_id:
+        return None
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=parent), limit=500, cursor=cursor
+        )
+        for record in page.records:
+            event = record.event_log_entry.asset_materialization
+            snapshot = (event.metadata or {}).get(c.SNAPSHOT_KEY) if event is not None else None
+            if getattr(snapshot, "value", snapshot) == read:
+                return record
+        if not page.has_more:
+            return None
+        cursor = page.cursor
