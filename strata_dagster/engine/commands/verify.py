@@ -39,8 +39,7 @@ from strata_dagster.engine.context import ProjectContext, load_context, select_m
 from strata_dagster.engine.damaged_files import damaged_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.feed import Feed, history_source_error
-from strata_dagster.engine.sources.logs import log_source
+from strata_dagster.engine.sources.logs import LogSource, history_keys, history_relation, log_source
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint.refresh import utc_now
@@ -332,13 +331,12 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         for name in project.sources
         if (window := business.ledger_window(session, project, name, context.overrides)) is not None
     }
-    feeds: dict[str, Feed] = {}
+    logs: dict[str, LogSource] = {}
     for name in project.sources:
         log = log_source(session, project, context.overrides, name)
         if log is not None:
             windows[name] = log.relation()  # a ledger's committed rows, a feed's current rows
-        if isinstance(log, Feed):
-            feeds[name] = log
+            logs[name] = log
 
     def relation(name: str) -> exp.Table | exp.Query:
         if name in windows:
@@ -349,20 +347,22 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
             return model_view(name, context.branch)
         return tables[name]
 
-    def versions_of(base: str) -> Callable[[str], exp.Table | exp.Query]:
-        """A history model's inputs: its change feed's versions (engine.sources.feed)."""
-        feed = feeds.get(base)
-        if feed is None:
-            raise history_source_error(project.models[name], base)
-        checked = project.models[name].properties.check_columns or ()
-        return lambda input_name: feed.versions(checked) if input_name == base else relation(input_name)
+    def versions_of(name: str) -> Callable[[str], exp.Table | exp.Query]:
+        """A history model's inputs: its log's versions (engine.sources.versions)."""
+        model, compiled = project.models[name], context.compiled.models[name]
+        base, log = compiled.base_relation, logs.get(compiled.base_relation)
+        traced = tuple(compiled.base_column(key) for key in model.properties.merge_keys or ())
+        keys = history_keys(model, base, traced, log)
+        assert log is not None  # history_keys refused a model without one
+        versions = history_relation(model, keys, log)
+        return lambda input_name: versions if input_name == base else relation(input_name)
 
     for name in names:
         table_name = f"{SCRATCH_PREFIX}{token}_{name}"
         compiled = context.compiled.models[name]
         inputs: Callable[[str], exp.Table | exp.Query] = relation
         if project.models[name].properties.merge_strategy == "history":
-            inputs = versions_of(compiled.base_relation)
+            inputs = versions_of(name)
         try:
             session.create_snapshot(table_name, compiled.bound(inputs))
         except ResourceLimitExceeded as error:

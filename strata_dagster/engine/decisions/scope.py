@@ -41,8 +41,7 @@ from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.feed import Feed, history_source_error
-from strata_dagster.engine.sources.logs import LogSource, log_source
+from strata_dagster.engine.sources.logs import LogSource, history_keys, history_relation, log_source
 from strata_dagster.engine.sources.readings import (
     SourceState,
     fingerprint_models,
@@ -80,6 +79,7 @@ class RunScope:
         self.source_totals: dict[str, tuple[int, str]] = {}
         self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
         self.logs: dict[str, LogSource] = {}  # sources read through their ledger or change feed
+        self.history_keys: dict[str, tuple[str, ...]] = {}  # a history model's: the keys it versions
         self.pointers: dict[str, tuple[str, ...]] = {}  # model -> the segment ids its live view shows
         self.removed: tuple[str, ...] = ()  # models with a live view the project no longer defines
         # Each model's state as the run leaves it (what its readers read), in dependency order.
@@ -152,18 +152,15 @@ class RunScope:
         return self.pointers
 
     def check_history_models(self) -> None:
-        """Refuses a history model of the closure that does not read a change feed by its keys."""
+        """Refuses a history model of the closure that does not read a log by keys it can version."""
         for name in self.closure:
-            model = self.project.models[name]
-            if model.properties.merge_strategy != "history":
-                continue
-            compiled = self.context.compiled.models[name]
-            log = self.logs.get(compiled.base_relation)
-            if not isinstance(log, Feed):
-                raise history_source_error(model, compiled.base_relation)
-            traced = {compiled.base_column(key) for key in model.properties.merge_keys or ()}
-            if traced != set(log.keys):
-                raise history_source_error(model, compiled.base_relation, log.keys)
+            if self.project.models[name].properties.merge_strategy == "history":
+                self.history_keys[name] = self._history_keys(name)
+
+    def _history_keys(self, name: str) -> tuple[str, ...]:
+        model, compiled = self.project.models[name], self.context.compiled.models[name]
+        traced = tuple(compiled.base_column(key) for key in model.properties.merge_keys or ())
+        return history_keys(model, compiled.base_relation, traced, self.logs.get(compiled.base_relation))
 
     def read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
@@ -302,10 +299,8 @@ class RunScope:
         if self.project.models[model].properties.merge_strategy != "history":
             return self.relation_for_build
         base = self.context.compiled.models[model].base_relation
-        log = self.logs.get(base)
-        assert isinstance(log, Feed)  # check_history_models refused any other
-        checked = self.project.models[model].properties.check_columns or ()
-        return lambda name: log.versions(checked) if name == base else self.relation_for_build(name)
+        versions = history_relation(self.project.models[model], self.history_keys[model], self.logs[base])
+        return lambda name: versions if name == base else self.relation_for_build(name)
 
     def relation_for_build(self, name: str) -> exp.Table | exp.Query:
         """What a build in this run reads input `name` from."""

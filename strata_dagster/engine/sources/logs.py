@@ -15,11 +15,11 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
-from strata_dagster.engine.sources.feed import Feed
+from strata_dagster.engine.sources.feed import Feed, history_source_error
 from strata_dagster.engine.sources.ledger import Ledger
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_SOURCE, StrataError
 from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import Project, Source
+from strata_dagster.language.definition import Model, Project, Source
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import typed_literal
 
@@ -44,6 +44,12 @@ class LogSource(Protocol):
 
     def relation(self) -> exp.Query:
         """The rows a model reads from the source (what a full build computes over)."""
+        ...
+
+    def versions(
+        self, keys: tuple[str, ...], checked: tuple[str, ...] = (), deleted_flag: str | None = None
+    ) -> exp.Query:
+        """The rows as versions of `keys` (what a history model reads, engine.sources.versions)."""
         ...
 
     def high(self, session: Session) -> tuple[str | None, str]:
@@ -102,6 +108,28 @@ def log_source(
         assert source.ledger is not None  # the language refuses a ledger source without it
         return Ledger(source, table, source_table(replace(source, table=source.ledger), project, {}))
     return Feed(source, table)
+
+
+def history_keys(
+    model: Model, base: str, traced: tuple[str | None, ...], log: LogSource | None
+) -> tuple[str, ...]:
+    """The columns of `base` history model `model` keeps versions of (its merge keys `traced` to
+    them), or E092: a change feed's versions are of its feed keys, a ledger's of any traced keys."""
+    if log is None:
+        raise history_source_error(model, base)
+    if isinstance(log, Feed):
+        if set(traced) != set(log.keys):
+            raise history_source_error(model, base, log.keys)
+        return log.keys
+    if None in traced:
+        raise history_source_error(model, base, ())
+    return tuple(key for key in traced if key is not None)
+
+
+def history_relation(model: Model, keys: tuple[str, ...], log: LogSource) -> exp.Query:
+    """What history model `model` reads from its `from` log: its versions by `keys`."""
+    props = model.properties
+    return log.versions(keys, props.check_columns or (), props.deleted_flag)
 
 
 def read_facts(session: Session, log: LogSource) -> LogFacts:
