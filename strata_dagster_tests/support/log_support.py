@@ -204,3 +204,21 @@ def full_ledger_history(checked: str | None = None) -> str:
         "AS valid_to, lead(__strata_committed) OVER w IS NULL AS is_current "
         f"FROM ({at_commit}) WINDOW w AS (PARTITION BY id ORDER BY __strata_committed)"
     )
+
+
+# A history of a plain table (no ledger, no feed): versions stamped with the time builds ran.
+TABLE_HISTORY_MODULE = """
+source customers {
+  table: raw.customers
+}
+
+model customer_history {
+  from customers
+  filter region <> 'nowhere'
+  select id, name, region, valid_from, valid_to, is_current, was_deleted
+  merge_strategy: history
+  merge_keys: [id]
+  deleted_flag: was_deleted
+  cdc_column: valid_from
+}
+"""

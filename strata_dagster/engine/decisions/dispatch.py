@@ -36,6 +36,7 @@ from strata_dagster.engine.builds.partition_range import ByRequest
 from strata_dagster.engine.builds.partitions import PartitionBuild, partition_grain
 from strata_dagster.engine.builds.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
 from strata_dagster.engine.builds.strategy import BuildStrategy, IncrementalContext, Target
+from strata_dagster.engine.builds.table_history import TableHistoryBuilder
 from strata_dagster.engine.builds.view import ViewBuild
 from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision
@@ -209,4 +210,6 @@ def delta_builder(
         return PartitionBuild(context, current, segments, identities)
     if context.log is not None:
         return LogDeltaBuilder(context, current, segments, context.log)
+    if scope.is_table_history(name):
+        return TableHistoryBuilder(context, current, segments, scope.history_at)
     return DeltaBuilder(context, current, segments)

@@ -12,6 +12,7 @@ builds (or plans) the models.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -41,13 +42,20 @@ from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.logs import LogSource, history_keys, history_relation, log_source
+from strata_dagster.engine.sources.logs import (
+    LogSource,
+    history_keys,
+    history_relation,
+    log_source,
+    table_history_error,
+)
 from strata_dagster.engine.sources.readings import (
     SourceState,
     fingerprint_models,
     read_source_state,
     read_source_state_by_group,
 )
+from strata_dagster.engine.sources.versions import stamped_rows
 from strata_dagster.fingerprint import ModelFingerprint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
@@ -159,8 +167,26 @@ class RunScope:
 
     def _history_keys(self, name: str) -> tuple[str, ...]:
         model, compiled = self.project.models[name], self.context.compiled.models[name]
+        base = compiled.base_relation
         traced = tuple(compiled.base_column(key) for key in model.properties.merge_keys or ())
-        return history_keys(model, compiled.base_relation, traced, self.logs.get(compiled.base_relation))
+        is_source = base in self.project.sources
+        keys = history_keys(model, base, traced, self.logs.get(base), is_source=is_source)
+        if base not in self.logs:
+            columns = {column: compiled.base_column(column) for column in compiled.columns or ()}
+            error = table_history_error(model, base, columns, self.session.backend)
+            if error is not None:
+                raise error
+        return keys
+
+    def is_table_history(self, name: str) -> bool:
+        """Whether `name` is a history model over a plain table (engine.builds.table_history)."""
+        return name in self.history_keys and self.context.compiled.models[name].base_relation not in self.logs
+
+    @property
+    def history_at(self) -> exp.Expr:
+        """The time a history over a plain table stamps this run's versions with (UTC)."""
+        moment = self.now.astimezone(dt.timezone.utc).replace(tzinfo=None) if self.now.tzinfo else self.now
+        return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), "TIMESTAMP")
 
     def read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
@@ -299,6 +325,10 @@ class RunScope:
         if self.project.models[model].properties.merge_strategy != "history":
             return self.relation_for_build
         base = self.context.compiled.models[model].base_relation
+        if base not in self.logs:
+            flag = self.project.models[model].properties.deleted_flag
+            stamped = stamped_rows(self.relation_for_build(base), self.history_at, flag)
+            return lambda name: stamped if name == base else self.relation_for_build(name)
         versions = history_relation(self.project.models[model], self.history_keys[model], self.logs[base])
         return lambda name: versions if name == base else self.relation_for_build(name)
 

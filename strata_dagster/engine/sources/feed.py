@@ -93,10 +93,8 @@ def history_source_error(model: Model, base: str, keys: tuple[str, ...] | None =
     keys, which its merge keys do not trace to, or () for a ledger's rows; None: `base` is not a
     ledger or change feed)."""
     if keys is None:
-        what = (
-            f"reads `{base}`, which is neither a ledger nor a change feed: its versions cannot be recomputed"
-        )
-        hint = "read a source declared `versioning: feed(position)` with `feed_keys`, or `versioning: ledger(...)`"
+        what = f"reads model `{base}`: a history keeps the versions of a source's rows"
+        hint = "read a source: a change feed or a ledger (recomputable from its log) or a plain table"
     elif not keys:
         what = f"merges by keys that are not columns of `{base}` passed through unchanged"
         hint = f"select the merge keys from `{base}`'s columns"

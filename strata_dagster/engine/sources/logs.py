@@ -17,9 +17,9 @@ from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.engine.sources.feed import Feed, history_source_error
 from strata_dagster.engine.sources.ledger import Ledger
-from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_SOURCE, StrataError
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_HISTORY_SOURCE, E_SOURCE, StrataError
 from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import Model, Project, Source
+from strata_dagster.language.definition import HISTORY_COLUMNS, Model, Project, Source
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import typed_literal
 
@@ -111,11 +111,12 @@ def log_source(
 
 
 def history_keys(
-    model: Model, base: str, traced: tuple[str | None, ...], log: LogSource | None
+    model: Model, base: str, traced: tuple[str | None, ...], log: LogSource | None, *, is_source: bool = True
 ) -> tuple[str, ...]:
     """The columns of `base` history model `model` keeps versions of (its merge keys `traced` to
-    them), or E092: a change feed's versions are of its feed keys, a ledger's of any traced keys."""
-    if log is None:
+    them), or E092: a change feed's versions are of its feed keys, a ledger's or a plain table's
+    of any traced keys; a model is no source of versions."""
+    if log is None and not is_source:
         raise history_source_error(model, base)
     if isinstance(log, Feed):
         if set(traced) != set(log.keys):
@@ -124,6 +125,30 @@ def history_keys(
     if None in traced:
         raise history_source_error(model, base, ())
     return tuple(key for key in traced if key is not None)
+
+
+def table_history_error(
+    model: Model, base: str, traced: dict[str, str | None], backend: str
+) -> StrataError | None:
+    """Why history model `model` cannot be kept over plain table `base` (its output columns
+    `traced` to `base`'s), if it cannot: the engine closes versions by the history columns' names."""
+    if backend != "duckdb":
+        return StrataError(
+            E_BACKEND_UNSUPPORTED,
+            f"model `{model.name}` keeps a history of plain table `{base}`, which the {backend} backend does not build",
+            model.properties.location_of("merge_strategy") or model.location,
+            hint="history models are built on DuckDB; use the duckdb engine",
+        )
+    wanted = [*HISTORY_COLUMNS, *filter(None, [model.properties.deleted_flag])]
+    if missing := [name for name in wanted if traced.get(name) != name]:
+        return StrataError(
+            E_HISTORY_SOURCE,
+            f"model `{model.name}` keeps a history of plain table `{base}` but does not select "
+            f"`{missing[0]}` unchanged: a build closes versions by that column",
+            model.properties.location_of("merge_strategy") or model.location,
+            hint=f"select {', '.join(wanted)} as they are (filters and other columns may compute anything)",
+        )
+    return None
 
 
 def history_relation(model: Model, keys: tuple[str, ...], log: LogSource) -> exp.Query:

@@ -142,3 +142,21 @@ def _changes(events: Events, at_position: exp.Select, checked: tuple[str, ...]) 
         .from_(flagged.subquery(_CHANGES))
         .where(exp.column(_OPENS, table=_CHANGES))
     )
+
+
+def stamped_rows(
+    relation: exp.Query | exp.Table, at: exp.Expr, deleted_flag: str | None = None
+) -> exp.Select:
+    """A plain relation's rows as current versions opened at `at` (a history over a table without
+    a log: what a build compares with the versions it kept)."""
+    timestamp = exp.DataType.build("TIMESTAMP")
+    columns: list[exp.Expr] = [
+        exp.Star(),
+        exp.cast(at.copy(), timestamp).as_(VALID_FROM),
+        exp.cast(exp.null(), timestamp).as_(VALID_TO),
+        exp.true().as_(IS_CURRENT),
+    ]
+    if deleted_flag is not None:
+        columns.append(exp.false().as_(deleted_flag))
+    source = relation.copy()
+    return exp.select(*columns).from_(source.subquery("__rows") if isinstance(source, exp.Query) else source)

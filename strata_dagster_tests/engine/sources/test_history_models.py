@@ -1,13 +1,13 @@
 """History models (`merge_strategy: history`) over a change feed: one row per version of each key,
 valid from its position to the key's next one; deltas replace the versions of the keys a window
-touched and equal the recomputation from the whole feed; any other `from` is refused (E092)."""
+touched and equal the recomputation from the whole feed; merge keys other than the feed's are
+refused (E092)."""
 
 import duckdb
 import pytest
 
 from strata_dagster.engine.commands.unit_tests import run_unit_tests
 from strata_dagster.engine.commands.verify import verify
-from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_DUPLICATE_COLUMN, E_HISTORY_SOURCE, E_UNKNOWN_COLUMN, StrataError
 from strata_dagster_tests.engine.sources.test_change_feeds import Feed
@@ -146,19 +146,6 @@ def test_check_columns_outside_a_history_model_or_the_feed_are_refused(tmp_path)
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == E_UNKNOWN_COLUMN
-
-
-def test_a_history_model_over_a_plain_table_is_refused(tmp_path):
-    module = (
-        history_module()
-        .replace("versioning: feed(lsn)", "versioning: full")
-        .replace("feed_keys: [id]\n  deletes: debezium(op)\n", "")
-    )
-    project, warehouse = make_feed_project(tmp_path, module)
-    for command in (plan_project, run_project):
-        with pytest.raises(StrataError) as caught:
-            command(project, warehouse)
-        assert caught.value.code == E_HISTORY_SOURCE
 
 
 def test_a_history_model_merged_by_other_keys_is_refused(tmp_path):
