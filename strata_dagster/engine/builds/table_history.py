@@ -37,7 +37,7 @@ def compared_columns(
     return [name for name in columns if name not in (*HISTORY_COLUMNS, flag)]
 
 
-class TableHistoryBuilder(DeltaBuilder):
+class TableHistoryBuilder:
     """A history model over a plain table, kept by comparison with the table now (see the module).
 
     Args:
@@ -53,8 +53,15 @@ class TableHistoryBuilder(DeltaBuilder):
     def __init__(
         self, ctx: IncrementalContext, previous: SnapshotRecord, segments: list[Segment], at: exp.Expr
     ) -> None:
-        super().__init__(ctx, previous, segments)
-        self.at = at
+        # The upsert's machinery replaces the changed keys' versions (engine.builds.incremental).
+        self.delta = DeltaBuilder(ctx, previous, segments)
+        self.ctx, self.previous, self.at = ctx, previous, at
+        self.props = ctx.model.properties
+        self.merge_keys = self.delta.merge_keys
+        self.previous_query = self.delta.previous_query
+
+    def precheck(self) -> Fallback | None:
+        return self.delta.precheck()
 
     def window_facts(self) -> dict[str, Any] | Fallback | None:
         fallback = self.precheck()
@@ -104,9 +111,9 @@ class TableHistoryBuilder(DeltaBuilder):
         facts = {"high": self.previous.watermark}
         if changed_keys == 0:
             session.drop_snapshot(keys_table)
-            return self.writer.kept(detail, facts)
-        is_null_free, removed, removed_key = self._replaced(keys_table)
-        return self._write_replacing(
+            return self.delta.writer.kept(detail, facts)
+        _, removed, removed_key = self.delta._replaced(keys_table)
+        return self.delta._write_replacing(
             self._versions_of_changed(now, keys_table), removed, removed_key, keys_table, detail, facts
         )
 

@@ -2,7 +2,8 @@
 
 Its versions depend on when builds ran, so a full rebuild cannot give them. What a table can
 prove is checked instead: the current versions are the model's rows computed from the table now
-(compared as row-hash multisets, the history columns left out), every version's interval is well
+(compared as row-hash multisets over the keys and checked columns, else every column but the
+history's), every version's interval is well
 formed (`valid_from` set and before `valid_to`, `is_current` exactly when `valid_to` is NULL, no
 two versions of a key overlapping), and no key has more than one current version.
 """
@@ -40,8 +41,12 @@ class TableHistoryCheck:
 
 
 def compared_columns(model: Model, columns: tuple[str, ...]) -> tuple[str, ...]:
-    """The output columns the current versions are compared on: all but the history's."""
-    return tuple(name for name in columns if name not in (*HISTORY_COLUMNS, model.properties.deleted_flag))
+    """The output columns the current versions are compared on: the keys and the checked columns
+    (a change of another column opens no version), else all but the history's."""
+    props = model.properties
+    if props.check_columns:
+        return tuple(dict.fromkeys([*(props.merge_keys or ()), *props.check_columns]))
+    return tuple(name for name in columns if name not in (*HISTORY_COLUMNS, props.deleted_flag))
 
 
 def current_versions(live: exp.Table) -> exp.Select:

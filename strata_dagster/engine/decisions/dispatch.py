@@ -167,7 +167,7 @@ def _row_wise(scope: RunScope, name: str) -> dict[str, object]:
 
 def delta_builder(
     scope: RunScope, name: str, context: IncrementalContext, current: SnapshotRecord
-) -> DeltaBuilder | AppendedBuilder | PartitionBuild | KeyBucketBuild:
+) -> DeltaBuilder | TableHistoryBuilder | AppendedBuilder | PartitionBuild | KeyBucketBuild:
     """How the delta of incremental model `name` is built on its live state `current`.
 
     Args:
