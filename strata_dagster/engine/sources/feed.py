@@ -14,7 +14,8 @@ A history model (`merge_strategy: history`) reads the feed as its keys' versions
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
@@ -70,10 +71,18 @@ class Feed:
         return current_rows(self.events)
 
     def versions(
-        self, keys: tuple[str, ...], checked: tuple[str, ...] = (), deleted_flag: str | None = None
+        self,
+        keys: tuple[str, ...],
+        checked: tuple[str, ...] = (),
+        deleted_flag: str | None = None,
+        only: Callable[[str], exp.Expr] | None = None,
     ) -> exp.Query:
         """Each key's versions (engine.sources.versions); `keys` are the feed's keys."""
-        return versions(self.events, checked, deleted_flag)
+        events = self.events
+        if only is not None:
+            narrowed = exp.select("*").from_(self.table.copy().as_("__feed_rows")).where(only("__feed_rows"))
+            events = replace(events, relation=narrowed)
+        return versions(events, checked, deleted_flag)
 
     def high(self, session: Session) -> tuple[str | None, str]:
         return session.max_value(self.table, self.window_column)

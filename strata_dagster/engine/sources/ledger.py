@@ -11,6 +11,7 @@ transactions, so a full build and the sum of deltas read the same rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -67,13 +68,17 @@ class Ledger:
         )
 
     def versions(
-        self, keys: tuple[str, ...], checked: tuple[str, ...] = (), deleted_flag: str | None = None
+        self,
+        keys: tuple[str, ...],
+        checked: tuple[str, ...] = (),
+        deleted_flag: str | None = None,
+        only: Callable[[str], exp.Expr] | None = None,
     ) -> exp.Query:
         """Each key's versions by its transactions' commits (engine.sources.versions): a ledger
         deletes no key, so a version closes only when the key's next transaction commits."""
-        return versions(self._events(keys), checked, deleted_flag)
+        return versions(self._events(keys, only), checked, deleted_flag)
 
-    def _events(self, keys: tuple[str, ...]) -> Events:
+    def _events(self, keys: tuple[str, ...], only: Callable[[str], exp.Expr] | None) -> Events:
         """The committed rows, each with its transaction's commit as its position; transactions
         committed together rank by id."""
         rows, stamps = exp.column(self.txn, table="__rows"), exp.column(self.txn, table="__txn")
@@ -85,6 +90,8 @@ class Ledger:
             .from_(self.table.copy().as_("__rows"))
             .join(self.ledger.copy().as_("__txn"), on=exp.EQ(this=rows, expression=stamps))
         )
+        if only is not None:
+            stamped = stamped.where(only("__rows"))
         order = (exp.Ordered(this=exp.column(self.txn, table=EVENTS), desc=True),)
         return Events(stamped, keys, STAMP, order, lambda _qualifier: exp.false(), hidden=(STAMP,))
 

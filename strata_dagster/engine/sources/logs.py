@@ -7,7 +7,7 @@ brought, with high frozen at build start; this module holds what the two share a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -47,9 +47,15 @@ class LogSource(Protocol):
         ...
 
     def versions(
-        self, keys: tuple[str, ...], checked: tuple[str, ...] = (), deleted_flag: str | None = None
+        self,
+        keys: tuple[str, ...],
+        checked: tuple[str, ...] = (),
+        deleted_flag: str | None = None,
+        only: Callable[[str], exp.Expr] | None = None,
     ) -> exp.Query:
-        """The rows as versions of `keys` (what a history model reads, engine.sources.versions)."""
+        """The rows as versions of `keys` (what a history model reads, engine.sources.versions);
+        `only` (a predicate over the raw rows of a qualifier) keeps the events of the keys it
+        holds: a key's versions read its events alone."""
         ...
 
     def high(self, session: Session) -> tuple[str | None, str]:
@@ -151,10 +157,13 @@ def table_history_error(
     return None
 
 
-def history_relation(model: Model, keys: tuple[str, ...], log: LogSource) -> exp.Query:
-    """What history model `model` reads from its `from` log: its versions by `keys`."""
+def history_relation(
+    model: Model, keys: tuple[str, ...], log: LogSource, only: Callable[[str], exp.Expr] | None = None
+) -> exp.Query:
+    """What history model `model` reads from its `from` log: its versions by `keys` (of the keys
+    `only` keeps)."""
     props = model.properties
-    return log.versions(keys, props.check_columns or (), props.deleted_flag)
+    return log.versions(keys, props.check_columns or (), props.deleted_flag, only)
 
 
 def read_facts(session: Session, log: LogSource) -> LogFacts:
