@@ -17,6 +17,7 @@ precheck, window, partitions or slices) without writing.
 | partitions (bucket) | IncrementalBuild + KeyBucketBuild(ByKeyBuckets) (engine.builds.key_buckets) | key buckets whose source figures changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.builds.incremental) | a window (low, high] of an append or upsert |
 | delta | IncrementalBuild + LogDeltaBuilder (engine.builds.incremental) | the window of a ledger's or change feed's log |
+| delta | IncrementalBuild + TableHistoryBuilder (engine.builds.table_history) | a plain table's rows against a history's current versions |
 """
 
 from __future__ import annotations
