@@ -9,7 +9,8 @@ warehouse with the window written: strata's `run --only-stale` of the one model,
 floor's statements on its own copy (a MERGE of the window's latest event per key into the upsert's
 table; for the history, a MERGE closing the current versions of the window's keys and an INSERT
 of the window's versions). Both sides are timed around connection open and close, interleaved
-(the side that goes first alternates). After every repeat the model's live view is compared
+(the side that goes first alternates); the floor's statements are also timed alone, without
+its connection's open and closing checkpoint. After every repeat the model's live view is compared
 with the floor's table and with the recomputation from the whole feed (row-hash multisets): a
 wrong delta fails the bench. `--profile` runs each model once more with every statement timed.
 """
@@ -168,12 +169,16 @@ def strata_side(project: Path, warehouse: Path, model: str) -> Callable[[], obje
     return run
 
 
-def floor_side(warehouse: Path, statements: list[str]) -> Callable[[], object]:
+def floor_side(warehouse: Path, statements: list[str], alone: list[float]) -> Callable[[], object]:
+    """The floor's statements, timed as a whole (open and close included) and alone (into `alone`)."""
+
     def run() -> None:
         con = duckdb.connect(str(warehouse))
         try:
+            started = time.perf_counter()
             for statement in statements:
                 con.execute(statement)
+            alone.append(time.perf_counter() - started)
         finally:
             con.close()
 
@@ -229,6 +234,7 @@ def main() -> None:
                 f"{model}: prepared in {time.perf_counter() - started:.1f} s (load {os.getloadavg()[0]:.1f})"
             )
             sides: dict[str, list[tuple[float, float]]] = {"strata": [], "floor": []}
+            alone: list[float] = []
             for repeat in range(args.repeat):
                 engine, floor = work / "engine.duckdb", work / "floor.duckdb"
                 copy(built, engine)
@@ -236,7 +242,7 @@ def main() -> None:
                 order = ["strata", "floor"] if repeat % 2 == 0 else ["floor", "strata"]
                 calls = {
                     "strata": strata_side(project, engine, model),
-                    "floor": floor_side(floor, floor_statements(model, low)),
+                    "floor": floor_side(floor, floor_statements(model, low), alone),
                 }
                 for side in order:
                     sides[side].append(timed(calls[side]))
@@ -255,6 +261,7 @@ def main() -> None:
                 f"{model}: strata {best['strata']:.3f} s (median {median['strata']:.3f}, cpu {best_cpu['strata']:.3f}); "
                 f"floor {best['floor']:.3f} s (median {median['floor']:.3f}, cpu {best_cpu['floor']:.3f}); "
                 f"ratio {best['strata'] / best['floor']:.2f} (cpu {best_cpu['strata'] / best_cpu['floor']:.2f}); "
+                f"floor statements alone {min(alone):.3f} s (ratio {best['strata'] / min(alone):.1f}); "
                 f"load {os.getloadavg()[0]:.1f}"
             )
             if args.profile:
