@@ -6,9 +6,11 @@ from a log, and `strata verify` checks what a table can prove instead of a full 
 import datetime as dt
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from strata_dagster.cli.main import main
 from strata_dagster.engine.commands.verify import verify
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
@@ -141,6 +143,9 @@ def test_verify_finds_a_key_with_two_current_versions(tmp_path):
     assert model.table_history is not None and model.table_history.keys_not_one_current == 1
     assert not model.is_equal
     assert model.as_metadata()["keys_with_several_current_versions"] == 1
+    shown = CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse)])
+    assert shown.exit_code == 1, shown.output
+    assert "1 key(s) with several current versions" in " ".join(shown.output.split())
 
 
 def test_a_table_history_must_select_its_history_columns_unchanged(tmp_path):
