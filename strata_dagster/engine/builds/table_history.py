@@ -74,8 +74,6 @@ class TableHistoryBuilder:
         session, compiled = self.ctx.session, self.ctx.compiled
         columns = [column[0] for column in self.previous.detail.get("columns") or ()]
         compared = compared_columns(columns, self.props.check_columns, self.props.deleted_flag)
-        if missing := [name for name in compared if name not in columns]:
-            return Fallback(f"checked column `{missing[0]}` is not an output column")
         now = compiled.bound(self.ctx.relation)
         current = (
             exp.select("*")

@@ -154,6 +154,15 @@ def table_history_error(
             model.properties.location_of("merge_strategy") or model.location,
             hint=f"select {', '.join(wanted)} as they are (filters and other columns may compute anything)",
         )
+    checked = [name for name in model.properties.check_columns or () if name not in traced]
+    if checked:
+        return StrataError(
+            E_HISTORY_SOURCE,
+            f"model `{model.name}` keeps a history of plain table `{base}` checking `{checked[0]}`, which it does "
+            "not output: a build compares its current versions with the table by the checked columns",
+            model.properties.location_of("check_columns") or model.location,
+            hint="select the checked columns, or check others",
+        )
     return None
 
 

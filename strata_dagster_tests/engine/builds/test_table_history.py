@@ -148,13 +148,23 @@ def test_verify_finds_a_key_with_two_current_versions(tmp_path):
     assert "1 key(s) with several current versions" in " ".join(shown.output.split())
 
 
-def test_a_table_history_must_select_its_history_columns_unchanged(tmp_path):
+def test_a_table_history_must_select_its_history_and_checked_columns(tmp_path):
     module = MODULE.replace("valid_to, is_current", "valid_to, NOT is_current AS is_current")
     project, warehouse = make_project(tmp_path, module)
     execute(warehouse, "INSERT INTO raw.customers VALUES (1, 'ann', 'eu')")
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == E_HISTORY_SOURCE and "`is_current` unchanged" in str(caught.value)
+    module = MODULE.replace(
+        "  deleted_flag: was_deleted\n", "  deleted_flag: was_deleted\n  check_columns: [region]\n"
+    )
+    project, warehouse = make_project(
+        tmp_path / "checked", module.replace("select id, name, region,", "select id, name,")
+    )
+    execute(warehouse, "INSERT INTO raw.customers VALUES (1, 'ann', 'eu')")
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == E_HISTORY_SOURCE and "checking `region`" in str(caught.value)
 
 
 def test_a_history_of_a_model_is_refused(tmp_path):
