@@ -207,7 +207,7 @@ def profile(project: Path, built: Path, model: str, work: Path, shown: int) -> N
         wall, _ = timed(strata_side(project, engine, model))
     finally:
         for module in patched:
-            module.run = original  # type: ignore[attr-defined]
+            module.run = original  # type: ignore[attr-defined]  # each importer's name for the runner, restored
     total = sum(seconds for seconds, _ in timings)
     print(f"\n{model}: run {wall:.3f} s, {len(timings)} statements {total:.3f} s; slowest:")
     for seconds, text in sorted(timings, reverse=True)[:shown]:
