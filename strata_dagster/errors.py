@@ -163,8 +163,9 @@ CATALOGUE: Final[dict[str, str]] = {
     "form that is not debezium(op), fivetran, airbyte or flag(col))",
     E_LEDGER_DRAINED: "a ledger's transactions in a build's window have no rows left in the source (drained or "
     "compacted away): no delta is taken from them",
-    E_HISTORY_SOURCE: "a `merge_strategy: history` model whose `from` source is not a change feed, or whose "
-    "merge keys are not the feed's keys; `check_columns` on a model that is not a history",
+    E_HISTORY_SOURCE: "a `merge_strategy: history` model that reads a model, or whose merge keys are not its change "
+    "feed's keys (or not columns of its source passed through); `check_columns` or `deleted_flag` on a model "
+    "that is not a history",
     E_ICEBERG: "an Iceberg catalog that cannot be named, opened or written: the warehouse's run stands, "
     "its tables catch up at the next run",
     E_BACKFILL: "a backfill cannot start or failed before publication",

@@ -174,10 +174,18 @@ def _add_rows(table: Table, model: ModelVerification, *, show_all: bool) -> list
         notes.append(f"keys: {', '.join(model.compared_columns)}")
     if model.is_history:
         notes.append(f"history: {counted(model.figures.history_rows, 'row')}")
+    if model.table_history is not None:
+        notes.append("a table's history: current versions vs the table")
     for note in notes:
         name.append(f"\n  {note}", style="dim")
     table.add_row(name, *_cells(model.figures, is_equal=model.is_equal))
     lines = [f"{model.model}: {_total_text(total)}" for total in model.figures.mismatched_totals]
+    if model.table_history is not None and not model.table_history.is_equal:
+        checked = model.table_history
+        lines.append(
+            f"{model.model}: {checked.bad_intervals:,} version(s) with a malformed or overlapping interval, "
+            f"{checked.keys_not_one_current:,} key(s) with several current versions"
+        )
     for part in model.partitions:
         if show_all or not part.is_equal:
             label = part.partition or "NULL"

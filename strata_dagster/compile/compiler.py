@@ -229,7 +229,15 @@ class _PipelineCompiler:
                 raise unknown_column(
                     missing[0], self.base_source_columns, self.model.name, where, relation=first.relation
                 )
-            self.base_source_columns = (*self.base_source_columns, *HISTORY_COLUMNS)  # its feed's versions
+            added = (*HISTORY_COLUMNS, *filter(None, [self.model.properties.deleted_flag]))
+            if taken := [name for name in added if name in self.base_source_columns]:
+                raise self.error(
+                    E_DUPLICATE_COLUMN,
+                    f"`{first.relation}` has a column `{taken[0]}`, which a history model adds to its versions",
+                    self.model.properties.location_of("deleted_flag") or self.model.location,
+                    "name the deleted flag otherwise (`deleted_flag: was_deleted`), or rename the source's column",
+                )
+            self.base_source_columns = (*self.base_source_columns, *added)  # its log's versions
         self.lineage = {name: name for name in self.base_source_columns or ()}
         self._check_step_order(steps)
         index = 1

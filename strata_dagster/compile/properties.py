@@ -56,16 +56,20 @@ def property_errors(model: Model, compiled: CompiledModel) -> list[StrataError]:
                     hint="output columns: " + ", ".join(columns),
                 )
             )
-    if props.check_columns is not None and strategy != "history":
-        errors.append(
-            StrataError(
-                E_HISTORY_SOURCE,
-                f"model `{model.name}` sets `check_columns` but is not a `merge_strategy: history` model",
-                where("check_columns") or model.location,
-                hint="`check_columns` says which columns open a new version of a history model; remove it, "
-                "or use `merge_strategy: history` over a change feed",
+    history_only = {
+        "check_columns": "says which columns open a new version of a history model",
+        "deleted_flag": "names a history model's column saying whether a delete closed the version",
+    }
+    for name, what in history_only.items():
+        if getattr(props, name) is not None and strategy != "history":
+            errors.append(
+                StrataError(
+                    E_HISTORY_SOURCE,
+                    f"model `{model.name}` sets `{name}` but is not a `merge_strategy: history` model",
+                    where(name) or model.location,
+                    hint=f"`{name}` {what}; remove it, or use `merge_strategy: history`",
+                )
             )
-        )
     if strategy in KEYED_STRATEGIES:
         keys = props.merge_keys
         if not keys:

@@ -28,6 +28,7 @@ from strata_dagster.engine.builds.partitions import (
     partition_grain,
 )
 from strata_dagster.engine.builds.row_wise import NOT_ROW_WISE
+from strata_dagster.engine.builds.table_history import TableHistoryBuilder
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision, RunRequest
@@ -50,6 +51,15 @@ from strata_dagster.state.history import SnapshotRecord
 
 _UNKNOWN = ""  # a content identity only the build will tell
 _MAX_SCENARIOS = 64  # upstream outcomes tried for one model; beyond, the plan says "depends"
+
+
+# What `strata plan` says of a history over a plain table (engine.builds.table_history).
+TABLE_HISTORY_NOTE = (
+    "a history of a plain table: its versions are stamped with the time each build ran, so it cannot be "
+    "recomputed from a log (a full build starts it over); `strata verify` checks that its current versions "
+    "are the table's rows now, that valid_from/valid_to are well formed and do not overlap, and that no key "
+    "has two current versions"
+)
 
 
 @dataclass(frozen=True)
@@ -208,7 +218,14 @@ class Planner:
         finally:
             self.reader.remember_snapshots(False)
             self.session.rollback()
+        plans = [self._with_table_history(planned) for planned in plans]
         return Plan(self.context.branch, tuple(self._with_damage(planned) for planned in plans), removed)
+
+    def _with_table_history(self, planned: ModelPlan) -> ModelPlan:
+        """A history over a plain table that would build says what it cannot be, and what verify checks."""
+        if not (planned.would_build and self.scope.is_table_history(planned.model)):
+            return planned
+        return replace(planned, notes=(*planned.notes, TABLE_HISTORY_NOTE))
 
     def _with_damage(self, planned: ModelPlan) -> ModelPlan:
         """A model rebuilt because a snapshot file of its live state cannot be read says so."""
@@ -352,6 +369,11 @@ class Planner:
         facts = builder.window_facts()
         if isinstance(facts, Fallback):
             return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {facts.reason}", changes)
+        if isinstance(builder, TableHistoryBuilder):
+            why = (
+                "delta: the keys whose rows differ from their current versions get new versions, stamped now"
+            )
+            return ModelPlan(name, DELTA, (DELTA, CUTOFF), why, changes)
         lateness = self.project.models[name].properties.lateness
         if facts is None:
             return ModelPlan(

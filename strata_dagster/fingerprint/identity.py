@@ -58,6 +58,8 @@ def model_fingerprint(
     if props.check_columns is not None:
         # Only history models checking columns say so: other fingerprints stay what they were.
         output_properties["check_columns"] = list(props.check_columns)
+    if props.deleted_flag is not None:
+        output_properties["deleted_flag"] = props.deleted_flag
     value = digest(
         HASH_VERSION,
         backend_version,

@@ -247,6 +247,7 @@ class ModelProperties:
     merge_keys: tuple[str, ...] | None = None
     cdc_column: str | None = None
     check_columns: tuple[str, ...] | None = None  # a history's versions: when these change
+    deleted_flag: str | None = None  # a history's column: whether a delete closed the version
     lateness: str | None = None
     partitioned_by: PartitionSpec | None = None
     unique: tuple[str, ...] | None = None

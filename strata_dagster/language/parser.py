@@ -109,6 +109,7 @@ PROPERTY_NAMES = (
     "merge_keys",
     "cdc_column",
     "check_columns",
+    "deleted_flag",
     "lateness",
     "partitioned_by",
     "unique",

@@ -440,6 +440,7 @@ _MODEL_PROPERTIES: dict[str, tuple[str, Callable[[RawProperty], object]]] = {
     "merge_keys": ("merge_keys", as_names),
     "cdc_column": ("cdc_column", as_name),
     "check_columns": ("check_columns", as_names),
+    "deleted_flag": ("deleted_flag", as_name),
     "lateness": ("lateness", as_interval),
     "partitioned_by": ("partitioned_by", as_partition),
     "unique": ("unique", as_names),

@@ -119,18 +119,31 @@ model customer_history {
 """
 
 
-def history_module(deletes: str = "debezium(op)", arrival: bool = False, checked: str | None = None) -> str:
-    """The feed project with a history model beside its upsert (versioned by `checked` columns)."""
-    model = HISTORY_MODEL
+def with_history_options(model: str, checked: str | None = None, flag: str | None = None) -> str:
+    """A history model's text with `check_columns` and a `deleted_flag` it selects."""
     if checked is not None:
         model = model.replace("  merge_keys: [id]\n", f"  merge_keys: [id]\n  check_columns: [{checked}]\n")
-    return feed_module(deletes, arrival) + model
+    if flag is not None:
+        model = model.replace("valid_to, is_current\n", f"valid_to, is_current, {flag}\n")
+        model = model.replace("  merge_keys: [id]\n", f"  merge_keys: [id]\n  deleted_flag: {flag}\n")
+    return model
 
 
-def full_history(deletes: str = "debezium(op)", arrival: bool = False, checked: str | None = None) -> str:
+def history_module(
+    deletes: str = "debezium(op)", arrival: bool = False, checked: str | None = None, flag: str | None = None
+) -> str:
+    """The feed project with a history model beside its upsert (versioned by `checked` columns,
+    with a deleted `flag` column)."""
+    return feed_module(deletes, arrival) + with_history_options(HISTORY_MODEL, checked, flag)
+
+
+def full_history(
+    deletes: str = "debezium(op)", arrival: bool = False, checked: str | None = None, flag: str | None = None
+) -> str:
     """The history model recomputed from all the feed's events: the event at each (key, position),
     valid until the key's next position, without the deleting events; with a `checked` column,
-    only the events that change it (or follow a delete, or come first) open versions."""
+    only the events that change it (or follow a delete, or come first) open versions; the `flag`
+    says whether the key's next event deletes it."""
     order = "synced_at DESC, " if arrival else ""
     at_position = (
         f"SELECT *, {DELETE_FORMS[deletes]} AS gone FROM (SELECT *, row_number() OVER (PARTITION BY id, lsn "
@@ -143,10 +156,69 @@ def full_history(deletes: str = "debezium(op)", arrival: bool = False, checked: 
             "WINDOW w AS (PARTITION BY id ORDER BY lsn)) WHERE opens OR gone"
         )
     versions = (
-        "SELECT *, lsn AS valid_from, lead(lsn) OVER (PARTITION BY id ORDER BY lsn) AS valid_to "
-        f"FROM ({at_position})"
+        "SELECT *, lsn AS valid_from, lead(lsn) OVER (PARTITION BY id ORDER BY lsn) AS valid_to, "
+        f"coalesce(lead(gone) OVER (PARTITION BY id ORDER BY lsn), false) AS closed_by_delete FROM ({at_position})"
     )
+    flagged = f", closed_by_delete AS {flag}" if flag else ""
     return (
-        "SELECT id, name, region, lsn, valid_from, valid_to, valid_to IS NULL AS is_current "
+        f"SELECT id, name, region, lsn, valid_from, valid_to, valid_to IS NULL AS is_current{flagged} "
         f"FROM ({versions}) WHERE NOT gone"
     )
+
+
+LEDGER_HISTORY_MODEL = """
+model order_history {
+  from orders
+  select id, status, v, txn_id, valid_from, valid_to, is_current
+  merge_strategy: history
+  merge_keys: [id]
+  cdc_column: txn_id
+}
+"""
+
+
+def ledger_history_module(checked: str | None = None) -> str:
+    """The ledger project with a history of its orders by commit (by `checked` columns)."""
+    return LEDGER_MODULE + with_history_options(LEDGER_HISTORY_MODEL, checked)
+
+
+def full_ledger_history(checked: str | None = None) -> str:
+    """The ledger history recomputed from the committed rows: each key's row at each commit (of
+    the greatest transaction id, then the row's hash), valid until the key's next commit; with a
+    `checked` column, only rows that change it (or come first) open versions."""
+    stamped = (
+        "SELECT r.*, t.committed_at AS __strata_committed FROM raw.orders r "
+        "JOIN raw.order_txns t ON r.txn_id = t.txn_id"
+    )
+    at_commit = (
+        "SELECT * EXCLUDE (rank) FROM (SELECT *, row_number() OVER (PARTITION BY id, __strata_committed "
+        f"ORDER BY txn_id DESC, hash(e) DESC) AS rank FROM ({stamped}) e) WHERE rank = 1"
+    )
+    if checked is not None:
+        at_commit = (
+            f"SELECT * FROM ({at_commit}) WINDOW w AS (PARTITION BY id ORDER BY __strata_committed) "
+            f"QUALIFY lag(__strata_committed) OVER w IS NULL OR ({checked}) IS DISTINCT FROM lag(({checked})) OVER w"
+        )
+    return (
+        "SELECT id, status, v, txn_id, __strata_committed AS valid_from, lead(__strata_committed) OVER w "
+        "AS valid_to, lead(__strata_committed) OVER w IS NULL AS is_current "
+        f"FROM ({at_commit}) WINDOW w AS (PARTITION BY id ORDER BY __strata_committed)"
+    )
+
+
+# A history of a plain table (no ledger, no feed): versions stamped with the time builds ran.
+TABLE_HISTORY_MODULE = """
+source customers {
+  table: raw.customers
+}
+
+model customer_history {
+  from customers
+  filter region <> 'nowhere'
+  select id, name, region, valid_from, valid_to, is_current, was_deleted
+  merge_strategy: history
+  merge_keys: [id]
+  deleted_flag: was_deleted
+  cdc_column: valid_from
+}
+"""

@@ -10,7 +10,7 @@ falls back to a full build, with the reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
@@ -32,6 +32,7 @@ from strata_dagster.engine.sources.logs import (
     LogFacts,
     LogSource,
     counts_at_or_below,
+    history_relation,
     read_facts,
 )
 from strata_dagster.language.definition import Model
@@ -427,12 +428,14 @@ class DeltaBuilder:
         keys_table: str,
         detail: dict[str, Any],
         facts: dict[str, Any],
+        ctx: IncrementalContext | None = None,
     ) -> DeltaBuild:
         """The new segment of `delta_query`'s rows over the live state, replacing the keys in
-        `keys_table` (their `removed` figures), with the kept rows' key sum where it is tracked."""
+        `keys_table` (their `removed` figures), with the kept rows' key sum where it is tracked
+        (`ctx`: what the segment's relations are read from, when not the build's)."""
         kept_key_sum = self._kept_key_sum(removed, removed_key) if self.key_columns is not None else None
         return self.writer.write(
-            self.ctx,
+            ctx or self.ctx,
             delta_query,
             removed,
             keys_table,
@@ -801,7 +804,19 @@ class LogDeltaBuilder(DeltaBuilder):
         delta_query = compiled.with_base_predicate(
             keyed_rows(self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free)
         )
-        return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts)
+        ctx = self.ctx
+        if self.props.merge_strategy == "history":
+            # The changed keys' versions from their events alone: the predicate on the versions
+            # would wait behind window functions over every event of the log.
+            def changed(qualifier: str) -> exp.Expr:
+                values = [exp.column(base, table=qualifier) for base in bases]
+                return keyed_rows(
+                    self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free
+                )
+
+            versions = history_relation(ctx.model, tuple(bases), self.log, changed)
+            ctx = replace(ctx, relation=lambda name: versions if name == alias else self.ctx.relation(name))
+        return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts, ctx)
 
     def _log_append(
         self, low: exp.Expr, high: exp.Expr, facts: dict[str, Any], detail: dict[str, Any]

@@ -200,7 +200,8 @@ def _inputs(
     source = project.sources.get(base)
     if properties.merge_strategy != "history" or source is None or source.versioning.kind != "feed":
         return lambda relation: table(relation, schema)
-    versions = Feed(source, table(base, schema)).versions(properties.check_columns or ())
+    feed = Feed(source, table(base, schema))
+    versions = feed.versions(feed.keys, properties.check_columns or (), properties.deleted_flag)
     return lambda relation: versions if relation == base else table(relation, schema)
 
 

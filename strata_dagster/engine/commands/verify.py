@@ -35,12 +35,18 @@ from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, model_view
 from strata_dagster.engine.builds.limits import limit_error
 from strata_dagster.engine.builds.partition_range import partition_keys
+from strata_dagster.engine.commands.table_history_check import (
+    TableHistoryCheck,
+    check_versions,
+    compared_columns,
+    current_versions,
+)
 from strata_dagster.engine.context import ProjectContext, load_context, select_models, with_upstream
 from strata_dagster.engine.damaged_files import damaged_error
 from strata_dagster.engine.partition_keys import PartitionRequest, parse_partitions, request_grain
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.feed import Feed, history_source_error
-from strata_dagster.engine.sources.logs import log_source
+from strata_dagster.engine.sources.logs import LogSource, history_keys, history_relation, log_source
+from strata_dagster.engine.sources.versions import stamped_rows
 from strata_dagster.errors import E_BUILD, E_VERIFY_LIVE, E_VERIFY_PARTITIONS, StrataError
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint.refresh import utc_now
@@ -83,6 +89,9 @@ class ModelVerification:
     # Why a difference may be by design: the live state was built reading a source from another
     # table than this verification does (a backfill's `--source`): "built by backfill ..., which read ...".
     note: str | None = None
+    # A history over a plain table: `figures` compare its current versions with the table now,
+    # and these are the checks of its versions (engine.commands.table_history_check).
+    table_history: TableHistoryCheck | None = None
 
     @property
     def is_history(self) -> bool:
@@ -95,7 +104,13 @@ class ModelVerification:
 
     @property
     def is_equal(self) -> bool:
-        return self.figures.is_equal and not self.mismatched_partitions and not self.schema_differences
+        is_well_formed = self.table_history is None or self.table_history.is_equal
+        return (
+            self.figures.is_equal
+            and not self.mismatched_partitions
+            and not self.schema_differences
+            and is_well_formed
+        )
 
     def as_metadata(self) -> dict[str, Any]:
         """Check metadata: plain ints, strings, booleans and JSON-able lists and dicts."""
@@ -111,6 +126,9 @@ class ModelVerification:
             metadata["schema_differences"] = list(self.schema_differences)
         if self.note is not None:
             metadata["note"] = self.note
+        if self.table_history is not None:
+            metadata.update(self.table_history.as_metadata())
+            metadata["compared"] = "current versions with the table's rows now"
         return metadata
 
 
@@ -285,7 +303,17 @@ def describe_partitioning(spec: PartitionSpec) -> str:
 
 
 def _is_history(context: ProjectContext, name: str) -> bool:
-    return context.project.models[name].properties.merge_strategy in HISTORY_STRATEGIES
+    return context.project.models[name].properties.merge_strategy in HISTORY_STRATEGIES or _is_table_history(
+        context, name
+    )
+
+
+def _is_table_history(context: ProjectContext, name: str) -> bool:
+    """A history model over a plain table: no log recomputes it (engine.commands.table_history_check)."""
+    if context.project.models[name].properties.merge_strategy != "history":
+        return False
+    source = context.project.sources.get(context.compiled.models[name].base_relation)
+    return source is not None and not source.is_log
 
 
 def _rebuild_order(context: ProjectContext, selected: tuple[str, ...]) -> tuple[str, ...]:
@@ -332,13 +360,12 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
         for name in project.sources
         if (window := business.ledger_window(session, project, name, context.overrides)) is not None
     }
-    feeds: dict[str, Feed] = {}
+    logs: dict[str, LogSource] = {}
     for name in project.sources:
         log = log_source(session, project, context.overrides, name)
         if log is not None:
             windows[name] = log.relation()  # a ledger's committed rows, a feed's current rows
-        if isinstance(log, Feed):
-            feeds[name] = log
+            logs[name] = log
 
     def relation(name: str) -> exp.Table | exp.Query:
         if name in windows:
@@ -349,20 +376,26 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
             return model_view(name, context.branch)
         return tables[name]
 
-    def versions_of(base: str) -> Callable[[str], exp.Table | exp.Query]:
-        """A history model's inputs: its change feed's versions (engine.sources.feed)."""
-        feed = feeds.get(base)
-        if feed is None:
-            raise history_source_error(project.models[name], base)
-        checked = project.models[name].properties.check_columns or ()
-        return lambda input_name: feed.versions(checked) if input_name == base else relation(input_name)
+    def versions_of(name: str) -> Callable[[str], exp.Table | exp.Query]:
+        """A history model's inputs: its log's versions (engine.sources.versions); over a plain
+        table, its rows as versions opened now (what its current versions must be)."""
+        model, compiled = project.models[name], context.compiled.models[name]
+        base, log = compiled.base_relation, logs.get(compiled.base_relation)
+        if _is_table_history(context, name):
+            stamped = stamped_rows(relation(base), exp.func("now"), model.properties.deleted_flag)
+            return lambda input_name: stamped if input_name == base else relation(input_name)
+        traced = tuple(compiled.base_column(key) for key in model.properties.merge_keys or ())
+        keys = history_keys(model, base, traced, log)
+        assert log is not None  # history_keys refused a model without one
+        versions = history_relation(model, keys, log)
+        return lambda input_name: versions if input_name == base else relation(input_name)
 
     for name in names:
         table_name = f"{SCRATCH_PREFIX}{token}_{name}"
         compiled = context.compiled.models[name]
         inputs: Callable[[str], exp.Table | exp.Query] = relation
         if project.models[name].properties.merge_strategy == "history":
-            inputs = versions_of(compiled.base_relation)
+            inputs = versions_of(name)
         try:
             session.create_snapshot(table_name, compiled.bound(inputs))
         except ResourceLimitExceeded as error:
@@ -378,6 +411,30 @@ def _rebuild(session: Session, context: ProjectContext, names: tuple[str, ...]) 
     return tables
 
 
+def _verify_table_history(
+    session: Session, context: ProjectContext, name: str, full: exp.Table, live: exp.Table
+) -> ModelVerification:
+    """A history over a plain table: its current versions against the table's rows now, and its
+    versions' intervals (engine.commands.table_history_check)."""
+    model = context.project.models[name]
+    current = f"{full.name}__current"
+    try:
+        session.create_snapshot(current, current_versions(live))
+        columns = compared_columns(model, tuple(context.compiled.models[name].columns or ()))
+        figures = compare(session, full, snapshot_table(current), columns=columns)[None]
+        checked = check_versions(session, model, live)
+    except WarehouseError as error:
+        raise StrataError(
+            E_VERIFY_LIVE,
+            f"cannot compare model `{name}` with its live view on branch `{context.branch}`: {error}",
+            subject=name,
+            hint="a broken view is repaired by the next `strata run PROJECT`",
+        ) from None
+    return ModelVerification(
+        name, figures, merge_strategy="history", compared_columns=columns, table_history=checked
+    )
+
+
 def _verify_model(
     session: Session,
     context: ProjectContext,
@@ -387,6 +444,8 @@ def _verify_model(
 ) -> ModelVerification:
     live = model_view(name, context.branch)
     props = context.project.models[name].properties
+    if _is_table_history(context, name):
+        return _verify_table_history(session, context, name, full, live)
     spec = props.partitioned_by
     columns: tuple[str, ...] = ()
     if props.merge_strategy == "append_new" and props.merge_keys:

@@ -17,6 +17,7 @@ precheck, window, partitions or slices) without writing.
 | partitions (bucket) | IncrementalBuild + KeyBucketBuild(ByKeyBuckets) (engine.builds.key_buckets) | key buckets whose source figures changed |
 | delta | IncrementalBuild + DeltaBuilder (engine.builds.incremental) | a window (low, high] of an append or upsert |
 | delta | IncrementalBuild + LogDeltaBuilder (engine.builds.incremental) | the window of a ledger's or change feed's log |
+| delta | IncrementalBuild + TableHistoryBuilder (engine.builds.table_history) | a plain table's rows against a history's current versions |
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from strata_dagster.engine.builds.partition_range import ByRequest
 from strata_dagster.engine.builds.partitions import PartitionBuild, partition_grain
 from strata_dagster.engine.builds.row_wise import NOT_ROW_WISE, ROW_WISE, RowWise
 from strata_dagster.engine.builds.strategy import BuildStrategy, IncrementalContext, Target
+from strata_dagster.engine.builds.table_history import TableHistoryBuilder
 from strata_dagster.engine.builds.view import ViewBuild
 from strata_dagster.engine.builds.window import WindowBuild
 from strata_dagster.engine.decisions.definition import ModelDecision
@@ -166,7 +168,7 @@ def _row_wise(scope: RunScope, name: str) -> dict[str, object]:
 
 def delta_builder(
     scope: RunScope, name: str, context: IncrementalContext, current: SnapshotRecord
-) -> DeltaBuilder | AppendedBuilder | PartitionBuild | KeyBucketBuild:
+) -> DeltaBuilder | TableHistoryBuilder | AppendedBuilder | PartitionBuild | KeyBucketBuild:
     """How the delta of incremental model `name` is built on its live state `current`.
 
     Args:
@@ -209,4 +211,6 @@ def delta_builder(
         return PartitionBuild(context, current, segments, identities)
     if context.log is not None:
         return LogDeltaBuilder(context, current, segments, context.log)
+    if scope.is_table_history(name):
+        return TableHistoryBuilder(context, current, segments, scope.history_at)
     return DeltaBuilder(context, current, segments)

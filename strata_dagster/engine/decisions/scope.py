@@ -12,6 +12,7 @@ builds (or plans) the models.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -41,14 +42,20 @@ from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
 from strata_dagster.engine.sources import business
-from strata_dagster.engine.sources.feed import Feed, history_source_error
-from strata_dagster.engine.sources.logs import LogSource, log_source
+from strata_dagster.engine.sources.logs import (
+    LogSource,
+    history_keys,
+    history_relation,
+    log_source,
+    table_history_error,
+)
 from strata_dagster.engine.sources.readings import (
     SourceState,
     fingerprint_models,
     read_source_state,
     read_source_state_by_group,
 )
+from strata_dagster.engine.sources.versions import stamped_rows
 from strata_dagster.fingerprint import ModelFingerprint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
@@ -80,6 +87,7 @@ class RunScope:
         self.source_totals: dict[str, tuple[int, str]] = {}
         self.business: dict[str, business.BusinessReading] = {}  # business-versioned sources read
         self.logs: dict[str, LogSource] = {}  # sources read through their ledger or change feed
+        self.history_keys: dict[str, tuple[str, ...]] = {}  # a history model's: the keys it versions
         self.pointers: dict[str, tuple[str, ...]] = {}  # model -> the segment ids its live view shows
         self.removed: tuple[str, ...] = ()  # models with a live view the project no longer defines
         # Each model's state as the run leaves it (what its readers read), in dependency order.
@@ -152,18 +160,33 @@ class RunScope:
         return self.pointers
 
     def check_history_models(self) -> None:
-        """Refuses a history model of the closure that does not read a change feed by its keys."""
+        """Refuses a history model of the closure that does not read a log by keys it can version."""
         for name in self.closure:
-            model = self.project.models[name]
-            if model.properties.merge_strategy != "history":
-                continue
-            compiled = self.context.compiled.models[name]
-            log = self.logs.get(compiled.base_relation)
-            if not isinstance(log, Feed):
-                raise history_source_error(model, compiled.base_relation)
-            traced = {compiled.base_column(key) for key in model.properties.merge_keys or ()}
-            if traced != set(log.keys):
-                raise history_source_error(model, compiled.base_relation, log.keys)
+            if self.project.models[name].properties.merge_strategy == "history":
+                self.history_keys[name] = self._history_keys(name)
+
+    def _history_keys(self, name: str) -> tuple[str, ...]:
+        model, compiled = self.project.models[name], self.context.compiled.models[name]
+        base = compiled.base_relation
+        traced = tuple(compiled.base_column(key) for key in model.properties.merge_keys or ())
+        is_source = base in self.project.sources
+        keys = history_keys(model, base, traced, self.logs.get(base), is_source=is_source)
+        if base not in self.logs:
+            columns = {column: compiled.base_column(column) for column in compiled.columns or ()}
+            error = table_history_error(model, base, columns, self.session.backend)
+            if error is not None:
+                raise error
+        return keys
+
+    def is_table_history(self, name: str) -> bool:
+        """Whether `name` is a history model over a plain table (engine.builds.table_history)."""
+        return name in self.history_keys and self.context.compiled.models[name].base_relation not in self.logs
+
+    @property
+    def history_at(self) -> exp.Expr:
+        """The time a history over a plain table stamps this run's versions with (UTC)."""
+        moment = self.now.astimezone(dt.timezone.utc).replace(tzinfo=None) if self.now.tzinfo else self.now
+        return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), "TIMESTAMP")
 
     def read_sources(self) -> dict[str, SourceState]:
         references = {ref for name in self.closure for ref in self.project.models[name].references}
@@ -302,10 +325,12 @@ class RunScope:
         if self.project.models[model].properties.merge_strategy != "history":
             return self.relation_for_build
         base = self.context.compiled.models[model].base_relation
-        log = self.logs.get(base)
-        assert isinstance(log, Feed)  # check_history_models refused any other
-        checked = self.project.models[model].properties.check_columns or ()
-        return lambda name: log.versions(checked) if name == base else self.relation_for_build(name)
+        if base not in self.logs:
+            flag = self.project.models[model].properties.deleted_flag
+            stamped = stamped_rows(self.relation_for_build(base), self.history_at, flag)
+            return lambda name: stamped if name == base else self.relation_for_build(name)
+        versions = history_relation(self.project.models[model], self.history_keys[model], self.logs[base])
+        return lambda name: versions if name == base else self.relation_for_build(name)
 
     def relation_for_build(self, name: str) -> exp.Table | exp.Query:
         """What a build in this run reads input `name` from."""

@@ -11,11 +11,13 @@ transactions, so a full build and the sum of deltas read the same rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
+from strata_dagster.engine.sources.versions import EVENTS, Events, versions
 from strata_dagster.errors import E_LEDGER_DRAINED, StrataError
 from strata_dagster.language.definition import Source
 from strata_dagster.sql.render import render
@@ -64,6 +66,34 @@ class Ledger:
         return (
             exp.select("*").from_(self.table.copy().as_("__ledger_rows")).where(row_txn.isin(query=committed))
         )
+
+    def versions(
+        self,
+        keys: tuple[str, ...],
+        checked: tuple[str, ...] = (),
+        deleted_flag: str | None = None,
+        only: Callable[[str], exp.Expr] | None = None,
+    ) -> exp.Query:
+        """Each key's versions by its transactions' commits (engine.sources.versions): a ledger
+        deletes no key, so a version closes only when the key's next transaction commits."""
+        return versions(self._events(keys, only), checked, deleted_flag)
+
+    def _events(self, keys: tuple[str, ...], only: Callable[[str], exp.Expr] | None) -> Events:
+        """The committed rows, each with its transaction's commit as its position; transactions
+        committed together rank by id."""
+        rows, stamps = exp.column(self.txn, table="__rows"), exp.column(self.txn, table="__txn")
+        stamped = (
+            exp.select(
+                exp.Column(this=exp.Star(), table=exp.to_identifier("__rows")),
+                exp.column(self.committed, table="__txn").as_(STAMP),
+            )
+            .from_(self.table.copy().as_("__rows"))
+            .join(self.ledger.copy().as_("__txn"), on=exp.EQ(this=rows, expression=stamps))
+        )
+        if only is not None:
+            stamped = stamped.where(only("__rows"))
+        order = (exp.Ordered(this=exp.column(self.txn, table=EVENTS), desc=True),)
+        return Events(stamped, keys, STAMP, order, lambda _qualifier: exp.false(), hidden=(STAMP,))
 
     def high(self, session: Session) -> tuple[str | None, str]:
         return session.max_value(self.ledger, self.committed)

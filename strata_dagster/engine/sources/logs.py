@@ -7,7 +7,7 @@ brought, with high frozen at build start; this module holds what the two share a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -15,11 +15,11 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
-from strata_dagster.engine.sources.feed import Feed
+from strata_dagster.engine.sources.feed import Feed, history_source_error
 from strata_dagster.engine.sources.ledger import Ledger
-from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_SOURCE, StrataError
+from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_HISTORY_SOURCE, E_SOURCE, StrataError
 from strata_dagster.fingerprint import digest
-from strata_dagster.language.definition import Project, Source
+from strata_dagster.language.definition import HISTORY_COLUMNS, Model, Project, Source
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import typed_literal
 
@@ -44,6 +44,18 @@ class LogSource(Protocol):
 
     def relation(self) -> exp.Query:
         """The rows a model reads from the source (what a full build computes over)."""
+        ...
+
+    def versions(
+        self,
+        keys: tuple[str, ...],
+        checked: tuple[str, ...] = (),
+        deleted_flag: str | None = None,
+        only: Callable[[str], exp.Expr] | None = None,
+    ) -> exp.Query:
+        """The rows as versions of `keys` (what a history model reads, engine.sources.versions);
+        `only` (a predicate over the raw rows of a qualifier) keeps the events of the keys it
+        holds: a key's versions read its events alone."""
         ...
 
     def high(self, session: Session) -> tuple[str | None, str]:
@@ -102,6 +114,65 @@ def log_source(
         assert source.ledger is not None  # the language refuses a ledger source without it
         return Ledger(source, table, source_table(replace(source, table=source.ledger), project, {}))
     return Feed(source, table)
+
+
+def history_keys(
+    model: Model, base: str, traced: tuple[str | None, ...], log: LogSource | None, *, is_source: bool = True
+) -> tuple[str, ...]:
+    """The columns of `base` history model `model` keeps versions of (its merge keys `traced` to
+    them), or E092: a change feed's versions are of its feed keys, a ledger's or a plain table's
+    of any traced keys; a model is no source of versions."""
+    if log is None and not is_source:
+        raise history_source_error(model, base)
+    if isinstance(log, Feed):
+        if set(traced) != set(log.keys):
+            raise history_source_error(model, base, log.keys)
+        return log.keys
+    if None in traced:
+        raise history_source_error(model, base, ())
+    return tuple(key for key in traced if key is not None)
+
+
+def table_history_error(
+    model: Model, base: str, traced: dict[str, str | None], backend: str
+) -> StrataError | None:
+    """Why history model `model` cannot be kept over plain table `base` (its output columns
+    `traced` to `base`'s), if it cannot: the engine closes versions by the history columns' names."""
+    if backend != "duckdb":
+        return StrataError(
+            E_BACKEND_UNSUPPORTED,
+            f"model `{model.name}` keeps a history of plain table `{base}`, which the {backend} backend does not build",
+            model.properties.location_of("merge_strategy") or model.location,
+            hint="history models are built on DuckDB; use the duckdb engine",
+        )
+    wanted = [*HISTORY_COLUMNS, *filter(None, [model.properties.deleted_flag])]
+    if missing := [name for name in wanted if traced.get(name) != name]:
+        return StrataError(
+            E_HISTORY_SOURCE,
+            f"model `{model.name}` keeps a history of plain table `{base}` but does not select "
+            f"`{missing[0]}` unchanged: a build closes versions by that column",
+            model.properties.location_of("merge_strategy") or model.location,
+            hint=f"select {', '.join(wanted)} as they are (filters and other columns may compute anything)",
+        )
+    checked = [name for name in model.properties.check_columns or () if name not in traced]
+    if checked:
+        return StrataError(
+            E_HISTORY_SOURCE,
+            f"model `{model.name}` keeps a history of plain table `{base}` checking `{checked[0]}`, which it does "
+            "not output: a build compares its current versions with the table by the checked columns",
+            model.properties.location_of("check_columns") or model.location,
+            hint="select the checked columns, or check others",
+        )
+    return None
+
+
+def history_relation(
+    model: Model, keys: tuple[str, ...], log: LogSource, only: Callable[[str], exp.Expr] | None = None
+) -> exp.Query:
+    """What history model `model` reads from its `from` log: its versions by `keys` (of the keys
+    `only` keeps)."""
+    props = model.properties
+    return log.versions(keys, props.check_columns or (), props.deleted_flag, only)
 
 
 def read_facts(session: Session, log: LogSource) -> LogFacts:

@@ -1,11 +1,11 @@
-"""Ledger and change-feed sources are built on DuckDB: on Spark a project declaring one is refused
-with E072, naming the backend, before anything is written."""
+"""Ledger and change-feed sources, and history models, are built on DuckDB: on Spark a project
+declaring one is refused with E072, naming the backend, before anything is written."""
 
 import pytest
 
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, StrataError
 from strata_dagster_tests.support.engines_support import engine_under_test
-from strata_dagster_tests.support.log_support import FEED_MODULE, LEDGER_MODULE
+from strata_dagster_tests.support.log_support import FEED_MODULE, LEDGER_MODULE, TABLE_HISTORY_MODULE
 
 
 @pytest.mark.spark
@@ -32,7 +32,12 @@ def test_a_log_source_is_refused_on_spark_before_anything_is_written(tmp_path):
             ),
             [(1, "ann", "eu", "c", 1)],
         )
-        for module in (LEDGER_MODULE, FEED_MODULE):
+        engine.write_table(
+            "raw.customers",
+            (("id", "BIGINT"), ("name", "VARCHAR"), ("region", "VARCHAR")),
+            [(1, "ann", "eu")],
+        )
+        for module in (LEDGER_MODULE, FEED_MODULE, TABLE_HISTORY_MODULE):
             (project / "m.strata").write_text(module)
             with pytest.raises(StrataError) as refused:
                 engine.run(project)

@@ -1,15 +1,15 @@
 """History models (`merge_strategy: history`) over a change feed: one row per version of each key,
 valid from its position to the key's next one; deltas replace the versions of the keys a window
-touched and equal the recomputation from the whole feed; any other `from` is refused (E092)."""
+touched and equal the recomputation from the whole feed; merge keys other than the feed's are
+refused (E092)."""
 
 import duckdb
 import pytest
 
 from strata_dagster.engine.commands.unit_tests import run_unit_tests
 from strata_dagster.engine.commands.verify import verify
-from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
-from strata_dagster.errors import E_HISTORY_SOURCE, E_UNKNOWN_COLUMN, StrataError
+from strata_dagster.errors import E_DUPLICATE_COLUMN, E_HISTORY_SOURCE, E_UNKNOWN_COLUMN, StrataError
 from strata_dagster_tests.engine.sources.test_change_feeds import Feed
 from strata_dagster_tests.support.incremental_support import multiset
 from strata_dagster_tests.support.log_support import full_history, history_module, make_feed_project
@@ -31,11 +31,13 @@ def history_rows(warehouse) -> list[tuple]:
         con.close()
 
 
-def assert_history_equal_to_full(warehouse, deletes="debezium(op)", arrival=False, checked=None) -> None:
+def assert_history_equal_to_full(
+    warehouse, deletes="debezium(op)", arrival=False, checked=None, flag=None
+) -> None:
     con = duckdb.connect(str(warehouse))
     try:
         assert multiset(con, "SELECT * FROM main.v_customer_history") == multiset(
-            con, full_history(deletes, arrival, checked)
+            con, full_history(deletes, arrival, checked, flag)
         )
     finally:
         con.close()
@@ -92,6 +94,44 @@ def test_checked_columns_open_versions_only_when_they_change(tmp_path):
     assert verify(project, warehouse).is_equal
 
 
+def test_a_deleted_flag_marks_the_versions_a_delete_closed(tmp_path):
+    project, warehouse = make_feed_project(tmp_path, history_module(flag="was_deleted"))
+    feed = Feed(warehouse)
+    feed.write(("insert", 1, "ann", "eu"), ("insert", 2, "bob", "us"))
+    run_project(project, warehouse)
+    feed.write(("update", 1, "anne", "eu"), ("delete", 2))
+    assert path(project, warehouse) == "delta"
+    feed.write(("insert", 2, "bob", "eu"))
+    assert path(project, warehouse) == "delta"
+    flags = duckdb.connect(str(warehouse)).execute(
+        "SELECT id, valid_from, valid_to, is_current, was_deleted FROM main.v_customer_history ORDER BY id, valid_from"
+    )
+    assert flags.fetchall() == [
+        (1, 1, 3, False, False),
+        (1, 3, None, True, False),
+        (2, 2, 4, False, True),
+        (2, 5, None, True, False),
+    ]
+    assert_history_equal_to_full(warehouse, flag="was_deleted")
+    assert verify(project, warehouse).is_equal
+
+
+def test_a_deleted_flag_outside_a_history_model_or_named_as_a_feed_column_is_refused(tmp_path):
+    module = (
+        history_module(flag="was_deleted")
+        .replace("merge_strategy: history", "merge_strategy: upsert")
+        .replace("lsn, valid_from, valid_to, is_current, was_deleted", "lsn")
+    )
+    project, warehouse = make_feed_project(tmp_path / "upsert", module)
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == E_HISTORY_SOURCE and "`deleted_flag`" in str(caught.value)
+    project, warehouse = make_feed_project(tmp_path / "taken", history_module(flag="is_deleted"))
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == E_DUPLICATE_COLUMN
+
+
 def test_check_columns_outside_a_history_model_or_the_feed_are_refused(tmp_path):
     module = (
         history_module(checked="region")
@@ -106,19 +146,6 @@ def test_check_columns_outside_a_history_model_or_the_feed_are_refused(tmp_path)
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert caught.value.code == E_UNKNOWN_COLUMN
-
-
-def test_a_history_model_over_a_plain_table_is_refused(tmp_path):
-    module = (
-        history_module()
-        .replace("versioning: feed(lsn)", "versioning: full")
-        .replace("feed_keys: [id]\n  deletes: debezium(op)\n", "")
-    )
-    project, warehouse = make_feed_project(tmp_path, module)
-    for command in (plan_project, run_project):
-        with pytest.raises(StrataError) as caught:
-            command(project, warehouse)
-        assert caught.value.code == E_HISTORY_SOURCE
 
 
 def test_a_history_model_merged_by_other_keys_is_refused(tmp_path):

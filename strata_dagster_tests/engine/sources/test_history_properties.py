@@ -1,6 +1,6 @@
 """Property: random histories of a change feed (inserts, updates, deletes, re-inserts, snapshot
 reads, events out of order and repeated, compaction of old events) maintain a history model (by
-position, or by checked columns) whose versions, after every run, equal their recomputation from the whole feed (row-hash multisets)."""
+position, or by checked columns, with or without a deleted flag) whose versions, after every run, equal their recomputation from the whole feed (row-hash multisets)."""
 
 import duckdb
 from hypothesis import HealthCheck, given, settings
@@ -59,11 +59,12 @@ def write(warehouse, feed: Feed, batch) -> None:
     deletes=st.sampled_from(sorted(DELETE_FORMS)),
     arrival=st.booleans(),
     checked=st.sampled_from([None, "region", "name, region"]),
+    flag=st.sampled_from([None, "was_deleted"]),
 )
 def test_history_models_equal_their_recomputation_from_the_feed(
-    tmp_path_factory, history, deletes, arrival, checked
+    tmp_path_factory, history, deletes, arrival, checked, flag
 ):
-    module = history_module(deletes, arrival, checked)
+    module = history_module(deletes, arrival, checked, flag)
     project, warehouse = make_feed_project(tmp_path_factory.mktemp("history"), module)
     feed = Feed(warehouse, deletes)
     feed.write(("insert", 0, "ann", "eu"), ("insert", 1, "bob", "us"))
@@ -74,7 +75,7 @@ def test_history_models_equal_their_recomputation_from_the_feed(
         outcome = run_project(project, warehouse, only_stale=True).outcome("customer_history")
         con = duckdb.connect(str(warehouse))
         try:
-            expected = multiset(con, full_history(deletes, arrival, checked))
+            expected = multiset(con, full_history(deletes, arrival, checked, flag))
             assert multiset(con, "SELECT * FROM main.v_customer_history") == expected, (batch, outcome.detail)
         finally:
             con.close()
