@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -29,6 +28,8 @@ def doctor_command(project: Path, warehouse: Path | None, as_json: bool) -> None
 
     report = doctor(resolve_warehouse(project, warehouse))
     if as_json:
+        import json
+
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
         for finding in report.findings:

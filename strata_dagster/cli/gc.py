@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,6 +68,8 @@ def gc_command(
         grace=parse_age(grace, "--grace") if grace is not None else None,
     )
     if as_json:
+        import json
+
         click.echo(json.dumps(gc_report(result), indent=2))
         return
     for record in result.dropped_snapshots:

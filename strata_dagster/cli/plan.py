@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,6 +79,8 @@ def plan_command(
     )
     result = plan(request)
     if as_json:
+        import json
+
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         print_plan(result)

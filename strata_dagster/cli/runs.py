@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -206,6 +205,8 @@ def history(project: Path, warehouse: Path | None, as_json: bool) -> None:
 
     entries, interrupted = history_and_interruptions(resolve_warehouse(project, warehouse))
     if as_json:
+        import json
+
         click.echo(json.dumps([_entry_json(item) for item in entries], indent=2))
         return
     for commit_id in interrupted:

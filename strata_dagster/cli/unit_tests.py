@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +43,8 @@ def test_command(project: Path, models: str | None, warehouse: Path | None, as_j
         )
     report = run_unit_tests(project, resolve_warehouse(project, warehouse), selection)
     if as_json:
+        import json
+
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
         print_report(report)

@@ -18,6 +18,9 @@ VIEW: Final = "view"  # a `materialize: view` model: a new view over its inputs,
 CUTOFF_CANDIDATE: Final = "cutoff-candidate"  # rebuilt, its rows expected equal: the live snapshot stays
 DEPENDS: Final = "depends"  # reused or rebuilt, as an upstream rebuilt first comes out
 
+# History's detail of a full build that read some sources from elsewhere (`--source`): which.
+REPLACED_SOURCES: Final = "replaced_sources"
+
 # The partition key of a model's whole state (decisions and snapshots are per model today).
 UNPARTITIONED: Final = ""
 

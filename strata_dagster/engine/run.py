@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from strata_dagster.backends.base import FileDamage, Session
 from strata_dagster.backends.choice import current_backend
@@ -22,13 +23,10 @@ from strata_dagster.backends.duckdb.connection import check_warehouse_path
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.limits import limits_as_errors
-from strata_dagster.engine.builds.partition_range import REQUESTED_PARTITIONS
-from strata_dagster.engine.builds.strategy import Built, Target
 from strata_dagster.engine.context import ProjectContext, load_context, parse_cache_dir
 from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision, RunRequest
-from strata_dagster.engine.decisions.dispatch import strategy_for
 from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.iceberg_publication import (
     IcebergPublished,
@@ -38,14 +36,16 @@ from strata_dagster.engine.iceberg_publication import (
 )
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
-from strata_dagster.engine.publish import Publication, publish
-from strata_dagster.engine.sources import business
 from strata_dagster.engine.sources.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language import load_project
 from strata_dagster.sql.views import snapshot_table_name
 from strata_dagster.state.history import EntryModel, SnapshotRecord
+
+if TYPE_CHECKING:
+    from strata_dagster.engine.builds.strategy import Built
+    from strata_dagster.engine.publish import Publication
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
 
@@ -183,6 +183,8 @@ class _Run:
                     # Tables a failed or killed publication left behind catch up.
                     self._publish_iceberg(latest.entry, latest.run_id) if latest is not None else None,
                 )
+            from strata_dagster.engine.publish import publish  # a run that publishes nothing needs none
+
             self._render_reused_sql()
             publication = self._publication(started)
             run_id = publication.run_id(self.reader, pointers)
@@ -231,6 +233,8 @@ class _Run:
                 ]
 
     def _publication(self, started: dt.datetime) -> Publication:
+        from strata_dagster.engine.publish import Publication
+
         scope, request = self.scope, self.request
         return Publication(
             entry=scope.entry,
@@ -287,6 +291,8 @@ class _Run:
             if refresh is not None:
                 detail = {**detail, "refresh": refresh, **({"period": period} if period else {})}
             if name in self.scope.requested:
+                from strata_dagster.engine.builds.partition_range import REQUESTED_PARTITIONS
+
                 detail = {**detail, REQUESTED_PARTITIONS: list(self.scope.requested[name])}
             # A state that rebuilt only the requested partitions is not what these inputs give: no key.
             if is_incremental and path != CUTOFF and not built.is_partial:
@@ -297,7 +303,9 @@ class _Run:
             ref: self.scope.business[ref].version() for ref in model.references if ref in self.scope.business
         }
         if versions:
-            detail = {**detail, business.SOURCE_VERSIONS: versions}
+            from strata_dagster.engine.sources.business import SOURCE_VERSIONS
+
+            detail = {**detail, SOURCE_VERSIONS: versions}
         self.scope.chosen[name] = chosen
         is_published = (
             decision.publishes_again
@@ -354,6 +362,10 @@ class _Run:
     def _build(self, decision: ModelDecision, fingerprint: ModelFingerprint) -> Built:
         """The model built by the strategy its decision names (engine.decisions.dispatch); what it
         wrote is recorded for the publication."""
+        # The strategies are imported when something is built: a run that reuses everything needs none.
+        from strata_dagster.engine.builds.strategy import Target
+        from strata_dagster.engine.decisions.dispatch import strategy_for
+
         name, key = decision.model, decision.choice.key
         snapshot_id = self._new_snapshot_id(key)
         target = Target(
@@ -365,8 +377,6 @@ class _Run:
             fingerprint.value,
             self.scope.entry,
         )
-        # The strategies are imported when something is built: a run that reuses everything needs none.
-
         built = strategy_for(decision, self.scope, target, self.decider.is_state_present).build()
         if built.is_new:
             self.new_snapshots.append(built.record)

@@ -17,7 +17,6 @@ from typing import Literal
 
 from strata_dagster.errors import E_UNKNOWN_MODEL, StrataError, raise_collected
 from strata_dagster.language.definition import Project
-from strata_dagster.language.properties import TAG_PATTERN
 
 SelectorMethod = Literal["name", "glob", "tag"]
 
@@ -53,6 +52,9 @@ def parse_selector(text: str) -> Selector:
     match = _GRAPH.fullmatch(text)
     body = match.group("body") if match else ""
     if body.startswith(TAG_PREFIX):
+        # The parser's property checks are imported for a tag selector alone (a run parses nothing).
+        from strata_dagster.language.properties import TAG_PATTERN
+
         method: SelectorMethod = "tag"
         value = body[len(TAG_PREFIX) :]
         is_valid = bool(TAG_PATTERN.fullmatch(value))

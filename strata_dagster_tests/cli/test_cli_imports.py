@@ -82,6 +82,15 @@ def test_help_imports_click_and_the_standard_library_alone(help_run):
     assert others == [], others
 
 
+def test_the_command_line_imports_no_json():
+    """Only the --json output of some commands writes JSON (the fixture's script imports json)."""
+    script = "import sys; from strata_dagster.cli.main import main; print('json' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip() == "False"
+
+
 def leaf_commands(command: click.Command, path: tuple[str, ...] = ()):
     if isinstance(command, click.Group):
         for name, sub in sorted(command.commands.items()):
@@ -123,10 +132,19 @@ print(json.dumps({"code": code, "imported": sorted(sys.modules)}))
 """
 # What a run that finds nothing to do never needs: the parser's grammar library (its modules come
 # from the parse cache), data frames, Dagster (no DAGSTER_HOME), Spark, and, of its own and
-# sqlglot's modules, the build strategies, the Spark dialect's rewrites and column lineage.
+# sqlglot's modules, the build strategies, the publication, business-versioned sources' readers,
+# the Spark dialect's rewrites and column lineage.
 NOT_FOR_NO_CHANGE = ("lark", "polars", "pandas", "pyarrow", "numpy", "dagster", "pyspark")
 NOT_FOR_NO_CHANGE_MODULES = (
-    "strata_dagster.engine.builds.dispatch",
+    "strata_dagster.engine.decisions.dispatch",
+    "strata_dagster.engine.builds.full",
+    "strata_dagster.engine.builds.aggregate_delta",
+    "strata_dagster.engine.builds.window",
+    "strata_dagster.engine.builds.sliding_window",
+    "strata_dagster.engine.builds.business_delta",
+    "strata_dagster.engine.publish",
+    "strata_dagster.engine.sources.business",
+    "strata_dagster.language.properties",
     "strata_dagster.backends.spark",
     "strata_dagster.backends.dialect_check",
     "sqlglot.lineage",

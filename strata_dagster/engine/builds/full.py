@@ -28,7 +28,7 @@ from strata_dagster.engine.builds.pins import check_pins, unique_checked
 from strata_dagster.engine.builds.row_wise import ROW_WISE
 from strata_dagster.engine.builds.state_figures import FIGURES, RECORDED_GRAINS, SliceFigures
 from strata_dagster.engine.builds.strategy import Built, IncrementalContext, Relation, Target, as_build_error
-from strata_dagster.engine.paths import CUTOFF, FULL, UNPARTITIONED, StrategyName
+from strata_dagster.engine.paths import CUTOFF, FULL, REPLACED_SOURCES, UNPARTITIONED, StrategyName
 from strata_dagster.faults import checkpoint
 from strata_dagster.sql.content import Content
 from strata_dagster.sql.key_bounds import KeyBounds
@@ -38,7 +38,6 @@ from strata_dagster.state.history import SnapshotRecord
 # An upsert's key-and-cdc figures (row count and hash sum) and its key bounds, if recorded.
 KeyFigures = tuple[tuple[int, str], KeyBounds | None]
 # A state's detail key: the sources its full build read through an override replacing their rows.
-REPLACED_SOURCES = "replaced_sources"
 
 
 @dataclass

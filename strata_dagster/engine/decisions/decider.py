@@ -14,12 +14,11 @@ from collections.abc import Mapping
 
 from strata_dagster.backends.duckdb.snapshot_files import FileDamage
 from strata_dagster.compile.determinism import effective_refresh, volatile_calls
-from strata_dagster.engine.builds.full import REPLACED_SOURCES
 from strata_dagster.engine.builds.model_slices import ModelSlices
 from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise
 from strata_dagster.engine.decisions.definition import KeyChoice, ModelDecision
 from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.paths import StrategyName
+from strata_dagster.engine.paths import REPLACED_SOURCES, StrategyName
 from strata_dagster.fingerprint import build_key
 from strata_dagster.fingerprint.refresh import refresh_period
 from strata_dagster.state.history import SnapshotRecord

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -21,7 +22,6 @@ from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.compile.relations import branch_schema
 from strata_dagster.engine.builds import partitions
-from strata_dagster.engine.builds.business_delta import narrowed_context
 from strata_dagster.engine.builds.key_buckets import source_key
 from strata_dagster.engine.builds.model_slices import (
     Maintained,
@@ -41,7 +41,6 @@ from strata_dagster.engine.decisions.definition import RunRequest
 from strata_dagster.engine.decisions.removed import removed_models
 from strata_dagster.engine.decisions.view_lineage import source_partition_through_views
 from strata_dagster.engine.partition_keys import parse_partitions
-from strata_dagster.engine.sources import business
 from strata_dagster.engine.sources.logs import (
     LogSource,
     history_keys,
@@ -64,6 +63,9 @@ from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import KEY_GRAINS, Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
+
+if TYPE_CHECKING:
+    from strata_dagster.engine.sources import business
 
 
 class RunScope:
@@ -214,6 +216,8 @@ class RunScope:
     def _read_business_source(self, name: str) -> SourceState:
         """A business-versioned source: its ledger checked and advanced, its version its partitions'
         evidence; a partitioned model cut like it compares that evidence, no row read."""
+        from strata_dagster.engine.sources import business  # read only for a business-versioned source
+
         reading = business.read_business_source(
             self.session, self.context, name, is_full_refresh=self.request.full_refresh
         )
@@ -420,6 +424,9 @@ class RunScope:
 
     def narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:
         """The delta's context, reading a business-versioned folder's needed files by name."""
+        from strata_dagster.engine.builds.business_delta import narrowed_context
+        from strata_dagster.engine.sources import business
+
         name = context.model.name
         base = context.compiled.base_relation
         reading = self.business.get(base)

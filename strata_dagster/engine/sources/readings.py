@@ -18,7 +18,6 @@ from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
 from strata_dagster.engine.context import ProjectContext, load_context
-from strata_dagster.engine.sources import business
 from strata_dagster.engine.sources.logs import with_ledger
 from strata_dagster.errors import E_SOURCE, StrataError
 from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
@@ -175,6 +174,8 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
     source = context.project.sources[name]
     if source.is_business_versioned and name not in context.overrides and source.partitioned_by is not None:
         # Versioned by its partition ledger: what the next run would record, no row read.
+        from strata_dagster.engine.sources import business  # only a business-versioned source
+
         fingerprint, rows = business.observed_version(session, context, name)
         relation = source_table(source, context.project, {})
         return SourceState(name, render(relation), fingerprint, rows, None, (source.partitioned_by.column,))
