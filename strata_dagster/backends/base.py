@@ -365,6 +365,12 @@ class Session(ABC):
         """Drop the rows held for `key` (what they were read from is about to change)."""
 
     @abstractmethod
+    def narrow_held(self, key: Hashable, keep: exp.Expr) -> None:
+        """Keep, of the rows held for `key`, those meeting `keep` (never NULL; over the rows'
+        unqualified columns): what they were read for narrowed to fewer keys. Nothing held: a
+        no-op."""
+
+    @abstractmethod
     def share_read_by_ranges(
         self, tables: Sequence[str], column: str, type_name: str, runs: Sequence[tuple[date, date]]
     ) -> float | None:

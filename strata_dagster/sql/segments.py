@@ -138,6 +138,58 @@ def partition_ranges(
     return PartitionRanges(exp.or_(*ranges, copy=False), is_exact)
 
 
+# Integer types a key block's span is written in, with their least and greatest values.
+_INTEGER_BOUNDS = {
+    "TINYINT": (-(1 << 7), (1 << 7) - 1),
+    "SMALLINT": (-(1 << 15), (1 << 15) - 1),
+    "INTEGER": (-(1 << 31), (1 << 31) - 1),
+    "BIGINT": (-(1 << 63), (1 << 63) - 1),
+    "UTINYINT": (0, (1 << 8) - 1),
+    "USMALLINT": (0, (1 << 16) - 1),
+    "UINTEGER": (0, (1 << 32) - 1),
+    "UBIGINT": (0, (1 << 64) - 1),
+}
+# Key blocks are matched within at most this many spans of the raw key: over 9.5M rows written in
+# key order, 16 spans around 5,900 scattered blocks read 6% of the row groups.
+MAX_BLOCK_SPANS = 16
+
+
+def block_spans(column: exp.Expr, type_name: str | None, blocks: Sequence[int]) -> exp.Expr | None:
+    """A predicate on the raw integer `column` that every row of key blocks `blocks` meets (a few
+    spans of its values, runs of blocks merged across the smallest gaps): beside the match on the
+    blocks, it lets the scan skip the row groups outside them. None: `type_name` is not an integer
+    type, or no block is asked. A block is `column // KEY_BLOCK`, which truncates towards zero:
+    block 0 holds -63..63, block -1 -127..-64."""
+    limits = _INTEGER_BOUNDS.get(type_name or "")
+    if limits is None or not blocks:
+        return None
+    runs: list[list[int]] = []
+    for block in sorted(set(blocks)):
+        if runs and block == runs[-1][1] + 1:
+            runs[-1][1] = block
+        else:
+            runs.append([block, block])
+    while len(runs) > MAX_BLOCK_SPANS:
+        gap = min(range(len(runs) - 1), key=lambda index: runs[index + 1][0] - runs[index][1])
+        runs[gap][1] = runs[gap + 1][1]
+        del runs[gap + 1]
+    spans: list[exp.Expr] = []
+    for first, last in runs:
+        low = first * KEY_BLOCK - (KEY_BLOCK - 1 if first <= 0 else 0)
+        high = last * KEY_BLOCK + (KEY_BLOCK - 1 if last >= 0 else 0)
+        low, high = max(low, limits[0]), min(high, limits[1])
+        if low > high:
+            continue  # no value of the type falls in these blocks
+        spans.append(
+            exp.Between(
+                this=column.copy(),
+                low=_typed(str(low), type_name or ""),
+                high=_typed(str(high), type_name or ""),
+            )
+        )
+    return exp.or_(*spans, copy=False) if spans else exp.false()
+
+
 def _not_replaced(
     query_alias: str,
     keys: Sequence[str],
@@ -220,11 +272,13 @@ def replaced_rows(
     is_null_free: bool,
     exact: exp.Expr | None = None,
     key_range: KeyRange | None = None,
+    within: exp.Expr | None = None,
 ) -> exp.Query:
     """The rows of the state `segments` stand for whose keys (partitions, with a `grain`) the keys
     tables hold: what a new segment with those keys replaces. `exact`, a predicate on the columns
     that holds for exactly those rows (partition ranges), replaces the key match; `key_range`, the
-    keys' range, is added to it (keyed_rows)."""
+    keys' range, is added to it (keyed_rows); `within`, a predicate every one of those rows meets
+    (block_spans over `__before`), is added before the match."""
     keys = list(merge_keys)
     before = composite_query(segments, keys, grain).subquery("__before")
     if exact is not None:
@@ -237,6 +291,8 @@ def replaced_rows(
         is_null_free_filter=is_null_free,
         key_range=key_range,
     )
+    if within is not None:
+        matched = exp.and_(within, matched, copy=False)
     return exp.select("*").from_(before).where(matched)
 
 

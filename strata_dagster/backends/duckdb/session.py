@@ -277,6 +277,14 @@ class DuckDBSession(SqlSession):
             with warehouse_errors():
                 run(self.con, exp.Drop(tables=[held], kind="TABLE", exists=True))
 
+    def narrow_held(self, key: Hashable, keep: exp.Expr) -> None:
+        """Delete from the rows held for `key` those not meeting `keep`: a read of a few held rows
+        instead of the scan of a whole state that found them."""
+        held = self._held.get(key)
+        if held is not None:
+            with warehouse_errors():
+                run(self.con, exp.Delete(this=held.copy(), where=exp.Where(this=exp.not_(keep.copy()))))
+
     # -- maintenance ------------------------------------------------------------------------------
     def refresh_serving(self, path: Path) -> serving.ServingState | None:
         """Bring the serving copy up to date now (every write session also does on closing)."""

@@ -470,6 +470,9 @@ class SparkWarehouseSession(SqlSession):
     def forget_held(self, key: Hashable) -> None:
         pass  # nothing is held
 
+    def narrow_held(self, key: Hashable, keep: exp.Expr) -> None:
+        pass  # nothing is held
+
     def share_read_by_ranges(
         self, tables: Sequence[str], column: str, type_name: str, runs: Sequence[tuple[date, date]]
     ) -> float | None:

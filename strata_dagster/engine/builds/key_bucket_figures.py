@@ -14,8 +14,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from strata_dagster.engine.builds.strategy import IncrementalContext
-from strata_dagster.sql.content import as_rows, row_hash_aggregates
-from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.content import RowBasis, as_rows, row_hash_aggregates
+from strata_dagster.sql.render import render, snapshot_table
 
 BUCKET_FIGURES = "key_bucket_figures"  # detail key: the figures table a state's build recorded
 BUCKET, ROWS, HASH_SUM = "__bucket", "__rows", "__hash_sum"
@@ -26,20 +26,39 @@ def figures_table(ctx: IncrementalContext) -> str:
     return f"{ctx.table_name}__buckets"
 
 
-def figures_query(ctx: IncrementalContext, bucket: exp.Expr) -> exp.Query:
-    """The source's row count and row-hash sum per bucket; `bucket`: a raw `from` row's bucket."""
-    count, hash_sum = row_hash_aggregates(ctx.base_basis)
+def figures_of(relation: exp.Table | exp.Query, bucket: exp.Expr, basis: RowBasis) -> exp.Query:
+    """The row count and row-hash sum of `relation`'s rows per bucket; `bucket`: a row's bucket.
+    Their sums are the relation's own content figures (sql.content.row_hash_aggregates)."""
+    count, hash_sum = row_hash_aggregates(basis)
     return (
         exp.select(bucket.copy().as_(BUCKET), count.as_(ROWS), hash_sum.as_(HASH_SUM))
-        .from_(as_rows(ctx.relation(ctx.compiled.base_relation)))
+        .from_(as_rows(relation))
         .group_by(exp.Literal.number(1))
     )
+
+
+def figures_query(ctx: IncrementalContext, bucket: exp.Expr) -> exp.Query:
+    """The source's row count and row-hash sum per bucket; `bucket`: a raw `from` row's bucket."""
+    return figures_of(ctx.relation(ctx.compiled.base_relation), bucket, ctx.base_basis)
+
+
+def current_figures(ctx: IncrementalContext, bucket: exp.Expr) -> exp.Table | exp.Query:
+    """The source's figures per bucket now: the rows the run's read of the source held, when it
+    grouped the source the same way (one scan for the source's fingerprint and these figures),
+    else the figures query itself."""
+    query = figures_query(ctx, bucket)
+    held = ctx.held_source_figures
+    if held is not None and held[0] == render(query):
+        return held[1].copy()
+    return query
 
 
 def record(ctx: IncrementalContext, bucket: exp.Expr) -> str:
     """Write this build's figures table; returns its name (recorded under BUCKET_FIGURES)."""
     table = figures_table(ctx)
-    ctx.session.create_snapshot(table, figures_query(ctx, bucket))
+    figures = current_figures(ctx, bucket)
+    query = figures if isinstance(figures, exp.Query) else exp.select("*").from_(figures)
+    ctx.session.create_snapshot(table, query)
     return table
 
 

@@ -23,7 +23,7 @@ from strata_dagster.engine.builds.incremental import Fallback
 from strata_dagster.engine.builds.key_bucket_figures import (
     BUCKET_FIGURES,
     changed_buckets,
-    figures_query,
+    current_figures,
     record,
 )
 from strata_dagster.engine.builds.partitions import (
@@ -105,7 +105,7 @@ class ByKeyBuckets:
 
     def changed_partitions(self, build: PartitionBuild) -> list[str]:
         before = build.previous.detail[BUCKET_FIGURES]
-        return changed_buckets(build.ctx, before, figures_query(build.ctx, raw_partition(build.ctx)))[0]
+        return changed_buckets(build.ctx, before, current_figures(build.ctx, raw_partition(build.ctx)))[0]
 
     def changed_slices(
         self, build: PartitionBuild, joined: joined_inputs.JoinedChange

@@ -58,6 +58,9 @@ class IncrementalContext:
     follower_slices: Mapping[str, exp.Expr] = field(default_factory=dict)
     # The `from` source's ledger or change feed, whose window a delta reads (engine.sources).
     log: LogSource | None = None
+    # The `from` source's figures per key bucket, held by the run's read of the source: the
+    # figures query they answer (rendered) and the held table (engine.builds.key_bucket_figures).
+    held_source_figures: tuple[str, exp.Table] | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from sqlglot import exp
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.compile.relations import branch_schema
-from strata_dagster.engine.builds import partitions
+from strata_dagster.engine.builds import key_bucket_figures, partitions
 from strata_dagster.engine.builds.key_buckets import source_key
 from strata_dagster.engine.builds.model_slices import (
     Maintained,
@@ -52,6 +52,7 @@ from strata_dagster.engine.sources.readings import (
     SourceState,
     fingerprint_models,
     read_source_state,
+    read_source_state_by_figures,
     read_source_state_by_group,
 )
 from strata_dagster.engine.sources.versions import stamped_rows
@@ -97,6 +98,8 @@ class RunScope:
         self.partition_groups: dict[str, dict[str | None, tuple[int, str]]] = {}
         self.lazy_partition_groups: dict[str, Callable[[], dict[str | None, tuple[int, str]]]] = {}
         self.window_stats_read: dict[tuple[str, ...], WindowStats] = {}
+        # model -> its source's figures per key bucket, held by the read of the source
+        self.held_source_figures: dict[str, tuple[str, exp.Table]] = {}
         self._entry: int | None = None
         # Plain models of the closure: how each is maintained row-wise, or why it is not; and
         # every model maintained from its input models' new segments (engine.builds.model_slices).
@@ -202,6 +205,25 @@ class RunScope:
                 states[name] = self._read_business_source(name)
                 continue
             reader = self.partitioned_reader_of(name)
+            bucketed = self.bucketed_reader_of(name) if reader is None else None
+            if bucketed is not None:
+                # The figures per key bucket the model's build compares, from the scan that gives
+                # the source's own fingerprint (they add up to it).
+                model, bucket = bucketed
+
+                def figures(relation: exp.Table, basis: RowBasis, bucket: exp.Expr = bucket) -> exp.Query:
+                    return key_bucket_figures.figures_of(relation, bucket, basis)
+
+                states[name], held = read_source_state_by_figures(
+                    self.session,
+                    self.context,
+                    name,
+                    figures,
+                    (key_bucket_figures.ROWS, key_bucket_figures.HASH_SUM),
+                )
+                if held is not None:
+                    self.held_source_figures[model] = held
+                continue
             if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
                 continue
@@ -255,6 +277,18 @@ class RunScope:
             traced = source_partition_through_views(self.project, self.context.compiled.models, name)
             if traced is not None and traced[0] == source:
                 return name, traced[1]
+        return None
+
+    def bucketed_reader_of(self, source: str) -> tuple[str, exp.Expr] | None:
+        """A model in the selection sliced by the key buckets of `source`, its `from`, if any,
+        and its bucket expression over the source's rows."""
+        for name in self.closure:
+            model = self.model(name)
+            compiled = self.context.compiled.models[name]
+            if not self.is_partitioned(name) or partitions.partition_grain(model) not in KEY_GRAINS:
+                continue
+            if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
+                return name, partitions.raw_partition_of(model, compiled)
         return None
 
     @property
@@ -420,6 +454,7 @@ class RunScope:
             self.window_stats_read,
             self.follower_slices.get(name, {}),
             self.logs.get(self.context.compiled.models[name].base_relation),
+            self.held_source_figures.get(name),
         )
 
     def narrowed(self, context: IncrementalContext, current: SnapshotRecord) -> IncrementalContext:

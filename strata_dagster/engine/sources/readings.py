@@ -226,6 +226,39 @@ def read_source_state_by_group(
     return _state(name, relation, content, reading.is_replaced), lambda: groups
 
 
+def read_source_state_by_figures(
+    session: Session,
+    context: ProjectContext,
+    name: str,
+    figures: Callable[[exp.Table, RowBasis], exp.Query],
+    sums: tuple[str, str],
+) -> tuple[SourceState, tuple[str, exp.Table] | None]:
+    """The source's state, and its rows' figures per group (`figures(relation, basis)`, whose
+    columns `sums` are each group's row count and row-hash sum) held for the session where they
+    add up to the whole table's figures: one scan gives both, the figures rendered as the query
+    they answer. Else (a change-column basis, a backend that holds nothing) the state alone."""
+    reading = _reading(session, context, name)
+    if not is_summed(reading.basis) or reading.whole is not None:
+        return read_source_state(session, context, name), None
+    source = context.project.sources[name]
+    query = figures(reading.relation, reading.basis)
+    try:
+        held = session.held_rows(("source figures", render(query)), lambda: query.copy())
+        if not isinstance(held, exp.Table):
+            return read_source_state(session, context, name), None
+        totals = exp.select(
+            *(
+                exp.func("coalesce", exp.func("sum", exp.column(column)), exp.Literal.number(0))
+                for column in sums
+            )
+        ).from_(held.copy())
+        _, rows = session.read_rows(totals)
+    except WarehouseError as error:
+        raise unreadable_source(source, reading.relation, error) from None
+    content = Content(reading.columns, int(rows[0][0]), str(rows[0][1]), reading.basis)
+    return _state(name, reading.relation, content, reading.is_replaced), (render(query), held)
+
+
 def observe_sources(
     project_dir: Path | str,
     warehouse: Path | str,

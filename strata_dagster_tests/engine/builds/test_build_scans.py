@@ -1,7 +1,9 @@
-"""What a build reads of the snapshot it has just written: an upsert's content and its key-and-cdc
-figures come from one scan of the new file, on a full build and on a delta, and equal the figures
-two separate scans give. DuckDB's query log (shared by every connection to the held warehouse)
-shows the statements the run sent."""
+"""What a build reads, counted: an upsert's content and its key-and-cdc figures come from one scan
+of the new file, on a full build and on a delta, and equal the figures two separate scans give; a
+source sliced by key blocks is hash-scanned once a run (its fingerprint and its blocks' figures);
+the rows of a row-wise model's earlier state that its new segment replaces are scanned once, for
+it and the models following it, within spans of the key. DuckDB's query log (shared by every
+connection to the held warehouse) shows the statements the run sent."""
 
 import datetime as dt
 import json
@@ -11,6 +13,8 @@ import duckdb
 from strata_dagster.backends.duckdb.connection import connect, held_open
 from strata_dagster.engine.builds.segment import KEY_SUM
 from strata_dagster.engine.run import run_project
+from strata_dagster.engine.sources.readings import observe_sources
+from strata_dagster_tests.support import key_buckets_support
 from strata_dagster_tests.support.engine_support import execute
 from strata_dagster_tests.support.incremental_support import make_project
 
@@ -83,3 +87,89 @@ def test_a_delta_of_an_upsert_reads_its_new_segment_once(tmp_path):
     up = result.outcome("up")
     assert up.path == "delta"
     assert len(hash_scans_of(statements, up.snapshot_id)) == 1, hash_scans_of(statements, up.snapshot_id)
+
+
+def whole_row_hashes_of(statements, relation):
+    """The statements that hash every row of `relation` (its content figures, whole or per
+    bucket), not a window of it nor a key-and-cdc sum."""
+    return [
+        s
+        for s in statements
+        if f"{relation} AS __strata_row" in s and "HASH(__strata_row)" in s and " WHERE " not in s
+    ]
+
+
+def reads_of_replaced_rows(statements, table):
+    """The statements that hold the rows of a model's earlier state (snapshot `table`) that a
+    new segment replaces: each one a scan of that state."""
+    return [s for s in statements if s.startswith("CREATE TEMPORARY TABLE") and f"{table} AS __seg" in s]
+
+
+def test_a_key_bucketed_model_and_the_fingerprint_of_its_source_share_one_scan(tmp_path):
+    """The source's fingerprint and the figures per key block the row-wise model compares come
+    from one hash scan of the source; both equal what scans of their own give."""
+    project, warehouse = key_buckets_support.make_project(tmp_path)
+    run_project(project, warehouse)
+    execute(warehouse, "UPDATE raw.orders SET amount = amount + 3 WHERE order_id = 100")
+    result, statements = logged_run(warehouse, lambda: run_project(project, warehouse, only_stale=True))
+    stg = result.outcome("stg")
+    assert (stg.path, stg.detail["partitions"]) == ("partitions", ["1"])
+    assert len(whole_row_hashes_of(statements, "raw.orders")) == 1, whole_row_hashes_of(
+        statements, "raw.orders"
+    )
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        figures = con.execute(
+            f"SELECT * FROM strata_snapshots.snap_{stg.snapshot_id}_stg__buckets ORDER BY __bucket"
+        ).fetchall()
+        own = con.execute(
+            "SELECT order_id // 64, count(*), sum(hash(o)::HUGEINT) FROM raw.orders AS o GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    assert figures == own
+    # The fingerprint summed from the figures is the one the source's own scan gives.
+    recorded = execute(
+        warehouse,
+        "SELECT fingerprint FROM strata.entry_sources WHERE source = 'orders' ORDER BY entry DESC LIMIT 1",
+    )
+    assert recorded[0][0] == observe_sources(project, warehouse, ["orders"])["orders"].fingerprint
+    assert key_buckets_support.compare(duckdb.connect(str(warehouse)), "stg") == {"rows": 0, "groups": 0}
+
+
+def test_a_narrowed_key_bucket_segment_is_followed_without_a_new_scan_of_the_earlier_state(tmp_path):
+    """Two blocks recomputed, one of them equal to its live rows (a filtered-out row changed): the
+    segment and its keys narrow to the other, and the day model following it reads the rows they
+    replace from the rows the first read held, narrowed too, not from a second scan of the state."""
+    project, warehouse = key_buckets_support.make_project(tmp_path)
+    first = run_project(project, warehouse)
+    base = first.outcome("stg").table_name
+    execute(warehouse, "UPDATE raw.orders SET amount = amount + 3 WHERE order_id IN (7, 100)")  # 7: cancelled
+    result, statements = logged_run(warehouse, lambda: run_project(project, warehouse, only_stale=True))
+    stg, daily = result.outcome("stg"), result.outcome("daily")
+    assert (stg.path, stg.detail["partitions_unchanged"]) == ("partitions", 1)
+    assert daily.path == "partitions"
+    assert len(reads_of_replaced_rows(statements, base)) == 1, reads_of_replaced_rows(statements, base)
+    con = duckdb.connect(str(warehouse))
+    try:
+        for model in ("stg", "daily"):
+            assert key_buckets_support.compare(con, model) == {"rows": 0, "groups": 0}, model
+    finally:
+        con.close()
+
+
+def test_the_rows_a_new_key_block_replaces_are_read_within_spans_of_the_key(tmp_path):
+    """New keys above the old ones: the earlier state's rows they replace are looked for only in
+    the span of their blocks, which lets the scan skip the row groups of every other key."""
+    project, warehouse = key_buckets_support.make_project(tmp_path)
+    first = run_project(project, warehouse)
+    base = first.outcome("stg").table_name
+    execute(
+        warehouse,
+        "INSERT INTO raw.orders SELECT 200 + range, 1, ?, ?, 'paid', 5 FROM range(3)",
+        params=[T0, T0],
+    )
+    result, statements = logged_run(warehouse, lambda: run_project(project, warehouse, only_stale=True))
+    assert result.outcome("stg").detail["partitions"] == ["3"]
+    (read,) = reads_of_replaced_rows(statements, base)
+    assert "__before.order_id BETWEEN CAST('192' AS BIGINT) AND CAST('255' AS BIGINT)" in read, read
