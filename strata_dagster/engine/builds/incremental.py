@@ -808,13 +808,13 @@ class LogDeltaBuilder(DeltaBuilder):
         if self.props.merge_strategy == "history":
             # The changed keys' versions from their events alone: the predicate on the versions
             # would wait behind window functions over every event of the log.
-            def changed(qualifier: str) -> exp.Expr:
+            def changed_keys(qualifier: str) -> exp.Expr:
                 values = [exp.column(base, table=qualifier) for base in bases]
                 return keyed_rows(
                     self.merge_keys, values, keys_table=keys_table, is_null_free_filter=is_null_free
                 )
 
-            versions = history_relation(ctx.model, tuple(bases), self.log, changed)
+            versions = history_relation(ctx.model, tuple(bases), self.log, changed_keys)
             ctx = replace(ctx, relation=lambda name: versions if name == alias else self.ctx.relation(name))
         return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts, ctx)
 
