@@ -117,6 +117,7 @@ class History:
             rollback(self.warehouse, self.runs[argument % (len(self.runs) - 1)])
         elif kind == "gc":
             gc(self.warehouse, keep=1)
+            self.runs.clear()  # their snapshots may be gone: a rollback to one is refused (E024)
         elif kind == "edit":  # a live view added by hand, reading the source: served as its rows
             execute(
                 self.warehouse,
