@@ -380,7 +380,7 @@ class DeltaBuilder:
         )
         nothing: tuple[bool, tuple[int, str], str] = (True, (0, "0"), "0")
         is_null_free, removed, removed_key = (
-            self._replaced(keys_table) if changed_keys or rows_left else nothing
+            self.rows_replaced_by(keys_table) if changed_keys or rows_left else nothing
         )
         is_anti_joined = False
         if rows_left and not self._kept_rows_match(
@@ -393,7 +393,7 @@ class DeltaBuilder:
             changed_keys = session.create_keys_table(
                 keys_table, relation, keys, window, self.previous_query, self.merge_keys, reread
             )
-            is_null_free, removed, removed_key = self._replaced(keys_table)
+            is_null_free, removed, removed_key = self.rows_replaced_by(keys_table)
             if changed_keys == window_keys:
                 notes.append(
                     "rows the model keeps changed in the source without advancing cdc_column, and no key "
@@ -418,9 +418,9 @@ class DeltaBuilder:
                 key_range=session.key_range(keys_table, self.merge_keys) if is_null_free else None,
             )
         )
-        return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts)
+        return self.write_replacing(delta_query, removed, removed_key, keys_table, detail, facts)
 
-    def _write_replacing(
+    def write_replacing(
         self,
         delta_query: exp.Query,
         removed: tuple[int, str],
@@ -456,7 +456,7 @@ class DeltaBuilder:
             "are not applied (run `strata verify` or a full build to pick them up)"
         ]
 
-    def _replaced(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
+    def rows_replaced_by(self, keys_table: str) -> tuple[bool, tuple[int, str], str]:
         """Whether the keys table is NULL-free, and the previous rows its keys replace: their count
         and row-hash sum, and their key-and-cdc hash sum ("0" when the state records none). The
         rows are held for the session: the models following this one read them again
@@ -798,7 +798,7 @@ class LogDeltaBuilder(DeltaBuilder):
         if changed == 0 and not self.has_rows_left_below:
             session.drop_snapshot(keys_table)
             return self.writer.kept(detail, facts)
-        is_null_free, removed, removed_key = self._replaced(keys_table)
+        is_null_free, removed, removed_key = self.rows_replaced_by(keys_table)
         alias = compiled.base_relation
         values = [exp.column(base, table=alias) for base in bases]
         delta_query = compiled.with_base_predicate(
@@ -816,7 +816,7 @@ class LogDeltaBuilder(DeltaBuilder):
 
             versions = history_relation(ctx.model, tuple(bases), self.log, changed_keys)
             ctx = replace(ctx, relation=lambda name: versions if name == alias else self.ctx.relation(name))
-        return self._write_replacing(delta_query, removed, removed_key, keys_table, detail, facts, ctx)
+        return self.write_replacing(delta_query, removed, removed_key, keys_table, detail, facts, ctx)
 
     def _log_append(
         self, low: exp.Expr, high: exp.Expr, facts: dict[str, Any], detail: dict[str, Any]

@@ -110,8 +110,8 @@ class TableHistoryBuilder:
         if changed_keys == 0:
             session.drop_snapshot(keys_table)
             return self.delta.writer.kept(detail, facts)
-        _, removed, removed_key = self.delta._replaced(keys_table)
-        return self.delta._write_replacing(
+        _, removed, removed_key = self.delta.rows_replaced_by(keys_table)
+        return self.delta.write_replacing(
             self._versions_of_changed(now, keys_table), removed, removed_key, keys_table, detail, facts
         )
 
