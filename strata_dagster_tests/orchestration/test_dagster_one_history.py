@@ -303,6 +303,9 @@ def template(tmp_path_factory):
     ],
     seed=274824,
 )  # a rolled-back daily_revenue published again: stale are the days the later state changes
+@example(
+    actions=["cli rollback", "move order", "cli backfill", "cli run", "cli rollback"], seed=1173
+)  # a rollback to a backfill of one day: the other days are behind the stg_orders that backfill read
 def test_after_any_interleaving_dagster_and_the_plan_agree_on_what_is_stale(template, actions, seed):
     root, walk_root, defs = template
     walk = Walk(walk_root, root, defs)

@@ -23,6 +23,7 @@ from strata_dagster.backends.duckdb.partitions import content_by_partition, read
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_live_session, open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, model_view
+from strata_dagster.engine.builds.partition_range import REQUESTED_PARTITIONS
 from strata_dagster.engine.builds.partitions import raw_partition_of
 from strata_dagster.engine.context import load_context
 from strata_dagster.engine.reads.catalog import partition_input
@@ -263,6 +264,8 @@ class LiveState:
     is_view: bool
     inputs: dict[str, str]
     input_snapshots: dict[str, str] = field(default_factory=dict)  # each input model's snapshot read
+    # Built for some partitions only (a backfill's): the others may be behind the inputs read.
+    is_partial: bool = False
 
 
 def live_states(
@@ -283,6 +286,7 @@ def live_states(
             entry = history.live_build_of(name, head.snapshot_id, branch)
             inputs: dict[str, str] = {}
             input_snapshots: dict[str, str] = {}
+            is_partial = False
             if entry is not None:
                 inputs.update(
                     (item.source, item.fingerprint)
@@ -290,6 +294,9 @@ def live_states(
                     if not item.partition_key
                 )
                 for built in history.entry_models(entry):
+                    is_partial = is_partial or (
+                        built.model == name and bool(built.detail.get(REQUESTED_PARTITIONS))
+                    )
                     read = history.snapshot(built.snapshot_id) if built.model != name else None
                     if read is not None:
                         inputs[built.model] = read.content_hash
@@ -303,6 +310,7 @@ def live_states(
                 head.is_view,
                 inputs,
                 input_snapshots,
+                is_partial,
             )
         return found
 

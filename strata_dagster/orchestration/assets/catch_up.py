@@ -229,12 +229,14 @@ def _partitioned(
         if not same or known.get(partition, {}).get(c.DATA_VERSION_TAG) != contents[partition].fingerprint
     ]
     changed += _rebuilt_alike(instance, strata, asset_graph, key, state.model, every, set(changed))
+    behind = _behind_companions(instance, strata, asset_graph, assets, key, live)
+    changed += [partition for partition in behind if partition not in set(changed)]
     for partition in changed:
         part = contents[partition]
         yield dg.AssetMaterialization(
             asset_key=key,
             partition=partition,
-            tags={**provenance.tags, c.DATA_VERSION_TAG: part.fingerprint},
+            tags={**provenance.tags, **behind.get(partition, {}), c.DATA_VERSION_TAG: part.fingerprint},
             description=description,
             metadata={
                 c.SNAPSHOT_KEY: state.snapshot_id,
@@ -244,6 +246,43 @@ def _partitioned(
                 **metadata,
             },
         )
+
+
+def _behind_companions(
+    instance: dg.DagsterInstance,
+    strata: StrataResource,
+    asset_graph: Any,
+    assets: StrataAssets,
+    key: dg.AssetKey,
+    live: Mapping[str, LiveState],
+) -> dict[str, dict[str, str]]:
+    """For a live state whose build read another snapshot of a companion's upstream than the live
+    one (a rollback restored it), or built some partitions only (a backfill's, restored or not):
+    the partitions the engine finds stale, each with its companion
+    pointers set before that companion partition's latest event, so that Dagster shows them stale
+    as the plan does (an event pointer is Dagster's only record of what a partition read)."""
+    state = live[assets.models[key]]
+    companions = [parent for parent in asset_graph.get(key).parent_keys if parent in assets.companion_of]
+    behind_upstream = any(
+        (upstream := live.get(assets.companion_of[parent])) is not None
+        and state.input_snapshots.get(upstream.model, upstream.snapshot_id) != upstream.snapshot_id
+        for parent in companions
+    )
+    if not companions or not (behind_upstream or state.is_partial):
+        return {}
+    engine = stale_partitions(strata.project_path, strata.warehouse_path, strata.branch).get(state.model)
+    if engine is None or engine.is_all:
+        return {}
+    behind: dict[str, dict[str, str]] = {}
+    for partition in engine.keys:
+        for parent in companions:
+            records = instance.fetch_observations(
+                dg.AssetRecordsFilter(asset_key=parent, asset_partitions=[partition]), limit=1
+            ).records
+            if records:
+                pointer = f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{parent.to_user_string()}"
+                behind.setdefault(partition, {})[pointer] = str(records[0].storage_id - 1)
+    return behind
 
 
 def _rebuilt_alike(
