@@ -424,12 +424,7 @@ def _verify_table_history(
         figures = compare(session, full, snapshot_table(current), columns=columns)[None]
         checked = check_versions(session, model, live)
     except WarehouseError as error:
-        raise StrataError(
-            E_VERIFY_LIVE,
-            f"cannot compare model `{name}` with its live view on branch `{context.branch}`: {error}",
-            subject=name,
-            hint="a broken view is repaired by the next `strata run PROJECT`",
-        ) from None
+        raise _live_unreadable(context, name, error) from None
     return ModelVerification(
         name, figures, merge_strategy="history", compared_columns=columns, table_history=checked
     )
@@ -464,12 +459,7 @@ def _verify_model(
             is_history=props.merge_strategy in HISTORY_STRATEGIES,
         )
     except WarehouseError as error:
-        raise StrataError(
-            E_VERIFY_LIVE,
-            f"cannot compare model `{name}` with its live view on branch `{context.branch}`: {error}",
-            subject=name,
-            hint="a broken view is repaired by the next `strata run PROJECT`",
-        ) from None
+        raise _live_unreadable(context, name, error) from None
     if spec is None:
         return ModelVerification(
             name, by_partition[None], None, (), differences, props.merge_strategy, columns
@@ -483,4 +473,13 @@ def _verify_model(
         differences,
         props.merge_strategy,
         columns,
+    )
+
+
+def _live_unreadable(context: ProjectContext, name: str, error: WarehouseError) -> StrataError:
+    return StrataError(
+        E_VERIFY_LIVE,
+        f"cannot compare model `{name}` with its live view on branch `{context.branch}`: {error}",
+        subject=name,
+        hint="a broken view is repaired by the next `strata run PROJECT`",
     )

@@ -31,7 +31,7 @@ from typing import Any
 import dagster as dg
 
 from strata_dagster.compile.relations import model_view
-from strata_dagster.engine.plan import plan
+from strata_dagster.engine.plan import ModelPlan, plan
 from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.reads.partition_status import (
     LiveState,
@@ -306,14 +306,7 @@ def _rebuilt_alike(
     ]
     if not shown:
         return []
-    request = RunRequest(
-        project_dir=strata.project_path,
-        warehouse=strata.warehouse_path,
-        models=(model,),
-        branch=strata.branch,
-        only_stale=True,
-    )
-    planned = {item.model: item for item in plan(request).models}.get(model)
+    planned = _planned(strata, model)
     answer = answer_of(planned, every) if planned is not None else None
     if answer is not None and not (answer.waits_for or answer.is_missing or answer.is_all):
         stale = set(answer.keys)
@@ -329,6 +322,12 @@ def _rebuilt_alike(
 def _is_kept_by_plan(strata: StrataResource, model: str) -> bool:
     """Whether `strata plan --only-stale` keeps `model`'s live snapshot as it is (nothing to build
     or publish again): the snapshot a build from today's inputs gives."""
+    planned = _planned(strata, model)
+    return planned is not None and planned.path == "reused" and not planned.would_change
+
+
+def _planned(strata: StrataResource, model: str) -> ModelPlan | None:
+    """What `strata plan --only-stale --models <model>` says of `model`."""
     request = RunRequest(
         project_dir=strata.project_path,
         warehouse=strata.warehouse_path,
@@ -336,8 +335,7 @@ def _is_kept_by_plan(strata: StrataResource, model: str) -> bool:
         branch=strata.branch,
         only_stale=True,
     )
-    planned = {item.model: item for item in plan(request).models}.get(model)
-    return planned is not None and planned.path == "reused" and not planned.would_change
+    return {item.model: item for item in plan(request).models}.get(model)
 
 
 @dataclass(frozen=True)
