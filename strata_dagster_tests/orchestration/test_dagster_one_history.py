@@ -306,6 +306,21 @@ def template(tmp_path_factory):
 @example(
     actions=["cli rollback", "move order", "cli backfill", "cli run", "cli rollback"], seed=1173
 )  # a rollback to a backfill of one day: the other days are behind the stg_orders that backfill read
+@example(
+    actions=[
+        "change customer",
+        "cli backfill",
+        "change order",
+        "cli run",
+        "move order",
+        "change order",
+        "change order",
+        "ui materialize",
+        "change customer",
+        "observe",
+    ],
+    seed=414075,
+)  # a UI step rebuilds stg_orders from a source Dagster has not observed yet: it records what it read
 def test_after_any_interleaving_dagster_and_the_plan_agree_on_what_is_stale(template, actions, seed):
     root, walk_root, defs = template
     walk = Walk(walk_root, root, defs)

@@ -342,8 +342,8 @@ def _planned(strata: StrataResource, model: str) -> ModelPlan | None:
 class _Provenance:
     """A materialization's tags, and those of them Dagster compares as values (the versions, and
     the data version of each unpartitioned input; a partitioned input is compared through its
-    event pointer). `reads_older_inputs`: an unpartitioned input read as another version than
-    Dagster's latest of it."""
+    event pointer). `reads_older_inputs`: an unpartitioned input model read as another version
+    than its live one."""
 
     tags: dict[str, str]
     compared: tuple[str, ...]
@@ -387,7 +387,12 @@ def _provenance(
             else None
         )
         latest = recorded_data_version(record) or INITIAL_DATA_VERSION
-        older = older or (built_from is not None and built_from != latest)
+        # Read older than live: an input model whose live state moved on (a rollback restored
+        # this one). A source read newer than Dagster's latest observation is not older.
+        upstream = live.get(assets.names.get(parent, ""))
+        older = older or (
+            built_from is not None and upstream is not None and built_from != upstream.content_hash
+        )
         tags[f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"] = built_from or latest
         if node.partitions_def is not None and as_read:
             record = _read_record(instance, parent, state, live.get(assets.names.get(parent, ""))) or record
