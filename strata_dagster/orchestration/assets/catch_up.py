@@ -132,8 +132,9 @@ def catch_up(
             )
             yield from _companions_of(instance, strata, assets, name)
     wanted = {name for name in assets.models.values() if models is None or name in models}
-    # Every model's live state: a wanted model's inputs are compared with theirs.
-    live = live_states(strata.warehouse_path, list(assets.models.values()), strata.branch)
+    # The wanted models' live states, and their input models': a state's inputs are compared with theirs.
+    inputs = {ref for name in wanted for ref in project.models[name].references if ref in project.models}
+    live = live_states(strata.warehouse_path, sorted(wanted | inputs), strata.branch)
     for key, name in assets.models.items():
         state = live.get(name)
         if state is None or name not in wanted:
