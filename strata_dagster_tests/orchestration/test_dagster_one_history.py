@@ -258,7 +258,7 @@ def template(tmp_path_factory):
 
 
 @settings(
-    max_examples=6,
+    max_examples=3,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
