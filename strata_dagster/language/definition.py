@@ -231,6 +231,14 @@ class Source:
         """Whether the source comes with its change log (a transaction ledger or a change feed)."""
         return self.versioning.kind in LOG_VERSIONINGS
 
+    @property
+    def ledger_name(self) -> str | None:
+        """A ledger source's transactions as a test block names them: the `ledger:` table's name
+        without its schema (`given order_txns [...]` for `ledger: raw.order_txns`)."""
+        if self.versioning.kind != "ledger" or self.ledger is None:
+            return None
+        return self.ledger.rsplit(".", 1)[-1]
+
 
 @dataclass(frozen=True)
 class Freshness:

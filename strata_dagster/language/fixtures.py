@@ -109,17 +109,29 @@ def model_test_errors(
                     hint="name each test of a model differently",
                 )
             )
+        ledgers = ledgers_read(model, sources)
         for relation, table in test.given:
-            if relation not in model.references:
+            if relation not in model.references and relation not in ledgers:
                 errors.append(
                     StrataError(
                         E_TEST_MODEL,
                         f"test `{test.model}.{test.name}` gives rows for `{relation}`, which the model does not read",
                         table.location,
-                        hint="the model reads: " + ", ".join(model.references),
+                        hint="the model reads: " + ", ".join((*model.references, *ledgers)),
                     )
                 )
-        if test.previous is not None and not (
+        if test.previous is not None and model.properties.merge_strategy == "history":
+            errors.append(
+                StrataError(
+                    E_TEST_DEFINITION,
+                    f"test `{test.model}.{test.name}` gives a `previous` state, but `{test.model}` is a "
+                    "history: its test is one build over all of its input's rows",
+                    test.previous.location,
+                    hint="drop `previous`: give the feed's events or the ledger's rows, or the table's "
+                    "rows at one build, and expect their versions",
+                )
+            )
+        elif test.previous is not None and not (
             model.properties.is_incremental and model.properties.merge_strategy in INCREMENTAL_STRATEGIES
         ):
             errors.append(
@@ -133,6 +145,18 @@ def model_test_errors(
                 )
             )
     return errors
+
+
+def ledgers_read(model: Model, sources: Mapping[str, Source]) -> dict[str, str]:
+    """The ledgers a test of `model` may give rows of (by `Source.ledger_name`): those of the
+    ledger sources it reads, each with its source's name."""
+    ledgers = {}
+    for relation in model.references:
+        source = sources.get(relation)
+        name = None if source is None else source.ledger_name
+        if name is not None:
+            ledgers[name] = relation
+    return ledgers
 
 
 def _table(bracket: Tree, text: str, file: str) -> FixtureTable:

@@ -6,6 +6,9 @@ fixture gives the columns that matter and the rest are NULL. When an input's col
 (no warehouse, or a source table not loaded yet), the fixture's columns are the input's columns,
 typed as the values are written. An input without fixture rows is empty.
 
+Each input is read as a build reads it (engine.commands.unit_test_inputs): a ledger source's
+committed rows when the test gives its ledger, a history model's `from` source as its versions.
+
 With `previous`, the case is one incremental step: the fixture rows are the input rows in the
 window, the model over them is the delta, and the expected rows are the state after merging the
 delta into `previous` the way the engine does (append, upsert by the keys of the raw rows in the
@@ -17,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +32,12 @@ from strata_dagster.backends.opening import read_source_schemas
 from strata_dagster.compile import CompiledProject, compile_project
 from strata_dagster.compile.compiler import CompiledModel, compile_model
 from strata_dagster.compile.determinism import make_windows_deterministic
-from strata_dagster.engine.sources.feed import Feed
+from strata_dagster.engine.commands.unit_test_inputs import (
+    LEDGER,
+    check_history_test,
+    ledger_columns,
+    model_inputs,
+)
 from strata_dagster.errors import (
     E_TEST_COLUMN,
     E_TEST_DEFINITION,
@@ -37,7 +45,7 @@ from strata_dagster.errors import (
     StrataError,
 )
 from strata_dagster.language import load_project
-from strata_dagster.language.definition import FixtureTable, ModelTest, Project
+from strata_dagster.language.definition import FixtureTable, Model, ModelTest, Project
 from strata_dagster.language.selection import select
 from strata_dagster.sql.render import table
 from strata_dagster.sql.segments import keyed_rows
@@ -121,25 +129,41 @@ def run_unit_tests(project_path: Path, warehouse: Path, models: Sequence[str] = 
     its sources' schemas; it need not exist."""
     project = load_project(project_path)
     schemas = read_source_schemas(warehouse, project)
-    return run_compiled_tests(compile_project(project, schemas), schemas, models)
+    ledgers = {
+        name: dataclasses.replace(source, table=source.ledger)
+        for name, source in project.sources.items()
+        if source.ledger_name is not None
+    }
+    ledger_schemas = (
+        read_source_schemas(warehouse, dataclasses.replace(project, sources=ledgers)) if ledgers else {}
+    )
+    return run_compiled_tests(compile_project(project, schemas), schemas, models, ledger_schemas)
 
 
 def run_compiled_tests(
     compiled: CompiledProject,
     source_schemas: dict[str, TypedColumns],
     models: Sequence[str] = (),
+    ledger_schemas: dict[str, TypedColumns] | None = None,
 ) -> UnitTestReport:
+    """`ledger_schemas`: the columns of each ledger source's transactions table (by the source's
+    name) that the warehouse has."""
     project = compiled.project
     selected = set(select(project, models))
     tests = [test for test in project.tests if test.model in selected]
     if not tests:
         return UnitTestReport(())
+    ledgers = ledger_schemas or {}
+    moment = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    at = exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), "TIMESTAMP")
     with FixtureDatabase() as db:
-        _declare_relations(db, compiled, source_schemas)
+        _declare_relations(db, compiled, source_schemas, ledgers, at)
         names = {name: model.columns for name, model in compiled.models.items()}
         return UnitTestReport(
             tuple(
-                _run_case(db, project, _compiled_for(compiled, source_schemas, test), test, names)
+                _run_case(
+                    db, project, _compiled_for(compiled, source_schemas, test), test, names, ledgers, at
+                )
                 for test in tests
             )
         )
@@ -180,29 +204,28 @@ def _compiled_for(
 
 
 def _declare_relations(
-    db: FixtureDatabase, compiled: CompiledProject, source_schemas: dict[str, TypedColumns]
+    db: FixtureDatabase,
+    compiled: CompiledProject,
+    source_schemas: dict[str, TypedColumns],
+    ledger_schemas: dict[str, TypedColumns],
+    at: exp.Expr,
 ) -> None:
+    project = compiled.project
     for name, columns in source_schemas.items():
         db.declare_table(name, tuple(columns))
-    for name in compiled.project.order:
+    ledgers = [source for source in project.sources.values() if source.ledger_name is not None]
+    for source in ledgers:
+        db.declare_table(LEDGER + source.name, ledger_columns(source, source_schemas, ledger_schemas))
+    read = {source.name for source in ledgers}
+    for name in project.order:
         model = compiled.models.get(name)
-        if model is not None:
-            db.declare_view(name, model.bound(_inputs(compiled.project, name, model, TYPES_SCHEMA)))
-
-
-def _inputs(
-    project: Project, name: str, compiled: CompiledModel, schema: str
-) -> Callable[[str], exp.Table | exp.Query]:
-    """What model `name` reads each input from in `schema`: a history model reads its change feed's
-    fixture rows as their versions (engine.sources.feed), as a build does."""
-    properties = project.models[name].properties
-    base = compiled.base_relation
-    source = project.sources.get(base)
-    if properties.merge_strategy != "history" or source is None or source.versioning.kind != "feed":
-        return lambda relation: table(relation, schema)
-    feed = Feed(source, table(base, schema))
-    versions = feed.versions(feed.keys, properties.check_columns or (), properties.deleted_flag)
-    return lambda relation: versions if relation == base else table(relation, schema)
+        if model is None:
+            continue
+        try:
+            inputs = model_inputs(project, name, model, TYPES_SCHEMA, read, at)
+        except StrataError:
+            continue  # a history the engine refuses: its own test says why
+        db.declare_view(name, model.bound(inputs))
 
 
 def _run_case(
@@ -211,10 +234,14 @@ def _run_case(
     compiled: CompiledModel,
     test: ModelTest,
     compiled_columns: dict[str, tuple[str, ...] | None],
+    ledger_schemas: dict[str, TypedColumns],
+    at: exp.Expr,
 ) -> UnitTestResult:
     db.reset()
     model = project.models[test.model]
     given = dict(test.given)
+    check_history_test(project, model, compiled, test)
+    ledgers = _create_ledgers(db, project, model, test, ledger_schemas)
     for relation in model.references:
         schema = db.columns_of(relation)
         # A model whose types are not known (it reads a source the warehouse lacks) may still
@@ -235,7 +262,7 @@ def _run_case(
         known = schema if schema is not None else tuple((name, "") for name in names) or None
         _check_columns(fixture, known, f"`{relation}`", test)
         db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
-    query = compiled.bound(_inputs(project, test.model, compiled, CASE_SCHEMA))
+    query = compiled.bound(model_inputs(project, test.model, compiled, CASE_SCHEMA, ledgers, at))
     if test.previous is None:
         output = db.create_result(_ACTUAL, query, test.location)
     else:
@@ -256,6 +283,34 @@ def _run_case(
         expect.location,
     )
     return _compare(db, model.properties.order_by, test)
+
+
+def _create_ledgers(
+    db: FixtureDatabase,
+    project: Project,
+    model: Model,
+    test: ModelTest,
+    ledger_schemas: dict[str, TypedColumns],
+) -> set[str]:
+    """The fixtures of the ledgers the test gives, of the ledger sources the model reads; returns
+    those sources' names."""
+    given = dict(test.given)
+    created = set()
+    for relation in model.references:
+        source = project.sources.get(relation)
+        fixture = None if source is None or source.ledger_name is None else given.get(source.ledger_name)
+        if source is None or fixture is None:
+            continue
+        schema = ledger_schemas.get(source.name)
+        versioning = source.versioning
+        what = f"`{source.ledger_name}` (the ledger of `{source.name}`)"
+        _check_columns(fixture, schema, what, test)
+        names = (versioning.txn_column or "", versioning.committed_column or "", versioning.kind_column or "")
+        db.create_fixture(
+            LEDGER + source.name, schema, fixture.columns, _rows(fixture), fixture.location, names
+        )
+        created.add(source.name)
+    return created
 
 
 def _rows(fixture: FixtureTable) -> list[tuple[Sequence[exp.Expr], Location]]:
