@@ -32,6 +32,7 @@ from strata_dagster.engine.reads.partition_staleness import stale_partitions
 from strata_dagster.engine.reads.partition_status import live_states
 from strata_dagster.engine.sources.readings import peek_source_fingerprints
 from strata_dagster.language import load_project
+from strata_dagster.orchestration.assets.provenance import is_stale_by_provenance, stale_by_provenance
 from strata_dagster_tests.support.dagster_support import (
     UNPARTITIONED_MODELS,
     change_order,
@@ -334,6 +335,19 @@ def test_after_any_interleaving_dagster_and_the_plan_agree_on_what_is_stale(temp
                 continue  # a source changed that Dagster has not observed: it cannot know yet
             dagster, planned = stale_set(defs, instance), plan_stale(walk.project, walk.warehouse)
             assert dagster == planned, f"after {walk.log}: Dagster {sorted(dagster)}, plan {sorted(planned)}"
+            assert_batched_staleness_reads_as_one_by_one(defs, instance)
+
+
+def assert_batched_staleness_reads_as_one_by_one(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    """The staleness the catch-up reads for all partitions at once is each partition's own."""
+    graph = defs.resolve_asset_graph()
+    for name in ("daily_revenue", "monthly_revenue"):
+        key = dg.AssetKey(name)
+        keys = graph.get(key).partitions_def.get_partition_keys()
+        one_by_one = {
+            partition for partition in keys if is_stale_by_provenance(instance, graph, key, partition)
+        }
+        assert stale_by_provenance(instance, graph, key, keys) == one_by_one, name
 
 
 def test_the_readme_path_command_line_then_materialize_all_then_observe_shows_nothing_stale(template):

@@ -46,9 +46,9 @@ from strata_dagster.orchestration.assets.companions import CompanionRefresh, com
 from strata_dagster.orchestration.assets.provenance import (
     INITIAL_DATA_VERSION,
     ModelInput,
-    is_stale_by_provenance,
     latest_record,
     recorded_data_version,
+    stale_by_provenance,
 )
 from strata_dagster.orchestration.checks.stale_partitions import answer_of
 from strata_dagster.orchestration.resources.strata import StrataResource
@@ -300,11 +300,10 @@ def _rebuilt_alike(
     rolled back together with their input, by builds Dagster did not record): by `strata plan
     --only-stale`'s answer (the check's), or, when the plan takes the whole model (a rollback it
     would publish again, an upstream rebuilt first), by the engine's per-partition figures."""
-    shown = [
-        partition
-        for partition in every
-        if partition not in changed and is_stale_by_provenance(instance, asset_graph, key, partition)
-    ]
+    stale = stale_by_provenance(
+        instance, asset_graph, key, [partition for partition in every if partition not in changed]
+    )
+    shown = [partition for partition in every if partition in stale]
     if not shown:
         return []
     planned = _planned(strata, model)

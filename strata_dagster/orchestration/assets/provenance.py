@@ -12,7 +12,7 @@ sources it found changed, the companions it refreshed, the upstream models built
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,32 @@ def is_stale_by_provenance(
     return next(stale_causes(instance, asset_graph, key, partition), None) is not None
 
 
+def stale_by_provenance(
+    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partitions: Sequence[str]
+) -> set[str]:
+    """Those of `partitions` of `key` that Dagster shows stale, as `is_stale_by_provenance` says of
+    each, read for all of them at once: the latest materialization of every partition in one query
+    (a few, by storage ids), each partitioned input's latest event per partition in one, and an
+    input partition's events around the recorded pointer only where one came after it."""
+    latest = instance.event_log_storage.get_latest_storage_id_by_partition(
+        key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(partitions)
+    )
+    ids = sorted(latest.values())
+    records: dict[str, dg.EventLogRecord] = {}
+    for start in range(0, len(ids), _RECORDS_A_QUERY):
+        chunk = ids[start : start + _RECORDS_A_QUERY]
+        found = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
+        ).records
+        records.update((record.partition_key, record) for record in found if record.partition_key is not None)
+    inputs = _InputEvents(instance, batched=True)
+    return {
+        partition
+        for partition, record in records.items()
+        if next(_causes(instance, asset_graph, key, partition, record, inputs), None) is not None
+    }
+
+
 def stale_causes(
     instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partition: str | None
 ) -> Iterator[str]:
@@ -103,18 +129,64 @@ def stale_causes(
         dg.AssetRecordsFilter(asset_key=key, asset_partitions=None if partition is None else [partition]),
         limit=1,
     ).records
-    if not records:
-        return
-    materialization = records[0].event_log_entry.asset_materialization
+    if records:
+        yield from _causes(instance, asset_graph, key, partition, records[0], _InputEvents(instance))
+
+
+_RECORDS_A_QUERY = 500  # storage ids asked for in one query
+
+
+class _InputEvents:
+    """What the staleness of a model's partitions reads of its inputs' events, each read once. When
+    `batched` (many partitions are read), a partitioned input's latest event per partition is read
+    in one query, and its partition's events around a pointer only when one came after it."""
+
+    def __init__(self, instance: dg.DagsterInstance, *, batched: bool = False) -> None:
+        self.instance, self.batched = instance, batched
+        self._versions: dict[ModelInput, str] = {}
+        self._latest_by_partition: dict[ModelInput, Mapping[str, int]] = {}
+
+    def version(self, item: ModelInput) -> str:
+        """An unpartitioned input's data version now."""
+        if item not in self._versions:
+            self._versions[item] = (
+                recorded_data_version(latest_record(self.instance, item)) or INITIAL_DATA_VERSION
+            )
+        return self._versions[item]
+
+    def is_updated(self, item: ModelInput, partition: str, cursor: int | None) -> bool:
+        if cursor is None:
+            return False
+        if self.batched:
+            if item not in self._latest_by_partition:
+                kind = (
+                    dg.DagsterEventType.ASSET_OBSERVATION
+                    if item.is_observed
+                    else dg.DagsterEventType.ASSET_MATERIALIZATION
+                )
+                self._latest_by_partition[item] = (
+                    self.instance.event_log_storage.get_latest_storage_id_by_partition(item.key, kind)
+                )
+            if self._latest_by_partition[item].get(partition, cursor) <= cursor:
+                return False  # no event of that partition after the pointer
+        return _is_updated(self.instance, item, partition, cursor)
+
+
+def _causes(
+    instance: dg.DagsterInstance,
+    asset_graph: Any,
+    key: dg.AssetKey,
+    partition: str | None,
+    record: dg.EventLogRecord,
+    inputs: _InputEvents,
+) -> Iterator[str]:
+    """Why the partition whose latest materialization is `record` is stale (see `stale_causes`)."""
+    materialization = record.event_log_entry.asset_materialization
     tags = (materialization.tags if materialization is not None else None) or {}
     code_version = asset_graph.get(key).code_version
     if code_version and tags.get(c.CODE_VERSION_TAG) != code_version:
         yield "has a new code version"
-    parents: dict[dg.AssetKey, list[str | None]] = {}
-    # A dynamic partitions definition reads its keys from the instance (a sensor's tick has none set).
-    with dg.partition_loading_context(dynamic_partitions_store=instance):
-        for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
-            parents.setdefault(parent.asset_key, []).append(parent.partition_key)
+    parents = _parent_partitions(instance, asset_graph, key, partition)
     names = {parent_key.to_user_string() for parent_key in asset_graph.get(key).parent_keys}
     for tag in sorted(tags):
         if tag.startswith(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/"):
@@ -131,17 +203,56 @@ def stale_causes(
             continue
         item = ModelInput(parent_key, is_observed=not asset_graph.get(parent_key).is_materializable)
         if partitions == [None]:
-            recorded = tags.get(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}")
-            if (recorded_data_version(latest_record(instance, item)) or INITIAL_DATA_VERSION) != recorded:
+            if inputs.version(item) != tags.get(f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"):
                 yield f"{name} has a new data version"
             continue
         cursor = None if pointer == c.NULL_EVENT_POINTER else int(pointer)
         updated = next(
-            (part for part in partitions if part is not None and _is_updated(instance, item, part, cursor)),
+            (part for part in partitions if part is not None and inputs.is_updated(item, part, cursor)),
             None,
         )
         if updated is not None:
             yield f"{name}[{updated}] has a new data version"
+
+
+def _parent_partitions(
+    instance: dg.DagsterInstance, asset_graph: Any, key: dg.AssetKey, partition: str | None
+) -> dict[dg.AssetKey, list[str | None]]:
+    """The partitions of each input that `partition` of `key` reads. An input partitioned as `key`
+    is and mapped one to one reads the same key: said here, since Dagster's mapping of one time
+    window partition walks every window of the definition (quadratic over a model's partitions)."""
+    node = asset_graph.get(key)
+    parents: dict[dg.AssetKey, list[str | None]] = {}
+    for parent_key in node.parent_keys:
+        parent_def = asset_graph.get(parent_key).partitions_def
+        if parent_def is None:
+            parents[parent_key] = [None]
+        elif (
+            partition is not None
+            and parent_def == node.partitions_def
+            and _is_one_to_one(asset_graph.get_partition_mapping(key, parent_key))
+        ):
+            parents[parent_key] = [partition]
+        else:
+            break
+    else:
+        return parents
+    parents = {}
+    # A dynamic partitions definition reads its keys from the instance (a sensor's tick has none set).
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
+        for parent in asset_graph.get_parents_partitions(key, partition).parent_partitions:
+            parents.setdefault(parent.asset_key, []).append(parent.partition_key)
+    return parents
+
+
+def _is_one_to_one(mapping: dg.PartitionMapping) -> bool:
+    if isinstance(mapping, dg.IdentityPartitionMapping):
+        return True
+    return (
+        isinstance(mapping, dg.TimeWindowPartitionMapping)
+        and mapping.start_offset == 0
+        and mapping.end_offset == 0
+    )
 
 
 def _is_left_out(
