@@ -381,21 +381,18 @@ def _provenance(
         node = asset_graph.get(parent)
         record = latest_record(instance, ModelInput(parent, is_observed=not node.is_materializable))
         name = parent.to_user_string()
-        built_from = (
-            state.inputs.get(assets.names.get(parent, ""))
-            if node.partitions_def is None and as_read
-            else None
-        )
+        input_model = assets.names.get(parent, "")
+        built_from = state.inputs.get(input_model) if node.partitions_def is None and as_read else None
         latest = recorded_data_version(record) or INITIAL_DATA_VERSION
         # Read older than live: an input model whose live state moved on (a rollback restored
         # this one). A source read newer than Dagster's latest observation is not older.
-        upstream = live.get(assets.names.get(parent, ""))
+        upstream = live.get(input_model)
         older = older or (
             built_from is not None and upstream is not None and built_from != upstream.content_hash
         )
         tags[f"{c.INPUT_DATA_VERSION_TAG_PREFIX}/{name}"] = built_from or latest
         if node.partitions_def is not None and as_read:
-            record = _read_record(instance, parent, state, live.get(assets.names.get(parent, ""))) or record
+            record = _read_record(instance, parent, state, upstream) or record
         tags[f"{c.INPUT_EVENT_POINTER_TAG_PREFIX}/{name}"] = (
             str(record.storage_id) if record is not None else c.NULL_EVENT_POINTER
         )
