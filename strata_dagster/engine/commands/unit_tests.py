@@ -46,6 +46,7 @@ from strata_dagster.errors import (
 )
 from strata_dagster.language import load_project
 from strata_dagster.language.definition import FixtureTable, Model, ModelTest, Project
+from strata_dagster.language.fixtures import ledgers_read
 from strata_dagster.language.selection import select
 from strata_dagster.sql.render import table
 from strata_dagster.sql.segments import keyed_rows
@@ -296,14 +297,14 @@ def _create_ledgers(
     those sources' names."""
     given = dict(test.given)
     created = set()
-    for relation in model.references:
-        source = project.sources.get(relation)
-        fixture = None if source is None or source.ledger_name is None else given.get(source.ledger_name)
-        if source is None or fixture is None:
+    for ledger_name, source_name in ledgers_read(model, project.sources).items():
+        fixture = given.get(ledger_name)
+        if fixture is None:
             continue
+        source = project.sources[source_name]
         schema = ledger_schemas.get(source.name)
         versioning = source.versioning
-        what = f"`{source.ledger_name}` (the ledger of `{source.name}`)"
+        what = f"`{ledger_name}` (the ledger of `{source.name}`)"
         _check_columns(fixture, schema, what, test)
         names = (versioning.txn_column or "", versioning.committed_column or "", versioning.kind_column or "")
         db.create_fixture(
