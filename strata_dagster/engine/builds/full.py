@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from sqlglot import exp
+
 from strata_dagster.backends.base import Session
 from strata_dagster.compile.determinism import volatile_calls
 from strata_dagster.engine.builds import partitions
@@ -35,6 +37,9 @@ from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.state.history import SnapshotRecord
 
+# A plain model's rows counted and hashed by the partitions of a model reading it as `from`: the
+# partition expression over its rows, and what takes the figures (engine.decisions.dispatch).
+GroupedFor = tuple[exp.Expr, Callable[[dict[str | None, tuple[int, str]]], None]]
 # An upsert's key-and-cdc figures (row count and hash sum) and its key bounds, if recorded.
 KeyFigures = tuple[tuple[int, str], KeyBounds | None]
 # A state's detail key: the sources its full build read through an override replacing their rows.
@@ -86,6 +91,7 @@ class FullBuild:
     upstream_segments: Mapping[str, list[str]] = field(default_factory=dict)  # of the followed inputs
     row_wise: str | None = None  # the slicing a row-wise model is maintained by (history's words)
     not_maintained: str | None = None  # why a model read row-wise is not maintained so
+    grouped_for: GroupedFor | None = None  # a plain model's figures by a partitioned reader's partitions
 
     def build(self) -> Built:
         target, session, context = self.target, self.session, self.context
@@ -126,6 +132,8 @@ class FullBuild:
         if figures is not None:
             return figures.content(session.describe(relation)), None
         if self.context is None or not self._records_watermark():
+            if self.grouped_for is not None:
+                return self._content_by_reader_partitions(self.grouped_for), None
             return session.content(relation), None
         described = session.describe(relation)
         key_columns = key_cdc_columns(self.target.model, described)
@@ -135,6 +143,20 @@ class FullBuild:
         with as_build_error(self.target.model):
             content, key_sum, bounds = session.content_and_key_figures(relation, key_columns, keys)
         return content, (key_sum, bounds)
+
+    def _content_by_reader_partitions(self, grouped_for: GroupedFor) -> Content:
+        """The content as the sum of the rows' figures by the reader's partitions, which the reader
+        takes instead of reading the same rows again."""
+        key, take = grouped_for
+        relation = snapshot_table(self.target.table_name)
+        with as_build_error(self.target.model):
+            groups = self.session.content_by_group(relation, key)
+        take(groups)
+        return Content(
+            self.session.describe(relation),
+            sum(count for count, _ in groups.values()),
+            str(sum(int(hash_sum) for _, hash_sum in groups.values())),
+        )
 
     def _records_watermark(self) -> bool:
         """Whether the new state is an incremental model's plain one (watermark, key sums), not a

@@ -29,7 +29,7 @@ from strata_dagster.engine.builds import aggregate_delta
 from strata_dagster.engine.builds.aggregate_builder import AggregateMaintained
 from strata_dagster.engine.builds.aggregate_delta import AggregateShape
 from strata_dagster.engine.builds.delta import IncrementalBuild
-from strata_dagster.engine.builds.full import FullBuild
+from strata_dagster.engine.builds.full import FullBuild, GroupedFor
 from strata_dagster.engine.builds.incremental import DeltaBuilder, LogDeltaBuilder
 from strata_dagster.engine.builds.key_buckets import ByKeyBuckets, KeyBucketBuild
 from strata_dagster.engine.builds.model_slices import AppendedBuilder, ByUpstreamSegments, ModelSlices
@@ -157,7 +157,23 @@ def full_build(
         scope.upstream_segments(name) if followed is not None and is_incremental else {},
         str(row_wise[ROW_WISE]) if row_wise else None,
         not_maintained,
+        _grouped_for_reader(scope, name),
     )
+
+
+def _grouped_for_reader(scope: RunScope, name: str) -> GroupedFor | None:
+    """A model read as `from` by a partitioned model of this run: its full build counts and
+    hashes its rows by that model's partitions (adding up to its content), and the partitioned
+    model's build takes those figures instead of reading the same rows again."""
+    reader = scope.partitioned_reader_of(name)
+    if reader is None:
+        return None
+    reader_name, key = reader
+
+    def take(groups: dict[str | None, tuple[int, str]]) -> None:
+        scope.lazy_partition_groups[reader_name] = lambda: groups
+
+    return key, take
 
 
 def _row_wise(scope: RunScope, name: str) -> dict[str, object]:

@@ -2,7 +2,8 @@
 of the new file, on a full build and on a delta, and equal the figures two separate scans give; a
 source sliced by key blocks is hash-scanned once a run (its fingerprint and its blocks' figures);
 the rows of a row-wise model's earlier state that its new segment replaces are scanned once, for
-it and the models following it, within spans of the key. DuckDB's query log (shared by every
+it and the models following it, within spans of the key; a model read by a day-partitioned model
+is hashed once by its days, for its content and the reader's figures. DuckDB's query log (shared by every
 connection to the held warehouse) shows the statements the run sent."""
 
 import datetime as dt
@@ -11,11 +12,13 @@ import json
 import duckdb
 
 from strata_dagster.backends.duckdb.connection import connect, held_open
+from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.builds.segment import KEY_SUM
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources
+from strata_dagster.sql.render import snapshot_table
 from strata_dagster_tests.support import key_buckets_support
-from strata_dagster_tests.support.engine_support import execute
+from strata_dagster_tests.support.engine_support import execute, make_module_project
 from strata_dagster_tests.support.incremental_support import make_project
 
 T0 = dt.datetime(2024, 1, 1)
@@ -173,3 +176,54 @@ def test_the_rows_a_new_key_block_replaces_are_read_within_spans_of_the_key(tmp_
     assert result.outcome("stg").detail["partitions"] == ["3"]
     (read,) = reads_of_replaced_rows(statements, base)
     assert "__before.order_id BETWEEN CAST('192' AS BIGINT) AND CAST('255' AS BIGINT)" in read, read
+
+
+STAGED = """
+source orders {
+  table: raw.orders
+}
+
+model stg_orders {
+  from orders
+  filter status <> 'void'
+  let order_date = cast(order_ts as date)
+  select id, status, amount, order_ts, order_date
+}
+
+model daily {
+  from stg_orders
+  group order_date
+  aggregate orders = count(*), amount = sum(amount)
+  partitioned_by: day(order_date)
+}
+"""
+
+
+def test_a_model_read_by_a_day_partitioned_model_is_hashed_once_for_both(tmp_path):
+    """stg_orders' full build counts and hashes its rows by daily's days: their sum is its
+    content, and daily records those figures without reading the rows again. Both equal what
+    separate scans give."""
+    project, warehouse = make_module_project(
+        tmp_path,
+        "shop.strata",
+        STAGED,
+        "CREATE TABLE raw.orders AS SELECT range AS id, CASE WHEN range % 9 = 0 THEN 'void' ELSE 'paid' END "
+        "AS status, range % 97 AS amount, TIMESTAMP '2024-01-01' + to_hours(range * 5) AS order_ts FROM range(500)",
+    )
+    result, statements = logged_run(warehouse, lambda: run_project(project, warehouse))
+    stg = result.outcome("stg_orders")
+    assert stg.path == "full"
+    relation = f"strata_snapshots.snap_{stg.snapshot_id}_stg_orders AS __strata_row"
+    scans = [s for s in statements if relation in s and "HASH(" in s.upper()]
+    assert len(scans) == 1, scans
+    with open_session(warehouse, read_only=True) as session:
+        recorded = session.history.snapshot(stg.snapshot_id)
+        daily = session.history.snapshot(result.outcome("daily").snapshot_id)
+        whole = session.content(snapshot_table(recorded.table_name))
+    assert (recorded.row_count, recorded.row_hash_sum) == (whole.row_count, whole.row_hash_sum)
+    assert recorded.content_hash == whole.fingerprint
+    by_day = execute(
+        warehouse,
+        "SELECT CAST(order_date AS TEXT), count(*), sum(hash(r)::HUGEINT)::TEXT FROM main.v_stg_orders AS r GROUP BY 1",
+    )
+    assert daily.detail["partition_fingerprints"] == {day: [count, total] for day, count, total in by_day}
