@@ -18,6 +18,11 @@ first words): what grows; `--dump DIR`: every statement of each run, timed, to D
 (`backends.sql.runner.run` as imported by each module); the few `con.execute` text statements
 are not.
 
+`--gc-keep K`: after the runs, what the warehouse holds on disk (the DuckDB file, the snapshot files,
+the serving copy) before and after `strata gc --keep K`, then after `--compact` too, each against
+what it held after the first build (`STRATA_SERVING_GRACE=0`: no reader holds a retired serving
+catalog, so gc frees what they read at once); and the last runs against the first (median of five each).
+
 `--base DIR`: a second project state to alternate with, e.g. main exported to /tmp/strata-main:
 each run then goes first on one side and second on the other, every other round, each side on its
 own warehouse (the same changes), in one process per side (`--side` is the internal flag).
@@ -82,6 +87,15 @@ def describe_statement(text: str) -> tuple[str, str]:
     model = max(set(models), key=models.count) if models else "-"
     kind = " ".join(text.split()[:3])[:40]
     return model, kind
+
+
+def storage(warehouse: Path) -> dict[str, int]:
+    """Bytes on disk: the DuckDB file (sources included) and each folder the engine keeps beside it."""
+    parts = {"file": warehouse.stat().st_size}
+    for suffix in ("snapshots", "serving"):
+        folder = warehouse.with_name(f"{warehouse.name}.{suffix}")
+        parts[suffix] = sum(item.stat().st_size for item in folder.rglob("*") if item.is_file())
+    return parts
 
 
 def side(rows: int, folder: Path, trace: int, dump: Path | None) -> None:
@@ -158,6 +172,15 @@ def side(rows: int, folder: Path, trace: int, dump: Path | None) -> None:
                 "statements": [[seconds, *describe_statement(text)] for seconds, text in slowest],
                 "traced": sum(seconds for seconds, _ in tracer.statements),
             }
+        elif command == "storage":
+            reply = storage(warehouse)
+        elif command == "gc":
+            from strata_dagster.engine.commands.gc import gc
+
+            # No reader holds a retired serving catalog here: no grace keeps their files.
+            os.environ["STRATA_SERVING_GRACE"] = "0"
+            result = gc(warehouse, keep=int(args[0]), compact_file=args[1] == "compact")
+            reply = {"dropped": len(result.dropped)}
         elif command == "quit":
             return
         print(json.dumps(reply), flush=True)
@@ -228,6 +251,22 @@ def report(label: str, number: int, reply: dict) -> None:
         print(f"{'':14}{seconds * 1000:7.1f} ms  {model:18} {kind}")
 
 
+def report_storage(side: Side, keep: int, fresh: dict[str, int]) -> None:
+    def line(when: str, parts: dict[str, int]) -> None:
+        total, base = sum(parts.values()), sum(fresh.values())
+        detail = ", ".join(f"{name} {size / 1e6:.1f}" for name, size in parts.items())
+        print(
+            f"{side.label:>6} {when}: {total / 1e6:.1f} MB ({detail}); {total / base:.2f}x the first build's"
+        )
+
+    line("after the first build", fresh)
+    line("after the runs", side.ask("storage"))
+    dropped = side.ask(f"gc {keep} plain")["dropped"]
+    line(f"after gc --keep {keep} ({dropped} snapshots dropped)", side.ask("storage"))
+    side.ask(f"gc {keep} compact")
+    line(f"after gc --keep {keep} --compact", side.ask("storage"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -247,6 +286,7 @@ def main() -> int:
     parser.add_argument(
         "--dump", type=Path, default=None, help="write each run's statements to DIR/run-NN.sql"
     )
+    parser.add_argument("--gc-keep", type=int, default=None, help="storage before/after gc --keep K")
     parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.side:
@@ -261,12 +301,15 @@ def main() -> int:
         if options.base is not None:
             sides.insert(0, Side("base", options.base, options, folder / "base"))
         walls: dict[str, list[float]] = {s.label: [] for s in sides}
+        cpus: dict[str, list[float]] = {s.label: [] for s in sides}
+        fresh: dict[str, dict[str, int]] = {}
         try:
             for each in sides:
                 print(
                     f"{each.label:>6} first build {each.ask('build')['wall']:.2f} s; load {load()}",
                     flush=True,
                 )
+                fresh[each.label] = each.ask("storage")
             for number in range(1, options.runs + 1):
                 order = sides if number % 2 else sides[::-1]
                 for each in order:
@@ -274,7 +317,11 @@ def main() -> int:
                 for each in order:
                     reply = each.ask("run")
                     walls[each.label].append(reply["wall"])
+                    cpus[each.label].append(reply["cpu"])
                     report(each.label, number, reply)
+            if options.gc_keep is not None:
+                for each in sides:
+                    report_storage(each, options.gc_keep, fresh[each.label])
         finally:
             for each in sides:
                 each.close()
@@ -284,6 +331,12 @@ def main() -> int:
             f"{label}: runs {' '.join(f'{v:.2f}' for v in values)}; median {statistics.median(values):.2f} s, "
             f"first {values[0]:.2f}, max {max(values):.2f}"
         )
+        if len(values) >= 10:
+            for kind, seconds in (("wall", values), ("cpu", cpus[label])):
+                first, last = statistics.median(seconds[:5]), statistics.median(seconds[-5:])
+                print(
+                    f"{label}: {kind}, last five / first five (medians) {last:.2f} / {first:.2f} = {last / first:.2f}x"
+                )
     return 0
 
 
