@@ -28,6 +28,7 @@ from strata_dagster.state.states import grain_of, merge_keys_of
 if TYPE_CHECKING:  # pyarrow and the target's pyiceberg: loaded only when publication is on
     import pyarrow as pa
 
+    from strata_dagster.backends.iceberg.catalog import CatalogSetting
     from strata_dagster.backends.iceberg.publisher import IcebergTarget
     from strata_dagster.backends.iceberg.states import ModelState
 
@@ -102,12 +103,28 @@ def publish_branch(
     session: Session, warehouse: Path, branch: str, project: Project | None, facts: RunFacts
 ) -> IcebergPublished | None:
     """Every live model of `branch` published to its table; tables of retired models dropped.
-    None when publication to Iceberg is off."""
-    target = _target(warehouse)
-    if target is None:
+    None when publication to Iceberg is off. Neither pyiceberg nor the catalog is opened when the
+    last publication left every table of the branch current and neither the branch nor the
+    embedded catalog's file changed since (`_unchanged_since_seen`)."""
+    from strata_dagster.backends.iceberg.catalog import setting_for
+
+    setting = setting_for(warehouse)
+    if setting is None:
         return None
     reader = session.history
     pointers = reader.pointers(branch)
+    if _unchanged_since_seen(reader, branch, setting, pointers):
+        recorded = reader.iceberg_commits(branch)
+        return IcebergPublished(
+            {model: recorded[model][1] if model in recorded else None for model in pointers},
+            dict.fromkeys(pointers, "current"),
+            0,
+            0,
+            0,
+        )
+    target = _target(warehouse)
+    if target is None:
+        return None
     files: dict[str, Path] | None = None  # read once a table needs a state: a no-change run reads none
     snapshots: dict[str, int | None] = {}
     how: dict[str, str] = {}
@@ -126,7 +143,42 @@ def publish_branch(
         if model not in pointers:
             target.drop(branch, model)
     _record(session, branch, facts.entry, snapshots)
+    stamp = catalog_file_stamp(setting)
+    if stamp is not None:
+        with session.transaction():
+            session.writer.add_iceberg_catalog_seen(facts.entry, branch, setting.uri, stamp)
     return IcebergPublished(snapshots, how, registered, written, copied)
+
+
+def catalog_file_stamp(setting: CatalogSetting) -> str | None:
+    """The embedded SQLite catalog's file (and write-ahead log) sizes and modification times: any
+    commit to any of its tables, by strata or anyone else, changes them. None for a catalog that is
+    not a local file (PostgreSQL, REST): its tables are always looked at."""
+    prefix = "sqlite:///"
+    if setting.kind != "sql" or not setting.uri.startswith(prefix):
+        return None
+    database = Path(setting.uri[len(prefix) :])
+    parts = []
+    for path in (database, database.with_name(database.name + "-wal")):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            parts.append("-")
+            continue
+        parts.append(f"{stat.st_size}:{stat.st_mtime_ns}")
+    return "/".join(parts) if parts[0] != "-" else None
+
+
+def _unchanged_since_seen(
+    reader: HistoryReader, branch: str, setting: CatalogSetting, pointers: Mapping[str, tuple[str, ...]]
+) -> bool:
+    """Whether the last publication that left every table of `branch` current (a kill before its
+    record leaves none) saw the branch's views as they are now and the catalog file as it is now."""
+    stamp = catalog_file_stamp(setting)
+    seen = reader.iceberg_catalog_seen(branch, setting.uri) if stamp is not None else None
+    if seen is None or seen[1] != stamp:
+        return False
+    return reader.pointers(branch, as_of_entry=seen[0]) == dict(pointers)
 
 
 def _record(session: Session, branch: str, entry: int, snapshots: Mapping[str, int | None]) -> None:

@@ -248,6 +248,16 @@ class HistoryReader:
         ).fetchall()
         return {row[0]: (int(row[1]), int(row[2])) for row in rows}
 
+    def iceberg_catalog_seen(self, branch: str, catalog: str) -> tuple[int, str] | None:
+        """(entry, catalog file stamp) of the last publication that left every table of `branch`
+        in `catalog` current, if any."""
+        row = self.con.execute(
+            "SELECT arg_max(entry, rowid), arg_max(stamp, rowid) FROM strata.iceberg_catalog_seen "
+            "WHERE branch = ? AND catalog = ?",
+            [branch, catalog],
+        ).fetchone()
+        return None if row is None or row[0] is None else (int(row[0]), str(row[1]))
+
     def branches_differing_in_case(self, branch: str) -> list[str]:
         """The branches whose names differ from `branch` in case only (DuckDB gives them one schema)."""
         rows = self.con.execute(
@@ -591,6 +601,13 @@ class HistoryWriter:
             self.con,
             "INSERT INTO strata.iceberg_commits SELECT unnest(?), unnest(?), unnest(?), unnest(?), now()",
             [[entry, branch, model, snapshot_id] for model, snapshot_id in snapshots.items()],
+        )
+
+    def add_iceberg_catalog_seen(self, entry: int, branch: str, catalog: str, stamp: str) -> None:
+        """Every table of `branch` in `catalog` holds `entry`'s state; the catalog file is at `stamp`."""
+        self.con.execute(
+            "INSERT INTO strata.iceberg_catalog_seen VALUES (?, ?, ?, ?, now())",
+            [entry, branch, catalog, stamp],
         )
 
     def add_dropped(self, snapshot_id: str, entry: int) -> None:

@@ -131,6 +131,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             committed_at TIMESTAMP NOT NULL
         )""",
     ),
+    (
+        # A publication to Iceberg that left every table of a branch at `entry`'s state, with the
+        # embedded catalog file's size and modification time right after it
+        # (engine/iceberg_publication.py): a later run whose branch and catalog file are unchanged
+        # since needs no look at the catalog.
+        """CREATE TABLE strata.iceberg_catalog_seen (
+            entry BIGINT NOT NULL,
+            branch VARCHAR NOT NULL,
+            catalog VARCHAR NOT NULL,
+            stamp VARCHAR NOT NULL,
+            seen_at TIMESTAMP NOT NULL
+        )""",
+    ),
 )
 
 

@@ -3,6 +3,7 @@ read as the warehouse's views show it, through builds, deltas, partition rebuild
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,11 @@ import pytest
 pytest.importorskip("pyiceberg")
 
 from click.testing import CliRunner  # noqa: E402
+from pyiceberg.expressions import AlwaysTrue  # noqa: E402
 from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
+from strata_dagster.backends.iceberg.catalog import folder_of as setting_folder  # noqa: E402
 from strata_dagster.backends.iceberg.catalog import setting_for  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
@@ -265,3 +268,63 @@ def test_a_catalog_that_cannot_be_reached_is_refused_and_the_run_stands(tmp_path
     monkeypatch.delenv("STRATA_ICEBERG_CATALOG")
     # The warehouse committed the run: nothing is left to build.
     assert run_project(project, warehouse, only_stale=True).is_noop
+
+
+def _no_change_run_opens_pyiceberg(project, warehouse) -> bool:
+    """A no-change run in a fresh process: whether it imported pyiceberg (looked at the catalog)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from strata_dagster.engine.run import run_project; "
+            f"result = run_project({str(project)!r}, {str(warehouse)!r}, only_stale=True); "
+            "assert result.is_noop and set(result.iceberg.how.values()) == {'current'}, result.iceberg; "
+            "print('pyiceberg' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()[-1] == "True"
+
+
+def test_a_run_with_nothing_to_do_looks_at_the_catalog_only_when_something_changed_it(
+    tmp_path, iceberg_on, monkeypatch
+):
+    """After a publication that left every table current, a no-change run neither imports pyiceberg
+    nor opens the catalog, unless the embedded catalog's file changed since: a table changed or
+    dropped outside strata, or the catalog removed, is then brought back to the views."""
+    project, warehouse = make_shop(tmp_path, rows=300)
+    run_project(project, warehouse)
+    assert not _no_change_run_opens_pyiceberg(project, warehouse)
+    catalog = catalog_of(warehouse)
+    catalog.load_table(("main", "stg_orders")).delete(AlwaysTrue())  # a writer other than strata
+    catalog.drop_table(("main", "daily_revenue"))
+    repaired = run_project(project, warehouse, only_stale=True)
+    assert repaired.is_noop and repaired.iceberg is not None
+    assert {repaired.iceberg.how["stg_orders"], repaired.iceberg.how["daily_revenue"]} <= {
+        "replaced",
+        "reverted",
+    }
+    assert_readers_agree(warehouse, every_reader=False)
+    assert not _no_change_run_opens_pyiceberg(project, warehouse)
+    # The embedded catalog and its tables removed (a process that opened it reads the removed file
+    # until it ends): the next command's run makes every table again.
+    shutil.rmtree(setting_folder(warehouse))
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from strata_dagster.engine.run import run_project; run_project({str(project)!r}, {str(warehouse)!r}, only_stale=True)",
+        ],
+        check=True,
+        timeout=300,
+    )
+    assert not _no_change_run_opens_pyiceberg(project, warehouse)
+    assert_readers_agree(warehouse, every_reader=False)
+    # Another catalog named: its tables are made, whatever the first one had.
+    other = tmp_path / "other.db"
+    monkeypatch.setenv("STRATA_ICEBERG_CATALOG", f"sqlite:///{other}")
+    moved = run_project(project, warehouse, only_stale=True)
+    assert moved.iceberg is not None and set(moved.iceberg.how.values()) == {"replaced"}
