@@ -268,7 +268,7 @@ def _run_case(
         _check_columns(fixture, known, f"`{relation}`", test)
         source = project.sources.get(relation)
         if schema is None and source is not None and source.versioning.kind == "feed":
-            names = feed_columns(source)
+            names = tuple(dict.fromkeys((*names, *feed_columns(source))))
         db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
     query = compiled.bound(model_inputs(project, test.model, compiled, CASE_SCHEMA, ledgers, at))
     if test.previous is None:
