@@ -1,5 +1,11 @@
 """What a model's unit test reads each input from, as a build does (engine.commands.unit_tests).
 
+A change feed is read as its keys' current rows, as every build reads it (engine.sources.feed).
+With `previous` its fixture rows are one window's events, each after its key's events before the
+window (a build recomputes a key from all of its events, a test has the window's alone); only an
+upsert by the feed's keys takes a window, any other step over a feed is E061 (the engine builds
+that model in full).
+
 A ledger source is read as the rows of committed transactions when the test gives the ledger's
 rows (by the `ledger:` table's name, `Source.ledger_name`), else as all its rows. A history model
 reads its `from` source as a build over all of it does: a change feed's or a ledger's rows as
@@ -43,6 +49,14 @@ def ledger_columns(
     )
 
 
+def feed_columns(source: Source) -> tuple[str, ...]:
+    """The columns a change feed's reading needs (keys, position, arrival, delete column): NULL
+    when a fixture whose columns are the input's leaves them out."""
+    versioning, deletes = source.versioning, source.deletes
+    named = (*(source.feed_keys or ()), versioning.column, versioning.arrival_column)
+    return tuple(dict.fromkeys(name for name in (*named, deletes and deletes.column) if name))
+
+
 def _ledger(source: Source, schema: str) -> Ledger:
     return Ledger(source, table(source.name, schema), table(LEDGER + source.name, schema))
 
@@ -55,14 +69,17 @@ def model_inputs(
     ledgers: Collection[str],
     at: exp.Expr,
 ) -> Callable[[str], exp.Table | exp.Query]:
-    """What model `name` reads each input from in `schema`, as a build does: a ledger source the
-    rows of committed transactions (of the sources in `ledgers`, whose ledger is in `schema`), a
-    history model its `from` source's versions (plain table rows opened at `at`)."""
+    """What model `name` reads each input from in `schema`, as a build does: a change feed its
+    keys' current rows, a ledger source the rows of committed transactions (of the sources in
+    `ledgers`, whose ledger is in `schema`), a history model its `from` source's versions (plain
+    table rows opened at `at`)."""
     model = project.models[name]
     reads: dict[str, exp.Table | exp.Query] = {}
     for relation in model.references:
         source = project.sources.get(relation)
-        if source is not None and source.name in ledgers:
+        if source is not None and source.versioning.kind == "feed":
+            reads[relation] = Feed(source, table(relation, schema)).relation()
+        elif source is not None and source.name in ledgers:
             reads[relation] = _ledger(source, schema).relation()
     if model.properties.merge_strategy == "history":
         reads[compiled.base_relation] = _versions(project, model, compiled, schema, at)
@@ -123,3 +140,26 @@ def check_history_test(project: Project, model: Model, compiled: CompiledModel, 
             hint=f"leave `{VALID_FROM}` out of `expect`; the other columns (`valid_to`, `is_current`, "
             "a deleted flag) are compared",
         )
+
+
+def check_feed_step(project: Project, model: Model, compiled: CompiledModel, test: ModelTest) -> None:
+    """`previous` over a change feed is one window of an upsert by the feed's keys: the engine
+    builds any other model over a feed in full over its current rows, which no step expresses."""
+    source = project.sources.get(compiled.base_relation)
+    if test.previous is None or source is None or source.versioning.kind != "feed":
+        return
+    props = model.properties
+    keys = source.feed_keys or ()
+    if props.merge_strategy != "upsert":
+        why = "only an upsert by the feed's keys is maintained from a window"
+    elif {compiled.base_column(key) for key in props.merge_keys or ()} != set(keys):
+        why = f"its merge keys are not the feed's keys ({', '.join(keys)}) passed through unchanged"
+    else:
+        return
+    raise StrataError(
+        E_TEST_DEFINITION,
+        f"test `{test.model}.{test.name}` gives a `previous` state, but the engine builds `{test.model}` "
+        f"in full over the current rows of change feed `{source.name}`: {why}",
+        test.previous.location,
+        hint=f"drop `previous`: give all of `{source.name}`'s events and expect the model's rows",
+    )

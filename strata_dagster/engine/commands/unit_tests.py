@@ -6,13 +6,14 @@ fixture gives the columns that matter and the rest are NULL. When an input's col
 (no warehouse, or a source table not loaded yet), the fixture's columns are the input's columns,
 typed as the values are written. An input without fixture rows is empty.
 
-Each input is read as a build reads it (engine.commands.unit_test_inputs): a ledger source's
-committed rows when the test gives its ledger, a history model's `from` source as its versions.
+Each input is read as a build reads it (engine.commands.unit_test_inputs): a change feed's
+current rows, a ledger source's committed rows when the test gives its ledger, a history model's
+`from` source as its versions.
 
 With `previous`, the case is one incremental step: the fixture rows are the input rows in the
-window, the model over them is the delta, and the expected rows are the state after merging the
-delta into `previous` the way the engine does (append, upsert by the keys of the raw rows in the
-window, append_new).
+window (a feed's events of the window), the model over them is the delta, and the expected rows
+are the state after merging the delta into `previous` the way the engine does (append, upsert by
+the keys of the raw rows in the window, append_new).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from strata_dagster.compile.compiler import CompiledModel, compile_model
 from strata_dagster.compile.determinism import make_windows_deterministic
 from strata_dagster.engine.commands.unit_test_inputs import (
     LEDGER,
+    check_feed_step,
     check_history_test,
+    feed_columns,
     ledger_columns,
     model_inputs,
 )
@@ -242,6 +245,7 @@ def _run_case(
     model = project.models[test.model]
     given = dict(test.given)
     check_history_test(project, model, compiled, test)
+    check_feed_step(project, model, compiled, test)
     ledgers = _create_ledgers(db, project, model, test, ledger_schemas)
     for relation in model.references:
         schema = db.columns_of(relation)
@@ -262,6 +266,9 @@ def _run_case(
             continue
         known = schema if schema is not None else tuple((name, "") for name in names) or None
         _check_columns(fixture, known, f"`{relation}`", test)
+        source = project.sources.get(relation)
+        if schema is None and source is not None and source.versioning.kind == "feed":
+            names = tuple(dict.fromkeys((*names, *feed_columns(source))))
         db.create_fixture(relation, schema, fixture.columns, _rows(fixture), fixture.location, names)
     query = compiled.bound(model_inputs(project, test.model, compiled, CASE_SCHEMA, ledgers, at))
     if test.previous is None:

@@ -12,7 +12,7 @@ from hypothesis import given as given_examples
 from hypothesis import strategies as st
 
 from strata_dagster.cli.main import main
-from strata_dagster.engine.commands.unit_tests import fixture_literal, run_unit_tests
+from strata_dagster.engine.commands.unit_tests import run_unit_tests
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import E_HISTORY_SOURCE, E_TEST_DEFINITION, E_TEST_MODEL, StrataError
 from strata_dagster.language import load_project
@@ -26,20 +26,10 @@ from strata_dagster_tests.support.log_support import (
     ledger_history_module,
     make_ledger_project,
 )
+from strata_dagster_tests.support.unit_test_support import strata_test
 
 LEDGER_COLUMNS = ("id", "status", "v", "txn_id", "valid_from", "valid_to", "is_current")
 TABLE_COLUMNS = ("id", "name", "region", "valid_to", "is_current", "was_deleted")
-
-
-def fixture(columns, rows) -> str:
-    lines = ["(" + ", ".join(columns) + ")"]
-    lines += ["(" + ", ".join(fixture_literal(value) for value in row) + ")" for row in rows]
-    return "[\n    " + "\n    ".join(lines) + "\n  ]"
-
-
-def strata_test(model: str, given: dict[str, tuple], columns, expected) -> str:
-    inputs = "".join(f"  given {name} {fixture(*table)}\n" for name, table in given.items())
-    return f"test {model} versions {{\n{inputs}  expect {fixture(columns, expected)}\n}}\n"
 
 
 def write_ledger(warehouse) -> None:
