@@ -131,17 +131,15 @@ def model_test_errors(
                     "rows at one build, and expect their versions",
                 )
             )
-        elif test.previous is not None and not (
-            model.properties.is_incremental and model.properties.merge_strategy in INCREMENTAL_STRATEGIES
-        ):
+        elif test.previous is not None and model.properties.merge_strategy not in INCREMENTAL_STRATEGIES:
             errors.append(
                 StrataError(
                     E_TEST_DEFINITION,
                     f"test `{test.model}.{test.name}` gives a `previous` state, but `{test.model}` is not "
                     "built incrementally",
                     test.previous.location,
-                    hint="`previous` tests one incremental step of a model with `incremental` and "
-                    "merge_strategy append, upsert or append_new; drop it to test a full build",
+                    hint="`previous` tests one incremental step of a model with merge_strategy "
+                    "append, upsert or append_new; drop it to test a full build",
                 )
             )
     return errors

@@ -244,6 +244,18 @@ def test_incremental_steps_merge_the_delta_as_the_engine_does(tmp_path, with_war
     assert not wh.exists() or with_warehouse
 
 
+def test_a_step_needs_a_merge_strategy_not_the_incremental_flag(tmp_path):
+    # The engine builds by merge_strategy alone, the flag is only recorded: a test step does too.
+    models = MODELS.replace("  incremental\n", "")
+    assert "incremental" not in models
+    report = run_unit_tests(project(tmp_path, STEPS, models=models), warehouse(tmp_path))
+    assert [(r.name, r.is_passed) for r in report.results] == [
+        ("upsert_step", True),
+        ("append_step", True),
+        ("append_new_step", True),
+    ], [r.as_json() for r in report.failed]
+
+
 def test_a_wrong_incremental_expectation_fails(tmp_path):
     # Expecting the cancelled order to stay (a merge by the delta's own keys) is what the engine
     # does not do.
