@@ -12,6 +12,7 @@ serving copy needs none of this: it names files relative to the warehouse's fold
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,9 +52,10 @@ def moved_views(views: dict[str, str], folder: Path) -> dict[str, exp.Create]:
     """Of `views` (snapshot view -> stored SQL), those that read a file of another folder whose
     namesake is in `folder`: each with the statement that points it there (nothing written)."""
     moved = {}
+    here = str(folder)
     for name, sql in views.items():
         path = file_of(sql)
-        if path is None or Path(path).parent == folder:
+        if path is None or os.path.dirname(path) == here:  # a string compare: runs once per snapshot
             continue
         view = _moved_view(name, sql, folder)
         if view is not None:

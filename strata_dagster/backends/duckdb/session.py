@@ -196,7 +196,9 @@ class DuckDBSession(SqlSession):
             shared_tables.rename_snapshot(self.con, name, new_name, self.files)
 
     def snapshot_exists(self, name: str) -> bool:
-        return tables.table_exists(self.con, name)
+        # The session's kinds: one catalog query for all names (a lookup of one name through
+        # DuckDB's catalog functions lists every view, whose count grows with the history).
+        return self.files.kind_of(self.con, name) is not None
 
     def view_tables(self, branch_schema: str, model: str) -> tuple[str, ...] | None:
         return tables.view_snapshot_tables(self.con, branch_schema, model)

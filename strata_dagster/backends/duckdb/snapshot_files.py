@@ -380,18 +380,29 @@ class SnapshotFiles(SnapshotKinds):
         return cls(folder_of(Path(database_path).absolute()))
 
 
-def referenced_files(con: duckdb.DuckDBPyConnection, folder: Path) -> set[str]:
-    """Names of the files in `folder` that a committed-or-pending snapshot view reads."""
-    rows = con.execute(
+def referenced_files(
+    con: duckdb.DuckDBPyConnection, folder: Path, among: Iterable[str] | None = None
+) -> set[str]:
+    """Names of the files in `folder` that a committed-or-pending snapshot view reads (of the names
+    `among` only, when given: DuckDB then picks out the few views naming one, and only those are
+    parsed here, however many snapshots the history holds)."""
+    query = (
         "SELECT sql FROM duckdb_views() WHERE schema_name = ? AND database_name = current_database() "
-        "AND contains(sql, 'read_parquet(')",
-        [SNAPSHOT_SCHEMA],
-    ).fetchall()
+        "AND contains(sql, 'read_parquet(')"
+    )
+    params: list[object] = [SNAPSHOT_SCHEMA]
+    if among is not None:
+        query += (
+            " AND EXISTS (SELECT 1 FROM unnest(?::VARCHAR[]) AS named(name) WHERE contains(sql, named.name))"
+        )
+        params.append(sorted(among))
+    rows = con.execute(query, params).fetchall()
     names = set()
+    here = str(folder)
     for (sql,) in rows:
         path = file_of(str(sql))
-        if path is not None and Path(path).parent == folder:
-            names.add(Path(path).name)
+        if path is not None and os.path.dirname(path) == here:
+            names.add(os.path.basename(path))
     return names
 
 
@@ -409,11 +420,12 @@ def remove_unreferenced(
     Only the warehouse's writer may call this (it holds the lock: no other process writes files)."""
     if not folder.is_dir():
         return FilesRemoved(0, 0)
-    referenced = referenced_files(con, folder) | kept
     if candidates is None:
         paths = [Path(entry.path) for entry in os.scandir(folder) if entry.is_file()]
+        referenced = referenced_files(con, folder) | kept
     else:
         paths = [path for path in candidates if path.exists()]
+        referenced = (referenced_files(con, folder, [path.name for path in paths]) if paths else set()) | kept
     count = size = 0
     for path in paths:
         if path.name in referenced:

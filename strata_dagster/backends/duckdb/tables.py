@@ -11,14 +11,6 @@ from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.sql.views import tables_of_view
 
 
-def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_views() WHERE schema_name = ? AND view_name = ? AND database_name = current_database()",
-        [SNAPSHOT_SCHEMA, name],
-    ).fetchone()
-    return bool(row and row[0])
-
-
 def view_snapshot_tables(
     con: duckdb.DuckDBPyConnection, branch_schema: str, model: str
 ) -> tuple[str, ...] | None:
@@ -54,11 +46,3 @@ def snapshot_table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
         [SNAPSHOT_SCHEMA, SNAPSHOT_SCHEMA],
     ).fetchall()
     return {row[0] for row in rows}
-
-
-def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ? AND database_name = current_database()",
-        [SNAPSHOT_SCHEMA, name],
-    ).fetchone()
-    return bool(row and row[0]) or _is_view(con, name)
