@@ -42,12 +42,15 @@ from strata_dagster.backends.iceberg.partition_files import keyed_mask, registra
 from strata_dagster.backends.iceberg.rewrite import rewrite_without
 from strata_dagster.backends.iceberg.states import SEGMENTS, ModelState, StateSegment
 from strata_dagster.errors import E_ICEBERG, StrataError
+from strata_dagster.faults import checkpoint
 
 _TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "day": DayTransform(),
     "month": MonthTransform(),
     "key": IdentityTransform(),
 }
+# The crash tests' step after an upsert's files are rewritten, before the commit names them.
+REWRITE_STEP = "iceberg_files_rewritten"
 # Grains whose replaced partitions are ranges of the column: a filter drops their files whole.
 _RANGE_GRAINS = ("day", "month")
 # Old metadata files go as new ones are written (the catalog keeps the current one). Files
@@ -335,6 +338,7 @@ class _Steps:
         rewrite = rewrite_without(local, keys, self.state.merge_keys, self.state.grain, folder / "data")
         if not rewrite.replaced:
             return True
+        checkpoint(REWRITE_STEP)
         try:
             added = [parquet_file_to_data_file(io, tx.table_metadata, str(path)) for path in rewrite.written]
         except (ValueError, KeyError):  # rows of several partitions, or none known: not registrable
