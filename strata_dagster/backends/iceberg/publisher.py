@@ -73,7 +73,7 @@ class Published:
     files_registered: int = 0
     rows_written: int = 0  # rows pyiceberg wrote itself (copies)
     # Bytes of data files the commit added that are not strata's registered files: copies, and
-    # files an upsert's delete rewrote without the replaced keys.
+    # files an upsert rewrote without the replaced keys.
     bytes_written: int = 0
 
 
