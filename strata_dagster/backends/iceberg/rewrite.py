@@ -121,6 +121,8 @@ def _kept_rows(
         files=[exp.Literal.string(str(folder))],
         params=[
             exp.CopyParameter(this=exp.var("FORMAT"), expression=exp.var("parquet")),
+            # Iceberg's default codec: a third smaller than DuckDB's snappy for about 15% more time.
+            exp.CopyParameter(this=exp.var("COMPRESSION"), expression=exp.var("zstd")),
             exp.CopyParameter(this=exp.var("FILE_SIZE_BYTES"), expression=exp.Literal.string(_FILE_SIZE)),
             exp.CopyParameter(
                 this=exp.var("FILENAME_PATTERN"),
