@@ -30,9 +30,11 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, Transform
 
 from strata_dagster.backends.iceberg.catalog import CATALOG_NAME, CatalogSetting
@@ -322,16 +324,8 @@ class _Steps:
         """The files of the table (as this transaction has it) holding a key, out; their other
         rows, written anew, in: one snapshot. False when a file is not local, or a rewritten file
         cannot be registered as the table is partitioned (nothing committed then)."""
-        io = self.table.io
-        snapshot = tx.table_metadata.current_snapshot()
-        if snapshot is None:
-            return True
-        data_files = {
-            entry.data_file.file_path: entry.data_file
-            for manifest in snapshot.manifests(io)
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
-            if entry.data_file.content == DataFileContent.DATA
-        }
+        io, metadata = self.table.io, tx.table_metadata
+        data_files = _data_files(metadata, io)
         local = {name: path for name, path in ((name, local_path(name)) for name in data_files) if path}
         if len(local) != len(data_files):
             return False
@@ -340,13 +334,13 @@ class _Steps:
             return True
         checkpoint(REWRITE_STEP)
         try:
-            added = [parquet_file_to_data_file(io, tx.table_metadata, str(path)) for path in rewrite.written]
+            added = [parquet_file_to_data_file(io, metadata, str(path)) for path in rewrite.written]
         except (ValueError, KeyError):  # rows of several partitions, or none known: not registrable
             for path in rewrite.written:
                 path.unlink(missing_ok=True)
             return False
-        if tx.table_metadata.name_mapping() is None:  # DuckDB writes no field ids: columns by name
-            mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+        if metadata.name_mapping() is None:  # DuckDB writes no field ids: columns by name
+            mapping = metadata.schema().name_mapping.model_dump_json()
             tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
         with tx.update_snapshot(snapshot_properties=self._properties()).overwrite() as overwrite:
             for name in rewrite.replaced:
@@ -385,6 +379,19 @@ class _Steps:
             self.table.schema().as_arrow().empty_table(),
             snapshot_properties={**self._properties(), SEGMENTS: self.state.segment_ids},
         )
+
+
+def _data_files(metadata: TableMetadata, io: FileIO) -> dict[str, DataFile]:
+    """The data files of the current snapshot, by path (none before the first)."""
+    snapshot = metadata.current_snapshot()
+    if snapshot is None:
+        return {}
+    return {
+        entry.data_file.file_path: entry.data_file
+        for manifest in snapshot.manifests(io)
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+        if entry.data_file.content == DataFileContent.DATA
+    }
 
 
 def _arrow_schema(state: ModelState) -> pa.Schema:
