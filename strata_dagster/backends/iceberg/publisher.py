@@ -6,8 +6,9 @@ carries `strata.segments`, the ids of the segments the state is made of. Publish
 - the current snapshot already has it: nothing;
 - a kept snapshot has it (a rollback, a promotion back): that snapshot becomes current again;
 - the current state's segments begin the new state's (a delta, an append, a partition rebuild):
-  only the new segments are applied, each deleting the keys or partitions it replaces (whole
-  files drop; a file holding some replaced keys is rewritten without them) and adding its file;
+  only the new segments are applied, each deleting the keys or partitions it replaces and adding
+  its file. Day and month partitions drop by range (whole files); keys are one overwrite of the
+  files holding them, which DuckDB finds and rewrites without them (rewrite.py);
 - otherwise (a full build, a compaction): every file goes, the state's files come.
 
 All of one table's changes are one Iceberg commit: a reader sees the table before or after it.
@@ -29,24 +30,34 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.table import Table, Transaction
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, Transform
 
 from strata_dagster.backends.iceberg.catalog import CATALOG_NAME, CatalogSetting
 from strata_dagster.backends.iceberg.deletes import replaced_filter
 from strata_dagster.backends.iceberg.maintenance import delete_unreferenced, ends_kept_commit, local_path
 from strata_dagster.backends.iceberg.partition_files import keyed_mask, registrable, write_by_partition
+from strata_dagster.backends.iceberg.rewrite import rewrite_without
 from strata_dagster.backends.iceberg.states import SEGMENTS, ModelState, StateSegment
 from strata_dagster.errors import E_ICEBERG, StrataError
+from strata_dagster.faults import checkpoint
 
 _TRANSFORMS: dict[str, Transform[Any, Any]] = {
     "day": DayTransform(),
     "month": MonthTransform(),
     "key": IdentityTransform(),
 }
+# The crash tests' step after an upsert's files are rewritten, before the commit names them.
+REWRITE_STEP = "iceberg_files_rewritten"
+# Grains whose replaced partitions are ranges of the column: a filter drops their files whole.
+_RANGE_GRAINS = ("day", "month")
 # Old metadata files go as new ones are written (the catalog keeps the current one). Files
-# pyiceberg writes (an upsert's rewrite of the files holding replaced keys) are cut at 64 MiB of
-# rows in memory, not its 512 MiB: a later upsert rewrites only the pieces holding its keys.
+# pyiceberg writes (an upsert's rewrite in a table not on a local path) are cut at 64 MiB of rows
+# in memory, not its 512 MiB: a later upsert rewrites only the pieces holding its keys.
 _TABLE_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
@@ -64,7 +75,7 @@ class Published:
     files_registered: int = 0
     rows_written: int = 0  # rows pyiceberg wrote itself (copies)
     # Bytes of data files the commit added that are not strata's registered files: copies, and
-    # files an upsert's delete rewrote without the replaced keys.
+    # files an upsert rewrote without the replaced keys.
     bytes_written: int = 0
 
 
@@ -275,10 +286,7 @@ class _Steps:
         if not is_first and segment.replaced is not None and self.state.merge_keys and self.made_or_had:
             keys = segment.replaced()
             if keys.num_rows:
-                predicate = replaced_filter(
-                    keys, self.state.merge_keys, self.state.grain, tx.table_metadata.schema()
-                )
-                tx.delete(predicate, snapshot_properties=self._properties())
+                self._delete_keys(tx, keys)
                 self.made = True
         if segment.file is not None and registrable(self.state.partition, segment.file):
             if pq.read_metadata(segment.file).num_rows == 0:
@@ -298,12 +306,48 @@ class _Steps:
         """A compacted state over the table's: the keys the compaction's delta replaced are
         deleted, and the new state's rows with those keys written (the rest stays as it is)."""
         if keys.num_rows:
-            predicate = replaced_filter(
-                keys, self.state.merge_keys, self.state.grain, tx.table_metadata.schema()
-            )
-            tx.delete(predicate, snapshot_properties=self._properties())
+            self._delete_keys(tx, keys)
         rows = pq.read_table(segment.file) if segment.file is not None else segment.rows()
         self._write(tx, rows.filter(keyed_mask(rows, keys, self.state.merge_keys, self.state.grain)))
+
+    def _delete_keys(self, tx: Transaction, keys: pa.Table) -> None:
+        """Delete the rows whose keys (partitions) `keys` holds. Keys: one overwrite of the files
+        holding them, rewritten without them by DuckDB, in a table on a local path. Day and month
+        partitions, or a table elsewhere: pyiceberg's delete by a filter (whole partitions drop)."""
+        folder = local_path(self.table.location())
+        if folder is not None and self.state.grain not in _RANGE_GRAINS and self._overwrite(tx, keys, folder):
+            return
+        predicate = replaced_filter(keys, self.state.merge_keys, self.state.grain, tx.table_metadata.schema())
+        tx.delete(predicate, snapshot_properties=self._properties())
+
+    def _overwrite(self, tx: Transaction, keys: pa.Table, folder: Path) -> bool:
+        """The files of the table (as this transaction has it) holding a key, out; their other
+        rows, written anew, in: one snapshot. False when a file is not local, or a rewritten file
+        cannot be registered as the table is partitioned (nothing committed then)."""
+        io, metadata = self.table.io, tx.table_metadata
+        data_files = _data_files(metadata, io)
+        local = {name: path for name, path in ((name, local_path(name)) for name in data_files) if path}
+        if len(local) != len(data_files):
+            return False
+        rewrite = rewrite_without(local, keys, self.state.merge_keys, self.state.grain, folder / "data")
+        if not rewrite.replaced:
+            return True
+        checkpoint(REWRITE_STEP)
+        try:
+            added = [parquet_file_to_data_file(io, metadata, str(path)) for path in rewrite.written]
+        except (ValueError, KeyError):  # rows of several partitions, or none known: not registrable
+            for path in rewrite.written:
+                path.unlink(missing_ok=True)
+            return False
+        if metadata.name_mapping() is None:  # DuckDB writes no field ids: columns by name
+            mapping = metadata.schema().name_mapping.model_dump_json()
+            tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        with tx.update_snapshot(snapshot_properties=self._properties()).overwrite() as overwrite:
+            for name in rewrite.replaced:
+                overwrite.delete_data_file(data_files[name])
+            for data_file in added:
+                overwrite.append_data_file(data_file)
+        return True
 
     def _write(self, tx: Transaction, rows: pa.Table) -> None:
         """Rows strata holds in no file of their own: one Parquet file per partition, written
@@ -335,6 +379,19 @@ class _Steps:
             self.table.schema().as_arrow().empty_table(),
             snapshot_properties={**self._properties(), SEGMENTS: self.state.segment_ids},
         )
+
+
+def _data_files(metadata: TableMetadata, io: FileIO) -> dict[str, DataFile]:
+    """The data files of the current snapshot, by path (none before the first)."""
+    snapshot = metadata.current_snapshot()
+    if snapshot is None:
+        return {}
+    return {
+        entry.data_file.file_path: entry.data_file
+        for manifest in snapshot.manifests(io)
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+        if entry.data_file.content == DataFileContent.DATA
+    }
 
 
 def _arrow_schema(state: ModelState) -> pa.Schema:

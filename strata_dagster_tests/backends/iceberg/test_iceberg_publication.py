@@ -19,6 +19,7 @@ from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
 from strata_dagster.backends.iceberg.catalog import folder_of as setting_folder  # noqa: E402
 from strata_dagster.backends.iceberg.catalog import setting_for  # noqa: E402
+from strata_dagster.backends.iceberg.publisher import REWRITE_STEP  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
 from strata_dagster.engine.commands.operations import create_branch, promote, rollback  # noqa: E402
@@ -218,6 +219,46 @@ def test_a_kill_after_the_commit_or_between_two_tables_leaves_each_before_or_aft
         assert_readers_agree(warehouse, every_reader=False)
         # Every table's current snapshot is in the history, also one the killed run committed.
         assert {model: ids[1] for model, ids in _recorded(warehouse).items()} == again.iceberg.snapshots
+
+
+def _unreferenced(warehouse):
+    """Per table, the Parquet files in its own folder that no snapshot of it references."""
+    catalog = catalog_of(warehouse)
+    found = {}
+    for identifier in catalog.list_tables("main"):
+        table = catalog.load_table(identifier)
+        kept = {
+            Path(path.removeprefix("file://"))
+            for path in table.inspect.all_data_files().column("file_path").to_pylist()
+        }
+        own = set(Path(table.location().removeprefix("file://")).rglob("*.parquet"))
+        if own - kept:
+            found[identifier[-1]] = own - kept
+    return found
+
+
+def test_a_kill_after_an_upsert_rewrote_files_before_its_commit_leaves_the_table_before_and_gc_removes_them(
+    tmp_path, iceberg_on
+):
+    project, warehouse = make_shop(tmp_path, rows=500)
+    run_project(project, warehouse)
+    before = _current(warehouse)
+    execute(
+        warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 20 = 0"
+    )
+    _killed_run(project, warehouse, REWRITE_STEP)
+    # The rewritten files are written, and no snapshot names them: the table is as it was.
+    orphans = _unreferenced(warehouse)
+    assert len(orphans) == 1, orphans
+    (model, files), after_kill = next(iter(orphans.items())), _current(warehouse)
+    assert after_kill[model] == before[model]
+    again = run_project(project, warehouse, only_stale=True)  # nothing to build: tables catch up
+    assert again.is_noop and again.iceberg.how[model] == "incremental"
+    assert_readers_agree(warehouse, every_reader=False)
+    collected = CliRunner().invoke(main, ["gc", str(project), "--warehouse", str(warehouse), "--keep", "1"])
+    assert collected.exit_code == 0, collected.output
+    assert not any(path.exists() for path in files)
+    assert_readers_agree(warehouse, every_reader=False)
 
 
 def test_a_branch_gets_tables_laid_out_like_main_and_a_promotion_brings_them_to_main(tmp_path, iceberg_on):
