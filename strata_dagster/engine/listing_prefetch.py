@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb import partition_evidence
@@ -28,6 +27,9 @@ from strata_dagster.backends.duckdb.listing import FolderListing
 from strata_dagster.backends.duckdb.sources import file_pattern
 from strata_dagster.language import Project
 from strata_dagster.language.definition import Source
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 class ListingRequest(NamedTuple):
@@ -93,6 +95,8 @@ def listed_while_opening(
     if not requests:
         yield Listings()
         return
+    from concurrent.futures import ThreadPoolExecutor  # only for a project with such sources
+
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-listing")
     try:
         yield Listings(

@@ -32,7 +32,6 @@ from strata_dagster.engine.builds.model_slices import (
     slicing,
     upstream_change,
 )
-from strata_dagster.engine.builds.partition_range import requested_partitions
 from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
 from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise, is_plain, row_wise
 from strata_dagster.engine.builds.strategy import IncrementalContext
@@ -141,6 +140,11 @@ class RunScope:
     def read_requested(self) -> None:
         """The partitions `--partitions` names, per model: read before the run's transaction, so
         that a failed probe of the data does not abort it."""
+        if not self.partition_requests:
+            self.requested = {}  # none named: nothing to probe
+            return
+        from strata_dagster.engine.builds.partition_range import requested_partitions
+
         self.requested = requested_partitions(
             self.session, self.context, self.selected, self.partition_requests, self.now.date()
         )
