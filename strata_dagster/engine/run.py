@@ -35,6 +35,7 @@ from strata_dagster.engine.sources.new_warehouse import refuse_new_warehouse_wit
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language import load_project
+from strata_dagster.language.render_memo import forget as forget_renderings
 from strata_dagster.language.render_memo import keep, remembered
 from strata_dagster.sql.views import snapshot_table_name
 from strata_dagster.state.history import EntryModel, SnapshotRecord
@@ -374,6 +375,7 @@ class _Run:
         from strata_dagster.engine.builds.strategy import Target
         from strata_dagster.engine.decisions.dispatch import strategy_for
 
+        forget_renderings()  # this run builds: what it renders is never rendered again
         name, key = decision.model, decision.choice.key
         snapshot_id = self._new_snapshot_id(key)
         target = Target(

@@ -233,12 +233,9 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == _SQLGLOT_LOAD:
             return _checked_expressions(super().find_class(module, name))
-        allowed = _ALLOWED[module] if module in _ALLOWED else self.also.get(module, set())
-        if (
-            (module in _ALLOWED or module in self.also)
-            and "." not in name
-            and (allowed is None or name in allowed)
-        ):
+        allowed = _ALLOWED.get(module, set())
+        is_allowed = allowed is None or name in allowed or name in self.also.get(module, ())
+        if (module in _ALLOWED or module in self.also) and "." not in name and is_allowed:
             found = super().find_class(module, name)
             if isinstance(found, type):
                 return found

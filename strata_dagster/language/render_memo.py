@@ -39,6 +39,7 @@ class _Memo:
         self.cache_dir = cache_dir
         self.known = known
         self.used: dict[str, str] = {}
+        self.is_forgotten = False
 
 
 _open: list[_Memo] = []
@@ -46,7 +47,7 @@ _open: list[_Memo] = []
 
 def rendered(tree: exp.Expr, dialect: str, **options: Any) -> str:
     """`tree.sql(dialect=dialect, **options)`, from the open memo when it holds it."""
-    memo = _open[-1] if _open else None
+    memo = _open[-1] if _open and not _open[-1].is_forgotten else None
     key = _key(tree, dialect, options) if memo is not None else None
     if memo is None or key is None:
         return tree.sql(dialect=dialect, **options)
@@ -71,9 +72,16 @@ def remembered(cache_dir: Path | None) -> Iterator[_Memo | None]:
         _open.remove(memo)
 
 
+def forget() -> None:
+    """Stop looking renderings up in the innermost open memo, and never keep it: a run that builds
+    renders statements no later run renders again (their digests would cost it for nothing)."""
+    if _open:
+        _open[-1].is_forgotten = True
+
+
 def keep(memo: _Memo | None) -> None:
     """Write the renderings `memo` was asked for so far, when they are not what it read."""
-    if memo is None or memo.used == memo.known:
+    if memo is None or memo.is_forgotten or memo.used == memo.known:
         return
     cache_dir = memo.cache_dir
     if not cache_dir.with_name(cache_dir.name.removesuffix(SUFFIX)).is_file():

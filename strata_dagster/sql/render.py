@@ -24,7 +24,7 @@ _BUILT_TYPES = {"HUGEINT": "INT128", "DATE": "DATE", "BIGINT": "BIGINT", "DOUBLE
 def _parsed_type(name: str) -> exp.DataType:
     built = _BUILT_TYPES.get(name)
     if built is not None:
-        return exp.DataType(this=exp.DataType.Type[built], nested=False)
+        return exp.DataType(this=exp.DataType.Type[built], expressions=None, nested=False)
     return exp.DataType.build(name, dialect=DIALECT)
 
 
