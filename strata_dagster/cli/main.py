@@ -245,6 +245,6 @@ main.add_command(show_command)
 
 
 if __name__ == "__main__":
-    from strata_dagster.cli.entry import as_process
+    from strata_dagster.cli.process import as_process
 
     as_process(main)
