@@ -13,4 +13,6 @@ def run() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: nothing was done\n")
         sys.exit(INTERRUPTED_EXIT)
-    main()
+    from strata_dagster.cli.process import as_process
+
+    as_process(main)

@@ -245,4 +245,6 @@ main.add_command(show_command)
 
 
 if __name__ == "__main__":
-    main()
+    from strata_dagster.cli.process import as_process
+
+    as_process(main)

@@ -24,19 +24,39 @@ _BEFORE_COMMAND = "strata_before_command"
 
 
 class LazyConsole:
-    """A rich Console made when it first prints, so that what prints nothing through it (`--help`)
-    does not import rich."""
+    """A rich Console made when it first prints something only rich can print: a plain line (no
+    markup, style or wrapping) is written as it is, so that a command printing only such lines (a
+    run that finds nothing to do, `--help`) does not import rich."""
 
-    def __init__(self, **options: Any) -> None:
-        self._options = options
+    def __init__(self, *, stderr: bool = False, **options: Any) -> None:
+        self._stderr = stderr
+        # No emoji codes either way: what strata prints is data (`:memory:` stays as written).
+        self._options = {"stderr": stderr, "emoji": False, **options}
         self._console: Console | None = None
 
     def print(self, *objects: Any, **options: Any) -> None:
+        if self._console is None and _is_plain_line(objects, options):
+            stream = sys.stderr if self._stderr else sys.stdout
+            stream.write(f"{objects[0]}\n")
+            stream.flush()
+            return
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
         self._console.print(*objects, **options)
+
+
+def _is_plain_line(objects: tuple[Any, ...], options: dict[str, Any]) -> bool:
+    """Whether rich would print `objects` as their text and a newline: one string without markup,
+    style or wrapping, and nothing rich rewrites in it (tabs, control characters)."""
+    if len(objects) != 1 or type(objects[0]) is not str:
+        return False
+    if options.get("markup", True) or not options.get("soft_wrap") or options.get("style") is not None:
+        return False
+    if set(options) - {"markup", "soft_wrap", "style"}:
+        return False
+    return all(char >= " " or char == "\n" for char in objects[0]) and "\x7f" not in objects[0]
 
 
 console = LazyConsole(highlight=False)

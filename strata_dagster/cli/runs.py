@@ -55,10 +55,7 @@ def print_outcome(outcome: ModelOutcome) -> None:
         if outcome.is_view
         else f"{outcome.rows:>12,} {'row ' if outcome.rows == 1 else 'rows'}"
     )
-    console.print(
-        f"  {outcome.model:<28} {outcome.path:<8} {rows}  {outcome.duration_ms / 1000:>7.2f}s  {marker}",
-        markup=False,
-    )
+    say(f"  {outcome.model:<28} {outcome.path:<8} {rows}  {outcome.duration_ms / 1000:>7.2f}s  {marker}")
 
 
 @click.command("run")
@@ -121,7 +118,7 @@ def run_command(
     if result.rebuilt_damaged:
         print_warnings([rebuilt_warning(result.rebuilt_damaged)])
     if result.is_noop:
-        console.print(NOTHING_TO_DO)
+        say(NOTHING_TO_DO)
         if result.iceberg is not None and set(result.iceberg.how.values()) != {"current"}:
             print_iceberg(result)  # tables a failed or killed publication left behind caught up
         return

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from strata_dagster.backends.base import Session
-from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA
-from strata_dagster.compile import CompiledProject, compile_project
+from strata_dagster.backends.duckdb.serving_names import READER_CATALOG, STATE_SCHEMA
+from strata_dagster.compile import CompiledProject
+from strata_dagster.compile.compile_cache import compiled_project
 from strata_dagster.compile.relations import DEFAULT_BRANCH, ROLE_SCHEMA, source_relation
 from strata_dagster.engine.listing_prefetch import Listings
 from strata_dagster.errors import E_BRANCH, StrataError
 from strata_dagster.language import Project, load_project
 from strata_dagster.language.parse_cache import cache_dir_of
-from strata_dagster.language.selection import select
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 from strata_dagster.state.migrations import HISTORY_SCHEMA
 
@@ -159,13 +159,15 @@ def load_context(
     *,
     project: Project | None = None,
     listings: Listings | None = None,
+    cache_dir: Path | None = None,
 ) -> ProjectContext:
     """The project (`project`: the one loaded from `project_dir` already) compiled against the
-    session's sources; `listings` were started for it before the session opened."""
+    session's sources; `listings` were started for it before the session opened; the compile is
+    kept in `cache_dir` (compile.compile_cache; None: not kept)."""
     project = project or load_project(project_dir)
     check_branch_in(session, branch, project)
     schemas = session.prepare_sources(project, overrides)
-    return compiled_context(project, schemas, session.backend, overrides, branch, listings)
+    return compiled_context(project, schemas, session.backend, overrides, branch, listings, cache_dir)
 
 
 def compiled_context(
@@ -175,9 +177,10 @@ def compiled_context(
     overrides: Mapping[str, str] | None = None,
     branch: str = DEFAULT_BRANCH,
     listings: Listings | None = None,
+    cache_dir: Path | None = None,
 ) -> ProjectContext:
     """The project compiled against `schemas` (the readable sources' columns) for `engine`."""
-    compiled = compile_project(project, schemas)
+    compiled = compiled_project(project, schemas, cache_dir)
     if engine != "duckdb":  # every statement as that engine computes DuckDB's rows
         from strata_dagster.backends.dialect_check import for_engine  # the rewrites, only for it
 
@@ -189,6 +192,10 @@ def select_models(project: Project, selection: Iterable[str] | None) -> tuple[st
     """The models `selection` names, in dependency order (all when it is empty): names, globs,
     `tag:name`, `+` for upstream / downstream, comma-separated (see language.selection). E025
     for a selector that is malformed or matches no model."""
+    if not selection:
+        return project.order  # every model: a run of them all reads no selector
+    from strata_dagster.language.selection import select
+
     return select(project, selection)
 
 

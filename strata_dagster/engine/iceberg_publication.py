@@ -67,13 +67,6 @@ def catalog_statement(warehouse: Path) -> str | None:
     return f"catalog = load_catalog({CATALOG_NAME!r}, type={setting.kind!r}, uri={setting.uri!r})"
 
 
-def check_setting(warehouse: Path) -> None:
-    """Refuse a `STRATA_ICEBERG_CATALOG` that names no catalog before a run builds anything (E075)."""
-    from strata_dagster.backends.iceberg.catalog import setting_for
-
-    setting_for(warehouse)
-
-
 def iceberg_table(model: str, branch: str) -> str | None:
     """The Iceberg table a model is published as (`<branch>.<model>`), None when publication is off."""
     from strata_dagster.backends.iceberg.catalog import is_enabled

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from strata_dagster.backends.choice import current_backend
-from strata_dagster.backends.duckdb import partition_evidence
 from strata_dagster.backends.duckdb.listing import FolderListing
 from strata_dagster.backends.duckdb.sources import file_pattern
 from strata_dagster.language import Project
 from strata_dagster.language.definition import Source
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 class ListingRequest(NamedTuple):
@@ -48,6 +49,8 @@ class ListingRequest(NamedTuple):
 def listing_request(source: Source, project: Project, database_path: str | None) -> ListingRequest:
     """The listing a business-versioned `path:` source needs (its `root/*/<name>` pattern, marker
     and partition column), cached beside the warehouse file `database_path`."""
+    from strata_dagster.backends.duckdb import partition_evidence
+
     spec = source.partitioned_by
     assert source.path is not None and spec is not None
     return ListingRequest(
@@ -93,6 +96,10 @@ def listed_while_opening(
     if not requests:
         yield Listings()
         return
+    from concurrent.futures import ThreadPoolExecutor  # only for a project with such sources
+
+    from strata_dagster.backends.duckdb import partition_evidence
+
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-listing")
     try:
         yield Listings(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from strata_dagster.backends.base import FileDamage, Session
 from strata_dagster.backends.choice import current_backend
 from strata_dagster.backends.duckdb.connection import check_warehouse_path
+from strata_dagster.backends.iceberg.catalog import setting_for
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH
 from strata_dagster.engine.builds.limits import limits_as_errors
@@ -28,23 +29,20 @@ from strata_dagster.engine.damaged_files import rebuilt_reason
 from strata_dagster.engine.decisions.decider import Decider
 from strata_dagster.engine.decisions.definition import ModelDecision, RunRequest
 from strata_dagster.engine.decisions.scope import RunScope
-from strata_dagster.engine.iceberg_publication import (
-    IcebergPublished,
-    RunFacts,
-    check_setting,
-    publish_branch,
-)
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
 from strata_dagster.engine.sources.new_warehouse import refuse_new_warehouse_without_sources
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language import load_project
+from strata_dagster.language.render_memo import forget as forget_renderings
+from strata_dagster.language.render_memo import keep, remembered
 from strata_dagster.sql.views import snapshot_table_name
 from strata_dagster.state.history import EntryModel, SnapshotRecord
 
 if TYPE_CHECKING:
     from strata_dagster.engine.builds.strategy import Built
+    from strata_dagster.engine.iceberg_publication import IcebergPublished
     from strata_dagster.engine.publish import Publication
 
 NOTHING_TO_DO = "everything up to date (nothing to do)"
@@ -90,9 +88,15 @@ ProgressCallback = Callable[[ModelOutcome], None]
 
 def run(request: RunRequest, progress: ProgressCallback | None = None) -> RunResult:
     """Build and publish. Raises StrataError (nothing published) on any failure."""
-    check_setting(request.warehouse)
-    with opened_project(request) as (session, context):
-        return _Run(session, context, request, progress).execute()
+    setting_for(request.warehouse)  # a bad STRATA_ICEBERG_CATALOG refused before anything is built
+    # Only a run told --only-stale can find nothing to do, and only then are its renderings kept.
+    memo_dir = parse_cache_dir(request.warehouse) if request.only_stale else None
+    with remembered(memo_dir) as memo:
+        with opened_project(request) as (session, context):
+            result = _Run(session, context, request, progress).execute()
+        if result.is_noop:
+            keep(memo)
+    return result
 
 
 @contextmanager
@@ -120,6 +124,7 @@ def opened_project(
             request.branch,
             project=project,
             listings=listings,
+            cache_dir=parse_cache_dir(request.warehouse),
         )
         yield session, context
 
@@ -208,6 +213,10 @@ class _Run:
 
     def _publish_iceberg(self, entry: int, run_id: str) -> IcebergPublished | None:
         """The branch's tables brought to its views, after the warehouse committed (off: None)."""
+        if setting_for(self.request.warehouse) is None:
+            return None  # publication to Iceberg off: its machinery is not even imported
+        from strata_dagster.engine.iceberg_publication import RunFacts, publish_branch
+
         facts = RunFacts(
             entry,
             run_id,
@@ -366,6 +375,7 @@ class _Run:
         from strata_dagster.engine.builds.strategy import Target
         from strata_dagster.engine.decisions.dispatch import strategy_for
 
+        forget_renderings()  # this run builds: what it renders is never rendered again
         name, key = decision.model, decision.choice.key
         snapshot_id = self._new_snapshot_id(key)
         target = Target(

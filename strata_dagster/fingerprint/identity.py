@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.language.definition import Model
+from strata_dagster.language.render_memo import rendered
 
 # Bump when anything below changes how a fingerprint is computed: every model then rebuilds once.
 HASH_VERSION = "strata-fp-1"
@@ -49,7 +50,7 @@ def model_fingerprint(
 ) -> ModelFingerprint:
     """The fingerprint of a model's definition; `upstream` maps each model it reads to its fingerprint."""
     # Relations by role: branches and overrides do not change it; comments are not code.
-    canonical = compiled.statement.sql(dialect="duckdb", comments=False)
+    canonical = rendered(compiled.statement, "duckdb", comments=False)
     props = model.properties
     output_properties = {name: _plain(getattr(props, name)) for name in OUTPUT_PROPERTIES}
     if props.is_view:

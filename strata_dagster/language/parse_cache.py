@@ -2,7 +2,8 @@
 parser (and the import of its grammar library).
 
 One file per project folder, `<warehouse>.parsed/<digest of the folder>.cache`, written under a
-temporary name and renamed into place. It holds the key of what it was parsed from (every
+temporary name and renamed into place (and `<digest of the folder>.compiled`, the compiled project
+kept the same way by compile/compile_cache.py). It holds the key of what it was parsed from (every
 module's path as shown and its text, this package's own source, the Python and sqlglot versions)
 and the modules, pickled. A file is used only when it is the current user's and nobody else may
 write it or its folder, its format and key match, and its pickle names nothing but the language's
@@ -21,13 +22,15 @@ import os
 import pickle
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 SUFFIX = ".parsed"
 _FORMAT = 1
 _FILE_SUFFIX = ".cache"
+COMPILED = ".compiled"  # the kind of the compiled project's files (compile/compile_cache.py)
+_KINDS = (_FILE_SUFFIX, COMPILED)
 # The classes a cached module may hold: the language's definitions, their locations and paths.
 _ALLOWED = {
     "strata_dagster.language.definition": None,  # any of its classes
@@ -36,6 +39,8 @@ _ALLOWED = {
 }
 _SQLGLOT_LOAD = ("sqlglot.serde", "load")
 _LANGUAGE = Path(__file__).resolve().parent
+# The other file of the folder: the renderings of a run that found nothing to do (render_memo).
+KEPT_BESIDE = "renderings.memo"
 
 
 def cache_dir_of(warehouse: Path) -> Path:
@@ -47,7 +52,7 @@ def cache_key(modules: Sequence[tuple[str, str]]) -> str:
     """The key of modules given as (path as shown, text): it changes with any module, with this
     package's own code (the parser and what it builds), and with the Python and sqlglot versions."""
     digest = hashlib.sha256()
-    digest.update(f"{_FORMAT}\0{sys.version}\0{_sqlglot_version()}\0{_language_digest()}\0".encode())
+    digest.update(f"{_FORMAT}\0{sys.version}\0{_sqlglot_version()}\0{language_digest()}\0".encode())
     for shown, text in modules:
         digest.update(f"{shown}\0{len(text)}\0{text}\0".encode())
     return digest.hexdigest()
@@ -55,23 +60,7 @@ def cache_key(modules: Sequence[tuple[str, str]]) -> str:
 
 def read(cache_dir: Path, folder: Path, key: str) -> list[Any] | None:
     """The modules cached for `folder` under `key`, or None (no usable file)."""
-    path = _file_of(cache_dir, folder)
-    try:
-        with open(path, "rb") as file:
-            if not _is_private(os.fstat(file.fileno())) or not _is_private(os.stat(cache_dir)):
-                return None
-            header = marshal.loads(file.read())
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-    if not (isinstance(header, tuple) and len(header) == 4 and header[0] == _FORMAT):
-        return None
-    _, cached_folder, cached_key, payload = header
-    if cached_folder != str(folder) or cached_key != key or not isinstance(payload, bytes):
-        return None
-    try:
-        modules = _Unpickler(io.BytesIO(payload)).load()
-    except Exception:  # a file that does not unpickle as modules is no cache; parse instead
-        return None
+    modules = read_kept(cache_dir, folder, key)
     from strata_dagster.language.definition import Module
 
     if not isinstance(modules, list) or not all(isinstance(module, Module) for module in modules):
@@ -82,13 +71,49 @@ def read(cache_dir: Path, folder: Path, key: str) -> list[Any] | None:
 def write(cache_dir: Path, folder: Path, key: str, modules: list[Any]) -> None:
     """Keep `modules` for `folder` under `key`; a cache that cannot be written is left out, and
     so is one beside a warehouse file that does not exist (a mistyped path leaves nothing)."""
+    keep(cache_dir, folder, key, modules)
+
+
+def read_kept(
+    cache_dir: Path,
+    folder: Path,
+    key: str,
+    kind: str = _FILE_SUFFIX,
+    allowed: Mapping[str, set[str]] | None = None,
+) -> Any:
+    """What `keep` kept of `kind` (the file's suffix: `.cache` or COMPILED) for `folder` under `key`, or
+    None (no usable file). Besides the
+    language's classes and sqlglot's expressions, its pickle may name only `allowed`'s classes
+    (module -> class names)."""
+    path = _file_of(cache_dir, folder, kind)
+    try:
+        with open(path, "rb") as file:
+            if not is_private(os.fstat(file.fileno())) or not is_private(os.stat(cache_dir)):
+                return None
+            header = marshal.loads(file.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not (isinstance(header, tuple) and len(header) == 4 and header[0] == _FORMAT):
+        return None
+    _, cached_folder, cached_key, payload = header
+    if cached_folder != str(folder) or cached_key != key or not isinstance(payload, bytes):
+        return None
+    try:
+        return _Unpickler(io.BytesIO(payload), allowed).load()
+    except Exception:  # a file that does not unpickle as kept is no cache; compute instead
+        return None
+
+
+def keep(cache_dir: Path, folder: Path, key: str, value: Any, kind: str = _FILE_SUFFIX) -> None:
+    """Keep `value` of `kind` for `folder` under `key`, written under a temporary name renamed into
+    place; left out when it cannot be written, or when the warehouse file does not exist."""
     if not cache_dir.with_name(cache_dir.name.removesuffix(SUFFIX)).is_file():
         return
-    path = _file_of(cache_dir, folder)
+    path = _file_of(cache_dir, folder, kind)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         cache_dir.mkdir(mode=0o755, exist_ok=True)
-        payload = pickle.dumps(modules, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         with os.fdopen(fd, "wb") as file:
             file.write(marshal.dumps((_FORMAT, str(folder), key, payload)))
@@ -108,7 +133,9 @@ def prune(cache_dir: Path) -> int:
     removed = 0
     for name in names:
         path = cache_dir / name
-        if name.endswith(_FILE_SUFFIX):
+        if name == KEPT_BESIDE:
+            continue
+        if name.endswith(_KINDS):
             try:
                 header = marshal.loads(path.read_bytes())
             except (OSError, EOFError, ValueError, TypeError):
@@ -124,11 +151,11 @@ def prune(cache_dir: Path) -> int:
     return removed
 
 
-def _file_of(cache_dir: Path, folder: Path) -> Path:
-    return cache_dir / (hashlib.sha256(str(folder).encode()).hexdigest()[:32] + _FILE_SUFFIX)
+def _file_of(cache_dir: Path, folder: Path, kind: str = _FILE_SUFFIX) -> Path:
+    return cache_dir / (hashlib.sha256(str(folder).encode()).hexdigest()[:32] + kind)
 
 
-def _is_private(status: os.stat_result) -> bool:
+def is_private(status: os.stat_result) -> bool:
     """The current user's, and writable by nobody else."""
     return status.st_uid == os.getuid() and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
@@ -142,7 +169,7 @@ def _sqlglot_version() -> str:
 _language_digest_memo: list[str] = []
 
 
-def _language_digest() -> str:
+def language_digest() -> str:
     """A digest of this package's source files (the grammar included): a changed parser makes
     every cached module stale."""
     if not _language_digest_memo:
@@ -160,6 +187,8 @@ def _checked_expressions(load: Callable[[Any], Any]) -> Callable[[Any], Any]:
     classes (its loader would import any module a class name names)."""
     from sqlglot import expressions as exp
 
+    expression_classes = {"DataType.Type"}  # names found to be sqlglot's (a tree repeats a few)
+
     def checked(payloads: Any) -> Any:
         pending = [payloads]
         while pending:
@@ -172,9 +201,12 @@ def _checked_expressions(load: Callable[[Any], Any]) -> Callable[[Any], Any]:
                 if not isinstance(payload, dict):
                     raise pickle.UnpicklingError("not an expression payload")
                 name = payload.get("c")
-                if name is not None and name != "DataType.Type" and not _is_expression_class(exp, name):
-                    raise pickle.UnpicklingError(f"not a sqlglot expression: {name!r}")
-                pending.append(payload.get("t"))
+                if name is not None and (type(name) is not str or name not in expression_classes):
+                    if not _is_expression_class(exp, name):
+                        raise pickle.UnpicklingError(f"not a sqlglot expression: {name!r}")
+                    expression_classes.add(name)
+                if "t" in payload:
+                    pending.append(payload["t"])
         return load(payloads)
 
     return checked
@@ -194,12 +226,17 @@ def _is_expression_class(exp: Any, name: object) -> bool:
 
 
 class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, also: Mapping[str, set[str]] | None = None) -> None:
+        super().__init__(file)
+        self.also = also or {}
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == _SQLGLOT_LOAD:
             return _checked_expressions(super().find_class(module, name))
         allowed = _ALLOWED.get(module, set())
-        if module in _ALLOWED and "." not in name and (allowed is None or name in allowed):
+        is_allowed = allowed is None or name in allowed or name in self.also.get(module, ())
+        if (module in _ALLOWED or module in self.also) and "." not in name and is_allowed:
             found = super().find_class(module, name)
             if isinstance(found, type):
                 return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not a parsed module's")
+        raise pickle.UnpicklingError(f"{module}.{name} is not a kept class")

@@ -7,14 +7,24 @@ import functools
 
 from sqlglot import exp
 
+from strata_dagster.language.render_memo import rendered
+
 # The schema every snapshot lives in (the history's own is state/migrations.py's HISTORY_SCHEMA).
 SNAPSHOT_SCHEMA = "strata_snapshots"
 
 DIALECT = "duckdb"
 
 
+# Types built as DuckDB's parser builds them, without it (test_render checks each against it): a
+# run that needs no other type imports no dialect.
+_BUILT_TYPES = {"HUGEINT": "INT128", "DATE": "DATE", "BIGINT": "BIGINT", "DOUBLE": "DOUBLE"}
+
+
 @functools.lru_cache(maxsize=256)
 def _parsed_type(name: str) -> exp.DataType:
+    built = _BUILT_TYPES.get(name)
+    if built is not None:
+        return exp.DataType(this=exp.DataType.Type[built], expressions=None, nested=False)
     return exp.DataType.build(name, dialect=DIALECT)
 
 
@@ -27,7 +37,7 @@ def render(statement: exp.Expr, *, consume: bool = False) -> str:
     """The statement's DuckDB SQL. `consume`: the caller's last use of a tree no one else holds;
     sqlglot's generator may then rewrite it in place instead of deep-copying it first (most of the
     cost of rendering a large tree)."""
-    return statement.sql(dialect=DIALECT, copy=not consume)
+    return rendered(statement, DIALECT, copy=not consume)
 
 
 def table(name: str, schema: str | None = None) -> exp.Table:

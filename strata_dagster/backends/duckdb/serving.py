@@ -30,34 +30,29 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.base import ServingCollection
-from strata_dagster.backends.duckdb.connection import seconds_from_env
 from strata_dagster.backends.duckdb.limits import connect_in_memory
-from strata_dagster.backends.duckdb.serving_catalog import (
-    CATALOG_FORMAT,
-    CatalogContents,
-    CatalogPlan,
-    WarehouseCatalog,
-    plan_catalog,
-    read_warehouse,
-)
+from strata_dagster.backends.duckdb.serving_names import CATALOG_FORMAT
+from strata_dagster.backends.duckdb.serving_names import GRACE_ENV as GRACE_ENV
+from strata_dagster.backends.duckdb.serving_names import READER_CATALOG as READER_CATALOG
+from strata_dagster.backends.duckdb.serving_names import STATE_SCHEMA as STATE_SCHEMA
+from strata_dagster.backends.duckdb.serving_names import grace_seconds as grace_seconds
 from strata_dagster.backends.duckdb.snapshot_files import copy_to_file, fsync
 from strata_dagster.backends.duckdb.sql import set_option
 from strata_dagster.backends.sql.runner import run
-from strata_dagster.errors import E_GC, E_SERVING_DAMAGED, StrataError, first_line
+from strata_dagster.errors import E_SERVING_DAMAGED, StrataError, first_line
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render, table
 
+if TYPE_CHECKING:  # the catalog's planning is imported when a catalog is written, not to check one
+    from strata_dagster.backends.duckdb.serving_catalog import CatalogContents, CatalogPlan, WarehouseCatalog
+
 LIVE_NAME = "live.duckdb"
-READER_CATALOG = "strata_live"  # the name readers attach the serving catalog under
-STATE_SCHEMA = "strata_serving"
 STATE_TABLE = "publication"  # one row: the history entry and digest the catalog serves
-GRACE_ENV = "STRATA_SERVING_GRACE"
-DEFAULT_GRACE = 3600.0  # seconds a retired catalog stays readable before gc removes it
 # Steps after which a crash leaves the previous catalog live (crash tests, strata_dagster.faults).
 SERVING_STEPS = ("serving_exported", "serving_catalog_written", "serving_switched")
 _NEW_CATALOG = "__strata_serving_new"
@@ -185,6 +180,8 @@ def refresh(
     live = live_path(warehouse)
     if live.is_symlink() and os.readlink(live) == catalog.name and _is_whole(con, catalog, live):
         return ServingState(entry, digest, catalog, False, 0, 0.0)
+    from strata_dagster.backends.duckdb.serving_catalog import read_warehouse
+
     previous, contents = _previous_catalog(con, live)
     warehouse_catalog = read_warehouse(con)
     target = _Target(catalog, entry, digest, entry_stamp(entry, identity))
@@ -240,6 +237,8 @@ def _write(
 ) -> tuple[int, float, CatalogPlan]:
     """Export what the catalog reads that is not a file, then write its manifest and the catalog
     (from a copy of `previous`, whose contents are `contents`, or whole)."""
+    from strata_dagster.backends.duckdb.serving_catalog import plan_catalog
+
     catalog = target.catalog
     data = catalog.parent / "data"
     plan = plan_catalog(con, warehouse_catalog, contents, data, target.stamp, _root(catalog.parent))
@@ -320,6 +319,8 @@ def _previous_catalog(
     catalog = live.with_name(os.readlink(live))
     if catalog.with_name(catalog.name + ".wal").exists() or not _is_whole(con, catalog, live):
         return None, None
+    from strata_dagster.backends.duckdb.serving_catalog import CatalogContents
+
     listed = _read_manifest(_manifest(catalog))
     try:
         contents = CatalogContents.from_manifest(listed) if listed is not None else None
@@ -566,10 +567,6 @@ def snapshot_files_read_since(warehouse: Path, since: float) -> set[str] | None:
                 return None
             names.update(listed[1])
     return names
-
-
-def grace_seconds() -> float:
-    return seconds_from_env(GRACE_ENV, DEFAULT_GRACE, E_GC, example=3600)
 
 
 @contextmanager

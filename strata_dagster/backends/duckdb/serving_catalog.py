@@ -28,6 +28,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from strata_dagster.backends.duckdb.serving_names import CATALOG_FORMAT as CATALOG_FORMAT
 from strata_dagster.backends.duckdb.snapshot_files import (
     file_of,
     problem_of,
@@ -41,9 +42,6 @@ from strata_dagster.backends.sql.runner import describe
 from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, table
 
-# Manifests of format 1 (no "format" key) list files only, those of format 2 describe catalogs
-# naming files by absolute path: the catalog after either is written whole.
-CATALOG_FORMAT = 3
 # Every DuckDB database has this schema and it cannot be dropped: a catalog whose `main` views are
 # all gone keeps the empty schema.
 DUCKDB_DEFAULT_SCHEMA = "main"

@@ -27,7 +27,6 @@ from strata_dagster.backends.base import (
 from strata_dagster.backends.choice import DUCKDB_CAPABILITIES
 from strata_dagster.backends.duckdb import row_groups, serving, snapshot_files, tables
 from strata_dagster.backends.duckdb import sources as source_reading
-from strata_dagster.backends.duckdb.compaction import free_bytes
 from strata_dagster.backends.duckdb.connection import damaged_file_error, is_interruption
 from strata_dagster.backends.duckdb.limits import exceeded_setting
 from strata_dagster.backends.duckdb.snapshot_files import SnapshotFiles
@@ -152,6 +151,8 @@ class DuckDBSession(SqlSession):
         self.con.execute("CHECKPOINT")
 
     def free_bytes(self) -> int:
+        from strata_dagster.backends.duckdb.compaction import free_bytes
+
         return free_bytes(self.con)
 
     def rollback(self) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from strata_dagster.backends.choice import backend_choice, capabilities_of
 from strata_dagster.backends.duckdb.connection import WAREHOUSE_ENV, check_warehouse_path, lock_timeout
 from strata_dagster.backends.duckdb.limits import resource_limits
-from strata_dagster.backends.duckdb.serving import grace_seconds
+from strata_dagster.backends.duckdb.serving_names import grace_seconds
 from strata_dagster.backends.duckdb.snapshot_files import storage
 
 

@@ -25,7 +25,6 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -368,6 +367,8 @@ class SnapshotFiles(SnapshotKinds):
         if len(paths) == 1:
             fsync(paths[0])
         else:
+            from concurrent.futures import ThreadPoolExecutor  # only to write files
+
             with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
                 list(pool.map(fsync, paths))
         fsync(self.folder)

@@ -9,7 +9,6 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.duckdb.limits import connect_in_memory
-from strata_dagster.backends.duckdb.partition_evidence import first_matching_file
 from strata_dagster.backends.sql.runner import Connection, describe, relation_exists, run
 from strata_dagster.compile.relations import attached_catalog, source_relation
 from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError, first_line
@@ -109,6 +108,8 @@ def schema_relation(source: Source, project: Project, overrides: Mapping[str, st
         or not isinstance(relation.this, exp.Func)
     ):
         return relation
+    from strata_dagster.backends.duckdb.partition_evidence import first_matching_file
+
     reader = relation.this
     pattern = reader.expressions[0]
     # One file of a complete partition: never listing every partition folder.

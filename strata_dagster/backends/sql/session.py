@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
@@ -21,10 +21,12 @@ from strata_dagster.backends.sql import figures, key_figures, tables
 from strata_dagster.backends.sql.runner import Connection, describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
-from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.segments import Segment, WindowStats, composite_query
 from strata_dagster.sql.views import PinViolation
 from strata_dagster.state.ledger import PartitionEvidence
+
+if TYPE_CHECKING:
+    from strata_dagster.sql.key_bounds import KeyBounds
 
 
 class SqlSession(Session):

@@ -11,11 +11,16 @@ recomputed whole.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlglot import exp
 
-from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.sql.content import RowBasis, as_rows, row_hash_aggregates
 from strata_dagster.sql.render import render, snapshot_table
+
+if TYPE_CHECKING:
+    # Imported where a build uses them: a run's decisions read this module's analysis alone.
+    from strata_dagster.engine.builds.strategy import IncrementalContext
 
 BUCKET_FIGURES = "key_bucket_figures"  # detail key: the figures table a state's build recorded
 BUCKET, ROWS, HASH_SUM = "__bucket", "__rows", "__hash_sum"

@@ -15,11 +15,9 @@ source with neither key nor change column keeps a full build, and history and `s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.builds import joined_inputs
-from strata_dagster.engine.builds.incremental import Fallback
 from strata_dagster.engine.builds.key_bucket_figures import (
     BUCKET_FIGURES,
     changed_buckets,
@@ -36,12 +34,17 @@ from strata_dagster.engine.builds.partitions import (
     partition_grain,
     raw_partition,
 )
-from strata_dagster.engine.builds.segment import DeltaBuild
-from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.language.definition import Project
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import KEY_GRAINS, Segment
 from strata_dagster.state.history import SnapshotRecord
+
+if TYPE_CHECKING:
+    # Imported where a build uses them: a run's decisions read this module's analysis alone.
+    from strata_dagster.engine.builds import joined_inputs
+    from strata_dagster.engine.builds.incremental import Fallback
+    from strata_dagster.engine.builds.segment import DeltaBuild
+    from strata_dagster.engine.builds.strategy import IncrementalContext
 
 
 def source_key(project: Project, compiled: Mapping[str, CompiledModel], source: str) -> str | None:
@@ -84,6 +87,8 @@ class ByKeyBuckets:
         self.written: str | None = None  # the figures table this build wrote
 
     def precheck(self, build: PartitionBuild) -> Fallback | None:
+        from strata_dagster.engine.builds.incremental import Fallback
+
         previous = build.previous.detail
         if build.previous.model_fingerprint != build.ctx.fingerprint:
             return Fallback("the model's code changed since its last build")
@@ -110,6 +115,8 @@ class ByKeyBuckets:
     def changed_slices(
         self, build: PartitionBuild, joined: joined_inputs.JoinedChange
     ) -> tuple[list[str], dict[str, Any], int | None]:
+        from strata_dagster.engine.builds import joined_inputs
+
         ctx = build.ctx
         self.written = record(ctx, raw_partition(ctx))
         changed, total = changed_buckets(
@@ -148,6 +155,8 @@ class KeyBucketBuild:
         self.partitions = PartitionBuild(ctx, previous, segments, identities, changes)
 
     def build(self) -> DeltaBuild | Fallback:
+        from strata_dagster.engine.builds.segment import DeltaBuild
+
         result: DeltaBuild | Fallback | None = None
         try:
             result = self.partitions.build()

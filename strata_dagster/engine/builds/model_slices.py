@@ -30,15 +30,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.determinism import volatile_calls
-from strata_dagster.engine.builds import joined_inputs, partitions, state_figures
-from strata_dagster.engine.builds.incremental import Fallback, segment_writer
+from strata_dagster.engine.builds import partitions, state_figures
 from strata_dagster.engine.builds.partitions import (
     NULL_PARTITION,
     STRATEGY,
@@ -47,9 +46,7 @@ from strata_dagster.engine.builds.partitions import (
     raw_partition,
 )
 from strata_dagster.engine.builds.row_wise import RowWise, describe
-from strata_dagster.engine.builds.segment import DeltaBuild
 from strata_dagster.engine.builds.state_figures import SliceFigures
-from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.language.definition import (
     AggregateStep,
     GroupStep,
@@ -65,6 +62,13 @@ from strata_dagster.sql.segments import Segment, composite_query, replaced_rows_
 from strata_dagster.sql.segments import replaced_rows as segments_replaced_rows
 from strata_dagster.state.history import HistoryReader, SnapshotRecord
 from strata_dagster.state.states import KEYS_NULL_FREE, grain_of, merge_keys_of, segments_of
+
+if TYPE_CHECKING:
+    # Imported where a build uses them: a run's decisions read this module's analysis alone.
+    from strata_dagster.engine.builds import joined_inputs
+    from strata_dagster.engine.builds.incremental import Fallback
+    from strata_dagster.engine.builds.segment import DeltaBuild
+    from strata_dagster.engine.builds.strategy import IncrementalContext
 
 APPENDED = "appended"  # strategy of a state that only gains the rows its inputs' new rows give
 
@@ -431,6 +435,8 @@ class ByUpstreamSegments:
         self.changes = changes
 
     def precheck(self, build: PartitionBuild) -> Fallback | None:
+        from strata_dagster.engine.builds.incremental import Fallback
+
         detail = build.previous.detail
         if build.previous.model_fingerprint != build.ctx.fingerprint:
             return Fallback("the model's code changed since its last build")
@@ -463,6 +469,8 @@ class ByUpstreamSegments:
             partitioned model's fingerprints brought up to date), and how many slices there are
             (None for slices by key).
         """
+        from strata_dagster.engine.builds import joined_inputs
+
         assert not isinstance(self.changes, str)
         reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
         added, replaced = slice_figures(build.ctx, self.changes)
@@ -527,6 +535,8 @@ class AppendedBuilder:
         identities: dict[str, str],
         changes: list[UpstreamChange] | str,
     ) -> None:
+        from strata_dagster.engine.builds.incremental import segment_writer
+
         self.ctx = ctx
         self.previous = previous
         self.segments = segments
@@ -535,6 +545,8 @@ class AppendedBuilder:
         self.changes = changes
 
     def precheck(self) -> Fallback | None:
+        from strata_dagster.engine.builds.incremental import Fallback
+
         detail = self.previous.detail
         if self.previous.model_fingerprint != self.ctx.fingerprint:
             return Fallback("the model's code changed since its last build")
@@ -609,6 +621,8 @@ def sliced_detail(
 ) -> dict[str, Any]:
     """What a full build of a sliced plain model records: no fingerprint per slice (a key's slices
     are as many as its values), the inputs' segments instead."""
+    from strata_dagster.engine.builds import joined_inputs
+
     return {
         "strategy": STRATEGY,
         "merge_keys": [partitions.partition_column(ctx)],

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlglot import exp
 
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
-from strata_dagster.engine.builds import joined_inputs, key_bucket_figures, segment_compaction, state_figures
-from strata_dagster.engine.builds.incremental import Fallback, segment_writer
-from strata_dagster.engine.builds.segment import DeltaBuild, SchemaChanged
-from strata_dagster.engine.builds.strategy import IncrementalContext
+from strata_dagster.engine.builds import state_figures
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS, Content
 from strata_dagster.sql.render import snapshot_table
@@ -44,6 +41,13 @@ from strata_dagster.sql.segments import (
     typed_literal,
 )
 from strata_dagster.state.history import SnapshotRecord
+
+if TYPE_CHECKING:
+    # Imported where a build uses them: a run's decisions read this module's analysis alone.
+    from strata_dagster.engine.builds import joined_inputs
+    from strata_dagster.engine.builds.incremental import Fallback
+    from strata_dagster.engine.builds.segment import DeltaBuild
+    from strata_dagster.engine.builds.strategy import IncrementalContext
 
 STRATEGY = "partitions"
 NULL_PARTITION = state_figures.NULL_KEY
@@ -116,6 +120,8 @@ def other_inputs(ctx: IncrementalContext, identities: dict[str, str]) -> dict[st
 
 def full_detail(ctx: IncrementalContext, identities: dict[str, str]) -> dict[str, Any]:
     """What a full build of a partitioned model records for its next, partition-complete build."""
+    from strata_dagster.engine.builds import joined_inputs, key_bucket_figures
+
     detail: dict[str, Any] = {
         "strategy": STRATEGY,
         "merge_keys": [partition_column(ctx)],
@@ -155,6 +161,8 @@ def _with_figures(
 ) -> DeltaBuild:
     """The build, its state recording its figures: the previous state's, the affected partitions
     as the new segment holds them (equal ones are equal there too). None known: none recorded."""
+    from strata_dagster.engine.builds.segment import DeltaBuild
+
     if previous is None or segment is None or build.is_unchanged:
         return build
     figures = previous.with_partitions(affected, segment)
@@ -277,6 +285,8 @@ class ByPartitionFingerprints:
 
 def fingerprint_precheck(build: PartitionBuild) -> Fallback | None:
     """What rules a partition build by fingerprints out, from the live state and the model alone."""
+    from strata_dagster.engine.builds.incremental import Fallback
+
     previous = build.previous.detail
     if build.previous.model_fingerprint != build.ctx.fingerprint:
         return Fallback("the model's code changed since its last build")
@@ -292,6 +302,8 @@ def fingerprint_precheck(build: PartitionBuild) -> Fallback | None:
 
 def joined_change(build: PartitionBuild, changed_inputs: list[str]) -> joined_inputs.JoinedChange | Fallback:
     """The partitions the changed joined inputs reach (none when none changed)."""
+    from strata_dagster.engine.builds import joined_inputs
+
     recorded = build.previous.detail.get(joined_inputs.FIGURES, {})
     if not changed_inputs:
         return joined_inputs.JoinedChange(set(), recorded)
@@ -314,6 +326,8 @@ def fingerprint_slices(
     """The partitions to recompute (`affected` of the fingerprints now and before, and those the
     changed joined inputs reach), the facts the new state records (its fingerprints: `recorded`),
     and how many partitions there are."""
+    from strata_dagster.engine.builds import joined_inputs
+
     now = partition_fingerprints(build.ctx)
     before = build.previous.detail.get("partition_fingerprints") or {}
     reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
@@ -356,6 +370,8 @@ class PartitionBuild:
         rows: PartitionRows | None = None,
         upstream_segments: dict[str, list[str]] | None = None,
     ) -> None:
+        from strata_dagster.engine.builds.incremental import segment_writer
+
         self.ctx = ctx
         self.previous = previous
         self.segments = segments
@@ -394,6 +410,9 @@ class PartitionBuild:
             self.rows.release(self)
 
     def _build(self) -> DeltaBuild | Fallback:
+        from strata_dagster.engine.builds.incremental import Fallback
+        from strata_dagster.engine.builds.segment import SchemaChanged
+
         fallback = self.precheck()
         if fallback is not None:
             return fallback
@@ -628,6 +647,9 @@ class PartitionBuild:
         """Recomputed partitions whose rows equal their live rows (`old`) keep their live segment:
         the new segment holds, and its keys table replaces, only the partitions whose rows changed.
         `new`: the new segment's figures per partition, when they were measured already."""
+        from strata_dagster.engine.builds import segment_compaction
+        from strata_dagster.engine.builds.segment import DeltaBuild
+
         record = build.record
         keys_table = record.detail.get("keys_table")
         if keys_table is None or record.detail.get("compacted"):

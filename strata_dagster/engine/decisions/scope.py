@@ -32,10 +32,8 @@ from strata_dagster.engine.builds.model_slices import (
     slicing,
     upstream_change,
 )
-from strata_dagster.engine.builds.partition_range import requested_partitions
 from strata_dagster.engine.builds.partitions import UPSTREAM_SEGMENTS
 from strata_dagster.engine.builds.row_wise import ROW_WISE, RowWise, is_plain, row_wise
-from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.engine.context import ProjectContext, select_models, with_upstream
 from strata_dagster.engine.decisions.definition import RunRequest
 from strata_dagster.engine.decisions.removed import removed_models
@@ -55,7 +53,6 @@ from strata_dagster.engine.sources.readings import (
     read_source_state_by_figures,
     read_source_state_by_group,
 )
-from strata_dagster.engine.sources.versions import stamped_rows
 from strata_dagster.fingerprint import ModelFingerprint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
@@ -66,6 +63,8 @@ from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
 
 if TYPE_CHECKING:
+    # Imported where used: a run that builds nothing and reads no such source needs neither.
+    from strata_dagster.engine.builds.strategy import IncrementalContext
     from strata_dagster.engine.sources import business
 
 
@@ -141,6 +140,11 @@ class RunScope:
     def read_requested(self) -> None:
         """The partitions `--partitions` names, per model: read before the run's transaction, so
         that a failed probe of the data does not abort it."""
+        if not self.partition_requests:
+            self.requested = {}  # none named: nothing to probe
+            return
+        from strata_dagster.engine.builds.partition_range import requested_partitions
+
         self.requested = requested_partitions(
             self.session, self.context, self.selected, self.partition_requests, self.now.date()
         )
@@ -360,6 +364,8 @@ class RunScope:
     def relations_for(self, model: str) -> Callable[[str], exp.Table | exp.Query]:
         """What a build of `model` in this run reads each input from: a history model reads its
         change feed's versions, any other model its current rows."""
+        from strata_dagster.engine.sources.versions import stamped_rows
+
         if self.project.models[model].properties.merge_strategy != "history":
             return self.relation_for_build
         base = self.context.compiled.models[model].base_relation
@@ -437,6 +443,8 @@ class RunScope:
     def incremental_context(self, name: str, snapshot_id: str, table_name: str) -> IncrementalContext:
         """What a build of `name` into `table_name` needs of this run (its partition groups are
         scanned now, the first time a build asks)."""
+        from strata_dagster.engine.builds.strategy import IncrementalContext
+
         if name in self.lazy_partition_groups and name not in self.partition_groups:
             self.partition_groups[name] = self.lazy_partition_groups[name]()
         return IncrementalContext(

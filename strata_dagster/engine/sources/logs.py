@@ -15,8 +15,6 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.duckdb.sources import source_table
-from strata_dagster.engine.sources.feed import Feed, history_source_error
-from strata_dagster.engine.sources.ledger import Ledger
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, E_HISTORY_SOURCE, E_SOURCE, StrataError
 from strata_dagster.fingerprint import digest
 from strata_dagster.language.definition import HISTORY_COLUMNS, Model, Project, Source
@@ -100,6 +98,9 @@ def log_source(
     source = project.sources.get(name)
     if source is None or not source.is_log or name in overrides:
         return None
+    from strata_dagster.engine.sources.feed import Feed  # read only for a log source
+    from strata_dagster.engine.sources.ledger import Ledger
+
     if session.backend != "duckdb":
         raise StrataError(
             E_BACKEND_UNSUPPORTED,
@@ -122,6 +123,8 @@ def history_keys(
     """The columns of `base` history model `model` keeps versions of (its merge keys `traced` to
     them), or E092: a change feed's versions are of its feed keys, a ledger's or a plain table's
     of any traced keys; a model is no source of versions."""
+    from strata_dagster.engine.sources.feed import Feed, history_source_error
+
     if log is None and not is_source:
         raise history_source_error(model, base)
     if isinstance(log, Feed):
