@@ -25,7 +25,14 @@ from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.compile.project import CompiledProject, compile_project
 from strata_dagster.errors import StrataWarning
 from strata_dagster.language.definition import Project
-from strata_dagster.language.parse_cache import COMPILED, keep, language_digest, read_kept
+from strata_dagster.language.parse_cache import (
+    COMPILED,
+    keep,
+    language_digest,
+    read_kept,
+    source_digest,
+    sqlglot_version,
+)
 
 _FORMAT = 1
 _COMPILE = Path(__file__).resolve().parent
@@ -72,29 +79,15 @@ def _key(project: Project, schemas: Schemas) -> str:
     )
     digest = hashlib.sha256()
     digest.update(
-        f"{_FORMAT}\0{sys.version}\0{_sqlglot_version()}\0{language_digest()}\0{_compile_digest()}\0".encode()
+        f"{_FORMAT}\0{sys.version}\0{sqlglot_version()}\0{language_digest()}\0{_compile_digest()}\0".encode()
     )
     digest.update(f"{project.root}\0{project.text_digest}\0".encode())
     digest.update(json.dumps([[str(module.path) for module in project.modules], columns]).encode())
     return digest.hexdigest()
 
 
-def _sqlglot_version() -> str:
-    from sqlglot import __version__
-
-    return str(__version__)
-
-
-_compile_digest_memo: list[str] = []
-
-
 def _compile_digest() -> str:
     """A digest of the compiler's source files (and the names it reads): a changed compiler makes
     every kept compile stale."""
-    if not _compile_digest_memo:
-        digest = hashlib.sha256()
-        for path in [*sorted(_COMPILE.iterdir()), _COMPILE.parent / "names.py"]:
-            if path.suffix == ".py":
-                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        _compile_digest_memo.append(digest.hexdigest())
-    return _compile_digest_memo[0]
+    files = [path for path in sorted(_COMPILE.iterdir()) if path.suffix == ".py"]
+    return source_digest((*files, _COMPILE.parent / "names.py"))

@@ -15,6 +15,7 @@ and the project is parsed as if there were no cache. A cache is never wrong, at 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import marshal
@@ -52,7 +53,7 @@ def cache_key(modules: Sequence[tuple[str, str]]) -> str:
     """The key of modules given as (path as shown, text): it changes with any module, with this
     package's own code (the parser and what it builds), and with the Python and sqlglot versions."""
     digest = hashlib.sha256()
-    digest.update(f"{_FORMAT}\0{sys.version}\0{_sqlglot_version()}\0{language_digest()}\0".encode())
+    digest.update(f"{_FORMAT}\0{sys.version}\0{sqlglot_version()}\0{language_digest()}\0".encode())
     for shown, text in modules:
         digest.update(f"{shown}\0{len(text)}\0{text}\0".encode())
     return digest.hexdigest()
@@ -160,26 +161,27 @@ def is_private(status: os.stat_result) -> bool:
     return status.st_uid == os.getuid() and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _sqlglot_version() -> str:
+def sqlglot_version() -> str:
     from sqlglot import __version__
 
     return str(__version__)
 
 
-_language_digest_memo: list[str] = []
+@functools.cache
+def source_digest(files: tuple[Path, ...]) -> str:
+    """A digest of source files' names and texts, once per process: a cache keyed by it is stale
+    as soon as the code that made its content changed."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def language_digest() -> str:
-    """A digest of this package's source files (the grammar included): a changed parser makes
-    every cached module stale."""
-    if not _language_digest_memo:
-        digest = hashlib.sha256()
-        for path in sorted(_LANGUAGE.iterdir()):
-            if path.suffix in (".py", ".lark"):
-                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        digest.update((_LANGUAGE.parent / "errors.py").read_bytes())
-        _language_digest_memo.append(digest.hexdigest())
-    return _language_digest_memo[0]
+    """A digest of this package's source files (the grammar included) and the errors it raises: a
+    changed parser makes every cached module stale."""
+    files = [path for path in sorted(_LANGUAGE.iterdir()) if path.suffix in (".py", ".lark")]
+    return source_digest((*files, _LANGUAGE.parent / "errors.py"))
 
 
 def _checked_expressions(load: Callable[[Any], Any]) -> Callable[[Any], Any]:
