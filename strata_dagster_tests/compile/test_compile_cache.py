@@ -13,8 +13,8 @@ import strata_dagster.compile.compile_cache as compile_cache
 from strata_dagster.compile import compile_project
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
-from strata_dagster.language import load_project, parse_cache
-from strata_dagster_tests.support.engine_support import execute, make_module_project
+from strata_dagster.language import load_project
+from strata_dagster_tests.support.engine_support import built_with_caches, execute
 
 MODULE = """
 source orders { table: raw.orders }
@@ -36,14 +36,7 @@ SCHEMAS = {"orders": (("id", "BIGINT"), ("amount", "BIGINT"))}
 
 @pytest.fixture
 def built(tmp_path):
-    project, warehouse = make_module_project(
-        tmp_path,
-        "m.strata",
-        MODULE,
-        "CREATE TABLE raw.orders AS SELECT range AS id, range * 3 AS amount FROM range(10)",
-    )
-    run_project(project, warehouse)
-    return project, warehouse, parse_cache.cache_dir_of(warehouse)
+    return built_with_caches(tmp_path, MODULE)
 
 
 @pytest.fixture

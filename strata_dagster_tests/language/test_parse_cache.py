@@ -17,7 +17,7 @@ from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
 from strata_dagster.language import load_project, parse_cache
-from strata_dagster_tests.support.engine_support import make_module_project
+from strata_dagster_tests.support.engine_support import built_with_caches
 
 MODULE = """
 source orders { table: raw.orders }
@@ -41,14 +41,7 @@ print(json.dumps({"models": sorted(project.models), "parsed": "lark" in sys.modu
 
 @pytest.fixture
 def built(tmp_path):
-    project, warehouse = make_module_project(
-        tmp_path,
-        "m.strata",
-        MODULE,
-        "CREATE TABLE raw.orders AS SELECT range AS id, range * 3 AS amount FROM range(10)",
-    )
-    run_project(project, warehouse)
-    return project, warehouse, parse_cache.cache_dir_of(warehouse)
+    return built_with_caches(tmp_path, MODULE)
 
 
 def load_in_process(project: Path, cache_dir: Path) -> dict:

@@ -89,6 +89,20 @@ def make_module_project(root: Path, file_name: str, module: str, *tables: str) -
     return project, warehouse
 
 
+ORDERS_OF_TEN = "CREATE TABLE raw.orders AS SELECT range AS id, range * 3 AS amount FROM range(10)"
+
+
+def built_with_caches(root: Path, module: str) -> tuple[Path, Path, Path]:
+    """A one-module project over ten orders, built once: its project, warehouse, and the folder
+    beside the warehouse where the parsed modules and the compiled project are kept."""
+    from strata_dagster.engine.run import run_project
+    from strata_dagster.language import parse_cache
+
+    project, warehouse = make_module_project(root, "m.strata", module, ORDERS_OF_TEN)
+    run_project(project, warehouse)
+    return project, warehouse, parse_cache.cache_dir_of(warehouse)
+
+
 def view_tables(warehouse: Path, schema: str = "main") -> dict[str, str]:
     """view name -> the SQL DuckDB stores for it."""
     rows = execute(
