@@ -163,18 +163,8 @@ def block_spans(column: exp.Expr, type_name: str | None, blocks: Sequence[int]) 
     limits = _INTEGER_BOUNDS.get(type_name or "")
     if limits is None or not blocks:
         return None
-    runs: list[list[int]] = []
-    for block in sorted(set(blocks)):
-        if runs and block == runs[-1][1] + 1:
-            runs[-1][1] = block
-        else:
-            runs.append([block, block])
-    while len(runs) > MAX_BLOCK_SPANS:
-        gap = min(range(len(runs) - 1), key=lambda index: runs[index + 1][0] - runs[index][1])
-        runs[gap][1] = runs[gap + 1][1]
-        del runs[gap + 1]
     spans: list[exp.Expr] = []
-    for first, last in runs:
+    for first, last in _merged_runs(blocks):
         low = first * KEY_BLOCK - (KEY_BLOCK - 1 if first <= 0 else 0)
         high = last * KEY_BLOCK + (KEY_BLOCK - 1 if last >= 0 else 0)
         low, high = max(low, limits[0]), min(high, limits[1])
@@ -188,6 +178,28 @@ def block_spans(column: exp.Expr, type_name: str | None, blocks: Sequence[int]) 
             )
         )
     return exp.or_(*spans, copy=False) if spans else exp.false()
+
+
+def _merged_runs(blocks: Sequence[int]) -> list[tuple[int, int]]:
+    """The blocks as at most MAX_BLOCK_SPANS runs (first, last), merged across the smallest gaps
+    (the first of equal gaps first). Merging two runs changes no other gap, so the gaps kept are
+    the largest: one sort, not a search per merge (thousands of scattered blocks)."""
+    runs: list[list[int]] = []
+    for block in sorted(set(blocks)):
+        if runs and block == runs[-1][1] + 1:
+            runs[-1][1] = block
+        else:
+            runs.append([block, block])
+    gaps = sorted(range(len(runs) - 1), key=lambda index: (runs[index + 1][0] - runs[index][1], index))
+    kept = gaps[max(len(runs) - MAX_BLOCK_SPANS, 0) :]
+    merged: list[tuple[int, int]] = []
+    start = 0
+    for gap in sorted(kept):
+        merged.append((runs[start][0], runs[gap][1]))
+        start = gap + 1
+    if runs:
+        merged.append((runs[start][0], runs[-1][1]))
+    return merged
 
 
 def _not_replaced(

@@ -52,3 +52,50 @@ def test_the_spans_stop_at_the_types_extremes():
 def test_no_spans_for_a_key_that_is_no_integer():
     assert block_spans(exp.column("k"), "VARCHAR", [1]) is None
     assert block_spans(exp.column("k"), "BIGINT", []) is None
+
+
+def merged_one_gap_at_a_time(chosen: list[int]) -> list[tuple[int, int]]:
+    """The reference: runs of consecutive blocks, merged across the smallest gap (the first of
+    equal ones) until MAX_BLOCK_SPANS are left."""
+    runs: list[list[int]] = []
+    for block in sorted(set(chosen)):
+        if runs and block == runs[-1][1] + 1:
+            runs[-1][1] = block
+        else:
+            runs.append([block, block])
+    while len(runs) > MAX_BLOCK_SPANS:
+        gap = min(range(len(runs) - 1), key=lambda index: runs[index + 1][0] - runs[index][1])
+        runs[gap][1] = runs[gap + 1][1]
+        del runs[gap + 1]
+    return [(first, last) for first, last in runs]
+
+
+def spans_of(spans: exp.Expr) -> list[tuple[int, int]]:
+    return [
+        (int(span.args["low"].find(exp.Literal).this), int(span.args["high"].find(exp.Literal).this))
+        for span in spans.find_all(exp.Between)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(chosen=st.lists(st.integers(-5_000, 5_000), min_size=1, max_size=400))
+def test_the_spans_merge_the_runs_of_blocks_across_the_smallest_gaps(chosen):
+    spans = block_spans(exp.column("k"), "BIGINT", chosen)
+    assert spans is not None
+    expected = [
+        (
+            first * KEY_BLOCK - (KEY_BLOCK - 1 if first <= 0 else 0),
+            last * KEY_BLOCK + (KEY_BLOCK - 1 if last >= 0 else 0),
+        )
+        for first, last in merged_one_gap_at_a_time(chosen)
+    ]
+    assert sorted(spans_of(spans)) == sorted(expected)
+
+
+def test_thousands_of_scattered_blocks_give_at_most_the_span_limit():
+    chosen = list(range(0, 6_000 * 37, 37))  # 6,000 blocks, no two adjacent
+    spans = block_spans(exp.column("k"), "BIGINT", chosen)
+    assert spans is not None
+    found = sorted(spans_of(spans))
+    assert len(found) == MAX_BLOCK_SPANS
+    assert found[0][0] == -(KEY_BLOCK - 1) and found[-1][1] == chosen[-1] * KEY_BLOCK + KEY_BLOCK - 1
