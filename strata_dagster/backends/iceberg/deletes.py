@@ -15,6 +15,7 @@ from pyiceberg.expressions import (
     In,
     IsNull,
     LessThan,
+    NotNull,
     Or,
 )
 from pyiceberg.schema import Schema
@@ -25,10 +26,19 @@ from strata_dagster.sql.segments import partition_runs
 # pyiceberg's predicates are pydantic models whose synthesized signatures mypy reads instead of
 # their documented `(term, value)` constructors: called through these names, untyped.
 _is_null: Any = IsNull
+_not_null: Any = NotNull
 _in: Any = In
 _equal_to: Any = EqualTo
 _at_least: Any = GreaterThanOrEqual
 _less_than: Any = LessThan
+
+
+def _known(column: str, predicate: BooleanExpression) -> BooleanExpression:
+    """The predicate, false (never NULL) where the column is NULL. pyiceberg keeps the rows a
+    delete's filter is not true for by `NOT filter`, adding `OR column IS NULL` only for columns
+    the filter names in no null test: a NULL comparison inside a filter that also tests a column
+    for NULL (a replaced key with a NULL part) would drop rows it does not match."""
+    return And(_not_null(column), predicate)
 
 
 def _any(parts: list[BooleanExpression]) -> BooleanExpression:
@@ -62,9 +72,12 @@ def replaced_filter(
         column = merge_keys[0]
         days = sorted({row[column] for row in rows if row[column] is not None})
         parts: list[BooleanExpression] = [
-            And(
-                _at_least(column, _bound(first, schema, column)),
-                _less_than(column, _bound(after, schema, column)),
+            _known(
+                column,
+                And(
+                    _at_least(column, _bound(first, schema, column)),
+                    _less_than(column, _bound(after, schema, column)),
+                ),
             )
             for first, after in partition_runs(grain, [str(day)[:10] for day in days])
         ]
@@ -74,14 +87,14 @@ def replaced_filter(
     if len(merge_keys) == 1:
         column = merge_keys[0]
         values = {_literal(row[column]) for row in rows if row[column] is not None}
-        parts = [_in(column, values)] if values else []
+        parts = [_known(column, _in(column, values))] if values else []
         if any(row[column] is None for row in rows):
             parts.append(_is_null(column))
         return _any(parts)
     matches: list[BooleanExpression] = []
     for row in {tuple(item[key] for key in merge_keys) for item in rows}:
         terms = [
-            _is_null(key) if value is None else _equal_to(key, _literal(value))
+            _is_null(key) if value is None else _known(key, _equal_to(key, _literal(value)))
             for key, value in zip(merge_keys, row, strict=True)
         ]
         match: BooleanExpression = terms[0]

@@ -95,10 +95,15 @@ def open_catalog(setting: CatalogSetting) -> Catalog:
 
 
 class IcebergTarget:
-    """One catalog's tables: namespace = strata branch, table = model."""
+    """One catalog's tables: namespace = strata branch, table = model.
 
-    def __init__(self, catalog: Catalog) -> None:
+    `local_rewrites`: an upsert's replaced keys leave a table on a local path as one overwrite of
+    the files holding them, rewritten by DuckDB (rewrite.py). False gives every table what one
+    elsewhere (object storage) gets: pyiceberg's delete by a filter on the keys."""
+
+    def __init__(self, catalog: Catalog, *, local_rewrites: bool = True) -> None:
         self.catalog = catalog
+        self.local_rewrites = local_rewrites
 
     def table(self, namespace: str, model: str) -> Table | None:
         try:
@@ -170,7 +175,7 @@ class IcebergTarget:
         )
         how = "incremental" if start or is_compaction else "replaced"
         current_snapshots = table.snapshots()
-        steps = _Steps(table, state, schema)
+        steps = _Steps(table, state, schema, local_rewrites=self.local_rewrites)
         with table.transaction() as tx:
             if is_compaction:
                 assert state.compacted_keys is not None
@@ -267,8 +272,9 @@ class IcebergTarget:
 class _Steps:
     """The snapshot producers of one commit: strata's summary on each, the state's on the last."""
 
-    def __init__(self, table: Table, state: ModelState, schema: pa.Schema) -> None:
+    def __init__(self, table: Table, state: ModelState, schema: pa.Schema, *, local_rewrites: bool) -> None:
         self.table, self.state, self.schema = table, state, schema
+        self.local_rewrites = local_rewrites
         self.files_registered = 0
         self.bytes_registered = 0
         self.rows_written = 0
@@ -314,7 +320,7 @@ class _Steps:
         """Delete the rows whose keys (partitions) `keys` holds. Keys: one overwrite of the files
         holding them, rewritten without them by DuckDB, in a table on a local path. Day and month
         partitions, or a table elsewhere: pyiceberg's delete by a filter (whole partitions drop)."""
-        folder = local_path(self.table.location())
+        folder = local_path(self.table.location()) if self.local_rewrites else None
         if folder is not None and self.state.grain not in _RANGE_GRAINS and self._overwrite(tx, keys, folder):
             return
         predicate = replaced_filter(keys, self.state.merge_keys, self.state.grain, tx.table_metadata.schema())

@@ -28,6 +28,8 @@ _ROWS = "__rows"
 # A rewrite is cut into files of about this size: a later upsert rewrites only the pieces
 # holding its keys.
 _FILE_SIZE = "8MB"
+# The names of the files a rewrite writes begin with this.
+REWRITTEN_PREFIX = "strata-rewritten-"
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def _kept_rows(
             exp.CopyParameter(this=exp.var("FILE_SIZE_BYTES"), expression=exp.Literal.string(_FILE_SIZE)),
             exp.CopyParameter(
                 this=exp.var("FILENAME_PATTERN"),
-                expression=exp.Literal.string(f"strata-{uuid.uuid4().hex}-{{uuid}}"),
+                expression=exp.Literal.string(f"{REWRITTEN_PREFIX}{uuid.uuid4().hex}-{{uuid}}"),
             ),
             exp.CopyParameter(this=exp.var("APPEND")),
             exp.CopyParameter(this=exp.var("RETURN_FILES")),

@@ -17,7 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 from pyiceberg.catalog import load_catalog  # noqa: E402
 
 from strata_dagster.backends.iceberg.publisher import IcebergTarget  # noqa: E402
-from strata_dagster.backends.iceberg.rewrite import rewrite_without  # noqa: E402
+from strata_dagster.backends.iceberg.rewrite import REWRITTEN_PREFIX, rewrite_without  # noqa: E402
 from strata_dagster.backends.iceberg.states import ModelState, StateSegment  # noqa: E402
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render  # noqa: E402
 from strata_dagster.sql.segments import Segment, composite_query  # noqa: E402
@@ -30,11 +30,11 @@ def _rows(rows: list[tuple]) -> pa.Table:
     return pa.Table.from_pylist([dict(zip(SCHEMA.names, row, strict=True)) for row in rows], schema=SCHEMA)
 
 
-def _target(root: Path) -> IcebergTarget:
+def _target(root: Path, *, local_rewrites: bool = True) -> IcebergTarget:
     catalog = load_catalog(
         "strata", type="sql", uri=f"sqlite:///{root / 'catalog.db'}", warehouse=(root / "tables").as_uri()
     )
-    return IcebergTarget(catalog)
+    return IcebergTarget(catalog, local_rewrites=local_rewrites)
 
 
 class History:
@@ -122,11 +122,32 @@ segment = st.tuples(st.lists(row, max_size=6), st.lists(st.tuples(keys_1, keys_2
 def test_random_upsert_histories_published_hold_the_live_rows(tmp_path_factory, base, later, layout):
     """Inserts, updates and deletes of NULL and non-NULL keys, one- and two-column keys, over files
     of several segments; published after some segments (`publish`), or several at once."""
-    root = tmp_path_factory.mktemp("upserts")
+    _check_upserts(tmp_path_factory.mktemp("upserts"), base, later, layout, local_rewrites=True)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    base=st.lists(row, min_size=1, max_size=20),
+    later=st.lists(segment, min_size=1, max_size=5),
+    layout=st.sampled_from(["one key", "two keys", "partitioned by key"]),
+)
+def test_random_upsert_histories_published_by_filter_deletes_hold_the_live_rows(
+    tmp_path_factory, base, later, layout
+):
+    """What a table in object storage gets (no local files for DuckDB to rewrite): pyiceberg's
+    delete by a filter on the replaced keys, NULL keys and two-column keys included."""
+    _check_upserts(tmp_path_factory.mktemp("filtered"), base, later, layout, local_rewrites=False)
+
+
+def _check_upserts(root: Path, base, later, layout: str, *, local_rewrites: bool) -> None:
     merge_keys = ("k1", "k2") if layout == "two keys" else ("k1",)
     extra = {"grain": "key", "partition": ("key", "k1")} if layout == "partitioned by key" else {}
     history = History(root, merge_keys)
-    target = _target(root)
+    target = _target(root, local_rewrites=local_rewrites)
     history.add(base)
     target.publish(NAMESPACE, history.state(**extra))
     for rows, deleted, publish in later:
@@ -137,6 +158,8 @@ def test_random_upsert_histories_published_hold_the_live_rows(tmp_path_factory, 
     published = target.publish(NAMESPACE, history.state(**extra))
     assert published.how in ("current", "incremental")
     assert _table_rows(target) == history.live_rows()
+    if not local_rewrites:  # no file DuckDB rewrote
+        assert not [path for path in _files(target) if Path(path).name.startswith(REWRITTEN_PREFIX)]
 
 
 def _keyed(keys: range, value: int = 0) -> list[tuple]:
