@@ -19,7 +19,7 @@ from strata_dagster.language.definition import Model
 from strata_dagster.language.render_memo import rendered
 
 # Bump when anything below changes how a fingerprint is computed: every model then rebuilds once.
-HASH_VERSION = "strata-fp-1"
+HASH_VERSION = "strata-fp-2"
 # Properties that change a model's rows. `unique`, `contract`, `description` and `tags` do not:
 # they are checks and labels, and changing them must not rebuild anything.
 OUTPUT_PROPERTIES = ("merge_strategy", "merge_keys", "cdc_column", "lateness", "partitioned_by", "order_by")

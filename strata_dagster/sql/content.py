@@ -54,6 +54,13 @@ def as_rows(relation: exp.Table | exp.Query) -> exp.Expr:
     return source
 
 
+def row_source(select: exp.Select) -> exp.Expr | None:
+    """The relation a SELECT reads as `__strata_row` (whose columns a whole-row hash covers)."""
+    source = select.args.get("from_") or select.args.get("from")
+    relation = source.this if source is not None else None
+    return relation if relation is not None and relation.alias_or_name == ROW_ALIAS else None
+
+
 def is_summed(basis: RowBasis) -> bool:
     """Whether content figures over `basis` are row-hash sums, which add and subtract over disjoint
     row sets; a change-column range does not."""

@@ -5,7 +5,7 @@ row-wise model with a join, a day-partitioned aggregate over the upsert and an a
 row-wise model, compared as multisets of rows read back from each engine."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster_tests.support.acceptance_support import (
@@ -50,6 +50,16 @@ def test_random_histories_leave_every_model_equal_to_its_full_rebuild(engine_nam
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(history=histories)
+    # `daily`'s sum for a day went from -1 to 0: DuckDB hashed both HUGEINT rows alike, and the
+    # partition's rebuild looked like no change (backends/sql/row_hash.py).
+    @example(
+        history=[
+            ("update", [(11, "open", 0)]),
+            ("delete", [0]),
+            ("insert", [(0, "open", 0, 0)]),
+            ("update", [(3, "open", 0)]),
+        ]
+    )
     def check(history):
         root = tmp_path_factory.mktemp("acceptance")
         with engine_under_test(engine_name, root) as engine:

@@ -28,6 +28,7 @@ from strata_dagster.backends.base import WarehouseError
 from strata_dagster.backends.spark import statements
 from strata_dagster.backends.spark.types import duckdb_type_name
 from strata_dagster.errors import E_BACKEND_UNSUPPORTED, StrataError, first_line
+from strata_dagster.sql.content import row_source
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA
 
 # Answers of at most this many rows are remembered for the connection's later identical questions.
@@ -134,7 +135,7 @@ class SparkConnection:
 
     def _row_columns(self, select: exp.Select) -> list[str]:
         """The columns of the relation `select` reads as `__strata_row` (asked once per relation)."""
-        source = statements.row_source(select)
+        source = row_source(select)
         assert source is not None, "a whole-row hash over no `__strata_row` relation"
         relation = statements.named_like(source).copy()
         # A table is asked as `describe` asks it (the answer a content read just had); a

@@ -119,13 +119,6 @@ RULES: tuple[Callable[[exp.Expr], exp.Expr], ...] = (
 )
 
 
-def row_source(select: exp.Select) -> exp.Expr | None:
-    """The relation a SELECT reads as `__strata_row` (whose columns a whole-row hash covers)."""
-    source = select.args.get("from_") or select.args.get("from")
-    relation = source.this if source is not None else None
-    return relation if relation is not None and relation.alias_or_name == ROW_ALIAS else None
-
-
 _CHANGING_COLUMNS = ("joins", "group", "laterals", "distinct", "pivots")
 
 

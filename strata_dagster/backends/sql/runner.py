@@ -9,6 +9,7 @@ import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.base import SqlRunner, WarehouseError
+from strata_dagster.backends.sql import row_hash
 from strata_dagster.sql.render import render
 
 # What the SQL shared by both backends runs on: a DuckDB connection, or another backend's
@@ -29,7 +30,10 @@ def run(
     consume: bool = False,
 ) -> Any:
     if isinstance(con, duckdb.DuckDBPyConnection):
-        return con.execute(render(statement, consume=consume), params or [])
+        sql = render(statement, consume=consume)
+        if row_hash.MARKER in sql and (widened := row_hash.encoded(con, statement)) is not None:
+            sql = render(widened, consume=True)
+        return con.execute(sql, params or [])
     return con.run_statement(statement, params, consume=consume)
 
 

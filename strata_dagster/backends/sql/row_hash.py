@@ -1,0 +1,104 @@
+"""Whole-row hashes that tell 128-bit integers apart, in DuckDB.
+
+DuckDB hashes a 128-bit integer (HUGEINT, UHUGEINT, a DECIMAL of more than 18 digits) as the XOR
+of the hashes of its two 64-bit halves, so -1 and 0 both hash to 0, and so do two rows that differ
+only there: a `sum` over integers is a HUGEINT, and a total going from -1 to 0 (or an amount from
+-0.01 to 0.00 in a DECIMAL(38,2)) left a content identity unchanged. A whole-row hash
+(`hash(__strata_row)`, sql.content) over a relation with such a column hashes instead a struct of
+the row's columns with each of those as the 64-bit value it fits in (TRY_CAST, nearly free) and,
+when it does not fit, as text. Relations without such a column hash as before.
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+from sqlglot import exp
+
+from strata_dagster.sql.content import ROW_ALIAS, row_source
+from strata_dagster.sql.render import render
+
+# How a whole-row hash renders: a statement without it is run as it is.
+MARKER = f"HASH({ROW_ALIAS})"
+# 128-bit scalar types and the 64-bit types their values are tried in.
+_NARROWER = {"HUGEINT": "BIGINT", "UHUGEINT": "UBIGINT"}
+_DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
+_WIDE_INSIDE = re.compile(r"\bU?HUGEINT\b|DECIMAL\((19|[2-3]\d),")
+
+
+def encoded(con: duckdb.DuckDBPyConnection, statement: exp.Expr) -> exp.Expr | None:
+    """A copy of `statement` whose whole-row hashes over relations with 128-bit columns hash
+    those columns encoded; None when no relation it hashes has one (the statement stands)."""
+    tree = statement.copy()
+    changed = False
+    described: dict[str, list[tuple[str, str]]] = {}
+    for node in list(tree.find_all(exp.Anonymous)):
+        if not _is_whole_row_hash(node):
+            continue
+        select = node.find_ancestor(exp.Select)
+        source = row_source(select) if select is not None else None
+        if source is None:
+            continue
+        probe = exp.Describe(this=exp.select("*").from_(source.copy()))
+        key = render(probe)
+        if key not in described:
+            described[key] = [(str(row[0]), str(row[1])) for row in con.execute(key).fetchall()]
+        columns = described[key]
+        names = [name for name, _ in columns]
+        if len(set(names)) != len(names) or not any(_is_wide(type_name) for _, type_name in columns):
+            continue
+        node.set("expressions", [_row_struct(columns)])
+        changed = True
+    return tree if changed else None
+
+
+def _is_whole_row_hash(node: exp.Anonymous) -> bool:
+    if node.name.lower() != "hash" or len(node.expressions) != 1:
+        return False
+    argument = node.expressions[0]
+    return isinstance(argument, exp.Column) and not argument.table and argument.name == ROW_ALIAS
+
+
+def _is_wide(type_name: str) -> bool:
+    return bool(_WIDE_INSIDE.search(type_name.upper()))
+
+
+def _row_struct(columns: list[tuple[str, str]]) -> exp.Expr:
+    fields = [
+        exp.PropertyEQ(this=exp.to_identifier(name), expression=_value(name, type_name))
+        for name, type_name in columns
+    ]
+    return exp.Struct(expressions=fields)
+
+
+def _value(name: str, type_name: str) -> exp.Expr:
+    column = exp.column(name, table=ROW_ALIAS, quoted=True)
+    if not _is_wide(type_name):
+        return column
+    narrower = _narrower(type_name.upper())
+    if narrower is None:  # nested, or a scale no 64-bit DECIMAL holds: text
+        return exp.cast(column, "VARCHAR")
+    fits = exp.TryCast(this=column.copy(), to=exp.DataType.build(narrower, dialect="duckdb"))
+    text = exp.If(
+        this=exp.and_(
+            exp.not_(exp.Is(this=column.copy(), expression=exp.null())),
+            exp.Is(this=fits.copy(), expression=exp.null()),
+        ),
+        true=exp.cast(column.copy(), "VARCHAR"),
+    )
+    return exp.Struct(
+        expressions=[
+            exp.PropertyEQ(this=exp.to_identifier("v"), expression=fits),
+            exp.PropertyEQ(this=exp.to_identifier("t"), expression=text),
+        ]
+    )
+
+
+def _narrower(type_name: str) -> str | None:
+    if type_name in _NARROWER:
+        return _NARROWER[type_name]
+    match = _DECIMAL.fullmatch(type_name)
+    if match is not None and int(match.group(2)) <= 18:
+        return f"DECIMAL(18,{match.group(2)})"
+    return None
