@@ -445,6 +445,16 @@ class HistoryReader:
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else before - 1
 
+    def last_observed(self, source: str, relation: str) -> str | None:
+        """The fingerprint of the whole source the latest entry that read `relation` for it
+        recorded (None: no entry did)."""
+        row = self.con.execute(
+            "SELECT fingerprint FROM strata.entry_sources WHERE source = ? AND relation = ? "
+            "AND partition_key = '' ORDER BY entry DESC LIMIT 1",
+            [source, relation],
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def entry_sources(self, entry: int) -> list[EntrySource]:
         rows = self.con.execute(
             "SELECT source, partition_key, relation, fingerprint, row_count, row_basis FROM strata.entry_sources "

@@ -98,8 +98,10 @@ def make_project(root: Path, module: str = MODULE, versioning: str = "cdc(ts)") 
 
 
 def multiset(con: duckdb.DuckDBPyConnection, query: str, params=None) -> list:
+    """The rows as a multiset, each row as its text: DuckDB's `hash(r)` cannot tell a HUGEINT -1
+    from 0 (strata_dagster.backends.sql.row_hash), which a `sum` column holds."""
     return con.execute(
-        f"SELECT hash(r), count(*) FROM ({query}) AS r GROUP BY 1 ORDER BY 1", params or []
+        f"SELECT CAST(r AS VARCHAR), count(*) FROM ({query}) AS r GROUP BY 1 ORDER BY 1", params or []
     ).fetchall()
 
 

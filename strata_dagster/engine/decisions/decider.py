@@ -43,6 +43,8 @@ class Decider:
         self.scope = scope
         # model -> the damaged files of a state of it found (the run does not build on that state)
         self.damaged: dict[str, list[FileDamage]] = {}
+        # source -> its fingerprint at the latest entry that read it (engine.decisions: reuse)
+        self._observed: dict[str, str | None] = {}
 
     def decide(self, name: str, upstream: Mapping[str, str]) -> ModelDecision:
         """What the run does with model `name`, given the content identity each of its upstream
@@ -112,6 +114,8 @@ class Decider:
         existing = scope.reader.snapshot_for_build_key(key)
         if existing is not None and not self.is_state_present(existing):
             existing = None  # a table was removed behind our back: rebuild
+        if existing is not None and self.has_returned_change_figures(name):
+            existing = None
         request = scope.request
         is_forced = (
             ((not request.only_stale or request.full_refresh) and name in scope.selected)
@@ -119,6 +123,25 @@ class Decider:
             or name in scope.requested
         )
         return KeyChoice(key, inputs, existing, is_forced, refresh, period)
+
+    def has_returned_change_figures(self, name: str) -> bool:
+        """Whether a source `name` reads by its change column (`cdc`: a row count and the column's
+        range, not a hash of its rows) shows figures other than at its latest reading, yet ones a
+        recorded build key has: the same figures as an earlier reading over other rows. The cdc
+        contract excludes that (after a delete, a row stamped at the newest stamp instead of above
+        it), and a snapshot built from the earlier rows would be reused as if they were these; the
+        model is built instead, and its delta finds the rows written at or below its watermark."""
+        scope = self.scope
+        for ref in scope.project.models[name].references:
+            state = scope.sources.get(ref)
+            if state is None or not state.row_basis:
+                continue
+            if ref not in self._observed:
+                self._observed[ref] = scope.reader.last_observed(ref, state.relation)
+            observed = self._observed[ref]
+            if observed is not None and observed != state.fingerprint:
+                return True
+        return False
 
     # -- how a rebuilt model is built ---------------------------------------------------------------
     def strategy(self, name: str, full_reason: str | None) -> StrategyName:

@@ -176,6 +176,13 @@ def check_append(
     has_lateness=False,
     is_eager=False,
 )  # a reload that empties the source leaves states without a watermark (found at random)
+@example(
+    history=[("late", [("open", 0, 5)]), ("delete", [2]), ("late", [("open", 0, 0)])],
+    versioning="cdc(ts)",
+    has_lateness=True,
+    is_eager=False,
+)  # after a delete, a row stamped at the newest stamp: the source's count and range are those of two
+# runs before, whose build key was reused (found at random)
 def test_random_histories(tmp_path_factory, history, versioning, has_lateness, is_eager):
     """Both source fingerprints: the change column alone (the cdc contract) and whole rows; with
     and without `lateness`; segments compacted as usual or at every chance (`is_eager`)."""
