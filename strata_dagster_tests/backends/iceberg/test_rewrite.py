@@ -107,6 +107,11 @@ keys_2 = st.sampled_from([None, "a", "b"])
 values = st.integers(-5, 5)
 row = st.tuples(keys_1, keys_2, values)
 segment = st.tuples(st.lists(row, max_size=6), st.lists(st.tuples(keys_1, keys_2), max_size=3), st.booleans())
+upsert_histories = {
+    "base": st.lists(row, min_size=1, max_size=20),
+    "later": st.lists(segment, min_size=1, max_size=5),
+    "layout": st.sampled_from(["one key", "two keys", "partitioned by key"]),
+}
 
 
 @settings(
@@ -114,11 +119,7 @@ segment = st.tuples(st.lists(row, max_size=6), st.lists(st.tuples(keys_1, keys_2
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(
-    base=st.lists(row, min_size=1, max_size=20),
-    later=st.lists(segment, min_size=1, max_size=5),
-    layout=st.sampled_from(["one key", "two keys", "partitioned by key"]),
-)
+@given(**upsert_histories)
 def test_random_upsert_histories_published_hold_the_live_rows(tmp_path_factory, base, later, layout):
     """Inserts, updates and deletes of NULL and non-NULL keys, one- and two-column keys, over files
     of several segments; published after some segments (`publish`), or several at once."""
@@ -130,11 +131,7 @@ def test_random_upsert_histories_published_hold_the_live_rows(tmp_path_factory, 
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(
-    base=st.lists(row, min_size=1, max_size=20),
-    later=st.lists(segment, min_size=1, max_size=5),
-    layout=st.sampled_from(["one key", "two keys", "partitioned by key"]),
-)
+@given(**upsert_histories)
 def test_random_upsert_histories_published_by_filter_deletes_hold_the_live_rows(
     tmp_path_factory, base, later, layout
 ):
