@@ -40,6 +40,14 @@ late = st.tuples(
 region = st.tuples(st.just("region"), st.tuples(customers, st.sampled_from(REGIONS)))
 histories = st.lists(st.one_of(insert, update, delete, late, region), min_size=1, max_size=4)
 EXAMPLES = {"duckdb": 12, "spark": 3}
+# `daily`'s sum for a day goes from -1 to 0: DuckDB hashed both HUGEINT rows alike, and the
+# partition's rebuild looked like no change (backends/sql/row_hash.py; Spark hashes otherwise).
+DUCKDB_HASHES_ALIKE = [
+    ("update", [(11, "open", 0)]),
+    ("delete", [0]),
+    ("insert", [(0, "open", 0, 0)]),
+    ("update", [(3, "open", 0)]),
+]
 
 
 @pytest.mark.parametrize("engine_name", spark_params())
@@ -50,16 +58,6 @@ def test_random_histories_leave_every_model_equal_to_its_full_rebuild(engine_nam
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(history=histories)
-    # `daily`'s sum for a day went from -1 to 0: DuckDB hashed both HUGEINT rows alike, and the
-    # partition's rebuild looked like no change (backends/sql/row_hash.py).
-    @example(
-        history=[
-            ("update", [(11, "open", 0)]),
-            ("delete", [0]),
-            ("insert", [(0, "open", 0, 0)]),
-            ("update", [(3, "open", 0)]),
-        ]
-    )
     def check(history):
         root = tmp_path_factory.mktemp("acceptance")
         with engine_under_test(engine_name, root) as engine:
@@ -79,4 +77,6 @@ def test_random_histories_leave_every_model_equal_to_its_full_rebuild(engine_nam
                     only_live, only_full = differences(engine, model)
                     assert not only_live and not only_full, (step, model, only_live, only_full, paths)
 
+    if engine_name == "duckdb":
+        check = example(history=DUCKDB_HASHES_ALIKE)(check)
     check()
