@@ -132,12 +132,15 @@ def history_count(warehouse: Path) -> int:
     return execute(warehouse, "SELECT count(*) FROM strata.entries")[0][0]
 
 
+def rows_as_text(relation: str) -> str:
+    """SQL for the multiset of a relation's rows, each as its text: DuckDB's `hash(r)` cannot tell a
+    HUGEINT -1 from 0 (strata_dagster.backends.sql.row_hash), which a `sum` column holds."""
+    return f"SELECT CAST(r AS VARCHAR), count(*) FROM {relation} AS r GROUP BY 1 ORDER BY 1"
+
+
 def row_multiset(warehouse: Path, relation: str) -> list:
-    """The multiset of a relation's rows, each as its text (relation names here are test constants;
-    DuckDB's `hash(r)` cannot tell a HUGEINT -1 from 0)."""
-    return execute(
-        warehouse, f"SELECT CAST(r AS VARCHAR), count(*) FROM {relation} AS r GROUP BY 1 ORDER BY 1"
-    )
+    """The multiset of a relation's rows (relation names here are test constants)."""
+    return execute(warehouse, rows_as_text(relation))
 
 
 def replay_history(

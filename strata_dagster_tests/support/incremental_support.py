@@ -8,7 +8,7 @@ from unittest import mock
 import duckdb
 
 from strata_dagster.engine.builds import segment_compaction
-from strata_dagster_tests.support.engine_support import make_module_project
+from strata_dagster_tests.support.engine_support import make_module_project, rows_as_text
 
 MODULE = """
 source events {
@@ -98,11 +98,8 @@ def make_project(root: Path, module: str = MODULE, versioning: str = "cdc(ts)") 
 
 
 def multiset(con: duckdb.DuckDBPyConnection, query: str, params=None) -> list:
-    """The rows as a multiset, each row as its text: DuckDB's `hash(r)` cannot tell a HUGEINT -1
-    from 0 (strata_dagster.backends.sql.row_hash), which a `sum` column holds."""
-    return con.execute(
-        f"SELECT CAST(r AS VARCHAR), count(*) FROM ({query}) AS r GROUP BY 1 ORDER BY 1", params or []
-    ).fetchall()
+    """The rows of `query` as a multiset (engine_support.rows_as_text)."""
+    return con.execute(rows_as_text(f"({query})"), params or []).fetchall()
 
 
 @contextlib.contextmanager

@@ -29,28 +29,40 @@ _WIDE_INSIDE = re.compile(r"\bU?HUGEINT\b|DECIMAL\((19|[2-3]\d),")
 
 def encoded(con: duckdb.DuckDBPyConnection, statement: exp.Expr) -> exp.Expr | None:
     """A copy of `statement` whose whole-row hashes over relations with 128-bit columns hash
-    those columns encoded; None when no relation it hashes has one (the statement stands)."""
-    tree = statement.copy()
-    changed = False
+    those columns encoded; None when no relation it hashes has one (the statement stands, and
+    is not copied)."""
     described: dict[str, list[tuple[str, str]]] = {}
-    for node in list(tree.find_all(exp.Anonymous)):
-        if not _is_whole_row_hash(node):
-            continue
-        select = node.find_ancestor(exp.Select)
-        source = row_source(select) if select is not None else None
-        if source is None:
-            continue
-        probe = exp.Describe(this=exp.select("*").from_(source.copy()))
-        key = render(probe)
-        if key not in described:
-            described[key] = [(str(row[0]), str(row[1])) for row in con.execute(key).fetchall()]
-        columns = described[key]
-        names = [name for name, _ in columns]
-        if len(set(names)) != len(names) or not any(_is_wide(type_name) for _, type_name in columns):
-            continue
-        node.set("expressions", [_row_struct(columns)])
-        changed = True
-    return tree if changed else None
+    if not any(_wide_columns(con, node, described) for node in _whole_row_hashes(statement)):
+        return None
+    tree = statement.copy()
+    for node in _whole_row_hashes(tree):
+        columns = _wide_columns(con, node, described)
+        if columns:
+            node.set("expressions", [_row_struct(columns)])
+    return tree
+
+
+def _whole_row_hashes(tree: exp.Expr) -> list[exp.Anonymous]:
+    return [node for node in tree.find_all(exp.Anonymous) if _is_whole_row_hash(node)]
+
+
+def _wide_columns(
+    con: duckdb.DuckDBPyConnection, node: exp.Anonymous, described: dict[str, list[tuple[str, str]]]
+) -> list[tuple[str, str]]:
+    """The columns of the relation the hash's SELECT reads as `__strata_row`, when one of them is
+    128-bit (and their names are distinct); else none. Each relation is described once."""
+    select = node.find_ancestor(exp.Select)
+    source = row_source(select) if select is not None else None
+    if source is None:
+        return []
+    key = render(exp.Describe(this=exp.select("*").from_(source.copy())))
+    if key not in described:
+        described[key] = [(str(row[0]), str(row[1])) for row in con.execute(key).fetchall()]
+    columns = described[key]
+    names = [name for name, _ in columns]
+    if len(set(names)) != len(names) or not any(_is_wide(type_name) for _, type_name in columns):
+        return []
+    return columns
 
 
 def _is_whole_row_hash(node: exp.Anonymous) -> bool:
