@@ -59,12 +59,31 @@ def write_by_partition(rows: pa.Table, partition: tuple[str, str], folder: Path)
     return files
 
 
+# Parquet version 2's encodings, which Spark's Iceberg runtime read (vectorized) only from 2026:
+# a file a warehouse wrote with publication off uses them (backends/duckdb/snapshot_files.py).
+_LATE_ENCODINGS = frozenset(
+    {"DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY", "BYTE_STREAM_SPLIT"}
+)
+
+
+def readable_everywhere(metadata: pq.FileMetaData) -> bool:
+    """Whether a file uses none of the encodings older Iceberg readers cannot read."""
+    return not any(
+        _LATE_ENCODINGS.intersection(metadata.row_group(group).column(index).encodings)
+        for group in range(metadata.num_row_groups)
+        for index in range(metadata.num_columns)
+    )
+
+
 def registrable(partition: tuple[str, str] | None, file: Path) -> bool:
-    """A file can be registered in an unpartitioned table, or when all its rows lie in one partition."""
+    """A file can be registered when every Iceberg reader can read it, in an unpartitioned table
+    or when all its rows lie in one partition."""
+    metadata = pq.read_metadata(file)
+    if not readable_everywhere(metadata):
+        return False
     if partition is None:
         return True
     grain, column = partition
-    metadata = pq.read_metadata(file)
     index = metadata.schema.to_arrow_schema().get_field_index(column)
     values = []
     for group in range(metadata.num_row_groups):

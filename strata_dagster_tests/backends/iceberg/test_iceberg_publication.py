@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyiceberg")
@@ -19,6 +20,7 @@ from pyiceberg.transforms import DayTransform, MonthTransform  # noqa: E402
 from strata_dagster.backends.duckdb.snapshot_files import folder_of  # noqa: E402
 from strata_dagster.backends.iceberg.catalog import folder_of as setting_folder  # noqa: E402
 from strata_dagster.backends.iceberg.catalog import setting_for  # noqa: E402
+from strata_dagster.backends.iceberg.partition_files import readable_everywhere  # noqa: E402
 from strata_dagster.backends.iceberg.publisher import REWRITE_STEP  # noqa: E402
 from strata_dagster.backends.opening import open_session  # noqa: E402
 from strata_dagster.cli.main import main  # noqa: E402
@@ -136,6 +138,37 @@ def _check_tables(warehouse, result):
         "order_count": True,
         "customer_count": True,
     }
+
+
+def test_files_written_without_publication_reach_iceberg_in_the_encodings_every_reader_reads(
+    tmp_path, monkeypatch
+):
+    """Publication off, snapshot files use Parquet 2's delta encodings (smaller, faster to write and
+    read). Spark's Iceberg runtime read none before 2026, so a warehouse publishing writes version 1
+    and registers its files, and rows of a file written before publication was on are written once
+    more instead."""
+    project, warehouse = make_shop(tmp_path, rows=600)
+    first = run_project(project, warehouse)
+    assert first.iceberg is None
+    before = {
+        path: pq.read_metadata(path) for path in folder_of(warehouse).glob("snap_*_stg_orders.*.parquet")
+    }
+    assert before and not any(readable_everywhere(metadata) for metadata in before.values())
+
+    monkeypatch.setenv("STRATA_ICEBERG_CATALOG", "sqlite")
+    execute(
+        warehouse, f"UPDATE raw.orders SET amount = amount + 1, {ADVANCE_UPDATED_AT} WHERE order_id % 40 = 0"
+    )
+    published = run_project(project, warehouse)
+    assert published.iceberg is not None and published.iceberg.rows_written > 0
+    assert published.iceberg.files_registered > 0  # this run's own files, version 1
+    assert_readers_agree(warehouse)
+    catalog = catalog_of(warehouse)
+    for identifier in catalog.list_tables("main"):
+        for path in _data_files(catalog.load_table(identifier)):
+            assert readable_everywhere(pq.read_metadata(path.removeprefix("file://"))), (identifier, path)
+    # The files stay as they were written: a reader of the warehouse reads them as before.
+    assert all(path.exists() for path in before)
 
 
 def _recorded(warehouse):
