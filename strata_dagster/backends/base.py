@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # annotations only: none of these is loaded by the interface 
     from strata_dagster.language.definition import Project
     from strata_dagster.sql.content import Content, RowBasis
     from strata_dagster.sql.key_bounds import KeyBounds
-    from strata_dagster.sql.segments import KeyRange, WindowStats
+    from strata_dagster.sql.segments import KeyRange, TypedTexts, WindowStats
     from strata_dagster.sql.views import PinViolation
     from strata_dagster.state.history import HistoryReader, HistoryWriter
     from strata_dagster.state.ledger import PartitionEvidence
@@ -320,7 +320,7 @@ class Session(ABC):
         """The keys a delta replaces, as a table; how many."""
 
     @abstractmethod
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr]) -> None:
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr] | TypedTexts) -> None:
         """A one-column table holding `values`."""
 
     @abstractmethod

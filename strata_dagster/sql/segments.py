@@ -350,6 +350,18 @@ def typed_literal(text: str, type_name: str) -> exp.Expr:
     return _typed(text, type_name)
 
 
+@dataclass(frozen=True)
+class TypedTexts:
+    """Values of one type as the texts a cast reads (None: NULL). Thousands of partition keys go
+    to a values table this way, without a tree built per key and taken apart again."""
+
+    type_name: str
+    texts: tuple[str | None, ...]
+
+    def literals(self) -> list[exp.Expr]:
+        return [exp.null() if text is None else _typed(text, self.type_name) for text in self.texts]
+
+
 REREAD_ALIAS = "__reread"
 
 

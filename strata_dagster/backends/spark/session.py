@@ -54,7 +54,14 @@ from strata_dagster.sql.content import (
 )
 from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, snapshot_table
-from strata_dagster.sql.segments import KeyRange, WindowStats, key_extremes, keys_query, typed_literal
+from strata_dagster.sql.segments import (
+    KeyRange,
+    TypedTexts,
+    WindowStats,
+    key_extremes,
+    keys_query,
+    typed_literal,
+)
 from strata_dagster.state.history import HistoryReader, HistoryWriter
 from strata_dagster.state.history_mirror import HistoryMirror
 
@@ -242,9 +249,11 @@ class SparkWarehouseSession(SqlSession):
             self._key_bounds[(name, names)] = KeyBounds.of(row[2], row[3], str(row[4]))
         return int(row[0])
 
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr]) -> None:
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr] | TypedTexts) -> None:
         """As on DuckDB; its NULL keys are counted from `values` (a Spark job less, when a segment
         of partitions records whether its keys table is free of NULLs)."""
+        if isinstance(values, TypedTexts):
+            values = values.literals()
         super().create_values_table(name, column, values)
         self._forget_keys(name)  # a table of that name made before: its counts are not these
         literals = [value.this if isinstance(value, exp.Cast) else value for value in values]

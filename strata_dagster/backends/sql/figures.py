@@ -22,7 +22,14 @@ from strata_dagster.sql.content import (
     row_hash_aggregates,
 )
 from strata_dagster.sql.render import data_type, snapshot_table
-from strata_dagster.sql.segments import WindowStats, key_extremes, keys_query, typed_literal, window_predicate
+from strata_dagster.sql.segments import (
+    TypedTexts,
+    WindowStats,
+    key_extremes,
+    keys_query,
+    typed_literal,
+    window_predicate,
+)
 from strata_dagster.state.ledger import PartitionEvidence, order_of
 
 
@@ -234,10 +241,15 @@ def create_values_table(
     con: Connection,
     name: str,
     column: str,
-    values: Sequence[exp.Expr],
+    values: Sequence[exp.Expr] | TypedTexts,
     files: SnapshotKinds,
 ) -> None:
     """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
+    if isinstance(values, TypedTexts):
+        if is_duckdb(con):
+            _create_from_texts(con, name, column, data_type(values.type_name), list(values.texts), files)
+            return
+        values = values.literals()
     typed = _typed_texts(values) if is_duckdb(con) else None
     if typed is not None:
         _create_from_texts(con, name, column, *typed, files)

@@ -21,7 +21,7 @@ from strata_dagster.backends.sql import figures, key_figures, tables
 from strata_dagster.backends.sql.runner import Connection, describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
-from strata_dagster.sql.segments import Segment, WindowStats, composite_query
+from strata_dagster.sql.segments import Segment, TypedTexts, WindowStats, composite_query
 from strata_dagster.sql.views import PinViolation
 from strata_dagster.state.ledger import PartitionEvidence
 
@@ -128,7 +128,7 @@ class SqlSession(Session):
         self.point_view_at(branch_schema, model, composite_query([Segment(name) for name in table_names]))
 
     # -- delta work tables ------------------------------------------------------------------------
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr]) -> None:
+    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr] | TypedTexts) -> None:
         with self.statement_errors():
             figures.create_values_table(self.con, name, column, values, self.files)
 

@@ -132,7 +132,7 @@ class AggregateMaintained:
         )
         if undecided:
             recompute_table = f"{ctx.table_name}__recomputed"
-            session.create_values_table(recompute_table, column, [build.literal(key) for key in undecided])
+            session.create_values_table(recompute_table, column, build.typed_keys(undecided))
             self._tables.append(recompute_table)
             recomputed = ctx.compiled.with_base_predicate(build.input_rows_of(undecided, recompute_table))
             new_rows = union_all(

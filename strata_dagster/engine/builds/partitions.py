@@ -11,7 +11,7 @@ partitions (window functions, set operations) or on another input that changed r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +30,7 @@ from strata_dagster.sql.segments import (
     RANGE_TYPES,
     PartitionRanges,
     Segment,
+    TypedTexts,
     block_spans,
     composite_query,
     keyed_rows,
@@ -38,7 +39,6 @@ from strata_dagster.sql.segments import (
     partition_runs,
     replaced_rows,
     replaced_rows_key,
-    typed_literal,
 )
 from strata_dagster.state.history import SnapshotRecord
 
@@ -429,7 +429,7 @@ class PartitionBuild:
             return self.writer.kept(detail, facts)
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
-        self.ctx.session.create_values_table(keys_table, column, [self.literal(key) for key in affected])
+        self.ctx.session.create_values_table(keys_table, column, self.typed_keys(affected))
         delta_query = self.rows.rows(self, affected, keys_table, detail)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
         previous_figures = self._previous_figures()
@@ -662,7 +662,7 @@ class PartitionBuild:
         changed = [key for key in affected if key not in equal]
         if not equal or not changed:
             return build
-        session.create_values_table(keys_table, column, [self.literal(key) for key in changed])
+        session.create_values_table(keys_table, column, self.typed_keys(changed))
         # The keys table now names the changed partitions: the rows held for it, those of the
         # changed ones (the followers read them, with no new scan of the state).
         kept_rows = keyed_rows([column], [partition_key(exp.column(column), grain)], keys_table=keys_table)
@@ -729,11 +729,16 @@ class PartitionBuild:
 
     def literal(self, key: str) -> exp.Expr:
         """A partition key as a literal of the partition column's type."""
-        if key == NULL_PARTITION:
-            return exp.null()
+        (literal,) = self.typed_keys([key]).literals()
+        return literal
+
+    def typed_keys(self, keys: Iterable[str]) -> TypedTexts:
+        """Partition keys as texts of the partition column's type (NULL_PARTITION: NULL)."""
         grain = partition_grain(self.ctx)
         if grain in ("day", "month"):
-            return typed_literal(key, "DATE")
-        if grain in KEY_GRAINS:
-            return typed_literal(key, "UBIGINT" if grain == "bucket" else "BIGINT")
-        return typed_literal(key, self._previous_type() or "VARCHAR")
+            type_name = "DATE"
+        elif grain in KEY_GRAINS:
+            type_name = "UBIGINT" if grain == "bucket" else "BIGINT"
+        else:
+            type_name = self._previous_type() or "VARCHAR"
+        return TypedTexts(type_name, tuple(None if key == NULL_PARTITION else key for key in keys))
