@@ -6,7 +6,9 @@ only there: a `sum` over integers is a HUGEINT, and a total going from -1 to 0 (
 -0.01 to 0.00 in a DECIMAL(38,2)) left a content identity unchanged. A whole-row hash
 (`hash(__strata_row)`, sql.content) over a relation with such a column hashes instead a struct of
 the row's columns with each of those as the 64-bit value it fits in (TRY_CAST, nearly free) and,
-when it does not fit, as text. Relations without such a column hash as before.
+when it does not fit, as text. A hash of some of the row's columns (`hash(__strata_row.key,
+__strata_row.cdc)`, an upsert's key-and-change-column figures) encodes those of its columns that
+are 128-bit the same way. Relations without such a column hash as before.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from sqlglot import exp
 from strata_dagster.sql.content import ROW_ALIAS, row_source
 from strata_dagster.sql.render import render
 
-# How a whole-row hash renders: a statement without it is run as it is.
-MARKER = f"HASH({ROW_ALIAS})"
+# How a hash of the row or of its columns renders: a statement without one is run as it is.
+MARKER = f"HASH({ROW_ALIAS}"
 # 128-bit scalar types and the 64-bit types their values are tried in.
 _NARROWER = {"HUGEINT": "BIGINT", "UHUGEINT": "UBIGINT"}
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
@@ -32,18 +34,31 @@ def encoded(con: duckdb.DuckDBPyConnection, statement: exp.Expr) -> exp.Expr | N
     those columns encoded; None when no relation it hashes has one (the statement stands, and
     is not copied)."""
     described: dict[str, list[tuple[str, str]]] = {}
-    if not any(_wide_columns(con, node, described) for node in _whole_row_hashes(statement)):
+    if not any(_wide_columns(con, node, described) for node in _row_hashes(statement)):
         return None
     tree = statement.copy()
-    for node in _whole_row_hashes(tree):
+    for node in _row_hashes(tree):
         columns = _wide_columns(con, node, described)
-        if columns:
+        if not columns:
+            continue
+        if _is_whole_row_hash(node):
             node.set("expressions", [_row_struct(columns)])
+        else:
+            types = dict(columns)
+            node.set(
+                "expressions",
+                [
+                    _value(argument.name, types[argument.name]) if argument.name in types else argument
+                    for argument in node.expressions
+                ],
+            )
     return tree
 
 
-def _whole_row_hashes(tree: exp.Expr) -> list[exp.Anonymous]:
-    return [node for node in tree.find_all(exp.Anonymous) if _is_whole_row_hash(node)]
+def _row_hashes(tree: exp.Expr) -> list[exp.Anonymous]:
+    return [
+        node for node in tree.find_all(exp.Anonymous) if _is_whole_row_hash(node) or _is_columns_hash(node)
+    ]
 
 
 def _wide_columns(
@@ -70,6 +85,17 @@ def _is_whole_row_hash(node: exp.Anonymous) -> bool:
         return False
     argument = node.expressions[0]
     return isinstance(argument, exp.Column) and not argument.table and argument.name == ROW_ALIAS
+
+
+def _is_columns_hash(node: exp.Anonymous) -> bool:
+    """`hash(__strata_row.a, __strata_row.b, ...)`: a hash of some of the row's columns."""
+    return (
+        node.name.lower() == "hash"
+        and bool(node.expressions)
+        and all(
+            isinstance(argument, exp.Column) and argument.table == ROW_ALIAS for argument in node.expressions
+        )
+    )
 
 
 def _is_wide(type_name: str) -> bool:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from strata_dagster.backends.sql import row_hash
-from strata_dagster.backends.sql.figures import content_by_group, content_of
+from strata_dagster.backends.sql.figures import content_by_group, content_of, key_sum
 from strata_dagster.sql.content import ROW_ALIAS, as_rows, row_hash_aggregates
 
 PAIRS = [
@@ -50,6 +50,25 @@ def test_grouped_figures_add_up_to_the_content_with_128_bit_columns():
     groups = content_by_group(con, exp.table_("t"), exp.column("g", table=ROW_ALIAS))
     whole = content_of(con, exp.table_("t"))
     assert sum(int(figures[1]) for figures in groups.values()) == int(whole.row_hash_sum)
+
+
+@pytest.mark.parametrize(("type_name", "one", "other"), PAIRS[:5])
+def test_key_and_change_column_sums_tell_128_bit_keys_and_versions_apart(type_name, one, other):
+    """An upsert's key-and-cdc figures hash only those columns: a key (or version) of -1 against
+    0 must count as another row there too, whatever else the relation holds."""
+    con = duckdb.connect()
+    for name, value in (("a", one), ("b", other)):
+        con.execute(f"CREATE TABLE {name} (k {type_name}, v {type_name}, note VARCHAR)")
+        con.execute(
+            f"INSERT INTO {name} VALUES (CAST({value} AS {type_name}), CAST({value} AS {type_name}), 'x')"
+        )
+    for columns in (["k"], ["k", "v"], ["note", "v"]):
+        assert key_sum(con, exp.table_("a"), columns) != key_sum(con, exp.table_("b"), columns), columns
+    con.execute("CREATE TABLE narrow AS SELECT 1::BIGINT AS k, 'x' AS note")
+    plain = exp.select(exp.func("hash", exp.column("k", table=ROW_ALIAS))).from_(
+        as_rows(exp.table_("narrow"))
+    )
+    assert row_hash.encoded(con, plain) is None
 
 
 def test_a_relation_without_128_bit_columns_hashes_as_before():
