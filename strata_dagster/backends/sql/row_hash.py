@@ -34,25 +34,33 @@ def encoded(con: duckdb.DuckDBPyConnection, statement: exp.Expr) -> exp.Expr | N
     those columns encoded; None when no relation it hashes has one (the statement stands, and
     is not copied)."""
     described: dict[str, list[tuple[str, str]]] = {}
-    if not any(_wide_columns(con, node, described) for node in _row_hashes(statement)):
+    if not any(_encoding(con, node, described) is not None for node in _row_hashes(statement)):
         return None
     tree = statement.copy()
     for node in _row_hashes(tree):
-        columns = _wide_columns(con, node, described)
-        if not columns:
-            continue
-        if _is_whole_row_hash(node):
-            node.set("expressions", [_row_struct(columns)])
-        else:
-            types = dict(columns)
-            node.set(
-                "expressions",
-                [
-                    _value(argument.name, types[argument.name]) if argument.name in types else argument
-                    for argument in node.expressions
-                ],
-            )
+        arguments = _encoding(con, node, described)
+        if arguments is not None:
+            node.set("expressions", arguments)
     return tree
+
+
+def _encoding(
+    con: duckdb.DuckDBPyConnection, node: exp.Anonymous, described: dict[str, list[tuple[str, str]]]
+) -> list[exp.Expr] | None:
+    """The arguments that hash what `node` hashes with its 128-bit columns encoded; None when it
+    hashes none (a hash of some columns, none of them 128-bit, stays as it is)."""
+    columns = _wide_columns(con, node, described)
+    if not columns:
+        return None
+    if _is_whole_row_hash(node):
+        return [_row_struct(columns)]
+    types = dict(columns)
+    if not any(_is_wide(types.get(argument.name, "")) for argument in node.expressions):
+        return None
+    return [
+        _value(argument.name, types[argument.name]) if argument.name in types else argument
+        for argument in node.expressions
+    ]
 
 
 def _row_hashes(tree: exp.Expr) -> list[exp.Anonymous]:
