@@ -320,7 +320,7 @@ class Session(ABC):
         """The keys a delta replaces, as a table; how many."""
 
     @abstractmethod
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr] | TypedTexts) -> None:
+    def create_values_table(self, name: str, column: str, values: TypedTexts) -> None:
         """A one-column table holding `values`."""
 
     @abstractmethod

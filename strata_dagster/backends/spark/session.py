@@ -249,16 +249,12 @@ class SparkWarehouseSession(SqlSession):
             self._key_bounds[(name, names)] = KeyBounds.of(row[2], row[3], str(row[4]))
         return int(row[0])
 
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr] | TypedTexts) -> None:
+    def create_values_table(self, name: str, column: str, values: TypedTexts) -> None:
         """As on DuckDB; its NULL keys are counted from `values` (a Spark job less, when a segment
         of partitions records whether its keys table is free of NULLs)."""
-        if isinstance(values, TypedTexts):
-            values = values.literals()
         super().create_values_table(name, column, values)
         self._forget_keys(name)  # a table of that name made before: its counts are not these
-        literals = [value.this if isinstance(value, exp.Cast) else value for value in values]
-        if all(isinstance(literal, exp.Null | exp.Literal) for literal in literals):
-            self._null_keys[(name, (column,))] = sum(isinstance(literal, exp.Null) for literal in literals)
+        self._null_keys[(name, (column,))] = sum(text is None for text in values.texts)
 
     def count_null_keys(self, name: str, keys: Sequence[str]) -> int:
         known = self._null_keys.get((name, tuple(keys)))

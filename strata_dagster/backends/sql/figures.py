@@ -241,45 +241,21 @@ def create_values_table(
     con: Connection,
     name: str,
     column: str,
-    values: Sequence[exp.Expr] | TypedTexts,
+    values: TypedTexts,
     files: SnapshotKinds,
 ) -> None:
     """A one-column table holding `values` (e.g. the partitions a segment replaces)."""
-    if isinstance(values, TypedTexts):
-        if is_duckdb(con):
-            _create_from_texts(con, name, column, data_type(values.type_name), list(values.texts), files)
-            return
-        values = values.literals()
-    typed = _typed_texts(values) if is_duckdb(con) else None
-    if typed is not None:
-        _create_from_texts(con, name, column, *typed, files)
+    if is_duckdb(con):
+        _create_from_texts(con, name, column, data_type(values.type_name), list(values.texts), files)
         return
     rows = exp.values(
-        [exp.Tuple(expressions=[value.copy()]) for value in values], alias="__values", columns=[column]
+        [exp.Tuple(expressions=[value]) for value in values.literals()], alias="__values", columns=[column]
     )
     query = exp.select(exp.column(column)).from_(rows)
     create_snapshot(con, name, query, files)
 
 
 _VALUES_STAGING = exp.Table(this=exp.to_identifier("__strata_values"), db=exp.to_identifier("temp"))
-
-
-def _typed_texts(values: Sequence[exp.Expr]) -> tuple[exp.DataType, list[str | None]] | None:
-    """`values` as texts of one type (each `CAST('text' AS type)` or NULL), None otherwise."""
-    to: exp.DataType | None = None
-    texts: list[str | None] = []
-    for value in values:
-        if isinstance(value, exp.Null):
-            texts.append(None)
-            continue
-        if not (isinstance(value, exp.Cast) and isinstance(value.this, exp.Literal) and value.this.is_string):
-            return None
-        if to is None:
-            to = value.to
-        elif value.to != to:
-            return None
-        texts.append(value.this.this)
-    return None if to is None else (to, texts)
 
 
 def _create_from_texts(

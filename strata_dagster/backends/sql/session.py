@@ -128,7 +128,7 @@ class SqlSession(Session):
         self.point_view_at(branch_schema, model, composite_query([Segment(name) for name in table_names]))
 
     # -- delta work tables ------------------------------------------------------------------------
-    def create_values_table(self, name: str, column: str, values: Sequence[exp.Expr] | TypedTexts) -> None:
+    def create_values_table(self, name: str, column: str, values: TypedTexts) -> None:
         with self.statement_errors():
             figures.create_values_table(self.con, name, column, values, self.files)
 
