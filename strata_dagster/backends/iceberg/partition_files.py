@@ -75,10 +75,9 @@ def readable_everywhere(metadata: pq.FileMetaData) -> bool:
     )
 
 
-def registrable(partition: tuple[str, str] | None, file: Path) -> bool:
-    """A file can be registered when every Iceberg reader can read it, in an unpartitioned table
-    or when all its rows lie in one partition."""
-    metadata = pq.read_metadata(file)
+def registrable(partition: tuple[str, str] | None, metadata: pq.FileMetaData) -> bool:
+    """A file (by its footer) can be registered when every Iceberg reader can read it, in an
+    unpartitioned table or when all its rows lie in one partition."""
     if not readable_everywhere(metadata):
         return False
     if partition is None:

@@ -294,8 +294,9 @@ class _Steps:
             if keys.num_rows:
                 self._delete_keys(tx, keys)
                 self.made = True
-        if segment.file is not None and registrable(self.state.partition, segment.file):
-            if pq.read_metadata(segment.file).num_rows == 0:
+        metadata = pq.read_metadata(segment.file) if segment.file is not None else None
+        if segment.file is not None and metadata is not None and registrable(self.state.partition, metadata):
+            if metadata.num_rows == 0:
                 return
             try:
                 tx.add_files([str(segment.file)], snapshot_properties=self._properties())
