@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from sqlglot import exp
 
 from strata_dagster.backends.choice import Capabilities
+from strata_dagster.backends.file_stamps import FileStamp
 
 if TYPE_CHECKING:  # annotations only: none of these is loaded by the interface itself
     import duckdb
@@ -174,6 +175,12 @@ class Session(ABC):
         self, project: Project, overrides: Mapping[str, str]
     ) -> dict[str, tuple[tuple[str, str], ...]]:
         """(column, type) of every source that can be read now; unreadable ones are left out."""
+
+    def source_file_stamp(self, relation: exp.Table, database: Path) -> FileStamp | None:
+        """The stamp of `database`, the file a source's `relation` is read from, where every row of
+        the relation is stored in that file (a table, not a view over other data); None where the
+        backend cannot tell."""
+        return None
 
     @abstractmethod
     def partition_evidence(self, relation: exp.Table, key: exp.Expr, column: str) -> list[PartitionEvidence]:

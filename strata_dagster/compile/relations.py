@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from sqlglot import exp
 
@@ -82,6 +82,15 @@ def source_relation(source: Source, project_root: str | None = None) -> exp.Tabl
     if source.database is not None:
         table.set("catalog", exp.to_identifier(attached_catalog(source)))
     return table
+
+
+def source_database_path(source: Source, project_root: Path) -> Path | None:
+    """The DuckDB database file a `database:` source reads (relative paths start at the project
+    folder); None for any other source."""
+    if source.database is None:
+        return None
+    path = Path(source.database)
+    return path if path.is_absolute() else project_root / path
 
 
 def file_format(path: str) -> str:

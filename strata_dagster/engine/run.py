@@ -32,6 +32,7 @@ from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.listing_prefetch import listed_while_opening
 from strata_dagster.engine.paths import CUTOFF, DELTA, PARTITIONS, REUSED
 from strata_dagster.engine.sources.new_warehouse import refuse_new_warehouse_without_sources
+from strata_dagster.engine.sources.readings import record_stamps
 from strata_dagster.faults import checkpoint
 from strata_dagster.fingerprint import ModelFingerprint, build_key, digest, short_id
 from strata_dagster.language import load_project
@@ -177,6 +178,7 @@ class _Run:
             )
             if is_noop:
                 self.session.rollback()
+                record_stamps(self.session, self.scope.sources.values())
                 latest = self.reader.entry(self.scope.entry - 1)
                 return RunResult(
                     None,
@@ -201,6 +203,7 @@ class _Run:
         finally:
             self.reader.remember_snapshots(False)
         checkpoint("committed")
+        record_stamps(self.session, self.scope.sources.values())
         return RunResult(
             run_id,
             publication.entry,

@@ -197,6 +197,7 @@ class HistoryReader:
         self.con = con
         # Snapshot records by id, while a run reads them (see remember_snapshots).
         self._remembered: dict[str, SnapshotRecord] | None = None
+        self._has_source_stamps: bool | None = None
 
     def remember_snapshots(self, on: bool) -> None:
         """Within a run, read each snapshot record once: a record never changes while one run holds
@@ -257,6 +258,27 @@ class HistoryReader:
             [branch, catalog],
         ).fetchone()
         return None if row is None or row[0] is None else (int(row[0]), str(row[1]))
+
+    def source_stamp_figures(
+        self, source: str, relation: str, engine: str, stamp: str
+    ) -> tuple[int, str] | None:
+        """(row count, row-hash sum) a scan of `source` read from `relation` when its database file
+        had `stamp`, computed by `engine`, if one was recorded."""
+        if self._has_source_stamps is None:
+            # A warehouse opened read-only is not migrated: an older one has no such table.
+            found = self.con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND schema_name = 'strata' AND table_name = 'source_stamps'"
+            ).fetchone()
+            self._has_source_stamps = bool(found and found[0])
+        if not self._has_source_stamps:
+            return None
+        row = self.con.execute(
+            "SELECT row_count, row_hash_sum FROM strata.source_stamps "
+            "WHERE source = ? AND relation = ? AND engine = ? AND stamp = ? ORDER BY rowid DESC LIMIT 1",
+            [source, relation, engine, stamp],
+        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def branches_differing_in_case(self, branch: str) -> list[str]:
         """The branches whose names differ from `branch` in case only (DuckDB gives them one schema)."""
@@ -618,6 +640,15 @@ class HistoryWriter:
         self.con.execute(
             "INSERT INTO strata.iceberg_catalog_seen VALUES (?, ?, ?, ?, now())",
             [entry, branch, catalog, stamp],
+        )
+
+    def add_source_stamps(self, stamps: Sequence[tuple[str, str, str, str, int, str]]) -> None:
+        """Each (source, relation, engine, stamp, row count, row-hash sum) a scan read."""
+        _insert_rows(
+            self.con,
+            "INSERT INTO strata.source_stamps "
+            "SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), now()",
+            stamps,
         )
 
     def add_dropped(self, snapshot_id: str, entry: int) -> None:

@@ -144,6 +144,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             seen_at TIMESTAMP NOT NULL
         )""",
     ),
+    (
+        # A source's whole-row figures as a scan read them, under the stamp its DuckDB database
+        # file had before the scan (engine/sources/file_stamps.py): a later read that finds the
+        # file at the same settled stamp takes these figures instead of scanning again. `engine`
+        # names what computed them (strata's and the backend's versions): another hashes anew.
+        """CREATE TABLE strata.source_stamps (
+            source VARCHAR NOT NULL,
+            relation VARCHAR NOT NULL,
+            engine VARCHAR NOT NULL,
+            stamp VARCHAR NOT NULL,
+            row_count BIGINT NOT NULL,
+            row_hash_sum VARCHAR NOT NULL,
+            seen_at TIMESTAMP NOT NULL
+        )""",
+    ),
 )
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
 from strata_dagster.backends.duckdb.limits import connect_in_memory
 from strata_dagster.backends.sql.runner import Connection, describe, relation_exists, run
-from strata_dagster.compile.relations import attached_catalog, source_relation
+from strata_dagster.compile.relations import attached_catalog, source_database_path, source_relation
 from strata_dagster.errors import E_OVERRIDE, E_SOURCE, StrataError, first_line
 from strata_dagster.language.definition import Project, Source
 from strata_dagster.sql.render import parse_table_name
@@ -29,9 +28,8 @@ def attach_source_databases(
     for source in project.sources.values():
         if source.database is None or attached_catalog(source) in attached:
             continue
-        path = Path(source.database)
-        if not path.is_absolute():
-            path = project.root / path
+        path = source_database_path(source, project.root)
+        assert path is not None
         if not path.exists():
             if not is_strict:
                 continue
@@ -47,6 +45,30 @@ def attach_source_databases(
             expressions=[exp.AttachOption(this=exp.var("READ_ONLY"))],
         )
         run(con, statement)
+
+
+def is_stored_table(con: duckdb.DuckDBPyConnection, relation: exp.Table) -> bool:
+    """Whether `relation` (catalog.schema.table, the schema `main` when not named) is a table of its
+    attached database, its rows stored in that database's file (names matched as DuckDB matches
+    them, whatever their case)."""
+    found = run(
+        con,
+        exp.select(exp.func("count_star"))
+        .from_(exp.Table(this=exp.func("duckdb_tables")))
+        .where(
+            exp.and_(
+                exp.func("lower", exp.column("database_name")).eq(
+                    exp.Literal.string(relation.catalog.lower())
+                ),
+                exp.func("lower", exp.column("schema_name")).eq(
+                    exp.Literal.string((relation.db or "main").lower())
+                ),
+                exp.func("lower", exp.column("table_name")).eq(exp.Literal.string(relation.name.lower())),
+                exp.not_(exp.column("temporary")),
+            )
+        ),
+    ).fetchone()
+    return bool(found and found[0])
 
 
 def parse_overrides(

@@ -6,8 +6,8 @@ versions of materializations (snapshot content), so Dagster's staleness equals t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sqlglot import exp
@@ -16,11 +16,11 @@ from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.choice import backend_version
 from strata_dagster.backends.duckdb.sources import source_table
 from strata_dagster.backends.opening import open_session
-from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema
+from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, source_database_path
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.sources.logs import with_ledger
 from strata_dagster.errors import E_SOURCE, StrataError
-from strata_dagster.fingerprint import ModelFingerprint, model_fingerprint
+from strata_dagster.fingerprint import HASH_VERSION, ModelFingerprint, model_fingerprint
 from strata_dagster.language.definition import Source
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis, is_summed
 from strata_dagster.sql.render import render
@@ -40,6 +40,9 @@ class SourceState:
     # Read through an override whose rows differ from the source's own table: the figures are
     # whole-row, and no delta computed against the source's own watermark applies.
     is_replaced: bool = False
+    # The settled stamp of the source's database file a scan read these figures under, when no
+    # record had them yet (`record_stamps` keeps them for the next read).
+    unrecorded_stamp: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,59 @@ class _Reading:
     basis: RowBasis
     is_replaced: bool
     whole: Content | None = None  # the relation's whole-row content, when the choice needed it
+    stamp: str | None = None  # its database file's settled stamp, when figures under it count
+    recorded: Content | None = None  # the figures a scan under that same stamp read
+
+    def scanned(self, name: str, content: Content) -> SourceState:
+        """The state a scan of this reading gave, with the stamp to record it under."""
+        state = _state(name, self.relation, content, self.is_replaced)
+        return state if self.stamp is None else replace(state, unrecorded_stamp=self.stamp)
+
+
+def _figures_engine() -> str:
+    """What computes a source's figures: a record made by another version is not taken."""
+    return f"{HASH_VERSION}/{backend_version()}"
+
+
+def _stamped(session: Session, context: ProjectContext, name: str, reading: _Reading) -> _Reading:
+    """`reading` with its source's database file stamp, and the figures a scan read under it when
+    the history has them: whole-row figures of a source's own table in a DuckDB file only (a
+    change column's figures come from statistics, without a scan)."""
+    source = context.project.sources[name]
+    path = source_database_path(source, context.project.root)
+    if path is None or reading.is_replaced or name in context.overrides or not is_summed(reading.basis):
+        return reading
+    stamp = session.source_file_stamp(reading.relation, path)
+    if stamp is None or not stamp.is_settled:
+        return reading
+    figures = session.history.source_stamp_figures(
+        name, render(reading.relation), _figures_engine(), stamp.text
+    )
+    if figures is None:
+        return replace(reading, stamp=stamp.text)
+    return replace(reading, recorded=Content(reading.columns, figures[0], figures[1], reading.basis))
+
+
+def record_stamps(session: Session, states: Iterable[SourceState]) -> None:
+    """Keep the figures of every state a scan read under a settled stamp of its source's file, for
+    the next read to take without a scan. Its own transaction: a run that publishes nothing
+    records them too."""
+    rows = [
+        (
+            state.name,
+            state.relation,
+            _figures_engine(),
+            state.unrecorded_stamp,
+            state.row_count,
+            state.row_hash_sum,
+        )
+        for state in states
+        if state.unrecorded_stamp is not None and state.row_hash_sum is not None
+    ]
+    if not rows:
+        return
+    with session.transaction():
+        session.writer.add_source_stamps(rows)
 
 
 def _reading(session: Session, context: ProjectContext, name: str) -> _Reading:
@@ -156,7 +212,7 @@ def _reading(session: Session, context: ProjectContext, name: str) -> _Reading:
     columns = _described(session, source, relation)
     declared = checked_basis(source, relation, columns)
     if name not in context.overrides:
-        return _Reading(relation, columns, declared, False)
+        return _stamped(session, context, name, _Reading(relation, columns, declared, False))
     try:
         corrected = session.content(relation, WHOLE_ROW, columns)
     except WarehouseError as error:
@@ -180,13 +236,20 @@ def read_source_state(session: Session, context: ProjectContext, name: str) -> S
         relation = source_table(source, context.project, {})
         return SourceState(name, render(relation), fingerprint, rows, None, (source.partitioned_by.column,))
     reading = _reading(session, context, name)
+    return _read_state(session, context, name, reading)
+
+
+def _read_state(session: Session, context: ProjectContext, name: str, reading: _Reading) -> SourceState:
+    source = context.project.sources[name]
     if reading.whole is not None and reading.basis == WHOLE_ROW:
         return _state(name, reading.relation, reading.whole, reading.is_replaced)
+    if reading.recorded is not None:
+        return _state(name, reading.relation, reading.recorded)
     try:
         content = session.content(reading.relation, reading.basis, reading.columns)
     except WarehouseError as error:
         raise unreadable_source(source, reading.relation, error) from None
-    state = _state(name, reading.relation, content, reading.is_replaced)
+    state = reading.scanned(name, content)
     if source.versioning.kind != "ledger" or name in context.overrides:
         return state
     return replace(state, fingerprint=with_ledger(session, context.project, source, state.fingerprint))
@@ -216,6 +279,8 @@ def read_source_state_by_group(
         except WarehouseError as error:
             raise unreadable_source(source, relation, error) from None
         return _state(name, relation, content, reading.is_replaced), grouped
+    if reading.recorded is not None:
+        return _state(name, relation, reading.recorded), grouped  # grouped only if a model builds
     groups = grouped()
     content = Content(
         reading.columns,
@@ -223,7 +288,7 @@ def read_source_state_by_group(
         str(sum(int(hash_sum) for _, hash_sum in groups.values())),
         basis,
     )
-    return _state(name, relation, content, reading.is_replaced), lambda: groups
+    return reading.scanned(name, content), lambda: groups
 
 
 def read_source_state_by_figures(
@@ -238,14 +303,15 @@ def read_source_state_by_figures(
     add up to the whole table's figures: one scan gives both, the figures rendered as the query
     they answer. Else (a change-column basis, a backend that holds nothing) the state alone."""
     reading = _reading(session, context, name)
-    if not is_summed(reading.basis) or reading.whole is not None:
-        return read_source_state(session, context, name), None
+    if not is_summed(reading.basis) or reading.whole is not None or reading.recorded is not None:
+        # The model's build scans its figures itself, if it builds.
+        return _read_state(session, context, name, reading), None
     source = context.project.sources[name]
     query = figures(reading.relation, reading.basis)
     try:
         held = session.held_rows(("source figures", render(query)), lambda: query.copy())
         if not isinstance(held, exp.Table):
-            return read_source_state(session, context, name), None
+            return _read_state(session, context, name, reading), None
         totals = exp.select(
             *(
                 exp.func("coalesce", exp.func("sum", exp.column(column)), exp.Literal.number(0))
@@ -256,7 +322,7 @@ def read_source_state_by_figures(
     except WarehouseError as error:
         raise unreadable_source(source, reading.relation, error) from None
     content = Content(reading.columns, int(rows[0][0]), str(rows[0][1]), reading.basis)
-    return _state(name, reading.relation, content, reading.is_replaced), (render(query), held)
+    return reading.scanned(name, content), (render(query), held)
 
 
 def observe_sources(
