@@ -133,7 +133,8 @@ CATALOGUE: Final[dict[str, str]] = {
     "rewritten or resized; a row count or range changed): immutability broken",
     E_PARTITION_BACKFILLED: "a new partition of a business-versioned source at or before the last consumed one: "
     "monotonic arrival broken",
-    E_PARTITION_VERIFY: "`strata verify --sources`: a consumed partition no longer holds what the ledger recorded",
+    E_PARTITION_VERIFY: "`strata verify --sources`: a consumed partition no longer holds what the ledger recorded, "
+    "or a source's database file holds other rows than the record of its unchanged stamp",
     E_PARTITION_START: "a partitioned source's `start:` of another kind than its partition column (a date for an "
     "integer column, an integer for a DATE or TIMESTAMP one)",
     E_PARTITION_UNREADABLE: "a new partition of a business-versioned file source holds a file that cannot be read "

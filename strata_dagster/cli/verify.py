@@ -51,8 +51,9 @@ _LEGEND = (
     "--sources",
     "deep_sources",
     is_flag=True,
-    help="Instead of models: re-hash every consumed partition of the business-versioned sources and "
-    "compare it with their ledger (E054 on any difference).",
+    help="Instead of models: re-hash every consumed partition of the business-versioned sources, and "
+    "every source read from the record of its database file's stamp, and compare them with their "
+    "ledger or record (E054 on any difference).",
 )
 @warehouse_option
 @branch_option
@@ -100,6 +101,10 @@ def _verify_sources(project: Path, warehouse: Path) -> None:
     checks = verify_sources(project, warehouse)
     for check in checks:
         bad = len(check.mismatched)
+        if check.is_stamped:
+            state = "equal to" if not bad else "DIFFERS from"
+            console.print(f"{check.source}: {state} the record of its file's stamp", markup=False)
+            continue
         state = "equal to its ledger" if not bad else f"{bad} partition(s) DIFFER"
         console.print(
             f"{check.source}: {len(check.partitions):,} consumed partition(s), {state}", markup=False
@@ -112,7 +117,7 @@ def _verify_sources(project: Path, warehouse: Path) -> None:
     error = mismatch_error(checks)
     if error is not None:
         raise error
-    console.print(f"verify --sources: {len(checks)} source(s) equal to their ledgers", markup=False)
+    console.print(f"verify --sources: {len(checks)} source(s) equal to what was recorded", markup=False)
 
 
 def print_report(report: VerifyReport) -> None:

@@ -153,7 +153,9 @@ class _Reading:
     def scanned(self, name: str, content: Content) -> SourceState:
         """The state a scan of this reading gave, with the stamp to record it under."""
         state = _state(name, self.relation, content, self.is_replaced)
-        return state if self.stamp is None else replace(state, unrecorded_stamp=self.stamp)
+        if self.stamp is None or self.recorded is not None:
+            return state
+        return replace(state, unrecorded_stamp=self.stamp)
 
 
 def _figures_engine() -> str:
@@ -177,7 +179,31 @@ def _stamped(session: Session, context: ProjectContext, name: str, reading: _Rea
     )
     if figures is None:
         return replace(reading, stamp=stamp.text)
-    return replace(reading, recorded=Content(reading.columns, figures[0], figures[1], reading.basis))
+    recorded = Content(reading.columns, figures[0], figures[1], reading.basis)
+    return replace(reading, stamp=stamp.text, recorded=recorded)
+
+
+def recheck_stamped(
+    session: Session, context: ProjectContext, name: str
+) -> tuple[tuple[int, str], tuple[int, str]] | None:
+    """The figures a read of source `name` takes from the record of its file's stamp, and those a
+    scan reads now; None when no record covers the file as it is. A record the scan contradicts
+    (a file system that kept a file's times through a write) is superseded by what the scan read,
+    so that the next run sees the rows as they are."""
+    reading = _reading(session, context, name)
+    if reading.recorded is None or reading.stamp is None:
+        return None
+    try:
+        content = session.content(reading.relation, reading.basis, reading.columns)
+    except WarehouseError as error:
+        raise unreadable_source(context.project.sources[name], reading.relation, error) from None
+    recorded = (reading.recorded.row_count, reading.recorded.row_hash_sum)
+    now = (content.row_count, content.row_hash_sum)
+    if now != recorded:
+        record_stamps(
+            session, [replace(_state(name, reading.relation, content), unrecorded_stamp=reading.stamp)]
+        )
+    return recorded, now
 
 
 def record_stamps(session: Session, states: Iterable[SourceState]) -> None:

@@ -1,6 +1,8 @@
-"""`strata verify --sources`: the deep check of business-versioned sources. Every consumed
-partition's rows are hashed again and compared with what the ledger recorded when it was consumed,
-catching what cheap evidence cannot (a file rewritten in place with the same size and row count).
+"""`strata verify --sources`: the deep check of what cheap evidence stands for. Every consumed
+partition of a business-versioned source is hashed again and compared with what the ledger
+recorded when it was consumed, catching what cheap evidence cannot (a file rewritten in place with
+the same size and row count). A source read from the record of its database file's stamp
+(engine.sources.readings) is scanned and compared with that record.
 
 A file source's consumed partitions are read as the run read them: each from the files its folder
 lists now, by name, never through a glob of every folder. A folder the ledger does not hold (one
@@ -19,10 +21,13 @@ from strata_dagster.backends.duckdb.sources import file_pattern, source_table
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.context import ProjectContext, load_context
 from strata_dagster.engine.sources import business
+from strata_dagster.engine.sources.readings import recheck_stamped
 from strata_dagster.errors import E_PARTITION_VERIFY, StrataError
 from strata_dagster.language.definition import Source
 from strata_dagster.state import ledger
 from strata_dagster.state.ledger import LedgerEntry, PartitionEvidence
+
+WHOLE_TABLE = "(whole table)"
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class PartitionCheck:
 class SourceCheck:
     source: str
     partitions: tuple[PartitionCheck, ...]
+    # A source whose reads take the record of its file's stamp: one check of the whole table.
+    is_stamped: bool = False
 
     @property
     def mismatched(self) -> tuple[PartitionCheck, ...]:
@@ -58,7 +65,14 @@ def verify_sources(project_dir: Path, warehouse: Path, names: list[str] | None =
         context = load_context(session, project_dir, {})
         checks = []
         for name, source in sorted(context.project.sources.items()):
-            if not source.is_business_versioned or (names and name not in names):
+            if names and name not in names:
+                continue
+            if not source.is_business_versioned:
+                figures = recheck_stamped(session, context, name)
+                if figures is not None:
+                    checks.append(
+                        SourceCheck(name, (PartitionCheck(WHOLE_TABLE, *figures),), is_stamped=True)
+                    )
                 continue
             recorded = ledger.read_ledger(session.meta, name) or {}
             ordered = sorted(recorded.items(), key=lambda pair: ledger.order_of(pair[0]))
@@ -154,6 +168,16 @@ def mismatch_error(checks: list[SourceCheck]) -> StrataError | None:
     if not bad:
         return None
     source, part = bad[0]
+    check = next(check for check in checks if check.source == source)
+    if check.is_stamped:
+        return StrataError(
+            E_PARTITION_VERIFY,
+            f"source `{source}` holds {part.describe_now()} hashing otherwise than the record of its "
+            f"file's stamp ({part.recorded[0]:,} rows): its file changed while its times stayed",
+            subject=source,
+            hint="the record is now replaced by what was read: `strata run --only-stale` rebuilds what reads it; "
+            "write such files anew and rename them into place (docs/language.md)",
+        )
     rebuild = "`strata run --full-refresh` the models reading it"
     hint = f"the upstream broke `immutable_partitions`: fix it, then {rebuild}"
     if part.problem is not None:

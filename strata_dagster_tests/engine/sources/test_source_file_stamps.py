@@ -13,10 +13,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
 from strata_dagster.backends.file_stamps import SETTLE_NS, database_stamp
+from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources, peek_source_fingerprints
+from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
 from strata_dagster_tests.support.engine_support import execute, row_multiset
 
 SETTLE_SECONDS = SETTLE_NS / 1e9 + 0.05
@@ -217,3 +220,29 @@ def test_a_read_only_look_at_a_warehouse_without_the_record_table_scans(stamped)
     execute(warehouse, "DROP TABLE strata.source_stamps")
     truth = fresh_fingerprint(project, warehouse.parent)
     assert peek_source_fingerprints(project, warehouse, ["orders"], timeout=5) == {"orders": truth}
+
+
+def test_verify_sources_rescans_a_stamped_file_and_replaces_a_record_it_contradicts(stamped):
+    """A file system that kept a file's times through a write (simulated: the record of the old
+    rows moved onto the new stamp) hides the write from every run; `verify --sources` finds it,
+    and the record it leaves makes the next run rebuild."""
+    project, warehouse, source = stamped
+    settle()
+    run_project(project, warehouse)
+    clean = CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse), "--sources"])
+    assert clean.exit_code == 0, clean.output
+    assert "orders: equal to the record of its file's stamp" in clean.output
+    write_source(source, "UPDATE orders SET amount = amount + 1 WHERE id = 3")
+    settle()
+    execute(warehouse, "UPDATE strata.source_stamps SET stamp = ?", params=[database_stamp(source).text])
+    assert run_project(project, warehouse, only_stale=True).run_id is None  # the write is hidden
+    checks = verify_sources(project, warehouse)
+    assert [(check.source, check.is_stamped, len(check.mismatched)) for check in checks] == [
+        ("orders", True, 1)
+    ]
+    error = mismatch_error(checks)
+    assert error is not None and (error.code, error.subject) == ("E054", "orders")
+    assert run_project(project, warehouse, only_stale=True).run_id is not None
+    assert_live_models_read_the_file(project, warehouse, source)
+    again = CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse), "--sources"])
+    assert again.exit_code == 0, again.output
