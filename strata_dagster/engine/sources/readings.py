@@ -358,11 +358,14 @@ def observe_sources(
     *,
     overrides: Mapping[str, str] | None = None,
 ) -> dict[str, SourceState]:
-    """Content fingerprints of the named sources (all when None). Writes nothing but migrations."""
+    """Content fingerprints of the named sources (all when None). Writes nothing but migrations
+    and the records of its scans of settled source files, which the next run then takes."""
     with open_session(Path(warehouse)) as session:
         context = load_context(session, Path(project_dir), overrides or {})
         wanted = names if names is not None else sorted(context.project.sources)
-        return {name: read_source_state(session, context, name) for name in wanted}
+        states = {name: read_source_state(session, context, name) for name in wanted}
+        record_stamps(session, states.values())
+        return states
 
 
 def peek_source_fingerprints(

@@ -246,3 +246,19 @@ def test_verify_sources_rescans_a_stamped_file_and_replaces_a_record_it_contradi
     assert_live_models_read_the_file(project, warehouse, source)
     again = CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse), "--sources"])
     assert again.exit_code == 0, again.output
+
+
+def test_an_observation_records_its_scan_for_the_run_it_precedes(stamped):
+    """Dagster observes a changed source before materializing what reads it: the run after takes
+    the observation's record instead of scanning the file again."""
+    project, warehouse, source = stamped
+    settle()
+    run_project(project, warehouse)
+    write_source(source, "DELETE FROM orders WHERE id = 42")
+    settle()
+    observed = observe_sources(project, warehouse, ["orders"])["orders"]
+    assert observed.fingerprint == fresh_fingerprint(project, warehouse.parent)
+    assert [row[1] for row in recorded(warehouse)][-1] == database_stamp(source).text
+    assert run_project(project, warehouse, only_stale=True).run_id is not None
+    assert len(recorded(warehouse)) == 2  # the run took the observation's record
+    assert_live_models_read_the_file(project, warehouse, source)
