@@ -265,7 +265,9 @@ class HistoryReader:
         """(row count, row-hash sum) a scan of `source` read from `relation` when its database file
         had `stamp`, computed by `engine`, if one was recorded."""
         if self._has_source_stamps is None:
-            # A warehouse opened read-only is not migrated: an older one has no such table.
+            # A warehouse opened read-only is not migrated: an older one has no such table. Asked
+            # of the catalog, not tried: `strata plan` reads inside a transaction, which a failed
+            # statement would abort.
             found = self.con.execute(
                 "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
                 "AND schema_name = 'strata' AND table_name = 'source_stamps'"

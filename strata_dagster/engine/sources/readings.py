@@ -153,9 +153,7 @@ class _Reading:
     def scanned(self, name: str, content: Content) -> SourceState:
         """The state a scan of this reading gave, with the stamp to record it under."""
         state = _state(name, self.relation, content, self.is_replaced)
-        if self.stamp is None or self.recorded is not None:
-            return state
-        return replace(state, unrecorded_stamp=self.stamp)
+        return state if self.stamp is None else replace(state, unrecorded_stamp=self.stamp)
 
 
 def _figures_engine() -> str:
@@ -200,9 +198,7 @@ def recheck_stamped(
     recorded = (reading.recorded.row_count, reading.recorded.row_hash_sum)
     now = (content.row_count, content.row_hash_sum)
     if now != recorded:
-        record_stamps(
-            session, [replace(_state(name, reading.relation, content), unrecorded_stamp=reading.stamp)]
-        )
+        record_stamps(session, [reading.scanned(name, content)])
     return recorded, now
 
 
