@@ -13,6 +13,7 @@ import duckdb
 
 from strata_dagster.backends.choice import backend_version
 from strata_dagster.state.ledger import LedgerDigest, PartitionEvidence, write_ledger
+from strata_dagster.state.migrations import has_history_table
 
 
 @dataclass(frozen=True)
@@ -265,14 +266,7 @@ class HistoryReader:
         """(row count, row-hash sum) a scan of `source` read from `relation` when its database file
         had `stamp`, computed by `engine`, if one was recorded."""
         if self._has_source_stamps is None:
-            # A warehouse opened read-only is not migrated: an older one has no such table. Asked
-            # of the catalog, not tried: `strata plan` reads inside a transaction, which a failed
-            # statement would abort.
-            found = self.con.execute(
-                "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-                "AND schema_name = 'strata' AND table_name = 'source_stamps'"
-            ).fetchone()
-            self._has_source_stamps = bool(found and found[0])
+            self._has_source_stamps = has_history_table(self.con, "source_stamps")
         if not self._has_source_stamps:
             return None
         row = self.con.execute(

@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import duckdb
 
+from strata_dagster.state.migrations import has_history_table
+
 
 class PartitionEvidence(NamedTuple):
     """One partition of a source as listed now: its key (the partition value as text), its row
@@ -73,10 +75,7 @@ class LedgerEntry(NamedTuple):
 
 def read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, LedgerEntry] | None:
     """The source's current ledger (None when it was never started, or the warehouse predates ledgers)."""
-    try:
-        return _read_ledger(con, source)
-    except duckdb.CatalogException:
-        return None
+    return _read_ledger(con, source) if has_history_table(con, "source_ledger") else None
 
 
 def _read_ledger(con: duckdb.DuckDBPyConnection, source: str) -> dict[str, LedgerEntry] | None:
@@ -116,15 +115,14 @@ class LedgerDigest(NamedTuple):
 def read_ledger_digest(con: duckdb.DuckDBPyConnection, source: str) -> LedgerDigest | None:
     """The digest of the source's current ledger; None when there is none, or when the ledger
     was advanced after it (then only its rows say what it holds)."""
-    try:
-        row = con.execute(
-            """SELECT digest, row_counts FROM strata.source_ledger_digest
-               WHERE source = ? AND entry >= (SELECT max(entry) FROM strata.source_ledger WHERE source = ?)
-               ORDER BY entry DESC LIMIT 1""",
-            [source, source],
-        ).fetchone()
-    except duckdb.CatalogException:
+    if not has_history_table(con, "source_ledger_digest"):
         return None
+    row = con.execute(
+        """SELECT digest, row_counts FROM strata.source_ledger_digest
+           WHERE source = ? AND entry >= (SELECT max(entry) FROM strata.source_ledger WHERE source = ?)
+           ORDER BY entry DESC LIMIT 1""",
+        [source, source],
+    ).fetchone()
     return None if row is None else LedgerDigest(str(row[0]), tuple(row[1]))
 
 

@@ -162,16 +162,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def current_version(con: duckdb.DuckDBPyConnection) -> int:
-    """The schema version; safe inside a transaction (a failed statement would abort it)."""
+def has_history_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether the history schema holds `table`. A warehouse opened read-only is not migrated, so
+    an older one lacks the tables of later migrations. Asked of the catalog rather than tried:
+    inside a transaction (a run's, `strata plan`'s reading) a failed statement aborts it."""
     # duckdb_tables() over information_schema: the same answer, without the views of every catalog.
-    exists = con.execute(
+    found = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'strata' AND table_name = 'schema_version'"
+        "AND schema_name = ? AND table_name = ?",
+        [HISTORY_SCHEMA, table],
     ).fetchone()
-    if not exists or not exists[0]:
-        return 0
-    return _recorded_version(con)
+    return bool(found and found[0])
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The schema version; safe inside a transaction."""
+    return _recorded_version(con) if has_history_table(con, "schema_version") else 0
 
 
 def _recorded_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -3,15 +3,18 @@ partitions only, and the three assumption checks under both policies, on real hi
 Parquet folders and on a table, each compared with a full recompute."""
 
 import json
+import re
 import shutil
 
 import pytest
 from click.testing import CliRunner
 
 from strata_dagster.cli.main import main
+from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.errors import StrataError
+from strata_dagster.state.migrations import MIGRATIONS
 from strata_dagster_tests.support.business_support import (
     day,
     full_daily_totals,
@@ -21,7 +24,7 @@ from strata_dagster_tests.support.business_support import (
     write_file_partition,
     write_table_partition,
 )
-from strata_dagster_tests.support.engine_support import history_count, row_multiset, sql
+from strata_dagster_tests.support.engine_support import execute, history_count, row_multiset, sql
 from strata_dagster_tests.support.paths import REPO
 
 REBUILD = "  on_violation: rebuild"
@@ -302,3 +305,41 @@ def test_partition_expiry_still_refuses_a_retained_partition_that_disappears(tmp
     with pytest.raises(StrataError) as caught:
         run_project(project, warehouse)
     assert (caught.value.code, caught.value.subject) == ("E052", f"events/{day(2).isoformat()}")
+
+
+def _as_before_ledgers(warehouse) -> None:
+    """The warehouse as a strata from before partition ledgers left it: the history tables of that
+    migration and of every later one are gone, and so are their version rows."""
+    first = next(
+        number
+        for number, statements in enumerate(MIGRATIONS, start=1)
+        if any("strata.source_ledger " in statement for statement in statements)
+    )
+    later = "\n".join(statement for statements in MIGRATIONS[first - 1 :] for statement in statements)
+    tables = re.findall(r"CREATE TABLE strata\.(\w+)", later)
+    assert "source_ledger" in tables and "source_stamps" in tables
+    execute(
+        warehouse,
+        *[f"DROP TABLE strata.{table}" for table in tables],
+        f"DELETE FROM strata.schema_version WHERE version >= {first}",
+    )
+
+
+def test_plan_reads_a_warehouse_from_before_ledgers_and_the_next_run_starts_one(tmp_path):
+    """`strata plan` opens the warehouse read-only, unmigrated, and reads in one transaction: a
+    missing ledger table is no ledger, not an aborted transaction."""
+    project, warehouse = make_file_project(tmp_path)
+    for index in range(3):
+        write_file_partition(project, index, 5)
+    run_project(project, warehouse)
+    _as_before_ledgers(warehouse)
+    write_file_partition(project, 3, 4)
+    planned = CliRunner().invoke(main, ["plan", str(project), "--warehouse", str(warehouse)])
+    assert planned.exit_code == 1, planned.output  # 1: it would build
+    assert "2 of 2 models would be built" in planned.output
+    reason = plan_project(project, warehouse).model("events_log").reason
+    assert "source `events` starts a new partition ledger (first read of the source)" in reason
+    result = run_project(project, warehouse)
+    assert result.outcome("events_log").detail["full_reason"].startswith("source `events` starts a new")
+    assert _ledger(warehouse) == [day(index).isoformat() for index in range(4)]
+    _assert_equal_to_full(warehouse, _files(project))
