@@ -162,6 +162,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 
 
+# The oldest schema version a read-only session can read without migrating: the tables of later
+# migrations are asked for where they are read (`has_history_table`), but these columns are not.
+READABLE_WITHOUT_MIGRATING = 3
+
+
 def has_history_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Whether the history schema holds `table`. A warehouse opened read-only is not migrated, so
     an older one lacks the tables of later migrations. Asked of the catalog rather than tried:

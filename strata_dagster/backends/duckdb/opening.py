@@ -20,7 +20,8 @@ from strata_dagster.backends.duckdb.limits import connect_in_memory, exceeded_er
 from strata_dagster.backends.duckdb.session import DuckDBSession, refresh_serving
 from strata_dagster.errors import E_SERVING, E_WAREHOUSE, StrataError
 from strata_dagster.language.definition import Project
-from strata_dagster.state.migrations import migrate
+from strata_dagster.paths import shortened
+from strata_dagster.state.migrations import READABLE_WITHOUT_MIGRATING, current_version, migrate
 
 
 @contextmanager
@@ -72,6 +73,8 @@ def _opened(
     opened = time.time()
     session: DuckDBSession | None = None
     try:
+        if read_only:
+            _check_readable(con, path)
         session = DuckDBSession(con, schema_version=None if read_only else migrate(con))
         paths = snapshot_files.FileIndex.of(views).paths
         if moved and not read_only:
@@ -142,3 +145,16 @@ def source_schemas_of(warehouse: Path | None, project: Project) -> dict[str, tup
         return source_reading.source_schemas_with_databases(con, project)
     finally:
         con.close()
+
+
+def _check_readable(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """E020 for a warehouse whose history an older strata wrote, in a form a read-only command
+    cannot read without migrating it (which only a writing command does)."""
+    version = current_version(con)
+    if 0 < version < READABLE_WITHOUT_MIGRATING:
+        raise StrataError(
+            E_WAREHOUSE,
+            f"warehouse `{shortened(path)}` keeps its history in the form of an older strata "
+            f"(schema version {version}; this command reads {READABLE_WITHOUT_MIGRATING} and later)",
+            hint="run `strata run` once with this version (it upgrades the history tables), then try again",
+        )

@@ -14,7 +14,7 @@ from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.errors import StrataError
-from strata_dagster.state.migrations import MIGRATIONS
+from strata_dagster.state.migrations import MIGRATIONS, READABLE_WITHOUT_MIGRATING
 from strata_dagster_tests.support.business_support import (
     day,
     full_daily_totals,
@@ -307,22 +307,32 @@ def test_partition_expiry_still_refuses_a_retained_partition_that_disappears(tmp
     assert (caught.value.code, caught.value.subject) == ("E052", f"events/{day(2).isoformat()}")
 
 
+def _as_at_version(warehouse, version: int) -> None:
+    """The warehouse as a strata whose last migration was `version` left it: what every later
+    migration created or added is gone, and so are their version rows."""
+    later = [statement for statements in MIGRATIONS[version:] for statement in statements]
+    undone = [
+        *(
+            f"DROP TABLE strata.{table}"
+            for table in re.findall(r"CREATE TABLE strata\.(\w+)", "\n".join(later))
+        ),
+        *(
+            f"ALTER TABLE strata.{table} DROP COLUMN {column}"
+            for table, column in re.findall(r"ALTER TABLE strata\.(\w+) ADD COLUMN (\w+)", "\n".join(later))
+        ),
+    ]
+    assert len(undone) >= len(later) - 1  # every later migration is a table or a column
+    execute(warehouse, *undone, f"DELETE FROM strata.schema_version WHERE version > {version}")
+
+
 def _as_before_ledgers(warehouse) -> None:
-    """The warehouse as a strata from before partition ledgers left it: the history tables of that
-    migration and of every later one are gone, and so are their version rows."""
     first = next(
         number
         for number, statements in enumerate(MIGRATIONS, start=1)
         if any("strata.source_ledger " in statement for statement in statements)
     )
-    later = "\n".join(statement for statements in MIGRATIONS[first - 1 :] for statement in statements)
-    tables = re.findall(r"CREATE TABLE strata\.(\w+)", later)
-    assert "source_ledger" in tables and "source_stamps" in tables
-    execute(
-        warehouse,
-        *[f"DROP TABLE strata.{table}" for table in tables],
-        f"DELETE FROM strata.schema_version WHERE version >= {first}",
-    )
+    _as_at_version(warehouse, first - 1)
+    assert not sql(warehouse, "SELECT * FROM duckdb_tables() WHERE table_name = 'source_ledger'")
 
 
 def test_plan_reads_a_warehouse_from_before_ledgers_and_the_next_run_starts_one(tmp_path):
@@ -342,4 +352,19 @@ def test_plan_reads_a_warehouse_from_before_ledgers_and_the_next_run_starts_one(
     result = run_project(project, warehouse)
     assert result.outcome("events_log").detail["full_reason"].startswith("source `events` starts a new")
     assert _ledger(warehouse) == [day(index).isoformat() for index in range(4)]
+    _assert_equal_to_full(warehouse, _files(project))
+
+
+def test_a_read_only_command_on_a_history_too_old_to_read_says_so_and_a_run_upgrades_it(tmp_path):
+    project, warehouse = make_file_project(tmp_path)
+    write_file_partition(project, 0, 5)
+    run_project(project, warehouse)
+    _as_at_version(warehouse, READABLE_WITHOUT_MIGRATING - 1)
+    write_file_partition(project, 1, 4)
+    planned = CliRunner().invoke(main, ["plan", str(project), "--warehouse", str(warehouse)])
+    assert planned.exit_code == 1 and "error[E020]" in planned.output, planned.output
+    assert "older strata" in planned.output and "run `strata run` once" in planned.output
+    assert planned.exception is None or isinstance(planned.exception, SystemExit)
+    run_project(project, warehouse)
+    assert plan_project(project, warehouse, only_stale=True).would_run is False
     _assert_equal_to_full(warehouse, _files(project))
