@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from strata_dagster.cli.main import main
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
-from strata_dagster.engine.sources.readings import observe_sources
+from strata_dagster.engine.sources.readings import observe_sources, peek_source_fingerprints
 from strata_dagster.errors import StrataError
 from strata_dagster.state.migrations import MIGRATIONS, READABLE_WITHOUT_MIGRATING
 from strata_dagster_tests.support.business_support import (
@@ -342,7 +342,9 @@ def test_plan_reads_a_warehouse_from_before_ledgers_and_the_next_run_starts_one(
     for index in range(3):
         write_file_partition(project, index, 5)
     run_project(project, warehouse)
+    seen = peek_source_fingerprints(project, warehouse, ["events"], timeout=5)
     _as_before_ledgers(warehouse)
+    assert peek_source_fingerprints(project, warehouse, ["events"], timeout=5) == seen  # a sensor's look
     write_file_partition(project, 3, 4)
     planned = CliRunner().invoke(main, ["plan", str(project), "--warehouse", str(warehouse)])
     assert planned.exit_code == 1, planned.output  # 1: it would build
