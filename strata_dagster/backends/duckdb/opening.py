@@ -73,9 +73,9 @@ def _opened(
     opened = time.time()
     session: DuckDBSession | None = None
     try:
-        if read_only:
-            _check_readable(con, path)
-        session = DuckDBSession(con, schema_version=None if read_only else migrate(con))
+        session = DuckDBSession(
+            con, schema_version=_readable_version(con, path) if read_only else migrate(con)
+        )
         paths = snapshot_files.FileIndex.of(views).paths
         if moved and not read_only:
             relocation.apply(session, moved)
@@ -147,9 +147,10 @@ def source_schemas_of(warehouse: Path | None, project: Project) -> dict[str, tup
         con.close()
 
 
-def _check_readable(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """E020 for a warehouse whose history an older strata wrote, in a form a read-only command
-    cannot read without migrating it (which only a writing command does)."""
+def _readable_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """The schema version of the history a read-only session finds (0: none yet); E020 for one an
+    older strata wrote in a form a read-only command cannot read without migrating it (which only
+    a writing command does)."""
     version = current_version(con)
     if 0 < version < READABLE_WITHOUT_MIGRATING:
         raise StrataError(
@@ -158,3 +159,4 @@ def _check_readable(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             f"(schema version {version}; this command reads {READABLE_WITHOUT_MIGRATING} and later)",
             hint="run `strata run` once with this version (it upgrades the history tables), then try again",
         )
+    return version

@@ -87,8 +87,9 @@ class DuckDBSession(SqlSession):
         self.writer = HistoryWriter(con)
         self._files: SnapshotFiles | None = None
         self._file_index: snapshot_files.FileIndex | None = None
-        # The schema version this session migrated the file to (None: not migrated, read-only),
-        # and the database's name and file, read once: neither changes while the file is open.
+        # The schema version of the history when the session opened: the one it migrated the file
+        # to, or the one a read-only session found (None: not given), and the database's name and
+        # file, read once: none of them changes while the file is open.
         self._schema_version = schema_version
         self._database: tuple[str, str | None] | None = None
         self._held: dict[Hashable, exp.Table] = {}
@@ -321,8 +322,8 @@ class DuckDBSession(SqlSession):
     # -- warehouse facts --------------------------------------------------------------------------
     def has_history(self) -> bool:
         """Whether the history tables exist (a read-only session never creates them)."""
-        if self._schema_version:
-            return True  # migrated by this session: its tables are there until it ends
+        if self._schema_version is not None:
+            return self._schema_version > 0  # history tables are never dropped while a session is open
         return current_version(self.con) > 0
 
     def database_name(self) -> str:
