@@ -162,12 +162,12 @@ def _figures_engine() -> str:
 
 
 def _stamped(session: Session, context: ProjectContext, name: str, reading: _Reading) -> _Reading:
-    """`reading` with its source's database file stamp, and the figures a scan read under it when
-    the history has them: whole-row figures of a source's own table in a DuckDB file only (a
-    change column's figures come from statistics, without a scan)."""
+    """`reading` (of a source's own table: no override) with its source's database file stamp, and
+    the figures a scan read under it when the history has them: whole-row figures of a table in a
+    DuckDB file only (a change column's figures come from statistics, without a scan)."""
     source = context.project.sources[name]
     path = source_database_path(source, context.project.root)
-    if path is None or reading.is_replaced or name in context.overrides or not is_summed(reading.basis):
+    if path is None or not is_summed(reading.basis):
         return reading
     stamp = session.source_file_stamp(reading.relation, path)
     if stamp is None or not stamp.is_settled:
