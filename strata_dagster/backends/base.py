@@ -182,6 +182,11 @@ class Session(ABC):
         backend cannot tell."""
         return None
 
+    def source_files_stamp(self, pattern: str) -> FileStamp | None:
+        """The stamp of every file a `path:` source's `pattern` can read; None where the backend
+        cannot tell."""
+        return None
+
     @abstractmethod
     def partition_evidence(self, relation: exp.Table, key: exp.Expr, column: str) -> list[PartitionEvidence]:
         """A partitioned table source's partitions (`key`: the partition of a row), each with its

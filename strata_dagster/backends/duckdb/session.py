@@ -30,7 +30,7 @@ from strata_dagster.backends.duckdb import sources as source_reading
 from strata_dagster.backends.duckdb.connection import damaged_file_error, is_interruption
 from strata_dagster.backends.duckdb.limits import exceeded_setting
 from strata_dagster.backends.duckdb.snapshot_files import SnapshotFiles
-from strata_dagster.backends.file_stamps import FileStamp, database_stamp
+from strata_dagster.backends.file_stamps import FileStamp, database_stamp, files_stamp
 from strata_dagster.backends.sql import tables as shared_tables
 from strata_dagster.backends.sql.figures import content_and_key_sum, create_keys_table
 from strata_dagster.backends.sql.runner import run
@@ -186,6 +186,9 @@ class DuckDBSession(SqlSession):
         if not source_reading.is_stored_table(self.con, relation):
             return None  # a view may read anything: its file says nothing of its rows
         return database_stamp(database)
+
+    def source_files_stamp(self, pattern: str) -> FileStamp | None:
+        return files_stamp(pattern)
 
     # -- snapshots and views ----------------------------------------------------------------------
     def create_snapshot(self, name: str, query: exp.Query) -> None:

@@ -14,7 +14,8 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.choice import backend_version
-from strata_dagster.backends.duckdb.sources import source_table
+from strata_dagster.backends.duckdb.sources import file_pattern, source_table
+from strata_dagster.backends.file_stamps import FileStamp
 from strata_dagster.backends.opening import open_session
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, source_database_path
 from strata_dagster.engine.context import ProjectContext, load_context
@@ -162,14 +163,13 @@ def _figures_engine() -> str:
 
 
 def _stamped(session: Session, context: ProjectContext, name: str, reading: _Reading) -> _Reading:
-    """`reading` (of a source's own table: no override) with its source's database file stamp, and
-    the figures a scan read under it when the history has them: whole-row figures of a table in a
-    DuckDB file only (a change column's figures come from statistics, without a scan)."""
-    source = context.project.sources[name]
-    path = source_database_path(source, context.project.root)
-    if path is None or not is_summed(reading.basis):
+    """`reading` (of a source's own table: no override) with the stamp of the files its source
+    reads (a DuckDB database file, or every file a `path:` pattern reaches), and the figures a
+    scan read under it when the history has them: whole-row figures only (a change column's
+    figures come from statistics, without a scan)."""
+    if not is_summed(reading.basis):
         return reading
-    stamp = session.source_file_stamp(reading.relation, path)
+    stamp = _source_stamp(session, context, name, reading.relation)
     if stamp is None or not stamp.is_settled:
         return reading
     figures = session.history.source_stamp_figures(
@@ -179,6 +179,16 @@ def _stamped(session: Session, context: ProjectContext, name: str, reading: _Rea
         return replace(reading, stamp=stamp.text)
     recorded = Content(reading.columns, figures[0], figures[1], reading.basis)
     return replace(reading, stamp=stamp.text, recorded=recorded)
+
+
+def _source_stamp(
+    session: Session, context: ProjectContext, name: str, relation: exp.Table
+) -> FileStamp | None:
+    source = context.project.sources[name]
+    if source.path is not None:
+        return session.source_files_stamp(file_pattern(source, context.project))
+    path = source_database_path(source, context.project.root)
+    return None if path is None else session.source_file_stamp(relation, path)
 
 
 def recheck_stamped(
