@@ -86,6 +86,8 @@ def gc_command(
     )
     if result.iceberg_expired:
         say(f"iceberg: expired {counted(result.iceberg_expired, 'snapshot')}")
+    if result.stamps_pruned:
+        say(f"source stamps: removed {counted(result.stamps_pruned, 'record')} of files that changed since")
     if result.serving.files_removed or result.serving.catalogs_removed:
         say(
             f"serving copy: removed {counted(result.serving.catalogs_removed, 'retired catalog')} and "
@@ -115,4 +117,5 @@ def gc_report(result: GcResult) -> dict[str, object]:
         "listing_cache_files_removed": result.listings_removed,
         "parse_cache_files_removed": result.parsed_removed,
         "iceberg_snapshots_expired": result.iceberg_expired,
+        "source_stamp_records_pruned": result.stamps_pruned,
     }

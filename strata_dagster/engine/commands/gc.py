@@ -81,6 +81,8 @@ class GcResult:
     # Iceberg snapshots expired (engine/iceberg_publication.py): all but each table's current one
     # and those of kept runs.
     iceberg_expired: int = 0
+    # Records of source scans under stamps their files have since left (strata.source_stamps).
+    stamps_pruned: int = 0
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -132,6 +134,8 @@ def gc(
         free_before = session.free_bytes()
         if doomed:
             _drop(session, doomed, keep, older_than)
+        with session.transaction():
+            stamps_pruned = session.writer.prune_source_stamps()
         session.checkpoint()
         reclaimed = session.free_bytes() - free_before
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
@@ -157,6 +161,7 @@ def gc(
         listings_removed,
         parsed_removed,
         iceberg_expired,
+        stamps_pruned,
     )
 
 

@@ -13,9 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from strata_dagster.backends import file_stamps
 from strata_dagster.backends.file_stamps import SETTLE_NS, files_stamp
+from strata_dagster.cli.main import main
+from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
@@ -227,3 +230,26 @@ def test_verify_sources_rescans_stamped_files_and_replaces_a_record_they_contrad
     assert error is not None and (error.code, error.subject) == ("E054", "orders")
     assert run_project(project, warehouse, only_stale=True).run_id is not None
     assert_live_models_read_the_files(project, warehouse)
+
+
+def test_gc_keeps_only_the_record_a_read_takes(folder):
+    """Each recorded scan of changed files adds a record; gc keeps each source's newest, which the
+    next read takes: the run after it scans nothing."""
+    project, warehouse = folder
+    settle()
+    run_project(project, warehouse)
+    for first_id in (5000, 6000):
+        write_file(project / "data" / "day=1" / "part-0.parquet", first_id)
+        settle()
+        assert run_project(project, warehouse, only_stale=True).run_id is not None
+    newest = recorded(warehouse)[-1]
+    assert len(recorded(warehouse)) == 3
+    report = CliRunner().invoke(main, ["gc", str(project), "--warehouse", str(warehouse), "--keep", "1"])
+    assert report.exit_code == 0, report.output
+    assert "source stamps: removed 2 records" in report.output
+    assert recorded(warehouse) == [newest]
+    execute(warehouse, "UPDATE strata.source_stamps SET row_hash_sum = '12345'")
+    assert observe_sources(project, warehouse, ["orders"])["orders"].fingerprint != fresh_fingerprint(
+        project, warehouse.parent
+    )  # the record kept is the one a read takes
+    assert gc(warehouse, keep=1).stamps_pruned == 0
