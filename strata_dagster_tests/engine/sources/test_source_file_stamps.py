@@ -8,25 +8,23 @@ run must give what a fresh warehouse reads from the file.
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import duckdb
 import pytest
 from click.testing import CliRunner
 
-from strata_dagster.backends.file_stamps import SETTLE_NS, database_stamp
+from strata_dagster.backends.file_stamps import database_stamp
 from strata_dagster.cli.main import main
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources, peek_source_fingerprints
-from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
 from strata_dagster_tests.support.engine_support import execute, row_multiset
-
-SETTLE_SECONDS = SETTLE_NS / 1e9 + 0.05
-
-
-def settle() -> None:
-    time.sleep(SETTLE_SECONDS)
+from strata_dagster_tests.support.stamp_support import (
+    assert_a_hidden_write_is_found_by_verify,
+    fresh_fingerprint,
+    recorded,
+    settle,
+)
 
 
 def write_source(path: Path, *statements: str, checkpoint: bool = True) -> None:
@@ -57,18 +55,6 @@ def stamped(tmp_path):
         "model by_status {\n  from orders\n  group status\n  aggregate n = count(*), total = sum(amount)\n}\n"
     )
     return project, tmp_path / "warehouse.duckdb", source
-
-
-def recorded(warehouse: Path) -> list:
-    return execute(
-        warehouse, "SELECT source, stamp, row_count, row_hash_sum FROM strata.source_stamps ORDER BY seen_at"
-    )
-
-
-def fresh_fingerprint(project: Path, tmp: Path) -> str:
-    """What a warehouse that never recorded a scan reads from the source's file now."""
-    fresh = tmp / f"fresh-{time.monotonic_ns()}.duckdb"
-    return observe_sources(project, fresh, ["orders"])["orders"].fingerprint
 
 
 def assert_live_models_read_the_file(project: Path, warehouse: Path, source: Path) -> None:
@@ -234,15 +220,7 @@ def test_verify_sources_rescans_a_stamped_file_and_replaces_a_record_it_contradi
     assert "orders: equal to the record of its file's stamp" in clean.output
     write_source(source, "UPDATE orders SET amount = amount + 1 WHERE id = 3")
     settle()
-    execute(warehouse, "UPDATE strata.source_stamps SET stamp = ?", params=[database_stamp(source).text])
-    assert run_project(project, warehouse, only_stale=True).run_id is None  # the write is hidden
-    checks = verify_sources(project, warehouse)
-    assert [(check.source, check.is_stamped, len(check.mismatched)) for check in checks] == [
-        ("orders", True, 1)
-    ]
-    error = mismatch_error(checks)
-    assert error is not None and (error.code, error.subject) == ("E054", "orders")
-    assert run_project(project, warehouse, only_stale=True).run_id is not None
+    assert_a_hidden_write_is_found_by_verify(project, warehouse, database_stamp(source).text)
     assert_live_models_read_the_file(project, warehouse, source)
     again = CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse), "--sources"])
     assert again.exit_code == 0, again.output

@@ -9,27 +9,27 @@ warehouse reads from them.
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from strata_dagster.backends import file_stamps
-from strata_dagster.backends.file_stamps import SETTLE_NS, files_stamp
+from strata_dagster.backends.file_stamps import files_stamp
 from strata_dagster.cli.main import main
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.engine.sources.readings import observe_sources
-from strata_dagster.engine.sources.source_verify import mismatch_error, verify_sources
+from strata_dagster.engine.sources.source_verify import verify_sources
 from strata_dagster_tests.support.engine_support import execute, row_multiset
+from strata_dagster_tests.support.stamp_support import (
+    assert_a_hidden_write_is_found_by_verify,
+    fresh_fingerprint,
+    recorded,
+    settle,
+)
 
-SETTLE_SECONDS = SETTLE_NS / 1e9 + 0.05
 PATTERN = "data/*/*.parquet"
-
-
-def settle() -> None:
-    time.sleep(SETTLE_SECONDS)
 
 
 def write_file(path: Path, first_id: int, rows: int = 200) -> None:
@@ -53,18 +53,6 @@ def folder(tmp_path):
         "model by_status {\n  from orders\n  group status\n  aggregate n = count(*), total = sum(amount)\n}\n"
     )
     return project, tmp_path / "warehouse.duckdb"
-
-
-def recorded(warehouse: Path) -> list:
-    return execute(
-        warehouse, "SELECT source, stamp, row_count, row_hash_sum FROM strata.source_stamps ORDER BY seen_at"
-    )
-
-
-def fresh_fingerprint(project: Path, tmp: Path) -> str:
-    """What a warehouse that never recorded a scan reads from the files now."""
-    fresh = tmp / f"fresh-{time.monotonic_ns()}.duckdb"
-    return observe_sources(project, fresh, ["orders"])["orders"].fingerprint
 
 
 def assert_live_models_read_the_files(project: Path, warehouse: Path) -> None:
@@ -216,19 +204,7 @@ def test_verify_sources_rescans_stamped_files_and_replaces_a_record_they_contrad
     ]
     _rewritten(project / "data")
     settle()
-    execute(
-        warehouse,
-        "UPDATE strata.source_stamps SET stamp = ?",
-        params=[files_stamp(str(project / PATTERN)).text],
-    )
-    assert run_project(project, warehouse, only_stale=True).run_id is None  # the write is hidden
-    checks = verify_sources(project, warehouse)
-    assert [(check.source, check.is_stamped, len(check.mismatched)) for check in checks] == [
-        ("orders", True, 1)
-    ]
-    error = mismatch_error(checks)
-    assert error is not None and (error.code, error.subject) == ("E054", "orders")
-    assert run_project(project, warehouse, only_stale=True).run_id is not None
+    assert_a_hidden_write_is_found_by_verify(project, warehouse, files_stamp(str(project / PATTERN)).text)
     assert_live_models_read_the_files(project, warehouse)
 
 
