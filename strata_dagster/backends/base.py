@@ -187,6 +187,12 @@ class Session(ABC):
         cannot tell."""
         return None
 
+    def prune_source_stamps(self) -> int:
+        """Delete every record of a source scan but the newest of each source, relation and engine
+        (the one a read takes), in a transaction of its own; how many went. A backend that records
+        none (its history an append-only log) has none to prune."""
+        return 0
+
     @abstractmethod
     def partition_evidence(self, relation: exp.Table, key: exp.Expr, column: str) -> list[PartitionEvidence]:
         """A partitioned table source's partitions (`key`: the partition of a row), each with its

@@ -647,18 +647,6 @@ class HistoryWriter:
             stamps,
         )
 
-    def prune_source_stamps(self) -> int:
-        """Delete every stamp record but the newest of each source, relation and engine (the one
-        a read takes); returns how many went. An older stamp never comes back: the status-change
-        times in it only move forward."""
-        if not has_history_table(self.con, "source_stamps"):
-            return 0
-        row = self.con.execute(
-            "DELETE FROM strata.source_stamps WHERE rowid NOT IN "
-            "(SELECT max(rowid) FROM strata.source_stamps GROUP BY source, relation, engine)"
-        ).fetchone()
-        return int(row[0]) if row else 0
-
     def add_dropped(self, snapshot_id: str, entry: int) -> None:
         self.con.execute("INSERT INTO strata.dropped_snapshots VALUES (?, ?, now())", [snapshot_id, entry])
 

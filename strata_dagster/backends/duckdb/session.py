@@ -43,6 +43,7 @@ from strata_dagster.sql.content import Content
 from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import KeyRange
+from strata_dagster.state import stamp_records
 from strata_dagster.state.history import HistoryReader, HistoryWriter
 from strata_dagster.state.migrations import current_version
 
@@ -189,6 +190,10 @@ class DuckDBSession(SqlSession):
 
     def source_files_stamp(self, pattern: str) -> FileStamp | None:
         return files_stamp(pattern)
+
+    def prune_source_stamps(self) -> int:
+        with self.transaction():
+            return stamp_records.prune(self.con)
 
     # -- snapshots and views ----------------------------------------------------------------------
     def create_snapshot(self, name: str, query: exp.Query) -> None:

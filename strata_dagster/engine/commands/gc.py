@@ -134,8 +134,7 @@ def gc(
         free_before = session.free_bytes()
         if doomed:
             _drop(session, doomed, keep, older_than)
-        with session.transaction():
-            stamps_pruned = session.writer.prune_source_stamps()
+        stamps_pruned = session.prune_source_stamps()
         session.checkpoint()
         reclaimed = session.free_bytes() - free_before
         # Under the writer's lock, with the catalog current: no other writer is exporting files.
