@@ -148,8 +148,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # A source's whole-row figures as a scan read them, under the stamp its files (a DuckDB
         # database file, or a `path:` pattern's files and folders) had before the scan
         # (backends/file_stamps.py): a later read that finds the same settled stamp takes these
-        # figures instead of scanning again. `engine`
-        # names what computed them (strata's and the backend's versions): another hashes anew.
+        # figures instead of scanning again. `engine` names what computed them (strata's and the
+        # backend's versions): another hashes anew.
         """CREATE TABLE strata.source_stamps (
             source VARCHAR NOT NULL,
             relation VARCHAR NOT NULL,
