@@ -52,8 +52,8 @@ _LEGEND = (
     "deep_sources",
     is_flag=True,
     help="Instead of models: re-hash every consumed partition of the business-versioned sources, and "
-    "every source read from the record of its database file's stamp, and compare them with their "
-    "ledger or record (E054 on any difference).",
+    "every source read from the record of its files' stamp (a `database:` file, a `path:` pattern's "
+    "files), and compare them with their ledger or record (E054 on any difference).",
 )
 @warehouse_option
 @branch_option
@@ -103,7 +103,7 @@ def _verify_sources(project: Path, warehouse: Path) -> None:
         bad = len(check.mismatched)
         if check.is_stamped:
             state = "equal to" if not bad else "DIFFERS from"
-            console.print(f"{check.source}: {state} the record of its file's stamp", markup=False)
+            console.print(f"{check.source}: {state} the record of its files' stamp", markup=False)
             continue
         state = "equal to its ledger" if not bad else f"{bad} partition(s) DIFFER"
         console.print(

@@ -194,7 +194,7 @@ def _source_stamp(
 def recheck_stamped(
     session: Session, context: ProjectContext, name: str
 ) -> tuple[tuple[int, str], tuple[int, str]] | None:
-    """The figures a read of source `name` takes from the record of its file's stamp, and those a
+    """The figures a read of source `name` takes from the record of its files' stamp, and those a
     scan reads now; None when no record covers the file as it is. A record the scan contradicts
     (a file system that kept a file's times through a write) is superseded by what the scan read,
     so that the next run sees the rows as they are."""

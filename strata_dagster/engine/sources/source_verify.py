@@ -1,8 +1,9 @@
 """`strata verify --sources`: the deep check of what cheap evidence stands for. Every consumed
 partition of a business-versioned source is hashed again and compared with what the ledger
 recorded when it was consumed, catching what cheap evidence cannot (a file rewritten in place with
-the same size and row count). A source read from the record of its database file's stamp
-(engine.sources.readings) is scanned and compared with that record.
+the same size and row count). A source read from the record of its files' stamp (a database
+file, or the files of a `path:` pattern: engine.sources.readings) is scanned and compared with that
+record.
 
 A file source's consumed partitions are read as the run read them: each from the files its folder
 lists now, by name, never through a glob of every folder. A folder the ledger does not hold (one
@@ -51,7 +52,7 @@ class PartitionCheck:
 class SourceCheck:
     source: str
     partitions: tuple[PartitionCheck, ...]
-    # A source whose reads take the record of its file's stamp: one check of the whole table.
+    # A source whose reads take the record of its files' stamp: one check of the whole table.
     is_stamped: bool = False
 
     @property
@@ -173,7 +174,7 @@ def mismatch_error(checks: list[SourceCheck]) -> StrataError | None:
         return StrataError(
             E_PARTITION_VERIFY,
             f"source `{source}` holds {part.describe_now()} hashing otherwise than the record of its "
-            f"file's stamp ({part.recorded[0]:,} rows): its file changed while its times stayed",
+            f"files' stamp ({part.recorded[0]:,} rows): its files changed while their times stayed",
             subject=source,
             hint="the record is now replaced by what was read: `strata run --only-stale` rebuilds what reads it; "
             "write such files anew and rename them into place (docs/language.md)",

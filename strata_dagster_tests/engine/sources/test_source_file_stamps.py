@@ -217,7 +217,7 @@ def test_verify_sources_rescans_a_stamped_file_and_replaces_a_record_it_contradi
     run_project(project, warehouse)
     clean = CliRunner().invoke(main, ["verify", str(project), "--warehouse", str(warehouse), "--sources"])
     assert clean.exit_code == 0, clean.output
-    assert "orders: equal to the record of its file's stamp" in clean.output
+    assert "orders: equal to the record of its files' stamp" in clean.output
     write_source(source, "UPDATE orders SET amount = amount + 1 WHERE id = 3")
     settle()
     assert_a_hidden_write_is_found_by_verify(project, warehouse, database_stamp(source).text)
