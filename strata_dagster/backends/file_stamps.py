@@ -57,8 +57,7 @@ def database_stamp(path: Path) -> FileStamp | None:
         pass
     except OSError:
         return None
-    parts = [f"{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}:{s.st_ctime_ns}" for s in stats]
-    return _stamp("/".join(parts) + ("" if len(stats) > 1 else "/-"), stats, taken_at)
+    return _stamp("/".join(map(_said, stats)) + ("" if len(stats) > 1 else "/-"), stats, taken_at)
 
 
 def files_stamp(pattern: str) -> FileStamp | None:
@@ -78,9 +77,7 @@ def files_stamp(pattern: str) -> FileStamp | None:
         return None
     if entries is None:
         return None
-    lines = "\n".join(
-        f"{name}:{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}:{s.st_ctime_ns}" for name, s in entries
-    )
+    lines = "\n".join(f"{name}:{_said(s)}" for name, s in entries)
     digest = hashlib.sha256(lines.encode()).hexdigest()
     return _stamp(f"files:{len(entries)}:{digest}", [s for _, s in entries], taken_at)
 
@@ -104,6 +101,11 @@ def _entries(base: Path, levels: int | None) -> list[tuple[str, os.stat_result]]
         folders = below
         levels = None if levels is None else levels - 1
     return found
+
+
+def _said(s: os.stat_result) -> str:
+    """What a stamp keeps of one entry: device, inode, size, modification and status-change times."""
+    return f"{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}:{s.st_ctime_ns}"
 
 
 def _stamp(text: str, stats: list[os.stat_result], taken_at: int) -> FileStamp | None:

@@ -263,7 +263,7 @@ class HistoryReader:
     def source_stamp_figures(
         self, source: str, relation: str, engine: str, stamp: str
     ) -> tuple[int, str] | None:
-        """(row count, row-hash sum) a scan of `source` read from `relation` when its database file
+        """(row count, row-hash sum) a scan of `source` read from `relation` when the files it reads
         had `stamp`, computed by `engine`, if one was recorded."""
         if self._has_source_stamps is None:
             self._has_source_stamps = has_history_table(self.con, "source_stamps")

@@ -148,7 +148,7 @@ class _Reading:
     basis: RowBasis
     is_replaced: bool
     whole: Content | None = None  # the relation's whole-row content, when the choice needed it
-    stamp: str | None = None  # its database file's settled stamp, when figures under it count
+    stamp: str | None = None  # the settled stamp of the files it reads, when figures under it count
     recorded: Content | None = None  # the figures a scan under that same stamp read
 
     def scanned(self, name: str, content: Content) -> SourceState:
