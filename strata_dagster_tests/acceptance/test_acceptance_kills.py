@@ -26,10 +26,6 @@ STEPS = {
     # Spark step costs a JVM start, about 45 s of a CI worker.
     "spark": ("spark_history_logged", "spark_view_published"),
 }
-# Each driver is a new JVM that lives about a minute over tiny data: C1 only and the serial
-# collector take a third off the Spark case (341 s -> 215 s alone on an idle machine), where the
-# suite's long-lived session was not faster with them (strata_dagster.backends.spark.connect).
-SHORT_LIVED_DRIVER = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 INTERRUPTED_AFTER = {"spark_history_logged", "spark_view_published"}
 COMMITTED_AT = {"committed", "spark_committed"}
 
@@ -57,7 +53,7 @@ def drive(tmp_path, engine_name, warehouse, project, actions, killed=False):
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, **(driver_env(SHORT_LIVED_DRIVER) if engine_name == "spark" else {})},
+        env={**os.environ, **(driver_env() if engine_name == "spark" else {})},
     )
     expected = -signal.SIGKILL if killed else 0
     assert result.returncode == expected, (actions[-2:], result.stdout, result.stderr[-3000:])

@@ -26,7 +26,7 @@ import pytest
 from sqlglot import exp
 
 from strata_dagster_tests.support.java import java_version
-from strata_dagster_tests.support.spark_class_archive import driver_env, java_options
+from strata_dagster_tests.support.spark_class_archive import driver_env, java_options, jvm_options
 
 SKIP_ENV = "STRATA_SKIP_SPARK"
 REQUIRE_ENV = "STRATA_REQUIRE_SPARK"  # .ci/run sets it: there missing Java fails the tier
@@ -88,13 +88,18 @@ def spark_session():
         require_spark()
         from strata_dagster.backends.spark.connect import local_session
 
-        # This JVM and every one a test starts from here (a CLI or driver process) map the class
-        # archive, unless the options were given (or another process is still building it).
-        for key, value in driver_env().items():
-            if value:
-                os.environ.setdefault(key, value)
+        # This JVM and every one a test starts from here (a CLI or driver process) run with the
+        # suite's JVM options, unless options were given. While another process still builds the
+        # class archive, only this JVM gets them: later processes ask again and map it once built.
+        ((key, options),) = driver_env().items()
+        is_lent = key not in os.environ and not java_options()
+        os.environ.setdefault(key, options)
         folder = Path(tempfile.mkdtemp(prefix=f"strata-spark-{os.getpid()}-"))
-        _session = local_session(folder / "warehouse", cores=2, shuffle_partitions=2)
+        try:
+            _session = local_session(folder / "warehouse", cores=2, shuffle_partitions=2)
+        finally:
+            if is_lent:
+                del os.environ[key]
         _session.sparkContext.setLogLevel("ERROR")
         atexit.register(_stop, folder)
     return _session
@@ -110,18 +115,18 @@ def _stop(folder: Path) -> None:
 
 def drop_databases(spark) -> None:
     """An empty catalog: every database but `default` dropped with its tables, and `default`'s own
-    tables and this session's temporary views dropped too."""
-    for database in spark.catalog.listDatabases():
-        if database.name != "default":
-            drop = exp.Drop(
-                kind="DATABASE", tables=[exp.to_identifier(database.name)], exists=True, cascade=True
-            )
+    tables and this session's temporary views dropped too. Listed with SHOW, not
+    `spark.catalog.listDatabases()`, which reads each database's metadata from the metastore: 0.25 s
+    for four databases against 0.04 s, twice a test."""
+    for (database,) in spark.sql("SHOW DATABASES").collect():
+        if database != "default":
+            drop = exp.Drop(kind="DATABASE", tables=[exp.to_identifier(database)], exists=True, cascade=True)
             spark.sql(drop.sql(dialect="spark"))
-    for table in spark.catalog.listTables("default"):
-        if table.isTemporary:
-            spark.catalog.dropTempView(table.name)
+    for _, table, is_temporary in spark.sql("SHOW TABLES IN default").collect():
+        if is_temporary:
+            spark.catalog.dropTempView(table)
         else:
-            drop = exp.Drop(kind="TABLE", tables=[exp.table_(table.name, db="default")], exists=True)
+            drop = exp.Drop(kind="TABLE", tables=[exp.table_(table, db="default")], exists=True)
             spark.sql(drop.sql(dialect="spark"))
 
 
@@ -167,7 +172,7 @@ def spark_connect_server(folder: Path) -> Iterator[str]:
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.master": "local[2]",
-        "spark.driver.extraJavaOptions": java_options(),
+        "spark.driver.extraJavaOptions": jvm_options(),
     }
     arguments = [item for key, value in settings.items() for item in ("--conf", f"{key}={value}")]
     subprocess.run(

@@ -10,9 +10,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
-# More options for a local Spark's driver JVM (`-Xmx8g`, say). The kill tests set
-# `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC` for their drivers, short-lived processes over tiny
-# data, where C2 compilation and a parallel collector cost more of two cores than they give back.
+# More options for a local Spark's driver JVM (`-Xmx8g`, say). The test suite sets
+# `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC` for every JVM it starts: over tiny data, C2
+# compilation and a parallel collector cost more of two cores than they give back.
 DRIVER_JAVA_OPTIONS_ENV = "STRATA_SPARK_DRIVER_JAVA_OPTIONS"
 # Settings every strata Spark session has: UTC (strata's timestamps are UTC-naive, like DuckDB's),
 # no web UI (nothing listens on a port it does not need), ANSI arithmetic (errors, not NULLs).
