@@ -11,6 +11,7 @@ build's partition expression.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,6 +278,13 @@ def live_states(
             return {}
         history = session.history
         pointers = history.pointers(branch)
+        # Most models' live states were built by the same few entries, and each entry names every
+        # model it built: each record and entry is read once (a read of every model's inputs per
+        # model cost 190 ms for the shop's nine, most of a Dagster step's catch-up).
+        history.remember_snapshots(True)
+        history.prefetch_snapshots([ids[-1] for ids in pointers.values() if ids])
+        entry_sources = functools.cache(history.entry_sources)
+        entry_models = functools.cache(history.entry_models)
         found = {}
         for name in models:
             ids = pointers.get(name, ())
@@ -289,11 +297,9 @@ def live_states(
             is_partial = False
             if entry is not None:
                 inputs.update(
-                    (item.source, item.fingerprint)
-                    for item in history.entry_sources(entry)
-                    if not item.partition_key
+                    (item.source, item.fingerprint) for item in entry_sources(entry) if not item.partition_key
                 )
-                for built in history.entry_models(entry):
+                for built in entry_models(entry):
                     is_partial = is_partial or (
                         built.model == name and bool(built.detail.get(REQUESTED_PARTITIONS))
                     )
