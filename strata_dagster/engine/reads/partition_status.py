@@ -279,8 +279,8 @@ def live_states(
         history = session.history
         pointers = history.pointers(branch)
         # Most models' live states were built by the same few entries, and each entry names every
-        # model it built: each record and entry is read once (a read of every model's inputs per
-        # model cost 190 ms for the shop's nine, most of a Dagster step's catch-up).
+        # model it built: each record and entry is read once (read again for each model, the
+        # shop's nine cost 190 ms, at every Dagster step's catch-up).
         history.remember_snapshots(True)
         history.prefetch_snapshots([ids[-1] for ids in pointers.values() if ids])
         entry_sources = functools.cache(history.entry_sources)
