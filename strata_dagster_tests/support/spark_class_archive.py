@@ -36,7 +36,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stra
 # Every JVM of the suite runs tiny queries while the other worker holds the second core: C2
 # compiling Spark's generated classes and a parallel collector took half of a JVM's CPU there
 # (C2's thread 24 s of 59 s). Without them a Spark module took 30-40% less CPU (delta figures:
-# 54-64 s against 85-96 s; acceptance operations 146 s against 159-210 s), its wall alone -10%
+# 54-64 s against 85-96 s; acceptance operations 146 s against 169-211 s), its wall alone -10%
 # to +10%: the suite is CPU-bound, so less CPU is a shorter suite.
 LEAN_JIT = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 _options: str | None = None
