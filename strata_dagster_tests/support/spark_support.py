@@ -26,7 +26,7 @@ import pytest
 from sqlglot import exp
 
 from strata_dagster_tests.support.java import java_version
-from strata_dagster_tests.support.spark_class_archive import driver_env, java_options, jvm_options
+from strata_dagster_tests.support.spark_class_archive import java_options, jvm_options
 
 SKIP_ENV = "STRATA_SKIP_SPARK"
 REQUIRE_ENV = "STRATA_REQUIRE_SPARK"  # .ci/run sets it: there missing Java fails the tier
@@ -86,20 +86,21 @@ def spark_session():
     global _session
     if _session is None:
         require_spark()
-        from strata_dagster.backends.spark.connect import local_session
+        from strata_dagster.backends.spark.connect import DRIVER_JAVA_OPTIONS_ENV, local_session
 
         # This JVM and every one a test starts from here (a CLI or driver process) run with the
         # suite's JVM options, unless options were given. While another process still builds the
         # class archive, only this JVM gets them: later processes ask again and map it once built.
-        ((key, options),) = driver_env().items()
-        is_lent = key not in os.environ and not java_options()
-        os.environ.setdefault(key, options)
+        # (Asked before the options are composed: an archive finished in between is then left to
+        # the later processes, never dropped from their options for good.)
+        is_lent = DRIVER_JAVA_OPTIONS_ENV not in os.environ and not java_options()
+        os.environ.setdefault(DRIVER_JAVA_OPTIONS_ENV, jvm_options())
         folder = Path(tempfile.mkdtemp(prefix=f"strata-spark-{os.getpid()}-"))
         try:
             _session = local_session(folder / "warehouse", cores=2, shuffle_partitions=2)
         finally:
             if is_lent:
-                del os.environ[key]
+                del os.environ[DRIVER_JAVA_OPTIONS_ENV]
         _session.sparkContext.setLogLevel("ERROR")
         atexit.register(_stop, folder)
     return _session
