@@ -1,6 +1,7 @@
 """What the linters cannot see, read from the repository's own text: no import cycle among the
 package's modules, no class of the engine subclassed outside its module, every `type: ignore` names its error code and says why (mypy only checks the
-code), and nothing cites a document outside the repository (its design is docs/architecture.md)."""
+code), nothing cites a document outside the repository (its design is docs/architecture.md), and every
+error code of the catalogue is named by a test."""
 
 from __future__ import annotations
 
@@ -275,3 +276,60 @@ def test_every_engine_module_sits_in_a_layer_of_the_engine() -> None:
         if (path.suffix == ".py" and path.name != "__init__.py") or (path / "__init__.py").is_file()
     }
     assert sorted(children - named) == [], "give each its layer in pyproject.toml's engine contract"
+
+
+# An error code as a test writes it out (`"E085"`, or inside a message it matches).
+_CODE_TEXT = re.compile(r"\bE\d{3}\b")
+
+
+def error_codes(errors_source: str) -> dict[str, str]:
+    """The catalogue's codes: constant name -> code (`E_BACKFILL: Final = "E085"`)."""
+    codes = {}
+    for node in ast.parse(errors_source).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+            value = node.value
+            if (
+                isinstance(target, ast.Name)
+                and target.id.startswith("E_")
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+            ):
+                codes[target.id] = value.value
+    return codes
+
+
+def untested_codes(codes: dict[str, str], test_sources: list[str]) -> list[str]:
+    """The codes no test names: neither its constant used in code (an import alone does not count)
+    nor the code written in a string."""
+    used: set[str] = set()
+    for source in test_sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                used.update(_CODE_TEXT.findall(node.value))
+    return sorted(f"{name} ({code})" for name, code in codes.items() if name not in used and code not in used)
+
+
+def test_untested_codes_are_found() -> None:
+    codes = error_codes('E_A: Final = "E001"\nE_B: Final = "E002"\nE_C = "E003"\nOTHER = "E004"\n')
+    assert codes == {"E_A": "E001", "E_B": "E002", "E_C": "E003"}
+    tests = [
+        "from strata_dagster.errors import E_A, E_B\n",
+        "def test_b():\n    assert error.code == E_B\n",
+        "def test_c():\n    assert 'error[E003]' in output\n",
+    ]
+    assert untested_codes(codes, tests) == ["E_A (E001)"]
+
+
+def test_every_error_code_is_asserted_by_some_test() -> None:
+    """Every code a user can be shown is triggered by a test that names it (tests assert on codes,
+    never on prose): a new code comes with its test."""
+    codes = error_codes((ROOT / "strata_dagster" / "errors.py").read_text())
+    assert len(codes) > 50, "errors.py's catalogue was not read"
+    tests = [path.read_text() for path in sorted((ROOT / "strata_dagster_tests").rglob("*.py"))]
+    missing = untested_codes(codes, tests)
+    assert missing == [], "no test triggers these codes:\n" + "\n".join(missing)
