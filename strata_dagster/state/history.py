@@ -46,6 +46,12 @@ READS_KEY = "reads"
 # figures only make a later build reach more partitions, never fewer.
 MOVING_FACTS = ("partition_fingerprints", "other_inputs", "upstream_segments")
 KEPT_FACTS = "kept_facts"
+# A window's end moves too: an early cutoff of a delta over a cdc column or a log read the window
+# up to its high, so the next build starts there, with the counts at or below it (else it reads
+# the window again, and a ledger's transaction deleted since would look drained). Kept under
+# KEPT_WATERMARK with the window's carried facts; a state holding one of WINDOW_FACTS has a window.
+KEPT_WATERMARK = "watermark"
+WINDOW_FACTS = ("next_count", "output_next_count", "log_next_count")
 
 
 @dataclass(frozen=True)
@@ -399,14 +405,15 @@ class HistoryReader:
         return self.last_build_of(model, snapshot_id)
 
     def with_kept_facts(self, record: SnapshotRecord, branch: str) -> SnapshotRecord:
-        """`record` with the input figures in effect for it on `branch` (MOVING_FACTS): those of the
-        latest entry that decided it for the inputs the branch shows. An early cutoff kept it with
-        new figures (the state stayed, its figures moved); a run that reused it by a build key
+        """`record` with the input figures in effect for it on `branch` (MOVING_FACTS, and a window's
+        end with its counts): those of the latest entry that decided it for the inputs the branch
+        shows. An early cutoff kept it with new figures (the state stayed, its figures moved); a run
+        that reused it by a build key
         takes the figures of the entry that recorded the key; a rollback takes those in effect
         right after the entry it went back to (its inputs are that entry's again)."""
         # A stored detail may name a moving fact without holding it at its top level: it is
         # parsed (hundreds of KB for a partitioned model) only when an early cutoff kept figures.
-        if not any(_may_hold(record.detail, key) for key in MOVING_FACTS):
+        if not any(_may_hold(record.detail, key) for key in (*MOVING_FACTS, *WINDOW_FACTS)):
             return record
         # The state's early cutoffs on any branch first (usually none: one small scan), and their
         # branches only when there are some.
@@ -415,7 +422,8 @@ class HistoryReader:
             "WHERE model = ? AND snapshot_id = ? AND path = 'cutoff' AND entry > ?",
             [record.model, record.snapshot_id, record.created_entry],
         ).fetchone()
-        if not cutoffs or not cutoffs[0] or not any(key in record.detail for key in MOVING_FACTS):
+        gated = (*MOVING_FACTS, *WINDOW_FACTS)
+        if not cutoffs or not cutoffs[0] or not any(key in record.detail for key in gated):
             return record
         decided = self.con.execute(
             "SELECT m.entry, m.path, m.build_key, m.detail LIKE '%\"' || ? || '\"%' FROM strata.entry_models AS m "
@@ -443,7 +451,8 @@ class HistoryReader:
             elif path == "reused":
                 as_of = min(self._key_entry(key, record.snapshot_id, entry), entry - 1)
             elif payload and (kept := self._kept_facts(record, entry)):
-                return replace(record, detail={**record.detail, **kept})
+                watermark = kept.pop(KEPT_WATERMARK, record.watermark)
+                return replace(record, watermark=watermark, detail={**record.detail, **kept})
         return record
 
     def _kept_facts(self, record: SnapshotRecord, entry: int) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from strata_dagster.sql.content import Content
 from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import render, snapshot_table
 from strata_dagster.sql.segments import Segment
-from strata_dagster.state.history import KEPT_FACTS, MOVING_FACTS, SnapshotRecord
+from strata_dagster.state.history import KEPT_FACTS, KEPT_WATERMARK, MOVING_FACTS, SnapshotRecord
 from strata_dagster.state.states import KEYS_NULL_FREE
 
 KEY_SUM = "key_cdc_sum"  # row count and sum of hash(merge keys, cdc column) over an upsert's state
@@ -33,6 +33,17 @@ KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's stat
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
 # many of its rows lie at or below the next build's low, for that build to see rows appear there.
 OUTPUT_NEXT_COUNT = "output_next_count"
+# What a window's early cutoff keeps of FACTS_CARRIED beside its end (state.history.KEPT_WATERMARK).
+WINDOW_CARRIED = (
+    "source_relation",
+    "cdc_type",
+    "next_count",
+    "next_hash_sum",
+    "row_basis",
+    OUTPUT_NEXT_COUNT,
+    "log_relation",
+    "log_next_count",
+)
 # What a new state records for the next build to check the input against.
 FACTS_CARRIED = (
     "source_relation",
@@ -234,11 +245,16 @@ class SegmentWriter:
             DeltaBuild: the previous state, `is_unchanged`; KEPT_FACTS in `detail` when a moving
             fact (a watermark's figures, ...) differs from what the state recorded.
         """
-        if any(
+        has_moved = any(
             key in facts and _as_recorded(facts[key]) != _as_recorded(self.previous.detail.get(key))
             for key in MOVING_FACTS
-        ):
-            detail[KEPT_FACTS] = {key: facts[key] for key in MOVING_FACTS if key in facts}
+        )
+        window = _window_facts(facts)
+        if window and _as_recorded(window[KEPT_WATERMARK]) != _as_recorded(self.previous.watermark):
+            has_moved = True
+        if has_moved:
+            # Each cutoff keeps every moving fact it has, so the latest one alone is in effect.
+            detail[KEPT_FACTS] = {**{key: facts[key] for key in MOVING_FACTS if key in facts}, **window}
         return DeltaBuild(self.previous, True, detail)
 
     def _widened_bounds(self, ctx: IncrementalContext, keys_table: str | None) -> dict[str, Any]:
@@ -247,6 +263,15 @@ class SegmentWriter:
         bounds = None if keys_table is None else ctx.session.key_bounds(keys_table, self.merge_keys)
         widened = None if self.state_bounds is None or bounds is None else self.state_bounds.widened(bounds)
         return {} if widened is None else {KEY_BOUNDS: widened.as_detail()}
+
+
+def _window_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """A window's end (KEPT_WATERMARK) and the facts the next build checks its input with, as a
+    new state would record them; none for a build that read no window."""
+    if facts.get("high") is None:
+        return {}
+    carried = {key: facts[key] for key in WINDOW_CARRIED if key in facts}
+    return {KEPT_WATERMARK: facts["high"], **carried}
 
 
 def _as_recorded(value: Any) -> str:

@@ -80,6 +80,29 @@ def test_window_and_figures_are_in_history(events):
     assert result.outcome("ap").detail["rows_merged"] == 3
 
 
+def test_an_early_cutoff_moves_the_window_so_the_next_build_reads_only_what_is_new(events):
+    """A window whose rows the model's filter drops leaves the state as it is (early cutoff), but
+    was read: the next build starts at its end, not where the state was built."""
+    project, warehouse = events
+    run_project(project, warehouse)
+    sql(warehouse, "INSERT INTO raw.events VALUES (500, 'open', -1, ? + INTERVAL 500 HOUR)", [T0])
+    assert run_project(project, warehouse, only_stale=True).outcome("an").path == "cutoff"
+    _, _, cutoff = latest_detail(warehouse, "an")
+    assert cutoff["window"]["high"] == "2025-01-21 20:00:00"
+    sql(warehouse, "INSERT INTO raw.events VALUES (600, 'open', 2, ? + INTERVAL 600 HOUR)", [T0])
+    result = run_project(project, warehouse, only_stale=True)
+    path, _, detail = latest_detail(warehouse, "an")
+    assert path == "delta" and result.outcome("an").path == "delta"
+    assert detail["window"]["low"] == "2025-01-21 20:00:00"  # not the first build's 2025-01-05 03:00:00
+    assert detail["rows_read"] == 1 and detail["rows_merged"] == 1
+    con = duckdb.connect(str(warehouse))
+    try:
+        full_an = "SELECT id, v, ts FROM raw.events WHERE v >= 0"
+        assert multiset(con, "SELECT * FROM main.v_an") == multiset(con, full_an)
+    finally:
+        con.close()
+
+
 def test_pushdown_puts_the_window_in_the_base_cte(events):
     project, warehouse = events
     run_project(project, warehouse)

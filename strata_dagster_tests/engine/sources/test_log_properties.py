@@ -7,7 +7,7 @@ import datetime as dt
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
@@ -105,6 +105,10 @@ def assert_ledger_models_equal_full(con) -> None:
 
 @SETTINGS
 @given(history=ledger_steps)
+# `an`'s window brings only a row its filter drops: its state stays (early cutoff), and its window's
+# end must move with it, else the next build reads that transaction again and, its rows deleted
+# behind the ledger since, stops with E091 as if the source were drained.
+@example(history=[("append", [(0, "open", -1)]), ("delete", [0])])
 def test_ledger_histories_equal_full_rebuilds(tmp_path_factory, history):
     project, warehouse = make_ledger_project(tmp_path_factory.mktemp("ledger"))
     ledger = Ledger(warehouse)
