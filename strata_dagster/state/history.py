@@ -408,9 +408,9 @@ class HistoryReader:
         """`record` with the input figures in effect for it on `branch` (MOVING_FACTS, and a window's
         end with its counts): those of the latest entry that decided it for the inputs the branch
         shows. An early cutoff kept it with new figures (the state stayed, its figures moved); a run
-        that reused it by a build key
-        takes the figures of the entry that recorded the key; a rollback takes those in effect
-        right after the entry it went back to (its inputs are that entry's again)."""
+        that reused it by a build key takes the figures of the entry that recorded the key; a
+        rollback takes those in effect right after the entry it went back to (its inputs are that
+        entry's again)."""
         # A stored detail may name a moving fact without holding it at its top level: it is
         # parsed (hundreds of KB for a partitioned model) only when an early cutoff kept figures.
         if not any(_may_hold(record.detail, key) for key in (*MOVING_FACTS, *WINDOW_FACTS)):

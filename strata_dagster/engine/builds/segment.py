@@ -243,7 +243,7 @@ class SegmentWriter:
 
         Returns:
             DeltaBuild: the previous state, `is_unchanged`; KEPT_FACTS in `detail` when a moving
-            fact (a watermark's figures, ...) differs from what the state recorded.
+            fact (input figures, the window's end) differs from what the state recorded.
         """
         has_moved = any(
             key in facts and _as_recorded(facts[key]) != _as_recorded(self.previous.detail.get(key))
