@@ -52,6 +52,8 @@ KEPT_FACTS = "kept_facts"
 # KEPT_WATERMARK with the window's carried facts; a state holding one of WINDOW_FACTS has a window.
 KEPT_WATERMARK = "watermark"
 WINDOW_FACTS = ("next_count", "output_next_count", "log_next_count")
+# What a state's detail must hold for an early cutoff to have kept anything of it.
+_KEPT_BY_CUTOFF = (*MOVING_FACTS, *WINDOW_FACTS)
 
 
 @dataclass(frozen=True)
@@ -413,7 +415,7 @@ class HistoryReader:
         entry's again)."""
         # A stored detail may name a moving fact without holding it at its top level: it is
         # parsed (hundreds of KB for a partitioned model) only when an early cutoff kept figures.
-        if not any(_may_hold(record.detail, key) for key in (*MOVING_FACTS, *WINDOW_FACTS)):
+        if not any(_may_hold(record.detail, key) for key in _KEPT_BY_CUTOFF):
             return record
         # The state's early cutoffs on any branch first (usually none: one small scan), and their
         # branches only when there are some.
@@ -422,8 +424,7 @@ class HistoryReader:
             "WHERE model = ? AND snapshot_id = ? AND path = 'cutoff' AND entry > ?",
             [record.model, record.snapshot_id, record.created_entry],
         ).fetchone()
-        gated = (*MOVING_FACTS, *WINDOW_FACTS)
-        if not cutoffs or not cutoffs[0] or not any(key in record.detail for key in gated):
+        if not cutoffs or not cutoffs[0] or not any(key in record.detail for key in _KEPT_BY_CUTOFF):
             return record
         decided = self.con.execute(
             "SELECT m.entry, m.path, m.build_key, m.detail LIKE '%\"' || ? || '\"%' FROM strata.entry_models AS m "

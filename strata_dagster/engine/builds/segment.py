@@ -33,17 +33,6 @@ KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's stat
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
 # many of its rows lie at or below the next build's low, for that build to see rows appear there.
 OUTPUT_NEXT_COUNT = "output_next_count"
-# What a window's early cutoff keeps of FACTS_CARRIED beside its end (state.history.KEPT_WATERMARK).
-WINDOW_CARRIED = (
-    "source_relation",
-    "cdc_type",
-    "next_count",
-    "next_hash_sum",
-    "row_basis",
-    OUTPUT_NEXT_COUNT,
-    "log_relation",
-    "log_next_count",
-)
 # What a new state records for the next build to check the input against.
 FACTS_CARRIED = (
     "source_relation",
@@ -59,6 +48,20 @@ FACTS_CARRIED = (
     OUTPUT_NEXT_COUNT,
     "log_relation",  # engine.sources.logs: what a build over a ledger or change feed read
     "log_next_count",
+)
+# What a window's early cutoff keeps of FACTS_CARRIED beside its end (state.history.KEPT_WATERMARK):
+# all but the input figures, which the cutoff keeps as MOVING_FACTS or leaves to their builds.
+WINDOW_CARRIED = tuple(
+    key
+    for key in FACTS_CARRIED
+    if key
+    not in (
+        "partition_fingerprints",
+        "key_bucket_figures",
+        "other_inputs",
+        "join_figures",
+        "upstream_segments",
+    )
 )
 
 
