@@ -23,6 +23,8 @@ from strata_dagster_tests.support.engine_support import (
     view_tables,
 )
 
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+
 ALL_MODELS = SHOP_MODELS
 DOWNSTREAM_OF_CUSTOMERS = {"stg_customers", "orders_enriched", "daily_revenue", "monthly_revenue"}
 

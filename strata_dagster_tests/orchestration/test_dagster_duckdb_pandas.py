@@ -21,6 +21,8 @@ from strata_dagster_tests.support.dagster_support import (
 )
 from strata_dagster_tests.support.engine_support import execute, history_count
 
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+
 
 # The example of docs/dagster.md ("Reading the live views from your own assets").
 @dg.asset(deps=["orders_enriched"])

@@ -18,6 +18,8 @@ from strata_dagster_tests.support.dagster_support import (
 )
 from strata_dagster_tests.support.engine_support import execute, history_count
 
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+
 
 @strata_python_model(unique=["region"], code_version="1", contract={"region": "VARCHAR not null"})
 def region_summary(orders_enriched: pl.DataFrame) -> pl.DataFrame:

@@ -14,8 +14,9 @@ webserver's GraphQL, as the UI reads it) and what the strata CLI says of the war
   (`strata verify` passes).
 
 Marker `production`; `STRATA_SKIP_PRODUCTION=1` skips them. Those also marked `compat` are the
-compatibility tier's selection (.ci/run): on the lowest supported Dagster minor they load the
-example in a code server, materialize it, take a backfill with a reason and the stale sensor's ticks."""
+compatibility tier's selection (.ci/run): with every dependency at the lowest version admitted
+(Dagster 1.12, DuckDB 2.0.1, ...) they load the example in a code server, materialize it, take a
+backfill with a reason and the stale sensor's ticks."""
 
 from __future__ import annotations
 

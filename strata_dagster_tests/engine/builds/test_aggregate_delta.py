@@ -17,6 +17,8 @@ from strata_dagster.engine.run import run_project
 from strata_dagster_tests.support.aggregate_delta_support import START, compare, make_project
 from strata_dagster_tests.support.helpers import compile_text
 
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+
 STG = """
 model stg {
   from orders

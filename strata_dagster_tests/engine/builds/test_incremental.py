@@ -13,6 +13,8 @@ from strata_dagster.engine.sources.readings import observe_sources
 from strata_dagster_tests.support.engine_support import edit_module, sql
 from strata_dagster_tests.support.incremental_support import FULL_UP, MODULE, make_project, multiset
 
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+
 T0 = dt.datetime(2025, 1, 1)
 
 

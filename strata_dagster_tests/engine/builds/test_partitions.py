@@ -16,6 +16,8 @@ from strata_dagster_tests.support.engine_support import ADVANCE_UPDATED_AT, edit
 from strata_dagster_tests.support.helpers import compile_text
 from strata_dagster_tests.support.partition_support import compare, make_project
 
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+
 START = dt.datetime(2026, 1, 1)
 
 

@@ -2,11 +2,14 @@
 model that does not qualify is built in full with the reason in history."""
 
 import duckdb
+import pytest
 
 from strata_dagster.engine.reads.explain import history
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.support.engine_support import execute, make_module_project
 from strata_dagster_tests.support.row_wise_support import MODULE, compare, make_project
+
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
 
 
 def test_an_update_recomputes_only_the_old_and_new_days_and_a_filter_move_leaves(tmp_path):

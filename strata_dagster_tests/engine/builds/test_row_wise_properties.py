@@ -5,12 +5,15 @@ filter moves, late rows, a joined dimension's changes), and so does a day model 
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.support.incremental_support import compaction_thresholds
 from strata_dagster_tests.support.row_wise_support import ROW_WISE_MODELS, START, compare, make_project
+
+pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
 
 DAYS = 50
 days = st.integers(min_value=0, max_value=DAYS - 1)
