@@ -33,6 +33,15 @@ KEY_BOUNDS = "merge_key_bounds"  # least and greatest merge key an upsert's stat
 # A model computed in full before its window (its cdc column cannot be traced to the source): how
 # many of its rows lie at or below the next build's low, for that build to see rows appear there.
 OUTPUT_NEXT_COUNT = "output_next_count"
+# The input figures a state records: its inputs' partition fingerprints, key buckets, identities
+# and joined figures. An early cutoff keeps the MOVING_FACTS of them and leaves the others to builds.
+INPUT_FIGURES = (
+    "partition_fingerprints",
+    "key_bucket_figures",  # engine.builds.key_bucket_figures.BUCKET_FIGURES
+    "other_inputs",
+    "join_figures",
+    "upstream_segments",
+)
 # What a new state records for the next build to check the input against.
 FACTS_CARRIED = (
     "source_relation",
@@ -40,29 +49,13 @@ FACTS_CARRIED = (
     "next_count",
     "next_hash_sum",
     "row_basis",
-    "partition_fingerprints",
-    "key_bucket_figures",  # engine.builds.key_bucket_figures.BUCKET_FIGURES
-    "other_inputs",
-    "join_figures",
-    "upstream_segments",
+    *INPUT_FIGURES,
     OUTPUT_NEXT_COUNT,
     "log_relation",  # engine.sources.logs: what a build over a ledger or change feed read
     "log_next_count",
 )
-# What a window's early cutoff keeps of FACTS_CARRIED beside its end (state.history.KEPT_WATERMARK):
-# all but the input figures, which the cutoff keeps as MOVING_FACTS or leaves to their builds.
-WINDOW_CARRIED = tuple(
-    key
-    for key in FACTS_CARRIED
-    if key
-    not in (
-        "partition_fingerprints",
-        "key_bucket_figures",
-        "other_inputs",
-        "join_figures",
-        "upstream_segments",
-    )
-)
+# What a window's early cutoff keeps of FACTS_CARRIED beside its end (state.history.KEPT_WATERMARK).
+WINDOW_CARRIED = tuple(key for key in FACTS_CARRIED if key not in INPUT_FIGURES)
 
 
 @dataclass(frozen=True)
