@@ -658,7 +658,7 @@ class PartitionBuild:
         column, grain = partition_column(self.ctx), partition_grain(self.ctx)
         if new is None:
             new = self._by_partition(snapshot_table(record.table_name))
-        equal = [key for key in affected if key in new and new[key] == old.get(key)]
+        equal = {key for key in affected if key in new and new[key] == old.get(key)}
         changed = [key for key in affected if key not in equal]
         if not equal or not changed:
             return build
