@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from rich.console import Console
@@ -27,7 +28,7 @@ from rich.table import Table
 from sqlglot import exp
 
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
-from strata_dagster.backends.opening import read_source_schemas
+from strata_dagster.backends.opening import open_session, read_source_schemas
 from strata_dagster.compile import compile_project, source_relation
 from strata_dagster.compile.relations import DEFAULT_BRANCH, branch_schema, view_name
 from strata_dagster.engine.run import run_project
@@ -163,6 +164,15 @@ def execute(warehouse: Path, statements: list[str] | tuple[str, ...]) -> None:
             con.execute(statement).fetchall()
     finally:
         con.close()
+
+
+def write_narrow_source(source: Path, rows: int, **sample: Any) -> None:
+    """`rows` orders of write_sample_data (`sample`: its other arguments) narrowed by NARROW, in a
+    migrated warehouse: every copy starts with the history tables, so no side pays for them."""
+    write_sample_data(source, rows, **sample)
+    execute(source, NARROW)
+    with open_session(source):
+        pass
 
 
 def paths_of(result) -> dict[str, str]:
@@ -302,6 +312,19 @@ def format_seconds(times: list[float]) -> str:
 
 def format_best_median(times: list[float]) -> str:
     return f"{min(times):.3f} / {statistics.median(times):.3f}"
+
+
+def ratio_cells(top: Timings, bottom: Timings) -> tuple[float, list[str]]:
+    """The best wall ratio of `top` to `bottom`, and the table cells: each side's best / median
+    seconds, the ratio's best / median, the best CPU ratio."""
+    best = min(top.wall) / min(bottom.wall)
+    median = statistics.median(top.wall) / statistics.median(bottom.wall)
+    return best, [
+        format_best_median(top.wall),
+        format_best_median(bottom.wall),
+        f"{best:.2f} / {median:.2f}",
+        f"{min(top.cpu) / min(bottom.cpu):.2f}",
+    ]
 
 
 def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool) -> None:

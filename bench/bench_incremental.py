@@ -14,7 +14,6 @@ instead of producing a number. See bench/README.md.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -26,7 +25,6 @@ from typing import Any
 
 import duckdb
 from bench_engine import (
-    NARROW,
     SOURCE_SCANS,
     Timings,
     add_versioning_argument,
@@ -35,15 +33,16 @@ from bench_engine import (
     copy,
     cpu_seconds,
     execute,
-    format_best_median,
     format_seconds,
     machine,
     paths_of,
+    ratio_cells,
     source_fingerprint,
     timed,
     view,
     with_versioning,
     write_floor,
+    write_narrow_source,
 )
 from rich.table import Table
 from sqlglot import exp
@@ -57,9 +56,7 @@ import strata_dagster.backends.sql.figures as figures_module
 import strata_dagster.backends.sql.key_figures as key_figures_module
 import strata_dagster.backends.sql.tables as shared_tables_module
 import strata_dagster.engine.run as engine_run
-from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.duckdb.session import DuckDBSession
-from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render
 from strata_dagster.state.history import HistoryReader, HistoryWriter
@@ -266,10 +263,7 @@ def prepare_templates(rows: int, work: Path, project: Path) -> tuple[Path, Path,
     """The changed-nothing states: the migrated source, strata's full build on it, the floor's copy."""
     source, built, floor = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
     console.print(f"writing {rows:,} orders into {source} ...")
-    write_sample_data(source, rows)
-    execute(source, NARROW)
-    with open_session(source):
-        pass  # migrations: the full-rebuild side then only pays for the check, like the others
+    write_narrow_source(source, rows)
     copy(source, built)
     console.print("initial full build through strata ...")
     check_paths(run_project(project, built), "full")
@@ -646,8 +640,7 @@ def report(
                 ),
             )
         for index, (label, top, bottom, target, passes) in enumerate(comparisons):
-            best = min(top.wall) / min(bottom.wall)
-            median = statistics.median(top.wall) / statistics.median(bottom.wall)
+            best, cells = ratio_cells(top, bottom)
             if passes is None:
                 verdict = "[dim]info[/dim]"
             else:
@@ -655,10 +648,7 @@ def report(
             table.add_row(
                 s.name if index == 0 else "",
                 label,
-                format_best_median(top.wall),
-                format_best_median(bottom.wall),
-                f"{best:.2f} / {median:.2f}",
-                f"{min(top.cpu) / min(bottom.cpu):.2f}",
+                *cells,
                 target,
                 verdict,
                 end_section=index == len(comparisons) - 1,

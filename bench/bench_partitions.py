@@ -48,6 +48,7 @@ from bench_engine import (
     view,
     with_versioning,
     write_floor,
+    write_narrow_source,
 )
 from rich.table import Table
 from sqlglot import exp
@@ -185,10 +186,7 @@ class Files:
 def prepare(rows: int, work: Path, project: Path) -> tuple[Files, Change]:
     source, built, floor_built = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
     console.print(f"writing {rows:,} orders over {DAYS} days into {source} ...")
-    write_sample_data(source, rows, days=DAYS, start=START)
-    execute(source, NARROW)
-    with open_session(source):
-        pass  # migrations: every copy starts with the history tables, so no side pays for creating them
+    write_narrow_source(source, rows, days=DAYS, start=START)
     copy(source, built)
     console.print("first full build through strata ...")
     first = run_project(project, built)

@@ -15,7 +15,6 @@ wrong delta fails the bench instead of producing a number. See bench/README.md.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,24 +22,22 @@ from typing import Any
 
 import duckdb
 from bench_engine import (
-    NARROW,
     Timings,
     bench_arguments,
     console,
     copy,
     execute,
-    format_best_median,
     format_seconds,
     machine,
     paths_of,
+    ratio_cells,
     view,
     write_floor,
+    write_narrow_source,
 )
-from bench_incremental import APPEND, UPDATE, multiset_mismatch, rotate
+from bench_incremental import APPEND, UPDATE, Files, multiset_mismatch, rotate, scenario_files
 from rich.table import Table
 
-from strata_dagster.backends.duckdb.sample_data import write_sample_data
-from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
 
 MODEL = "orders_clean"
@@ -113,10 +110,7 @@ def prepare_templates(rows: int, work: Path, project: Path) -> tuple[Path, Path,
     """The unchanged states: the source alone, strata's first build on it, the floor's copy."""
     source, built, floor = work / "source.duckdb", work / "built.duckdb", work / "floor_built.duckdb"
     console.print(f"writing {rows:,} orders into {source} ...")
-    write_sample_data(source, rows)
-    execute(source, NARROW)
-    with open_session(source):
-        pass  # migrations: the full-rebuild side then only pays for the check, like the others
+    write_narrow_source(source, rows)
     copy(source, built)
     console.print("first build through strata ...")
     paths = paths_of(run_project(project, built))
@@ -125,15 +119,6 @@ def prepare_templates(rows: int, work: Path, project: Path) -> tuple[Path, Path,
     write_floor(floor, built, (MODEL,), f"SELECT count(*) FROM main.{MODEL}")
     execute(floor, FLOOR_BUILD)
     return source, built, floor
-
-
-def changed_copy(start: Path, template: Path, scenario: Scenario) -> None:
-    copy(start, template)
-    con = duckdb.connect(str(template))
-    try:
-        con.execute(scenario.change, scenario.params)
-    finally:
-        con.close()
 
 
 def verify(name: str, engine: Path, full: Path, floor: Path) -> None:
@@ -164,16 +149,12 @@ def bench(rows: int, repeat: int, work: Path) -> list[Scenario]:
         Scenario("0.1% delete", DELETE, [3]),
     ]
     for scenario in scenarios:
-        slug = scenario.name.replace("%", "pct").replace(" ", "_").replace(".", "_")
-        templates = {side: work / f"{slug}_{side}.tmpl.duckdb" for side in ("engine", "full", "floor")}
-        changed_copy(built, templates["engine"], scenario)
-        changed_copy(source, templates["full"], scenario)
-        changed_copy(floor_built, templates["floor"], scenario)
+        files = scenario_files(scenario, work, source, built, floor_built)  # type: ignore[arg-type]  # the same fields
 
-        def prepare(templates: dict[str, Path] = templates) -> None:
-            copy(templates["engine"], engine)
-            copy(templates["full"], full)
-            copy(templates["floor"], floor)
+        def prepare(files: Files = files) -> None:
+            copy(files.engine, engine)
+            copy(files.full, full)
+            copy(files.floor, floor)
 
         def incremental(scenario: Scenario = scenario) -> None:
             result = run_project(project, engine, only_stale=True)
@@ -214,15 +195,10 @@ def report(rows: int, repeat: int, scenarios: list[Scenario], verbose: bool) -> 
             ("full / inc", s.full, s.incremental, "info"),
         ]
         for index, (label, top, bottom, target) in enumerate(comparisons):
-            best = min(top.wall) / min(bottom.wall)
-            median = statistics.median(top.wall) / statistics.median(bottom.wall)
             table.add_row(
                 s.name if index == 0 else "",
                 label,
-                format_best_median(top.wall),
-                format_best_median(bottom.wall),
-                f"{best:.2f} / {median:.2f}",
-                f"{min(top.cpu) / min(bottom.cpu):.2f}",
+                *ratio_cells(top, bottom)[1],
                 target,
                 end_section=index == len(comparisons) - 1,
             )
