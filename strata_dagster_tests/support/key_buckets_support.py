@@ -57,6 +57,14 @@ model placed_region {
   select placed.order_id, placed.status, placed.amount, customers.region
 }
 
+-- Row-wise over `orders` by blocks of order_id, with a keyed join: a changed customer reaches
+-- the blocks of its orders, the NULL one included.
+model orders_region {
+  from orders
+  join customers on orders.customer_id = customers.customer_id
+  select orders.order_id, orders.amount, customers.region
+}
+
 -- Built in full: its source says nothing narrower than "changed".
 model loose_copy {
   from loose
@@ -77,11 +85,13 @@ FULL = {
     "amount >= 30 AS is_large FROM raw.orders WHERE status <> 'cancelled'",
     "placed_region": "SELECT p.order_id, p.status, p.amount, c.region FROM raw.placed p "
     "JOIN raw.customers c ON p.customer_id = c.customer_id WHERE p.amount > 5",
+    "orders_region": "SELECT o.order_id, o.amount, c.region FROM raw.orders o "
+    "JOIN raw.customers c ON o.customer_id = c.customer_id",
     "loose_copy": "SELECT order_id, amount FROM raw.loose",
     "daily": "SELECT CAST(order_ts AS DATE) AS order_day, sum(amount) AS revenue, count(*) AS n FROM raw.orders "
     "WHERE status <> 'cancelled' GROUP BY ALL",
 }
-BUCKETED = ("stg", "placed_region")
+BUCKETED = ("stg", "placed_region", "orders_region")
 TABLES = ("orders", "placed", "loose")
 
 ORDERS = (

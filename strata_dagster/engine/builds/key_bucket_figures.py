@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from strata_dagster.engine.builds.state_figures import NULL_KEY
 from strata_dagster.sql.content import RowBasis, as_rows, row_hash_aggregates
 from strata_dagster.sql.render import render, snapshot_table
 
@@ -71,8 +72,9 @@ def changed_buckets(
     ctx: IncrementalContext, before: str, now: exp.Table | exp.Query
 ) -> tuple[list[str], int | None]:
     """The buckets whose figures differ between table `before` and `now` (a table, or the figures
-    query read without writing), as text, and how many buckets table `now` has (None: a query)."""
-    match = exp.EQ(this=exp.column(BUCKET, table=_BEFORE), expression=exp.column(BUCKET, table=_NOW))
+    query read without writing), as text (NULL_KEY: the bucket of the NULL key), and how many
+    buckets table `now` has (None: a query)."""
+    match = exp.NullSafeEQ(this=exp.column(BUCKET, table=_BEFORE), expression=exp.column(BUCKET, table=_NOW))
     differs = exp.or_(
         *(
             exp.NullSafeNEQ(this=exp.column(figure, table=_BEFORE), expression=exp.column(figure, table=_NOW))
@@ -88,7 +90,7 @@ def changed_buckets(
         .where(differs)
     )
     _, rows = ctx.session.read_rows(changed)
-    buckets = sorted(str(row[0]) for row in rows)
+    buckets = sorted(NULL_KEY if row[0] is None else str(row[0]) for row in rows)
     if isinstance(now, exp.Query):
         return buckets, None
     _, totals = ctx.session.read_rows(exp.select(exp.Count(this=exp.Star())).from_(now.copy()))

@@ -57,7 +57,7 @@ from strata_dagster.fingerprint import ModelFingerprint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.sql.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
-from strata_dagster.sql.render import snapshot_table
+from strata_dagster.sql.render import render, snapshot_table
 from strata_dagster.sql.segments import KEY_GRAINS, Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
@@ -209,11 +209,11 @@ class RunScope:
                 states[name] = self._read_business_source(name)
                 continue
             reader = self.partitioned_reader_of(name)
-            bucketed = self.bucketed_reader_of(name) if reader is None else None
-            if bucketed is not None:
-                # The figures per key bucket the model's build compares, from the scan that gives
+            bucketed = self.bucketed_readers_of(name) if reader is None else []
+            if bucketed:
+                # The figures per key bucket the models' builds compare, from the scan that gives
                 # the source's own fingerprint (they add up to it).
-                model, bucket = bucketed
+                bucket = bucketed[0][1]
 
                 def figures(relation: exp.Table, basis: RowBasis, bucket: exp.Expr = bucket) -> exp.Query:
                     return key_bucket_figures.figures_of(relation, bucket, basis)
@@ -226,7 +226,9 @@ class RunScope:
                     (key_bucket_figures.ROWS, key_bucket_figures.HASH_SUM),
                 )
                 if held is not None:
-                    self.held_source_figures[model] = held
+                    for model, own in bucketed:
+                        if render(own) == render(bucket):  # the same buckets: the same figures
+                            self.held_source_figures[model] = held
                 continue
             if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
@@ -283,17 +285,18 @@ class RunScope:
                 return name, traced[1]
         return None
 
-    def bucketed_reader_of(self, source: str) -> tuple[str, exp.Expr] | None:
-        """A model in the selection sliced by the key buckets of `source`, its `from`, if any,
-        and its bucket expression over the source's rows."""
+    def bucketed_readers_of(self, source: str) -> list[tuple[str, exp.Expr]]:
+        """The models in the selection sliced by the key buckets of `source`, their `from`, each
+        with its bucket expression over the source's rows."""
+        readers = []
         for name in self.closure:
             model = self.model(name)
             compiled = self.context.compiled.models[name]
             if not self.is_partitioned(name) or partitions.partition_grain(model) not in KEY_GRAINS:
                 continue
             if compiled.base_relation == source and partitions.locality_problem_of(model, compiled) is None:
-                return name, partitions.raw_partition_of(model, compiled)
-        return None
+                readers.append((name, partitions.raw_partition_of(model, compiled)))
+        return readers
 
     @property
     def entry(self) -> int:

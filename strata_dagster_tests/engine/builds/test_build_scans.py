@@ -109,28 +109,32 @@ def reads_of_replaced_rows(statements, table):
 
 
 def test_a_key_bucketed_model_and_the_fingerprint_of_its_source_share_one_scan(tmp_path):
-    """The source's fingerprint and the figures per key block the row-wise model compares come
-    from one hash scan of the source; both equal what scans of their own give."""
+    """The source's fingerprint and the figures per key block the row-wise models compare come
+    from one hash scan of the source, whatever the number of models sliced so (`stg` and
+    `orders_region`); both equal what scans of their own give."""
     project, warehouse = key_buckets_support.make_project(tmp_path)
     run_project(project, warehouse)
     execute(warehouse, "UPDATE raw.orders SET amount = amount + 3 WHERE order_id = 100")
     result, statements = logged_run(warehouse, lambda: run_project(project, warehouse, only_stale=True))
-    stg = result.outcome("stg")
-    assert (stg.path, stg.detail["partitions"]) == ("partitions", ["1"])
+    sliced = [result.outcome(name) for name in ("stg", "orders_region")]
+    assert [(outcome.path, outcome.detail["partitions"]) for outcome in sliced] == [("partitions", ["1"])] * 2
     assert len(whole_row_hashes_of(statements, "raw.orders")) == 1, whole_row_hashes_of(
         statements, "raw.orders"
     )
     con = duckdb.connect(str(warehouse), read_only=True)
     try:
-        figures = con.execute(
-            f"SELECT * FROM strata_snapshots.snap_{stg.snapshot_id}_stg__buckets ORDER BY __bucket"
-        ).fetchall()
+        figures = [
+            con.execute(
+                f"SELECT * FROM strata_snapshots.snap_{outcome.snapshot_id}_{outcome.model}__buckets ORDER BY __bucket"
+            ).fetchall()
+            for outcome in sliced
+        ]
         own = con.execute(
             "SELECT order_id // 64, count(*), sum(hash(o)::HUGEINT) FROM raw.orders AS o GROUP BY 1 ORDER BY 1"
         ).fetchall()
     finally:
         con.close()
-    assert figures == own
+    assert figures == [own, own]
     # The fingerprint summed from the figures is the one the source's own scan gives.
     recorded = execute(
         warehouse,

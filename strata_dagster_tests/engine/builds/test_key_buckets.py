@@ -6,19 +6,20 @@ nor change column still built in full with the reason."""
 import datetime as dt
 
 import duckdb
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from strata_dagster.engine.builds.state_figures import NULL_KEY
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
-from strata_dagster_tests.support.engine_support import snapshot_relations
+from strata_dagster_tests.support.engine_support import execute, snapshot_relations
 from strata_dagster_tests.support.incremental_support import compaction_thresholds
 from strata_dagster_tests.support.key_buckets_support import BUCKETED, FULL, START, compare, make_project
 
 DAYS = 50
 days = st.integers(min_value=0, max_value=DAYS - 1)
-ids = st.integers(min_value=0, max_value=199)
+ids = st.integers(min_value=-130, max_value=199)  # negative ones only once an `odd_key` step wrote them
 tables = st.sampled_from(["orders", "placed"])
 
 insert = st.tuples(
@@ -31,10 +32,15 @@ status = st.tuples(
 move = st.tuples(st.just("move"), tables, ids, days)
 delete = st.tuples(st.just("delete"), tables, st.lists(ids, min_size=1, max_size=4))
 duplicate = st.tuples(st.just("duplicate"), tables, ids)  # a key twice: buckets need no uniqueness
+# A key no build has seen the like of: NULL (the NULL block), or negative, where `key // 64`
+# truncates towards zero (block 0 holds -63..63, block -1 -127..-64).
+odd_key = st.tuples(st.just("odd_key"), tables, st.sampled_from([None, -1, -63, -64, -65, -128]), days)
 region = st.tuples(
     st.just("region"), st.lists(st.integers(0, 24), min_size=1, max_size=3), st.sampled_from(["n", "e"])
 )
-steps = st.lists(st.one_of(insert, update, status, move, delete, duplicate, region), min_size=1, max_size=5)
+steps = st.lists(
+    st.one_of(insert, update, status, move, delete, duplicate, odd_key, region), min_size=1, max_size=5
+)
 
 
 def apply(con, step):
@@ -65,6 +71,11 @@ def apply(con, step):
             f"INSERT INTO raw.{table} SELECT * REPLACE (amount + 1 AS amount) FROM raw.{table} WHERE order_id = ?",
             [step[2]],
         )
+    elif kind == "odd_key":
+        con.execute(
+            f"INSERT INTO raw.{table} VALUES (?, 3, ?, ?, 'paid', 7)",
+            [step[2], START + dt.timedelta(days=step[3]), START],
+        )
     elif kind == "region":
         con.execute(
             "UPDATE raw.customers SET region = ? WHERE list_contains(?, customer_id)", [step[2], step[1]]
@@ -77,6 +88,14 @@ def apply(con, step):
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(history=steps, is_eager=st.booleans())
+# A NULL key: its bucket is the NULL one, the same before and after (found by these histories).
+@example(history=[("odd_key", "orders", None, 0)], is_eager=False)
+# A changed customer reaches the NULL key's block of the orders joined to it.
+@example(history=[("odd_key", "orders", None, 0), ("region", [3], "e")], is_eager=False)
+@example(
+    history=[("odd_key", "placed", None, 3), ("odd_key", "orders", -64, 1), ("delete", "orders", [-64])],
+    is_eager=True,
+)
 def test_random_histories_of_key_bucketed_models_equal_a_full_rebuild(tmp_path_factory, history, is_eager):
     """`is_eager`: segments compacted at every chance. The plan names exactly the buckets rebuilt."""
     with compaction_thresholds(is_eager):
@@ -129,6 +148,38 @@ def test_an_update_rebuilds_only_its_key_bucket_and_plan_says_so(tmp_path):
     assert "has no key" in result.outcome("loose_copy").detail["full_reason"]
     assert result.outcome("daily").path == "partitions"
     assert result.outcome("daily").detail["partitions"] == ["2026-01-02"]
+
+
+def test_the_block_of_a_null_key_is_recomputed_when_its_rows_change_and_only_then(tmp_path):
+    """Rows with a NULL key are the NULL block: an unrelated change leaves it alone, a change of
+    one of its rows rebuilds it alone, and a changed customer joined to it reaches it."""
+    project, warehouse = make_project(tmp_path)
+    execute(warehouse, "INSERT INTO raw.orders VALUES (NULL, 3, ?, ?, 'paid', 7)", params=[START, START])
+    run_project(project, warehouse)
+
+    def rebuilt(statement: str) -> dict[str, list[str]]:
+        execute(warehouse, statement)
+        result = run_project(project, warehouse, only_stale=True)
+        con = duckdb.connect(str(warehouse))
+        try:
+            for model in FULL:
+                assert compare(con, model) == {"rows": 0, "groups": 0}, (model, statement)
+        finally:
+            con.close()
+        return {
+            outcome.model: outcome.detail["partitions"]
+            for outcome in result.outcomes
+            if outcome.model in ("stg", "orders_region") and outcome.path == "partitions"
+        }
+
+    assert rebuilt("UPDATE raw.orders SET amount = amount + 1 WHERE order_id = 100") == {
+        "stg": ["1"],
+        "orders_region": ["1"],
+    }
+    null = rebuilt("UPDATE raw.orders SET amount = amount + 1 WHERE order_id IS NULL")
+    assert null == {"stg": [NULL_KEY], "orders_region": [NULL_KEY]}
+    reached = rebuilt("UPDATE raw.customers SET region = 'e' WHERE customer_id = 3")
+    assert NULL_KEY in reached["orders_region"] and "stg" not in reached
 
 
 def test_gc_drops_the_bucket_figures_of_the_states_it_drops(tmp_path):
