@@ -3,7 +3,7 @@ run the day and month models equal a full rebuild (row counts, row-hash groups, 
 
 import datetime as dt
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster_tests.support.engine_support import replay_history
@@ -30,7 +30,8 @@ status = st.tuples(
 )
 move = st.tuples(st.just("move"), ids, days)
 delete = st.tuples(st.just("delete"), st.lists(ids, min_size=1, max_size=4))
-steps = st.lists(st.one_of(append, late_update, status, move, delete), min_size=1, max_size=6)
+no_day = st.tuples(st.just("no_day"), st.integers(1, 90))  # a new row with a NULL order_ts
+steps = st.lists(st.one_of(append, late_update, status, move, delete, no_day), min_size=1, max_size=6)
 
 
 def apply(con, step, clock):
@@ -59,6 +60,11 @@ def apply(con, step, clock):
         )
     elif kind == "delete":
         con.execute("DELETE FROM raw.orders WHERE list_contains(?, order_id)", [step[1]])
+    elif kind == "no_day":
+        con.execute(
+            "INSERT INTO raw.orders SELECT coalesce(max(order_id), 0) + 1, NULL, ?, 'paid', 'web', ? FROM raw.orders",
+            [stamp, step[1]],
+        )
 
 
 @settings(
@@ -67,6 +73,13 @@ def apply(con, step, clock):
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(history=steps, versioning=st.sampled_from(["cdc(updated_at)", "full"]), is_eager=st.booleans())
+# A row of the NULL partition (id 300 is the first new row): written, changed, moved to a day.
+@example(
+    history=[("no_day", 5), ("late_update", [300], 3), ("move", 300, 4)], versioning="full", is_eager=False
+)
+@example(
+    history=[("no_day", 5), ("move", 300, 4), ("delete", [300])], versioning="cdc(updated_at)", is_eager=True
+)
 def test_random_histories_equal_a_full_rebuild(tmp_path_factory, history, versioning, is_eager):
     """Both source fingerprints: the change column alone (the cdc contract) and whole rows;
     segments compacted as usual or at every chance (`is_eager`)."""

@@ -6,7 +6,7 @@ import datetime as dt
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
@@ -33,7 +33,13 @@ delete = st.tuples(st.just("delete"), tables, st.lists(ids, min_size=1, max_size
 region = st.tuples(
     st.just("region"), st.lists(st.integers(0, 24), min_size=1, max_size=3), st.sampled_from(["n", "e"])
 )
-steps = st.lists(st.one_of(append, late_row, update, status, move, delete, region), min_size=1, max_size=5)
+# A new row with no slice: NULL in the partition column, or in the change column (never in a window).
+null_slice = st.tuples(
+    st.just("null_slice"), tables, st.sampled_from(["order_ts", "updated_at"]), st.integers(1, 60)
+)
+steps = st.lists(
+    st.one_of(append, late_row, update, status, move, delete, region, null_slice), min_size=1, max_size=5
+)
 
 
 def apply(con, step, clock):
@@ -74,6 +80,12 @@ def apply(con, step, clock):
         )
     elif kind == "delete":
         con.execute(f"DELETE FROM raw.{table} WHERE list_contains(?, order_id)", [step[2]])
+    elif kind == "null_slice":
+        values = {"order_ts": START + dt.timedelta(days=clock % DAYS), "updated_at": stamp, step[2]: None}
+        con.execute(
+            f"INSERT INTO raw.{table} SELECT coalesce(max(order_id), 0) + 1, 4, ?, ?, 'paid', 'web', ? FROM raw.{table}",
+            [values["order_ts"], values["updated_at"], step[3]],
+        )
     elif kind == "region":
         con.execute(
             "UPDATE raw.customers SET region = ? WHERE list_contains(?, customer_id)", [step[2], step[1]]
@@ -86,6 +98,12 @@ def apply(con, step, clock):
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(history=steps, is_eager=st.booleans())
+# Rows with no slice (id 200 is the first new row): written, then stamped or deleted.
+@example(history=[("null_slice", "orders", "updated_at", 5), ("amount", "orders", [200], 3)], is_eager=False)
+@example(
+    history=[("null_slice", "orders", "order_ts", 5), ("status", "orders", [200], "cancelled")], is_eager=True
+)
+@example(history=[("null_slice", "placed", "order_ts", 5), ("delete", "placed", [200])], is_eager=False)
 def test_random_histories_of_row_wise_models_equal_a_full_rebuild(tmp_path_factory, history, is_eager):
     """`is_eager`: segments compacted at every chance."""
     with compaction_thresholds(is_eager):
