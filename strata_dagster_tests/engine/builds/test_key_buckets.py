@@ -27,7 +27,10 @@ insert = st.tuples(
 )
 update = st.tuples(st.just("amount"), tables, st.lists(ids, min_size=1, max_size=5), st.integers(-20, 20))
 status = st.tuples(
-    st.just("status"), tables, st.lists(ids, min_size=1, max_size=4), st.sampled_from(["paid", "cancelled"])
+    st.just("status"),
+    tables,
+    st.lists(ids, min_size=1, max_size=4),
+    st.sampled_from(["paid", "cancelled", None]),  # `placed`'s key: NULL hashes to a bucket like any value
 )
 move = st.tuples(st.just("move"), tables, ids, days)
 delete = st.tuples(st.just("delete"), tables, st.lists(ids, min_size=1, max_size=4))
