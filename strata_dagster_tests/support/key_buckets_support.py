@@ -128,3 +128,13 @@ def make_project(root: Path, module: str = MODULE) -> tuple[Path, Path]:
 def compare(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, int]:
     """Live view vs full rebuild: row count difference and row-hash groups whose counts differ."""
     return compare_with_full(con, model, FULL[model])
+
+
+def assert_all_equal_full(warehouse: Path, context: object) -> None:
+    """Every model of FULL equals its full rebuild; `context` names the change in a failure."""
+    con = duckdb.connect(str(warehouse))
+    try:
+        for model in FULL:
+            assert compare(con, model) == {"rows": 0, "groups": 0}, (model, context)
+    finally:
+        con.close()

@@ -15,7 +15,12 @@ from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.support.engine_support import execute, snapshot_relations
 from strata_dagster_tests.support.incremental_support import compaction_thresholds
-from strata_dagster_tests.support.key_buckets_support import BUCKETED, FULL, START, compare, make_project
+from strata_dagster_tests.support.key_buckets_support import (
+    BUCKETED,
+    START,
+    assert_all_equal_full,
+    make_project,
+)
 
 DAYS = 50
 days = st.integers(min_value=0, max_value=DAYS - 1)
@@ -110,12 +115,7 @@ def test_random_histories_of_key_bucketed_models_equal_a_full_rebuild(tmp_path_f
             con.close()
             planned = plan_project(project, warehouse, only_stale=True)
             result = run_project(project, warehouse, only_stale=True)
-            con = duckdb.connect(str(warehouse))
-            try:
-                for model in FULL:
-                    assert compare(con, model) == {"rows": 0, "groups": 0}, (model, step)
-            finally:
-                con.close()
+            assert_all_equal_full(warehouse, step)
             for outcome in result.outcomes:
                 if outcome.model in (*BUCKETED, "daily"):
                     # Never a full rebuild: every change reaches only the buckets it touched.
@@ -163,12 +163,7 @@ def test_the_block_of_a_null_key_is_recomputed_when_its_rows_change_and_only_the
     def rebuilt(statement: str) -> dict[str, list[str]]:
         execute(warehouse, statement)
         result = run_project(project, warehouse, only_stale=True)
-        con = duckdb.connect(str(warehouse))
-        try:
-            for model in FULL:
-                assert compare(con, model) == {"rows": 0, "groups": 0}, (model, statement)
-        finally:
-            con.close()
+        assert_all_equal_full(warehouse, statement)
         return {
             outcome.model: outcome.detail["partitions"]
             for outcome in result.outcomes
