@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from strata_dagster.compile.compiler import JoinKeys
 from strata_dagster.engine.builds.incremental import Fallback
+from strata_dagster.engine.builds.state_figures import NULL_KEY
 from strata_dagster.engine.builds.strategy import IncrementalContext
 from strata_dagster.sql.content import ROW_ALIAS
 
@@ -32,6 +33,11 @@ class JoinedChange:
     partitions: set[str | None]
     figures: dict[str, Any]
     tables: list[str] = field(default_factory=list)  # figures tables this build wrote
+
+    @property
+    def reached(self) -> set[str]:
+        """The partitions reached, named as partition keys are (NULL_KEY: the NULL partition)."""
+        return {NULL_KEY if key is None else key for key in self.partitions}
 
 
 def keyed_joins(ctx: IncrementalContext) -> dict[str, JoinKeys]:

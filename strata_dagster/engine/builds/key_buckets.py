@@ -34,7 +34,6 @@ from strata_dagster.engine.builds.partitions import (
     partition_grain,
     raw_partition,
 )
-from strata_dagster.engine.builds.state_figures import NULL_KEY
 from strata_dagster.language.definition import Project
 from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import KEY_GRAINS, Segment
@@ -123,7 +122,7 @@ class ByKeyBuckets:
         changed, total = changed_buckets(
             ctx, build.previous.detail[BUCKET_FIGURES], snapshot_table(self.written)
         )
-        reached = {NULL_KEY if key is None else str(key) for key in joined.partitions}
+        reached = joined.reached
         facts: dict[str, Any] = {
             BUCKET_FIGURES: self.written,
             "other_inputs": other_inputs(ctx, build.identities),

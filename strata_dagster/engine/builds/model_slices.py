@@ -472,7 +472,7 @@ class ByUpstreamSegments:
         from strata_dagster.engine.builds import joined_inputs
 
         assert not isinstance(self.changes, str)
-        reached = {NULL_PARTITION if key is None else key for key in joined.partitions}
+        reached = joined.reached
         added, replaced = slice_figures(build.ctx, self.changes)
         affected = sorted(_differing(added, replaced) | reached)
         facts: dict[str, Any] = {

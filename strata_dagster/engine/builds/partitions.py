@@ -330,7 +330,7 @@ def fingerprint_slices(
 
     now = partition_fingerprints(build.ctx)
     before = build.previous.detail.get("partition_fingerprints") or {}
-    reached_keys = {NULL_PARTITION if key is None else key for key in joined.partitions}
+    reached_keys = joined.reached
     keys = sorted(set(affected(now, before)) | reached_keys)
     facts = {
         "partition_fingerprints": recorded(now, before),
