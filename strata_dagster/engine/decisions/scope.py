@@ -57,7 +57,7 @@ from strata_dagster.fingerprint import ModelFingerprint
 from strata_dagster.fingerprint.refresh import utc_now
 from strata_dagster.language.definition import INCREMENTAL_STRATEGIES, Model
 from strata_dagster.sql.content import EMPTY_FIGURE, WHOLE_ROW, RowBasis
-from strata_dagster.sql.render import render, snapshot_table
+from strata_dagster.sql.render import snapshot_table
 from strata_dagster.sql.segments import KEY_GRAINS, Segment, WindowStats
 from strata_dagster.state.history import SnapshotRecord
 from strata_dagster.state.states import segments_of, state_query
@@ -226,9 +226,10 @@ class RunScope:
                     (key_bucket_figures.ROWS, key_bucket_figures.HASH_SUM),
                 )
                 if held is not None:
-                    for model, own in bucketed:
-                        if render(own) == render(bucket):  # the same buckets: the same figures
-                            self.held_source_figures[model] = held
+                    # Each model takes them only where its own figures query is the one they answer
+                    # (key_bucket_figures.current_figures): two models sliced alike share one scan.
+                    for model, _ in bucketed:
+                        self.held_source_figures[model] = held
                 continue
             if reader is None:
                 states[name] = read_source_state(self.session, self.context, name)
