@@ -34,6 +34,7 @@ from strata_dagster.backends.duckdb.snapshot_files import (
     problem_of,
     read_query,
     read_relation,
+    stored_types,
     with_file,
     write_query,
 )
@@ -169,6 +170,10 @@ class Types:
             self.known[schema, name] = list(describe(self.con, table(name, schema)))
         return self.known[schema, name]
 
+    def in_file(self, path: Path, columns: list[tuple[str, str]]) -> dict[str, str] | None:
+        """How the file at `path`, written by any version (or None: not yet), holds `columns`."""
+        return stored_types(self.con, path, columns) if path.exists() else None
+
 
 @dataclass
 class CatalogPlan:
@@ -252,9 +257,10 @@ def plan_catalog(
         if reads is None:  # edited to read something else: served as its rows at this entry
             path = data / f"{schema}.{name}@{entry}.parquet"
             columns = types.of(schema, name)
+            stored = types.in_file(path, columns)
             plan.exports.setdefault(path, write_query(table(name, schema), columns))
             contents.views[qualified] = ServedView(key, (), path.name)
-            view = exp.select("*").from_(read_relation(_named(path, root), name, columns))
+            view = exp.select("*").from_(read_relation(_named(path, root), name, columns, stored))
             live_creates.append(exp.Create(this=table(name, schema), kind="VIEW", expression=view))
             continue
         contents.views[qualified] = ServedView(key, tuple(sorted(reads)))
@@ -324,11 +330,13 @@ def _serve_snapshot(
     columns = types.of(SNAPSHOT_SCHEMA, name)
     if kind.kind == "file":  # stored otherwise than DuckDB writes it: read its file as written
         assert kind.path is not None
-        query = read_query(_named(kind.path, root), columns)
+        query = read_query(_named(kind.path, root), columns, types.in_file(kind.path, columns))
         return ServedSnapshot(key, file=kind.path.name), _create_view(name, query)
     path = data / (f"{name}.parquet" if kind.kind == "table" else f"{name}@{entry}.parquet")
+    stored = types.in_file(path, columns)  # a table is exported once, perhaps by an older version
     plan.exports.setdefault(path, write_query(table(name, SNAPSHOT_SCHEMA), columns))
-    return ServedSnapshot(key, export=path.name), _create_view(name, read_query(_named(path, root), columns))
+    query = read_query(_named(path, root), columns, stored)
+    return ServedSnapshot(key, export=path.name), _create_view(name, query)
 
 
 def _create_view(name: str, query: exp.Query) -> exp.Create:

@@ -11,11 +11,20 @@ import pytest
 from sqlglot import exp
 
 from strata_dagster.backends.duckdb.serving import GRACE_ENV, reader_statement, serving_dir
-from strata_dagster.backends.duckdb.snapshot_files import STORAGE_ENV, file_of, folder_of
+from strata_dagster.backends.duckdb.snapshot_files import (
+    STORAGE_ENV,
+    copy_to_file,
+    file_of,
+    folder_of,
+    read_query,
+    stored_types,
+    write_query,
+)
 from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.commands.gc import gc
 from strata_dagster.engine.run import run_project
 from strata_dagster.errors import StrataError
+from strata_dagster.sql.render import render
 from strata_dagster_tests.support.engine_support import execute, make_module_project, make_shop, sql
 from strata_dagster_tests.support.serving_support import (
     assert_served_as_published,
@@ -29,6 +38,8 @@ STRATA = [sys.executable, "-m", "strata_dagster.cli.main"]
 TYPED_COLUMNS = (
     "170141183460469231731687303715884105727::HUGEINT AS big",
     "340282366920938463463374607431768211455::UHUGEINT AS ubig",
+    "'-170141183460469231731687303715884105728'::HUGEINT AS big_min, -1::HUGEINT AS minus_one",
+    "NULL::HUGEINT AS big_null, 18446744073709551616::UHUGEINT AS two_to_64, -12.5::DECIMAL(38,1) AS dec",
     "18446744073709551615::UBIGINT AS ubigint, -5::TINYINT AS tiny, 65000::USMALLINT AS usmall",
     "12345678901234567890.0123456789::DECIMAL(38,10) AS wide_decimal, 'nan'::DOUBLE AS not_a_number",
     "'2026-01-02 03:04:05'::TIMESTAMP_S AS ts_s, '2026-01-02 03:04:05.123'::TIMESTAMP_MS AS ts_ms",
@@ -92,6 +103,43 @@ def test_every_type_comes_back_exactly_from_a_snapshot_and_from_the_serving_copy
     reader.execute(reader_statement(warehouse))
     assert rows_and_types(reader, "main.v_m") == source
     assert unread_snapshot_files(warehouse) == set()
+
+
+def test_128_bit_integers_travel_as_halves_and_files_holding_them_as_text_are_still_read(tmp_path):
+    con = duckdb.connect()
+    rows = (
+        ("-170141183460469231731687303715884105728", "340282366920938463463374607431768211455"),
+        ("-1", "1"),
+        ("0", "0"),
+        ("18446744073709551616", "18446744073709551615"),
+        (None, None),
+    )
+
+    def literal(text):
+        return "NULL" if text is None else f"'{text}'"
+
+    con.execute(
+        "CREATE TABLE t AS SELECT b::HUGEINT AS big, u::UHUGEINT AS ubig FROM (VALUES "
+        + ", ".join(f"({literal(big)}, {literal(ubig)})" for big, ubig in rows)
+        + ") AS v(b, u)"
+    )
+    columns = [("big", "HUGEINT"), ("ubig", "UHUGEINT")]
+    expected = sorted(con.execute("SELECT big, ubig FROM t").fetchall(), key=repr)
+    halves, text = tmp_path / "halves.parquet", tmp_path / "text.parquet"
+    copy_to_file(con, halves, write_query(exp.to_table("t"), columns))
+    con.execute(f"COPY (SELECT big::VARCHAR AS big, ubig::VARCHAR AS ubig FROM t) TO '{text}'")  # as before
+    assert stored_types(con, halves, columns) == {
+        "big": "STRUCT(hi BIGINT, lo UBIGINT)",
+        "ubig": "STRUCT(hi UBIGINT, lo UBIGINT)",
+    }
+    for path in (halves, text):
+        query = render(read_query(path, columns, stored_types(con, path, columns)))
+        assert sorted(con.execute(query).fetchall(), key=repr) == expected
+        assert con.execute(f"SELECT column_type FROM (DESCRIBE {query})").fetchall() == [
+            ("HUGEINT",),
+            ("UHUGEINT",),
+        ]
+    assert stored_types(con, text, [("n", "BIGINT")]) is None  # no 128-bit column: nothing to look at
 
 
 def test_a_snapshot_is_a_view_over_a_file_written_once_and_published_by_its_transaction(tmp_path):
