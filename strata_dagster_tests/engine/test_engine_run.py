@@ -17,6 +17,7 @@ from strata_dagster_tests.support.engine_support import (
     edit_module,
     execute,
     history_count,
+    make_module_project,
     make_shop,
     row_multiset,
     snapshot_relations,
@@ -215,6 +216,30 @@ def test_contract_failure_publishes_nothing(shop):
     assert caught.value.code == "E031"
     assert "customer_id" in caught.value.message
     assert view_tables(warehouse) == views
+
+
+def test_a_contract_failure_names_every_column_it_breaks_in_the_contracts_order(tmp_path):
+    module = (
+        "source t { table: raw.t }\n"
+        "model m {\n  from t\n"
+        "  contract: { a: BIGINT not null, b: INTEGER not null, d: INT not null, e: VARCHAR not null }\n}\n"
+    )
+    project, warehouse = make_module_project(
+        tmp_path,
+        "m.strata",
+        module,
+        "CREATE TABLE raw.t AS SELECT * FROM (VALUES (1::BIGINT, 'x', 1::INTEGER, 'y'), "
+        "(NULL, 'z', NULL, NULL)) AS v(a, b, d, e)",
+    )
+    with pytest.raises(StrataError) as caught:
+        run_project(project, warehouse)
+    assert caught.value.code == "E031"
+    assert caught.value.message == (
+        "model `m` breaks its `contract`: `a` has 1 NULL value(s) but is `not null`; "
+        "`b` is VARCHAR, the contract says INTEGER; `d` has 1 NULL value(s) but is `not null`; "
+        "`e` has 1 NULL value(s) but is `not null`"
+    )
+    assert not view_tables(warehouse)
 
 
 def test_code_change_rebuilds_the_model_and_its_downstream(shop):

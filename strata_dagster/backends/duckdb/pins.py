@@ -14,13 +14,12 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import duckdb
-import sqlglot
 from sqlglot import exp
 
 from strata_dagster.backends.base import Session, WarehouseError
 from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.backends.sql.session import connection_of
-from strata_dagster.backends.sql.tables import canonical_type
+from strata_dagster.backends.sql.tables import canonical_types, null_counts
 
 _COPIES = "__copies"
 _DUPLICATES = "__duplicates"
@@ -110,17 +109,18 @@ def contract_problems(
 ) -> tuple[ContractProblem, ...]:
     """How `relation` breaks `contract`, a list of (column, type, is_not_null): missing columns,
     other types, NULLs in `not null` columns (counted in one scan)."""
+    con = connection_of(session)
     try:
-        actual = dict(describe(connection_of(session), relation))
+        actual = dict(describe(con, relation))
+        spelled = canonical_types(con, [type_text for column, type_text, _ in contract if column in actual])
         problems: list[ContractProblem] = []
         not_null: list[str] = []
         for column, type_text, is_not_null in contract:
             if column not in actual:
                 problems.append(ContractProblem(column, "missing", type_text))
                 continue
-            try:
-                expected = canonical_type(connection_of(session), type_text)
-            except (sqlglot.errors.ParseError, duckdb.Error, ValueError):
+            expected = spelled[type_text]
+            if expected is None:
                 problems.append(ContractProblem(column, "unknown_type", type_text, actual[column]))
                 continue
             if actual[column] != expected:
@@ -128,30 +128,14 @@ def contract_problems(
             if is_not_null:
                 not_null.append(column)
         if not_null:
-            problems.extend(_null_problems(session, relation, not_null, actual))
+            problems.extend(
+                ContractProblem(column, "nulls", "not null", actual[column], nulls)
+                for column, nulls in zip(not_null, null_counts(con, relation, not_null), strict=True)
+                if nulls
+            )
     except duckdb.Error as error:
         raise WarehouseError(str(error).splitlines()[0]) from None
     return tuple(problems)
-
-
-def _null_problems(
-    session: Session, relation: exp.Table, columns: list[str], actual: dict[str, str]
-) -> list[ContractProblem]:
-    counts = exp.select(
-        *(
-            exp.Filter(
-                this=exp.func("count_star"),
-                expression=exp.Where(this=exp.Is(this=exp.column(column), expression=exp.null())),
-            )
-            for column in columns
-        )
-    ).from_(relation.copy())
-    row = run(connection_of(session), counts).fetchone() or ()
-    return [
-        ContractProblem(column, "nulls", "not null", actual[column], int(nulls))
-        for column, nulls in zip(columns, row, strict=False)
-        if nulls
-    ]
 
 
 def row_count(session: Session, relation: exp.Table) -> int:

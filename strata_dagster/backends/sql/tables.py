@@ -116,9 +116,47 @@ def canonical_type(con: Connection, type_text: str) -> str:
     """DuckDB's own spelling of a type (INT -> INTEGER); the text goes through sqlglot, never spliced."""
     if not isinstance(con, duckdb.DuckDBPyConnection):  # another backend spells it, then as DuckDB would
         return con.canonical_type(type_text)
-    data_type = exp.DataType.build(type_text, dialect=DIALECT)
-    row = run(con, exp.select(exp.func("typeof", exp.cast(exp.null(), data_type)))).fetchone()
+    row = run(con, exp.select(_type_of(type_text))).fetchone()
     return str(row[0]) if row else type_text
+
+
+def canonical_types(con: Connection, type_texts: Sequence[str]) -> dict[str, str | None]:
+    """`canonical_type` of each text, None for one that is not a type. On DuckDB one statement
+    spells them all (a contract names a type per column); each is asked alone only when that
+    statement fails, to tell which text is not a type."""
+    texts = sorted(set(type_texts))
+    if isinstance(con, duckdb.DuckDBPyConnection) and texts:
+        try:
+            row = run(con, exp.select(*(_type_of(text) for text in texts))).fetchone()
+            return {text: str(spelled) for text, spelled in zip(texts, row or (), strict=True)}
+        except (sqlglot.errors.ParseError, duckdb.Error, ValueError):
+            pass  # one of them is not a type: asked one by one below
+    spelled: dict[str, str | None] = {}
+    for text in texts:
+        try:
+            spelled[text] = canonical_type(con, text)
+        except (sqlglot.errors.ParseError, duckdb.Error, ValueError):
+            spelled[text] = None
+    return spelled
+
+
+def _type_of(type_text: str) -> exp.Expr:
+    return exp.func("typeof", exp.cast(exp.null(), exp.DataType.build(type_text, dialect=DIALECT)))
+
+
+def null_counts(con: Connection, relation: exp.Table, columns: Sequence[str]) -> list[int]:
+    """How many NULLs each of `columns` holds in `relation`, counted in one scan."""
+    counts = exp.select(
+        *(
+            exp.func(
+                "count",
+                exp.Case(ifs=[exp.If(this=exp.column(column).is_(exp.null()), true=exp.Literal.number(1))]),
+            )
+            for column in columns
+        )
+    ).from_(relation.copy())
+    row = run(con, counts).fetchone() or ()
+    return [int(nulls) for nulls in row]
 
 
 def contract_violation(
@@ -126,27 +164,27 @@ def contract_violation(
 ) -> PinViolation | None:
     """`contract` lists (column, type, is_not_null)."""
     actual = dict(describe(con, snapshot_table(name)))
+    present = [
+        (column, type_text, is_not_null) for column, type_text, is_not_null in contract if column in actual
+    ]
+    spelled = canonical_types(con, [type_text for _, type_text, _ in present])
+    checked = [column for column, type_text, is_not_null in present if is_not_null and spelled[type_text]]
+    nulls = (
+        dict(zip(checked, null_counts(con, snapshot_table(name), checked), strict=True)) if checked else {}
+    )
     problems = []
-    for column, type_text, is_not_null in contract:
+    for column, type_text, _ in contract:
         if column not in actual:
             problems.append(f"column `{column}` is missing")
             continue
-        try:
-            expected = canonical_type(con, type_text)
-        except (sqlglot.errors.ParseError, duckdb.Error, ValueError):
+        expected = spelled[type_text]
+        if expected is None:
             problems.append(f"`{column}`: `{type_text}` is not a DuckDB type")
             continue
         if actual[column] != expected:
             problems.append(f"`{column}` is {actual[column]}, the contract says {expected}")
-        if is_not_null:
-            nulls = run(
-                con,
-                exp.select(exp.func("count_star"))
-                .from_(snapshot_table(name))
-                .where(exp.Is(this=exp.column(column), expression=exp.null())),
-            ).fetchone()
-            if nulls and nulls[0]:
-                problems.append(f"`{column}` has {nulls[0]} NULL value(s) but is `not null`")
+        if nulls.get(column):
+            problems.append(f"`{column}` has {nulls[column]} NULL value(s) but is `not null`")
     if not problems:
         return None
     return PinViolation("contract", "; ".join(problems))
