@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from strata_dagster.backends.base import Session
 from strata_dagster.backends.sql import figures, key_figures, tables
-from strata_dagster.backends.sql.runner import Connection, describe, run
+from strata_dagster.backends.sql.runner import Connection, describe, is_duckdb, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.sql.content import WHOLE_ROW, Content, RowBasis
 from strata_dagster.sql.segments import Segment, TypedTexts, WindowStats, composite_query
@@ -168,14 +168,19 @@ class SqlSession(Session):
     def read_rows(
         self, relation: exp.Table | exp.Query, limit: int | None = None
     ) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
-        """A relation's columns and its rows (the first `limit` of them), as Python values."""
-        columns = self.describe(relation)
+        """A relation's columns and its rows (the first `limit` of them), as Python values. DuckDB
+        names the columns' types with the rows (as DESCRIBE does); another backend is asked."""
         source = relation.subquery("__shown") if isinstance(relation, exp.Query) else relation.copy()
         query = exp.select("*").from_(source)
         if limit is not None:
             query = query.limit(limit)
         with self.statement_errors():
-            rows = [tuple(row) for row in run(self.con, query).fetchall()]
+            result = run(self.con, query)
+            if is_duckdb(self.con):
+                columns = tuple((str(column[0]), str(column[1])) for column in result.description)
+            else:
+                columns = describe(self.con, relation)
+            rows = [tuple(row) for row in result.fetchall()]
         return columns, rows
 
 
