@@ -1,16 +1,16 @@
 """Shop benchmark: the example project (examples/shop) at N orders, its first build against an
-incremental run after 1,000 changed orders, and the per-model seconds of each.
+incremental run after 0.2% of the orders changed and 0.1% new, and the per-model seconds of each.
 
-    .venv/bin/python bench/bench_shop.py [--rows 5000000] [--changed 1000] [--dir PATH]
+    .venv/bin/python bench/bench_shop.py [--rows 5000000] [--changed N] [--new N] [--dir PATH]
 
 In a temp dir: a copy of the shop's `.strata` files, `strata sample-data` at N orders, one first
-build (`run_project`, timed), then 1,000 orders spread over the whole table are changed the way
-the shop's writers change them (a quarter of them cancelled, the others moved on to `shipped`
-with a new amount, `updated_at` advanced past every earlier stamp) and 100 new orders arrive, and
-`run_project(only_stale=True)` is timed. The floor is plain DuckDB doing the first build's work
-(`CREATE TABLE AS` of every model's compiled query, in dependency order, one connection). After
-the incremental run every model is compared with a full recomputation (`strata verify`'s engine
-call); a difference fails the bench. The load average is printed before and after.
+build (`run_project`, timed), then 0.2% of the orders (`--changed`), spread over the whole table,
+change the way the shop's writers change them (a quarter of them cancelled, the others moved on to
+`shipped` with a new amount, `updated_at` advanced past every earlier stamp) and 0.1% new orders
+arrive (`--new`), and `run_project(only_stale=True)` is timed. The floor is plain DuckDB doing the
+first build's work (`CREATE TABLE AS` of every model's compiled query, in dependency order, one
+connection). After the incremental run every model is compared with a full recomputation (`strata
+verify`'s engine call); a difference fails the bench. The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rows", type=int, default=5_000_000)
-    parser.add_argument("--changed", type=int, default=1000)
-    parser.add_argument("--new", type=int, default=100)
+    parser.add_argument("--changed", type=int, default=None, help="default: 0.2%% of --rows")
+    parser.add_argument("--new", type=int, default=None, help="default: 0.1%% of --rows")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument(
@@ -101,6 +101,10 @@ def main() -> int:
         help="change orders of the last N days only (default: spread over the whole table)",
     )
     args = parser.parse_args()
+    if args.changed is None:
+        args.changed = max(1, args.rows // 500)
+    if args.new is None:
+        args.new = max(1, args.rows // 1000)
     print(f"load average before: {load()}  (nproc {os.cpu_count()}, duckdb {duckdb.__version__})")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         work = Path(tmp)
@@ -138,7 +142,7 @@ def main() -> int:
             f"incremental after {args.changed:,} changed "
             f"({'over the last ' + str(args.recent_days) + ' days' if args.recent_days else 'spread over every day'}) "
             f"+ {args.new} new orders {incremental_s:.2f} s: "
-            f"{incremental_s / first_s:.3f} of the first build (target <= 0.20)"
+            f"{incremental_s / first_s:.3f} of the first build (target <= 0.25)"
         )
         print(f"load average after: {load_after}")
         if not args.no_verify:
