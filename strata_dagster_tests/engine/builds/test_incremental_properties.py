@@ -9,8 +9,8 @@ import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from strata_dagster.backends.opening import open_session
 from strata_dagster.engine.run import run_project
+from strata_dagster.state.history import HistoryReader
 from strata_dagster_tests.support.engine_support import replay_history
 from strata_dagster_tests.support.incremental_support import (
     FULL_AN,
@@ -101,16 +101,15 @@ def live_rows(con, model: str) -> list:
     return con.execute(f"SELECT * FROM main.v_{model}").fetchall()
 
 
-def watermark(warehouse, model: str) -> dt.datetime | None:
+def watermark(con, model: str) -> dt.datetime | None:
     """The watermark of the model's live state as its next build reads it (what its next window
     starts from): an early cutoff that kept the state may have moved it from its last segment's
     (the source's newest row deleted); None for a state without rows (a reload that emptied the
     source), whose next rows are all new."""
-    with open_session(warehouse, read_only=True) as session:
-        history = session.history
-        head = history.snapshot(history.pointers("main")[model][-1])
-        assert head is not None
-        text = history.with_kept_facts(head, "main").watermark
+    history = HistoryReader(con)
+    head = history.snapshot(history.pointers("main")[model][-1])
+    assert head is not None
+    text = history.with_kept_facts(head, "main").watermark
     return None if text is None else dt.datetime.fromisoformat(text)
 
 
@@ -210,10 +209,10 @@ def _random_history(tmp_path_factory, history, versioning, has_lateness):
     con.close()
     run_project(project, warehouse)
     for step in history:
-        marks = {model: watermark(warehouse, model) for model in ("ap", "an")}
         con = duckdb.connect(str(warehouse))
         source.con = con
         previous = {model: live_rows(con, model) for model in ("ap", "an")}
+        marks = {model: watermark(con, model) for model in ("ap", "an")}
         thresholds = {model: None if mark is None else mark - lateness for model, mark in marks.items()}
         clock = source.clock
         source.apply(step)
