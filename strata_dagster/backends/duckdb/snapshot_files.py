@@ -53,7 +53,7 @@ _AS_TEXT = ("HUGEINT", "UHUGEINT", "INTERVAL", "TIME WITH TIME ZONE", "BIT", "BI
 # faster. The type of each half, by the integer's.
 _HALVES = {"HUGEINT": "BIGINT", "UHUGEINT": "UBIGINT"}
 _HIGH, _LOW = "hi", "lo"
-_TWO_TO_64 = "18446744073709551616"
+_TWO_TO_64 = 2**64
 # Types that come back from Parquet as another type with the same values (read back, then cast).
 _CAST_BACK = ("TIMESTAMP_S", "TIMESTAMP_MS")
 _FILE_IN_VIEW = re.compile(r"read_parquet\('((?:[^']|'')*)'\)")
@@ -173,7 +173,7 @@ def _as_stored(column: str, type_name: str) -> exp.Expr | None:
     if travels_as_halves(type_name):
         half = data_type(_HALVES[type_name])
         high = exp.BitwiseRightShift(this=exp.column(column), expression=exp.Literal.number(64))
-        low = exp.BitwiseAnd(this=exp.column(column), expression=_two_to_64_less_one(type_name))
+        low = exp.BitwiseAnd(this=exp.column(column), expression=_whole(_TWO_TO_64 - 1, type_name))
         return exp.Struct(
             expressions=[
                 exp.PropertyEQ(this=exp.to_identifier(_HIGH), expression=exp.cast(high, half)),
@@ -185,8 +185,9 @@ def _as_stored(column: str, type_name: str) -> exp.Expr | None:
     return None
 
 
-def _two_to_64_less_one(type_name: str) -> exp.Expr:
-    return exp.cast(exp.Literal.string(str(int(_TWO_TO_64) - 1)), data_type(type_name))
+def _whole(value: int, type_name: str) -> exp.Expr:
+    """`value` as the 128-bit integer type `type_name` (a literal too wide for a BIGINT)."""
+    return exp.cast(exp.Literal.string(str(value)), data_type(type_name))
 
 
 def _from_halves(column: str, type_name: str) -> exp.Expr:
@@ -199,7 +200,7 @@ def _from_halves(column: str, type_name: str) -> exp.Expr:
             exp.func("struct_extract", exp.column(column), exp.Literal.string(name)), whole.copy()
         )
 
-    scale = exp.cast(exp.Literal.string(_TWO_TO_64), whole.copy())
+    scale = _whole(_TWO_TO_64, type_name)
     return exp.Add(this=exp.Mul(this=half(_HIGH), expression=scale), expression=half(_LOW))
 
 
