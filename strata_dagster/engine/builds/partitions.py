@@ -54,6 +54,11 @@ NULL_PARTITION = state_figures.NULL_KEY
 # Past MAX_EXACT_RANGES runs, ranges are used where the files' statistics say a read of them skips
 # at least half of the rows.
 MAX_SHARE_READ = 0.5
+# Recomputed partitions that came back equal leave the new segment (a second write of it) only
+# when they hold at least this share of its rows. Below it the rewrite costs more than the equal
+# rows it drops, which followers never see (they compare figures per slice): at 10M orders, 0.1%
+# updated reached 10,000 key blocks, 150 of them equal, and the rewrite took 80 ms of a 0.9 s run.
+MIN_EQUAL_SHARE = 0.25
 # Detail key: input model -> the segment ids a state was built from (engine.builds.model_slices).
 UPSTREAM_SEGMENTS = "upstream_segments"
 
@@ -644,9 +649,11 @@ class PartitionBuild:
         old: dict[str, tuple[int, str]],
         new: dict[str, tuple[int, str]] | None = None,
     ) -> DeltaBuild:
-        """Recomputed partitions whose rows equal their live rows (`old`) keep their live segment:
-        the new segment holds, and its keys table replaces, only the partitions whose rows changed.
-        `new`: the new segment's figures per partition, when they were measured already."""
+        """Recomputed partitions whose rows equal their live rows (`old`) keep their live segment
+        when they hold at least MIN_EQUAL_SHARE of the new segment's rows: the segment is written
+        again holding, and its keys table then replaces, only the partitions whose rows changed.
+        Fewer stay in the segment, with the rows they hold. `new`: the new segment's figures per
+        partition, when they were measured already."""
         from strata_dagster.engine.builds import segment_compaction
         from strata_dagster.engine.builds.segment import DeltaBuild
 
@@ -662,6 +669,10 @@ class PartitionBuild:
         changed = [key for key in affected if key not in equal]
         if not equal or not changed:
             return build
+        equal_rows = sum(new[key][0] for key in equal)
+        if equal_rows < MIN_EQUAL_SHARE * sum(count for count, _ in new.values()):
+            outcome = {"partitions_unchanged": len(equal), "unchanged_rewritten": True}
+            return replace(build, detail={**build.detail, **outcome})
         session.create_values_table(keys_table, column, self.typed_keys(changed))
         # The keys table now names the changed partitions: the rows held for it, those of the
         # changed ones (the followers read them, with no new scan of the state).

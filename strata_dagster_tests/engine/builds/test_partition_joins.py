@@ -192,39 +192,67 @@ def test_gc_keeps_the_figures_a_compacted_state_carries(joined):
     assert equal_to_full(warehouse) == EQUAL
 
 
-def test_recomputed_days_whose_rows_did_not_change_keep_their_live_segment(joined):
-    project, warehouse = joined
-    # A day where customer 4's only order is cancelled: region_daily's rows there do not depend on 4.
-    quiet_day = next(
+def _quiet_days(warehouse, project, count):
+    """`count` January days where customer 4's only order is cancelled: region_daily's rows there
+    do not depend on 4, so a change of 4's region recomputes them and they come back equal."""
+    quiet = [
         day
         for day in (f"2026-01-{number:02d}" for number in range(2, 29))
         if day not in days_of(warehouse, 4)
-    )
-    sql(
-        warehouse,
-        "INSERT INTO raw.orders VALUES (5000, 4, CAST(? AS TIMESTAMP) + INTERVAL 5 HOUR, ?, 'cancelled', 9.5)",
-        [quiet_day, START + dt.timedelta(days=400)],
-    )
+    ][:count]
+    for number, day in enumerate(quiet):
+        sql(
+            warehouse,
+            "INSERT INTO raw.orders VALUES (?, 4, CAST(? AS TIMESTAMP) + INTERVAL 5 HOUR, ?, 'cancelled', 9.5)",
+            [5000 + number, day, START + dt.timedelta(days=400)],
+        )
     run_project(project, warehouse, only_stale=True)
+    return quiet
+
+
+def _rows_by_day_in(warehouse, table_name, days):
+    return sql(
+        warehouse,
+        f"SELECT count(*) FILTER (list_contains(CAST(? AS DATE[]), order_day)), count(DISTINCT order_day) "
+        f"FROM strata_snapshots.{table_name}",
+        [days],
+    )[0]
+
+
+def test_recomputed_days_whose_rows_did_not_change_keep_their_live_segment(joined):
+    project, warehouse = joined
+    quiet = _quiet_days(warehouse, project, 12)
     sql(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 4")
     result = run_project(project, warehouse, only_stale=True)
     daily = result.outcome("region_daily")
     assert daily.path == "partitions"
-    assert quiet_day in daily.detail["partitions"]
-    assert daily.detail["partitions_unchanged"] == 1
-    # The new segment holds only the days that changed; the quiet day is read from its live segment.
-    in_segment = sql(
-        warehouse,
-        f"SELECT count(*) FILTER (order_day = CAST(? AS DATE)), count(DISTINCT order_day) "
-        f"FROM strata_snapshots.{daily.table_name}",
-        [quiet_day],
-    )[0]
-    assert in_segment == (0, len(daily.detail["partitions"]) - 1)
+    assert set(quiet) <= set(daily.detail["partitions"])
+    # The quiet days hold more than a quarter of the recomputed rows (partitions.MIN_EQUAL_SHARE):
+    # the new segment holds only the days that changed; the quiet days are read from their live segment.
+    assert daily.detail["partitions_unchanged"] == len(quiet)
+    assert "unchanged_rewritten" not in daily.detail
+    changed = len(daily.detail["partitions"]) - len(quiet)
+    assert _rows_by_day_in(warehouse, daily.table_name, quiet) == (0, changed)
     assert sql(
-        warehouse, "SELECT count(*) FROM main.v_region_daily WHERE order_day = CAST(? AS DATE)", [quiet_day]
+        warehouse, "SELECT count(*) FROM main.v_region_daily WHERE order_day = CAST(? AS DATE)", [quiet[0]]
     )[0][0]
     # segment_orders shows no region: every recomputed day equals its live rows.
     assert result.outcome("segment_orders").path == "cutoff"
+    assert equal_to_full(warehouse) == EQUAL
+
+
+def test_a_few_recomputed_days_that_did_not_change_stay_in_the_new_segment(joined):
+    """One quiet day among the 27 days of customer 4's orders: dropping it would mean writing the
+    segment again, so it is written with the rows it holds, and still named unchanged."""
+    project, warehouse = joined
+    (quiet,) = _quiet_days(warehouse, project, 1)
+    sql(warehouse, "UPDATE raw.customers SET region = 'moved' WHERE customer_id = 4")
+    result = run_project(project, warehouse, only_stale=True)
+    daily = result.outcome("region_daily")
+    assert daily.path == "partitions"
+    assert (daily.detail["partitions_unchanged"], daily.detail["unchanged_rewritten"]) == (1, True)
+    in_segment, days = _rows_by_day_in(warehouse, daily.table_name, [quiet])
+    assert in_segment > 0 and days == len(daily.detail["partitions"])
     assert equal_to_full(warehouse) == EQUAL
 
 
