@@ -671,8 +671,8 @@ class PartitionBuild:
             return build
         equal_rows = sum(new[key][0] for key in equal)
         if equal_rows < MIN_EQUAL_SHARE * sum(count for count, _ in new.values()):
-            outcome = {"partitions_unchanged": len(equal), "unchanged_rewritten": True}
-            return replace(build, detail={**build.detail, **outcome})
+            rewritten: dict[str, Any] = {"partitions_unchanged": len(equal), "unchanged_rewritten": True}
+            return replace(build, detail={**build.detail, **rewritten})
         session.create_values_table(keys_table, column, self.typed_keys(changed))
         # The keys table now names the changed partitions: the rows held for it, those of the
         # changed ones (the followers read them, with no new scan of the state).
