@@ -5,8 +5,8 @@ with its stored SQL, run verbatim, over `strata_snapshots.<snapshot>` views, eac
 snapshot view's own stored SQL (`read_parquet` of its file). DuckDB binds a view's relations in
 the view's own catalog, so readers who attach it under any name read the catalog's snapshot views.
 What is not a file is served from an export in `data/`: a snapshot table (once), a view model's
-rows (at each history entry), and a live view edited to read anything but snapshots (its rows at
-each history entry).
+rows (again when they changed: `SnapshotKeys`), and a live view edited to read anything but
+snapshots (its rows at each history entry).
 
 Each catalog's manifest records what it serves and from what (the stored SQL's digest of each view
 and snapshot view), so the next catalog starts from a copy of the previous file and replaces only
@@ -21,6 +21,7 @@ a project folder copied, moved or restored elsewhere is served its own files, wi
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from strata_dagster.backends.duckdb.snapshot_files import (
     write_query,
 )
 from strata_dagster.backends.duckdb.view_reads import relations_read
+from strata_dagster.backends.sql.figures import content_of
 from strata_dagster.backends.sql.runner import describe
 from strata_dagster.compile.relations import VIEW_PREFIX
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, table
@@ -204,16 +206,17 @@ def plan_catalog(
 ) -> CatalogPlan:
     """What the catalog serving the warehouse's live views at `entry` holds, and what changes
     from `previous` (None: an empty catalog). A view is kept when its stored SQL and every
-    snapshot view it reads are unchanged; everything served from an export of this entry is new.
-    `entry` names the history entry in export names and keys (serving.entry_stamp): its number
-    and run id, since a warehouse restored from a backup reuses the numbers. Files in `root`
+    snapshot view it reads are unchanged (a view model's: its rows too, `SnapshotKeys`). `entry`
+    names the history entry in the export of a view edited to read something else, served as its
+    rows at each entry (serving.entry_stamp): its number and run id, since a warehouse restored
+    from a backup reuses the numbers. Files in `root`
     (the warehouse's folder, absolute; `data` is in it) are named relative to it."""
     before = previous or CatalogContents()
     kinds = warehouse.kinds
     types = Types(con)
     contents = CatalogContents()
     plan = CatalogPlan(contents)
-    snapshot_keys = {name: _snapshot_key(kind, entry) for name, kind in kinds.items()}
+    snapshot_keys = SnapshotKeys(con, kinds, types)
     problems: dict[str, str | None] = {}
 
     def unbindable(snapshot: str) -> str | None:
@@ -222,7 +225,7 @@ def plan_catalog(
         if (
             kind.kind != "file"
             or kind.path is None
-            or (old is not None and old.key == snapshot_keys[snapshot])
+            or (old is not None and old.key == snapshot_keys.of(snapshot))
         ):
             return None
         if snapshot not in problems:
@@ -240,7 +243,7 @@ def plan_catalog(
             and kept.export is None
             and kept.key == key
             and all(
-                snapshot in before.snapshots and snapshot_keys.get(snapshot) == before.snapshots[snapshot].key
+                snapshot in before.snapshots and snapshot_keys.of(snapshot) == before.snapshots[snapshot].key
                 for snapshot in kept.reads
             )
         ):
@@ -271,15 +274,16 @@ def plan_catalog(
     wanted = sorted({snapshot for view in contents.views.values() for snapshot in view.reads})
     snapshot_creates: list[str | exp.Expr] = []
     for snapshot in wanted:
-        key = snapshot_keys[snapshot]
+        served_key = snapshot_keys.of(snapshot)
+        assert served_key is not None  # a live view reads only snapshots of the warehouse
         old = before.snapshots.get(snapshot)
-        if old is not None and old.key == key:
+        if old is not None and old.key == served_key:
             contents.snapshots[snapshot] = old
             continue
         if old is not None:
             plan.drop_snapshots.append(snapshot)
         contents.snapshots[snapshot], statement = _serve_snapshot(
-            snapshot, kinds[snapshot], key, types, data, entry, plan, root
+            snapshot, kinds[snapshot], served_key, types, data, plan, root
         )
         snapshot_creates.append(statement)
     plan.drop_snapshots.extend(sorted(before.snapshots.keys() - contents.snapshots.keys()))
@@ -306,12 +310,33 @@ def _served_sql(kind: Kind, root: Path) -> str:
     return with_file(kind.sql, str(_named(kind.path, root)))
 
 
-def _snapshot_key(kind: Kind, entry: str) -> str:
-    if kind.kind == "file":
-        return digest_of(kind.sql)
-    if kind.kind == "table":
-        return "table"  # a snapshot table never changes: exported once
-    return f"view@{entry}"  # a view model reads its inputs live: its rows at this entry
+class SnapshotKeys:
+    """What each snapshot view is served from, worked out when first asked. A file's key is its
+    stored statement; a table never changes (exported once). A view model reads its inputs live,
+    so its key is its statement with its rows' figures now (count and row-hash sum: one scan of
+    what it reads, where an export writes every row): a publication where they are the same as at
+    the last export serves that export again instead of writing its rows once more."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, kinds: dict[str, Kind], types: Types) -> None:
+        self.con, self.kinds, self.types = con, kinds, types
+        self.known: dict[str, str] = {}
+
+    def of(self, snapshot: str) -> str | None:
+        kind = self.kinds.get(snapshot)
+        if kind is None:
+            return None
+        if snapshot not in self.known:
+            self.known[snapshot] = self._key(snapshot, kind)
+        return self.known[snapshot]
+
+    def _key(self, snapshot: str, kind: Kind) -> str:
+        if kind.kind == "file":
+            return digest_of(kind.sql)
+        if kind.kind == "table":
+            return "table"
+        columns = self.types.of(SNAPSHOT_SCHEMA, snapshot)
+        rows = content_of(self.con, table(snapshot, SNAPSHOT_SCHEMA), columns=tuple(columns))
+        return "view:" + digest_of(json.dumps([kind.sql, columns, rows.row_count, rows.row_hash_sum]))
 
 
 def _serve_snapshot(
@@ -320,7 +345,6 @@ def _serve_snapshot(
     key: str,
     types: Types,
     data: Path,
-    entry: str,
     plan: CatalogPlan,
     root: Path,
 ) -> tuple[ServedSnapshot, str | exp.Expr]:
@@ -332,8 +356,11 @@ def _serve_snapshot(
         assert kind.path is not None
         query = read_query(_named(kind.path, root), columns, types.in_file(kind.path, columns))
         return ServedSnapshot(key, file=kind.path.name), _create_view(name, query)
-    path = data / (f"{name}.parquet" if kind.kind == "table" else f"{name}@{entry}.parquet")
-    stored = types.in_file(path, columns)  # a table is exported once, perhaps by an older version
+    # A table is exported once; a view model's rows once for each key (the same rows: its
+    # statement and figures), perhaps by an earlier publication or an older version.
+    suffix = "" if kind.kind == "table" else "@" + key.removeprefix("view:")[:16]
+    path = data / f"{name}{suffix}.parquet"
+    stored = types.in_file(path, columns)
     plan.exports.setdefault(path, write_query(table(name, SNAPSHOT_SCHEMA), columns))
     query = read_query(_named(path, root), columns, stored)
     return ServedSnapshot(key, export=path.name), _create_view(name, query)

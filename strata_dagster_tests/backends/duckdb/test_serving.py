@@ -364,3 +364,45 @@ def test_a_view_model_of_a_restored_warehouse_is_served_as_its_rows_there(tmp_pa
     con.execute(reader_statement_for(warehouse))
     assert con.execute("SELECT label FROM main.v_v ORDER BY id").fetchall() == [("first",), ("restored",)]
     assert served_state(warehouse) == warehouse_state(warehouse)
+
+
+def test_a_view_models_rows_are_exported_again_only_when_they_changed(tmp_path):
+    """A view model reads its source live, so each publication checks its rows' figures (one
+    scan): the same rows serve the earlier export, changed rows (its source changed, even while
+    its snapshot stayed) are exported again; readers see what the warehouse's views show."""
+    module = (
+        "source t { table: raw.t }\nsource u { table: raw.u }\n"
+        "model v {\n  from t\n  materialize: view\n}\nmodel m { from u }\n"
+    )
+    project, warehouse = make_module_project(
+        tmp_path,
+        "m.strata",
+        module,
+        "CREATE TABLE raw.t AS SELECT 1 AS id, 'first' AS label",
+        "CREATE TABLE raw.u AS SELECT 1 AS id",
+    )
+    data = serving_dir(warehouse) / "data"
+
+    def exports() -> set[str]:
+        return {path.name for path in data.glob("*.parquet")}
+
+    def served_labels() -> list[tuple[str]]:
+        con = duckdb.connect()
+        con.execute(reader_statement_for(warehouse))
+        return con.execute("SELECT label FROM main.v_v ORDER BY id").fetchall()
+
+    run_project(project, warehouse)
+    first = exports()
+    assert len(first) == 1 and served_labels() == [("first",)]
+
+    execute(warehouse, "INSERT INTO raw.u VALUES (2)")  # only `m` changes: `v`'s rows do not
+    paths = {o.model: o.path for o in run_project(project, warehouse).outcomes}
+    assert paths == {"m": "full", "v": "cutoff"}
+    assert exports() == first
+    assert served_state(warehouse) == warehouse_state(warehouse)
+
+    # `t` changes in a run of `m` alone: `v` keeps its snapshot, whose live rows changed.
+    execute(warehouse, "INSERT INTO raw.t VALUES (2, 'second')", "INSERT INTO raw.u VALUES (3)")
+    run_project(project, warehouse, models=["m"])
+    assert len(exports() - first) == 1 and served_labels() == [("first",), ("second",)]
+    assert served_state(warehouse) == warehouse_state(warehouse)
