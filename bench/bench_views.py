@@ -1,7 +1,12 @@
 """View benchmark: a staging model as `materialize: view` against the same model as a table, after
-late updates to 0.1% of the orders, and the DuckDB floor of the same result (staging as a view).
+late updates to 0.1% of the orders, and the DuckDB floor of the same result (staging as a view);
+then after a change to another source only (the view's rows stay: its export is served again).
 
-    PYTHONPATH=.:bench .venv/bin/python bench/bench_views.py [--rows 10000000] [--repeat 5] [--versioning cdc|full]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_views.py [--rows 10000000] [--repeat 5] [--versioning cdc|full] [--key]
+
+`--key` declares `key: [order_id]` on the orders: a staging table over them is then maintained by
+the key blocks whose rows changed (with `--versioning full`), where without it, or a change
+column, it is built in full.
 
 The three sides run in this process, on the same data, interleaved (the side that goes first
 rotates), and each timing is the wall time around one call, connection open and close included.
@@ -37,6 +42,7 @@ from bench_partitions import DAYS, LATE_UPDATE, START, multiset_mismatch
 
 from strata_dagster.backends.duckdb.sample_data import write_sample_data
 from strata_dagster.backends.opening import open_session
+from strata_dagster.engine.reads.readers import reader_statement_for
 from strata_dagster.engine.run import run_project
 from strata_dagster.language import load_project
 
@@ -60,7 +66,17 @@ model daily {
   aggregate revenue = sum(amount), n = count(*), large = count(*) filter (where is_large)
   partitioned_by: day(order_day)
 }
+
+source fx {
+  table: raw.fx
+}
+
+model rates {
+  from fx
+}
 """
+FX = "CREATE TABLE raw.fx AS SELECT 'EUR' AS currency, CAST(1.0 AS DOUBLE) AS rate"
+FX_UPDATE = "UPDATE raw.fx SET rate = rate + 0.01"
 VARIANTS = {"view": "  materialize: view\n", "table": ""}
 RECOMPUTE = (
     "SELECT CAST(order_ts AS DATE) AS order_day, channel, sum(amount) AS revenue, count(*) AS n, "
@@ -118,28 +134,34 @@ def check(engine: Path, relation: str, is_view: bool) -> None:
         con.close()
 
 
-def bench(rows: int, repeat: int, work: Path, versioning: str) -> dict[str, object]:
+def bench(rows: int, repeat: int, work: Path, versioning: str, key: bool = False) -> dict[str, object]:
     source = work / "source.duckdb"
     console.print(f"writing {rows:,} orders over {DAYS} days ...")
     write_sample_data(source, rows, days=DAYS, start=START)
-    execute(source, NARROW)
+    execute(source, [*NARROW, FX])
     with open_session(source):
         pass
     templates: dict[str, Path] = {}
     projects: dict[str, Path] = {}
+    others: dict[str, Path] = {}  # built, then only `fx` changed
     old_max = None
     for variant, line in VARIANTS.items():
         project = work / f"project_{variant}"
         project.mkdir()
-        (project / "bench.strata").write_text(
-            with_versioning(PROJECT, versioning).replace("MATERIALIZE", line)
-        )
+        text = with_versioning(PROJECT, versioning).replace("MATERIALIZE", line)
+        if key:
+            text = text.replace("  table: raw.orders\n", "  table: raw.orders\n  key: [order_id]\n")
+        (project / "bench.strata").write_text(text)
         load_project(project)
         built = work / f"built_{variant}.duckdb"
         copy(source, built)
         first = run_project(project, built)
-        expected = {"stg_orders": "view" if variant == "view" else "full", "daily": "full"}
+        expected = {"stg_orders": "view" if variant == "view" else "full", "daily": "full", "rates": "full"}
         assert paths_of(first) == expected, f"first build took {paths_of(first)}"
+        other = work / f"other_{variant}.duckdb"
+        copy(built, other)
+        execute(other, [FX_UPDATE])
+        others[variant] = other
         if variant == "table":
             floor_built = work / "floor_built.duckdb"
             copy(source, floor_built)
@@ -160,7 +182,7 @@ def bench(rows: int, repeat: int, work: Path, versioning: str) -> dict[str, obje
             paths = paths_of(result)
             # A plain staging table over a cdc source is maintained row-wise (engine/builds/row_wise.py):
             # its changed days are rebuilt as partitions.
-            staging = ("view",) if variant == "view" else ("full", "partitions")
+            staging = ("view",) if variant == "view" else ("full", "partitions", "buckets")
             assert paths["stg_orders"] in staging and paths["daily"] == "partitions", paths
             assert result.outcome("daily").detail["partitions"] == days
             staging_ms[variant].append(result.outcome("stg_orders").duration_ms)
@@ -182,25 +204,63 @@ def bench(rows: int, repeat: int, work: Path, versioning: str) -> dict[str, obje
         check(live["view"], "main.v_daily", True)
         check(live["table"], "main.v_daily", False)
         check(live["floor"], "main.daily", False)
-    return {"sides": sides, "staging_ms": staging_ms, "days": days}
+    other_sides = {name: Timings([], []) for name in VARIANTS}
+
+    def other_source(variant: str) -> Callable[[], None]:
+        def call() -> None:
+            paths = paths_of(run_project(projects[variant], live[variant], only_stale=True))
+            assert paths["rates"] == "full" and paths["daily"] == "reused", paths
+            assert paths["stg_orders"] in ("reused", "cutoff"), paths  # its rows are unchanged
+
+        return call
+
+    console.print(f"a change to another source only; {repeat} interleaved repeats ...")
+    for i in range(repeat):
+        for name in VARIANTS:
+            copy(others[name], live[name])
+        order = list(VARIANTS) if i % 2 == 0 else list(reversed(VARIANTS))
+        for name in order:
+            timed(other_source(name), other_sides[name])
+        for name in VARIANTS:
+            check(live[name], "main.v_daily", name == "view")
+            assert served_rows(live[name], "stg_orders") == served_rows(live[name], "stg_orders", served=False)
+    return {"sides": sides, "staging_ms": staging_ms, "days": days, "other": other_sides}
+
+
+def served_rows(warehouse: Path, model: str, *, served: bool = True) -> list[tuple[object, ...]]:
+    """The model's rows as a multiset of row hashes: from the serving copy readers attach, or from
+    the warehouse's own live view."""
+    con = duckdb.connect() if served else duckdb.connect(str(warehouse), read_only=True)
+    try:
+        if served:
+            con.execute(reader_statement_for(warehouse))
+        return con.execute(f"SELECT hash(r), count(*) FROM main.v_{model} AS r GROUP BY 1 ORDER BY 1").fetchall()
+    finally:
+        con.close()
 
 
 def main() -> None:
     parser = bench_arguments(__doc__)
     add_versioning_argument(parser)
+    parser.add_argument("--key", action="store_true", help="declare key: [order_id] on the orders")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="strata-bench-views-", dir=args.dir) as work:
-        found = bench(args.rows, args.repeat, Path(work), args.versioning)
+        found = bench(args.rows, args.repeat, Path(work), args.versioning, args.key)
     sides: dict[str, Timings] = found["sides"]  # type: ignore[assignment]  # bench() returns a dict of both
     staging: dict[str, list[float]] = found["staging_ms"]  # type: ignore[assignment]  # bench() returns a dict of both
     floor = statistics.median(sides["floor"].wall)
-    console.print(f"\n{args.rows:,} orders, versioning {args.versioning}, {args.repeat} repeats; {machine()}")
+    keyed = ", key: [order_id]" if args.key else ""
+    console.print(f"\n{args.rows:,} orders, versioning {args.versioning}{keyed}, {args.repeat} repeats; {machine()}")
     console.print(f"floor: {FLOOR_IS}")
     for name in ("view", "table", "floor"):
         wall = sides[name].wall
         ratio = statistics.median(wall) / floor if floor else float("nan")
         extra = f"; stg_orders {statistics.median(staging[name]):.0f} ms" if name in staging else ""
         console.print(f"  {name:5}: {format_best_median(wall)} s, {ratio:.2f}x floor{extra}")
+    other: dict[str, Timings] = found["other"]  # type: ignore[assignment]  # bench() returns a dict of both
+    console.print("after a change to another source only (best / median):")
+    for name in VARIANTS:
+        console.print(f"  {name:5}: {format_best_median(other[name].wall)} s")
 
 
 if __name__ == "__main__":

@@ -500,6 +500,7 @@ class HistoryWriter:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+        self.entries_added: set[int] = set()  # by this writer (committed or not)
 
     def add_entry(
         self,
@@ -533,6 +534,7 @@ class HistoryWriter:
                 json.dumps(detail or {}, sort_keys=True, default=_as_json),
             ],
         )
+        self.entries_added.add(entry)
 
     def add_source(
         self,

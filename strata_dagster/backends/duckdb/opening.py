@@ -91,7 +91,7 @@ def _opened(
         raise
     if not read_only:
         try:
-            refresh_serving(con, path)
+            refresh_serving(con, path, session.writer.entries_added)
         finally:
             _remove_unpublished_files(session, path, opened)
 

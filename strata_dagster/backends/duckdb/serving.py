@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,10 +161,15 @@ class ServingState:
 
 
 def refresh(
-    con: duckdb.DuckDBPyConnection, warehouse: Path, on_step: Callable[[str], None] = lambda step: None
+    con: duckdb.DuckDBPyConnection,
+    warehouse: Path,
+    on_step: Callable[[str], None] = lambda step: None,
+    published: Collection[int] = (),
 ) -> ServingState | None:
     """Make the serving catalog show what the warehouse's live views show now (the writer's
-    connection, outside any transaction). None when nothing was ever published.
+    connection, outside any transaction). None when nothing was ever published. `published`: the
+    entries the caller's session wrote; when the latest is one of them, the source fingerprints it
+    recorded were read in this session and still describe the sources (serving_catalog.SnapshotKeys).
 
     The new catalog starts as a copy of the live one (never modified: readers attached to it keep
     their whole state) and replaces only the views whose stored SQL, or a snapshot view they read,
@@ -184,7 +189,7 @@ def refresh(
 
     previous, contents = _previous_catalog(con, live)
     warehouse_catalog = read_warehouse(con)
-    target = _Target(catalog, entry, digest, entry_stamp(entry, identity))
+    target = _Target(catalog, entry, digest, entry_stamp(entry, identity), entry in published)
     folder.mkdir(exist_ok=True)
     try:
         written, exported_seconds, plan = _write(con, target, previous, contents, warehouse_catalog, on_step)
@@ -225,6 +230,7 @@ class _Target:
     entry: int
     digest: str
     stamp: str  # entry_stamp: the entry in the names of what is exported at it
+    observed: bool  # written by this session: its recorded source fingerprints are current
 
 
 def _write(
@@ -241,7 +247,8 @@ def _write(
 
     catalog = target.catalog
     data = catalog.parent / "data"
-    plan = plan_catalog(con, warehouse_catalog, contents, data, target.stamp, _root(catalog.parent))
+    sources = observed_sources(con, target.entry) if target.observed else None
+    plan = plan_catalog(con, warehouse_catalog, contents, data, target.stamp, _root(catalog.parent), sources)
     started = time.perf_counter()
     written = 0
     if plan.exports:
@@ -327,6 +334,26 @@ def _previous_catalog(
     except (ValueError, KeyError, TypeError):
         return None, None
     return (catalog, contents) if contents is not None else (None, None)
+
+
+def observed_sources(con: duckdb.DuckDBPyConnection, entry: int) -> dict[str, str]:
+    """The relations `entry` fingerprinted whole (not by partition), by their content (every
+    column of every row, not a change column's range), with that fingerprint."""
+    rows = run(
+        con,
+        exp.select("relation", "fingerprint")
+        .from_(exp.table_("entry_sources", db="strata"))
+        .where(
+            exp.and_(
+                exp.column("entry").eq(exp.Literal.number(entry)),
+                exp.column("partition_key").eq(exp.Literal.string("")),
+                exp.func("coalesce", exp.func("len", exp.column("row_basis")), exp.Literal.number(0)).eq(
+                    exp.Literal.number(0)
+                ),
+            )
+        ),
+    ).fetchall()
+    return {str(relation): str(fingerprint) for relation, fingerprint in rows}
 
 
 def _latest_entry(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:

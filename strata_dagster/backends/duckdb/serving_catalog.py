@@ -203,6 +203,7 @@ def plan_catalog(
     data: Path,
     entry: str,
     root: Path,
+    sources: dict[str, str] | None = None,
 ) -> CatalogPlan:
     """What the catalog serving the warehouse's live views at `entry` holds, and what changes
     from `previous` (None: an empty catalog). A view is kept when its stored SQL and every
@@ -210,13 +211,14 @@ def plan_catalog(
     names the history entry in the export of a view edited to read something else, served as its
     rows at each entry (serving.entry_stamp): its number and run id, since a warehouse restored
     from a backup reuses the numbers. Files in `root`
-    (the warehouse's folder, absolute; `data` is in it) are named relative to it."""
+    (the warehouse's folder, absolute; `data` is in it) are named relative to it. `sources`: the
+    fingerprints of the relations this session read whole (serving.observed_sources), or None."""
     before = previous or CatalogContents()
     kinds = warehouse.kinds
     types = Types(con)
     contents = CatalogContents()
     plan = CatalogPlan(contents)
-    snapshot_keys = SnapshotKeys(con, kinds, types)
+    snapshot_keys = SnapshotKeys(con, kinds, types, sources)
     problems: dict[str, str | None] = {}
 
     def unbindable(snapshot: str) -> str | None:
@@ -313,12 +315,20 @@ def _served_sql(kind: Kind, root: Path) -> str:
 class SnapshotKeys:
     """What each snapshot view is served from, worked out when first asked. A file's key is its
     stored statement; a table never changes (exported once). A view model reads its inputs live,
-    so its key is its statement with its rows' figures now (count and row-hash sum: one scan of
-    what it reads, where an export writes every row): a publication where they are the same as at
-    the last export serves that export again instead of writing its rows once more."""
+    so its key is its statement with what decides its rows now: when every relation it reads is
+    an immutable snapshot or a source this session fingerprinted whole (`sources`), those
+    fingerprints; else its rows' figures (count and row-hash sum: one scan of what it reads, where
+    an export writes every row). A publication whose key is the same as at the last export serves
+    that export again instead of writing the rows once more."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, kinds: dict[str, Kind], types: Types) -> None:
-        self.con, self.kinds, self.types = con, kinds, types
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        kinds: dict[str, Kind],
+        types: Types,
+        sources: dict[str, str] | None = None,
+    ) -> None:
+        self.con, self.kinds, self.types, self.sources = con, kinds, types, sources
         self.known: dict[str, str] = {}
 
     def of(self, snapshot: str) -> str | None:
@@ -334,9 +344,36 @@ class SnapshotKeys:
             return digest_of(kind.sql)
         if kind.kind == "table":
             return "table"
+        read = self._fingerprints_read(snapshot, kind.sql)
+        if read is not None:
+            return "view:sources:" + digest_of(json.dumps([kind.sql, read]))
         columns = self.types.of(SNAPSHOT_SCHEMA, snapshot)
         rows = content_of(self.con, table(snapshot, SNAPSHOT_SCHEMA), columns=tuple(columns))
-        return "view:" + digest_of(json.dumps([kind.sql, columns, rows.row_count, rows.row_hash_sum]))
+        return "view:rows:" + digest_of(json.dumps([kind.sql, columns, rows.row_count, rows.row_hash_sum]))
+
+    def _fingerprints_read(self, snapshot: str, sql: str) -> list[list[str]] | None:
+        """The fingerprint of each source relation the view reads, None when one is not known
+        whole, or it reads another view model (live too) or a table function (a file)."""
+        if self.sources is None:
+            return None
+        body = _body(sql, SNAPSHOT_SCHEMA, snapshot, qualified_only=True)
+        read = None if body is None else relations_read(self.con, body)
+        if read is None or read.calls_table_function:
+            return None
+        found = []
+        for catalog, schema, name in sorted(read.tables):
+            if not catalog and not schema and name in read.ctes:
+                continue
+            if not catalog and schema == SNAPSHOT_SCHEMA:
+                if self.kinds.get(name, Kind("view")).kind == "view":
+                    return None
+                continue
+            relation = ".".join(part for part in (catalog, schema, name) if part)
+            fingerprint = self.sources.get(relation)
+            if fingerprint is None:
+                return None
+            found.append([relation, fingerprint])
+        return found
 
 
 def _serve_snapshot(
@@ -358,7 +395,7 @@ def _serve_snapshot(
         return ServedSnapshot(key, file=kind.path.name), _create_view(name, query)
     # A table is exported once; a view model's rows once for each key (the same rows: its
     # statement and figures), perhaps by an earlier publication or an older version.
-    suffix = "" if kind.kind == "table" else "@" + key.removeprefix("view:")[:16]
+    suffix = "" if kind.kind == "table" else "@" + digest_of(key)[:16]
     path = data / f"{name}{suffix}.parquet"
     stored = types.in_file(path, columns)
     plan.exports.setdefault(path, write_query(table(name, SNAPSHOT_SCHEMA), columns))

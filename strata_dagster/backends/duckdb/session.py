@@ -8,7 +8,7 @@ DuckDB's first message line and nothing else. Opening a warehouse is backends/du
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import date
@@ -306,7 +306,7 @@ class DuckDBSession(SqlSession):
     # -- maintenance ------------------------------------------------------------------------------
     def refresh_serving(self, path: Path) -> serving.ServingState | None:
         """Bring the serving copy up to date now (every write session also does on closing)."""
-        return refresh_serving(self.con, path)
+        return refresh_serving(self.con, path, self.writer.entries_added)
 
     def snapshot_file_paths(self) -> dict[str, Path]:
         """The immutable Parquet file each snapshot view reads, as the catalog has them now."""
@@ -411,11 +411,14 @@ class DuckDBCatalog(CatalogSnapshot):
         return self._parsed[name]
 
 
-def refresh_serving(con: duckdb.DuckDBPyConnection, path: Path) -> serving.ServingState | None:
+def refresh_serving(
+    con: duckdb.DuckDBPyConnection, path: Path, published: Collection[int] = ()
+) -> serving.ServingState | None:
     """Bring the serving copy readers open up to what this writer published (a no-op when it
-    already is). Every write session ends here, so a crash that skipped it is repaired by the next."""
+    already is); `published`: the entries this session wrote. Every write session ends here, so a
+    crash that skipped it is repaired by the next."""
     try:
-        return serving.refresh(con, path, on_step=checkpoint)
+        return serving.refresh(con, path, on_step=checkpoint, published=published)
     except (duckdb.Error, OSError) as error:
         damaged = damaged_file_error(error, path)
         if damaged is not None:

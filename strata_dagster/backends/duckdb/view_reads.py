@@ -33,6 +33,7 @@ class Relations:
 
     tables: frozenset[tuple[str, str, str]]  # (catalog, schema, name) of every table it names
     calls_table_function: bool
+    ctes: frozenset[str] = frozenset()  # the names of the common table expressions it defines
 
     def snapshots(self) -> frozenset[str] | None:
         """The snapshot relations read, None when it reads anything else."""
@@ -50,6 +51,7 @@ def relations_read(con: duckdb.DuckDBPyConnection, query: str) -> Relations | No
     if tree.get("error") or len(tree.get("statements", ())) != 1:
         return None
     tables: set[tuple[str, str, str]] = set()
+    ctes: set[str] = set()
     calls_table_function = False
     pending: list[Any] = [tree["statements"]]
     while pending:
@@ -70,8 +72,11 @@ def relations_read(con: duckdb.DuckDBPyConnection, query: str) -> Relations | No
                     str(node.get("table_name")),
                 )
             )
+        defined = node.get("cte_map")
+        if isinstance(defined, dict):
+            ctes.update(str(item.get("key")) for item in defined.get("map", ()) if isinstance(item, dict))
         pending.extend(value for value in node.values() if isinstance(value, (dict, list)))
-    return Relations(frozenset(tables), calls_table_function)
+    return Relations(frozenset(tables), calls_table_function, frozenset(ctes))
 
 
 def snapshot_tables_read(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, ...] | None:

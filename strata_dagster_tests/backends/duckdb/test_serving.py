@@ -386,6 +386,12 @@ def test_a_view_models_rows_are_exported_again_only_when_they_changed(tmp_path):
     def exports() -> set[str]:
         return {path.name for path in data.glob("*.parquet")}
 
+    def view_key() -> str:
+        """How the live catalog keyed `v`'s rows: by the fingerprints the run read, or by a scan."""
+        live = serving_dir(warehouse) / os.readlink(serving_dir(warehouse) / "live.duckdb")
+        snapshots = json.loads(live.with_suffix(".json").read_text())["snapshots"]
+        return next(key for name, (key, _, _) in snapshots.items() if name.endswith("_v"))
+
     def served_labels() -> list[tuple[str]]:
         con = duckdb.connect()
         con.execute(reader_statement_for(warehouse))
@@ -394,6 +400,7 @@ def test_a_view_models_rows_are_exported_again_only_when_they_changed(tmp_path):
     run_project(project, warehouse)
     first = exports()
     assert len(first) == 1 and served_labels() == [("first",)]
+    assert view_key().startswith("view:sources:")  # the run fingerprinted `t`: no scan of `v`
 
     execute(warehouse, "INSERT INTO raw.u VALUES (2)")  # only `m` changes: `v`'s rows do not
     paths = {o.model: o.path for o in run_project(project, warehouse).outcomes}
@@ -405,4 +412,5 @@ def test_a_view_models_rows_are_exported_again_only_when_they_changed(tmp_path):
     execute(warehouse, "INSERT INTO raw.t VALUES (2, 'second')", "INSERT INTO raw.u VALUES (3)")
     run_project(project, warehouse, models=["m"])
     assert len(exports() - first) == 1 and served_labels() == [("first",), ("second",)]
+    assert view_key().startswith("view:rows:")  # `t` was not read by this run: `v`'s rows were
     assert served_state(warehouse) == warehouse_state(warehouse)
