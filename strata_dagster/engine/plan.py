@@ -411,6 +411,9 @@ class Planner:
         # Key buckets are compared in the warehouse (engine.builds.key_buckets): no figures listed here.
         now = partition_fingerprints(builder.ctx) if grain not in KEY_GRAINS else {}
         keys = builder.changed_partitions()
+        in_full = None if joined or name in self.scope.requested else builder.cheaper_in_full(keys)
+        if in_full is not None:
+            return ModelPlan(name, FULL, (FULL, CUTOFF), f"full: {in_full.reason}", changes)
         rows = sum(int(now[key][0]) for key in keys if key in now) if now else None
         if name in self.scope.requested:
             reason = "partition-complete rebuild of the partitions requested with --partitions"

@@ -20,6 +20,7 @@ from sqlglot import exp
 from strata_dagster.backends.base import WarehouseError
 from strata_dagster.compile.compiler import CompiledModel
 from strata_dagster.engine.builds import state_figures
+from strata_dagster.engine.builds.row_wise import ROW_WISE
 from strata_dagster.language.definition import Model
 from strata_dagster.sql.content import ROW_ALIAS, Content
 from strata_dagster.sql.render import snapshot_table
@@ -59,6 +60,11 @@ MAX_SHARE_READ = 0.5
 # them: their rows leave and come back equal, which changes nothing a follower computes. At 10M
 # orders, 0.1% updated reached 10,000 key blocks, 150 of them equal: the rewrite took 80 ms of 0.9 s.
 MIN_EQUAL_SHARE = 0.25
+# A row-wise model is built in full when its changed slices hold at least this share of its rows:
+# the same share of dead rows starts a compaction that rewrites them all
+# (segment_compaction.MAX_DEAD_SHARE). At 10M orders sliced by the day of their change column,
+# late updates to 0.1% reached days holding 78% of the rows: 2.0 s by slices, 1.4 s in full.
+MAX_REPLACED_SHARE = 0.5
 # Detail key: input model -> the segment ids a state was built from (engine.builds.model_slices).
 UPSTREAM_SEGMENTS = "upstream_segments"
 
@@ -432,12 +438,16 @@ class PartitionBuild:
         if not affected:
             self._drop(joined.tables)
             return self.writer.kept(detail, facts)
+        previous_figures = self._previous_figures()
+        in_full = self.cheaper_in_full(affected, previous_figures)
+        if in_full is not None:
+            self._drop(joined.tables)
+            return in_full
         column = partition_column(self.ctx)
         keys_table = f"{self.ctx.table_name}__partitions"
         self.ctx.session.create_values_table(keys_table, column, self.typed_keys(affected))
         delta_query = self.rows.rows(self, affected, keys_table, detail)
         # The live rows the segment replaces, per partition: what equal partitions are found with.
-        previous_figures = self._previous_figures()
         if previous_figures is not None and previous_figures.covers(self.ctx.follower_slices):
             # Recorded by the previous state, for its followers too: nothing of it is read.
             wanted = set(affected)
@@ -602,6 +612,36 @@ class PartitionBuild:
         )
         groups = self.ctx.session.content_by_group(relation, key)
         return {NULL_PARTITION if name is None else name: figures for name, figures in groups.items()}
+
+    def cheaper_in_full(
+        self, affected: Sequence[str], figures: state_figures.SliceFigures | None = None
+    ) -> Fallback | None:
+        """A row-wise model (sliced by its source without a declaration) whose changed slices
+        hold enough of its rows to start a compaction (segment_compaction.MIN_DEAD_ROWS, and
+        MAX_REPLACED_SHARE of its rows) is built in full: the compaction after the segment would
+        rewrite every row again. A day slicing by a change column does this after late updates:
+        the updated rows leave their old days, spread over the whole state. A declared
+        `partitioned_by` keeps its partitions (they are what a backfill asks for), and a model
+        over another model's slices its segments' (their rows were written once already)."""
+        from strata_dagster.engine.builds import segment_compaction
+        from strata_dagster.engine.builds.incremental import Fallback
+
+        figures = figures if figures is not None else self._previous_figures()
+        live = self.previous.row_count
+        if (
+            figures is None
+            or ROW_WISE not in self.previous.detail
+            or not isinstance(self.changes, ByPartitionFingerprints)
+        ):
+            return None
+        wanted = set(affected)
+        replaced = sum(count for key, (count, _) in figures.own.items() if key in wanted)
+        if replaced < segment_compaction.MIN_DEAD_ROWS or replaced < MAX_REPLACED_SHARE * live:
+            return None
+        return Fallback(
+            f"the {len(affected)} changed slices hold {replaced:,} of its {live:,} rows: "
+            "a full build writes fewer than a segment and the compaction after it"
+        )
 
     def _previous_figures(self) -> state_figures.SliceFigures | None:
         return state_figures.recorded(self.previous) if self._records_figures() else None

@@ -4,9 +4,11 @@ model that does not qualify is built in full with the reason in history."""
 import duckdb
 import pytest
 
+from strata_dagster.engine.plan import plan_project
 from strata_dagster.engine.reads.explain import history
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.support.engine_support import execute, make_module_project
+from strata_dagster_tests.support.partition_support import compare_with_full
 from strata_dagster_tests.support.row_wise_support import MODULE, compare, make_project
 
 pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
@@ -175,5 +177,54 @@ def test_segments_of_a_row_wise_model_are_compacted(tmp_path):
     con = duckdb.connect(str(warehouse))
     try:
         assert compare(con, "stg") == {"rows": 0, "groups": 0}
+    finally:
+        con.close()
+
+
+SPREAD = """
+source orders {
+  table: raw.orders
+  versioning: cdc(updated_at)
+}
+
+model stg {
+  from orders
+  filter status <> 'void'
+  select order_id, updated_at, status, amount
+}
+"""
+SPREAD_ORDERS = (
+    "CREATE TABLE raw.orders AS SELECT i AS order_id, TIMESTAMP '2026-01-01' + to_days(CAST(i % 40 AS INTEGER)) "
+    "AS updated_at, CASE WHEN i % 11 = 0 THEN 'void' ELSE 'open' END AS status, i % 100 AS amount FROM range(4000) AS t(i)"
+)
+SPREAD_FULL = "SELECT order_id, updated_at, status, amount FROM raw.orders WHERE status <> 'void'"
+
+
+def test_slices_holding_most_rows_are_built_in_full_and_the_plan_says_so(tmp_path):
+    """Updates that move a few rows out of most days of the change column change slices holding
+    most of the model's rows: a segment would replace them and the compaction after it rewrite
+    them all again, so the model is built in full (as the plan says), and the next change goes
+    by slices again."""
+    project, warehouse = make_module_project(tmp_path, "m.strata", SPREAD, SPREAD_ORDERS)
+    run_project(project, warehouse)
+    # 31 orders stamped on 30 of the 40 days move to a new day: 30 days hold 3,000 of 4,000 rows.
+    execute(
+        warehouse,
+        "UPDATE raw.orders SET amount = amount + 1, updated_at = TIMESTAMP '2027-01-01' "
+        "WHERE order_id % 40 < 30 AND order_id % 97 = 0",
+    )
+    reason = "the 31 changed slices hold"
+    planned = plan_project(project, warehouse, only_stale=True).model("stg")
+    assert (planned.path, planned.reason.startswith(f"full: {reason}")) == ("full", True), planned.reason
+    stg = run_project(project, warehouse, only_stale=True).outcome("stg")
+    assert (stg.path, stg.detail["row_wise"]) == ("full", "day(updated_at)")
+    assert stg.detail["full_reason"].startswith(reason), stg.detail["full_reason"]
+    # Below the share (one day of 41), or too few rows to start a compaction: by slices.
+    execute(warehouse, "UPDATE raw.orders SET amount = 7, updated_at = TIMESTAMP '2027-02-01' WHERE order_id = 3")
+    stg = run_project(project, warehouse, only_stale=True).outcome("stg")
+    assert (stg.path, stg.detail["partitions"]) == ("partitions", ["2026-01-04", "2027-02-01"])
+    con = duckdb.connect(str(warehouse))
+    try:
+        assert compare_with_full(con, "stg", SPREAD_FULL) == {"rows": 0, "groups": 0}
     finally:
         con.close()
