@@ -223,7 +223,9 @@ def bench(rows: int, repeat: int, work: Path, versioning: str, key: bool = False
             timed(other_source(name), other_sides[name])
         for name in VARIANTS:
             check(live[name], "main.v_daily", name == "view")
-            assert served_rows(live[name], "stg_orders") == served_rows(live[name], "stg_orders", served=False)
+            assert served_rows(live[name], "stg_orders") == served_rows(
+                live[name], "stg_orders", served=False
+            )
     return {"sides": sides, "staging_ms": staging_ms, "days": days, "other": other_sides}
 
 
@@ -234,7 +236,9 @@ def served_rows(warehouse: Path, model: str, *, served: bool = True) -> list[tup
     try:
         if served:
             con.execute(reader_statement_for(warehouse))
-        return con.execute(f"SELECT hash(r), count(*) FROM main.v_{model} AS r GROUP BY 1 ORDER BY 1").fetchall()
+        return con.execute(
+            f"SELECT hash(r), count(*) FROM main.v_{model} AS r GROUP BY 1 ORDER BY 1"
+        ).fetchall()
     finally:
         con.close()
 
@@ -250,7 +254,9 @@ def main() -> None:
     staging: dict[str, list[float]] = found["staging_ms"]  # type: ignore[assignment]  # bench() returns a dict of both
     floor = statistics.median(sides["floor"].wall)
     keyed = ", key: [order_id]" if args.key else ""
-    console.print(f"\n{args.rows:,} orders, versioning {args.versioning}{keyed}, {args.repeat} repeats; {machine()}")
+    console.print(
+        f"\n{args.rows:,} orders, versioning {args.versioning}{keyed}, {args.repeat} repeats; {machine()}"
+    )
     console.print(f"floor: {FLOOR_IS}")
     for name in ("view", "table", "floor"):
         wall = sides[name].wall

@@ -220,7 +220,9 @@ def test_slices_holding_most_rows_are_built_in_full_and_the_plan_says_so(tmp_pat
     assert (stg.path, stg.detail["row_wise"]) == ("full", "day(updated_at)")
     assert stg.detail["full_reason"].startswith(reason), stg.detail["full_reason"]
     # Below the share (one day of 41), or too few rows to start a compaction: by slices.
-    execute(warehouse, "UPDATE raw.orders SET amount = 7, updated_at = TIMESTAMP '2027-02-01' WHERE order_id = 3")
+    execute(
+        warehouse, "UPDATE raw.orders SET amount = 7, updated_at = TIMESTAMP '2027-02-01' WHERE order_id = 3"
+    )
     stg = run_project(project, warehouse, only_stale=True).outcome("stg")
     assert (stg.path, stg.detail["partitions"]) == ("partitions", ["2026-01-04", "2027-02-01"])
     con = duckdb.connect(str(warehouse))
