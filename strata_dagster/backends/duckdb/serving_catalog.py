@@ -393,8 +393,8 @@ def _serve_snapshot(
         assert kind.path is not None
         query = read_query(_named(kind.path, root), columns, types.in_file(kind.path, columns))
         return ServedSnapshot(key, file=kind.path.name), _create_view(name, query)
-    # A table is exported once; a view model's rows once for each key (the same rows: its
-    # statement and figures), perhaps by an earlier publication or an older version.
+    # A table is exported once; a view model's rows once for each key (the same key, the same
+    # rows), perhaps by an earlier publication or an older version.
     suffix = "" if kind.kind == "table" else "@" + digest_of(key)[:16]
     path = data / f"{name}{suffix}.parquet"
     stored = types.in_file(path, columns)
