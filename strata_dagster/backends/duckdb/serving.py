@@ -21,6 +21,7 @@ the previous whole state, and the next write session finds the catalog stale and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -247,7 +248,8 @@ def _write(
 
     catalog = target.catalog
     data = catalog.parent / "data"
-    sources = observed_sources(con, target.entry) if target.observed else None
+    # Read when a view model's rows are keyed (most catalogs serve none).
+    sources = functools.cache(lambda: observed_sources(con, target.entry)) if target.observed else None
     plan = plan_catalog(con, warehouse_catalog, contents, data, target.stamp, _root(catalog.parent), sources)
     started = time.perf_counter()
     written = 0

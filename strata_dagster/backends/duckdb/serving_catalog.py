@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,7 +204,7 @@ def plan_catalog(
     data: Path,
     entry: str,
     root: Path,
-    sources: dict[str, str] | None = None,
+    sources: Callable[[], dict[str, str]] | None = None,
 ) -> CatalogPlan:
     """What the catalog serving the warehouse's live views at `entry` holds, and what changes
     from `previous` (None: an empty catalog). A view is kept when its stored SQL and every
@@ -212,7 +213,8 @@ def plan_catalog(
     rows at each entry (serving.entry_stamp): its number and run id, since a warehouse restored
     from a backup reuses the numbers. Files in `root`
     (the warehouse's folder, absolute; `data` is in it) are named relative to it. `sources`: the
-    fingerprints of the relations this session read whole (serving.observed_sources), or None."""
+    fingerprints of the relations this session read whole (serving.observed_sources, read when
+    first asked), or None."""
     before = previous or CatalogContents()
     kinds = warehouse.kinds
     types = Types(con)
@@ -326,7 +328,7 @@ class SnapshotKeys:
         con: duckdb.DuckDBPyConnection,
         kinds: dict[str, Kind],
         types: Types,
-        sources: dict[str, str] | None = None,
+        sources: Callable[[], dict[str, str]] | None = None,
     ) -> None:
         self.con, self.kinds, self.types, self.sources = con, kinds, types, sources
         self.known: dict[str, str] = {}
@@ -369,7 +371,7 @@ class SnapshotKeys:
                     return None
                 continue
             relation = ".".join(part for part in (catalog, schema, name) if part)
-            fingerprint = self.sources.get(relation)
+            fingerprint = self.sources().get(relation)
             if fingerprint is None:
                 return None
             found.append([relation, fingerprint])
