@@ -338,20 +338,25 @@ def test_a_warehouse_restored_from_a_backup_is_served_as_restored(tmp_path):
     assert served_state(warehouse) == warehouse_state(warehouse)
 
 
-def test_a_view_model_of_a_restored_warehouse_is_served_as_its_rows_there(tmp_path):
-    """A view model is served as its rows at each entry: after a restore, the entry of the same
-    number serves the restored warehouse's rows, not the abandoned lineage's export."""
+def view_and_model(tmp_path):
+    """A view model `v` over `t` and a table model `m` over another source, `u`."""
     module = (
         "source t { table: raw.t }\nsource u { table: raw.u }\n"
         "model v {\n  from t\n  materialize: view\n}\nmodel m { from u }\n"
     )
-    project, warehouse = make_module_project(
+    return make_module_project(
         tmp_path,
         "m.strata",
         module,
         "CREATE TABLE raw.t AS SELECT 1 AS id, 'first' AS label",
         "CREATE TABLE raw.u AS SELECT 1 AS id",
     )
+
+
+def test_a_view_model_of_a_restored_warehouse_is_served_as_its_rows_there(tmp_path):
+    """A view model is served as its rows at each entry: after a restore, the entry of the same
+    number serves the restored warehouse's rows, not the abandoned lineage's export."""
+    project, warehouse = view_and_model(tmp_path)
     run_project(project, warehouse)
     backup = shutil.copy(warehouse, tmp_path / "backup.duckdb")
     # Runs of `m` alone: `v` keeps its snapshot, whose rows (read live) changed with `t`.
@@ -367,20 +372,11 @@ def test_a_view_model_of_a_restored_warehouse_is_served_as_its_rows_there(tmp_pa
 
 
 def test_a_view_models_rows_are_exported_again_only_when_they_changed(tmp_path):
-    """A view model reads its source live, so each publication checks its rows' figures (one
-    scan): the same rows serve the earlier export, changed rows (its source changed, even while
-    its snapshot stayed) are exported again; readers see what the warehouse's views show."""
-    module = (
-        "source t { table: raw.t }\nsource u { table: raw.u }\n"
-        "model v {\n  from t\n  materialize: view\n}\nmodel m { from u }\n"
-    )
-    project, warehouse = make_module_project(
-        tmp_path,
-        "m.strata",
-        module,
-        "CREATE TABLE raw.t AS SELECT 1 AS id, 'first' AS label",
-        "CREATE TABLE raw.u AS SELECT 1 AS id",
-    )
+    """A view model reads its source live, so each publication tells whether its rows changed:
+    from the fingerprints its run took of the source, or else from the rows' figures (a scan).
+    The same rows serve the earlier export, changed rows (its source changed, even while its
+    snapshot stayed) are exported again; readers see what the warehouse's views show."""
+    project, warehouse = view_and_model(tmp_path)
     data = serving_dir(warehouse) / "data"
 
     def exports() -> set[str]:
