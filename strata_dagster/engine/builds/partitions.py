@@ -60,11 +60,6 @@ MAX_SHARE_READ = 0.5
 # them: their rows leave and come back equal, which changes nothing a follower computes. At 10M
 # orders, 0.1% updated reached 10,000 key blocks, 150 of them equal: the rewrite took 80 ms of 0.9 s.
 MIN_EQUAL_SHARE = 0.25
-# A row-wise model is built in full when its changed slices hold at least this share of its rows:
-# the same share of dead rows starts a compaction that rewrites them all
-# (segment_compaction.MAX_DEAD_SHARE). At 10M orders sliced by the day of their change column,
-# late updates to 0.1% reached days holding 78% of the rows: 2.0 s by slices, 1.4 s in full.
-MAX_REPLACED_SHARE = 0.5
 # Detail key: input model -> the segment ids a state was built from (engine.builds.model_slices).
 UPSTREAM_SEGMENTS = "upstream_segments"
 
@@ -617,10 +612,12 @@ class PartitionBuild:
         self, affected: Sequence[str], figures: state_figures.SliceFigures | None = None
     ) -> Fallback | None:
         """A row-wise model (sliced by its source without a declaration) whose changed slices
-        hold enough of its rows to start a compaction (segment_compaction.MIN_DEAD_ROWS, and
-        MAX_REPLACED_SHARE of its rows) is built in full: the compaction after the segment would
-        rewrite every row again. A day slicing by a change column does this after late updates:
-        the updated rows leave their old days, spread over the whole state. A declared
+        hold enough of its rows to start a compaction (the dead rows segment_compaction counts:
+        MIN_DEAD_ROWS, and MAX_DEAD_SHARE of its rows) is built in full: the compaction after the
+        segment would rewrite every row again. A day slicing by a change column does this after
+        late updates: the updated rows leave their old days, spread over the whole state (at 10M
+        orders, 0.1% updated reached days holding 78% of the rows: 2.0 s by slices, 1.4 s in
+        full). A declared
         `partitioned_by` keeps its partitions (they are what a backfill asks for), and a model
         over another model's slices its segments' (their rows were written once already)."""
         from strata_dagster.engine.builds import segment_compaction
@@ -636,7 +633,7 @@ class PartitionBuild:
             return None
         wanted = set(affected)
         replaced = sum(count for key, (count, _) in figures.own.items() if key in wanted)
-        if replaced < segment_compaction.MIN_DEAD_ROWS or replaced < MAX_REPLACED_SHARE * live:
+        if replaced < segment_compaction.MIN_DEAD_ROWS or replaced < segment_compaction.MAX_DEAD_SHARE * live:
             return None
         return Fallback(
             f"the {len(affected)} changed slices hold {replaced:,} of its {live:,} rows: "
