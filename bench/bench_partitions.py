@@ -500,6 +500,19 @@ def install_clock() -> None:
     # fingerprints; other sources get a whole-table Session.content. Outermost, so both land here.
     _wrap(RunScope, "read_sources", SOURCE_READ)
 
+    # The session's exit refreshes the serving copy, then closes the connection (DuckDB's
+    # checkpoint): the refresh is timed on its own, the rest is the close.
+    refreshed: list[float] = []
+    original_refresh = duckdb_opening_module.refresh_serving
+
+    def refresh_timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original_refresh(*args, **kwargs)
+        finally:
+            refreshed.append(time.perf_counter() - started)
+
+    duckdb_opening_module.refresh_serving = refresh_timed
     original_session = engine_run.open_session
 
     @contextmanager
@@ -513,8 +526,6 @@ def install_clock() -> None:
             if not manager.__exit__(*sys.exc_info()):
                 raise
         else:
-            # The session's exit refreshes the serving copy, then closes the connection (DuckDB's
-            # checkpoint): the refresh is timed on its own, the rest is the close.
             refreshed.clear()
             started = time.perf_counter()
             manager.__exit__(None, None, None)
@@ -522,17 +533,6 @@ def install_clock() -> None:
             CLOCK.charge("close (checkpoint)", time.perf_counter() - started - sum(refreshed))
 
     engine_run.open_session = open_session_timed
-    refreshed: list[float] = []
-    original_refresh = duckdb_opening_module.refresh_serving
-
-    def refresh_timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return original_refresh(*args, **kwargs)
-        finally:
-            refreshed.append(time.perf_counter() - started)
-
-    duckdb_opening_module.refresh_serving = refresh_timed
 
     original_decide = engine_run._Run._decide
 
