@@ -1,5 +1,6 @@
 """Paths from the command line or the environment that the operating system cannot use (a name
-too long, a loop of links, a NUL byte), found before anything uses them."""
+too long, a loop of links, a NUL byte), found before anything uses them; and making a written
+file durable."""
 
 from __future__ import annotations
 
@@ -34,3 +35,12 @@ def shortened(path: Path, keep: int = 80) -> str:
     """`path` as a message shows it: a very long one cut in the middle."""
     text = str(path)
     return text if len(text) <= keep else f"{text[: keep // 2]}...{text[-keep // 2 :]}"
+
+
+def fsync(path: Path) -> None:
+    """Make `path` (a file, or a folder's names) durable."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

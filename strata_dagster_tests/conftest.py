@@ -3,6 +3,7 @@ from collections import Counter
 
 import pytest
 
+from strata_dagster.state import detail_files
 from strata_dagster.wording import counted
 from strata_dagster_tests.support import browser_support, production_stack, spark_support
 from strata_dagster_tests.support.spark_support import clean_spark, spark  # noqa: F401  (the Spark tier's fixtures)
@@ -36,6 +37,17 @@ source customers {
   table: raw.customers
 }
 """
+
+
+@pytest.fixture(scope="module")
+def detail_in_files():
+    """Every value of every history record's detail moved to its detail file, whatever its size
+    (state/detail_files.py): the random histories run over that path, the rest of the suite
+    over the default limits (small details whole in their rows)."""
+    saved = detail_files.INLINE_LIMIT, detail_files.VALUE_LIMIT
+    detail_files.INLINE_LIMIT = detail_files.VALUE_LIMIT = 0
+    yield
+    detail_files.INLINE_LIMIT, detail_files.VALUE_LIMIT = saved
 
 
 @pytest.fixture

@@ -7,11 +7,13 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, cast
 
 import duckdb
 
 from strata_dagster.backends.choice import backend_version
+from strata_dagster.state.detail_files import SQL_KEY, STORED, DetailFiles, dumps
 from strata_dagster.state.ledger import LedgerDigest, PartitionEvidence, write_ledger
 from strata_dagster.state.migrations import has_history_table
 
@@ -125,24 +127,68 @@ def _entry(row: tuple[Any, ...]) -> Entry:
 
 
 class StoredDetail(Mapping[str, Any]):
-    """A snapshot record's detail as stored, its JSON parsed when first read. A partitioned model's
+    """A history record's detail as stored, its JSON parsed when first read. A partitioned model's
     detail holds every partition's figures (hundreds of KB at thousands of partitions), and a run
     that reuses the state asks for at most a few small keys of it, most of them absent: a key whose
     quoted name is nowhere in the text is absent without parsing it (json.dumps writes every key
     as `"name"`, and a plain name needs no escape). Each name is searched for once: a run asks
-    the same few names of one record many times, and each search reads the whole text."""
+    the same few names of one record many times, and each search reads the whole text. Values
+    moved to a detail file (state/detail_files.py) are read from it when first asked for; the
+    marker naming them is not one of the detail's keys."""
 
-    __slots__ = ("_named", "_parsed", "_text")
+    __slots__ = ("_files", "_marker", "_moved", "_named", "_parsed", "_text")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, files: DetailFiles | None = None) -> None:
         self._text = text
+        self._files = files
         self._parsed: dict[str, Any] | None = None
+        self._marker: dict[str, Any] | None = None
+        self._moved: dict[str, Any] | None = None
         self._named: dict[str, bool] = {}  # plain key -> whether the text names it
 
     def _value(self) -> dict[str, Any]:
         if self._parsed is None:
-            self._parsed = json.loads(self._text)
+            parsed = json.loads(self._text)
+            self._marker = parsed.pop(STORED, None)
+            self._parsed = parsed
         return self._parsed
+
+    def _moved_values(self) -> dict[str, Any]:
+        """The values moved to the detail file ({}: none, or the file is gone)."""
+        if self._moved is None:
+            self._value()
+            line = (
+                self._files.line(self._marker)
+                if self._files is not None and self._marker and self._marker.get("keys")
+                else None
+            )
+            self._moved = line["detail"] if line is not None else {}
+        return self._moved
+
+    def stored_sql(self) -> str | None:
+        """The SQL moved to the detail file with this record (None: none moved, or the file is gone)."""
+        self._value()
+        if self._files is None or not self._marker or not self._marker.get(SQL_KEY):
+            return None
+        line = self._files.line(self._marker)
+        return None if line is None else line.get(SQL_KEY)
+
+    def file_problem(self) -> tuple[Path, str] | None:
+        """The detail file this record's moved values are in and what is wrong with it (None: none
+        moved, or it reads)."""
+        if self._is_plain():
+            return None
+        self._value()
+        if not self._marker:
+            return None
+        if self._files is None:
+            return Path(str(self._marker.get("file"))), "missing (the warehouse has no detail files)"
+        problem = self._files.problem(self._marker)
+        return None if problem is None else (self._files.path(self._marker), problem)
+
+    def _is_plain(self) -> bool:
+        """Whether the record moved nothing (told without parsing it when the text has no marker)."""
+        return self._parsed is None and f'"{STORED}"' not in self._text
 
     def is_absent(self, key: object) -> bool:
         """Whether `key` is certainly not in the detail, told without parsing it (False: it may be)."""
@@ -157,22 +203,31 @@ class StoredDetail(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         if self.is_absent(key):
             raise KeyError(key)
-        return self._value()[key]
+        value = self._value()
+        if key in value:
+            return value[key]
+        return self._moved_values()[key]
 
     def __contains__(self, key: object) -> bool:
-        return not self.is_absent(key) and key in self._value()
+        if self.is_absent(key):
+            return False
+        return key in self._value() or key in self._moved_values()
 
     def get(self, key: str, default: Any = None) -> Any:
-        return default if self.is_absent(key) else self._value().get(key, default)
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._value())
+        yield from self._value()
+        yield from self._moved_values()
 
     def __len__(self) -> int:
-        return len(self._value())
+        return len(self._value()) + len(self._moved_values())
 
     def __repr__(self) -> str:
-        return repr(self._value())
+        return repr(dict(self))
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
@@ -184,26 +239,40 @@ def _may_hold(detail: Mapping[str, Any], key: str) -> bool:
     return not detail.is_absent(key) if isinstance(detail, StoredDetail) else key in detail
 
 
-def _as_json(value: object) -> object:
-    """json.dumps' `default`: a stored detail is written as its dict; anything else as its text."""
-    return dict(value) if isinstance(value, Mapping) else str(value)
-
-
-def _snapshot(row: tuple[Any, ...]) -> SnapshotRecord:
+def _snapshot(row: tuple[Any, ...], files: DetailFiles | None) -> SnapshotRecord:
     leading = cast("tuple[str, str, str, str, str, str, int, str | None, int]", row[:9])
     return SnapshotRecord(
         *leading,
         row_hash_sum=row[9] or "0",
-        detail=StoredDetail(row[10]) if row[10] else {},  # type: ignore[arg-type]  # a Mapping read as the dict
+        detail=StoredDetail(row[10], files) if row[10] else {},  # type: ignore[arg-type]  # a Mapping read as the dict
         is_dropped=bool(row[11]),
     )
+
+
+def _entry_model(row: tuple[Any, ...], files: DetailFiles | None) -> EntryModel:
+    detail = StoredDetail(row[8], files) if row[8] else None
+    sql = row[7] or (detail.stored_sql() if detail is not None else None) or ""
+    return EntryModel(
+        *cast("tuple[str, str, str, str, str, int, float]", row[:7]),
+        sql=sql,
+        detail=detail if detail is not None else {},  # type: ignore[arg-type]  # a Mapping read as the dict
+    )
+
+
+def detail_file_problem(record: SnapshotRecord) -> tuple[Path, str] | None:
+    """The detail file `record`'s moved values are in, and what is wrong with it (None: whole)."""
+    detail = record.detail
+    return detail.file_problem() if isinstance(detail, StoredDetail) else None
 
 
 class HistoryReader:
     """Read-only questions about the history."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, files: DetailFiles | None = None) -> None:
         self.con = con
+        # Where values moved out of records are: the session's (whose writer caches what it wrote),
+        # else those beside the database `con` has open (None: an in-memory one holds none).
+        self.files = files if files is not None else DetailFiles.of_connection(con)
         # Snapshot records by id, while a run reads them (see remember_snapshots).
         self._remembered: dict[str, SnapshotRecord] | None = None
         self._has_source_stamps: bool | None = None
@@ -309,7 +378,7 @@ class HistoryReader:
         row = self.con.execute(
             "SELECT * FROM strata.snapshot_states WHERE snapshot_id = ?", [snapshot_id]
         ).fetchone()
-        record = _snapshot(row) if row else None
+        record = _snapshot(row, self.files) if row else None
         if record is not None and self._remembered is not None:
             self._remembered[snapshot_id] = record
         return record
@@ -326,12 +395,12 @@ class HistoryReader:
             [list(snapshot_ids)],
         ).fetchall()
         for row in rows:
-            record = _snapshot(row)
+            record = _snapshot(row, self.files)
             self._remembered[record.snapshot_id] = record
 
     def snapshots(self) -> list[SnapshotRecord]:
         rows = self.con.execute("SELECT * FROM strata.snapshot_states ORDER BY created_entry").fetchall()
-        return [_snapshot(row) for row in rows]
+        return [_snapshot(row, self.files) for row in rows]
 
     def snapshot_for_build_key(self, build_key: str) -> SnapshotRecord | None:
         if self._remembered is not None:
@@ -351,7 +420,7 @@ class HistoryReader:
             "WHERE k.build_key = ? AND NOT s.is_dropped ORDER BY k.entry DESC LIMIT 1",
             [build_key],
         ).fetchone()
-        return _snapshot(row) if row else None
+        return _snapshot(row, self.files) if row else None
 
     def entry_models(self, entry: int) -> list[EntryModel]:
         rows = self.con.execute(
@@ -359,13 +428,7 @@ class HistoryReader:
             "FROM strata.entry_models WHERE entry = ? ORDER BY rowid",
             [entry],
         ).fetchall()
-        return [
-            EntryModel(
-                *cast("tuple[str, str, str, str, str, int, float, str]", row[:8]),
-                detail=json.loads(row[8]) if row[8] else {},
-            )
-            for row in rows
-        ]
+        return [_entry_model(row, self.files) for row in rows]
 
     def first_build_of(self, model: str, snapshot_id: str) -> int | None:
         """The first entry with `model` as `snapshot_id`: the one that built it."""
@@ -463,7 +526,7 @@ class HistoryReader:
             "AND path = 'cutoff'",
             [entry, record.model, record.snapshot_id],
         ).fetchone()
-        return json.loads(row[0]).get(KEPT_FACTS) if row and row[0] else None
+        return StoredDetail(row[0], self.files).get(KEPT_FACTS) if row and row[0] else None
 
     def _key_entry(self, build_key: str, snapshot_id: str, before: int) -> int:
         """The entry that recorded `build_key` for `snapshot_id` (before entry `before`)."""
@@ -472,6 +535,18 @@ class HistoryReader:
             [build_key, snapshot_id, before],
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else before - 1
+
+    def detail_file_names(self) -> set[str]:
+        """The detail files the history's records name (state/detail_files.py)."""
+        marker = f'%"{STORED}"%'
+        path = f"$.{STORED}.file"
+        rows = self.con.execute(
+            "SELECT json_extract_string(detail, ?) FROM strata.snapshots WHERE CAST(detail AS VARCHAR) LIKE ? "
+            "UNION SELECT json_extract_string(detail, ?) FROM strata.entry_models "
+            "WHERE CAST(detail AS VARCHAR) LIKE ?",
+            [path, marker, path, marker],
+        ).fetchall()
+        return {str(row[0]) for row in rows if row[0]}
 
     def last_observed(self, source: str, relation: str) -> str | None:
         """The fingerprint of the whole source the latest entry that read `relation` for it
@@ -498,8 +573,9 @@ class HistoryReader:
 class HistoryWriter:
     """Appends to the history. Callers wrap a whole publication in one transaction."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, files: DetailFiles | None = None) -> None:
         self.con = con
+        self.files = files  # where a record's bulky values go (None, or not `writes`: in its row)
         self.entries_added: set[int] = set()  # by this writer (committed or not)
 
     def add_entry(
@@ -531,7 +607,7 @@ class HistoryWriter:
                 reason,
                 target_entry,
                 backend_version(),
-                json.dumps(detail or {}, sort_keys=True, default=_as_json),
+                dumps(detail or {}),
             ],
         )
         self.entries_added.add(entry)
@@ -566,6 +642,7 @@ class HistoryWriter:
         self.add_snapshots([record])
 
     def add_snapshots(self, records: Sequence[SnapshotRecord]) -> None:
+        details = self._stored([record.detail for record in records])
         _insert_rows(
             self.con,
             "INSERT INTO strata.snapshots SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), "
@@ -582,11 +659,21 @@ class HistoryWriter:
                     record.watermark,
                     record.created_entry,
                     record.row_hash_sum,
-                    json.dumps(record.detail, sort_keys=True, default=_as_json),
+                    detail,
                 ]
-                for record in records
+                for record, (detail, _) in zip(records, details, strict=True)
             ],
         )
+
+    def _stored(
+        self, details: Sequence[Mapping[str, Any]], sqls: Sequence[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Each record's detail text and SQL for its row, bulk moved to a detail file if it may."""
+        if self.files is not None and self.files.writes:
+            return self.files.store(details, sqls)
+        return [
+            (dumps(detail), sql) for detail, sql in zip(details, sqls or [""] * len(details), strict=True)
+        ]
 
     def add_build_key(self, build_key: str, snapshot_id: str, entry: int) -> None:
         self.add_build_keys([(build_key, snapshot_id)], entry)
@@ -603,6 +690,7 @@ class HistoryWriter:
         self.add_entry_models(entry, [record])
 
     def add_entry_models(self, entry: int, records: Sequence[EntryModel]) -> None:
+        details = self._stored([record.detail for record in records], [record.sql for record in records])
         _insert_rows(
             self.con,
             "INSERT INTO strata.entry_models SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), "
@@ -617,10 +705,10 @@ class HistoryWriter:
                     record.path,
                     record.rows_out,
                     record.duration_ms,
-                    record.sql,
-                    json.dumps(record.detail, sort_keys=True, default=_as_json),
+                    sql,
+                    detail,
                 ]
-                for record in records
+                for record, (detail, sql) in zip(records, details, strict=True)
             ],
         )
 

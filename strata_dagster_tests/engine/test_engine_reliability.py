@@ -1,17 +1,18 @@
 """Crashes and concurrency: a SIGKILL at any write step, and two processes on one warehouse."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import duckdb
 import pytest
 
 from strata_dagster.engine.commands.replay import replay
 from strata_dagster.engine.run import run_project
 from strata_dagster.faults import KILL_AT_ENV, WRITE_STEPS
+from strata_dagster.state.history import HistoryReader
 from strata_dagster_tests.support.engine_support import execute, history_count, make_shop
 from strata_dagster_tests.support.serving_support import served_state, unread_snapshot_files, warehouse_state
 
@@ -54,10 +55,11 @@ def assert_consistent(warehouse):
     # No snapshot in the snapshot schema that the history does not know (no half-written snapshot).
     # Besides the snapshots themselves, a record may carry its keys table and the per-key figures
     # tables of its joined inputs (engine.builds.joined_inputs).
-    details = [
-        json.loads(row[0])
-        for row in execute(warehouse, "SELECT detail FROM strata.snapshots WHERE detail IS NOT NULL")
-    ]
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:  # read as the engine reads them: values moved to detail files included
+        details = [record.detail for record in HistoryReader(con).snapshots()]
+    finally:
+        con.close()
     carried = {detail["keys_table"] for detail in details if detail.get("keys_table")}
     carried |= {
         figures["table"] for detail in details for figures in (detail.get("join_figures") or {}).values()

@@ -8,6 +8,7 @@ import json
 import duckdb
 import pytest
 
+from strata_dagster.state.detail_files import dumps
 from strata_dagster.state.history import (
     KEPT_FACTS,
     EntryModel,
@@ -15,7 +16,6 @@ from strata_dagster.state.history import (
     HistoryWriter,
     SnapshotRecord,
     StoredDetail,
-    _as_json,
 )
 from strata_dagster.state.migrations import migrate
 from strata_dagster.state.states import state_tables
@@ -63,10 +63,8 @@ def test_a_key_named_in_the_text_only_as_a_value_is_parsed_and_absent():
 
 def test_a_stored_detail_is_written_back_as_its_dict():
     stored = StoredDetail(TEXT)
-    assert json.dumps(stored, sort_keys=True, default=_as_json) == TEXT
-    assert json.dumps({"kept": stored}, sort_keys=True, default=_as_json) == json.dumps(
-        {"kept": DETAIL}, sort_keys=True
-    )
+    assert dumps(stored) == TEXT
+    assert dumps({"kept": stored}) == json.dumps({"kept": DETAIL}, sort_keys=True)
 
 
 # -- what a run reads of history without parsing a stored detail --------------------------------

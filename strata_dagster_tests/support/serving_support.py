@@ -14,6 +14,8 @@ import duckdb
 
 from strata_dagster.backends.duckdb.serving import READER_CATALOG, STATE_SCHEMA, reader_statement
 from strata_dagster.backends.duckdb.snapshot_files import file_of, folder_of
+from strata_dagster.state.detail_files import FOLDER as DETAIL_FOLDER
+from strata_dagster.state.history import HistoryReader
 
 POLL_SECONDS = 0.05
 
@@ -61,17 +63,21 @@ def warehouse_state(warehouse: Path) -> list[list]:
 
 
 def unread_snapshot_files(warehouse: Path) -> set[str]:
-    """Files in the warehouse's snapshot folder that no snapshot view reads (garbage)."""
+    """Files in the warehouse's snapshot folder that no snapshot view reads, and detail files no
+    history record names, as `history/<name>` (garbage)."""
     folder = folder_of(warehouse)
     if not folder.exists():
         return set()
     con = duckdb.connect(str(warehouse), read_only=True)
     try:
         sqls = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = 'strata_snapshots'").fetchall()
+        named = HistoryReader(con).detail_file_names()
     finally:
         con.close()
     read = {Path(path).name for (sql,) in sqls if (path := file_of(sql)) is not None}
-    return {path.name for path in folder.iterdir()} - read
+    details = folder / DETAIL_FOLDER
+    unnamed = {f"{DETAIL_FOLDER}/{path.name}" for path in details.glob("*") if path.name not in named}
+    return {path.name for path in folder.iterdir() if path.is_file()} - read | unnamed
 
 
 def assert_served_as_published(warehouse: Path) -> None:

@@ -43,10 +43,11 @@ from strata_dagster.backends.duckdb.serving_names import GRACE_ENV as GRACE_ENV
 from strata_dagster.backends.duckdb.serving_names import READER_CATALOG as READER_CATALOG
 from strata_dagster.backends.duckdb.serving_names import STATE_SCHEMA as STATE_SCHEMA
 from strata_dagster.backends.duckdb.serving_names import grace_seconds as grace_seconds
-from strata_dagster.backends.duckdb.snapshot_files import copy_to_file, fsync
+from strata_dagster.backends.duckdb.snapshot_files import copy_to_file
 from strata_dagster.backends.duckdb.sql import set_option
 from strata_dagster.backends.sql.runner import run
 from strata_dagster.errors import E_SERVING_DAMAGED, StrataError, first_line
+from strata_dagster.paths import fsync
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, render, table
 
 if TYPE_CHECKING:  # the catalog's planning is imported when a catalog is written, not to check one

@@ -44,6 +44,7 @@ from strata_dagster.sql.key_bounds import KeyBounds
 from strata_dagster.sql.render import render
 from strata_dagster.sql.segments import KeyRange
 from strata_dagster.state import stamp_records
+from strata_dagster.state.detail_files import DetailFiles
 from strata_dagster.state.history import HistoryReader, HistoryWriter
 from strata_dagster.state.migrations import current_version
 
@@ -84,8 +85,6 @@ class DuckDBSession(SqlSession):
         self.con: duckdb.DuckDBPyConnection = con
         # Where the history tables are: the warehouse itself.
         self.meta = con
-        self.history = HistoryReader(con)
-        self.writer = HistoryWriter(con)
         self._files: SnapshotFiles | None = None
         self._file_index: snapshot_files.FileIndex | None = None
         # The schema version of the history when the session opened: the one it migrated the file
@@ -95,6 +94,12 @@ class DuckDBSession(SqlSession):
         self._database: tuple[str, str | None] | None = None
         self._held: dict[Hashable, exp.Table] = {}
         self._held_made = 0  # never reused: a rollback forgets names whose tables may live on
+        # Values moved out of history records (state/detail_files.py), beside the snapshot files.
+        self.detail_files = DetailFiles.of(self.database_path(), writes=snapshot_files.storage() == "parquet")
+        if self.detail_files is not None:
+            self.detail_files.elsewhere = self._other_snapshot_folders
+        self.history = HistoryReader(con, self.detail_files)
+        self.writer = HistoryWriter(con, self.detail_files)
 
     def statement_errors(self) -> AbstractContextManager[None]:
         return warehouse_errors()
@@ -111,6 +116,11 @@ class DuckDBSession(SqlSession):
     ) -> tuple[Content, tuple[int, str], KeyBounds | None]:
         """In one scan; DuckDB records no key bounds (`key_sum_and_bounds`)."""
         return (*self.content_and_key_sum(table, columns), None)
+
+    def _other_snapshot_folders(self) -> list[Path]:
+        """The folders other than the warehouse's own that its snapshot views read files from."""
+        own = snapshot_files.folder_of(Path(self.database_path() or "").absolute())
+        return sorted({path.parent for path in self.file_index().paths.values()} - {own})
 
     def know_files(self, index: snapshot_files.FileIndex) -> None:
         """The files the snapshot views read, as found when the session opened."""
@@ -147,7 +157,11 @@ class DuckDBSession(SqlSession):
         """Commit; the snapshot files the transaction's views read are made durable first."""
         if self._files is not None:
             self._files.sync()
+        if self.detail_files is not None:
+            self.detail_files.sync()
         self.con.execute("COMMIT")
+        if self.detail_files is not None:
+            self.detail_files.committed()
 
     def checkpoint(self) -> None:
         """Write everything committed into the file, so freed blocks show as free."""
@@ -166,6 +180,8 @@ class DuckDBSession(SqlSession):
             self.con.execute("ROLLBACK")
         except duckdb.Error:
             pass  # no transaction left to roll back: nothing of it was committed
+        if self.detail_files is not None:
+            self.detail_files.discard()
 
     # -- sources ----------------------------------------------------------------------------------
     def prepare_sources(
@@ -323,8 +339,15 @@ class DuckDBSession(SqlSession):
             removed = snapshot_files.remove_unreferenced(
                 self.con, snapshot_files.folder_of(path.absolute()), kept=set(collected.kept_snapshot_files)
             )
+        details_removed, detail_bytes = (
+            self.detail_files.remove_unnamed(self.history.detail_file_names())
+            if self.detail_files is not None
+            else (0, 0)
+        )
         return dataclasses.replace(
-            collected, snapshot_files_removed=removed.files, snapshot_bytes_removed=removed.bytes
+            collected,
+            snapshot_files_removed=removed.files + details_removed,
+            snapshot_bytes_removed=removed.bytes + detail_bytes,
         )
 
     # -- warehouse facts --------------------------------------------------------------------------

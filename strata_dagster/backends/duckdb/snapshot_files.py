@@ -38,9 +38,11 @@ from strata_dagster.backends.sql.runner import describe, run
 from strata_dagster.backends.sql.snapshot_kinds import SnapshotKinds
 from strata_dagster.backends.sql.tables import drop_table
 from strata_dagster.errors import E_SNAPSHOT_STORAGE, StrataError
+from strata_dagster.paths import fsync
 from strata_dagster.sql.render import SNAPSHOT_SCHEMA, data_type, render, snapshot_table
+from strata_dagster.state.detail_files import SNAPSHOTS_SUFFIX
 
-FOLDER_SUFFIX = ".snapshots"
+FOLDER_SUFFIX = SNAPSHOTS_SUFFIX  # the folder detail files are kept in too (state/detail_files.py)
 # A temporary view: the query of a snapshot being written, bound once.
 _PENDING = exp.Table(this=exp.to_identifier("__strata_pending_snapshot"))
 STORAGE_ENV = "STRATA_SNAPSHOT_STORAGE"
@@ -371,14 +373,6 @@ class FileIndex:
                 break
             names.append(name)
         return names
-
-
-def fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from strata_dagster.errors import (
     W_SNAPSHOT_FILE_REBUILT,
     StrataError,
 )
-from strata_dagster.state.history import HistoryReader
+from strata_dagster.state.history import HistoryReader, detail_file_problem
 from strata_dagster.state.states import state_tables
 
 _WRITE_AGAIN = "any writing command writes it again: `strata run PROJECT --only-stale`"
@@ -94,6 +94,9 @@ def doctor(warehouse: Path) -> DoctorReport:
                 files, referenced = _snapshot_findings(session, warehouse)
                 findings.extend(files)
                 checked += len(referenced)
+                details, details_checked = _detail_findings(session.history)
+                findings.extend(details)
+                checked += details_checked
     except StrataError as error:
         if error.code != E_WAREHOUSE:
             raise
@@ -175,6 +178,42 @@ def _snapshot_findings(session: Session, warehouse: Path) -> tuple[list[Finding]
             )
             findings.append(Finding(W_SNAPSHOT_FILE_REBUILT, f"{path} (snapshot `{name}`)", problem, repair))
     return findings, {path.name for path in index.paths.values() if path.parent == folder}
+
+
+def _detail_findings(reader: HistoryReader) -> tuple[list[Finding], int]:
+    """Each detail file the history names, read whole, and those it does not name (state/detail_files.py).
+    A live state whose file is gone has lost its figures: a run rebuilds that model in full."""
+    files = reader.files
+    if files is None:
+        return [], 0
+    named = reader.detail_file_names()
+    live: dict[str, tuple[str, str]] = {}  # detail file -> (branch, model) of a live state naming it
+    for branch in sorted(reader.branches(), key=lambda name: (name != DEFAULT_BRANCH, name)):
+        for model, ids in sorted(reader.pointers(branch).items()):
+            head = reader.snapshot(ids[-1])
+            lost = detail_file_problem(head) if head is not None else None
+            if lost is not None:
+                live.setdefault(lost[0].name, (branch, model))
+    findings = []
+    for name in sorted(named):
+        problem = files.whole_file_problem(name)
+        if problem is None:
+            continue
+        path = files.folder / name
+        if name in live:
+            branch, model = live[name]
+            subject = f"{path} (figures of `{model}`'s live state on branch `{branch}`)"
+            repair = f"{repair_command([model], branch)} rebuilds it in full (a run does so by itself)"
+            findings.append(Finding(E_SNAPSHOT_FILE, subject, problem, repair))
+        else:
+            repair = "only older runs' figures or `strata history` detail are in it: nothing to rebuild"
+            findings.append(Finding(W_SNAPSHOT_FILE_REBUILT, str(path), problem, repair))
+    findings.extend(
+        Finding(None, str(files.folder / name), "a detail file no history record names", _GC)
+        for name in files.names()
+        if name not in named
+    )
+    return findings, len(named)
 
 
 def _live_uses(

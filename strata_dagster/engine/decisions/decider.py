@@ -21,7 +21,7 @@ from strata_dagster.engine.decisions.scope import RunScope
 from strata_dagster.engine.paths import REPLACED_SOURCES, StrategyName
 from strata_dagster.fingerprint import build_key
 from strata_dagster.fingerprint.refresh import refresh_period
-from strata_dagster.state.history import SnapshotRecord
+from strata_dagster.state.history import SnapshotRecord, detail_file_problem
 from strata_dagster.state.states import state_tables
 
 
@@ -81,6 +81,9 @@ class Decider:
         if not all(segment.table in scope.catalog.snapshot_tables for segment in segments):
             return False
         damaged = scope.session.damaged_files(state_tables(scope.reader, record))
+        detail_problem = detail_file_problem(record)
+        if detail_problem is not None:  # its figures are gone: nothing to build on, though its rows read
+            damaged = [*damaged, FileDamage(record.snapshot_id, *detail_problem)]
         if damaged:
             self.damaged.setdefault(record.model, damaged)
         return not damaged

@@ -8,6 +8,7 @@ maintained from the delta whenever the joined dimension did not change, never fo
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,8 @@ from strata_dagster_tests.support.aggregate_delta_support import (
     make_project,
 )
 from strata_dagster_tests.support.incremental_support import compaction_thresholds
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 DAYS = 6
 days = st.integers(min_value=0, max_value=DAYS - 1)

@@ -6,6 +6,7 @@ multisets."""
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,8 @@ from strata_dagster_tests.support.incremental_support import (
     with_lateness,
 )
 from strata_dagster_tests.support.serving_support import assert_served_as_published
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 T0 = dt.datetime(2025, 1, 1)
 STATUSES = ["open", "paid", "void"]

@@ -6,6 +6,7 @@ nor change column still built in full with the reason."""
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,8 @@ from strata_dagster_tests.support.key_buckets_support import (
     assert_all_equal_full,
     make_project,
 )
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 DAYS = 50
 days = st.integers(min_value=0, max_value=DAYS - 1)

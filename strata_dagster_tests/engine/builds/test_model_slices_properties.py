@@ -8,6 +8,7 @@ changed (it was rebuilt in full itself), and then history says so."""
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ from strata_dagster.engine.run import run_project
 from strata_dagster.state.history import HistoryReader
 from strata_dagster_tests.support.incremental_support import compaction_thresholds
 from strata_dagster_tests.support.model_slices_support import SLICED_MODELS, START, compare, make_project
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 DAYS = 30
 days = st.integers(min_value=0, max_value=DAYS - 1)

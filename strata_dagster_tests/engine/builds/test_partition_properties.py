@@ -3,6 +3,7 @@ run the day and month models equal a full rebuild (row counts, row-hash groups, 
 
 import datetime as dt
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,8 @@ from strata_dagster_tests.support.partition_support import (
     make_seeded_joined_project,
     make_seeded_project,
 )
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 DAYS = 75
 days = st.integers(min_value=0, max_value=DAYS - 1)

@@ -6,6 +6,7 @@ rebuild's rows (row-hash multisets, counts, totals)."""
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,8 @@ from strata_dagster_tests.support.partition_support import (
     full_query,
     make_seeded_project,
 )
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 NOW = START + dt.timedelta(days=80)
 change = st.one_of(append, late_update, status, move, delete)

@@ -13,7 +13,8 @@ from strata_dagster.engine.run import run_project
 from strata_dagster_tests.support.incremental_support import compaction_thresholds
 from strata_dagster_tests.support.row_wise_support import ROW_WISE_MODELS, START, compare, make_project
 
-pytestmark = pytest.mark.compat  # also run at the lowest versions pyproject.toml admits (.ci/run)
+# Also run at the lowest versions pyproject.toml admits (.ci/run); history details in files (conftest.py).
+pytestmark = [pytest.mark.compat, pytest.mark.usefixtures("detail_in_files")]
 
 DAYS = 50
 days = st.integers(min_value=0, max_value=DAYS - 1)

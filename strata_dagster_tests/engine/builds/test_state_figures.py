@@ -8,6 +8,7 @@ import duckdb
 
 from strata_dagster.engine.builds.state_figures import FIGURES
 from strata_dagster.engine.run import run_project
+from strata_dagster.state.history import HistoryReader
 from strata_dagster_tests.support.engine_support import execute
 from strata_dagster_tests.support.row_wise_support import compare, make_project
 
@@ -42,10 +43,8 @@ def _recorded_detail(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, ob
     (view_sql,) = con.execute(
         "SELECT sql FROM duckdb_views() WHERE schema_name = 'main' AND view_name = ?", [f"v_{model}"]
     ).fetchone()
-    rows = con.execute(
-        "SELECT table_name, detail FROM strata.snapshots WHERE model = ? ORDER BY created_entry DESC", [model]
-    ).fetchall()
-    return json.loads(next(detail for table_name, detail in rows if table_name in view_sql))
+    records = [record for record in HistoryReader(con).snapshots() if record.model == model]
+    return dict(next(record.detail for record in reversed(records) if record.table_name in view_sql))
 
 
 def _recorded(con: duckdb.DuckDBPyConnection, model: str) -> dict[str, object] | None:
@@ -96,10 +95,8 @@ def test_figures_that_do_not_add_up_are_not_trusted(tmp_path):
     con = duckdb.connect(str(warehouse))
     try:
         # A record whose figures say one row fewer than it holds (history edited, or a bug).
-        (snapshot_id, detail) = con.execute(
-            "SELECT snapshot_id, detail FROM strata.snapshots WHERE model = 'stg'"
-        ).fetchone()
-        detail = json.loads(detail)
+        (record,) = [record for record in HistoryReader(con).snapshots() if record.model == "stg"]
+        snapshot_id, detail = record.snapshot_id, json.loads(json.dumps(dict(record.detail)))
         day = sorted(detail[FIGURES]["own"])[0]
         detail[FIGURES]["own"][day][0] -= 1
         con.execute(

@@ -5,12 +5,15 @@ build fully, equal their full definitions over it; and a run reading a correctio
 the source's rows never takes a delta. Compared as row-hash multisets."""
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine.builds.test_incremental_properties import STATUSES, Source
 from strata_dagster_tests.support.incremental_support import make_project, multiset
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 RAW, FIXES = "raw.events", "fixes.events"
 ids = st.integers(min_value=0, max_value=12)

@@ -5,6 +5,7 @@ and a plan with nothing to build or publish is a run that does nothing."""
 import datetime as dt
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine.builds.test_incremental_properties import STATUSES, T0
 from strata_dagster_tests.engine.builds.test_incremental_properties import Source as MinuteSource
 from strata_dagster_tests.support.incremental_support import MODULE, make_project
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 # The incremental models (upsert, append, append_new), a day-partitioned aggregate, and `replace`
 # models downstream of both.

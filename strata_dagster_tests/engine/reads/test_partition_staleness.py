@@ -4,6 +4,7 @@ with the source fingerprinted by its change column or by whole rows. (A partitio
 its live rows again keeps the live state, and the entry keeps the new figures: it leaves the answer.)"""
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from strata_dagster.engine.run import run_project
 from strata_dagster_tests.engine.builds.test_partition_properties import START, apply, steps
 from strata_dagster_tests.support.engine_support import ADVANCE_UPDATED_AT, edit_module, execute, make_shop
 from strata_dagster_tests.support.partition_support import make_project
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 
 def seeded_project(root, versioning="cdc(updated_at)"):

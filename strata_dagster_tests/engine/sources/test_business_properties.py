@@ -2,6 +2,7 @@
 model and the day-partitioned aggregate over a business-versioned source equal a full recompute
 over the consumed partitions after every run, for a Parquet folder and for a table."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ from strata_dagster_tests.support.business_support import (
     write_table_partition,
 )
 from strata_dagster_tests.support.engine_support import row_multiset, sql
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 # Each run: the partitions arriving before it, as (rows, is_complete_now).
 arrivals = st.lists(

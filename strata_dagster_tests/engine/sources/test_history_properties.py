@@ -3,6 +3,7 @@ reads, events out of order and repeated, compaction of old events) maintain a hi
 position, or by checked columns, with or without a deleted flag) whose versions, after every run, equal their recomputation from the whole feed (row-hash multisets)."""
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from strata_dagster_tests.support.log_support import (
     history_module,
     make_feed_project,
 )
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 SETTINGS = settings(
     max_examples=12,

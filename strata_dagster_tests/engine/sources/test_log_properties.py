@@ -25,6 +25,8 @@ from strata_dagster_tests.support.log_support import (
     make_ledger_project,
 )
 
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
+
 SETTINGS = settings(
     max_examples=8,
     deadline=None,

@@ -4,6 +4,7 @@ the window after every run; any other shape builds in full, with the reason in h
 
 import shutil
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,8 @@ from strata_dagster_tests.support.sliding_window_support import (
     window_relation,
     write_drop,
 )
+
+pytestmark = pytest.mark.usefixtures("detail_in_files")  # history details in files (conftest.py)
 
 EVENTS_EXAMPLE = REPO / "examples" / "events"
 rows = st.lists(
