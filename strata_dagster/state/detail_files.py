@@ -12,8 +12,8 @@ file with the rows naming it: written and made durable before the COMMIT (a cras
 a file no row names, which `strata gc` removes), removed again when the transaction rolls back.
 
 A file that is gone or cannot be read leaves the record with its inline values only: its moved
-values are absent, as in a state recorded before they existed, and the engine builds that model in
-full (engine/decisions/decider.py asks `missing` first).
+values are absent, as in a state recorded before they existed; the engine checks the file of each
+state it would build on first, and builds that model in full (engine/decisions/decider.py).
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ class DetailFiles:
     # is not here).
     elsewhere: Callable[[], Iterable[Path]] = field(default=lambda: ())
     _lines: dict[str, list[str] | None] = field(default_factory=dict)
-    _parsed: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     unsynced: list[Path] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
 
@@ -147,11 +146,9 @@ class DetailFiles:
 
     # -- reading ----------------------------------------------------------------------------------
     def line(self, marker: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The moved values `marker` names (None: its file is gone or unreadable)."""
+        """The moved values `marker` names, parsed anew (None: its file is gone or unreadable).
+        Each reader parses its own: a caller may change what it was given."""
         name, number = str(marker.get("file")), int(marker.get("line", -1))
-        parsed = self._parsed.get((name, number))
-        if parsed is not None:
-            return parsed
         lines = self._read(name)
         if lines is None or not 0 <= number < len(lines):
             return None
@@ -161,7 +158,6 @@ class DetailFiles:
             return None
         if not isinstance(value, dict) or not isinstance(value.get("detail"), dict):
             return None
-        self._parsed[(name, number)] = value
         return value
 
     def _read(self, name: str) -> list[str] | None:

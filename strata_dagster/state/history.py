@@ -136,7 +136,7 @@ class StoredDetail(Mapping[str, Any]):
     moved to a detail file (state/detail_files.py) are read from it when first asked for; the
     marker naming them is not one of the detail's keys."""
 
-    __slots__ = ("_files", "_marker", "_moved", "_named", "_parsed", "_text")
+    __slots__ = ("_files", "_marker", "_moved", "_named", "_parsed", "_read", "_text")
 
     def __init__(self, text: str, files: DetailFiles | None = None) -> None:
         self._text = text
@@ -144,6 +144,7 @@ class StoredDetail(Mapping[str, Any]):
         self._parsed: dict[str, Any] | None = None
         self._marker: dict[str, Any] | None = None
         self._moved: dict[str, Any] | None = None
+        self._read: tuple[dict[str, Any] | None] | None = None  # the file's line, once read
         self._named: dict[str, bool] = {}  # plain key -> whether the text names it
 
     def _value(self) -> dict[str, Any]:
@@ -157,20 +158,23 @@ class StoredDetail(Mapping[str, Any]):
         """The values moved to the detail file ({}: none, or the file is gone)."""
         if self._moved is None:
             self._value()
-            line = (
-                self._files.line(self._marker)
-                if self._files is not None and self._marker and self._marker.get("keys")
-                else None
-            )
+            line = self._line() if self._marker and self._marker.get("keys") else None
             self._moved = line["detail"] if line is not None else {}
         return self._moved
+
+    def _line(self) -> dict[str, Any] | None:
+        """The record's line of its detail file, read once (None: unreadable)."""
+        if self._read is None:
+            line = self._files.line(self._marker) if self._files is not None and self._marker else None
+            self._read = (line,)
+        return self._read[0]
 
     def stored_sql(self) -> str | None:
         """The SQL moved to the detail file with this record (None: none moved, or the file is gone)."""
         self._value()
-        if self._files is None or not self._marker or not self._marker.get(SQL_KEY):
+        if not self._marker or not self._marker.get(SQL_KEY):
             return None
-        line = self._files.line(self._marker)
+        line = self._line()
         return None if line is None else line.get(SQL_KEY)
 
     def file_problem(self) -> tuple[Path, str] | None:
@@ -183,8 +187,9 @@ class StoredDetail(Mapping[str, Any]):
             return None
         if self._files is None:
             return Path(str(self._marker.get("file"))), "missing (the warehouse has no detail files)"
-        problem = self._files.problem(self._marker)
-        return None if problem is None else (self._files.path(self._marker), problem)
+        if self._line() is not None:
+            return None
+        return self._files.path(self._marker), self._files.problem(self._marker) or "unreadable"
 
     def _is_plain(self) -> bool:
         """Whether the record moved nothing (told without parsing it when the text has no marker)."""
