@@ -22,6 +22,7 @@ from strata_dagster.backends.duckdb.connection import connect
 from strata_dagster.backends.duckdb.limits import exceeded_error, resource_limits
 from strata_dagster.backends.sql.runner import run
 from strata_dagster.errors import E_GC, StrataError, first_line
+from strata_dagster.paths import fsync
 from strata_dagster.sql.render import render, table
 
 STAGING_SUFFIX = ".compact"
@@ -67,14 +68,14 @@ def compact(path: Path, on_step: Callable[[str], None] = lambda step: None) -> C
             problem = _first_difference(con, compacted)
             if problem is None:
                 compacted.execute("CHECKPOINT")
-                _fsync(staging)
+                fsync(staging)
                 on_step("compact_verified")
                 con.execute("CHECKPOINT")
                 problem = _unflushed_log(path)
             if problem is not None:
                 raise _Abandoned(problem)
             os.replace(staging, path)
-            _fsync(path.parent)
+            fsync(path.parent)
             on_step("compact_replaced")
     except (_Abandoned, duckdb.Error) as error:
         if compacted is not None:
@@ -152,11 +153,3 @@ def _wal(path: Path) -> Path:
 def _remove(staging: Path) -> None:
     for leftover in (staging, _wal(staging)):
         leftover.unlink(missing_ok=True)
-
-
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
