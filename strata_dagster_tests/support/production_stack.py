@@ -53,6 +53,9 @@ TEST_INSTANCE = {
     "run_monitoring": {"poll_interval_seconds": 2, "free_slots_after_run_end_seconds": 2},
     "sensors": {"use_threads": True, "num_workers": 2},
 }
+# Seconds the stopped stack's processes get to exit before SIGKILL: webserver and daemon take about
+# 2 s; a code server that started run workers waited on them past any grace (15 s a test here).
+STOP_GRACE = 5
 MISSING_POSTGRES = (
     "PostgreSQL's server is missing (no /usr/lib/postgresql/*/bin/initdb): install Debian's "
     "`postgresql` package (`apt-get install -y postgresql`; .ci/run does)"
@@ -352,13 +355,15 @@ class Stack:
         process.wait(30)
 
     def stop(self) -> None:
-        """Every process asked to stop at once (SIGTERM), then waited for; SIGKILL past a grace."""
+        """Every process asked to stop at once (SIGTERM), then waited for; SIGKILL past a grace
+        shared by all of them (nothing of the stack is read once it is stopped)."""
         processes = [self.processes.pop(name) for name in list(self.processes)]
         for process in processes:
             _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
         for process in processes:
             try:
-                process.wait(15)
+                process.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 pass
             _signal_group(process, signal.SIGKILL)  # the group's leftovers (a run worker, say)
