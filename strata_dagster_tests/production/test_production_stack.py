@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shutil
 import signal
 import time
 import uuid
@@ -43,6 +44,7 @@ from strata_dagster_tests.support.dagster_support import (
 )
 from strata_dagster_tests.support.production_stack import (
     copy_example,
+    instance_environment,
     postgres_server,
     prepare_instance,
     production_stack,
@@ -50,8 +52,10 @@ from strata_dagster_tests.support.production_stack import (
     view_pointers,
 )
 
+# One worker runs the journeys, so the example is materialized once for both that need it.
 pytestmark = [
     pytest.mark.production,
+    pytest.mark.xdist_group("production"),
     pytest.mark.skipif(os.environ.get("STRATA_SKIP_PRODUCTION") == "1", reason="STRATA_SKIP_PRODUCTION=1"),
 ]
 
@@ -70,28 +74,72 @@ def postgres():
         yield server
 
 
+@pytest.fixture(scope="session")
+def materialized_on_postgres(postgres, tmp_path_factory):
+    """The example materialized once on PostgreSQL for the tests of this process that deploy it
+    materialized (the same in-process materialization each would run, 40 s and more): its folder
+    (project, warehouse, DAGSTER_HOME) saved aside and its database, which each test copies fresh.
+    Returns (folder, saved copy, database)."""
+    folder = tmp_path_factory.getbasetemp() / "production-materialized"
+    database = new_database_name()
+    project, _ = copy_example(folder, ROWS)
+    home, environment = prepare_instance(folder, postgres, database)
+    with pytest.MonkeyPatch.context() as patch:
+        set_dagster_environment(patch, environment)
+        materialize_in_process(project, home)
+    saved = tmp_path_factory.mktemp("production-materialized-saved")
+    shutil.copytree(folder, saved, dirs_exist_ok=True)
+    return folder, saved, database
+
+
 @pytest.fixture
 def deploy(request, tmp_path, monkeypatch):
     """`deploy(storage, materialized=False)`: the running stack over the example, a fresh warehouse
-    and a fresh instance (`postgres` or `sqlite` storage), everything materialized first if asked;
-    stopped when the test ends."""
+    and a fresh instance (`postgres` or `sqlite` storage), everything materialized first if asked
+    (on PostgreSQL: a fresh copy of `materialized_on_postgres`); stopped when the test ends."""
     stacks = ExitStack()
     request.addfinalizer(stacks.close)
 
     def make(storage: str, *, materialized: bool = False):
         server = request.getfixturevalue("postgres") if storage == "postgres" else None
-        project, warehouse = copy_example(tmp_path, ROWS)
-        home, environment = prepare_instance(tmp_path, server, f"dagster_{uuid.uuid4().hex[:12]}")
-        for key, value in environment.items():
-            if key.startswith("DAGSTER_"):
-                monkeypatch.setenv(key, value)
-        if materialized:
-            materialize_in_process(project, home)
+        if server is not None and materialized:
+            template = request.getfixturevalue("materialized_on_postgres")
+            project, warehouse, home, environment = materialized_copy(server, template)
+            set_dagster_environment(monkeypatch, environment)
+        else:
+            project, warehouse = copy_example(tmp_path, ROWS)
+            home, environment = prepare_instance(tmp_path, server, new_database_name())
+            set_dagster_environment(monkeypatch, environment)
+            if materialized:
+                materialize_in_process(project, home)
         return stacks.enter_context(
             production_stack(tmp_path, project, warehouse, home, environment, storage)
         )
 
     return make
+
+
+def new_database_name() -> str:
+    return f"dagster_{uuid.uuid4().hex[:12]}"
+
+
+def set_dagster_environment(patch: pytest.MonkeyPatch, environment: dict[str, str]) -> None:
+    for key, value in environment.items():
+        if key.startswith("DAGSTER_"):
+            patch.setenv(key, value)
+
+
+def materialized_copy(server, materialized):
+    """A fresh copy of the materialized example: its folder restored at the path it was built at
+    (the warehouse and the instance name the files they wrote by that path) and its database
+    copied under a new name. Returns (project, warehouse, home, environment)."""
+    folder, saved, template = materialized
+    shutil.rmtree(folder)
+    shutil.copytree(saved, folder)
+    database = new_database_name()
+    server.create_database(database, template=template)
+    project, home = folder / "shop", folder / "dagster_home"
+    return project, project / "warehouse.duckdb", home, instance_environment(home, server, database)
 
 
 def materialize_in_process(project, home) -> None:

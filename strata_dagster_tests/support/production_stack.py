@@ -101,8 +101,22 @@ class Postgres:
     port: int
     root: Path
 
-    def create_database(self, name: str) -> None:
-        run_checked([str(self.bin / "createdb"), "-h", HOST, "-p", str(self.port), "-U", POSTGRES_USER, name])
+    def create_database(self, name: str, template: str | None = None) -> None:
+        """A new database `name`, empty or a copy of database `template` (PostgreSQL copies its files)."""
+        copy_of = ["-T", template] if template else []
+        run_checked(
+            [
+                str(self.bin / "createdb"),
+                "-h",
+                HOST,
+                "-p",
+                str(self.port),
+                "-U",
+                POSTGRES_USER,
+                *copy_of,
+                name,
+            ]
+        )
 
     def environment(self, database: str) -> dict[str, str]:
         """What deploy/dagster.yaml reads: the connection to `database`."""
@@ -438,23 +452,27 @@ def prepare_instance(root: Path, postgres: Postgres | None, database: str) -> tu
     instance's tables before any server starts. Returns (home, environment)."""
     home = root / "dagster_home"
     home.mkdir()
-    storage = {}
     if postgres is not None:
         postgres.create_database(database)
-        storage = postgres.environment(database)
     config = instance_config(postgres is not None)
     (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    environment = {
+    environment = instance_environment(home, postgres, database)
+    run_checked(
+        [executable("dagster"), "instance", "concurrency", "set", POOL, "1"], env=environment, cwd=root
+    )
+    return home, environment
+
+
+def instance_environment(home: Path, postgres: Postgres | None, database: str) -> dict[str, str]:
+    """The environment every process of the stack gets: DAGSTER_HOME and the database's connection."""
+    storage = postgres.environment(database) if postgres is not None else {}
+    return {
         **os.environ,
         **storage,
         "DAGSTER_HOME": str(home),
         "DAGSTER_DISABLE_TELEMETRY": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    run_checked(
-        [executable("dagster"), "instance", "concurrency", "set", POOL, "1"], env=environment, cwd=root
-    )
-    return home, environment
 
 
 @contextmanager
