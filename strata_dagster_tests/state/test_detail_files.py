@@ -128,6 +128,17 @@ def test_a_transaction_rolled_back_leaves_no_detail_file(tmp_path):
     assert sorted(path.name for path in files.iterdir()) == before
 
 
+def test_a_file_written_outside_a_transaction_outlives_a_later_rollback(tmp_path):
+    project, warehouse = make_shop(tmp_path, rows=200)
+    run_project(project, warehouse)
+    with open_session(warehouse) as session:
+        session.writer.add_snapshots([record("autocommitted", BIG)])  # its row is committed at once
+        with pytest.raises(RuntimeError), session.transaction():
+            raise RuntimeError("a later transaction fails")
+        kept = session.history.snapshot("autocommitted")
+        assert kept is not None and dict(kept.detail) == BIG
+
+
 def test_storage_in_the_warehouse_file_keeps_every_detail_in_its_row(tmp_path, monkeypatch):
     monkeypatch.setenv(STORAGE_ENV, "table")
     project, warehouse = make_shop(tmp_path, rows=200)

@@ -151,6 +151,11 @@ class DuckDBSession(SqlSession):
 
     # -- transactions -----------------------------------------------------------------------------
     def begin(self) -> None:
+        if self.detail_files is not None:
+            # Files written outside a transaction were published with their rows already: a
+            # rollback of this one must not remove them.
+            self.detail_files.sync()
+            self.detail_files.committed()
         self.con.execute("BEGIN TRANSACTION")
 
     def commit(self) -> None:
