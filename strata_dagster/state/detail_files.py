@@ -88,7 +88,8 @@ class DetailFiles:
     ) -> list[tuple[str, str]]:
         """Each detail's text for its row and the SQL its row keeps (from `sqls`, else ''), the
         bulk of each moved to one new file: values longer than VALUE_LIMIT of a detail longer than
-        INLINE_LIMIT, and SQL longer than INLINE_LIMIT (its row then keeps '')."""
+        INLINE_LIMIT, and SQL longer than INLINE_LIMIT (its row then keeps ''). Only for files
+        that take new records (`writes`: HistoryWriter asks)."""
         rows: list[tuple[str, str]] = []
         lines: list[str] = []
         name = f"{secrets.token_hex(8)}{_SUFFIX}"
@@ -96,8 +97,8 @@ class DetailFiles:
             whole = {key: value for key, value in detail.items() if key != STORED}
             text = dumps(whole)
             sql = sqls[index] if sqls is not None else ""
-            moves_sql = self.writes and len(sql) > INLINE_LIMIT
-            if not self.writes or (len(text) <= INLINE_LIMIT and not moves_sql):
+            moves_sql = len(sql) > INLINE_LIMIT
+            if len(text) <= INLINE_LIMIT and not moves_sql:
                 rows.append((text, sql))
                 continue
             moved = (
@@ -152,13 +153,7 @@ class DetailFiles:
         lines = self._read(name)
         if lines is None or not 0 <= number < len(lines):
             return None
-        try:
-            value = json.loads(lines[number])
-        except ValueError:
-            return None
-        if not isinstance(value, dict) or not isinstance(value.get("detail"), dict):
-            return None
-        return value
+        return _parsed_line(lines[number])
 
     def _read(self, name: str) -> list[str] | None:
         if name not in self._lines:
@@ -191,13 +186,8 @@ class DetailFiles:
         lines = self._read(name)
         if lines is None:
             return "missing" if self._find(name) is None else "unreadable"
-        for text in lines:
-            try:
-                value = json.loads(text)
-            except ValueError:
-                value = None
-            if not isinstance(value, dict) or not isinstance(value.get("detail"), dict):
-                return "not a whole detail file (cut short or overwritten)"
+        if any(_parsed_line(text) is None for text in lines):
+            return "not a whole detail file (cut short or overwritten)"
         return None
 
     def path(self, marker: Mapping[str, Any]) -> Path:
@@ -222,3 +212,12 @@ class DetailFiles:
             path.unlink()
             count += 1
         return count, size
+
+
+def _parsed_line(text: str) -> dict[str, Any] | None:
+    """One record's line of a detail file, parsed (None: cut short, overwritten, not one)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("detail"), dict) else None
